@@ -1,0 +1,360 @@
+//! The JobManager: registers TaskManagers, watches their heartbeats, and is the resource
+//! manager's source of truth about which workers are registered and which are idle.
+//!
+//! It owns the [`InstanceManager`] (who is registered, with which slots) and a
+//! [`HeartbeatMonitor`]. Registration never waits for the resource manager: a TaskManager is
+//! acknowledged at once and the RM is told with `NotifyResourceStarted` when one is connected.
+//! A TaskManager silent for `heartbeat.timeout` is unregistered, told to `Disconnect` (in case it
+//! is alive but was cut off) and reported to the RM with `RemoveResource`, so the pool refills.
+//!
+//! This JobManager is the leader of its session for its whole life; leader election (a new
+//! JobManager, a new session) is the job of whoever starts JobManagers.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use actix::clock::Instant;
+use actix::prelude::*;
+
+use super::Shutdown;
+use super::heartbeat_monitor::HeartbeatMonitor;
+use super::instance_manager::InstanceManager;
+use crate::config::HeartbeatConfig;
+use crate::directory::LocalActor;
+use crate::env::{NodeEnv, NodeRng};
+use crate::events::ClusterEvent;
+use crate::messages::ids::{ClusterId, InstanceId, LeaderSessionId, ResourceId};
+use crate::messages::job_manager::*;
+use crate::messages::resource_manager::{
+    NotifyResourceStarted, RegisterResourceManagerSuccessful, RemoveResource,
+    ResourceManagerGateway,
+};
+use crate::messages::task_manager::{Disconnect, TaskManagerGateway};
+use crate::messages::{ActorAddress, RemovalReason};
+
+/// The actor's name on its node.
+pub const NAME: &str = "jobmanager";
+
+/// What a JobManager is started with.
+#[derive(Debug, Clone)]
+pub struct JobManagerSettings {
+    /// TaskManagers of other clusters are refused.
+    pub cluster_id: ClusterId,
+    /// Heartbeat interval (the sweep period) and timeout.
+    pub heartbeat: HeartbeatConfig,
+    /// How long an ask to the resource manager may take.
+    pub ask_timeout: Duration,
+}
+
+/// See the module docs.
+pub struct JobManager {
+    settings: JobManagerSettings,
+    env: NodeEnv,
+    rng: NodeRng,
+    address: ActorAddress,
+    leader_session_id: LeaderSessionId,
+    instances: InstanceManager,
+    gateways: BTreeMap<ResourceId, TaskManagerGateway>,
+    heartbeats: HeartbeatMonitor<ResourceId>,
+    resource_manager: Option<ResourceManagerGateway>,
+    heartbeat_timeouts: u64,
+}
+
+impl JobManager {
+    /// A JobManager leading session `leader_session_id`.
+    pub fn new(
+        settings: JobManagerSettings,
+        leader_session_id: LeaderSessionId,
+        env: NodeEnv,
+    ) -> Self {
+        Self {
+            rng: env.rng(NAME),
+            address: env.address_of(NAME),
+            heartbeats: HeartbeatMonitor::new(settings.heartbeat.timeout),
+            settings,
+            env,
+            leader_session_id,
+            instances: InstanceManager::new(),
+            gateways: BTreeMap::new(),
+            resource_manager: None,
+            heartbeat_timeouts: 0,
+        }
+    }
+
+    /// This JobManager's address on its node.
+    pub fn address(&self) -> &ActorAddress {
+        &self.address
+    }
+
+    fn refuse(reason: RefusalReason) -> RegistrationResponse {
+        RegistrationResponse::RefuseRegistration(RefuseRegistration { reason })
+    }
+
+    fn register_task_manager(&mut self, msg: RegisterTaskManager) -> RegistrationResponse {
+        let resource_id = msg.resource_id;
+        if msg.cluster_id != self.settings.cluster_id {
+            log::warn!(
+                "job manager: refused TaskManager {resource_id} of cluster `{}`",
+                msg.cluster_id
+            );
+            return Self::refuse(RefusalReason::WrongCluster {
+                expected: self.settings.cluster_id.clone(),
+                offered: msg.cluster_id,
+            });
+        }
+        if msg.number_of_slots == 0 {
+            log::warn!("job manager: refused TaskManager {resource_id} without slots");
+            return Self::refuse(RefusalReason::NoSlots);
+        }
+        if let Some(existing) = self.instances.get(&resource_id) {
+            if existing.location.address == msg.location.address {
+                log::debug!("job manager: TaskManager {resource_id} is registered already");
+                self.heartbeats.record(resource_id, Instant::now());
+                return RegistrationResponse::AlreadyRegistered(AlreadyRegistered {
+                    instance_id: existing.instance_id,
+                    leader_session_id: self.leader_session_id,
+                });
+            }
+            log::info!(
+                "job manager: TaskManager {resource_id} registers from a new address {}; dropping the old instance",
+                msg.location.address
+            );
+            self.unregister(&resource_id, RemovalReason::Replaced);
+        }
+        let Some(gateway) = self.env.resolver.task_manager(&msg.location.address) else {
+            log::warn!(
+                "job manager: refused TaskManager {resource_id}: cannot reach {}",
+                msg.location.address
+            );
+            return Self::refuse(RefusalReason::Unreachable {
+                address: msg.location.address,
+            });
+        };
+        let instance_id = InstanceId::generate(&mut self.rng);
+        let slots = msg.number_of_slots;
+        self.instances.register(
+            instance_id,
+            msg.location,
+            msg.hardware,
+            slots,
+            self.env.clock.now_millis(),
+        );
+        self.gateways.insert(resource_id.clone(), gateway);
+        self.heartbeats.record(resource_id.clone(), Instant::now());
+        log::info!(
+            "job manager: registered TaskManager {resource_id} as {instance_id} with {slots} slots"
+        );
+        self.env.events.emit(ClusterEvent::TaskManagerRegistered {
+            resource_id: resource_id.clone(),
+            instance_id,
+            slots,
+        });
+        self.notify_resource_started(resource_id);
+        RegistrationResponse::AcknowledgeRegistration(AcknowledgeRegistration {
+            instance_id,
+            leader_session_id: self.leader_session_id,
+        })
+    }
+
+    /// Tells the resource manager, without waiting for it, that a worker registered.
+    fn notify_resource_started(&self, resource_id: ResourceId) {
+        let Some(rm) = &self.resource_manager else {
+            return;
+        };
+        let request = rm
+            .notify_resource_started
+            .send(NotifyResourceStarted {
+                leader_session_id: self.leader_session_id,
+                resource_id: resource_id.clone(),
+            })
+            .timeout(self.settings.ask_timeout);
+        actix::spawn(async move {
+            if let Err(error) = request.await {
+                log::warn!(
+                    "job manager: resource manager did not acknowledge {resource_id}: {error}"
+                );
+            }
+        });
+    }
+
+    /// Forgets a TaskManager. True if it was registered.
+    fn unregister(&mut self, resource_id: &ResourceId, reason: RemovalReason) -> bool {
+        self.heartbeats.remove(resource_id);
+        self.gateways.remove(resource_id);
+        if self.instances.unregister(resource_id).is_none() {
+            return false;
+        }
+        log::info!("job manager: unregistered TaskManager {resource_id}: {reason}");
+        self.env.events.emit(ClusterEvent::TaskManagerLost {
+            resource_id: resource_id.clone(),
+            reason,
+        });
+        true
+    }
+
+    fn check_heartbeats(&mut self) {
+        for resource_id in self.heartbeats.take_expired(Instant::now()) {
+            let gateway = self.gateways.get(&resource_id).cloned();
+            if !self.unregister(&resource_id, RemovalReason::HeartbeatTimeout) {
+                continue;
+            }
+            self.heartbeat_timeouts += 1;
+            // It may be alive but cut off: tell it to register again once it hears us.
+            if let Some(gateway) = gateway {
+                gateway.disconnect.do_send(Disconnect {
+                    leader_session_id: self.leader_session_id,
+                    reason: RemovalReason::HeartbeatTimeout,
+                });
+            }
+            if let Some(rm) = &self.resource_manager {
+                rm.remove_resource.do_send(RemoveResource {
+                    leader_session_id: self.leader_session_id,
+                    resource_id,
+                    reason: RemovalReason::HeartbeatTimeout,
+                });
+            }
+        }
+    }
+
+    fn status(&self) -> JobManagerStatus {
+        JobManagerStatus {
+            leader_session_id: self.leader_session_id,
+            resource_manager_connected: self.resource_manager.is_some(),
+            task_managers: self.instances.infos(),
+            heartbeat_timeouts: self.heartbeat_timeouts,
+        }
+    }
+}
+
+impl Actor for JobManager {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        self.env.resolver.register(
+            self.address.clone(),
+            LocalActor::JobManager(JobManagerGateway::of(&ctx.address())),
+        );
+        ctx.run_interval(self.settings.heartbeat.interval, |act, _| {
+            act.check_heartbeats();
+        });
+        log::info!(
+            "job manager started at {} (leader session {})",
+            self.address,
+            self.leader_session_id
+        );
+    }
+
+    fn stopping(&mut self, _ctx: &mut Self::Context) -> Running {
+        self.env.resolver.unregister(&self.address);
+        Running::Stop
+    }
+}
+
+impl Handler<RegisterTaskManager> for JobManager {
+    type Result = MessageResult<RegisterTaskManager>;
+
+    fn handle(&mut self, msg: RegisterTaskManager, _: &mut Context<Self>) -> Self::Result {
+        MessageResult(self.register_task_manager(msg))
+    }
+}
+
+impl Handler<RegisterResourceManager> for JobManager {
+    type Result = MessageResult<RegisterResourceManager>;
+
+    fn handle(&mut self, msg: RegisterResourceManager, _: &mut Context<Self>) -> Self::Result {
+        match self.env.resolver.resource_manager(&msg.resource_manager) {
+            Some(gateway) => {
+                log::info!(
+                    "job manager: resource manager {} connected",
+                    msg.resource_manager
+                );
+                self.resource_manager = Some(gateway);
+            }
+            None => log::error!(
+                "job manager: cannot reach resource manager {}; it will not hear of registrations",
+                msg.resource_manager
+            ),
+        }
+        MessageResult(RegisterResourceManagerSuccessful {
+            leader_session_id: self.leader_session_id,
+            job_manager: self.address.clone(),
+            registered: self.instances.resource_ids(),
+        })
+    }
+}
+
+impl Handler<ResourceRemoved> for JobManager {
+    type Result = ();
+
+    fn handle(&mut self, msg: ResourceRemoved, _: &mut Context<Self>) {
+        if !self.unregister(&msg.resource_id, msg.reason) {
+            log::debug!(
+                "job manager: ResourceRemoved for {}, which is not registered",
+                msg.resource_id
+            );
+        }
+    }
+}
+
+impl Handler<Heartbeat> for JobManager {
+    type Result = MessageResult<Heartbeat>;
+
+    fn handle(&mut self, msg: Heartbeat, _: &mut Context<Self>) -> Self::Result {
+        let now_ms = self.env.clock.now_millis();
+        if self
+            .instances
+            .heartbeat(&msg.resource_id, msg.instance_id, msg.report, now_ms)
+        {
+            self.heartbeats.record(msg.resource_id, Instant::now());
+            MessageResult(HeartbeatResponse::Acknowledged)
+        } else {
+            log::info!(
+                "job manager: heartbeat from {} as {}, which is not registered; asking it to register",
+                msg.resource_id,
+                msg.instance_id
+            );
+            MessageResult(HeartbeatResponse::UnknownTaskManager)
+        }
+    }
+}
+
+impl Handler<ReleaseIdleTaskManagers> for JobManager {
+    type Result = MessageResult<ReleaseIdleTaskManagers>;
+
+    fn handle(&mut self, msg: ReleaseIdleTaskManagers, _: &mut Context<Self>) -> Self::Result {
+        let released = self.instances.idle_newest_first(msg.count as usize);
+        for resource_id in &released {
+            self.unregister(resource_id, RemovalReason::Idle);
+        }
+        if released.len() < msg.count as usize {
+            log::info!(
+                "job manager: asked to release {} idle TaskManagers, {} are idle",
+                msg.count,
+                released.len()
+            );
+        }
+        MessageResult(IdleTaskManagersReleased {
+            leader_session_id: self.leader_session_id,
+            released,
+        })
+    }
+}
+
+impl Handler<GetJobManagerStatus> for JobManager {
+    type Result = MessageResult<GetJobManagerStatus>;
+
+    fn handle(&mut self, _: GetJobManagerStatus, _: &mut Context<Self>) -> Self::Result {
+        MessageResult(self.status())
+    }
+}
+
+impl Handler<Shutdown> for JobManager {
+    type Result = ();
+
+    fn handle(&mut self, _: Shutdown, ctx: &mut Context<Self>) {
+        ctx.stop();
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,696 @@
+//! The FlinkResourceManager: keeps the worker pool at its designated size.
+//!
+//! It owns the pool's bookkeeping ([`WorkerPool`]) and a [`WorkerDriver`]; it never runs tasks and
+//! never decides which worker is idle (the JobManager knows that). It only starts workers once it
+//! is registered at a JobManager leader, so after a leader change it first learns which
+//! TaskManagers the new leader already has and counts them, instead of starting duplicates.
+//!
+//! Timers: the pool check (`resourcemanager.check-interval`), the registration retry at the
+//! JobManager (exponential), the pause after start failures (exponential, capped) and each
+//! started worker's registration timeout. All run on actix timers, so a paused tokio clock drives
+//! them in tests.
+
+use std::time::Duration;
+
+use actix::clock::Instant;
+use actix::prelude::*;
+
+use super::worker_pool::{RegistrationOutcome, WorkerPool, WorkerState};
+use crate::backoff::ExponentialBackoff;
+use crate::config::ResourceManagerConfig;
+use crate::directory::LocalActor;
+use crate::drivers::{WorkerDriver, WorkerRequest};
+use crate::env::{NodeEnv, NodeRng};
+use crate::events::ClusterEvent;
+use crate::messages::ids::{LeaderSessionId, ResourceId};
+use crate::messages::job_manager::{
+    IdleTaskManagersReleased, JobManagerGateway, RegisterResourceManager, ReleaseIdleTaskManagers,
+    ResourceRemoved,
+};
+use crate::messages::resource_manager::*;
+use crate::messages::{
+    Acknowledge, ActorAddress, NewLeaderAvailable, RemovalReason, is_current_leader,
+};
+
+/// The actor's name on its node.
+pub const NAME: &str = "resourcemanager";
+
+/// The JobManager leader the RM knows of.
+#[derive(Debug)]
+struct Leader {
+    address: ActorAddress,
+    session: LeaderSessionId,
+    gateway: Option<JobManagerGateway>,
+    connected: bool,
+}
+
+/// See the module docs.
+pub struct FlinkResourceManager {
+    config: ResourceManagerConfig,
+    ask_timeout: Duration,
+    env: NodeEnv,
+    address: ActorAddress,
+    /// Prefix of the resource ids this RM chooses, random per RM so a restarted RM never reuses
+    /// an id of its predecessor's workers.
+    id_prefix: String,
+    next_worker: u64,
+    pool: WorkerPool,
+    driver: Box<dyn WorkerDriver>,
+    leader: Option<Leader>,
+    /// Registration attempts at the leader; answers to older attempts are ignored.
+    registration_attempt: u64,
+    registration_backoff: ExponentialBackoff,
+    start_failures: u64,
+    consecutive_start_failures: u32,
+    start_backoff: ExponentialBackoff,
+    /// No worker is started before this instant (the backoff after start failures).
+    paused_until: Option<Instant>,
+    resume_check: Option<SpawnHandle>,
+    release_in_flight: bool,
+    stopping: bool,
+}
+
+impl FlinkResourceManager {
+    /// A resource manager that gets workers from `driver`. It starts workers once a
+    /// `NewLeaderAvailable` has told it where the JobManager is and it has registered there.
+    pub fn new(
+        config: ResourceManagerConfig,
+        ask_timeout: Duration,
+        driver: Box<dyn WorkerDriver>,
+        env: NodeEnv,
+    ) -> Self {
+        let mut rng: NodeRng = env.rng(NAME);
+        let id_prefix = format!("tm-{:04x}", rng.next_u64() & 0xffff);
+        Self {
+            address: env.address_of(NAME),
+            pool: WorkerPool::new(config.pool_size),
+            registration_backoff: ExponentialBackoff::new(
+                config.registration.initial_backoff,
+                config.registration.max_backoff,
+            ),
+            start_backoff: ExponentialBackoff::new(
+                config.start_worker.initial_backoff,
+                config.start_worker.max_backoff,
+            ),
+            config,
+            ask_timeout,
+            env,
+            id_prefix,
+            next_worker: 0,
+            driver,
+            leader: None,
+            registration_attempt: 0,
+            start_failures: 0,
+            consecutive_start_failures: 0,
+            paused_until: None,
+            resume_check: None,
+            release_in_flight: false,
+            stopping: false,
+        }
+    }
+
+    fn connected_leader(&self) -> Option<(&JobManagerGateway, LeaderSessionId)> {
+        let leader = self.leader.as_ref().filter(|l| l.connected)?;
+        Some((leader.gateway.as_ref()?, leader.session))
+    }
+
+    fn leader_session(&self) -> Option<LeaderSessionId> {
+        self.leader.as_ref().map(|l| l.session)
+    }
+
+    fn next_resource_id(&mut self) -> ResourceId {
+        self.next_worker += 1;
+        ResourceId::new(format!("{}-{}", self.id_prefix, self.next_worker))
+    }
+
+    /// `check_workers_pool`: cancel pending workers the pool no longer needs, start the missing
+    /// ones, and ask the JobManager for idle workers to release while the pool is too large.
+    fn check_workers_pool(&mut self, ctx: &mut Context<Self>) {
+        if self.stopping {
+            return;
+        }
+        self.cancel_surplus_pending();
+        self.start_missing_workers(ctx);
+        self.release_idle_surplus(ctx);
+    }
+
+    fn cancel_surplus_pending(&mut self) {
+        for resource_id in self.pool.surplus_pending() {
+            self.pool.remove(&resource_id);
+            self.driver.release_worker(&resource_id);
+            self.env.events.emit(ClusterEvent::WorkerReleased {
+                resource_id,
+                reason: RemovalReason::NoLongerNeeded,
+            });
+        }
+    }
+
+    fn start_missing_workers(&mut self, ctx: &mut Context<Self>) {
+        let missing = self.pool.missing();
+        if missing == 0 {
+            return;
+        }
+        if !self.driver.can_start_workers() {
+            log::debug!(
+                "resource manager: {missing} workers short of {}; the {} driver waits for TaskManagers to register",
+                self.pool.designated(),
+                self.driver.name()
+            );
+            return;
+        }
+        let Some(leader) = self.leader.as_ref().filter(|l| l.connected) else {
+            log::debug!(
+                "resource manager: {missing} workers missing; waiting to register at a JobManager before starting any"
+            );
+            return;
+        };
+        if let Some(until) = self.paused_until {
+            if Instant::now() < until {
+                self.schedule_resume(until, ctx);
+                return;
+            }
+            self.paused_until = None;
+        }
+        let (job_manager, session) = (leader.address.clone(), leader.session);
+        for _ in 0..missing {
+            let resource_id = self.next_resource_id();
+            let request = WorkerRequest {
+                resource_id: resource_id.clone(),
+                job_manager: job_manager.clone(),
+                leader_session_id: Some(session),
+            };
+            match self.driver.request_worker(request) {
+                Ok(()) => {
+                    self.pool.requested(resource_id.clone());
+                    self.env
+                        .events
+                        .emit(ClusterEvent::WorkerRequested { resource_id });
+                }
+                Err(error) => {
+                    self.record_start_failure(resource_id, &error, ctx);
+                    break;
+                }
+            }
+        }
+    }
+
+    fn release_idle_surplus(&mut self, ctx: &mut Context<Self>) {
+        let surplus = self.pool.started_surplus();
+        if surplus == 0 || self.release_in_flight || !self.driver.can_start_workers() {
+            return;
+        }
+        let Some((gateway, session)) = self.connected_leader() else {
+            return;
+        };
+        let request = gateway
+            .release_idle_task_managers
+            .send(ReleaseIdleTaskManagers { count: surplus })
+            .timeout(self.ask_timeout);
+        self.release_in_flight = true;
+        request
+            .into_actor(self)
+            .map(move |result, act, _| {
+                act.release_in_flight = false;
+                match result {
+                    Ok(released) => act.release_idle(released, session),
+                    Err(error) => log::warn!(
+                        "resource manager: JobManager did not answer ReleaseIdleTaskManagers: {error}"
+                    ),
+                }
+            })
+            .spawn(ctx);
+    }
+
+    /// Busy workers may keep the pool too large after this; the periodic check asks again.
+    fn release_idle(&mut self, released: IdleTaskManagersReleased, asked: LeaderSessionId) {
+        if released.leader_session_id != asked
+            || !is_current_leader(
+                self.leader_session(),
+                released.leader_session_id,
+                NAME,
+                "IdleTaskManagersReleased",
+            )
+        {
+            return;
+        }
+        for resource_id in released.released {
+            self.release(resource_id, RemovalReason::Idle);
+        }
+    }
+
+    /// Releases a worker the pool counts through the driver.
+    fn release(&mut self, resource_id: ResourceId, reason: RemovalReason) {
+        if self.pool.remove(&resource_id).is_none() {
+            log::debug!("resource manager: {resource_id} is not in the pool; nothing to release");
+            return;
+        }
+        self.driver.release_worker(&resource_id);
+        self.env.events.emit(ClusterEvent::WorkerReleased {
+            resource_id,
+            reason,
+        });
+    }
+
+    fn record_start_failure(
+        &mut self,
+        resource_id: ResourceId,
+        reason: &dyn std::fmt::Display,
+        ctx: &mut Context<Self>,
+    ) {
+        self.start_failures += 1;
+        self.consecutive_start_failures += 1;
+        let delay = self.start_backoff.next_delay();
+        let until = Instant::now() + delay;
+        self.paused_until = Some(until);
+        log::warn!(
+            "resource manager: worker {resource_id} failed to start ({reason}); {} consecutive failures, pausing worker starts for {delay:?}",
+            self.consecutive_start_failures
+        );
+        self.env.events.emit(ClusterEvent::WorkerStartFailed {
+            resource_id,
+            reason: reason.to_string(),
+            backoff_ms: delay.as_millis() as u64,
+        });
+        self.schedule_resume(until, ctx);
+    }
+
+    /// One pool check when the start pause ends (at most one scheduled).
+    fn schedule_resume(&mut self, until: Instant, ctx: &mut Context<Self>) {
+        if let Some(handle) = self.resume_check.take() {
+            ctx.cancel_future(handle);
+        }
+        let delay = until.saturating_duration_since(Instant::now());
+        self.resume_check = Some(ctx.run_later(delay, |act, ctx| {
+            act.resume_check = None;
+            act.check_workers_pool(ctx);
+        }));
+    }
+
+    fn start_succeeded(&mut self) {
+        self.consecutive_start_failures = 0;
+        self.start_backoff.reset();
+    }
+
+    /// A worker registered at the JobManager (reported directly or in a reconciliation).
+    fn accept_registered(&mut self, resource_id: &ResourceId) -> bool {
+        let adopt = self.driver.adopts_unknown_workers();
+        match self.pool.registered(resource_id, adopt) {
+            RegistrationOutcome::Promoted(from) => {
+                if from == WorkerState::PendingRequest {
+                    // Registered before the driver's start report: the start succeeded.
+                    self.start_succeeded();
+                }
+                self.env.events.emit(ClusterEvent::WorkerRegistered {
+                    resource_id: resource_id.clone(),
+                });
+                true
+            }
+            RegistrationOutcome::Adopted => {
+                log::info!(
+                    "resource manager: counting {resource_id}, started outside this resource manager, as a started worker"
+                );
+                self.env.events.emit(ClusterEvent::WorkerRegistered {
+                    resource_id: resource_id.clone(),
+                });
+                true
+            }
+            RegistrationOutcome::AlreadyStarted => {
+                log::debug!("resource manager: {resource_id} counts as started already");
+                false
+            }
+            RegistrationOutcome::Ignored => {
+                log::info!(
+                    "resource manager: {resource_id} registered but was not started by this resource manager's {} driver; not counted",
+                    self.driver.name()
+                );
+                false
+            }
+        }
+    }
+
+    fn registration_timed_out(&mut self, resource_id: ResourceId, ctx: &mut Context<Self>) {
+        if self.pool.state(&resource_id) != Some(WorkerState::PendingRegistration) {
+            return;
+        }
+        let timeout = self.config.taskmanager_registration.timeout;
+        log::warn!(
+            "resource manager: worker {resource_id} did not register within {timeout:?}; releasing it"
+        );
+        self.release(resource_id.clone(), RemovalReason::RegistrationTimeout);
+        self.record_start_failure(resource_id, &"registration timed out", ctx);
+        self.check_workers_pool(ctx);
+    }
+
+    fn status(&self) -> ResourceManagerStatus {
+        ResourceManagerStatus {
+            designated_pool_size: self.pool.designated(),
+            started: self.pool.started().map(|(id, _)| id.clone()).collect(),
+            pending_requests: self.pool.pending_requests(),
+            pending_registration: self.pool.pending_registration(),
+            start_failures: self.start_failures,
+            consecutive_start_failures: self.consecutive_start_failures,
+            connected_to_job_manager: self.leader.as_ref().is_some_and(|l| l.connected),
+            driver: self.driver.name().to_owned(),
+        }
+    }
+}
+
+impl Actor for FlinkResourceManager {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        let gateway = ResourceManagerGateway::of(&ctx.address());
+        self.env.resolver.register(
+            self.address.clone(),
+            LocalActor::ResourceManager(gateway.clone()),
+        );
+        self.driver.initialize(gateway);
+        ctx.run_interval(self.config.check_interval, |act, ctx| {
+            act.check_workers_pool(ctx);
+        });
+        log::info!(
+            "resource manager started: designated pool size {}, {} driver",
+            self.pool.designated(),
+            self.driver.name()
+        );
+    }
+
+    fn stopping(&mut self, _ctx: &mut Self::Context) -> Running {
+        self.env.resolver.unregister(&self.address);
+        Running::Stop
+    }
+}
+
+impl Handler<CheckAndAllocateContainers> for FlinkResourceManager {
+    type Result = ();
+
+    fn handle(&mut self, _: CheckAndAllocateContainers, ctx: &mut Context<Self>) {
+        self.check_workers_pool(ctx);
+    }
+}
+
+impl Handler<SetWorkerPoolSize> for FlinkResourceManager {
+    type Result = Result<Acknowledge, SetPoolSizeError>;
+
+    fn handle(&mut self, msg: SetWorkerPoolSize, ctx: &mut Context<Self>) -> Self::Result {
+        if self.stopping {
+            return Err(SetPoolSizeError::Stopping);
+        }
+        if msg.size > self.config.max_pool_size {
+            return Err(SetPoolSizeError::AboveMaximum {
+                requested: msg.size,
+                max: self.config.max_pool_size,
+            });
+        }
+        let from = self.pool.set_designated(msg.size);
+        if from != msg.size {
+            log::info!(
+                "resource manager: designated pool size {from} -> {}",
+                msg.size
+            );
+            self.env
+                .events
+                .emit(ClusterEvent::PoolResized { from, to: msg.size });
+        }
+        self.check_workers_pool(ctx);
+        Ok(Acknowledge)
+    }
+}
+
+impl Handler<RemoveResource> for FlinkResourceManager {
+    type Result = ();
+
+    fn handle(&mut self, msg: RemoveResource, ctx: &mut Context<Self>) {
+        if !is_current_leader(
+            self.leader_session(),
+            msg.leader_session_id,
+            NAME,
+            "RemoveResource",
+        ) {
+            return;
+        }
+        self.release(msg.resource_id, msg.reason);
+        self.check_workers_pool(ctx);
+    }
+}
+
+impl Handler<NotifyResourceStarted> for FlinkResourceManager {
+    type Result = MessageResult<NotifyResourceStarted>;
+
+    fn handle(&mut self, msg: NotifyResourceStarted, ctx: &mut Context<Self>) -> Self::Result {
+        if is_current_leader(
+            self.leader_session(),
+            msg.leader_session_id,
+            NAME,
+            "NotifyResourceStarted",
+        ) && self.accept_registered(&msg.resource_id)
+        {
+            // An adopted worker may make the pool too large.
+            self.release_idle_surplus(ctx);
+        }
+        MessageResult(Acknowledge)
+    }
+}
+
+impl Handler<NewLeaderAvailable> for FlinkResourceManager {
+    type Result = ();
+
+    fn handle(&mut self, msg: NewLeaderAvailable, ctx: &mut Context<Self>) {
+        if self
+            .leader
+            .as_ref()
+            .is_some_and(|l| l.address == msg.address && l.session == msg.leader_session_id)
+        {
+            log::debug!("resource manager: leader {} is known already", msg.address);
+            return;
+        }
+        log::info!(
+            "resource manager: new JobManager leader {} (session {})",
+            msg.address,
+            msg.leader_session_id
+        );
+        let gateway = self.env.resolver.job_manager(&msg.address);
+        self.leader = Some(Leader {
+            address: msg.address,
+            session: msg.leader_session_id,
+            gateway,
+            connected: false,
+        });
+        self.release_in_flight = false;
+        self.registration_backoff.reset();
+        self.registration_attempt += 1;
+        ctx.notify(TriggerRegistrationAtJobManager);
+    }
+}
+
+impl Handler<TriggerRegistrationAtJobManager> for FlinkResourceManager {
+    type Result = ();
+
+    fn handle(&mut self, _: TriggerRegistrationAtJobManager, ctx: &mut Context<Self>) {
+        if self.stopping {
+            return;
+        }
+        let resolver = self.env.resolver.clone();
+        let Some(leader) = self.leader.as_mut().filter(|l| !l.connected) else {
+            return;
+        };
+        if leader.gateway.is_none() {
+            leader.gateway = resolver.job_manager(&leader.address);
+        }
+        let delay = self.registration_backoff.next_delay();
+        let attempt = self.registration_attempt;
+        let Some(gateway) = leader.gateway.as_ref() else {
+            log::warn!(
+                "resource manager: cannot reach JobManager {}; retrying in {delay:?}",
+                leader.address
+            );
+            ctx.notify_later(TriggerRegistrationAtJobManager, delay);
+            return;
+        };
+        log::debug!(
+            "resource manager: registering at JobManager {}",
+            leader.address
+        );
+        gateway
+            .register_resource_manager
+            .send(RegisterResourceManager {
+                resource_manager: self.address.clone(),
+            })
+            .timeout(delay)
+            .into_actor(self)
+            .map(move |result, act, ctx| {
+                if attempt != act.registration_attempt {
+                    log::debug!("resource manager: ignoring an answer for an earlier leader");
+                    return;
+                }
+                match result {
+                    Ok(success) => act.registered_at_job_manager(success, ctx),
+                    Err(error) => {
+                        log::warn!(
+                            "resource manager: registration at the JobManager failed ({error}); retrying in {delay:?}"
+                        );
+                        ctx.notify_later(TriggerRegistrationAtJobManager, delay);
+                    }
+                }
+            })
+            .spawn(ctx);
+    }
+}
+
+impl FlinkResourceManager {
+    fn registered_at_job_manager(
+        &mut self,
+        msg: RegisterResourceManagerSuccessful,
+        ctx: &mut Context<Self>,
+    ) {
+        if !is_current_leader(
+            self.leader_session(),
+            msg.leader_session_id,
+            NAME,
+            "RegisterResourceManagerSuccessful",
+        ) {
+            return;
+        }
+        let Some(leader) = self.leader.as_mut() else {
+            return;
+        };
+        if leader.connected {
+            log::debug!("resource manager: registered at the JobManager already");
+            return;
+        }
+        leader.connected = true;
+        self.registration_backoff.reset();
+        log::info!(
+            "resource manager: registered at JobManager {}; it has {} TaskManagers",
+            msg.job_manager,
+            msg.registered.len()
+        );
+        for resource_id in &msg.registered {
+            self.accept_registered(resource_id);
+        }
+        self.env
+            .events
+            .emit(ClusterEvent::ResourceManagerConnected {
+                known_workers: msg.registered.len(),
+            });
+        self.check_workers_pool(ctx);
+    }
+}
+
+impl Handler<RegisterResourceManagerSuccessful> for FlinkResourceManager {
+    type Result = ();
+
+    fn handle(&mut self, msg: RegisterResourceManagerSuccessful, ctx: &mut Context<Self>) {
+        self.registered_at_job_manager(msg, ctx);
+    }
+}
+
+impl Handler<WorkerStarted> for FlinkResourceManager {
+    type Result = ();
+
+    fn handle(&mut self, msg: WorkerStarted, ctx: &mut Context<Self>) {
+        let resource_id = msg.resource_id;
+        if self.pool.driver_started(&resource_id) {
+            self.start_succeeded();
+            self.env.events.emit(ClusterEvent::WorkerStarted {
+                resource_id: resource_id.clone(),
+            });
+            let timeout = self.config.taskmanager_registration.timeout;
+            ctx.run_later(timeout, move |act, ctx| {
+                act.registration_timed_out(resource_id, ctx);
+            });
+        } else if self.pool.state(&resource_id).is_none() {
+            // Cancelled while it was starting: make sure it does not linger.
+            log::debug!(
+                "resource manager: {resource_id} started after it was cancelled; releasing it"
+            );
+            self.driver.release_worker(&resource_id);
+        }
+    }
+}
+
+impl Handler<WorkerFailed> for FlinkResourceManager {
+    type Result = ();
+
+    fn handle(&mut self, msg: WorkerFailed, ctx: &mut Context<Self>) {
+        match self.pool.remove(&msg.resource_id) {
+            Some(WorkerState::Started) | None => {
+                log::debug!(
+                    "resource manager: ignoring a start failure of {}, which is not starting",
+                    msg.resource_id
+                );
+            }
+            Some(_) => {
+                self.record_start_failure(msg.resource_id, &msg.reason, ctx);
+                self.check_workers_pool(ctx);
+            }
+        }
+    }
+}
+
+impl Handler<WorkerTerminated> for FlinkResourceManager {
+    type Result = ();
+
+    fn handle(&mut self, msg: WorkerTerminated, ctx: &mut Context<Self>) {
+        let resource_id = msg.resource_id;
+        match self.pool.remove(&resource_id) {
+            None => {
+                log::debug!("resource manager: {resource_id} terminated after it left the pool");
+                return;
+            }
+            Some(WorkerState::Started) => {
+                log::warn!(
+                    "resource manager: worker {resource_id} terminated: {}",
+                    msg.reason
+                );
+                if let Some((gateway, _)) = self.connected_leader() {
+                    gateway.resource_removed.do_send(ResourceRemoved {
+                        resource_id: resource_id.clone(),
+                        reason: RemovalReason::Terminated,
+                    });
+                }
+                self.env.events.emit(ClusterEvent::WorkerReleased {
+                    resource_id,
+                    reason: RemovalReason::Terminated,
+                });
+            }
+            Some(_) => {
+                // A worker that dies before registering is a failed start (Flink counts it so).
+                self.env.events.emit(ClusterEvent::WorkerReleased {
+                    resource_id: resource_id.clone(),
+                    reason: RemovalReason::Terminated,
+                });
+                self.record_start_failure(resource_id, &msg.reason, ctx);
+            }
+        }
+        self.check_workers_pool(ctx);
+    }
+}
+
+impl Handler<StopCluster> for FlinkResourceManager {
+    type Result = MessageResult<StopCluster>;
+
+    fn handle(&mut self, _: StopCluster, ctx: &mut Context<Self>) -> Self::Result {
+        if !self.stopping {
+            self.stopping = true;
+            log::info!(
+                "resource manager: stopping the cluster, releasing {} workers",
+                self.pool.total()
+            );
+            self.driver.shutdown();
+            ctx.stop();
+        }
+        MessageResult(Acknowledge)
+    }
+}
+
+impl Handler<GetResourceManagerStatus> for FlinkResourceManager {
+    type Result = MessageResult<GetResourceManagerStatus>;
+
+    fn handle(&mut self, _: GetResourceManagerStatus, _: &mut Context<Self>) -> Self::Result {
+        MessageResult(self.status())
+    }
+}
+
+#[cfg(test)]
+mod tests;

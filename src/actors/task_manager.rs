@@ -1,0 +1,327 @@
+//! The TaskManager: a worker that offers slots to the JobManager.
+//!
+//! It registers at the JobManager leader with retries and backoff ([`Registration`]), then
+//! heartbeats every `heartbeat.interval`. It starts over when the JobManager has been silent for
+//! `heartbeat.timeout`, answers a heartbeat with "unknown", sends a (correctly fenced)
+//! `Disconnect`, or leader retrieval names another leader. It holds a [`SlotTable`]; running
+//! tasks in those slots comes with the jobs layer, and will happen off this actor's thread so a
+//! busy TaskManager still heartbeats.
+
+use actix::clock::Instant;
+use actix::prelude::*;
+
+use super::Shutdown;
+use super::registration::{Leader, Registration, RegistrationAction, RegistrationEvent};
+use super::slot_table::SlotTable;
+use crate::config::{HeartbeatConfig, RegistrationConfig};
+use crate::directory::LocalActor;
+use crate::env::NodeEnv;
+use crate::events::ClusterEvent;
+use crate::messages::ids::{ClusterId, InstanceId, ResourceId};
+use crate::messages::job_manager::{
+    Heartbeat, HeartbeatReport, HeartbeatResponse, JobManagerGateway, RegisterTaskManager,
+};
+use crate::messages::task_manager::*;
+use crate::messages::{
+    ActorAddress, HardwareDescription, NewLeaderAvailable, TaskManagerLocation, is_current_leader,
+};
+
+/// What a TaskManager is started with.
+#[derive(Debug, Clone)]
+pub struct TaskManagerSettings {
+    /// The worker's id, chosen by whoever starts it.
+    pub resource_id: ResourceId,
+    /// The cluster it belongs to.
+    pub cluster_id: ClusterId,
+    /// Slots it offers.
+    pub slots: u32,
+    /// The host it runs on.
+    pub hostname: String,
+    /// What its machine offers.
+    pub hardware: HardwareDescription,
+    /// Registration retries.
+    pub registration: RegistrationConfig,
+    /// Heartbeat interval and timeout.
+    pub heartbeat: HeartbeatConfig,
+    /// The JobManager leader to register at, if known at start.
+    pub job_manager: Option<Leader>,
+}
+
+/// See the module docs.
+pub struct TaskManager {
+    settings: TaskManagerSettings,
+    env: NodeEnv,
+    address: ActorAddress,
+    registration: Registration,
+    job_manager: Option<JobManagerGateway>,
+    slots: SlotTable,
+    /// When the JobManager last acknowledged a heartbeat (or the registration).
+    last_acknowledged: Instant,
+}
+
+impl TaskManager {
+    /// A TaskManager that registers at `settings.job_manager` once started.
+    pub fn new(settings: TaskManagerSettings, env: NodeEnv) -> Self {
+        Self {
+            address: env.address_of(&Self::name_of(&settings.resource_id)),
+            registration: Registration::new(settings.registration),
+            slots: SlotTable::new(settings.slots),
+            settings,
+            env,
+            job_manager: None,
+            last_acknowledged: Instant::now(),
+        }
+    }
+
+    /// The actor name of the TaskManager of `resource_id` on its node.
+    pub fn name_of(resource_id: &ResourceId) -> String {
+        format!("taskmanager/{resource_id}")
+    }
+
+    fn on_event(&mut self, event: RegistrationEvent, ctx: &mut Context<Self>) {
+        let action = self.registration.handle(event);
+        match action {
+            RegistrationAction::Send { attempt, timeout } => {
+                self.send_attempt(attempt, timeout, ctx)
+            }
+            RegistrationAction::RetryAfter { attempt, delay } => {
+                log::info!(
+                    "task manager {}: next registration attempt in {delay:?}",
+                    self.settings.resource_id
+                );
+                ctx.run_later(delay, move |act, ctx| {
+                    act.on_event(RegistrationEvent::RetryDue { attempt }, ctx);
+                });
+            }
+            RegistrationAction::Registered { instance_id, .. } => {
+                log::info!(
+                    "task manager {}: registered as {instance_id}",
+                    self.settings.resource_id
+                );
+                self.last_acknowledged = Instant::now();
+                self.env.events.emit(ClusterEvent::TaskManagerConnected {
+                    resource_id: self.settings.resource_id.clone(),
+                    instance_id,
+                });
+            }
+            RegistrationAction::Ignore { why } => {
+                log::debug!("task manager {}: {why}", self.settings.resource_id);
+            }
+        }
+    }
+
+    fn send_attempt(
+        &mut self,
+        attempt: u64,
+        timeout: std::time::Duration,
+        ctx: &mut Context<Self>,
+    ) {
+        // The timer is separate from the request so a late answer still arrives, tagged with its
+        // attempt, and is ignored by the state machine instead of vanishing.
+        ctx.run_later(timeout, move |act, ctx| {
+            act.on_event(RegistrationEvent::AttemptTimedOut { attempt }, ctx);
+        });
+        if self.job_manager.is_none() {
+            let leader = self.registration.leader().map(|l| &l.address);
+            self.job_manager = leader.and_then(|a| self.env.resolver.job_manager(a));
+        }
+        let Some(gateway) = self.job_manager.as_ref() else {
+            log::warn!(
+                "task manager {}: cannot reach the JobManager leader",
+                self.settings.resource_id
+            );
+            ctx.notify(Internal(RegistrationEvent::AttemptFailed { attempt }));
+            return;
+        };
+        log::debug!(
+            "task manager {}: registration attempt {attempt} (timeout {timeout:?})",
+            self.settings.resource_id
+        );
+        let request = RegisterTaskManager {
+            cluster_id: self.settings.cluster_id.clone(),
+            resource_id: self.settings.resource_id.clone(),
+            location: TaskManagerLocation {
+                resource_id: self.settings.resource_id.clone(),
+                address: self.address.clone(),
+                hostname: self.settings.hostname.clone(),
+            },
+            hardware: self.settings.hardware,
+            number_of_slots: self.slots.total(),
+        };
+        gateway
+            .register_task_manager
+            .send(request)
+            .into_actor(self)
+            .map(move |result, act, ctx| {
+                let event = match result {
+                    Ok(response) => RegistrationEvent::Response { attempt, response },
+                    Err(_) => RegistrationEvent::AttemptFailed { attempt },
+                };
+                act.on_event(event, ctx);
+            })
+            .spawn(ctx);
+    }
+
+    fn heartbeat(&mut self, ctx: &mut Context<Self>) {
+        let Some(instance_id) = self.registration.instance_id() else {
+            return;
+        };
+        let silence = Instant::now().saturating_duration_since(self.last_acknowledged);
+        if silence > self.settings.heartbeat.timeout {
+            log::warn!(
+                "task manager {}: no heartbeat acknowledged by the JobManager for {silence:?}; registering again",
+                self.settings.resource_id
+            );
+            self.on_event(RegistrationEvent::ConnectionLost, ctx);
+            return;
+        }
+        let Some(gateway) = self.job_manager.as_ref() else {
+            return;
+        };
+        gateway
+            .heartbeat
+            .send(Heartbeat {
+                resource_id: self.settings.resource_id.clone(),
+                instance_id,
+                report: HeartbeatReport {
+                    slots_total: self.slots.total(),
+                    slots_free: self.slots.free(),
+                },
+            })
+            .timeout(self.settings.heartbeat.timeout)
+            .into_actor(self)
+            .map(move |result, act, ctx| act.heartbeat_answered(instance_id, result, ctx))
+            .spawn(ctx);
+    }
+
+    fn heartbeat_answered(
+        &mut self,
+        instance_id: InstanceId,
+        result: Result<HeartbeatResponse, MailboxError>,
+        ctx: &mut Context<Self>,
+    ) {
+        if self.registration.instance_id() != Some(instance_id) {
+            return; // an answer for an earlier registration
+        }
+        match result {
+            Ok(HeartbeatResponse::Acknowledged) => self.last_acknowledged = Instant::now(),
+            Ok(HeartbeatResponse::UnknownTaskManager) => {
+                log::info!(
+                    "task manager {}: the JobManager no longer knows this registration; registering again",
+                    self.settings.resource_id
+                );
+                self.on_event(RegistrationEvent::ConnectionLost, ctx);
+            }
+            // Silence counts against the heartbeat timeout.
+            Err(error) => log::debug!(
+                "task manager {}: heartbeat not answered: {error}",
+                self.settings.resource_id
+            ),
+        }
+    }
+
+    fn status(&self) -> TaskManagerStatus {
+        TaskManagerStatus {
+            resource_id: self.settings.resource_id.clone(),
+            registration: self.registration.phase(),
+            registration_attempts: self.registration.attempts(),
+            slots_total: self.slots.total(),
+            slots_free: self.slots.free(),
+        }
+    }
+}
+
+/// A registration event the actor sends itself.
+#[derive(Message)]
+#[rtype(result = "()")]
+struct Internal(RegistrationEvent);
+
+impl Actor for TaskManager {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        self.env.resolver.register(
+            self.address.clone(),
+            LocalActor::TaskManager(TaskManagerGateway::of(&ctx.address())),
+        );
+        ctx.run_interval(self.settings.heartbeat.interval, |act, ctx| {
+            act.heartbeat(ctx)
+        });
+        if let Some(leader) = self.settings.job_manager.clone() {
+            self.job_manager = self.env.resolver.job_manager(&leader.address);
+            self.on_event(RegistrationEvent::LeaderFound(leader), ctx);
+        }
+    }
+
+    fn stopping(&mut self, _ctx: &mut Self::Context) -> Running {
+        self.env.resolver.unregister(&self.address);
+        Running::Stop
+    }
+}
+
+impl Handler<Internal> for TaskManager {
+    type Result = ();
+
+    fn handle(&mut self, msg: Internal, ctx: &mut Context<Self>) {
+        self.on_event(msg.0, ctx);
+    }
+}
+
+impl Handler<NewLeaderAvailable> for TaskManager {
+    type Result = ();
+
+    fn handle(&mut self, msg: NewLeaderAvailable, ctx: &mut Context<Self>) {
+        log::info!(
+            "task manager {}: JobManager leader is {} (session {})",
+            self.settings.resource_id,
+            msg.address,
+            msg.leader_session_id
+        );
+        self.job_manager = self.env.resolver.job_manager(&msg.address);
+        let leader = Leader {
+            address: msg.address,
+            retrieved_session: Some(msg.leader_session_id),
+        };
+        self.on_event(RegistrationEvent::LeaderFound(leader), ctx);
+    }
+}
+
+impl Handler<Disconnect> for TaskManager {
+    type Result = ();
+
+    fn handle(&mut self, msg: Disconnect, ctx: &mut Context<Self>) {
+        let name = format!("task manager {}", self.settings.resource_id);
+        if !is_current_leader(
+            self.registration.session(),
+            msg.leader_session_id,
+            &name,
+            "Disconnect",
+        ) {
+            return;
+        }
+        log::info!(
+            "{name}: the JobManager disconnected it ({}); registering again",
+            msg.reason
+        );
+        self.on_event(RegistrationEvent::ConnectionLost, ctx);
+    }
+}
+
+impl Handler<GetTaskManagerStatus> for TaskManager {
+    type Result = MessageResult<GetTaskManagerStatus>;
+
+    fn handle(&mut self, _: GetTaskManagerStatus, _: &mut Context<Self>) -> Self::Result {
+        MessageResult(self.status())
+    }
+}
+
+impl Handler<Shutdown> for TaskManager {
+    type Result = ();
+
+    fn handle(&mut self, _: Shutdown, ctx: &mut Context<Self>) {
+        ctx.stop();
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,221 @@
+//! The in-process driver: each worker is a TaskManager actor placed by the node's
+//! [`Spawner`](crate::env::Spawner) — in production its own arbiter, i.e. its own thread, so
+//! stopping that arbiter is a faithful crash (the actor vanishes without a word).
+//!
+//! The driver shares its table of workers with an [`InProcessWorkers`] handle, through which the
+//! embedded cluster crashes a worker for demos and tests. A crash is not reported by the driver:
+//! like a machine that dies, it is noticed by the JobManager's heartbeat timeout.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use actix::{Actor, Addr, Arbiter};
+
+use super::{DriverError, WorkerDriver, WorkerRequest};
+use crate::actors::Shutdown;
+use crate::actors::registration::Leader;
+use crate::actors::task_manager::{TaskManager, TaskManagerSettings};
+use crate::config::{HeartbeatConfig, RegistrationConfig};
+use crate::env::{NodeEnv, NodeRng, Placement};
+use crate::messages::HardwareDescription;
+use crate::messages::ids::{ClusterId, ResourceId};
+use crate::messages::resource_manager::{ResourceManagerGateway, WorkerStarted};
+
+/// What every TaskManager this driver starts is configured with.
+#[derive(Debug, Clone)]
+pub struct TaskManagerTemplate {
+    /// The cluster.
+    pub cluster_id: ClusterId,
+    /// Slots per TaskManager.
+    pub slots: u32,
+    /// The host name they report.
+    pub hostname: String,
+    /// The hardware they report.
+    pub hardware: HardwareDescription,
+    /// Registration retries.
+    pub registration: RegistrationConfig,
+    /// Heartbeats.
+    pub heartbeat: HeartbeatConfig,
+}
+
+struct LocalWorker {
+    placement: Placement,
+    task_manager: Addr<TaskManager>,
+    name: String,
+}
+
+#[derive(Default)]
+struct Workers {
+    running: BTreeMap<ResourceId, LocalWorker>,
+    /// Stopped arbiters whose threads are joined at shutdown.
+    stopped: Vec<Arbiter>,
+}
+
+type SharedWorkers = Arc<Mutex<Workers>>;
+
+fn lock(workers: &SharedWorkers) -> MutexGuard<'_, Workers> {
+    // Each operation leaves the table consistent, whatever panicked meanwhile.
+    workers.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Starts TaskManager actors in this process.
+pub struct InProcessDriver {
+    template: TaskManagerTemplate,
+    env: NodeEnv,
+    rng: NodeRng,
+    resource_manager: Option<ResourceManagerGateway>,
+    workers: SharedWorkers,
+}
+
+impl InProcessDriver {
+    /// A driver whose TaskManagers follow `template` and share `env`'s clock, spawner and
+    /// resolver (each gets its own RNG seed).
+    pub fn new(template: TaskManagerTemplate, env: NodeEnv) -> Self {
+        Self {
+            template,
+            rng: env.rng("in-process-driver"),
+            env,
+            resource_manager: None,
+            workers: SharedWorkers::default(),
+        }
+    }
+
+    /// A handle on this driver's workers, for crashing them.
+    pub fn workers(&self) -> InProcessWorkers {
+        InProcessWorkers {
+            workers: self.workers.clone(),
+            env: self.env.clone(),
+        }
+    }
+
+    fn stop(&self, worker: LocalWorker, graceful: bool) -> Option<Arbiter> {
+        self.env
+            .resolver
+            .unregister(&self.env.address_of(&worker.name));
+        stop_worker(worker, graceful)
+    }
+}
+
+fn stop_worker(worker: LocalWorker, graceful: bool) -> Option<Arbiter> {
+    if graceful || !worker.placement.owns_arbiter() {
+        // On a shared arbiter, stopping the actor is the only way to end it.
+        worker.task_manager.do_send(Shutdown);
+    }
+    worker.placement.stop()
+}
+
+impl WorkerDriver for InProcessDriver {
+    fn name(&self) -> &'static str {
+        "in_process"
+    }
+
+    fn initialize(&mut self, resource_manager: ResourceManagerGateway) {
+        self.resource_manager = Some(resource_manager);
+    }
+
+    fn can_start_workers(&self) -> bool {
+        true
+    }
+
+    fn adopts_unknown_workers(&self) -> bool {
+        false
+    }
+
+    fn request_worker(&mut self, request: WorkerRequest) -> Result<(), DriverError> {
+        let resource_id = request.resource_id;
+        let name = TaskManager::name_of(&resource_id);
+        let settings = TaskManagerSettings {
+            resource_id: resource_id.clone(),
+            cluster_id: self.template.cluster_id.clone(),
+            slots: self.template.slots,
+            hostname: self.template.hostname.clone(),
+            hardware: self.template.hardware,
+            registration: self.template.registration,
+            heartbeat: self.template.heartbeat,
+            job_manager: Some(Leader {
+                address: request.job_manager,
+                retrieved_session: request.leader_session_id,
+            }),
+        };
+        let env = self.env.child(name.clone(), self.rng.next_u64());
+        let placement = self.env.spawner.place(&name);
+        let task_manager = TaskManager::start_in_arbiter(placement.handle(), move |_| {
+            TaskManager::new(settings, env)
+        });
+        lock(&self.workers).running.insert(
+            resource_id.clone(),
+            LocalWorker {
+                placement,
+                task_manager,
+                name,
+            },
+        );
+        if let Some(rm) = &self.resource_manager {
+            rm.worker_started.do_send(WorkerStarted { resource_id });
+        }
+        Ok(())
+    }
+
+    fn release_worker(&mut self, resource_id: &ResourceId) {
+        let worker = lock(&self.workers).running.remove(resource_id);
+        if let Some(worker) = worker
+            && let Some(arbiter) = self.stop(worker, true)
+        {
+            lock(&self.workers).stopped.push(arbiter);
+        }
+    }
+
+    fn shutdown(&mut self) {
+        let (running, stopped) = {
+            let mut workers = lock(&self.workers);
+            (
+                std::mem::take(&mut workers.running),
+                std::mem::take(&mut workers.stopped),
+            )
+        };
+        let mut arbiters = stopped;
+        for (_, worker) in running {
+            arbiters.extend(self.stop(worker, true));
+        }
+        for arbiter in arbiters {
+            if arbiter.join().is_err() {
+                log::error!("in-process driver: a TaskManager thread panicked");
+            }
+        }
+    }
+}
+
+impl Drop for InProcessDriver {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+/// The embedded cluster's handle on in-process workers.
+#[derive(Clone)]
+pub struct InProcessWorkers {
+    workers: SharedWorkers,
+    env: NodeEnv,
+}
+
+impl InProcessWorkers {
+    /// Crashes a worker: its TaskManager vanishes without telling anyone (on a shared arbiter it
+    /// is stopped, which it also does silently). False if no such worker runs.
+    pub fn crash(&self, resource_id: &ResourceId) -> bool {
+        let Some(worker) = lock(&self.workers).running.remove(resource_id) else {
+            return false;
+        };
+        self.env
+            .resolver
+            .unregister(&self.env.address_of(&worker.name));
+        if let Some(arbiter) = stop_worker(worker, false) {
+            lock(&self.workers).stopped.push(arbiter);
+        }
+        true
+    }
+
+    /// The workers running now.
+    pub fn running(&self) -> Vec<ResourceId> {
+        lock(&self.workers).running.keys().cloned().collect()
+    }
+}

@@ -1,0 +1,260 @@
+//! The node environment: every source of nondeterminism a node uses, in one value.
+//!
+//! Production and the (future) deterministic simulation differ only in the [`NodeEnv`] they hand
+//! to each node: which [`Clock`] gives wall timestamps, which seed the [`NodeRng`]s derive from,
+//! which [`Spawner`] decides where a TaskManager runs, and which [`Resolver`] turns an
+//! [`ActorAddress`](crate::messages::ActorAddress) into something to send to. Node code must take
+//! all of these from here and never from `SystemTime`, a thread RNG or `Arbiter::new` directly
+//! (`clippy.toml` enforces it; the few production-only exceptions are marked).
+
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use actix::{Arbiter, ArbiterHandle};
+use rand_chacha::ChaCha8Rng;
+use rand_core::{RngCore, SeedableRng};
+
+use crate::directory::Resolver;
+use crate::events::EventSink;
+
+/// Wall-clock time in milliseconds since the Unix epoch, for timestamps shown to people.
+/// Timers and timeouts never use it: they go through `tokio::time`, which tests can pause.
+pub trait Clock: Send + Sync + fmt::Debug {
+    /// Milliseconds since the Unix epoch.
+    fn now_millis(&self) -> u64;
+}
+
+/// The machine's clock.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    #[allow(clippy::disallowed_methods)] // the one production source of wall time
+    fn now_millis(&self) -> u64 {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0)
+    }
+}
+
+/// A clock that only moves when told to (tests, simulation).
+#[derive(Debug, Default)]
+pub struct ManualClock(AtomicU64);
+
+impl ManualClock {
+    /// A clock standing at `millis`.
+    pub fn new(millis: u64) -> Self {
+        Self(AtomicU64::new(millis))
+    }
+
+    /// Moves the clock forward.
+    pub fn advance(&self, millis: u64) {
+        self.0.fetch_add(millis, Ordering::Relaxed);
+    }
+}
+
+impl Clock for ManualClock {
+    fn now_millis(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// A node's seeded random number generator: ids, session tokens, jitter.
+///
+/// ChaCha8 is named explicitly (not `StdRng`) so a seed replays the same stream across versions.
+#[derive(Debug, Clone)]
+pub struct NodeRng(ChaCha8Rng);
+
+impl NodeRng {
+    /// A generator that replays the same stream for the same seed.
+    pub fn seed_from_u64(seed: u64) -> Self {
+        Self(ChaCha8Rng::seed_from_u64(seed))
+    }
+
+    /// A generator seeded from the operating system (production only).
+    pub fn from_entropy() -> Self {
+        Self(ChaCha8Rng::from_os_rng())
+    }
+
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0.next_u64()
+    }
+
+    /// The next 128 random bits.
+    pub fn next_u128(&mut self) -> u128 {
+        (u128::from(self.0.next_u64()) << 64) | u128::from(self.0.next_u64())
+    }
+
+    /// An independent generator for a child (an actor, a spawned node), seeded from this one.
+    pub fn fork(&mut self) -> Self {
+        Self::seed_from_u64(self.next_u64())
+    }
+}
+
+/// Where a node's actors run. Production gives each TaskManager its own arbiter (thread), so a
+/// crash can be modelled by stopping that arbiter; tests and the simulation keep everything on
+/// the current arbiter so a paused tokio clock governs every timer.
+pub trait Spawner: Send + Sync + fmt::Debug {
+    /// A place to start a node's actors.
+    fn place(&self, name: &str) -> Placement;
+}
+
+/// An execution context handed out by a [`Spawner`].
+#[derive(Debug)]
+pub struct Placement {
+    handle: ArbiterHandle,
+    owned: Option<Arbiter>,
+}
+
+impl Placement {
+    /// The arbiter to start actors on (`Actor::start_in_arbiter`).
+    pub fn handle(&self) -> &ArbiterHandle {
+        &self.handle
+    }
+
+    /// Whether the placement has an arbiter of its own (a thread that stopping ends).
+    pub fn owns_arbiter(&self) -> bool {
+        self.owned.is_some()
+    }
+
+    /// Stops the placement's own arbiter, if it has one: every actor on it is dropped without its
+    /// stop hooks running, which is what a crash looks like. Returns the arbiter so the caller
+    /// can join its thread later; a shared (current) arbiter is left alone.
+    pub fn stop(self) -> Option<Arbiter> {
+        let arbiter = self.owned?;
+        arbiter.stop();
+        Some(arbiter)
+    }
+}
+
+/// One arbiter (thread) per placement: production.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct ArbiterSpawner;
+
+impl Spawner for ArbiterSpawner {
+    #[allow(clippy::disallowed_methods)] // production-only: the spawner is the one place threads start
+    fn place(&self, _name: &str) -> Placement {
+        let arbiter = Arbiter::new();
+        Placement {
+            handle: arbiter.handle(),
+            owned: Some(arbiter),
+        }
+    }
+}
+
+/// Every placement on the caller's arbiter: tests and simulation, where a paused clock must
+/// govern every actor.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct CurrentArbiterSpawner;
+
+impl Spawner for CurrentArbiterSpawner {
+    fn place(&self, _name: &str) -> Placement {
+        Placement {
+            handle: Arbiter::current(),
+            owned: None,
+        }
+    }
+}
+
+/// Everything nondeterministic a node may use. Cheap to clone; each actor derives its own
+/// [`NodeRng`] with [`NodeEnv::rng`] so actors on one node do not share a lock.
+#[derive(Clone, Debug)]
+pub struct NodeEnv {
+    /// The node's name, for logs and derived seeds.
+    pub node: String,
+    /// Wall-clock timestamps.
+    pub clock: Arc<dyn Clock>,
+    /// Where spawned TaskManagers run.
+    pub spawner: Arc<dyn Spawner>,
+    /// Turns actor addresses into gateways (in-process directory or remote proxies).
+    pub resolver: Arc<dyn Resolver>,
+    /// Where actors report what they do, for timelines and tests.
+    pub events: EventSink,
+    seed: u64,
+}
+
+impl NodeEnv {
+    /// An environment for one node.
+    pub fn new(
+        node: impl Into<String>,
+        seed: u64,
+        clock: Arc<dyn Clock>,
+        spawner: Arc<dyn Spawner>,
+        resolver: Arc<dyn Resolver>,
+        events: EventSink,
+    ) -> Self {
+        Self {
+            node: node.into(),
+            clock,
+            spawner,
+            resolver,
+            events,
+            seed,
+        }
+    }
+
+    /// The seed every generator of this node derives from.
+    pub fn seed(&self) -> u64 {
+        self.seed
+    }
+
+    /// A generator for one purpose (`label`) on this node: the same seed and label always give
+    /// the same stream, whatever else the node has drawn.
+    pub fn rng(&self, label: &str) -> NodeRng {
+        NodeRng::seed_from_u64(self.seed ^ fnv1a(label.as_bytes()))
+    }
+
+    /// The address an actor called `name` on this node is reached at.
+    pub fn address_of(&self, name: &str) -> crate::messages::ActorAddress {
+        crate::messages::ActorAddress::new(self.resolver.local_node(), name)
+    }
+
+    /// The environment of another node that shares this one's clock, spawner, resolver and
+    /// event sink (an in-process TaskManager started by the driver).
+    pub fn child(&self, node: impl Into<String>, seed: u64) -> Self {
+        Self {
+            node: node.into(),
+            seed,
+            ..self.clone()
+        }
+    }
+}
+
+/// FNV-1a: a stable hash (std's `DefaultHasher` may change between releases).
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, byte| {
+        (hash ^ u64::from(*byte)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn forked_generators_are_reproducible_and_independent() {
+        let mut a = NodeRng::seed_from_u64(7);
+        let mut b = NodeRng::seed_from_u64(7);
+        let (mut fa, mut fb) = (a.fork(), b.fork());
+        assert_eq!(fa.next_u64(), fb.next_u64());
+        assert_ne!(a.next_u64(), fa.next_u64());
+    }
+
+    #[test]
+    fn labelled_generators_differ_by_label_only() {
+        let env = crate::testing::env("node", 1);
+        assert_eq!(env.rng("rm").next_u64(), env.rng("rm").next_u64());
+        assert_ne!(env.rng("rm").next_u64(), env.rng("jm").next_u64());
+    }
+
+    #[test]
+    fn manual_clock_moves_only_when_told() {
+        let clock = ManualClock::new(1_000);
+        assert_eq!(clock.now_millis(), 1_000);
+        clock.advance(5);
+        assert_eq!(clock.now_millis(), 1_005);
+    }
+}

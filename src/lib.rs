@@ -1,0 +1,63 @@
+//! # Flint
+//!
+//! A Flink-style cluster runtime on actix. A **FlinkResourceManager** keeps a pool of workers at
+//! its designated size, a **JobManager** registers the workers' **TaskManagers** and watches
+//! their heartbeats, and the TaskManagers offer slots. The actors talk only through typed
+//! messages ([`messages`]) and hold each other as gateways of `Recipient`s, so the same code runs
+//! in one process ([`MiniCluster`]) and, through the transport, across machines.
+//!
+//! ## Layout
+//!
+//! ```text
+//! src/lib.rs           this map; re-exports
+//! src/messages/        the protocol, one file per receiving actor (+ ids, shared types)
+//! src/actors/          one actor per file + its pure decision logic (pool, instances, registration)
+//! src/drivers/         how the resource manager gets workers (in_process, standalone)
+//! src/directory.rs     actor address -> gateway (the seam the transport plugs into)
+//! src/env.rs           NodeEnv: clock, seeded RNG, spawner, resolver (the determinism seams)
+//! src/codec.rs         the one place values become bytes (bincode 2, size-limited)
+//! src/config.rs        ClusterConfig: Flink's keys and defaults, validated
+//! src/minicluster.rs   the embedded cluster
+//! src/bin/demo.rs      the guided tour
+//! ```
+//!
+//! ## Supervision tree (embedded cluster)
+//!
+//! ```text
+//! caller's System / arbiter
+//! ├── JobManager ───────────── InstanceManager, HeartbeatMonitor
+//! └── FlinkResourceManager ─── WorkerPool, WorkerDriver (in_process)
+//!        └── per worker: an arbiter (thread) from the Spawner
+//!               └── TaskManager ── Registration, SlotTable
+//! ```
+//!
+//! ## Message flow
+//!
+//! ```text
+//! RM ── RegisterResourceManager ──────────────▶ JM   (retried with backoff until answered)
+//! RM ◀── RegisterResourceManagerSuccessful ──── JM   (with the TMs it already has: reconcile)
+//! RM ── driver.request_worker ─▶ driver ── WorkerStarted ─▶ RM   (pending request → pending registration)
+//! TM ── RegisterTaskManager ──────────────────▶ JM ── AcknowledgeRegistration ─▶ TM
+//!                                                 JM ── NotifyResourceStarted ─▶ RM (→ started)
+//! TM ── Heartbeat (every interval) ───────────▶ JM
+//! JM: heartbeat timeout ── RemoveResource ────▶ RM ── release + check_workers_pool (replacement)
+//! RM: pool too large ── ReleaseIdleTaskManagers ▶ JM ── the idle ones ─▶ RM ── release
+//! ```
+
+pub mod actors;
+pub mod backoff;
+pub mod codec;
+pub mod config;
+pub mod directory;
+pub mod drivers;
+pub mod env;
+pub mod events;
+pub mod messages;
+pub mod minicluster;
+
+#[cfg(test)]
+pub(crate) mod testing;
+
+pub use config::ClusterConfig;
+pub use events::ClusterEvent;
+pub use minicluster::{ClusterStatus, MiniCluster, MiniClusterError};

@@ -1,0 +1,135 @@
+//! Types shared by several actors' protocols.
+
+use std::fmt;
+
+use actix::Message;
+use serde::{Deserialize, Serialize};
+
+use super::ids::{LeaderSessionId, ResourceId};
+
+/// Where an actor can be reached: the node it lives on and its name there.
+///
+/// In one process every node is `local`; across machines the node is the `host:port` of its
+/// transport endpoint. A [`Resolver`](crate::directory::Resolver) turns an address into a gateway.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct ActorAddress {
+    /// The node: `local`, or the `host:port` of its transport endpoint.
+    pub node: String,
+    /// The actor's name on that node (`jobmanager`, `resourcemanager`, `taskmanager/<id>`).
+    pub name: String,
+}
+
+impl ActorAddress {
+    /// An address from its parts.
+    pub fn new(node: impl Into<String>, name: impl Into<String>) -> Self {
+        Self {
+            node: node.into(),
+            name: name.into(),
+        }
+    }
+}
+
+impl fmt::Display for ActorAddress {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "flint://{}/{}", self.node, self.name)
+    }
+}
+
+impl fmt::Debug for ActorAddress {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+/// Where a TaskManager runs and how to reach it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskManagerLocation {
+    /// The worker.
+    pub resource_id: ResourceId,
+    /// Its TaskManager actor.
+    pub address: ActorAddress,
+    /// The host it runs on (for locality).
+    pub hostname: String,
+}
+
+/// What a TaskManager's machine offers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HardwareDescription {
+    /// CPU cores visible to the TaskManager.
+    pub cpu_cores: u32,
+    /// Physical memory of the machine, in bytes (0 if unknown).
+    pub physical_memory_bytes: u64,
+}
+
+/// A receipt: the message arrived. What it changed is the receiver's business.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Acknowledge;
+
+/// Why a worker left the pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RemovalReason {
+    /// The JobManager heard nothing from it within the heartbeat timeout.
+    HeartbeatTimeout,
+    /// The pool shrank and the worker was idle.
+    Idle,
+    /// The driver saw it end (a process exit).
+    Terminated,
+    /// It was started but never registered within the registration timeout.
+    RegistrationTimeout,
+    /// The pool shrank before it registered.
+    NoLongerNeeded,
+    /// A newer instance with the same resource id registered.
+    Replaced,
+    /// The cluster is stopping.
+    ClusterStopped,
+}
+
+impl fmt::Display for RemovalReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::HeartbeatTimeout => "heartbeat timed out",
+            Self::Idle => "idle while the pool shrinks",
+            Self::Terminated => "worker terminated",
+            Self::RegistrationTimeout => "never registered within the registration timeout",
+            Self::NoLongerNeeded => "no longer needed after the pool shrank",
+            Self::Replaced => "replaced by a newer instance",
+            Self::ClusterStopped => "cluster stopping",
+        })
+    }
+}
+
+/// Leader retrieval: a (new) JobManager leader is at `address` with session `leader_session_id`.
+/// The resource manager and the TaskManagers forget the old leader and register at this one.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Message)]
+#[rtype(result = "()")]
+pub struct NewLeaderAvailable {
+    /// The new leader's JobManager actor.
+    pub address: ActorAddress,
+    /// Its fencing token.
+    pub leader_session_id: LeaderSessionId,
+}
+
+/// Checks a fenced message's session against the leader the receiver knows. A stale message is
+/// logged with `what` and must then be dropped by the caller.
+pub fn is_current_leader(
+    current: Option<LeaderSessionId>,
+    received: LeaderSessionId,
+    receiver: &str,
+    what: &str,
+) -> bool {
+    match current {
+        Some(current) if current == received => true,
+        Some(current) => {
+            log::warn!(
+                "{receiver}: dropped {what} from stale leader session {received} (current leader session is {current})"
+            );
+            false
+        }
+        None => {
+            log::warn!(
+                "{receiver}: dropped {what} from leader session {received}: no leader is known"
+            );
+            false
+        }
+    }
+}

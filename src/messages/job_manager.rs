@@ -1,0 +1,247 @@
+//! Messages the JobManager receives, and its answers.
+//!
+//! TaskManagers register (`RegisterTaskManager` → `AcknowledgeRegistration` /
+//! `AlreadyRegistered` / `RefuseRegistration`) and then heartbeat (`Heartbeat`). The resource
+//! manager registers (`RegisterResourceManager`), reports workers it saw end (`ResourceRemoved`)
+//! and, when the pool shrinks, asks for idle TaskManagers to release (`ReleaseIdleTaskManagers`).
+
+use std::fmt;
+
+use actix::Message;
+use serde::{Deserialize, Serialize};
+
+use super::common::{ActorAddress, HardwareDescription, RemovalReason, TaskManagerLocation};
+use super::ids::{ClusterId, InstanceId, LeaderSessionId, ResourceId};
+use super::protocol;
+use super::resource_manager::RegisterResourceManagerSuccessful;
+
+protocol! {
+    /// Every message the JobManager accepts: the payload of an envelope addressed to it.
+    wire JobManagerMessage;
+    /// Typed handles to a JobManager, local or remote.
+    gateway JobManagerGateway {
+        /// A TaskManager asks to join.
+        register_task_manager: RegisterTaskManager,
+        /// The resource manager asks to connect.
+        register_resource_manager: RegisterResourceManager,
+        /// The resource manager saw a worker end.
+        resource_removed: ResourceRemoved,
+        /// A TaskManager is alive.
+        heartbeat: Heartbeat,
+        /// The resource manager wants idle TaskManagers back.
+        release_idle_task_managers: ReleaseIdleTaskManagers,
+        /// Report the registered TaskManagers.
+        get_status: GetJobManagerStatus,
+    }
+}
+
+/// A TaskManager asks to join the cluster. Registration does not wait for the resource manager:
+/// the JobManager tells it with `NotifyResourceStarted` when one is connected.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Message)]
+#[rtype(result = "RegistrationResponse")]
+pub struct RegisterTaskManager {
+    /// The cluster the TaskManager was configured for.
+    pub cluster_id: ClusterId,
+    /// The worker.
+    pub resource_id: ResourceId,
+    /// Where it runs and how to reach it.
+    pub location: TaskManagerLocation,
+    /// What its machine offers.
+    pub hardware: HardwareDescription,
+    /// How many slots it offers (at least one).
+    pub number_of_slots: u32,
+}
+
+/// The JobManager's answer to `RegisterTaskManager`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RegistrationResponse {
+    /// Registered as a new instance.
+    AcknowledgeRegistration(AcknowledgeRegistration),
+    /// This TaskManager was registered already; nothing changed.
+    AlreadyRegistered(AlreadyRegistered),
+    /// Not accepted; the TaskManager waits before trying again.
+    RefuseRegistration(RefuseRegistration),
+}
+
+/// The TaskManager is registered as `instance_id` under the leader `leader_session_id`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AcknowledgeRegistration {
+    /// The new registration.
+    pub instance_id: InstanceId,
+    /// The leader that accepted (fencing).
+    pub leader_session_id: LeaderSessionId,
+}
+
+/// The TaskManager was registered already as `instance_id`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AlreadyRegistered {
+    /// The existing registration.
+    pub instance_id: InstanceId,
+    /// The leader that holds it (fencing).
+    pub leader_session_id: LeaderSessionId,
+}
+
+/// The registration was refused.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RefuseRegistration {
+    /// Why.
+    pub reason: RefusalReason,
+}
+
+/// Why a TaskManager's registration was refused.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+pub enum RefusalReason {
+    /// A TaskManager without slots cannot run anything.
+    #[error("a TaskManager must offer at least one slot (taskmanager.slots is 0)")]
+    NoSlots,
+    /// The TaskManager belongs to another cluster.
+    #[error("TaskManager is configured for cluster `{offered}`, this is cluster `{expected}`")]
+    WrongCluster {
+        /// This JobManager's cluster.
+        expected: ClusterId,
+        /// The cluster the TaskManager named.
+        offered: ClusterId,
+    },
+    /// The JobManager cannot reach the address the TaskManager gave.
+    #[error("the JobManager cannot reach the TaskManager at {address}")]
+    Unreachable {
+        /// The address given.
+        address: ActorAddress,
+    },
+}
+
+/// The resource manager at `resource_manager` asks to connect. The answer lists the TaskManagers
+/// registered right now, so the RM can reconcile.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Message)]
+#[rtype(result = "RegisterResourceManagerSuccessful")]
+pub struct RegisterResourceManager {
+    /// The RM's address, for the JobManager to send to.
+    pub resource_manager: ActorAddress,
+}
+
+/// The resource manager saw a started worker end: unregister it (its tasks fail over).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Message)]
+#[rtype(result = "()")]
+pub struct ResourceRemoved {
+    /// The worker.
+    pub resource_id: ResourceId,
+    /// Why it is gone.
+    pub reason: RemovalReason,
+}
+
+/// A registered TaskManager is alive; the report says what it holds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Message)]
+#[rtype(result = "HeartbeatResponse")]
+pub struct Heartbeat {
+    /// The worker.
+    pub resource_id: ResourceId,
+    /// The registration the TaskManager believes it has.
+    pub instance_id: InstanceId,
+    /// Its state.
+    pub report: HeartbeatReport,
+}
+
+/// What a TaskManager reports with each heartbeat.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeartbeatReport {
+    /// Slots it has.
+    pub slots_total: u32,
+    /// Slots not allocated.
+    pub slots_free: u32,
+}
+
+/// The JobManager's answer to a heartbeat.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum HeartbeatResponse {
+    /// Heard; the registration stands.
+    Acknowledged,
+    /// The JobManager does not know this registration (it was removed, or the JobManager
+    /// restarted): the TaskManager must register again.
+    UnknownTaskManager,
+}
+
+/// The pool shrank: unregister up to `count` idle TaskManagers (no slot allocated) and name them,
+/// so the resource manager releases them. Busy TaskManagers are never chosen.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Message)]
+#[rtype(result = "IdleTaskManagersReleased")]
+pub struct ReleaseIdleTaskManagers {
+    /// How many the resource manager would like back.
+    pub count: u32,
+}
+
+/// The TaskManagers the JobManager let go for `ReleaseIdleTaskManagers` (possibly fewer than
+/// asked, possibly none).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IdleTaskManagersReleased {
+    /// The JobManager's leader session (fencing).
+    pub leader_session_id: LeaderSessionId,
+    /// The released workers.
+    pub released: Vec<ResourceId>,
+}
+
+/// Report the registered TaskManagers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Message)]
+#[rtype(result = "JobManagerStatus")]
+pub struct GetJobManagerStatus;
+
+/// A snapshot of the JobManager's view of the cluster.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobManagerStatus {
+    /// The leader session of this JobManager.
+    pub leader_session_id: LeaderSessionId,
+    /// Whether a resource manager is connected.
+    pub resource_manager_connected: bool,
+    /// Every registered TaskManager, by resource id.
+    pub task_managers: Vec<TaskManagerInfo>,
+    /// TaskManagers removed because their heartbeat timed out, since start.
+    pub heartbeat_timeouts: u64,
+}
+
+impl JobManagerStatus {
+    /// Slots over all TaskManagers.
+    pub fn total_slots(&self) -> u32 {
+        self.task_managers.iter().map(|tm| tm.slots_total).sum()
+    }
+
+    /// Free slots over all TaskManagers.
+    pub fn free_slots(&self) -> u32 {
+        self.task_managers.iter().map(|tm| tm.slots_free).sum()
+    }
+}
+
+/// One registered TaskManager as the JobManager sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskManagerInfo {
+    /// The worker.
+    pub resource_id: ResourceId,
+    /// Its registration.
+    pub instance_id: InstanceId,
+    /// Where it runs.
+    pub location: TaskManagerLocation,
+    /// What it offers.
+    pub hardware: HardwareDescription,
+    /// Slots it has.
+    pub slots_total: u32,
+    /// Slots not allocated.
+    pub slots_free: u32,
+    /// Wall-clock time of registration (ms since the epoch).
+    pub registered_at_ms: u64,
+    /// Wall-clock time of the last heartbeat (ms since the epoch).
+    pub last_heartbeat_ms: u64,
+}
+
+impl fmt::Display for RegistrationResponse {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::AcknowledgeRegistration(ack) => {
+                write!(f, "AcknowledgeRegistration({})", ack.instance_id)
+            }
+            Self::AlreadyRegistered(already) => {
+                write!(f, "AlreadyRegistered({})", already.instance_id)
+            }
+            Self::RefuseRegistration(refusal) => {
+                write!(f, "RefuseRegistration({})", refusal.reason)
+            }
+        }
+    }
+}

@@ -1,0 +1,69 @@
+//! The typed protocol: one file per receiving actor, plus the ids and types they share.
+//!
+//! Every message derives `Serialize`/`Deserialize` so the same values travel in-process (actix
+//! mailboxes) and between processes (the transport encodes them with [`crate::codec`]). Wire enums
+//! use serde's default externally tagged form, which bincode can decode.
+//!
+//! For each receiving actor, the [`protocol!`] macro makes two things from one list:
+//! - the **wire enum** (`JobManagerMessage`, ...): every message that actor accepts, the payload of
+//!   a transport envelope;
+//! - the **gateway** (`JobManagerGateway`, ...): one typed `Recipient` per message. Actors hold
+//!   gateways, never `Addr`s of their peers, so a test can plug in a probe and the transport a
+//!   remote proxy without the actor noticing.
+
+pub mod common;
+pub mod ids;
+pub mod job_manager;
+pub mod resource_manager;
+pub mod task_manager;
+
+pub use common::*;
+
+/// Declares a receiving actor's wire enum and gateway from one list of its messages.
+macro_rules! protocol {
+    (
+        $(#[$wire_meta:meta])*
+        wire $wire:ident;
+        $(#[$gateway_meta:meta])*
+        gateway $gateway:ident {
+            $( $(#[$field_meta:meta])* $field:ident: $message:ident ),+ $(,)?
+        }
+    ) => {
+        $(#[$wire_meta])*
+        #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+        pub enum $wire {
+            $( $(#[$field_meta])* $message($message), )+
+        }
+
+        $(
+            impl From<$message> for $wire {
+                fn from(message: $message) -> Self {
+                    Self::$message(message)
+                }
+            }
+        )+
+
+        $(#[$gateway_meta])*
+        #[derive(Clone)]
+        pub struct $gateway {
+            $( $(#[$field_meta])* pub $field: actix::Recipient<$message>, )+
+        }
+
+        impl $gateway {
+            /// The gateway of an actor in this process.
+            pub fn of<A>(addr: &actix::Addr<A>) -> Self
+            where
+                A: actix::Actor<Context = actix::Context<A>> $( + actix::Handler<$message> )+,
+            {
+                Self { $( $field: addr.clone().recipient(), )+ }
+            }
+        }
+
+        impl std::fmt::Debug for $gateway {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(stringify!($gateway))
+            }
+        }
+    };
+}
+pub(crate) use protocol;

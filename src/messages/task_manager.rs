@@ -1,0 +1,92 @@
+//! Messages a TaskManager receives, and its answers.
+//!
+//! A TaskManager learns of the JobManager leader (`NewLeaderAvailable`), registers there on its
+//! own initiative, and is told by the JobManager when that registration ended (`Disconnect`).
+
+use std::fmt;
+
+use actix::Message;
+use serde::{Deserialize, Serialize};
+
+use super::common::{NewLeaderAvailable, RemovalReason};
+use super::ids::{InstanceId, LeaderSessionId, ResourceId};
+use super::protocol;
+
+protocol! {
+    /// Every message a TaskManager accepts: the payload of an envelope addressed to it.
+    wire TaskManagerMessage;
+    /// Typed handles to a TaskManager, local or remote.
+    gateway TaskManagerGateway {
+        /// A new JobManager leader.
+        new_leader_available: NewLeaderAvailable,
+        /// The JobManager ended this TaskManager's registration.
+        disconnect: Disconnect,
+        /// Report registration and slots.
+        get_status: GetTaskManagerStatus,
+    }
+}
+
+/// The JobManager unregistered this TaskManager (its heartbeat timed out there, or a newer
+/// instance took its place): forget the registration and register again. Only the current
+/// leader may send it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Message)]
+#[rtype(result = "()")]
+pub struct Disconnect {
+    /// The sender's leader session (fencing).
+    pub leader_session_id: LeaderSessionId,
+    /// Why the registration ended.
+    pub reason: RemovalReason,
+}
+
+/// Report registration and slots.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Message)]
+#[rtype(result = "TaskManagerStatus")]
+pub struct GetTaskManagerStatus;
+
+/// A snapshot of one TaskManager.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskManagerStatus {
+    /// The worker.
+    pub resource_id: ResourceId,
+    /// Where registration stands.
+    pub registration: RegistrationPhase,
+    /// Registration attempts sent since start.
+    pub registration_attempts: u64,
+    /// Slots it has.
+    pub slots_total: u32,
+    /// Slots not allocated.
+    pub slots_free: u32,
+}
+
+/// Where a TaskManager's registration stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RegistrationPhase {
+    /// No JobManager leader is known.
+    NoLeader,
+    /// A registration attempt is under way.
+    Registering {
+        /// The attempt number (all attempts since start).
+        attempt: u64,
+    },
+    /// Waiting before the next attempt (after a refusal or an error).
+    WaitingToRetry {
+        /// The attempt that will be sent.
+        attempt: u64,
+    },
+    /// Registered.
+    Registered {
+        /// The registration.
+        instance_id: InstanceId,
+    },
+}
+
+impl fmt::Display for RegistrationPhase {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::NoLeader => f.write_str("no leader"),
+            Self::Registering { attempt } => write!(f, "registering (attempt {attempt})"),
+            Self::WaitingToRetry { attempt } => write!(f, "waiting to retry (attempt {attempt})"),
+            Self::Registered { instance_id } => write!(f, "registered as {instance_id}"),
+        }
+    }
+}

@@ -1,0 +1,349 @@
+//! The embedded cluster: a JobManager, a resource manager and in-process TaskManagers, started
+//! from one [`ClusterConfig`] inside the caller's actix System.
+//!
+//! The JobManager and the resource manager run on the caller's arbiter; each TaskManager runs
+//! where the [`Spawner`] places it (its own thread in production). Everything the cluster knows is
+//! read through [`MiniCluster::status`], which asks the actors (never a cached copy).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::{Actor, Addr, MailboxError};
+use tokio::sync::broadcast;
+
+use crate::actors::Shutdown;
+use crate::actors::job_manager::{JobManager, JobManagerSettings};
+use crate::actors::resource_manager::FlinkResourceManager;
+use crate::config::{ClusterConfig, ConfigError};
+use crate::directory::LocalDirectory;
+use crate::drivers::in_process::{InProcessDriver, InProcessWorkers, TaskManagerTemplate};
+use crate::env::{ArbiterSpawner, NodeEnv, NodeRng, Spawner, SystemClock};
+use crate::events::{ClusterEvent, EventSink};
+use crate::messages::ids::{LeaderSessionId, ResourceId};
+use crate::messages::job_manager::{GetJobManagerStatus, TaskManagerInfo};
+use crate::messages::resource_manager::{
+    GetResourceManagerStatus, SetPoolSizeError, SetWorkerPoolSize, StopCluster,
+};
+use crate::messages::{HardwareDescription, NewLeaderAvailable};
+
+/// How long an ask between the embedded actors may take (Flink's `akka.ask.timeout`).
+const ASK_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How many events a subscriber may fall behind before it misses some.
+const EVENT_BUFFER: usize = 65_536;
+
+/// What went wrong with the embedded cluster.
+#[derive(Debug, thiserror::Error)]
+pub enum MiniClusterError {
+    /// The configuration is unusable; nothing was started.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// `start` was called outside a running actix System.
+    #[error("the mini-cluster must be started inside a running actix System (e.g. #[actix::main])")]
+    NoSystem,
+    /// An actor did not answer (it stopped, or the ask timed out). Retryable if it timed out.
+    #[error("the {actor} did not answer")]
+    Unreachable {
+        /// Which actor.
+        actor: &'static str,
+        /// Why.
+        #[source]
+        source: MailboxError,
+    },
+    /// The pool size was not accepted.
+    #[error(transparent)]
+    PoolSize(#[from] SetPoolSizeError),
+    /// No in-process worker has this id.
+    #[error("no running worker is called {0}")]
+    UnknownWorker(ResourceId),
+    /// The pool did not reach the wanted size in time.
+    #[error(
+        "the pool did not reach {wanted} registered TaskManagers within {waited:?}; last status: {last}"
+    )]
+    PoolNotReached {
+        /// The size waited for.
+        wanted: u32,
+        /// How long.
+        waited: Duration,
+        /// What the cluster looked like at the deadline.
+        last: Box<ClusterStatus>,
+    },
+}
+
+/// A snapshot of the whole embedded cluster.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterStatus {
+    /// The size the resource manager keeps the pool at.
+    pub designated_pool_size: u32,
+    /// Workers the resource manager counts as started (registered).
+    pub started_workers: u32,
+    /// Workers asked of the driver, not started yet.
+    pub pending_requests: u32,
+    /// Workers started, not registered yet.
+    pub pending_registration: u32,
+    /// Worker start failures since start.
+    pub start_failures: u64,
+    /// TaskManagers registered at the JobManager.
+    pub task_managers: Vec<TaskManagerInfo>,
+    /// Slots over all registered TaskManagers.
+    pub total_slots: u32,
+    /// Free slots over all registered TaskManagers.
+    pub free_slots: u32,
+    /// TaskManagers lost to heartbeat timeouts since start.
+    pub heartbeat_timeouts: u64,
+}
+
+impl ClusterStatus {
+    /// Registered TaskManagers.
+    pub fn registered_task_managers(&self) -> u32 {
+        self.task_managers.len() as u32
+    }
+
+    /// Whether the pool holds exactly `size` registered workers with nothing pending.
+    pub fn is_pool_at(&self, size: u32) -> bool {
+        self.designated_pool_size == size
+            && self.started_workers == size
+            && self.registered_task_managers() == size
+            && self.pending_requests == 0
+            && self.pending_registration == 0
+    }
+}
+
+impl std::fmt::Display for ClusterStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "designated {}, started {}, pending requests {}, pending registration {}, registered TaskManagers {}, slots {}/{} free, start failures {}",
+            self.designated_pool_size,
+            self.started_workers,
+            self.pending_requests,
+            self.pending_registration,
+            self.registered_task_managers(),
+            self.free_slots,
+            self.total_slots,
+            self.start_failures
+        )
+    }
+}
+
+/// The embedded cluster. See the module docs.
+pub struct MiniCluster {
+    job_manager: Addr<JobManager>,
+    resource_manager: Addr<FlinkResourceManager>,
+    workers: InProcessWorkers,
+    events: EventSink,
+    leader_session_id: LeaderSessionId,
+}
+
+impl MiniCluster {
+    /// Validates `config` and starts the cluster; TaskManagers each get their own thread. The
+    /// pool fills in the background: see [`wait_for_pool`](Self::wait_for_pool).
+    pub fn start(config: ClusterConfig) -> Result<Self, MiniClusterError> {
+        Self::start_with_spawner(config, Arc::new(ArbiterSpawner))
+    }
+
+    /// Like [`start`](Self::start), with TaskManagers placed by `spawner` (tests keep them on the
+    /// current arbiter, under a paused clock).
+    pub fn start_with_spawner(
+        config: ClusterConfig,
+        spawner: Arc<dyn Spawner>,
+    ) -> Result<Self, MiniClusterError> {
+        config.validate()?;
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Err(MiniClusterError::NoSystem);
+        }
+        let seed = config
+            .seed
+            .unwrap_or_else(|| NodeRng::from_entropy().next_u64());
+        let events = EventSink::new(EVENT_BUFFER);
+        let env = NodeEnv::new(
+            "jobmanager",
+            seed,
+            Arc::new(SystemClock),
+            spawner,
+            Arc::new(LocalDirectory::new()),
+            events.clone(),
+        );
+        let leader_session_id = LeaderSessionId::generate(&mut env.rng("leader-election"));
+        let job_manager = JobManager::new(
+            JobManagerSettings {
+                cluster_id: config.cluster.id.clone(),
+                heartbeat: config.heartbeat,
+                ask_timeout: ASK_TIMEOUT,
+            },
+            leader_session_id,
+            env.clone(),
+        );
+        let job_manager_address = job_manager.address().clone();
+        let job_manager = job_manager.start();
+        let driver = InProcessDriver::new(
+            TaskManagerTemplate {
+                cluster_id: config.cluster.id.clone(),
+                slots: config.taskmanager.slots,
+                hostname: "localhost".to_owned(),
+                hardware: this_machine(),
+                registration: config.cluster.registration,
+                heartbeat: config.heartbeat,
+            },
+            env.clone(),
+        );
+        let workers = driver.workers();
+        let resource_manager = FlinkResourceManager::new(
+            config.resourcemanager.clone(),
+            ASK_TIMEOUT,
+            Box::new(driver),
+            env,
+        )
+        .start();
+        // Leader retrieval: in one process the leader is known from the start.
+        resource_manager.do_send(NewLeaderAvailable {
+            address: job_manager_address,
+            leader_session_id,
+        });
+        log::info!(
+            "mini-cluster started: pool size {}, {} slots per TaskManager, seed {seed}",
+            config.resourcemanager.pool_size,
+            config.taskmanager.slots
+        );
+        Ok(Self {
+            job_manager,
+            resource_manager,
+            workers,
+            events,
+            leader_session_id,
+        })
+    }
+
+    /// The JobManager's leader session.
+    pub fn leader_session_id(&self) -> LeaderSessionId {
+        self.leader_session_id
+    }
+
+    /// Every cluster event from now on (a timeline for people, something to wait on for tests).
+    pub fn subscribe(&self) -> broadcast::Receiver<ClusterEvent> {
+        self.events
+            .subscribe()
+            .expect("the mini-cluster always has an event channel")
+    }
+
+    /// A fresh snapshot, asked of the resource manager and the JobManager.
+    pub async fn status(&self) -> Result<ClusterStatus, MiniClusterError> {
+        let rm = self
+            .resource_manager
+            .send(GetResourceManagerStatus)
+            .await
+            .map_err(|source| MiniClusterError::Unreachable {
+                actor: "resource manager",
+                source,
+            })?;
+        let jm = self
+            .job_manager
+            .send(GetJobManagerStatus)
+            .await
+            .map_err(|source| MiniClusterError::Unreachable {
+                actor: "JobManager",
+                source,
+            })?;
+        Ok(ClusterStatus {
+            designated_pool_size: rm.designated_pool_size,
+            started_workers: rm.started.len() as u32,
+            pending_requests: rm.pending_requests,
+            pending_registration: rm.pending_registration,
+            start_failures: rm.start_failures,
+            total_slots: jm.total_slots(),
+            free_slots: jm.free_slots(),
+            heartbeat_timeouts: jm.heartbeat_timeouts,
+            task_managers: jm.task_managers,
+        })
+    }
+
+    /// Waits until the pool holds exactly `size` registered workers with nothing pending,
+    /// checking every few milliseconds until `deadline` has passed.
+    pub async fn wait_for_pool(
+        &self,
+        size: u32,
+        deadline: Duration,
+    ) -> Result<ClusterStatus, MiniClusterError> {
+        let give_up = tokio::time::Instant::now() + deadline;
+        loop {
+            let status = self.status().await?;
+            if status.is_pool_at(size) {
+                return Ok(status);
+            }
+            if tokio::time::Instant::now() >= give_up {
+                return Err(MiniClusterError::PoolNotReached {
+                    wanted: size,
+                    waited: deadline,
+                    last: Box::new(status),
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+
+    /// Sets the designated pool size (`SetWorkerPoolSize`).
+    pub async fn set_pool_size(&self, size: u32) -> Result<(), MiniClusterError> {
+        self.resource_manager
+            .send(SetWorkerPoolSize { size })
+            .await
+            .map_err(|source| MiniClusterError::Unreachable {
+                actor: "resource manager",
+                source,
+            })??;
+        Ok(())
+    }
+
+    /// The in-process workers running now.
+    pub fn running_workers(&self) -> Vec<ResourceId> {
+        self.workers.running()
+    }
+
+    /// Crashes a worker: its TaskManager vanishes without a word, as if its machine died. The
+    /// JobManager notices by heartbeat timeout and the resource manager replaces it.
+    pub fn kill_worker(&self, resource_id: &ResourceId) -> Result<(), MiniClusterError> {
+        if self.workers.crash(resource_id) {
+            log::info!("mini-cluster: crashed worker {resource_id}");
+            Ok(())
+        } else {
+            Err(MiniClusterError::UnknownWorker(resource_id.clone()))
+        }
+    }
+
+    /// Stops the cluster: every worker is released and its thread joined, then the resource
+    /// manager and the JobManager stop.
+    pub async fn shutdown(self) -> Result<(), MiniClusterError> {
+        self.resource_manager
+            .send(StopCluster)
+            .await
+            .map_err(|source| MiniClusterError::Unreachable {
+                actor: "resource manager",
+                source,
+            })?;
+        self.job_manager
+            .send(Shutdown)
+            .await
+            .map_err(|source| MiniClusterError::Unreachable {
+                actor: "JobManager",
+                source,
+            })?;
+        log::info!("mini-cluster stopped");
+        Ok(())
+    }
+}
+
+/// What this machine offers, for TaskManagers' registrations.
+fn this_machine() -> HardwareDescription {
+    let cpu_cores = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
+    let physical_memory_bytes = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|text| {
+            let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
+            let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+            Some(kib * 1024)
+        })
+        .unwrap_or(0);
+    HardwareDescription {
+        cpu_cores,
+        physical_memory_bytes,
+    }
+}
