@@ -55,7 +55,7 @@ pub enum ClusterEvent {
         /// The worker.
         resource_id: ResourceId,
     },
-    /// The JobManager lost a TaskManager.
+    /// The JobManager unregistered a TaskManager.
     TaskManagerLost {
         /// The worker.
         resource_id: ResourceId,
@@ -120,7 +120,7 @@ impl fmt::Display for ClusterEvent {
             Self::TaskManagerLost {
                 resource_id,
                 reason,
-            } => write!(f, "JM  lost TaskManager {resource_id}: {reason}"),
+            } => write!(f, "JM  unregistered TaskManager {resource_id}: {reason}"),
             Self::WorkerReleased {
                 resource_id,
                 reason,

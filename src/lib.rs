@@ -48,6 +48,7 @@ pub mod actors;
 pub mod backoff;
 pub mod codec;
 pub mod config;
+pub mod demo;
 pub mod directory;
 pub mod drivers;
 pub mod env;

@@ -292,8 +292,7 @@ impl FlinkResourceManager {
     }
 
     /// A worker registered at the JobManager (reported directly or in a reconciliation).
-    fn accept_registered(&mut self, resource_id: &ResourceId) -> bool {
-        let adopt = self.driver.adopts_unknown_workers();
+    fn accept_registered(&mut self, resource_id: &ResourceId, adopt: bool) -> bool {
         match self.pool.registered(resource_id, adopt) {
             RegistrationOutcome::Promoted(from) => {
                 if from == WorkerState::PendingRequest {
@@ -443,7 +442,7 @@ impl Handler<NotifyResourceStarted> for FlinkResourceManager {
             msg.leader_session_id,
             NAME,
             "NotifyResourceStarted",
-        ) && self.accept_registered(&msg.resource_id)
+        ) && self.accept_registered(&msg.resource_id, self.driver.adopts_unknown_workers())
         {
             // An adopted worker may make the pool too large.
             self.release_idle_surplus(ctx);
@@ -525,9 +524,18 @@ impl Handler<TriggerRegistrationAtJobManager> for FlinkResourceManager {
                 }
                 match result {
                     Ok(success) => act.registered_at_job_manager(success, ctx),
-                    Err(error) => {
+                    // No answer within the attempt's timeout: the next attempt (with twice
+                    // the timeout) goes out at once, as Flink's RetryingRegistration does.
+                    Err(MailboxError::Timeout) => {
                         log::warn!(
-                            "resource manager: registration at the JobManager failed ({error}); retrying in {delay:?}"
+                            "resource manager: JobManager did not answer the registration within {delay:?}; retrying"
+                        );
+                        ctx.notify(TriggerRegistrationAtJobManager);
+                    }
+                    // Unreachable: wait before trying again so a dead peer is not hammered.
+                    Err(MailboxError::Closed) => {
+                        log::warn!(
+                            "resource manager: JobManager unreachable; retrying registration in {delay:?}"
                         );
                         ctx.notify_later(TriggerRegistrationAtJobManager, delay);
                     }
@@ -565,8 +573,10 @@ impl FlinkResourceManager {
             msg.job_manager,
             msg.registered.len()
         );
+        // Reconciliation: whatever the JobManager has counts as started, whoever started it
+        // (a previous resource manager, say), so the pool is not filled twice.
         for resource_id in &msg.registered {
-            self.accept_registered(resource_id);
+            self.accept_registered(resource_id, true);
         }
         self.env
             .events
