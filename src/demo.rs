@@ -13,8 +13,8 @@ use tokio::time::Instant;
 
 use crate::config::ClusterConfig;
 use crate::events::ClusterEvent;
-use crate::minicluster::{ClusterStatus, MiniCluster, MiniClusterError};
 use crate::messages::RemovalReason;
+use crate::minicluster::{ClusterStatus, MiniCluster, MiniClusterError};
 
 /// How long any one step may take before the demo gives up.
 const STEP_DEADLINE: Duration = Duration::from_secs(20);
@@ -127,7 +127,9 @@ pub async fn run(config: ClusterConfig, out: &mut impl Write) -> Result<(), Demo
         "1. The resource manager starts {target} workers; each registers at the JobManager"
     ))?;
     let began = Instant::now();
-    let status = timeline.until(&cluster, |s, _| s.is_pool_at(target)).await?;
+    let status = timeline
+        .until(&cluster, |s, _| s.is_pool_at(target))
+        .await?;
     timeline.line(&format!("pool at {target}: {status}"))?;
     steps.push(Step {
         what: format!("bring-up to {target}"),
@@ -145,7 +147,9 @@ pub async fn run(config: ClusterConfig, out: &mut impl Write) -> Result<(), Demo
     ))?;
     let began = Instant::now();
     cluster.kill_worker(&victim)?;
-    timeline.line(&format!("crashed {victim} (no goodbye: its thread is gone)"))?;
+    timeline.line(&format!(
+        "crashed {victim} (no goodbye: its thread is gone)"
+    ))?;
     let lost = |events: &[ClusterEvent]| {
         events.iter().any(|e| {
             matches!(e, ClusterEvent::TaskManagerLost { resource_id, reason: RemovalReason::HeartbeatTimeout } if *resource_id == victim)
@@ -163,7 +167,11 @@ pub async fn run(config: ClusterConfig, out: &mut impl Write) -> Result<(), Demo
 
     for (number, size, why) in [
         (3, target + 2, "more workers are started"),
-        (4, target.saturating_sub(1), "idle workers are released through the JobManager"),
+        (
+            4,
+            target.saturating_sub(1),
+            "idle workers are released through the JobManager",
+        ),
     ] {
         timeline.heading(&format!("{number}. Pool size set to {size}: {why}"))?;
         let began = Instant::now();
@@ -181,7 +189,10 @@ pub async fn run(config: ClusterConfig, out: &mut impl Write) -> Result<(), Demo
     let table = summary(&steps);
     write!(timeline.out, "{table}")?;
     cluster.shutdown().await?;
-    writeln!(timeline.out, "\nCluster stopped; every worker thread joined.")?;
+    writeln!(
+        timeline.out,
+        "\nCluster stopped; every worker thread joined."
+    )?;
     Ok(())
 }
 

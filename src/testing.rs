@@ -1,11 +1,25 @@
-//! Test support: node environments on the current arbiter, and probe actors that record what the
-//! actor under test sends and answer as scripted.
+//! Test support: node environments on the current arbiter, probe actors that record what the
+//! actor under test sends and answer as scripted, a scripted driver, and virtual-time helpers.
+//!
+//! Tests run under `#[actix::test]` with `tokio::time::pause()`: every actor sits on the test's
+//! arbiter, so [`advance`] moves every timer deterministically.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
 
-use crate::directory::LocalDirectory;
+use actix::dev::ToEnvelope;
+use actix::prelude::*;
+use tokio::sync::oneshot;
+
+use crate::directory::{LocalActor, LocalDirectory};
+use crate::drivers::{DriverError, WorkerDriver, WorkerRequest};
 use crate::env::{CurrentArbiterSpawner, ManualClock, NodeEnv};
 use crate::events::EventSink;
+use crate::messages::ids::{LeaderSessionId, ResourceId};
+use crate::messages::job_manager::*;
+use crate::messages::resource_manager::*;
+use crate::messages::task_manager::*;
+use crate::messages::*;
 
 /// An environment whose spawner keeps everything on the current arbiter (so a paused clock
 /// governs every timer), with a fresh local directory.
@@ -18,4 +32,554 @@ pub fn env(node: &str, seed: u64) -> NodeEnv {
         Arc::new(LocalDirectory::new()),
         EventSink::new(1024),
     )
+}
+
+/// Lets `ms` milliseconds of virtual time pass, running everything due meanwhile (the clock must
+/// be paused). `advance(0)` would not yield, so the minimum is one millisecond.
+pub async fn advance(ms: u64) {
+    tokio::time::sleep(Duration::from_millis(ms.max(1))).await;
+}
+
+/// Lets the actors process what is in flight (one millisecond of virtual time).
+pub async fn settle() {
+    advance(1).await;
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// How a probe answers an ask.
+pub enum Script<R> {
+    /// At once, with this value.
+    Answer(R),
+    /// Never (the asker's timeout fires).
+    Silent,
+    /// When the test says so: see [`Held`].
+    Hold(Held<R>),
+}
+
+impl<R: Clone> Clone for Script<R> {
+    fn clone(&self) -> Self {
+        match self {
+            Self::Answer(r) => Self::Answer(r.clone()),
+            Self::Silent => Self::Silent,
+            Self::Hold(h) => Self::Hold(h.clone()),
+        }
+    }
+}
+
+/// Asks a probe holds until the test answers them, oldest first.
+pub struct Held<R>(Arc<Mutex<Vec<oneshot::Sender<R>>>>);
+
+impl<R> Clone for Held<R> {
+    fn clone(&self) -> Self {
+        Self(self.0.clone())
+    }
+}
+
+impl<R> Default for Held<R> {
+    fn default() -> Self {
+        Self(Arc::default())
+    }
+}
+
+impl<R> Held<R> {
+    /// How many asks are held (answered or not).
+    pub fn len(&self) -> usize {
+        lock(&self.0).len()
+    }
+
+    /// Answers the `index`-th held ask (0 = the first ever held).
+    pub fn answer(&self, index: usize, value: R) {
+        let mut held = lock(&self.0);
+        let (sender, _) = oneshot::channel();
+        let sender = std::mem::replace(&mut held[index], sender);
+        let _ = sender.send(value);
+    }
+}
+
+impl<R: Clone + 'static> Script<R> {
+    fn reply(&self) -> ResponseFuture<R> {
+        match self {
+            Self::Answer(value) => {
+                let value = value.clone();
+                Box::pin(async move { value })
+            }
+            Self::Silent => Box::pin(std::future::pending()),
+            Self::Hold(held) => {
+                let (sender, receiver) = oneshot::channel();
+                lock(&held.0).push(sender);
+                Box::pin(async move {
+                    match receiver.await {
+                        Ok(value) => value,
+                        Err(_) => std::future::pending().await,
+                    }
+                })
+            }
+        }
+    }
+}
+
+/// Everything a probe received, in order.
+pub struct Recorded<T>(Arc<Mutex<Vec<T>>>);
+
+impl<T> Clone for Recorded<T> {
+    fn clone(&self) -> Self {
+        Self(self.0.clone())
+    }
+}
+
+impl<T> Default for Recorded<T> {
+    fn default() -> Self {
+        Self(Arc::default())
+    }
+}
+
+impl<T: Clone> Recorded<T> {
+    fn push(&self, value: T) {
+        lock(&self.0).push(value);
+    }
+
+    /// Every message so far.
+    pub fn all(&self) -> Vec<T> {
+        lock(&self.0).clone()
+    }
+
+    /// The messages so far, clearing the record.
+    pub fn take(&self) -> Vec<T> {
+        std::mem::take(&mut *lock(&self.0))
+    }
+
+    /// The messages matching `pick`.
+    pub fn filter<U>(&self, pick: impl Fn(&T) -> Option<U>) -> Vec<U> {
+        lock(&self.0).iter().filter_map(pick).collect()
+    }
+}
+
+/// Registers a probe in `env`'s directory under `address`.
+fn register(env: &NodeEnv, address: &ActorAddress, actor: LocalActor) {
+    env.resolver.register(address.clone(), actor);
+}
+
+/// Implements a recording handler on a probe for a message answered by a script field.
+macro_rules! scripted {
+    ($probe:ident, $wire:ident, $message:ident, $script:ident) => {
+        impl Handler<$message> for $probe {
+            type Result = ResponseFuture<<$message as Message>::Result>;
+
+            fn handle(&mut self, msg: $message, _: &mut Context<Self>) -> Self::Result {
+                self.received.push($wire::from(msg));
+                lock(&self.scripts).$script.reply()
+            }
+        }
+    };
+}
+
+/// Implements a recording handler for a message without an answer.
+macro_rules! recorded {
+    ($probe:ident, $wire:ident, $($message:ident),+) => {
+        $(
+            impl Handler<$message> for $probe {
+                type Result = ();
+
+                fn handle(&mut self, msg: $message, _: &mut Context<Self>) {
+                    self.received.push($wire::from(msg));
+                }
+            }
+        )+
+    };
+}
+
+/// How a [`JobManagerProbe`] answers.
+#[derive(Clone)]
+pub struct JobManagerScripts {
+    /// `RegisterTaskManager`.
+    pub register_task_manager: Script<RegistrationResponse>,
+    /// `RegisterResourceManager`.
+    pub register_resource_manager: Script<RegisterResourceManagerSuccessful>,
+    /// `Heartbeat`.
+    pub heartbeat: Script<HeartbeatResponse>,
+    /// `ReleaseIdleTaskManagers`.
+    pub release_idle_task_managers: Script<IdleTaskManagersReleased>,
+    /// `GetJobManagerStatus`.
+    pub get_status: Script<JobManagerStatus>,
+}
+
+/// A stand-in JobManager.
+pub struct JobManagerProbe {
+    received: Recorded<JobManagerMessage>,
+    scripts: Arc<Mutex<JobManagerScripts>>,
+}
+
+impl Actor for JobManagerProbe {
+    type Context = Context<Self>;
+}
+
+scripted!(
+    JobManagerProbe,
+    JobManagerMessage,
+    RegisterTaskManager,
+    register_task_manager
+);
+scripted!(
+    JobManagerProbe,
+    JobManagerMessage,
+    RegisterResourceManager,
+    register_resource_manager
+);
+scripted!(JobManagerProbe, JobManagerMessage, Heartbeat, heartbeat);
+scripted!(
+    JobManagerProbe,
+    JobManagerMessage,
+    ReleaseIdleTaskManagers,
+    release_idle_task_managers
+);
+scripted!(
+    JobManagerProbe,
+    JobManagerMessage,
+    GetJobManagerStatus,
+    get_status
+);
+recorded!(JobManagerProbe, JobManagerMessage, ResourceRemoved);
+
+/// The test's side of a [`JobManagerProbe`].
+#[derive(Clone)]
+pub struct JobManagerProbeHandle {
+    /// What it received.
+    pub received: Recorded<JobManagerMessage>,
+    scripts: Arc<Mutex<JobManagerScripts>>,
+    /// Its address.
+    pub address: ActorAddress,
+    /// The leader session it answers with.
+    pub session: LeaderSessionId,
+    /// Its gateway.
+    pub gateway: JobManagerGateway,
+}
+
+impl JobManagerProbeHandle {
+    /// Starts a probe at `local/<name>` in `env`'s directory answering as leader `session`:
+    /// registrations are acknowledged, heartbeats acknowledged, nothing is released.
+    pub fn start(env: &NodeEnv, name: &str, session: LeaderSessionId) -> Self {
+        let address = env.address_of(name);
+        let scripts = Arc::new(Mutex::new(JobManagerScripts {
+            register_task_manager: Script::Answer(RegistrationResponse::AcknowledgeRegistration(
+                AcknowledgeRegistration {
+                    instance_id: crate::messages::ids::InstanceId::from_u128(1),
+                    leader_session_id: session,
+                },
+            )),
+            register_resource_manager: Script::Answer(RegisterResourceManagerSuccessful {
+                leader_session_id: session,
+                job_manager: address.clone(),
+                registered: Vec::new(),
+            }),
+            heartbeat: Script::Answer(HeartbeatResponse::Acknowledged),
+            release_idle_task_managers: Script::Answer(IdleTaskManagersReleased {
+                leader_session_id: session,
+                released: Vec::new(),
+            }),
+            get_status: Script::Silent,
+        }));
+        let received = Recorded::default();
+        let addr = JobManagerProbe {
+            received: received.clone(),
+            scripts: scripts.clone(),
+        }
+        .start();
+        let gateway = JobManagerGateway::of(&addr);
+        register(env, &address, LocalActor::JobManager(gateway.clone()));
+        Self {
+            received,
+            scripts,
+            address,
+            session,
+            gateway,
+        }
+    }
+
+    /// Changes how it answers.
+    pub fn script(&self, change: impl FnOnce(&mut JobManagerScripts)) {
+        change(&mut lock(&self.scripts));
+    }
+}
+
+/// How a [`ResourceManagerProbe`] answers.
+#[derive(Clone)]
+pub struct ResourceManagerScripts {
+    /// `NotifyResourceStarted`.
+    pub notify_resource_started: Script<Acknowledge>,
+}
+
+/// A stand-in resource manager.
+pub struct ResourceManagerProbe {
+    received: Recorded<ResourceManagerMessage>,
+    scripts: Arc<Mutex<ResourceManagerScripts>>,
+}
+
+impl Actor for ResourceManagerProbe {
+    type Context = Context<Self>;
+}
+
+scripted!(
+    ResourceManagerProbe,
+    ResourceManagerMessage,
+    NotifyResourceStarted,
+    notify_resource_started
+);
+recorded!(
+    ResourceManagerProbe,
+    ResourceManagerMessage,
+    CheckAndAllocateContainers,
+    RemoveResource,
+    NewLeaderAvailable,
+    TriggerRegistrationAtJobManager,
+    RegisterResourceManagerSuccessful,
+    WorkerStarted,
+    WorkerFailed,
+    WorkerTerminated
+);
+
+impl Handler<SetWorkerPoolSize> for ResourceManagerProbe {
+    type Result = Result<Acknowledge, SetPoolSizeError>;
+
+    fn handle(&mut self, msg: SetWorkerPoolSize, _: &mut Context<Self>) -> Self::Result {
+        self.received.push(msg.into());
+        Ok(Acknowledge)
+    }
+}
+
+impl Handler<StopCluster> for ResourceManagerProbe {
+    type Result = MessageResult<StopCluster>;
+
+    fn handle(&mut self, msg: StopCluster, _: &mut Context<Self>) -> Self::Result {
+        self.received.push(msg.into());
+        MessageResult(Acknowledge)
+    }
+}
+
+impl Handler<GetResourceManagerStatus> for ResourceManagerProbe {
+    type Result = ResponseFuture<ResourceManagerStatus>;
+
+    fn handle(&mut self, msg: GetResourceManagerStatus, _: &mut Context<Self>) -> Self::Result {
+        self.received.push(msg.into());
+        Box::pin(std::future::pending())
+    }
+}
+
+/// The test's side of a [`ResourceManagerProbe`].
+#[derive(Clone)]
+pub struct ResourceManagerProbeHandle {
+    /// What it received.
+    pub received: Recorded<ResourceManagerMessage>,
+    scripts: Arc<Mutex<ResourceManagerScripts>>,
+    /// Its address.
+    pub address: ActorAddress,
+    /// Its gateway.
+    pub gateway: ResourceManagerGateway,
+}
+
+impl ResourceManagerProbeHandle {
+    /// Starts a probe at `local/resourcemanager` that acknowledges everything.
+    pub fn start(env: &NodeEnv) -> Self {
+        let address = env.address_of("resourcemanager");
+        let scripts = Arc::new(Mutex::new(ResourceManagerScripts {
+            notify_resource_started: Script::Answer(Acknowledge),
+        }));
+        let received = Recorded::default();
+        let addr = ResourceManagerProbe {
+            received: received.clone(),
+            scripts: scripts.clone(),
+        }
+        .start();
+        let gateway = ResourceManagerGateway::of(&addr);
+        register(env, &address, LocalActor::ResourceManager(gateway.clone()));
+        Self {
+            received,
+            scripts,
+            address,
+            gateway,
+        }
+    }
+
+    /// Changes how it answers.
+    pub fn script(&self, change: impl FnOnce(&mut ResourceManagerScripts)) {
+        change(&mut lock(&self.scripts));
+    }
+}
+
+/// A stand-in TaskManager.
+pub struct TaskManagerProbe {
+    received: Recorded<TaskManagerMessage>,
+}
+
+impl Actor for TaskManagerProbe {
+    type Context = Context<Self>;
+}
+
+recorded!(
+    TaskManagerProbe,
+    TaskManagerMessage,
+    NewLeaderAvailable,
+    Disconnect
+);
+
+impl Handler<GetTaskManagerStatus> for TaskManagerProbe {
+    type Result = ResponseFuture<TaskManagerStatus>;
+
+    fn handle(&mut self, msg: GetTaskManagerStatus, _: &mut Context<Self>) -> Self::Result {
+        self.received.push(msg.into());
+        Box::pin(std::future::pending())
+    }
+}
+
+/// The test's side of a [`TaskManagerProbe`].
+#[derive(Clone)]
+pub struct TaskManagerProbeHandle {
+    /// What it received.
+    pub received: Recorded<TaskManagerMessage>,
+    /// Its address.
+    pub address: ActorAddress,
+}
+
+impl TaskManagerProbeHandle {
+    /// Starts a probe at `local/taskmanager/<resource_id>`.
+    pub fn start(env: &NodeEnv, resource_id: &ResourceId) -> Self {
+        let address = env.address_of(&format!("taskmanager/{resource_id}"));
+        let received = Recorded::default();
+        let addr = TaskManagerProbe {
+            received: received.clone(),
+        }
+        .start();
+        register(
+            env,
+            &address,
+            LocalActor::TaskManager(TaskManagerGateway::of(&addr)),
+        );
+        Self { received, address }
+    }
+}
+
+/// What the resource manager asked of a [`ScriptedDriver`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DriverCall {
+    /// `request_worker`.
+    Request(WorkerRequest),
+    /// `release_worker`.
+    Release(ResourceId),
+    /// `shutdown`.
+    Shutdown,
+}
+
+/// A driver that records calls and starts nothing; the test plays the driver's part by sending
+/// `WorkerStarted` / `WorkerFailed` / `WorkerTerminated` itself.
+pub struct ScriptedDriver {
+    calls: Recorded<DriverCall>,
+    can_start: bool,
+    adopts: bool,
+    fail_requests: Arc<Mutex<bool>>,
+}
+
+/// The test's side of a [`ScriptedDriver`].
+#[derive(Clone)]
+pub struct DriverHandle {
+    /// Every call, in order.
+    pub calls: Recorded<DriverCall>,
+    fail_requests: Arc<Mutex<bool>>,
+}
+
+impl DriverHandle {
+    /// The resource ids requested so far.
+    pub fn requested(&self) -> Vec<ResourceId> {
+        self.calls.filter(|c| match c {
+            DriverCall::Request(r) => Some(r.resource_id.clone()),
+            _ => None,
+        })
+    }
+
+    /// The resource ids released so far.
+    pub fn released(&self) -> Vec<ResourceId> {
+        self.calls.filter(|c| match c {
+            DriverCall::Release(id) => Some(id.clone()),
+            _ => None,
+        })
+    }
+
+    /// Makes `request_worker` fail at once (a spawn error) or succeed.
+    pub fn fail_requests(&self, fail: bool) {
+        *lock(&self.fail_requests) = fail;
+    }
+}
+
+impl ScriptedDriver {
+    /// A driver that can start workers (`managed`) like `in_process`, or cannot and adopts
+    /// everything like `standalone`.
+    pub fn new(managed: bool) -> (Self, DriverHandle) {
+        let calls = Recorded::default();
+        let fail_requests = Arc::new(Mutex::new(false));
+        (
+            Self {
+                calls: calls.clone(),
+                can_start: managed,
+                adopts: !managed,
+                fail_requests: fail_requests.clone(),
+            },
+            DriverHandle {
+                calls,
+                fail_requests,
+            },
+        )
+    }
+}
+
+impl WorkerDriver for ScriptedDriver {
+    fn name(&self) -> &'static str {
+        "scripted"
+    }
+
+    fn initialize(&mut self, _resource_manager: ResourceManagerGateway) {}
+
+    fn can_start_workers(&self) -> bool {
+        self.can_start
+    }
+
+    fn adopts_unknown_workers(&self) -> bool {
+        self.adopts
+    }
+
+    fn request_worker(&mut self, request: WorkerRequest) -> Result<(), DriverError> {
+        if !self.can_start {
+            return Err(DriverError::CannotStartWorkers {
+                driver: self.name(),
+            });
+        }
+        let resource_id = request.resource_id.clone();
+        self.calls.push(DriverCall::Request(request));
+        if *lock(&self.fail_requests) {
+            return Err(DriverError::Spawn {
+                resource_id,
+                source: std::io::Error::other("scripted spawn failure"),
+            });
+        }
+        Ok(())
+    }
+
+    fn release_worker(&mut self, resource_id: &ResourceId) {
+        self.calls.push(DriverCall::Release(resource_id.clone()));
+    }
+
+    fn shutdown(&mut self) {
+        self.calls.push(DriverCall::Shutdown);
+    }
+}
+
+/// Sends a message and waits for its answer (panics if the actor is gone: a test bug).
+pub async fn ask<A, M>(addr: &Addr<A>, msg: M) -> M::Result
+where
+    A: Actor + Handler<M>,
+    A::Context: ToEnvelope<A, M>,
+    M: Message + Send + 'static,
+    M::Result: Send,
+{
+    addr.send(msg).await.expect("the actor under test is alive")
 }

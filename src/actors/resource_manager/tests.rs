@@ -1,1 +1,803 @@
+//! The resource manager alone: a probe JobManager, a scripted driver, a paused clock.
 
+use std::time::Duration;
+
+use actix::prelude::*;
+
+use super::*;
+use crate::config::BackoffConfig;
+use crate::messages::job_manager::JobManagerMessage;
+use crate::testing::*;
+
+const SESSION: LeaderSessionId = LeaderSessionId::from_u128(77);
+const STALE: LeaderSessionId = LeaderSessionId::from_u128(66);
+
+fn config(pool_size: u32) -> ResourceManagerConfig {
+    let mut config = ResourceManagerConfig {
+        pool_size,
+        max_pool_size: 10,
+        // Out of the way unless a test is about the timer.
+        check_interval: Duration::from_secs(3600),
+        ..ResourceManagerConfig::default()
+    };
+    config.taskmanager_registration.timeout = Duration::from_secs(60);
+    config.start_worker.initial_backoff = Duration::from_millis(200);
+    config.start_worker.max_backoff = Duration::from_millis(1_600);
+    config.registration = BackoffConfig {
+        initial_backoff: Duration::from_millis(100),
+        max_backoff: Duration::from_millis(800),
+    };
+    config
+}
+
+struct Fixture {
+    rm: Addr<FlinkResourceManager>,
+    jm: JobManagerProbeHandle,
+    driver: DriverHandle,
+    env: NodeEnv,
+    started_at: actix::clock::Instant,
+}
+
+impl Fixture {
+    async fn status(&self) -> ResourceManagerStatus {
+        ask(&self.rm, GetResourceManagerStatus).await
+    }
+
+    async fn counts(&self) -> (u32, u32, u32) {
+        let status = self.status().await;
+        (
+            status.started.len() as u32,
+            status.pending_requests,
+            status.pending_registration,
+        )
+    }
+
+    /// Plays driver and JobManager for `id`: started, then registered.
+    async fn start_and_register(&self, id: &ResourceId) {
+        self.rm.do_send(WorkerStarted {
+            resource_id: id.clone(),
+        });
+        ask(
+            &self.rm,
+            NotifyResourceStarted {
+                leader_session_id: SESSION,
+                resource_id: id.clone(),
+            },
+        )
+        .await;
+    }
+
+    /// Brings every requested worker to started.
+    async fn register_all_requested(&self) {
+        for id in self.driver.requested() {
+            self.start_and_register(&id).await;
+        }
+    }
+}
+
+/// A resource manager with a scripted driver (`managed`: can start workers) told of a probe
+/// JobManager leader; by default it registers at once.
+async fn start(config: ResourceManagerConfig, managed: bool) -> Fixture {
+    tokio::time::pause();
+    let env = env("jobmanager-node", 1);
+    let jm = JobManagerProbeHandle::start(&env, "jobmanager", SESSION);
+    let (driver, handle) = ScriptedDriver::new(managed);
+    let rm = FlinkResourceManager::new(
+        config,
+        Duration::from_secs(10),
+        Box::new(driver),
+        env.clone(),
+    )
+    .start();
+    let started_at = actix::clock::Instant::now();
+    rm.do_send(NewLeaderAvailable {
+        address: jm.address.clone(),
+        leader_session_id: SESSION,
+    });
+    settle().await;
+    Fixture {
+        rm,
+        jm,
+        driver: handle,
+        env,
+        started_at,
+    }
+}
+
+#[actix::test]
+async fn check_and_allocate_containers_asks_the_driver_for_the_missing_workers() {
+    let f = start(config(3), true).await;
+    let requested = f.driver.requested();
+    assert_eq!(requested.len(), 3);
+    assert_eq!(f.counts().await, (0, 3, 0));
+    // Checking again asks for nothing more: pending requests count.
+    f.rm.do_send(CheckAndAllocateContainers);
+    settle().await;
+    assert_eq!(f.driver.requested().len(), 3);
+    // Each request names the leader the worker must register at.
+    let DriverCall::Request(request) = &f.driver.calls.all()[0] else {
+        panic!("expected a request")
+    };
+    assert_eq!(request.job_manager, f.jm.address);
+    assert_eq!(request.leader_session_id, Some(SESSION));
+}
+
+#[actix::test]
+async fn the_pool_is_checked_on_its_timer() {
+    let mut config = config(2);
+    config.check_interval = Duration::from_millis(500);
+    let f = start(config, true).await;
+    f.register_all_requested().await;
+    // Shrink while the JobManager says every worker is busy: only the timer asks again.
+    f.rm.send(SetWorkerPoolSize { size: 1 })
+        .await
+        .unwrap()
+        .unwrap();
+    settle().await;
+    let asks = || {
+        f.jm.received
+            .filter(|m| matches!(m, JobManagerMessage::ReleaseIdleTaskManagers(_)).then_some(()))
+            .len()
+    };
+    assert_eq!(asks(), 1);
+    let at = |ms| tokio::time::sleep_until(f.started_at + Duration::from_millis(ms));
+    at(499).await;
+    assert_eq!(asks(), 1);
+    at(501).await;
+    assert_eq!(asks(), 2);
+    at(1_501).await;
+    assert_eq!(asks(), 4);
+}
+
+#[actix::test]
+async fn no_worker_is_started_before_registering_at_a_job_manager() {
+    tokio::time::pause();
+    let env = env("n", 1);
+    let jm = JobManagerProbeHandle::start(&env, "jobmanager", SESSION);
+    jm.script(|s| s.register_resource_manager = Script::Silent);
+    let (driver, handle) = ScriptedDriver::new(true);
+    let rm = FlinkResourceManager::new(config(2), Duration::from_secs(10), Box::new(driver), env)
+        .start();
+    rm.do_send(CheckAndAllocateContainers);
+    settle().await;
+    assert!(handle.requested().is_empty(), "no leader known yet");
+    rm.do_send(NewLeaderAvailable {
+        address: jm.address.clone(),
+        leader_session_id: SESSION,
+    });
+    advance(50).await;
+    assert!(
+        handle.requested().is_empty(),
+        "leader known but not registered"
+    );
+    assert!(
+        !ask(&rm, GetResourceManagerStatus)
+            .await
+            .connected_to_job_manager
+    );
+}
+
+#[actix::test]
+async fn registration_at_the_job_manager_is_retried_with_exponential_backoff() {
+    tokio::time::pause();
+    let env = env("n", 1);
+    let jm = JobManagerProbeHandle::start(&env, "jobmanager", SESSION);
+    jm.script(|s| s.register_resource_manager = Script::Silent);
+    let (driver, handle) = ScriptedDriver::new(true);
+    let rm = FlinkResourceManager::new(config(1), Duration::from_secs(10), Box::new(driver), env)
+        .start();
+    let start = actix::clock::Instant::now();
+    rm.do_send(NewLeaderAvailable {
+        address: jm.address.clone(),
+        leader_session_id: SESSION,
+    });
+    // Each attempt times out after 100, 200, 400, 800, 800 ms and the next goes out at once.
+    let mut attempts_at = Vec::new();
+    let mut seen = 0;
+    while attempts_at.len() < 6 {
+        settle().await;
+        let now = jm
+            .received
+            .filter(|m| matches!(m, JobManagerMessage::RegisterResourceManager(_)).then_some(()))
+            .len();
+        if now > seen {
+            seen = now;
+            attempts_at.push(start.elapsed().as_millis() / 10 * 10);
+        }
+    }
+    assert_eq!(attempts_at, [0, 100, 300, 700, 1500, 2300]);
+    // The JobManager answers at last: registered, workers start, no more attempts.
+    jm.script(|s| {
+        s.register_resource_manager = Script::Answer(RegisterResourceManagerSuccessful {
+            leader_session_id: SESSION,
+            job_manager: jm.address.clone(),
+            registered: vec![],
+        })
+    });
+    advance(800).await;
+    assert!(
+        ask(&rm, GetResourceManagerStatus)
+            .await
+            .connected_to_job_manager
+    );
+    assert_eq!(handle.requested().len(), 1);
+    let attempts = seen + 1;
+    advance(10_000).await;
+    assert_eq!(
+        jm.received
+            .filter(|m| matches!(m, JobManagerMessage::RegisterResourceManager(_)).then_some(()))
+            .len(),
+        attempts
+    );
+}
+
+#[actix::test]
+async fn an_unreachable_job_manager_is_retried_after_a_pause_not_in_a_spin() {
+    tokio::time::pause();
+    let env = env("n", 1);
+    let (driver, _handle) = ScriptedDriver::new(true);
+    let rm = FlinkResourceManager::new(
+        config(1),
+        Duration::from_secs(10),
+        Box::new(driver),
+        env.clone(),
+    )
+    .start();
+    // Leader named before it exists in the directory: the RM keeps trying, with pauses.
+    rm.do_send(NewLeaderAvailable {
+        address: env.address_of("jobmanager"),
+        leader_session_id: SESSION,
+    });
+    advance(250).await;
+    let jm = JobManagerProbeHandle::start(&env, "jobmanager", SESSION);
+    advance(1_000).await;
+    assert!(
+        ask(&rm, GetResourceManagerStatus)
+            .await
+            .connected_to_job_manager
+    );
+    assert_eq!(jm.received.all().len() >= 1, true);
+}
+
+#[actix::test]
+async fn set_worker_pool_size_grows_the_pool_and_refuses_absurd_sizes() {
+    let f = start(config(1), true).await;
+    assert_eq!(f.driver.requested().len(), 1);
+    assert_eq!(
+        ask(&f.rm, SetWorkerPoolSize { size: 4 }).await,
+        Ok(Acknowledge)
+    );
+    settle().await;
+    assert_eq!(f.driver.requested().len(), 4);
+    assert_eq!(f.status().await.designated_pool_size, 4);
+    assert_eq!(
+        ask(&f.rm, SetWorkerPoolSize { size: 11 }).await,
+        Err(SetPoolSizeError::AboveMaximum {
+            requested: 11,
+            max: 10
+        })
+    );
+    settle().await;
+    assert_eq!(f.status().await.designated_pool_size, 4, "nothing changed");
+    assert_eq!(f.driver.requested().len(), 4);
+}
+
+#[actix::test]
+async fn worker_started_moves_a_request_to_pending_registration() {
+    let f = start(config(2), true).await;
+    let requested = f.driver.requested();
+    f.rm.do_send(WorkerStarted {
+        resource_id: requested[0].clone(),
+    });
+    settle().await;
+    assert_eq!(f.counts().await, (0, 1, 1));
+    // A duplicate start report changes nothing.
+    f.rm.do_send(WorkerStarted {
+        resource_id: requested[0].clone(),
+    });
+    settle().await;
+    assert_eq!(f.counts().await, (0, 1, 1));
+    assert_eq!(f.driver.requested().len(), 2);
+}
+
+#[actix::test]
+async fn notify_resource_started_counts_the_worker_and_duplicates_are_harmless() {
+    let f = start(config(2), true).await;
+    let id = f.driver.requested()[0].clone();
+    f.start_and_register(&id).await;
+    assert_eq!(f.counts().await, (1, 1, 0));
+    for _ in 0..3 {
+        let answer = ask(
+            &f.rm,
+            NotifyResourceStarted {
+                leader_session_id: SESSION,
+                resource_id: id.clone(),
+            },
+        )
+        .await;
+        assert_eq!(answer, Acknowledge);
+    }
+    assert_eq!(f.counts().await, (1, 1, 0));
+    assert_eq!(f.driver.requested().len(), 2);
+}
+
+#[actix::test]
+async fn a_task_manager_that_registers_before_its_start_report_counts_once() {
+    let f = start(config(1), true).await;
+    let id = f.driver.requested()[0].clone();
+    ask(
+        &f.rm,
+        NotifyResourceStarted {
+            leader_session_id: SESSION,
+            resource_id: id.clone(),
+        },
+    )
+    .await;
+    f.rm.do_send(WorkerStarted {
+        resource_id: id.clone(),
+    });
+    settle().await;
+    assert_eq!(f.counts().await, (1, 0, 0));
+    // And its registration timeout never fires.
+    advance(120_000).await;
+    assert_eq!(f.counts().await, (1, 0, 0));
+    assert!(f.driver.released().is_empty());
+}
+
+#[actix::test]
+async fn notify_resource_started_for_a_worker_a_managed_driver_did_not_start_is_not_counted() {
+    let f = start(config(1), true).await;
+    let answer = ask(
+        &f.rm,
+        NotifyResourceStarted {
+            leader_session_id: SESSION,
+            resource_id: ResourceId::new("stranger"),
+        },
+    )
+    .await;
+    assert_eq!(answer, Acknowledge);
+    assert_eq!(f.counts().await, (0, 1, 0));
+}
+
+#[actix::test]
+async fn notify_resource_started_for_a_worker_started_by_hand_counts_in_standalone_mode() {
+    let f = start(config(1), false).await;
+    ask(
+        &f.rm,
+        NotifyResourceStarted {
+            leader_session_id: SESSION,
+            resource_id: ResourceId::new("by-hand"),
+        },
+    )
+    .await;
+    let status = f.status().await;
+    assert_eq!(status.started, [ResourceId::new("by-hand")]);
+    assert_eq!(status.pending_requests, 0);
+}
+
+#[actix::test]
+async fn a_driver_that_cannot_start_workers_waits_without_failing() {
+    let f = start(config(2), false).await;
+    f.rm.do_send(CheckAndAllocateContainers);
+    advance(5_000).await;
+    let status = f.status().await;
+    assert_eq!((status.pending_requests, status.start_failures), (0, 0));
+}
+
+#[actix::test]
+async fn task_managers_registered_before_the_rm_connected_count_as_started() {
+    tokio::time::pause();
+    let env = env("n", 1);
+    let jm = JobManagerProbeHandle::start(&env, "jobmanager", SESSION);
+    jm.script(|s| {
+        s.register_resource_manager = Script::Answer(RegisterResourceManagerSuccessful {
+            leader_session_id: SESSION,
+            job_manager: jm.address.clone(),
+            registered: vec![ResourceId::new("early-1"), ResourceId::new("early-2")],
+        })
+    });
+    let (driver, handle) = ScriptedDriver::new(true);
+    let rm = FlinkResourceManager::new(config(3), Duration::from_secs(10), Box::new(driver), env)
+        .start();
+    rm.do_send(NewLeaderAvailable {
+        address: jm.address.clone(),
+        leader_session_id: SESSION,
+    });
+    settle().await;
+    let status = ask(&rm, GetResourceManagerStatus).await;
+    assert_eq!(status.started.len(), 2);
+    assert_eq!(
+        handle.requested().len(),
+        1,
+        "only the one missing worker is started"
+    );
+}
+
+#[actix::test]
+async fn remove_resource_releases_the_worker_and_starts_a_replacement() {
+    let f = start(config(2), true).await;
+    f.register_all_requested().await;
+    let victim = f.driver.requested()[0].clone();
+    f.rm.do_send(RemoveResource {
+        leader_session_id: SESSION,
+        resource_id: victim.clone(),
+        reason: RemovalReason::HeartbeatTimeout,
+    });
+    settle().await;
+    assert_eq!(f.driver.released(), [victim]);
+    assert_eq!(f.driver.requested().len(), 3, "a replacement is requested");
+    assert_eq!(f.counts().await, (1, 1, 0));
+}
+
+#[actix::test]
+async fn messages_from_a_stale_leader_session_change_nothing() {
+    let f = start(config(2), true).await;
+    f.register_all_requested().await;
+    let ids = f.driver.requested();
+    f.rm.do_send(RemoveResource {
+        leader_session_id: STALE,
+        resource_id: ids[0].clone(),
+        reason: RemovalReason::HeartbeatTimeout,
+    });
+    f.rm.send(SetWorkerPoolSize { size: 3 })
+        .await
+        .unwrap()
+        .unwrap();
+    let third = f.driver.requested()[2].clone();
+    f.rm.do_send(WorkerStarted {
+        resource_id: third.clone(),
+    });
+    let answer = ask(
+        &f.rm,
+        NotifyResourceStarted {
+            leader_session_id: STALE,
+            resource_id: third,
+        },
+    )
+    .await;
+    assert_eq!(answer, Acknowledge, "a receipt, whatever the session");
+    f.rm.do_send(RegisterResourceManagerSuccessful {
+        leader_session_id: STALE,
+        job_manager: f.jm.address.clone(),
+        registered: vec![ResourceId::new("ghost")],
+    });
+    settle().await;
+    assert!(f.driver.released().is_empty());
+    assert_eq!(f.counts().await, (2, 0, 1));
+}
+
+#[actix::test]
+async fn new_leader_available_registers_at_the_new_job_manager_and_reconciles() {
+    let f = start(config(2), true).await;
+    f.register_all_requested().await;
+    let ids = f.driver.requested();
+    let new_session = LeaderSessionId::from_u128(88);
+    let new_jm = JobManagerProbeHandle::start(&f.env, "jobmanager-2", new_session);
+    // The new leader already has one of the workers (it re-registered there).
+    new_jm.script(|s| {
+        s.register_resource_manager = Script::Answer(RegisterResourceManagerSuccessful {
+            leader_session_id: new_session,
+            job_manager: new_jm.address.clone(),
+            registered: vec![ids[0].clone()],
+        })
+    });
+    f.rm.do_send(NewLeaderAvailable {
+        address: new_jm.address.clone(),
+        leader_session_id: new_session,
+    });
+    settle().await;
+    assert_eq!(new_jm.received.all().len(), 1);
+    assert!(f.status().await.connected_to_job_manager);
+    // The old leader's session is now stale.
+    f.rm.do_send(RemoveResource {
+        leader_session_id: SESSION,
+        resource_id: ids[1].clone(),
+        reason: RemovalReason::HeartbeatTimeout,
+    });
+    settle().await;
+    assert!(f.driver.released().is_empty());
+    // The new one's is honoured.
+    f.rm.do_send(RemoveResource {
+        leader_session_id: new_session,
+        resource_id: ids[1].clone(),
+        reason: RemovalReason::HeartbeatTimeout,
+    });
+    settle().await;
+    assert_eq!(f.driver.released(), [ids[1].clone()]);
+    assert_eq!(
+        f.driver.requested().len(),
+        3,
+        "no over-allocation, one replacement"
+    );
+}
+
+#[actix::test]
+async fn repeated_start_failures_back_off_exponentially_and_are_counted() {
+    let f = start(config(1), true).await;
+    let mut pauses = Vec::new();
+    for _ in 0..5 {
+        let last = f.driver.requested().last().unwrap().clone();
+        let failed_at = actix::clock::Instant::now();
+        f.rm.do_send(WorkerFailed {
+            resource_id: last,
+            reason: "exit status 1".into(),
+        });
+        let before = f.driver.requested().len();
+        while f.driver.requested().len() == before {
+            settle().await;
+        }
+        pauses.push(failed_at.elapsed().as_millis());
+    }
+    // Pauses of 200, 400, 800, 1600, 1600 ms (capped) between a failure and the next try
+    // (observed in 1 ms steps).
+    for (pause, expected) in pauses.iter().zip([200, 400, 800, 1600, 1600]) {
+        assert!((expected..=expected + 2).contains(pause), "{pauses:?}");
+    }
+    let status = f.status().await;
+    assert_eq!(
+        (status.start_failures, status.consecutive_start_failures),
+        (5, 5)
+    );
+    // A successful start resets the backoff, not the total.
+    let last = f.driver.requested().last().unwrap().clone();
+    f.start_and_register(&last).await;
+    let status = f.status().await;
+    assert_eq!(
+        (status.start_failures, status.consecutive_start_failures),
+        (5, 0)
+    );
+}
+
+#[actix::test]
+async fn a_spawn_error_from_the_driver_is_a_start_failure_with_backoff() {
+    tokio::time::pause();
+    let env = env("n", 1);
+    let jm = JobManagerProbeHandle::start(&env, "jobmanager", SESSION);
+    let (driver, handle) = ScriptedDriver::new(true);
+    handle.fail_requests(true);
+    let rm = FlinkResourceManager::new(config(3), Duration::from_secs(10), Box::new(driver), env)
+        .start();
+    rm.do_send(NewLeaderAvailable {
+        address: jm.address.clone(),
+        leader_session_id: SESSION,
+    });
+    settle().await;
+    assert_eq!(
+        handle.requested().len(),
+        1,
+        "the first failure stops the round"
+    );
+    let failed_at = actix::clock::Instant::now() - Duration::from_millis(1);
+    tokio::time::sleep_until(failed_at + Duration::from_millis(199)).await;
+    assert_eq!(handle.requested().len(), 1);
+    tokio::time::sleep_until(failed_at + Duration::from_millis(201)).await;
+    assert_eq!(handle.requested().len(), 2);
+    handle.fail_requests(false);
+    advance(400).await;
+    assert_eq!(
+        handle.requested().len(),
+        5,
+        "after the pause, the whole shortfall"
+    );
+    let status = ask(&rm, GetResourceManagerStatus).await;
+    assert_eq!((status.start_failures, status.pending_requests), (2, 3));
+}
+
+#[actix::test]
+async fn a_started_worker_that_terminates_is_reported_and_replaced() {
+    let f = start(config(2), true).await;
+    f.register_all_requested().await;
+    let victim = f.driver.requested()[1].clone();
+    f.rm.do_send(WorkerTerminated {
+        resource_id: victim.clone(),
+        reason: "killed by signal 9".into(),
+    });
+    settle().await;
+    let removed = f.jm.received.filter(|m| match m {
+        JobManagerMessage::ResourceRemoved(r) => Some(r.clone()),
+        _ => None,
+    });
+    assert_eq!(
+        removed,
+        [ResourceRemoved {
+            resource_id: victim,
+            reason: RemovalReason::Terminated
+        }]
+    );
+    assert_eq!(f.driver.requested().len(), 3);
+    assert_eq!(f.status().await.start_failures, 0);
+}
+
+#[actix::test]
+async fn a_worker_dying_while_pending_registration_is_replaced_after_a_backoff() {
+    let f = start(config(1), true).await;
+    let id = f.driver.requested()[0].clone();
+    f.rm.do_send(WorkerStarted {
+        resource_id: id.clone(),
+    });
+    settle().await;
+    f.rm.do_send(WorkerTerminated {
+        resource_id: id,
+        reason: "exit status 2".into(),
+    });
+    settle().await;
+    assert_eq!(f.counts().await, (0, 0, 0));
+    assert!(
+        f.jm.received
+            .filter(|m| match m {
+                JobManagerMessage::ResourceRemoved(_) => Some(()),
+                _ => None,
+            })
+            .is_empty(),
+        "the JobManager never knew it"
+    );
+    advance(200).await;
+    assert_eq!(f.driver.requested().len(), 2);
+    assert_eq!(f.status().await.start_failures, 1);
+}
+
+#[actix::test]
+async fn a_started_worker_that_never_registers_is_released_after_the_registration_timeout() {
+    let f = start(config(1), true).await;
+    let id = f.driver.requested()[0].clone();
+    f.rm.do_send(WorkerStarted {
+        resource_id: id.clone(),
+    });
+    advance(59_990).await;
+    assert_eq!(f.counts().await, (0, 0, 1));
+    advance(20).await;
+    assert_eq!(f.driver.released(), [id]);
+    assert_eq!(f.status().await.start_failures, 1);
+    advance(200).await;
+    assert_eq!(
+        f.driver.requested().len(),
+        2,
+        "replaced after the start backoff"
+    );
+}
+
+#[actix::test]
+async fn shrinking_cancels_pending_workers_before_touching_registered_ones() {
+    let f = start(config(4), true).await;
+    let ids = f.driver.requested();
+    f.start_and_register(&ids[0]).await;
+    f.start_and_register(&ids[1]).await;
+    f.rm.do_send(WorkerStarted {
+        resource_id: ids[2].clone(),
+    });
+    f.rm.send(SetWorkerPoolSize { size: 2 })
+        .await
+        .unwrap()
+        .unwrap();
+    settle().await;
+    let mut released = f.driver.released();
+    released.sort();
+    let mut expected = vec![ids[2].clone(), ids[3].clone()];
+    expected.sort();
+    assert_eq!(released, expected);
+    assert_eq!(f.counts().await, (2, 0, 0));
+    assert!(
+        f.jm.received
+            .filter(|m| matches!(m, JobManagerMessage::ReleaseIdleTaskManagers(_)).then_some(()))
+            .is_empty(),
+        "no registered worker had to go"
+    );
+    // A cancelled worker whose start report arrives late is released, not counted.
+    f.rm.do_send(WorkerStarted {
+        resource_id: ids[3].clone(),
+    });
+    settle().await;
+    assert_eq!(f.counts().await, (2, 0, 0));
+    assert_eq!(f.driver.released().len(), 3);
+}
+
+#[actix::test]
+async fn shrinking_releases_only_the_idle_workers_the_job_manager_names() {
+    let f = start(config(4), true).await;
+    f.register_all_requested().await;
+    let ids = f.driver.requested();
+    // The JobManager finds only one of the two surplus workers idle.
+    f.jm.script(|s| {
+        s.release_idle_task_managers = Script::Answer(IdleTaskManagersReleased {
+            leader_session_id: SESSION,
+            released: vec![ids[3].clone()],
+        })
+    });
+    f.rm.send(SetWorkerPoolSize { size: 2 })
+        .await
+        .unwrap()
+        .unwrap();
+    settle().await;
+    let asked = f.jm.received.filter(|m| match m {
+        JobManagerMessage::ReleaseIdleTaskManagers(r) => Some(r.count),
+        _ => None,
+    });
+    assert_eq!(asked, [2]);
+    assert_eq!(f.driver.released(), [ids[3].clone()]);
+    assert_eq!(f.counts().await, (3, 0, 0), "the busy one stays");
+    // Next check: one surplus left; the JobManager now has none idle.
+    f.jm.script(|s| {
+        s.release_idle_task_managers = Script::Answer(IdleTaskManagersReleased {
+            leader_session_id: SESSION,
+            released: vec![],
+        })
+    });
+    f.rm.do_send(CheckAndAllocateContainers);
+    settle().await;
+    assert_eq!(f.driver.released().len(), 1);
+    assert_eq!(f.counts().await, (3, 0, 0));
+}
+
+#[actix::test]
+async fn an_idle_release_answer_from_a_stale_session_releases_nothing() {
+    let f = start(config(2), true).await;
+    f.register_all_requested().await;
+    let ids = f.driver.requested();
+    f.jm.script(|s| {
+        s.release_idle_task_managers = Script::Answer(IdleTaskManagersReleased {
+            leader_session_id: STALE,
+            released: vec![ids[0].clone()],
+        })
+    });
+    f.rm.send(SetWorkerPoolSize { size: 1 })
+        .await
+        .unwrap()
+        .unwrap();
+    settle().await;
+    assert!(f.driver.released().is_empty());
+}
+
+#[actix::test]
+async fn stop_cluster_shuts_the_driver_down_and_stops() {
+    let f = start(config(2), true).await;
+    f.register_all_requested().await;
+    assert_eq!(ask(&f.rm, StopCluster).await, Acknowledge);
+    settle().await;
+    assert_eq!(f.driver.calls.all().last(), Some(&DriverCall::Shutdown));
+    assert!(!f.rm.connected(), "the resource manager stopped");
+    assert!(
+        f.env
+            .resolver
+            .resource_manager(&f.env.address_of(NAME))
+            .is_none()
+    );
+}
+
+#[actix::test]
+async fn set_worker_pool_size_while_stopping_is_refused() {
+    let f = start(config(1), true).await;
+    let answer = f.rm.send(StopCluster);
+    let resize = f.rm.send(SetWorkerPoolSize { size: 2 });
+    assert_eq!(answer.await.unwrap(), Acknowledge);
+    // The resize was queued behind the stop: it is refused or never handled, never applied.
+    match resize.await {
+        Ok(result) => assert_eq!(result, Err(SetPoolSizeError::Stopping)),
+        Err(MailboxError::Closed) => {}
+        Err(other) => panic!("unexpected {other}"),
+    }
+}
+
+#[actix::test]
+async fn unknown_resource_ids_are_ignored_without_losing_counts() {
+    let f = start(config(2), true).await;
+    f.register_all_requested().await;
+    let ghost = ResourceId::new("ghost");
+    f.rm.do_send(WorkerFailed {
+        resource_id: ghost.clone(),
+        reason: "?".into(),
+    });
+    f.rm.do_send(WorkerTerminated {
+        resource_id: ghost.clone(),
+        reason: "?".into(),
+    });
+    f.rm.do_send(RemoveResource {
+        leader_session_id: SESSION,
+        resource_id: ghost,
+        reason: RemovalReason::HeartbeatTimeout,
+    });
+    settle().await;
+    assert_eq!(f.counts().await, (2, 0, 0));
+    let status = f.status().await;
+    assert_eq!(status.start_failures, 0);
+    assert_eq!(f.driver.requested().len(), 2);
+}
