@@ -1,1 +1,371 @@
+//! The JobManager alone: probe TaskManagers and a probe resource manager, a paused clock.
 
+use std::time::Duration;
+
+use actix::prelude::*;
+
+use super::*;
+use crate::messages::{HardwareDescription, TaskManagerLocation};
+use crate::messages::resource_manager::ResourceManagerMessage;
+use crate::messages::task_manager::TaskManagerMessage;
+use crate::testing::*;
+
+const SESSION: LeaderSessionId = LeaderSessionId::from_u128(42);
+const INTERVAL: Duration = Duration::from_millis(100);
+const TIMEOUT: Duration = Duration::from_millis(500);
+
+struct Fixture {
+    jm: Addr<JobManager>,
+    env: NodeEnv,
+    started_at: Instant,
+}
+
+async fn start() -> Fixture {
+    tokio::time::pause();
+    let env = env("jobmanager-node", 3);
+    let jm = JobManager::new(
+        JobManagerSettings {
+            cluster_id: ClusterId::new("test"),
+            heartbeat: HeartbeatConfig {
+                interval: INTERVAL,
+                timeout: TIMEOUT,
+            },
+            ask_timeout: Duration::from_secs(1),
+        },
+        SESSION,
+        env.clone(),
+    )
+    .start();
+    let started_at = Instant::now();
+    settle().await;
+    Fixture {
+        jm,
+        env,
+        started_at,
+    }
+}
+
+impl Fixture {
+    fn task_manager(&self, name: &str) -> (TaskManagerProbeHandle, RegisterTaskManager) {
+        let resource_id = ResourceId::new(name);
+        let probe = TaskManagerProbeHandle::start(&self.env, &resource_id);
+        let registration = RegisterTaskManager {
+            cluster_id: ClusterId::new("test"),
+            resource_id: resource_id.clone(),
+            location: TaskManagerLocation {
+                resource_id,
+                address: probe.address.clone(),
+                hostname: "host-a".into(),
+            },
+            hardware: HardwareDescription {
+                cpu_cores: 2,
+                physical_memory_bytes: 1 << 30,
+            },
+            number_of_slots: 2,
+        };
+        (probe, registration)
+    }
+
+    async fn register(&self, registration: &RegisterTaskManager) -> InstanceId {
+        match ask(&self.jm, registration.clone()).await {
+            RegistrationResponse::AcknowledgeRegistration(ack) => {
+                assert_eq!(ack.leader_session_id, SESSION);
+                ack.instance_id
+            }
+            other => panic!("expected an acknowledgement, got {other}"),
+        }
+    }
+
+    async fn connect_resource_manager(&self) -> (ResourceManagerProbeHandle, RegisterResourceManagerSuccessful) {
+        let rm = ResourceManagerProbeHandle::start(&self.env);
+        let answer = ask(
+            &self.jm,
+            RegisterResourceManager {
+                resource_manager: rm.address.clone(),
+            },
+        )
+        .await;
+        (rm, answer)
+    }
+
+    async fn status(&self) -> JobManagerStatus {
+        ask(&self.jm, GetJobManagerStatus).await
+    }
+
+    async fn heartbeat(&self, id: &str, instance_id: InstanceId, free: u32) -> HeartbeatResponse {
+        ask(
+            &self.jm,
+            Heartbeat {
+                resource_id: ResourceId::new(id),
+                instance_id,
+                report: HeartbeatReport {
+                    slots_total: 2,
+                    slots_free: free,
+                },
+            },
+        )
+        .await
+    }
+}
+
+fn notified(rm: &ResourceManagerProbeHandle) -> Vec<(LeaderSessionId, ResourceId)> {
+    rm.received.filter(|m| match m {
+        ResourceManagerMessage::NotifyResourceStarted(n) => {
+            Some((n.leader_session_id, n.resource_id.clone()))
+        }
+        _ => None,
+    })
+}
+
+fn removed(rm: &ResourceManagerProbeHandle) -> Vec<RemoveResource> {
+    rm.received.filter(|m| match m {
+        ResourceManagerMessage::RemoveResource(r) => Some(r.clone()),
+        _ => None,
+    })
+}
+
+#[actix::test]
+async fn register_task_manager_acknowledges_and_tells_the_resource_manager() {
+    let f = start().await;
+    let (rm, _) = f.connect_resource_manager().await;
+    let (_tm, registration) = f.task_manager("tm-1");
+    let instance_id = f.register(&registration).await;
+    settle().await;
+    assert_eq!(notified(&rm), [(SESSION, ResourceId::new("tm-1"))]);
+    let status = f.status().await;
+    assert_eq!(status.task_managers.len(), 1);
+    let info = &status.task_managers[0];
+    assert_eq!(info.instance_id, instance_id);
+    assert_eq!((info.slots_total, info.slots_free), (2, 2));
+    assert_eq!(info.location.hostname, "host-a");
+    assert_eq!((status.total_slots(), status.free_slots()), (2, 2));
+}
+
+#[actix::test]
+async fn registration_does_not_wait_for_the_resource_manager() {
+    let f = start().await;
+    let (rm, _) = f.connect_resource_manager().await;
+    rm.script(|s| s.notify_resource_started = Script::Silent);
+    let (_tm, registration) = f.task_manager("tm-1");
+    // Answered at once although the resource manager never acknowledges.
+    f.register(&registration).await;
+    assert_eq!(f.status().await.task_managers.len(), 1);
+}
+
+#[actix::test]
+async fn a_duplicate_registration_is_answered_already_registered() {
+    let f = start().await;
+    let (rm, _) = f.connect_resource_manager().await;
+    let (_tm, registration) = f.task_manager("tm-1");
+    let instance_id = f.register(&registration).await;
+    let again = ask(&f.jm, registration.clone()).await;
+    assert_eq!(
+        again,
+        RegistrationResponse::AlreadyRegistered(AlreadyRegistered {
+            instance_id,
+            leader_session_id: SESSION
+        })
+    );
+    settle().await;
+    assert_eq!(f.status().await.task_managers.len(), 1);
+    assert_eq!(notified(&rm).len(), 1, "the resource manager hears of it once");
+}
+
+#[actix::test]
+async fn a_task_manager_registering_from_a_new_address_replaces_its_old_instance() {
+    let f = start().await;
+    let (_old, registration) = f.task_manager("tm-1");
+    let old_instance = f.register(&registration).await;
+    let restarted = TaskManagerProbeHandle::start(
+        &f.env,
+        &ResourceId::new("tm-1-restarted"),
+    );
+    let mut again = registration.clone();
+    again.location.address = restarted.address.clone();
+    let new_instance = f.register(&again).await;
+    assert_ne!(old_instance, new_instance);
+    let status = f.status().await;
+    assert_eq!(status.task_managers.len(), 1);
+    assert_eq!(status.task_managers[0].instance_id, new_instance);
+    // The old instance's heartbeats are no longer accepted.
+    assert_eq!(
+        f.heartbeat("tm-1", old_instance, 2).await,
+        HeartbeatResponse::UnknownTaskManager
+    );
+}
+
+#[actix::test]
+async fn bad_registrations_are_refused_with_the_reason() {
+    let f = start().await;
+    let (_tm, registration) = f.task_manager("tm-1");
+
+    let mut no_slots = registration.clone();
+    no_slots.number_of_slots = 0;
+    assert_eq!(
+        ask(&f.jm, no_slots).await,
+        RegistrationResponse::RefuseRegistration(RefuseRegistration {
+            reason: RefusalReason::NoSlots
+        })
+    );
+
+    let mut other_cluster = registration.clone();
+    other_cluster.cluster_id = ClusterId::new("prod");
+    assert_eq!(
+        ask(&f.jm, other_cluster).await,
+        RegistrationResponse::RefuseRegistration(RefuseRegistration {
+            reason: RefusalReason::WrongCluster {
+                expected: ClusterId::new("test"),
+                offered: ClusterId::new("prod")
+            }
+        })
+    );
+
+    let mut unreachable = registration.clone();
+    unreachable.location.address = f.env.address_of("taskmanager/nobody");
+    assert!(matches!(
+        ask(&f.jm, unreachable).await,
+        RegistrationResponse::RefuseRegistration(RefuseRegistration {
+            reason: RefusalReason::Unreachable { .. }
+        })
+    ));
+    assert!(f.status().await.task_managers.is_empty());
+}
+
+#[actix::test]
+async fn register_resource_manager_lists_task_managers_registered_before_it() {
+    let f = start().await;
+    let (_a, first) = f.task_manager("tm-a");
+    let (_b, second) = f.task_manager("tm-b");
+    f.register(&first).await;
+    f.register(&second).await;
+    let (rm, answer) = f.connect_resource_manager().await;
+    assert_eq!(answer.leader_session_id, SESSION);
+    assert_eq!(answer.job_manager, f.env.address_of(NAME));
+    assert_eq!(
+        answer.registered,
+        [ResourceId::new("tm-a"), ResourceId::new("tm-b")]
+    );
+    settle().await;
+    assert!(notified(&rm).is_empty(), "reconciliation, not notifications");
+    assert!(f.status().await.resource_manager_connected);
+}
+
+#[actix::test]
+async fn resource_removed_unregisters_the_task_manager() {
+    let f = start().await;
+    let (_tm, registration) = f.task_manager("tm-1");
+    let instance_id = f.register(&registration).await;
+    f.jm.do_send(ResourceRemoved {
+        resource_id: ResourceId::new("tm-1"),
+        reason: RemovalReason::Terminated,
+    });
+    settle().await;
+    assert!(f.status().await.task_managers.is_empty());
+    assert_eq!(
+        f.heartbeat("tm-1", instance_id, 2).await,
+        HeartbeatResponse::UnknownTaskManager
+    );
+    // Unknown ids are ignored.
+    f.jm.do_send(ResourceRemoved {
+        resource_id: ResourceId::new("ghost"),
+        reason: RemovalReason::Terminated,
+    });
+    settle().await;
+    assert!(f.jm.connected());
+}
+
+#[actix::test]
+async fn heartbeats_keep_a_task_manager_registered_and_report_its_slots() {
+    let f = start().await;
+    let (rm, _) = f.connect_resource_manager().await;
+    let (tm, registration) = f.task_manager("tm-1");
+    let instance_id = f.register(&registration).await;
+    for _ in 0..20 {
+        advance(INTERVAL.as_millis() as u64).await;
+        assert_eq!(
+            f.heartbeat("tm-1", instance_id, 1).await,
+            HeartbeatResponse::Acknowledged
+        );
+    }
+    let status = f.status().await;
+    assert_eq!(status.task_managers.len(), 1, "2 s of heartbeats, never timed out");
+    assert_eq!(status.free_slots(), 1);
+    assert!(removed(&rm).is_empty());
+    assert!(tm.received.all().is_empty());
+    assert_eq!(
+        f.heartbeat("tm-1", InstanceId::from_u128(999), 2).await,
+        HeartbeatResponse::UnknownTaskManager,
+        "a heartbeat for another registration"
+    );
+}
+
+#[actix::test]
+async fn a_silent_task_manager_is_unregistered_disconnected_and_reported_after_the_timeout() {
+    let f = start().await;
+    let (rm, _) = f.connect_resource_manager().await;
+    let (tm, registration) = f.task_manager("tm-1");
+    f.register(&registration).await;
+    let registered_at = Instant::now();
+    // Silent for exactly the timeout: still registered (the sweep runs every interval).
+    tokio::time::sleep_until(registered_at + TIMEOUT).await;
+    assert_eq!(f.status().await.task_managers.len(), 1);
+    // Detected at the first sweep after the timeout.
+    tokio::time::sleep_until(registered_at + TIMEOUT + INTERVAL + Duration::from_millis(1))
+        .await;
+    let status = f.status().await;
+    assert!(status.task_managers.is_empty());
+    assert_eq!(status.heartbeat_timeouts, 1);
+    assert_eq!(
+        removed(&rm),
+        [RemoveResource {
+            leader_session_id: SESSION,
+            resource_id: ResourceId::new("tm-1"),
+            reason: RemovalReason::HeartbeatTimeout
+        }]
+    );
+    assert_eq!(
+        tm.received.all(),
+        [TaskManagerMessage::Disconnect(Disconnect {
+            leader_session_id: SESSION,
+            reason: RemovalReason::HeartbeatTimeout
+        })]
+    );
+    // Reported once only.
+    advance(2_000).await;
+    assert_eq!(removed(&rm).len(), 1);
+    let _ = f.started_at;
+}
+
+#[actix::test]
+async fn release_idle_task_managers_picks_only_idle_ones_newest_first() {
+    let f = start().await;
+    let mut instances = Vec::new();
+    let mut probes = Vec::new();
+    for name in ["tm-1", "tm-2", "tm-3", "tm-4"] {
+        let (probe, registration) = f.task_manager(name);
+        instances.push(f.register(&registration).await);
+        probes.push(probe);
+    }
+    // tm-4 (newest) is busy.
+    f.heartbeat("tm-4", instances[3], 1).await;
+    let answer = ask(&f.jm, ReleaseIdleTaskManagers { count: 2 }).await;
+    assert_eq!(answer.leader_session_id, SESSION);
+    assert_eq!(
+        answer.released,
+        [ResourceId::new("tm-3"), ResourceId::new("tm-2")]
+    );
+    let remaining: Vec<String> = f
+        .status()
+        .await
+        .task_managers
+        .iter()
+        .map(|tm| tm.resource_id.to_string())
+        .collect();
+    assert_eq!(remaining, ["tm-1", "tm-4"]);
+    // Asking for more than are idle releases what is idle, never the busy one.
+    let answer = ask(&f.jm, ReleaseIdleTaskManagers { count: 5 }).await;
+    assert_eq!(answer.released, [ResourceId::new("tm-1")]);
+    assert_eq!(f.status().await.task_managers.len(), 1);
+    // Released TaskManagers are not told to re-register: the driver stops them.
+    assert!(probes.iter().all(|p| p.received.all().is_empty()));
+}

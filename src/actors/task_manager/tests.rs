@@ -1,1 +1,392 @@
+//! The TaskManager alone: a probe JobManager, a paused clock.
 
+use std::time::Duration;
+
+use actix::prelude::*;
+
+use super::*;
+use crate::messages::RemovalReason;
+use crate::messages::ids::LeaderSessionId;
+use crate::messages::job_manager::{
+    AcknowledgeRegistration, AlreadyRegistered, JobManagerMessage, RefuseRegistration,
+    RefusalReason, RegistrationResponse,
+};
+use crate::testing::*;
+
+const SESSION: LeaderSessionId = LeaderSessionId::from_u128(5);
+const STALE: LeaderSessionId = LeaderSessionId::from_u128(4);
+const INTERVAL: Duration = Duration::from_millis(100);
+const TIMEOUT: Duration = Duration::from_millis(500);
+
+fn registration_config() -> RegistrationConfig {
+    RegistrationConfig {
+        initial_timeout: Duration::from_millis(100),
+        max_timeout: Duration::from_millis(400),
+        refused_registration_delay: Duration::from_secs(3),
+        error_delay: Duration::from_secs(1),
+    }
+}
+
+fn ack(instance: u128, session: LeaderSessionId) -> RegistrationResponse {
+    RegistrationResponse::AcknowledgeRegistration(AcknowledgeRegistration {
+        instance_id: InstanceId::from_u128(instance),
+        leader_session_id: session,
+    })
+}
+
+struct Fixture {
+    tm: Addr<TaskManager>,
+    jm: JobManagerProbeHandle,
+    env: NodeEnv,
+}
+
+impl Fixture {
+    fn registrations(&self) -> Vec<RegisterTaskManager> {
+        registrations(&self.jm)
+    }
+
+    fn heartbeats(&self) -> usize {
+        self.jm
+            .received
+            .filter(|m| matches!(m, JobManagerMessage::Heartbeat(_)).then_some(()))
+            .len()
+    }
+
+    async fn phase(&self) -> RegistrationPhase {
+        ask(&self.tm, GetTaskManagerStatus).await.registration
+    }
+}
+
+fn registrations(jm: &JobManagerProbeHandle) -> Vec<RegisterTaskManager> {
+    jm.received.filter(|m| match m {
+        JobManagerMessage::RegisterTaskManager(r) => Some(r.clone()),
+        _ => None,
+    })
+}
+
+/// A TaskManager told of a probe JobManager leader (with `retrieved` session) at start;
+/// `script` sets the probe's answers before the TaskManager starts.
+async fn start(
+    retrieved: Option<LeaderSessionId>,
+    script: impl FnOnce(&mut JobManagerScripts),
+) -> Fixture {
+    tokio::time::pause();
+    let env = env("tm-node", 9);
+    let jm = JobManagerProbeHandle::start(&env, "jobmanager", SESSION);
+    jm.script(script);
+    let tm = TaskManager::new(
+        TaskManagerSettings {
+            resource_id: ResourceId::new("tm-1"),
+            cluster_id: ClusterId::new("test"),
+            slots: 3,
+            hostname: "host-a".into(),
+            hardware: HardwareDescription {
+                cpu_cores: 2,
+                physical_memory_bytes: 0,
+            },
+            registration: registration_config(),
+            heartbeat: HeartbeatConfig {
+                interval: INTERVAL,
+                timeout: TIMEOUT,
+            },
+            job_manager: Some(Leader {
+                address: jm.address.clone(),
+                retrieved_session: retrieved,
+            }),
+        },
+        env.clone(),
+    )
+    .start();
+    settle().await;
+    Fixture { tm, jm, env }
+}
+
+#[actix::test]
+async fn registers_at_start_with_its_location_and_slots_then_heartbeats() {
+    let f = start(Some(SESSION), |_| {}).await;
+    let sent = f.registrations();
+    assert_eq!(sent.len(), 1);
+    let registration = &sent[0];
+    assert_eq!(registration.resource_id, ResourceId::new("tm-1"));
+    assert_eq!(registration.cluster_id, ClusterId::new("test"));
+    assert_eq!(registration.number_of_slots, 3);
+    assert_eq!(registration.location.hostname, "host-a");
+    assert_eq!(
+        registration.location.address,
+        f.env.address_of("taskmanager/tm-1")
+    );
+    assert_eq!(
+        f.phase().await,
+        RegistrationPhase::Registered {
+            instance_id: InstanceId::from_u128(1)
+        }
+    );
+    advance(1_000).await;
+    let heartbeats = f.heartbeats();
+    assert!((9..=11).contains(&heartbeats), "{heartbeats} heartbeats in 1 s");
+    let status = ask(&f.tm, GetTaskManagerStatus).await;
+    assert_eq!((status.slots_total, status.slots_free), (3, 3));
+    assert_eq!(f.registrations().len(), 1, "no re-registration while acknowledged");
+}
+
+#[actix::test]
+async fn registration_attempts_double_their_timeout_up_to_the_maximum() {
+    let f = start(Some(SESSION), |s| s.register_task_manager = Script::Silent).await;
+    let start = Instant::now() - Duration::from_millis(1);
+    let mut sent_at = Vec::new();
+    let mut seen = 0;
+    while sent_at.len() < 6 {
+        settle().await;
+        let now = f.registrations().len();
+        if now > seen {
+            seen = now;
+            sent_at.push(start.elapsed().as_millis() / 10 * 10);
+        }
+    }
+    // Timeouts 100, 200, 400, 400, 400 ms (capped), each followed at once by the next attempt.
+    assert_eq!(sent_at, [0, 100, 300, 700, 1100, 1500]);
+    assert_eq!(
+        f.phase().await,
+        RegistrationPhase::Registering { attempt: 6 }
+    );
+}
+
+#[actix::test]
+async fn a_refusal_waits_the_refused_registration_delay() {
+    let f = start(Some(SESSION), |s| {
+        s.register_task_manager = Script::Answer(RegistrationResponse::RefuseRegistration(
+            RefuseRegistration {
+                reason: RefusalReason::NoSlots,
+            },
+        ))
+    })
+    .await;
+    assert_eq!(f.registrations().len(), 1);
+    assert_eq!(
+        f.phase().await,
+        RegistrationPhase::WaitingToRetry { attempt: 2 }
+    );
+    advance(2_990).await;
+    assert_eq!(f.registrations().len(), 1);
+    f.jm.script(|s| s.register_task_manager = Script::Answer(ack(7, SESSION)));
+    advance(20).await;
+    assert_eq!(f.registrations().len(), 2);
+    assert_eq!(
+        f.phase().await,
+        RegistrationPhase::Registered {
+            instance_id: InstanceId::from_u128(7)
+        }
+    );
+}
+
+#[actix::test]
+async fn a_late_acknowledgement_from_an_earlier_attempt_is_ignored() {
+    let held = Held::default();
+    let f = start(Some(SESSION), |s| {
+        s.register_task_manager = Script::Hold(held.clone())
+    })
+    .await;
+    advance(100).await; // attempt 1 times out; attempt 2 is sent
+    assert_eq!(held.len(), 2);
+    held.answer(0, ack(1, SESSION));
+    settle().await;
+    assert_eq!(
+        f.phase().await,
+        RegistrationPhase::Registering { attempt: 2 },
+        "attempt 1's answer came too late"
+    );
+    held.answer(
+        1,
+        RegistrationResponse::AlreadyRegistered(AlreadyRegistered {
+            instance_id: InstanceId::from_u128(1),
+            leader_session_id: SESSION,
+        }),
+    );
+    settle().await;
+    assert_eq!(
+        f.phase().await,
+        RegistrationPhase::Registered {
+            instance_id: InstanceId::from_u128(1)
+        }
+    );
+    advance(5_000).await;
+    assert_eq!(held.len(), 2, "registered: no more attempts");
+}
+
+#[actix::test]
+async fn an_acknowledgement_from_a_stale_leader_session_is_ignored() {
+    let f = start(Some(SESSION), |s| {
+        s.register_task_manager = Script::Answer(ack(1, STALE))
+    })
+    .await;
+    assert_eq!(
+        f.phase().await,
+        RegistrationPhase::Registering { attempt: 1 }
+    );
+    f.jm.script(|s| s.register_task_manager = Script::Answer(ack(2, SESSION)));
+    advance(100).await;
+    assert_eq!(
+        f.phase().await,
+        RegistrationPhase::Registered {
+            instance_id: InstanceId::from_u128(2)
+        }
+    );
+}
+
+#[actix::test]
+async fn without_a_retrieved_session_the_first_acknowledgement_sets_it() {
+    let f = start(None, |_| {}).await;
+    assert!(matches!(
+        f.phase().await,
+        RegistrationPhase::Registered { .. }
+    ));
+    // Fencing now holds against that session.
+    f.tm.do_send(Disconnect {
+        leader_session_id: STALE,
+        reason: RemovalReason::HeartbeatTimeout,
+    });
+    settle().await;
+    assert!(matches!(
+        f.phase().await,
+        RegistrationPhase::Registered { .. }
+    ));
+}
+
+#[actix::test]
+async fn a_silent_job_manager_makes_it_register_again_after_the_heartbeat_timeout() {
+    let f = start(Some(SESSION), |_| {}).await;
+    f.jm.script(|s| s.heartbeat = Script::Silent);
+    let silent_since = Instant::now();
+    tokio::time::sleep_until(silent_since + TIMEOUT - Duration::from_millis(10)).await;
+    assert_eq!(f.registrations().len(), 1);
+    tokio::time::sleep_until(silent_since + TIMEOUT + INTERVAL + Duration::from_millis(5)).await;
+    assert_eq!(f.registrations().len(), 2, "registered again");
+    assert!(matches!(
+        f.phase().await,
+        RegistrationPhase::Registered { .. }
+    ));
+}
+
+#[actix::test]
+async fn an_unknown_task_manager_answer_makes_it_register_again_at_once() {
+    let f = start(Some(SESSION), |_| {}).await;
+    f.jm.script(|s| {
+        s.heartbeat = Script::Answer(crate::messages::job_manager::HeartbeatResponse::UnknownTaskManager)
+    });
+    advance(INTERVAL.as_millis() as u64 + 1).await;
+    assert_eq!(f.registrations().len(), 2);
+}
+
+#[actix::test]
+async fn disconnect_from_the_leader_makes_it_register_again_and_a_stale_one_is_dropped() {
+    let f = start(Some(SESSION), |_| {}).await;
+    f.tm.do_send(Disconnect {
+        leader_session_id: STALE,
+        reason: RemovalReason::HeartbeatTimeout,
+    });
+    settle().await;
+    assert_eq!(f.registrations().len(), 1, "stale session: dropped");
+    f.tm.do_send(Disconnect {
+        leader_session_id: SESSION,
+        reason: RemovalReason::HeartbeatTimeout,
+    });
+    settle().await;
+    assert_eq!(f.registrations().len(), 2);
+}
+
+#[actix::test]
+async fn new_leader_available_moves_it_to_the_new_job_manager() {
+    let held = Held::default();
+    let f = start(Some(SESSION), |s| {
+        s.register_task_manager = Script::Hold(held.clone())
+    })
+    .await;
+    let new_session = LeaderSessionId::from_u128(6);
+    let new_jm = JobManagerProbeHandle::start(&f.env, "jobmanager-2", new_session);
+    new_jm.script(|s| s.register_task_manager = Script::Answer(ack(20, new_session)));
+    f.tm.do_send(NewLeaderAvailable {
+        address: new_jm.address.clone(),
+        leader_session_id: new_session,
+    });
+    settle().await;
+    assert_eq!(registrations(&new_jm).len(), 1);
+    assert_eq!(
+        f.phase().await,
+        RegistrationPhase::Registered {
+            instance_id: InstanceId::from_u128(20)
+        }
+    );
+    // The old leader's late answer changes nothing.
+    held.answer(0, ack(1, SESSION));
+    settle().await;
+    assert_eq!(
+        f.phase().await,
+        RegistrationPhase::Registered {
+            instance_id: InstanceId::from_u128(20)
+        }
+    );
+    // Heartbeats now go to the new leader only.
+    let old_heartbeats = f.heartbeats();
+    advance(500).await;
+    assert_eq!(f.heartbeats(), old_heartbeats);
+    assert!(
+        new_jm
+            .received
+            .filter(|m| matches!(m, JobManagerMessage::Heartbeat(_)).then_some(()))
+            .len()
+            >= 4
+    );
+}
+
+#[actix::test]
+async fn an_unreachable_job_manager_is_retried_after_the_error_delay() {
+    tokio::time::pause();
+    let env = env("tm-node", 9);
+    let tm = TaskManager::new(
+        TaskManagerSettings {
+            resource_id: ResourceId::new("tm-1"),
+            cluster_id: ClusterId::new("test"),
+            slots: 1,
+            hostname: "h".into(),
+            hardware: HardwareDescription {
+                cpu_cores: 1,
+                physical_memory_bytes: 0,
+            },
+            registration: registration_config(),
+            heartbeat: HeartbeatConfig {
+                interval: INTERVAL,
+                timeout: TIMEOUT,
+            },
+            job_manager: Some(Leader {
+                address: env.address_of("jobmanager"),
+                retrieved_session: Some(SESSION),
+            }),
+        },
+        env.clone(),
+    )
+    .start();
+    settle().await;
+    assert_eq!(
+        ask(&tm, GetTaskManagerStatus).await.registration,
+        RegistrationPhase::WaitingToRetry { attempt: 2 }
+    );
+    let jm = JobManagerProbeHandle::start(&env, "jobmanager", SESSION);
+    advance(990).await;
+    assert!(registrations(&jm).is_empty());
+    advance(20).await;
+    assert_eq!(registrations(&jm).len(), 1);
+}
+
+#[actix::test]
+async fn shutdown_stops_it_and_removes_it_from_the_directory() {
+    let f = start(Some(SESSION), |_| {}).await;
+    f.tm.send(crate::actors::Shutdown).await.unwrap();
+    settle().await;
+    assert!(!f.tm.connected());
+    assert!(
+        f.env
+            .resolver
+            .task_manager(&f.env.address_of("taskmanager/tm-1"))
+            .is_none()
+    );
+}
