@@ -56,6 +56,14 @@ pub enum MiniClusterError {
     /// No in-process worker has this id.
     #[error("no running worker is called {0}")]
     UnknownWorker(ResourceId),
+    /// A waited-for condition did not hold in time.
+    #[error("the cluster did not reach the awaited state within {waited:?}; last status: {last}")]
+    ConditionNotReached {
+        /// How long.
+        waited: Duration,
+        /// What the cluster looked like at the deadline.
+        last: Box<ClusterStatus>,
+    },
     /// The pool did not reach the wanted size in time.
     #[error(
         "the pool did not reach {wanted} registered TaskManagers within {waited:?}; last status: {last}"
@@ -257,22 +265,41 @@ impl MiniCluster {
         })
     }
 
-    /// Waits until the pool holds exactly `size` registered workers with nothing pending,
-    /// checking every few milliseconds until `deadline` has passed.
+    /// Waits until the pool holds exactly `size` registered workers with nothing pending.
     pub async fn wait_for_pool(
         &self,
         size: u32,
         deadline: Duration,
     ) -> Result<ClusterStatus, MiniClusterError> {
+        self.wait_until(|status| status.is_pool_at(size), deadline)
+            .await
+            .map_err(|error| match error {
+                MiniClusterError::ConditionNotReached { waited, last } => {
+                    MiniClusterError::PoolNotReached {
+                        wanted: size,
+                        waited,
+                        last,
+                    }
+                }
+                other => other,
+            })
+    }
+
+    /// Waits until `condition` holds for a fresh status, checking every few milliseconds until
+    /// `deadline` has passed.
+    pub async fn wait_until(
+        &self,
+        mut condition: impl FnMut(&ClusterStatus) -> bool,
+        deadline: Duration,
+    ) -> Result<ClusterStatus, MiniClusterError> {
         let give_up = tokio::time::Instant::now() + deadline;
         loop {
             let status = self.status().await?;
-            if status.is_pool_at(size) {
+            if condition(&status) {
                 return Ok(status);
             }
             if tokio::time::Instant::now() >= give_up {
-                return Err(MiniClusterError::PoolNotReached {
-                    wanted: size,
+                return Err(MiniClusterError::ConditionNotReached {
                     waited: deadline,
                     last: Box::new(status),
                 });

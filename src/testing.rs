@@ -13,7 +13,7 @@ use tokio::sync::oneshot;
 
 use crate::directory::{LocalActor, LocalDirectory};
 use crate::drivers::{DriverError, WorkerDriver, WorkerRequest};
-use crate::env::{CurrentArbiterSpawner, ManualClock, NodeEnv};
+use crate::env::{CurrentArbiterSpawner, ManualClock, NodeEnv, Spawner};
 use crate::events::EventSink;
 use crate::messages::ids::{LeaderSessionId, ResourceId};
 use crate::messages::job_manager::*;
@@ -24,11 +24,16 @@ use crate::messages::*;
 /// An environment whose spawner keeps everything on the current arbiter (so a paused clock
 /// governs every timer), with a fresh local directory.
 pub fn env(node: &str, seed: u64) -> NodeEnv {
+    env_with_spawner(node, seed, Arc::new(CurrentArbiterSpawner))
+}
+
+/// Like [`env`], with TaskManagers placed by `spawner`.
+pub fn env_with_spawner(node: &str, seed: u64, spawner: Arc<dyn Spawner>) -> NodeEnv {
     NodeEnv::new(
         node,
         seed,
         Arc::new(ManualClock::new(1_000_000)),
-        Arc::new(CurrentArbiterSpawner),
+        spawner,
         Arc::new(LocalDirectory::new()),
         EventSink::new(1024),
     )
@@ -146,11 +151,6 @@ impl<T: Clone> Recorded<T> {
         lock(&self.0).clone()
     }
 
-    /// The messages so far, clearing the record.
-    pub fn take(&self) -> Vec<T> {
-        std::mem::take(&mut *lock(&self.0))
-    }
-
     /// The messages matching `pick`.
     pub fn filter<U>(&self, pick: impl Fn(&T) -> Option<U>) -> Vec<U> {
         lock(&self.0).iter().filter_map(pick).collect()
@@ -251,10 +251,6 @@ pub struct JobManagerProbeHandle {
     scripts: Arc<Mutex<JobManagerScripts>>,
     /// Its address.
     pub address: ActorAddress,
-    /// The leader session it answers with.
-    pub session: LeaderSessionId,
-    /// Its gateway.
-    pub gateway: JobManagerGateway,
 }
 
 impl JobManagerProbeHandle {
@@ -287,14 +283,15 @@ impl JobManagerProbeHandle {
             scripts: scripts.clone(),
         }
         .start();
-        let gateway = JobManagerGateway::of(&addr);
-        register(env, &address, LocalActor::JobManager(gateway.clone()));
+        register(
+            env,
+            &address,
+            LocalActor::JobManager(JobManagerGateway::of(&addr)),
+        );
         Self {
             received,
             scripts,
             address,
-            session,
-            gateway,
         }
     }
 

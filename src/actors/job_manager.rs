@@ -254,6 +254,7 @@ impl Handler<RegisterTaskManager> for JobManager {
     type Result = MessageResult<RegisterTaskManager>;
 
     fn handle(&mut self, msg: RegisterTaskManager, _: &mut Context<Self>) -> Self::Result {
+        log::debug!("job manager <- {msg:?}");
         MessageResult(self.register_task_manager(msg))
     }
 }
@@ -262,6 +263,7 @@ impl Handler<RegisterResourceManager> for JobManager {
     type Result = MessageResult<RegisterResourceManager>;
 
     fn handle(&mut self, msg: RegisterResourceManager, _: &mut Context<Self>) -> Self::Result {
+        log::debug!("job manager <- {msg:?}");
         match self.env.resolver.resource_manager(&msg.resource_manager) {
             Some(gateway) => {
                 log::info!(
@@ -287,6 +289,7 @@ impl Handler<ResourceRemoved> for JobManager {
     type Result = ();
 
     fn handle(&mut self, msg: ResourceRemoved, _: &mut Context<Self>) {
+        log::debug!("job manager <- {msg:?}");
         if !self.unregister(&msg.resource_id, msg.reason) {
             log::debug!(
                 "job manager: ResourceRemoved for {}, which is not registered",
@@ -300,6 +303,7 @@ impl Handler<Heartbeat> for JobManager {
     type Result = MessageResult<Heartbeat>;
 
     fn handle(&mut self, msg: Heartbeat, _: &mut Context<Self>) -> Self::Result {
+        log::debug!("job manager <- {msg:?}");
         let now_ms = self.env.clock.now_millis();
         if self
             .instances
@@ -322,6 +326,7 @@ impl Handler<ReleaseIdleTaskManagers> for JobManager {
     type Result = MessageResult<ReleaseIdleTaskManagers>;
 
     fn handle(&mut self, msg: ReleaseIdleTaskManagers, _: &mut Context<Self>) -> Self::Result {
+        log::debug!("job manager <- {msg:?}");
         let released = self.instances.idle_newest_first(msg.count as usize);
         for resource_id in &released {
             self.unregister(resource_id, RemovalReason::Idle);
@@ -344,6 +349,7 @@ impl Handler<GetJobManagerStatus> for JobManager {
     type Result = MessageResult<GetJobManagerStatus>;
 
     fn handle(&mut self, _: GetJobManagerStatus, _: &mut Context<Self>) -> Self::Result {
+        log::debug!("job manager <- GetJobManagerStatus");
         MessageResult(self.status())
     }
 }
@@ -352,6 +358,7 @@ impl Handler<Shutdown> for JobManager {
     type Result = ();
 
     fn handle(&mut self, _: Shutdown, ctx: &mut Context<Self>) {
+        log::debug!("job manager <- Shutdown");
         ctx.stop();
     }
 }

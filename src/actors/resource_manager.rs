@@ -384,6 +384,7 @@ impl Handler<CheckAndAllocateContainers> for FlinkResourceManager {
     type Result = ();
 
     fn handle(&mut self, _: CheckAndAllocateContainers, ctx: &mut Context<Self>) {
+        log::debug!("resource manager <- CheckAndAllocateContainers");
         self.check_workers_pool(ctx);
     }
 }
@@ -392,6 +393,7 @@ impl Handler<SetWorkerPoolSize> for FlinkResourceManager {
     type Result = Result<Acknowledge, SetPoolSizeError>;
 
     fn handle(&mut self, msg: SetWorkerPoolSize, ctx: &mut Context<Self>) -> Self::Result {
+        log::debug!("resource manager <- {msg:?}");
         if self.stopping {
             return Err(SetPoolSizeError::Stopping);
         }
@@ -420,6 +422,7 @@ impl Handler<RemoveResource> for FlinkResourceManager {
     type Result = ();
 
     fn handle(&mut self, msg: RemoveResource, ctx: &mut Context<Self>) {
+        log::debug!("resource manager <- {msg:?}");
         if !is_current_leader(
             self.leader_session(),
             msg.leader_session_id,
@@ -437,6 +440,7 @@ impl Handler<NotifyResourceStarted> for FlinkResourceManager {
     type Result = MessageResult<NotifyResourceStarted>;
 
     fn handle(&mut self, msg: NotifyResourceStarted, ctx: &mut Context<Self>) -> Self::Result {
+        log::debug!("resource manager <- {msg:?}");
         if is_current_leader(
             self.leader_session(),
             msg.leader_session_id,
@@ -455,6 +459,7 @@ impl Handler<NewLeaderAvailable> for FlinkResourceManager {
     type Result = ();
 
     fn handle(&mut self, msg: NewLeaderAvailable, ctx: &mut Context<Self>) {
+        log::debug!("resource manager <- {msg:?}");
         if self
             .leader
             .as_ref()
@@ -486,6 +491,7 @@ impl Handler<TriggerRegistrationAtJobManager> for FlinkResourceManager {
     type Result = ();
 
     fn handle(&mut self, _: TriggerRegistrationAtJobManager, ctx: &mut Context<Self>) {
+        log::debug!("resource manager <- TriggerRegistrationAtJobManager");
         if self.stopping {
             return;
         }
@@ -591,6 +597,7 @@ impl Handler<RegisterResourceManagerSuccessful> for FlinkResourceManager {
     type Result = ();
 
     fn handle(&mut self, msg: RegisterResourceManagerSuccessful, ctx: &mut Context<Self>) {
+        log::debug!("resource manager <- {msg:?}");
         self.registered_at_job_manager(msg, ctx);
     }
 }
@@ -599,6 +606,7 @@ impl Handler<WorkerStarted> for FlinkResourceManager {
     type Result = ();
 
     fn handle(&mut self, msg: WorkerStarted, ctx: &mut Context<Self>) {
+        log::debug!("resource manager <- {msg:?}");
         let resource_id = msg.resource_id;
         if self.pool.driver_started(&resource_id) {
             self.start_succeeded();
@@ -623,6 +631,7 @@ impl Handler<WorkerFailed> for FlinkResourceManager {
     type Result = ();
 
     fn handle(&mut self, msg: WorkerFailed, ctx: &mut Context<Self>) {
+        log::debug!("resource manager <- {msg:?}");
         match self.pool.remove(&msg.resource_id) {
             Some(WorkerState::Started) | None => {
                 log::debug!(
@@ -642,6 +651,7 @@ impl Handler<WorkerTerminated> for FlinkResourceManager {
     type Result = ();
 
     fn handle(&mut self, msg: WorkerTerminated, ctx: &mut Context<Self>) {
+        log::debug!("resource manager <- {msg:?}");
         let resource_id = msg.resource_id;
         match self.pool.remove(&resource_id) {
             None => {
@@ -681,6 +691,7 @@ impl Handler<StopCluster> for FlinkResourceManager {
     type Result = MessageResult<StopCluster>;
 
     fn handle(&mut self, _: StopCluster, ctx: &mut Context<Self>) -> Self::Result {
+        log::debug!("resource manager <- StopCluster");
         if !self.stopping {
             self.stopping = true;
             log::info!(
@@ -698,6 +709,7 @@ impl Handler<GetResourceManagerStatus> for FlinkResourceManager {
     type Result = MessageResult<GetResourceManagerStatus>;
 
     fn handle(&mut self, _: GetResourceManagerStatus, _: &mut Context<Self>) -> Self::Result {
+        log::debug!("resource manager <- GetResourceManagerStatus");
         MessageResult(self.status())
     }
 }

@@ -271,6 +271,7 @@ impl Handler<NewLeaderAvailable> for TaskManager {
     type Result = ();
 
     fn handle(&mut self, msg: NewLeaderAvailable, ctx: &mut Context<Self>) {
+        log::debug!("task manager <- {msg:?}");
         log::info!(
             "task manager {}: JobManager leader is {} (session {})",
             self.settings.resource_id,
@@ -290,6 +291,7 @@ impl Handler<Disconnect> for TaskManager {
     type Result = ();
 
     fn handle(&mut self, msg: Disconnect, ctx: &mut Context<Self>) {
+        log::debug!("task manager <- {msg:?}");
         let name = format!("task manager {}", self.settings.resource_id);
         if !is_current_leader(
             self.registration.session(),
@@ -311,6 +313,7 @@ impl Handler<GetTaskManagerStatus> for TaskManager {
     type Result = MessageResult<GetTaskManagerStatus>;
 
     fn handle(&mut self, _: GetTaskManagerStatus, _: &mut Context<Self>) -> Self::Result {
+        log::debug!("task manager <- GetTaskManagerStatus");
         MessageResult(self.status())
     }
 }
@@ -319,6 +322,7 @@ impl Handler<Shutdown> for TaskManager {
     type Result = ();
 
     fn handle(&mut self, _: Shutdown, ctx: &mut Context<Self>) {
+        log::debug!("task manager <- Shutdown");
         ctx.stop();
     }
 }

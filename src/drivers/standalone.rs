@@ -39,3 +39,23 @@ impl WorkerDriver for StandaloneDriver {
 
     fn shutdown(&mut self) {}
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::messages::ActorAddress;
+
+    #[test]
+    fn starts_nothing_and_adopts_whatever_registers() {
+        let mut driver = StandaloneDriver;
+        assert!(!driver.can_start_workers());
+        assert!(driver.adopts_unknown_workers());
+        let request = WorkerRequest {
+            resource_id: ResourceId::new("tm-1"),
+            job_manager: ActorAddress::new("local", "jobmanager"),
+            leader_session_id: None,
+        };
+        let error = driver.request_worker(request).unwrap_err();
+        assert!(error.to_string().contains("start TaskManagers yourself"));
+    }
+}

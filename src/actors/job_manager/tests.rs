@@ -5,9 +5,9 @@ use std::time::Duration;
 use actix::prelude::*;
 
 use super::*;
-use crate::messages::{HardwareDescription, TaskManagerLocation};
 use crate::messages::resource_manager::ResourceManagerMessage;
 use crate::messages::task_manager::TaskManagerMessage;
+use crate::messages::{HardwareDescription, TaskManagerLocation};
 use crate::testing::*;
 
 const SESSION: LeaderSessionId = LeaderSessionId::from_u128(42);
@@ -76,7 +76,12 @@ impl Fixture {
         }
     }
 
-    async fn connect_resource_manager(&self) -> (ResourceManagerProbeHandle, RegisterResourceManagerSuccessful) {
+    async fn connect_resource_manager(
+        &self,
+    ) -> (
+        ResourceManagerProbeHandle,
+        RegisterResourceManagerSuccessful,
+    ) {
         let rm = ResourceManagerProbeHandle::start(&self.env);
         let answer = ask(
             &self.jm,
@@ -168,7 +173,11 @@ async fn a_duplicate_registration_is_answered_already_registered() {
     );
     settle().await;
     assert_eq!(f.status().await.task_managers.len(), 1);
-    assert_eq!(notified(&rm).len(), 1, "the resource manager hears of it once");
+    assert_eq!(
+        notified(&rm).len(),
+        1,
+        "the resource manager hears of it once"
+    );
 }
 
 #[actix::test]
@@ -176,10 +185,7 @@ async fn a_task_manager_registering_from_a_new_address_replaces_its_old_instance
     let f = start().await;
     let (_old, registration) = f.task_manager("tm-1");
     let old_instance = f.register(&registration).await;
-    let restarted = TaskManagerProbeHandle::start(
-        &f.env,
-        &ResourceId::new("tm-1-restarted"),
-    );
+    let restarted = TaskManagerProbeHandle::start(&f.env, &ResourceId::new("tm-1-restarted"));
     let mut again = registration.clone();
     again.location.address = restarted.address.clone();
     let new_instance = f.register(&again).await;
@@ -246,7 +252,10 @@ async fn register_resource_manager_lists_task_managers_registered_before_it() {
         [ResourceId::new("tm-a"), ResourceId::new("tm-b")]
     );
     settle().await;
-    assert!(notified(&rm).is_empty(), "reconciliation, not notifications");
+    assert!(
+        notified(&rm).is_empty(),
+        "reconciliation, not notifications"
+    );
     assert!(f.status().await.resource_manager_connected);
 }
 
@@ -288,7 +297,11 @@ async fn heartbeats_keep_a_task_manager_registered_and_report_its_slots() {
         );
     }
     let status = f.status().await;
-    assert_eq!(status.task_managers.len(), 1, "2 s of heartbeats, never timed out");
+    assert_eq!(
+        status.task_managers.len(),
+        1,
+        "2 s of heartbeats, never timed out"
+    );
     assert_eq!(status.free_slots(), 1);
     assert!(removed(&rm).is_empty());
     assert!(tm.received.all().is_empty());
@@ -310,8 +323,7 @@ async fn a_silent_task_manager_is_unregistered_disconnected_and_reported_after_t
     tokio::time::sleep_until(registered_at + TIMEOUT).await;
     assert_eq!(f.status().await.task_managers.len(), 1);
     // Detected at the first sweep after the timeout.
-    tokio::time::sleep_until(registered_at + TIMEOUT + INTERVAL + Duration::from_millis(1))
-        .await;
+    tokio::time::sleep_until(registered_at + TIMEOUT + INTERVAL + Duration::from_millis(1)).await;
     let status = f.status().await;
     assert!(status.task_managers.is_empty());
     assert_eq!(status.heartbeat_timeouts, 1);

@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::messages::job_manager::{
-    AcknowledgeRegistration, AlreadyRegistered, RefuseRegistration, RefusalReason,
+    AcknowledgeRegistration, AlreadyRegistered, RefusalReason, RefuseRegistration,
 };
 
 const S: LeaderSessionId = LeaderSessionId::from_u128(1);
@@ -60,9 +60,8 @@ fn in_phase(phase: &str) -> (Registration, u64) {
         other => panic!("no phase {other}"),
     }
     let current = match r.phase() {
-        RegistrationPhase::Registering { attempt } | RegistrationPhase::WaitingToRetry { attempt } => {
-            attempt
-        }
+        RegistrationPhase::Registering { attempt }
+        | RegistrationPhase::WaitingToRetry { attempt } => attempt,
         _ => r.attempts(),
     };
     (r, current)
@@ -222,15 +221,19 @@ fn every_phase_against_every_event() {
 fn timeouts_double_to_the_cap_and_start_over_after_an_error() {
     let mut r = Registration::new(config());
     let mut timeouts = vec![];
-    let RegistrationAction::Send { mut attempt, timeout } =
-        r.handle(RegistrationEvent::LeaderFound(leader("a")))
+    let RegistrationAction::Send {
+        mut attempt,
+        timeout,
+    } = r.handle(RegistrationEvent::LeaderFound(leader("a")))
     else {
         panic!("expected a send")
     };
     timeouts.push(timeout.as_millis());
     for _ in 0..4 {
-        let RegistrationAction::Send { attempt: next, timeout } =
-            r.handle(RegistrationEvent::AttemptTimedOut { attempt })
+        let RegistrationAction::Send {
+            attempt: next,
+            timeout,
+        } = r.handle(RegistrationEvent::AttemptTimedOut { attempt })
         else {
             panic!("expected a send")
         };

@@ -8,8 +8,8 @@ use super::*;
 use crate::messages::RemovalReason;
 use crate::messages::ids::LeaderSessionId;
 use crate::messages::job_manager::{
-    AcknowledgeRegistration, AlreadyRegistered, JobManagerMessage, RefuseRegistration,
-    RefusalReason, RegistrationResponse,
+    AcknowledgeRegistration, AlreadyRegistered, JobManagerMessage, RefusalReason,
+    RefuseRegistration, RegistrationResponse,
 };
 use crate::testing::*;
 
@@ -123,10 +123,17 @@ async fn registers_at_start_with_its_location_and_slots_then_heartbeats() {
     );
     advance(1_000).await;
     let heartbeats = f.heartbeats();
-    assert!((9..=11).contains(&heartbeats), "{heartbeats} heartbeats in 1 s");
+    assert!(
+        (9..=11).contains(&heartbeats),
+        "{heartbeats} heartbeats in 1 s"
+    );
     let status = ask(&f.tm, GetTaskManagerStatus).await;
     assert_eq!((status.slots_total, status.slots_free), (3, 3));
-    assert_eq!(f.registrations().len(), 1, "no re-registration while acknowledged");
+    assert_eq!(
+        f.registrations().len(),
+        1,
+        "no re-registration while acknowledged"
+    );
 }
 
 #[actix::test]
@@ -271,7 +278,8 @@ async fn a_silent_job_manager_makes_it_register_again_after_the_heartbeat_timeou
 async fn an_unknown_task_manager_answer_makes_it_register_again_at_once() {
     let f = start(Some(SESSION), |_| {}).await;
     f.jm.script(|s| {
-        s.heartbeat = Script::Answer(crate::messages::job_manager::HeartbeatResponse::UnknownTaskManager)
+        s.heartbeat =
+            Script::Answer(crate::messages::job_manager::HeartbeatResponse::UnknownTaskManager)
     });
     advance(INTERVAL.as_millis() as u64 + 1).await;
     assert_eq!(f.registrations().len(), 2);

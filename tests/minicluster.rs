@@ -1,0 +1,139 @@
+//! The embedded cluster end to end: real TaskManager threads, real time, short heartbeats.
+//! Every wait polls with a deadline; nothing sleeps for a fixed time.
+
+use std::time::Duration;
+
+use flint::events::ClusterEvent;
+use flint::messages::RemovalReason;
+use flint::{ClusterConfig, MiniCluster, MiniClusterError};
+
+const DEADLINE: Duration = Duration::from_secs(20);
+
+fn config(pool_size: u32) -> ClusterConfig {
+    let mut config = ClusterConfig::default();
+    config.resourcemanager.pool_size = pool_size;
+    config.resourcemanager.check_interval = Duration::from_millis(50);
+    config.taskmanager.slots = 2;
+    config.heartbeat.interval = Duration::from_millis(50);
+    config.heartbeat.timeout = Duration::from_millis(250);
+    config.seed = Some(7);
+    config
+}
+
+#[actix::test]
+async fn the_pool_converges_from_zero_to_its_designated_size() {
+    let cluster = MiniCluster::start(config(0)).unwrap();
+    let status = cluster.wait_for_pool(0, DEADLINE).await.unwrap();
+    assert_eq!(status.total_slots, 0);
+    cluster.set_pool_size(6).await.unwrap();
+    let status = cluster.wait_for_pool(6, DEADLINE).await.unwrap();
+    assert_eq!((status.total_slots, status.free_slots), (12, 12));
+    assert_eq!(status.start_failures, 0);
+    assert_eq!(cluster.running_workers().len(), 6);
+    // Every registered TaskManager is one the resource manager started.
+    let mut registered: Vec<_> = status
+        .task_managers
+        .iter()
+        .map(|tm| tm.resource_id.clone())
+        .collect();
+    registered.sort();
+    assert_eq!(registered, cluster.running_workers());
+    cluster.shutdown().await.unwrap();
+}
+
+#[actix::test]
+async fn after_each_crash_the_pool_returns_to_its_size() {
+    let cluster = MiniCluster::start(config(3)).unwrap();
+    let mut events = cluster.subscribe();
+    cluster.wait_for_pool(3, DEADLINE).await.unwrap();
+    for crash in 1..=4u64 {
+        let victim = cluster.running_workers()[0].clone();
+        cluster.kill_worker(&victim).unwrap();
+        let gone = |s: &flint::ClusterStatus| {
+            s.is_pool_at(3) && !s.task_managers.iter().any(|tm| tm.resource_id == victim)
+        };
+        let status = cluster.wait_until(gone, DEADLINE).await.unwrap();
+        assert!(!cluster.running_workers().contains(&victim));
+        assert_eq!(status.heartbeat_timeouts, crash);
+    }
+    // The JobManager noticed every crash by heartbeat timeout.
+    let mut lost = 0;
+    while let Ok(event) = events.try_recv() {
+        if matches!(
+            event,
+            ClusterEvent::TaskManagerLost {
+                reason: RemovalReason::HeartbeatTimeout,
+                ..
+            }
+        ) {
+            lost += 1;
+        }
+    }
+    assert_eq!(lost, 4);
+    cluster.shutdown().await.unwrap();
+}
+
+#[actix::test]
+async fn resizing_up_and_down_starts_and_releases_workers() {
+    let cluster = MiniCluster::start(config(2)).unwrap();
+    cluster.wait_for_pool(2, DEADLINE).await.unwrap();
+    cluster.set_pool_size(5).await.unwrap();
+    cluster.wait_for_pool(5, DEADLINE).await.unwrap();
+    cluster.set_pool_size(1).await.unwrap();
+    let status = cluster.wait_for_pool(1, DEADLINE).await.unwrap();
+    assert_eq!(status.total_slots, 2);
+    // Released workers' threads are stopped, not just forgotten.
+    assert_eq!(cluster.running_workers().len(), 1);
+    cluster.set_pool_size(0).await.unwrap();
+    cluster.wait_for_pool(0, DEADLINE).await.unwrap();
+    assert!(cluster.running_workers().is_empty());
+    cluster.shutdown().await.unwrap();
+}
+
+#[actix::test]
+async fn bad_requests_are_refused_and_change_nothing() {
+    let cluster = MiniCluster::start(config(1)).unwrap();
+    cluster.wait_for_pool(1, DEADLINE).await.unwrap();
+    let too_big = cluster.set_pool_size(1_000_000).await.unwrap_err();
+    assert!(
+        too_big
+            .to_string()
+            .contains("resourcemanager.max-pool-size"),
+        "{too_big}"
+    );
+    let unknown = flint::messages::ids::ResourceId::new("no-such-worker");
+    assert!(matches!(
+        cluster.kill_worker(&unknown),
+        Err(MiniClusterError::UnknownWorker(_))
+    ));
+    let status = cluster.status().await.unwrap();
+    assert!(status.is_pool_at(1));
+    cluster.shutdown().await.unwrap();
+}
+
+#[actix::test]
+async fn an_invalid_configuration_starts_nothing_and_names_the_key() {
+    let mut bad = config(1);
+    bad.heartbeat.timeout = bad.heartbeat.interval;
+    let error = MiniCluster::start(bad).err().expect("refused");
+    assert!(error.to_string().contains("heartbeat.timeout"), "{error}");
+    let mut bad = config(1);
+    bad.taskmanager.slots = 0;
+    let error = MiniCluster::start(bad).err().expect("refused");
+    assert!(error.to_string().contains("taskmanager.slots"), "{error}");
+}
+
+#[actix::test]
+async fn wait_for_pool_reports_the_cluster_when_it_times_out() {
+    let cluster = MiniCluster::start(config(1)).unwrap();
+    let error = cluster
+        .wait_for_pool(2, Duration::from_millis(200))
+        .await
+        .unwrap_err();
+    let MiniClusterError::PoolNotReached { wanted, last, .. } = error else {
+        panic!("expected a timeout, got {error}")
+    };
+    assert_eq!(wanted, 2);
+    assert_eq!(last.designated_pool_size, 1);
+    cluster.shutdown().await.unwrap();
+}
