@@ -8,6 +8,9 @@
 //! a worker is killed, the JobManager's heartbeat timeout notices, the resource manager starts
 //! a replacement that registers. Medians over the rounds are printed as a Markdown table.
 
+// A benchmark measures wall time with the real clock; it is no node code.
+#![allow(clippy::disallowed_methods)]
+
 use std::time::{Duration, Instant};
 
 use flint::events::ClusterEvent;
@@ -66,10 +69,16 @@ struct BringUp {
 /// allocator): an empty cluster, then `n` idle TaskManagers, the difference over `n`.
 async fn idle_memory_per_task_manager(n: u32) -> f64 {
     let cluster = MiniCluster::start(config(0)).unwrap();
-    cluster.wait_for_pool(0, Duration::from_secs(60)).await.unwrap();
+    cluster
+        .wait_for_pool(0, Duration::from_secs(60))
+        .await
+        .unwrap();
     let before = resident_bytes();
     cluster.set_pool_size(n).await.unwrap();
-    cluster.wait_for_pool(n, Duration::from_secs(60)).await.unwrap();
+    cluster
+        .wait_for_pool(n, Duration::from_secs(60))
+        .await
+        .unwrap();
     // Several heartbeat rounds, so every TaskManager has settled into idling.
     tokio::time::sleep(Duration::from_millis(500)).await;
     let after = resident_bytes();
@@ -87,7 +96,10 @@ async fn bring_up(n: u32) -> BringUp {
     .await;
     let seconds = (done - started).as_secs_f64();
     // Confirm with the actors themselves.
-    cluster.wait_for_pool(n, Duration::from_secs(60)).await.unwrap();
+    cluster
+        .wait_for_pool(n, Duration::from_secs(60))
+        .await
+        .unwrap();
     cluster.shutdown().await.unwrap();
     BringUp {
         seconds,
@@ -102,7 +114,10 @@ struct Replacement {
 
 async fn crash_and_replace(n: u32, rounds: usize) -> Vec<Replacement> {
     let cluster = MiniCluster::start(config(n)).unwrap();
-    cluster.wait_for_pool(n, Duration::from_secs(60)).await.unwrap();
+    cluster
+        .wait_for_pool(n, Duration::from_secs(60))
+        .await
+        .unwrap();
     let mut results = Vec::new();
     for _ in 0..rounds {
         let mut events = cluster.subscribe();
@@ -121,7 +136,10 @@ async fn crash_and_replace(n: u32, rounds: usize) -> Vec<Replacement> {
             detected_ms: (detected - killed).as_secs_f64() * 1e3,
             replaced_ms: (replaced - detected).as_secs_f64() * 1e3,
         });
-        cluster.wait_for_pool(n, Duration::from_secs(60)).await.unwrap();
+        cluster
+            .wait_for_pool(n, Duration::from_secs(60))
+            .await
+            .unwrap();
     }
     cluster.shutdown().await.unwrap();
     results
@@ -132,7 +150,9 @@ async fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
     let rounds = if quick { 1 } else { 5 };
     let kib = idle_memory_per_task_manager(1_000).await;
-    println!("idle in-process TaskManager (own thread + runtime + actor), 1,000 of them: {kib:.1} KiB resident each\n");
+    println!(
+        "idle in-process TaskManager (own thread + runtime + actor), 1,000 of them: {kib:.1} KiB resident each\n"
+    );
     println!("| TaskManagers | bring-up (median of {rounds}) | registrations/s |");
     println!("|---:|---:|---:|");
     for n in [10, 100, 1_000] {
@@ -148,7 +168,10 @@ async fn main() {
     }
     let replacements = crash_and_replace(10, if quick { 3 } else { 15 }).await;
     println!();
-    println!("| crash → replacement (pool of 10, heartbeat 50 ms / timeout 200 ms, median of {}) | ms |", replacements.len());
+    println!(
+        "| crash → replacement (pool of 10, heartbeat 50 ms / timeout 200 ms, median of {}) | ms |",
+        replacements.len()
+    );
     println!("|---|---:|");
     println!(
         "| kill → JobManager unregisters it (heartbeat timeout) | {:.1} |",

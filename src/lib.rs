@@ -62,3 +62,8 @@ pub(crate) mod testing;
 pub use config::ClusterConfig;
 pub use events::ClusterEvent;
 pub use minicluster::{ClusterStatus, MiniCluster, MiniClusterError};
+
+/// The README's examples compile (`cargo test --doc`).
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
