@@ -27,7 +27,7 @@ impl ExponentialBackoff {
     /// The pause to take now; the one after it is twice as long (up to the cap).
     pub fn next_delay(&mut self) -> Duration {
         let delay = self.next;
-        self.next = (self.next * 2).min(self.max);
+        self.next = self.next.saturating_mul(2).min(self.max);
         delay
     }
 

@@ -270,11 +270,14 @@ impl ClusterConfig {
                 ),
             ));
         }
-        if self.taskmanager.slots == 0 {
+        let max_slots = crate::messages::job_manager::MAX_SLOTS_PER_TASK_MANAGER;
+        if self.taskmanager.slots == 0 || self.taskmanager.slots > max_slots {
             return Err(invalid(
                 "taskmanager.slots",
-                0,
-                "at least 1 (a TaskManager without slots runs nothing)",
+                self.taskmanager.slots,
+                format!(
+                    "a whole number from 1 to {max_slots} (a TaskManager without slots runs nothing)"
+                ),
             ));
         }
         if self.cluster.id.as_str().is_empty() {

@@ -73,8 +73,21 @@ impl LocalDirectory {
         self.actors.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// The actor at `address` if it still runs; a dead one (crashed before it could
+    /// deregister) is forgotten on the way.
     fn get(&self, address: &ActorAddress) -> Option<LocalActor> {
-        self.lock().get(address).cloned()
+        let mut actors = self.lock();
+        let alive = match actors.get(address)? {
+            LocalActor::JobManager(g) => g.is_alive(),
+            LocalActor::ResourceManager(g) => g.is_alive(),
+            LocalActor::TaskManager(g) => g.is_alive(),
+        };
+        if alive {
+            actors.get(address).cloned()
+        } else {
+            actors.remove(address);
+            None
+        }
     }
 }
 

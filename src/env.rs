@@ -73,7 +73,8 @@ impl NodeRng {
         Self(ChaCha8Rng::seed_from_u64(seed))
     }
 
-    /// A generator seeded from the operating system (production only).
+    /// A generator seeded from the operating system (production only: a node's seed).
+    #[allow(clippy::disallowed_methods)] // the one production source of a fresh seed
     pub fn from_entropy() -> Self {
         Self(ChaCha8Rng::from_os_rng())
     }

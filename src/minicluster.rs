@@ -13,7 +13,7 @@ use tokio::sync::broadcast;
 
 use crate::actors::Shutdown;
 use crate::actors::job_manager::{JobManager, JobManagerSettings};
-use crate::actors::resource_manager::FlinkResourceManager;
+use crate::actors::resource_manager::{FlinkResourceManager, ResourceManagerSettings};
 use crate::config::{ClusterConfig, ConfigError};
 use crate::directory::LocalDirectory;
 use crate::drivers::in_process::{InProcessDriver, InProcessWorkers, TaskManagerTemplate};
@@ -94,9 +94,9 @@ pub struct ClusterStatus {
     /// TaskManagers registered at the JobManager.
     pub task_managers: Vec<TaskManagerInfo>,
     /// Slots over all registered TaskManagers.
-    pub total_slots: u32,
+    pub total_slots: u64,
     /// Free slots over all registered TaskManagers.
-    pub free_slots: u32,
+    pub free_slots: u64,
     /// TaskManagers lost to heartbeat timeouts since start.
     pub heartbeat_timeouts: u64,
 }
@@ -197,8 +197,11 @@ impl MiniCluster {
         );
         let workers = driver.workers();
         let resource_manager = FlinkResourceManager::new(
-            config.resourcemanager.clone(),
-            ASK_TIMEOUT,
+            ResourceManagerSettings {
+                pool: config.resourcemanager.clone(),
+                heartbeat: config.heartbeat,
+                ask_timeout: ASK_TIMEOUT,
+            },
             Box::new(driver),
             env,
         )

@@ -202,6 +202,8 @@ pub struct JobManagerScripts {
     pub heartbeat: Script<HeartbeatResponse>,
     /// `ReleaseIdleTaskManagers`.
     pub release_idle_task_managers: Script<IdleTaskManagersReleased>,
+    /// `ResourceManagerHeartbeat`.
+    pub resource_manager_heartbeat: Script<ResourceManagerHeartbeatResponse>,
     /// `GetJobManagerStatus`.
     pub get_status: Script<JobManagerStatus>,
 }
@@ -241,7 +243,21 @@ scripted!(
     GetJobManagerStatus,
     get_status
 );
+scripted!(
+    JobManagerProbe,
+    JobManagerMessage,
+    ResourceManagerHeartbeat,
+    resource_manager_heartbeat
+);
 recorded!(JobManagerProbe, JobManagerMessage, ResourceRemoved);
+
+impl Handler<crate::actors::Shutdown> for JobManagerProbe {
+    type Result = ();
+
+    fn handle(&mut self, _: crate::actors::Shutdown, ctx: &mut Context<Self>) {
+        ctx.stop();
+    }
+}
 
 /// The test's side of a [`JobManagerProbe`].
 #[derive(Clone)]
@@ -251,9 +267,15 @@ pub struct JobManagerProbeHandle {
     scripts: Arc<Mutex<JobManagerScripts>>,
     /// Its address.
     pub address: ActorAddress,
+    addr: Addr<JobManagerProbe>,
 }
 
 impl JobManagerProbeHandle {
+    /// Stops the probe: asks to it fail from now on, as to a JobManager that died.
+    pub async fn stop(&self) {
+        let _ = self.addr.send(crate::actors::Shutdown).await;
+    }
+
     /// Starts a probe at `local/<name>` in `env`'s directory answering as leader `session`:
     /// registrations are acknowledged, heartbeats acknowledged, nothing is released.
     pub fn start(env: &NodeEnv, name: &str, session: LeaderSessionId) -> Self {
@@ -275,6 +297,12 @@ impl JobManagerProbeHandle {
                 leader_session_id: session,
                 released: Vec::new(),
             }),
+            resource_manager_heartbeat: Script::Answer(
+                ResourceManagerHeartbeatResponse::Acknowledged {
+                    leader_session_id: session,
+                    registered: Vec::new(),
+                },
+            ),
             get_status: Script::Silent,
         }));
         let received = Recorded::default();
@@ -292,6 +320,7 @@ impl JobManagerProbeHandle {
             received,
             scripts,
             address,
+            addr,
         }
     }
 
@@ -466,6 +495,8 @@ pub enum DriverCall {
     Release(ResourceId),
     /// `shutdown`.
     Shutdown,
+    /// `leader_changed`.
+    LeaderChanged(ActorAddress, LeaderSessionId),
 }
 
 /// A driver that records calls and starts nothing; the test plays the driver's part by sending
@@ -567,6 +598,13 @@ impl WorkerDriver for ScriptedDriver {
 
     fn shutdown(&mut self) {
         self.calls.push(DriverCall::Shutdown);
+    }
+
+    fn leader_changed(&mut self, job_manager: &ActorAddress, leader_session_id: LeaderSessionId) {
+        self.calls.push(DriverCall::LeaderChanged(
+            job_manager.clone(),
+            leader_session_id,
+        ));
     }
 }
 

@@ -26,6 +26,13 @@ async fn shutdown_stops_every_actor_and_joins_every_worker_thread() {
     // Crash one and release some, so stopped arbiters are joined too.
     let victim = cluster.running_workers()[0].clone();
     cluster.kill_worker(&victim).unwrap();
+    let replaced = |s: &flint::ClusterStatus| {
+        s.is_pool_at(8) && !s.task_managers.iter().any(|tm| tm.resource_id == victim)
+    };
+    cluster
+        .wait_until(replaced, Duration::from_secs(20))
+        .await
+        .unwrap();
     cluster.set_pool_size(5).await.unwrap();
     cluster
         .wait_for_pool(5, Duration::from_secs(20))

@@ -135,14 +135,20 @@ impl InstanceManager {
         self.instances.is_empty()
     }
 
-    /// Slots over all TaskManagers.
-    pub fn total_slots(&self) -> u32 {
-        self.instances.values().map(|i| i.slots_total).sum()
+    /// Slots over all TaskManagers (64 bits: many TaskManagers' slots may not fit in 32).
+    pub fn total_slots(&self) -> u64 {
+        self.instances
+            .values()
+            .map(|i| u64::from(i.slots_total))
+            .sum()
     }
 
     /// Free slots over all TaskManagers.
-    pub fn free_slots(&self) -> u32 {
-        self.instances.values().map(|i| i.slots_free).sum()
+    pub fn free_slots(&self) -> u64 {
+        self.instances
+            .values()
+            .map(|i| u64::from(i.slots_free))
+            .sum()
     }
 
     /// Every registration as status info.

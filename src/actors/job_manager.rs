@@ -56,8 +56,15 @@ pub struct JobManager {
     instances: InstanceManager,
     gateways: BTreeMap<ResourceId, TaskManagerGateway>,
     heartbeats: HeartbeatMonitor<ResourceId>,
-    resource_manager: Option<ResourceManagerGateway>,
+    resource_manager: Option<ConnectedResourceManager>,
     heartbeat_timeouts: u64,
+}
+
+/// The resource manager registered here, watched by heartbeat like a TaskManager.
+struct ConnectedResourceManager {
+    address: ActorAddress,
+    gateway: ResourceManagerGateway,
+    last_heard: Instant,
 }
 
 impl JobManager {
@@ -106,12 +113,35 @@ impl JobManager {
             log::warn!("job manager: refused TaskManager {resource_id} without slots");
             return Self::refuse(RefusalReason::NoSlots);
         }
+        if msg.number_of_slots > MAX_SLOTS_PER_TASK_MANAGER {
+            log::warn!(
+                "job manager: refused TaskManager {resource_id} offering {} slots",
+                msg.number_of_slots
+            );
+            return Self::refuse(RefusalReason::TooManySlots {
+                offered: msg.number_of_slots,
+                max: MAX_SLOTS_PER_TASK_MANAGER,
+            });
+        }
+        if msg.location.resource_id != resource_id {
+            log::warn!(
+                "job manager: refused a registration naming {resource_id} and {}",
+                msg.location.resource_id
+            );
+            return Self::refuse(RefusalReason::InconsistentResourceId {
+                resource_id,
+                location: msg.location.resource_id,
+            });
+        }
         if let Some(existing) = self.instances.get(&resource_id) {
             if existing.location.address == msg.location.address {
                 log::debug!("job manager: TaskManager {resource_id} is registered already");
-                self.heartbeats.record(resource_id, Instant::now());
+                let instance_id = existing.instance_id;
+                self.heartbeats.record(resource_id.clone(), Instant::now());
+                // Tell the resource manager again: its first notification may have been lost.
+                self.notify_resource_started(resource_id);
                 return RegistrationResponse::AlreadyRegistered(AlreadyRegistered {
-                    instance_id: existing.instance_id,
+                    instance_id,
                     leader_session_id: self.leader_session_id,
                 });
             }
@@ -162,6 +192,7 @@ impl JobManager {
             return;
         };
         let request = rm
+            .gateway
             .notify_resource_started
             .send(NotifyResourceStarted {
                 leader_session_id: self.leader_session_id,
@@ -193,6 +224,17 @@ impl JobManager {
     }
 
     fn check_heartbeats(&mut self) {
+        let now = Instant::now();
+        if let Some(rm) = &self.resource_manager
+            && now.saturating_duration_since(rm.last_heard) > self.settings.heartbeat.timeout
+        {
+            log::warn!(
+                "job manager: resource manager {} silent for over {:?}; forgetting it until it registers again",
+                rm.address,
+                self.settings.heartbeat.timeout
+            );
+            self.resource_manager = None;
+        }
         for resource_id in self.heartbeats.take_expired(Instant::now()) {
             let gateway = self.gateways.get(&resource_id).cloned();
             if !self.unregister(&resource_id, RemovalReason::HeartbeatTimeout) {
@@ -207,7 +249,7 @@ impl JobManager {
                 });
             }
             if let Some(rm) = &self.resource_manager {
-                rm.remove_resource.do_send(RemoveResource {
+                rm.gateway.remove_resource.do_send(RemoveResource {
                     leader_session_id: self.leader_session_id,
                     resource_id,
                     reason: RemovalReason::HeartbeatTimeout,
@@ -270,7 +312,11 @@ impl Handler<RegisterResourceManager> for JobManager {
                     "job manager: resource manager {} connected",
                     msg.resource_manager
                 );
-                self.resource_manager = Some(gateway);
+                self.resource_manager = Some(ConnectedResourceManager {
+                    address: msg.resource_manager.clone(),
+                    gateway,
+                    last_heard: Instant::now(),
+                });
             }
             None => log::error!(
                 "job manager: cannot reach resource manager {}; it will not hear of registrations",
@@ -342,6 +388,24 @@ impl Handler<ReleaseIdleTaskManagers> for JobManager {
             leader_session_id: self.leader_session_id,
             released,
         })
+    }
+}
+
+impl Handler<ResourceManagerHeartbeat> for JobManager {
+    type Result = MessageResult<ResourceManagerHeartbeat>;
+
+    fn handle(&mut self, msg: ResourceManagerHeartbeat, _: &mut Context<Self>) -> Self::Result {
+        log::debug!("job manager <- {msg:?}");
+        match self.resource_manager.as_mut() {
+            Some(rm) if rm.address == msg.resource_manager => {
+                rm.last_heard = Instant::now();
+                MessageResult(ResourceManagerHeartbeatResponse::Acknowledged {
+                    leader_session_id: self.leader_session_id,
+                    registered: self.instances.resource_ids(),
+                })
+            }
+            _ => MessageResult(ResourceManagerHeartbeatResponse::UnknownResourceManager),
+        }
     }
 }
 

@@ -173,7 +173,7 @@ impl Registration {
             (P::Registering { attempt }, E::AttemptTimedOut { attempt: timed_out })
                 if attempt == timed_out =>
             {
-                self.timeout = (self.timeout * 2).min(self.config.max_timeout);
+                self.timeout = self.timeout.saturating_mul(2).min(self.config.max_timeout);
                 self.send_next()
             }
             (P::Registering { attempt }, E::AttemptFailed { attempt: failed })

@@ -3,13 +3,22 @@
 //! It owns the pool's bookkeeping ([`WorkerPool`]) and a [`WorkerDriver`]; it never runs tasks and
 //! never decides which worker is idle (the JobManager knows that). It only starts workers once it
 //! is registered at a JobManager leader, so after a leader change it first learns which
-//! TaskManagers the new leader already has and counts them, instead of starting duplicates.
+//! TaskManagers the new leader already has and counts them, instead of starting duplicates. The
+//! connection to the JobManager (registration, heartbeats, reconciliation) lives in
+//! [`connection`].
 //!
-//! Timers: the pool check (`resourcemanager.check-interval`), the registration retry at the
-//! JobManager (exponential), the pause after start failures (exponential, capped) and each
-//! started worker's registration timeout. All run on actix timers, so a paused tokio clock drives
-//! them in tests.
+//! Whatever the resource manager releases, it also reports to the JobManager
+//! (`ResourceRemoved`, idempotent there), so the JobManager never keeps a TaskManager the driver
+//! is stopping; and a released worker that registers again anyway is reported again.
+//!
+//! Timers: the pool check (`resourcemanager.check-interval`), the heartbeat to the JobManager,
+//! the registration retry (exponential), the pause after start failures (exponential, capped)
+//! and each worker's registration deadline, counted from its request. All run on actix timers,
+//! so a paused tokio clock drives them in tests.
 
+mod connection;
+
+use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 
 use actix::clock::Instant;
@@ -17,23 +26,34 @@ use actix::prelude::*;
 
 use super::worker_pool::{RegistrationOutcome, WorkerPool, WorkerState};
 use crate::backoff::ExponentialBackoff;
-use crate::config::ResourceManagerConfig;
+use crate::config::{HeartbeatConfig, ResourceManagerConfig};
 use crate::directory::LocalActor;
 use crate::drivers::{WorkerDriver, WorkerRequest};
-use crate::env::{NodeEnv, NodeRng};
+use crate::env::NodeEnv;
 use crate::events::ClusterEvent;
 use crate::messages::ids::{LeaderSessionId, ResourceId};
 use crate::messages::job_manager::{
-    IdleTaskManagersReleased, JobManagerGateway, RegisterResourceManager, ReleaseIdleTaskManagers,
-    ResourceRemoved,
+    IdleTaskManagersReleased, JobManagerGateway, ReleaseIdleTaskManagers, ResourceRemoved,
 };
 use crate::messages::resource_manager::*;
-use crate::messages::{
-    Acknowledge, ActorAddress, NewLeaderAvailable, RemovalReason, is_current_leader,
-};
+use crate::messages::{Acknowledge, ActorAddress, RemovalReason, is_current_leader};
 
 /// The actor's name on its node.
 pub const NAME: &str = "resourcemanager";
+
+/// How many released resource ids are remembered, to catch a released worker registering again.
+const RELEASED_MEMORY: usize = 4096;
+
+/// What a resource manager is started with.
+#[derive(Debug, Clone)]
+pub struct ResourceManagerSettings {
+    /// The pool: size, timers, backoffs.
+    pub pool: ResourceManagerConfig,
+    /// Heartbeats to the JobManager.
+    pub heartbeat: HeartbeatConfig,
+    /// How long an ask to the JobManager may take.
+    pub ask_timeout: Duration,
+}
 
 /// The JobManager leader the RM knows of.
 #[derive(Debug)]
@@ -42,22 +62,23 @@ struct Leader {
     session: LeaderSessionId,
     gateway: Option<JobManagerGateway>,
     connected: bool,
+    /// When the leader last answered (registration or heartbeat).
+    last_heard: Instant,
 }
 
 /// See the module docs.
 pub struct FlinkResourceManager {
-    config: ResourceManagerConfig,
-    ask_timeout: Duration,
+    settings: ResourceManagerSettings,
     env: NodeEnv,
     address: ActorAddress,
-    /// Prefix of the resource ids this RM chooses, random per RM so a restarted RM never reuses
-    /// an id of its predecessor's workers.
+    /// Prefix of the resource ids this RM chooses: 32 random bits per RM, and ids already in the
+    /// pool are skipped, so a successor never collides with workers it reconciles.
     id_prefix: String,
     next_worker: u64,
     pool: WorkerPool,
     driver: Box<dyn WorkerDriver>,
     leader: Option<Leader>,
-    /// Registration attempts at the leader; answers to older attempts are ignored.
+    /// Registration attempts at the leader; answers and retries of older attempts are ignored.
     registration_attempt: u64,
     registration_backoff: ExponentialBackoff,
     start_failures: u64,
@@ -66,7 +87,15 @@ pub struct FlinkResourceManager {
     /// No worker is started before this instant (the backoff after start failures).
     paused_until: Option<Instant>,
     resume_check: Option<SpawnHandle>,
-    release_in_flight: bool,
+    /// The generation of the `ReleaseIdleTaskManagers` ask in flight, if any.
+    release_in_flight: Option<u64>,
+    release_generation: u64,
+    /// Each pending worker's registration deadline generation: a timer fires only if the worker
+    /// is still pending under the same generation (it may have registered and been demoted).
+    registration_deadlines: BTreeMap<ResourceId, u64>,
+    deadline_generation: u64,
+    /// Recently released workers, oldest first.
+    released: VecDeque<ResourceId>,
     stopping: bool,
 }
 
@@ -74,26 +103,24 @@ impl FlinkResourceManager {
     /// A resource manager that gets workers from `driver`. It starts workers once a
     /// `NewLeaderAvailable` has told it where the JobManager is and it has registered there.
     pub fn new(
-        config: ResourceManagerConfig,
-        ask_timeout: Duration,
+        settings: ResourceManagerSettings,
         driver: Box<dyn WorkerDriver>,
         env: NodeEnv,
     ) -> Self {
-        let mut rng: NodeRng = env.rng(NAME);
-        let id_prefix = format!("tm-{:04x}", rng.next_u64() & 0xffff);
+        let id_prefix = format!("tm-{:08x}", env.rng(NAME).next_u64() as u32);
+        let pool = &settings.pool;
         Self {
             address: env.address_of(NAME),
-            pool: WorkerPool::new(config.pool_size),
+            pool: WorkerPool::new(pool.pool_size),
             registration_backoff: ExponentialBackoff::new(
-                config.registration.initial_backoff,
-                config.registration.max_backoff,
+                pool.registration.initial_backoff,
+                pool.registration.max_backoff,
             ),
             start_backoff: ExponentialBackoff::new(
-                config.start_worker.initial_backoff,
-                config.start_worker.max_backoff,
+                pool.start_worker.initial_backoff,
+                pool.start_worker.max_backoff,
             ),
-            config,
-            ask_timeout,
+            settings,
             env,
             id_prefix,
             next_worker: 0,
@@ -104,7 +131,11 @@ impl FlinkResourceManager {
             consecutive_start_failures: 0,
             paused_until: None,
             resume_check: None,
-            release_in_flight: false,
+            release_in_flight: None,
+            release_generation: 0,
+            registration_deadlines: BTreeMap::new(),
+            deadline_generation: 0,
+            released: VecDeque::new(),
             stopping: false,
         }
     }
@@ -119,8 +150,13 @@ impl FlinkResourceManager {
     }
 
     fn next_resource_id(&mut self) -> ResourceId {
-        self.next_worker += 1;
-        ResourceId::new(format!("{}-{}", self.id_prefix, self.next_worker))
+        loop {
+            self.next_worker += 1;
+            let id = ResourceId::new(format!("{}-{}", self.id_prefix, self.next_worker));
+            if !self.pool.contains(&id) {
+                return id;
+            }
+        }
     }
 
     /// `check_workers_pool`: cancel pending workers the pool no longer needs, start the missing
@@ -136,12 +172,7 @@ impl FlinkResourceManager {
 
     fn cancel_surplus_pending(&mut self) {
         for resource_id in self.pool.surplus_pending() {
-            self.pool.remove(&resource_id);
-            self.driver.release_worker(&resource_id);
-            self.env.events.emit(ClusterEvent::WorkerReleased {
-                resource_id,
-                reason: RemovalReason::NoLongerNeeded,
-            });
+            self.release(resource_id, RemovalReason::NoLongerNeeded);
         }
     }
 
@@ -182,6 +213,7 @@ impl FlinkResourceManager {
             match self.driver.request_worker(request) {
                 Ok(()) => {
                     self.pool.requested(resource_id.clone());
+                    self.arm_registration_deadline(resource_id.clone(), ctx);
                     self.env
                         .events
                         .emit(ClusterEvent::WorkerRequested { resource_id });
@@ -196,7 +228,7 @@ impl FlinkResourceManager {
 
     fn release_idle_surplus(&mut self, ctx: &mut Context<Self>) {
         let surplus = self.pool.started_surplus();
-        if surplus == 0 || self.release_in_flight || !self.driver.can_start_workers() {
+        if surplus == 0 || self.release_in_flight.is_some() || !self.driver.can_start_workers() {
             return;
         }
         let Some((gateway, session)) = self.connected_leader() else {
@@ -205,12 +237,16 @@ impl FlinkResourceManager {
         let request = gateway
             .release_idle_task_managers
             .send(ReleaseIdleTaskManagers { count: surplus })
-            .timeout(self.ask_timeout);
-        self.release_in_flight = true;
+            .timeout(self.settings.ask_timeout);
+        self.release_generation += 1;
+        let generation = self.release_generation;
+        self.release_in_flight = Some(generation);
         request
             .into_actor(self)
             .map(move |result, act, _| {
-                act.release_in_flight = false;
+                if act.release_in_flight == Some(generation) {
+                    act.release_in_flight = None;
+                }
                 match result {
                     Ok(released) => act.release_idle(released, session),
                     Err(error) => log::warn!(
@@ -238,17 +274,34 @@ impl FlinkResourceManager {
         }
     }
 
-    /// Releases a worker the pool counts through the driver.
+    /// Releases a worker the pool counts through the driver, and makes sure the JobManager does
+    /// not keep it registered.
     fn release(&mut self, resource_id: ResourceId, reason: RemovalReason) {
         if self.pool.remove(&resource_id).is_none() {
             log::debug!("resource manager: {resource_id} is not in the pool; nothing to release");
             return;
         }
+        self.registration_deadlines.remove(&resource_id);
         self.driver.release_worker(&resource_id);
+        self.report_removed(&resource_id, reason);
+        if self.released.len() == RELEASED_MEMORY {
+            self.released.pop_front();
+        }
+        self.released.push_back(resource_id.clone());
         self.env.events.emit(ClusterEvent::WorkerReleased {
             resource_id,
             reason,
         });
+    }
+
+    /// Tells the JobManager a worker is gone (a no-op there if it knows it gone already).
+    fn report_removed(&self, resource_id: &ResourceId, reason: RemovalReason) {
+        if let Some((gateway, _)) = self.connected_leader() {
+            gateway.resource_removed.do_send(ResourceRemoved {
+                resource_id: resource_id.clone(),
+                reason,
+            });
+        }
     }
 
     fn record_start_failure(
@@ -258,9 +311,10 @@ impl FlinkResourceManager {
         ctx: &mut Context<Self>,
     ) {
         self.start_failures += 1;
-        self.consecutive_start_failures += 1;
+        self.consecutive_start_failures = self.consecutive_start_failures.saturating_add(1);
         let delay = self.start_backoff.next_delay();
-        let until = Instant::now() + delay;
+        let now = Instant::now();
+        let until = now.checked_add(delay).unwrap_or(now);
         self.paused_until = Some(until);
         log::warn!(
             "resource manager: worker {resource_id} failed to start ({reason}); {} consecutive failures, pausing worker starts for {delay:?}",
@@ -291,10 +345,45 @@ impl FlinkResourceManager {
         self.start_backoff.reset();
     }
 
-    /// A worker registered at the JobManager (reported directly or in a reconciliation).
+    /// A pending worker must register within `resourcemanager.taskmanager-registration.timeout`
+    /// or it is released and replaced: otherwise a lost start report or a worker that never
+    /// comes up would count as pending forever and the pool would never refill.
+    fn arm_registration_deadline(&mut self, resource_id: ResourceId, ctx: &mut Context<Self>) {
+        self.deadline_generation += 1;
+        let generation = self.deadline_generation;
+        self.registration_deadlines
+            .insert(resource_id.clone(), generation);
+        let timeout = self.settings.pool.taskmanager_registration.timeout;
+        ctx.run_later(timeout, move |act, ctx| {
+            if act.registration_deadlines.get(&resource_id) == Some(&generation) {
+                act.registration_timed_out(resource_id, ctx);
+            }
+        });
+    }
+
+    fn registration_timed_out(&mut self, resource_id: ResourceId, ctx: &mut Context<Self>) {
+        self.registration_deadlines.remove(&resource_id);
+        if !matches!(
+            self.pool.state(&resource_id),
+            Some(WorkerState::PendingRequest | WorkerState::PendingRegistration)
+        ) {
+            return;
+        }
+        let timeout = self.settings.pool.taskmanager_registration.timeout;
+        log::warn!(
+            "resource manager: worker {resource_id} did not register within {timeout:?}; releasing it"
+        );
+        self.release(resource_id.clone(), RemovalReason::RegistrationTimeout);
+        self.record_start_failure(resource_id, &"registration timed out", ctx);
+        self.check_workers_pool(ctx);
+    }
+
+    /// A worker registered at the JobManager (reported directly, in a heartbeat answer or in a
+    /// reconciliation).
     fn accept_registered(&mut self, resource_id: &ResourceId, adopt: bool) -> bool {
         match self.pool.registered(resource_id, adopt) {
             RegistrationOutcome::Promoted(from) => {
+                self.registration_deadlines.remove(resource_id);
                 if from == WorkerState::PendingRequest {
                     // Registered before the driver's start report: the start succeeded.
                     self.start_succeeded();
@@ -317,6 +406,13 @@ impl FlinkResourceManager {
                 log::debug!("resource manager: {resource_id} counts as started already");
                 false
             }
+            RegistrationOutcome::Ignored if self.released.contains(resource_id) => {
+                log::info!(
+                    "resource manager: released worker {resource_id} registered again before it stopped; asking the JobManager to drop it"
+                );
+                self.report_removed(resource_id, RemovalReason::NoLongerNeeded);
+                false
+            }
             RegistrationOutcome::Ignored => {
                 log::info!(
                     "resource manager: {resource_id} registered but was not started by this resource manager's {} driver; not counted",
@@ -325,19 +421,6 @@ impl FlinkResourceManager {
                 false
             }
         }
-    }
-
-    fn registration_timed_out(&mut self, resource_id: ResourceId, ctx: &mut Context<Self>) {
-        if self.pool.state(&resource_id) != Some(WorkerState::PendingRegistration) {
-            return;
-        }
-        let timeout = self.config.taskmanager_registration.timeout;
-        log::warn!(
-            "resource manager: worker {resource_id} did not register within {timeout:?}; releasing it"
-        );
-        self.release(resource_id.clone(), RemovalReason::RegistrationTimeout);
-        self.record_start_failure(resource_id, &"registration timed out", ctx);
-        self.check_workers_pool(ctx);
     }
 
     fn status(&self) -> ResourceManagerStatus {
@@ -364,8 +447,11 @@ impl Actor for FlinkResourceManager {
             LocalActor::ResourceManager(gateway.clone()),
         );
         self.driver.initialize(gateway);
-        ctx.run_interval(self.config.check_interval, |act, ctx| {
+        ctx.run_interval(self.settings.pool.check_interval, |act, ctx| {
             act.check_workers_pool(ctx);
+        });
+        ctx.run_interval(self.settings.heartbeat.interval, |act, ctx| {
+            act.heartbeat_job_manager(ctx);
         });
         log::info!(
             "resource manager started: designated pool size {}, {} driver",
@@ -397,10 +483,11 @@ impl Handler<SetWorkerPoolSize> for FlinkResourceManager {
         if self.stopping {
             return Err(SetPoolSizeError::Stopping);
         }
-        if msg.size > self.config.max_pool_size {
+        let max = self.settings.pool.max_pool_size;
+        if msg.size > max {
             return Err(SetPoolSizeError::AboveMaximum {
                 requested: msg.size,
-                max: self.config.max_pool_size,
+                max,
             });
         }
         let from = self.pool.set_designated(msg.size);
@@ -455,168 +542,17 @@ impl Handler<NotifyResourceStarted> for FlinkResourceManager {
     }
 }
 
-impl Handler<NewLeaderAvailable> for FlinkResourceManager {
-    type Result = ();
-
-    fn handle(&mut self, msg: NewLeaderAvailable, ctx: &mut Context<Self>) {
-        log::debug!("resource manager <- {msg:?}");
-        if self
-            .leader
-            .as_ref()
-            .is_some_and(|l| l.address == msg.address && l.session == msg.leader_session_id)
-        {
-            log::debug!("resource manager: leader {} is known already", msg.address);
-            return;
-        }
-        log::info!(
-            "resource manager: new JobManager leader {} (session {})",
-            msg.address,
-            msg.leader_session_id
-        );
-        let gateway = self.env.resolver.job_manager(&msg.address);
-        self.leader = Some(Leader {
-            address: msg.address,
-            session: msg.leader_session_id,
-            gateway,
-            connected: false,
-        });
-        self.release_in_flight = false;
-        self.registration_backoff.reset();
-        self.registration_attempt += 1;
-        ctx.notify(TriggerRegistrationAtJobManager);
-    }
-}
-
-impl Handler<TriggerRegistrationAtJobManager> for FlinkResourceManager {
-    type Result = ();
-
-    fn handle(&mut self, _: TriggerRegistrationAtJobManager, ctx: &mut Context<Self>) {
-        log::debug!("resource manager <- TriggerRegistrationAtJobManager");
-        if self.stopping {
-            return;
-        }
-        let resolver = self.env.resolver.clone();
-        let Some(leader) = self.leader.as_mut().filter(|l| !l.connected) else {
-            return;
-        };
-        if leader.gateway.is_none() {
-            leader.gateway = resolver.job_manager(&leader.address);
-        }
-        let delay = self.registration_backoff.next_delay();
-        let attempt = self.registration_attempt;
-        let Some(gateway) = leader.gateway.as_ref() else {
-            log::warn!(
-                "resource manager: cannot reach JobManager {}; retrying in {delay:?}",
-                leader.address
-            );
-            ctx.notify_later(TriggerRegistrationAtJobManager, delay);
-            return;
-        };
-        log::debug!(
-            "resource manager: registering at JobManager {}",
-            leader.address
-        );
-        gateway
-            .register_resource_manager
-            .send(RegisterResourceManager {
-                resource_manager: self.address.clone(),
-            })
-            .timeout(delay)
-            .into_actor(self)
-            .map(move |result, act, ctx| {
-                if attempt != act.registration_attempt {
-                    log::debug!("resource manager: ignoring an answer for an earlier leader");
-                    return;
-                }
-                match result {
-                    Ok(success) => act.registered_at_job_manager(success, ctx),
-                    // No answer within the attempt's timeout: the next attempt (with twice
-                    // the timeout) goes out at once, as Flink's RetryingRegistration does.
-                    Err(MailboxError::Timeout) => {
-                        log::warn!(
-                            "resource manager: JobManager did not answer the registration within {delay:?}; retrying"
-                        );
-                        ctx.notify(TriggerRegistrationAtJobManager);
-                    }
-                    // Unreachable: wait before trying again so a dead peer is not hammered.
-                    Err(MailboxError::Closed) => {
-                        log::warn!(
-                            "resource manager: JobManager unreachable; retrying registration in {delay:?}"
-                        );
-                        ctx.notify_later(TriggerRegistrationAtJobManager, delay);
-                    }
-                }
-            })
-            .spawn(ctx);
-    }
-}
-
-impl FlinkResourceManager {
-    fn registered_at_job_manager(
-        &mut self,
-        msg: RegisterResourceManagerSuccessful,
-        ctx: &mut Context<Self>,
-    ) {
-        if !is_current_leader(
-            self.leader_session(),
-            msg.leader_session_id,
-            NAME,
-            "RegisterResourceManagerSuccessful",
-        ) {
-            return;
-        }
-        let Some(leader) = self.leader.as_mut() else {
-            return;
-        };
-        if leader.connected {
-            log::debug!("resource manager: registered at the JobManager already");
-            return;
-        }
-        leader.connected = true;
-        self.registration_backoff.reset();
-        log::info!(
-            "resource manager: registered at JobManager {}; it has {} TaskManagers",
-            msg.job_manager,
-            msg.registered.len()
-        );
-        // Reconciliation: whatever the JobManager has counts as started, whoever started it
-        // (a previous resource manager, say), so the pool is not filled twice.
-        for resource_id in &msg.registered {
-            self.accept_registered(resource_id, true);
-        }
-        self.env
-            .events
-            .emit(ClusterEvent::ResourceManagerConnected {
-                known_workers: msg.registered.len(),
-            });
-        self.check_workers_pool(ctx);
-    }
-}
-
-impl Handler<RegisterResourceManagerSuccessful> for FlinkResourceManager {
-    type Result = ();
-
-    fn handle(&mut self, msg: RegisterResourceManagerSuccessful, ctx: &mut Context<Self>) {
-        log::debug!("resource manager <- {msg:?}");
-        self.registered_at_job_manager(msg, ctx);
-    }
-}
-
 impl Handler<WorkerStarted> for FlinkResourceManager {
     type Result = ();
 
-    fn handle(&mut self, msg: WorkerStarted, ctx: &mut Context<Self>) {
+    fn handle(&mut self, msg: WorkerStarted, _: &mut Context<Self>) {
         log::debug!("resource manager <- {msg:?}");
         let resource_id = msg.resource_id;
         if self.pool.driver_started(&resource_id) {
             self.start_succeeded();
-            self.env.events.emit(ClusterEvent::WorkerStarted {
-                resource_id: resource_id.clone(),
-            });
-            let timeout = self.config.taskmanager_registration.timeout;
-            ctx.run_later(timeout, move |act, ctx| {
-                act.registration_timed_out(resource_id, ctx);
-            });
+            self.env
+                .events
+                .emit(ClusterEvent::WorkerStarted { resource_id });
         } else if self.pool.state(&resource_id).is_none() {
             // Cancelled while it was starting: make sure it does not linger.
             log::debug!(
@@ -632,16 +568,18 @@ impl Handler<WorkerFailed> for FlinkResourceManager {
 
     fn handle(&mut self, msg: WorkerFailed, ctx: &mut Context<Self>) {
         log::debug!("resource manager <- {msg:?}");
-        match self.pool.remove(&msg.resource_id) {
+        match self.pool.state(&msg.resource_id) {
+            Some(WorkerState::PendingRequest | WorkerState::PendingRegistration) => {
+                self.pool.remove(&msg.resource_id);
+                self.registration_deadlines.remove(&msg.resource_id);
+                self.record_start_failure(msg.resource_id, &msg.reason, ctx);
+                self.check_workers_pool(ctx);
+            }
             Some(WorkerState::Started) | None => {
                 log::debug!(
                     "resource manager: ignoring a start failure of {}, which is not starting",
                     msg.resource_id
                 );
-            }
-            Some(_) => {
-                self.record_start_failure(msg.resource_id, &msg.reason, ctx);
-                self.check_workers_pool(ctx);
             }
         }
     }
@@ -653,35 +591,24 @@ impl Handler<WorkerTerminated> for FlinkResourceManager {
     fn handle(&mut self, msg: WorkerTerminated, ctx: &mut Context<Self>) {
         log::debug!("resource manager <- {msg:?}");
         let resource_id = msg.resource_id;
-        match self.pool.remove(&resource_id) {
-            None => {
-                log::debug!("resource manager: {resource_id} terminated after it left the pool");
-                return;
-            }
-            Some(WorkerState::Started) => {
-                log::warn!(
-                    "resource manager: worker {resource_id} terminated: {}",
-                    msg.reason
-                );
-                if let Some((gateway, _)) = self.connected_leader() {
-                    gateway.resource_removed.do_send(ResourceRemoved {
-                        resource_id: resource_id.clone(),
-                        reason: RemovalReason::Terminated,
-                    });
-                }
-                self.env.events.emit(ClusterEvent::WorkerReleased {
-                    resource_id,
-                    reason: RemovalReason::Terminated,
-                });
-            }
-            Some(_) => {
-                // A worker that dies before registering is a failed start (Flink counts it so).
-                self.env.events.emit(ClusterEvent::WorkerReleased {
-                    resource_id: resource_id.clone(),
-                    reason: RemovalReason::Terminated,
-                });
-                self.record_start_failure(resource_id, &msg.reason, ctx);
-            }
+        let Some(state) = self.pool.remove(&resource_id) else {
+            log::debug!("resource manager: {resource_id} terminated after it left the pool");
+            return;
+        };
+        self.registration_deadlines.remove(&resource_id);
+        log::warn!(
+            "resource manager: worker {resource_id} terminated: {}",
+            msg.reason
+        );
+        // The JobManager may know it even if this RM has not heard of its registration yet.
+        self.report_removed(&resource_id, RemovalReason::Terminated);
+        self.env.events.emit(ClusterEvent::WorkerReleased {
+            resource_id: resource_id.clone(),
+            reason: RemovalReason::Terminated,
+        });
+        if state != WorkerState::Started {
+            // A worker that dies before registering is a failed start (Flink counts it so).
+            self.record_start_failure(resource_id, &msg.reason, ctx);
         }
         self.check_workers_pool(ctx);
     }

@@ -79,6 +79,14 @@ impl TaskManager {
     }
 
     fn on_event(&mut self, event: RegistrationEvent, ctx: &mut Context<Self>) {
+        if matches!(
+            event,
+            RegistrationEvent::AttemptFailed { .. } | RegistrationEvent::ConnectionLost
+        ) {
+            // The gateway may point at a JobManager that is gone: resolve the leader's address
+            // afresh for the next attempt (a restarted JobManager at the same address).
+            self.job_manager = None;
+        }
         let action = self.registration.handle(event);
         match action {
             RegistrationAction::Send { attempt, timeout } => {

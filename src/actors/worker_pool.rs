@@ -173,6 +173,22 @@ impl WorkerPool {
         Some(state)
     }
 
+    /// A started worker the JobManager no longer has goes back to waiting for its registration
+    /// (after a leader change). False if it was not started.
+    pub fn demote(&mut self, resource_id: &ResourceId) -> bool {
+        if self.started.remove(resource_id).is_some() {
+            self.pending_registration.insert(resource_id.clone());
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Whether the pool counts `resource_id` in any state.
+    pub fn contains(&self, resource_id: &ResourceId) -> bool {
+        self.state(resource_id).is_some()
+    }
+
     /// Pending workers to cancel so the pool fits its designated size: none are busy, so they go
     /// first when the pool shrinks (the least advanced first: pending requests, then pending
     /// registration).
@@ -263,6 +279,17 @@ mod tests {
                 .1
                 .started_by_driver
         );
+    }
+
+    #[test]
+    fn demote_moves_a_started_worker_back_to_pending_registration() {
+        let mut pool = WorkerPool::new(1);
+        pool.requested(id(1));
+        pool.registered(&id(1), false);
+        assert!(pool.demote(&id(1)));
+        assert_eq!(pool.state(&id(1)), Some(WorkerState::PendingRegistration));
+        assert!(!pool.demote(&id(1)));
+        assert_eq!(pool.missing(), 0, "still counted: it may re-register");
     }
 
     #[test]

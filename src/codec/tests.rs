@@ -141,6 +141,10 @@ fn job_manager_samples() -> Vec<JobManagerMessage> {
         }
         .into(),
         ReleaseIdleTaskManagers { count: 2 }.into(),
+        ResourceManagerHeartbeat {
+            resource_manager: address("resourcemanager"),
+        }
+        .into(),
         GetJobManagerStatus.into(),
     ]
 }
@@ -153,7 +157,8 @@ fn job_manager_variant(message: &JobManagerMessage) -> usize {
         M::ResourceRemoved(_) => 2,
         M::Heartbeat(_) => 3,
         M::ReleaseIdleTaskManagers(_) => 4,
-        M::GetJobManagerStatus(_) => 5,
+        M::ResourceManagerHeartbeat(_) => 5,
+        M::GetJobManagerStatus(_) => 6,
     }
 }
 
@@ -203,7 +208,7 @@ fn every_resource_manager_message_round_trips() {
 #[test]
 fn every_job_manager_message_round_trips() {
     let samples = job_manager_samples();
-    assert_covers(&samples, job_manager_variant, 6);
+    assert_covers(&samples, job_manager_variant, 7);
     samples.iter().for_each(round_trip);
 }
 
@@ -246,6 +251,18 @@ fn every_answer_round_trips() {
             },
         }),
         RegistrationResponse::RefuseRegistration(RefuseRegistration {
+            reason: RefusalReason::TooManySlots {
+                offered: 5000,
+                max: 4096,
+            },
+        }),
+        RegistrationResponse::RefuseRegistration(RefuseRegistration {
+            reason: RefusalReason::InconsistentResourceId {
+                resource_id: resource(1),
+                location: resource(2),
+            },
+        }),
+        RegistrationResponse::RefuseRegistration(RefuseRegistration {
             reason: RefusalReason::Unreachable {
                 address: address("taskmanager/x"),
             },
@@ -254,6 +271,11 @@ fn every_answer_round_trips() {
         round_trip(&response);
     }
     round_trip(&HeartbeatResponse::Acknowledged);
+    round_trip(&ResourceManagerHeartbeatResponse::Acknowledged {
+        leader_session_id: session(),
+        registered: vec![resource(2)],
+    });
+    round_trip(&ResourceManagerHeartbeatResponse::UnknownResourceManager);
     round_trip(&HeartbeatResponse::UnknownTaskManager);
     round_trip(&IdleTaskManagersReleased {
         leader_session_id: session(),

@@ -6,7 +6,7 @@
 //! embedded cluster crashes a worker for demos and tests. A crash is not reported by the driver:
 //! like a machine that dies, it is noticed by the JobManager's heartbeat timeout.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use actix::{Actor, Addr, Arbiter};
@@ -17,9 +17,9 @@ use crate::actors::registration::Leader;
 use crate::actors::task_manager::{TaskManager, TaskManagerSettings};
 use crate::config::{HeartbeatConfig, RegistrationConfig};
 use crate::env::{NodeEnv, NodeRng, Placement};
-use crate::messages::HardwareDescription;
-use crate::messages::ids::{ClusterId, ResourceId};
+use crate::messages::ids::{ClusterId, LeaderSessionId, ResourceId};
 use crate::messages::resource_manager::{ResourceManagerGateway, WorkerStarted};
+use crate::messages::{ActorAddress, HardwareDescription, NewLeaderAvailable};
 
 /// What every TaskManager this driver starts is configured with.
 #[derive(Debug, Clone)]
@@ -44,11 +44,32 @@ struct LocalWorker {
     name: String,
 }
 
+/// How many stopped arbiters may wait to be joined: beyond it the oldest (long finished) is
+/// joined, so crashes and releases do not accumulate thread stacks until shutdown.
+const MAX_UNJOINED: usize = 16;
+
 #[derive(Default)]
 struct Workers {
     running: BTreeMap<ResourceId, LocalWorker>,
-    /// Stopped arbiters whose threads are joined at shutdown.
-    stopped: Vec<Arbiter>,
+    /// Stopped arbiters, oldest first; the rest are joined at shutdown.
+    stopped: VecDeque<Arbiter>,
+}
+
+impl Workers {
+    fn stopped(&mut self, arbiter: Arbiter) {
+        self.stopped.push_back(arbiter);
+        while self.stopped.len() > MAX_UNJOINED {
+            if let Some(oldest) = self.stopped.pop_front() {
+                join(oldest);
+            }
+        }
+    }
+}
+
+fn join(arbiter: Arbiter) {
+    if arbiter.join().is_err() {
+        log::error!("in-process driver: a TaskManager thread panicked");
+    }
 }
 
 type SharedWorkers = Arc<Mutex<Workers>>;
@@ -161,7 +182,16 @@ impl WorkerDriver for InProcessDriver {
         if let Some(worker) = worker
             && let Some(arbiter) = self.stop(worker, true)
         {
-            lock(&self.workers).stopped.push(arbiter);
+            lock(&self.workers).stopped(arbiter);
+        }
+    }
+
+    fn leader_changed(&mut self, job_manager: &ActorAddress, leader_session_id: LeaderSessionId) {
+        for worker in lock(&self.workers).running.values() {
+            worker.task_manager.do_send(NewLeaderAvailable {
+                address: job_manager.clone(),
+                leader_session_id,
+            });
         }
     }
 
@@ -177,11 +207,7 @@ impl WorkerDriver for InProcessDriver {
         for (_, worker) in running {
             arbiters.extend(self.stop(worker, true));
         }
-        for arbiter in arbiters {
-            if arbiter.join().is_err() {
-                log::error!("in-process driver: a TaskManager thread panicked");
-            }
-        }
+        arbiters.into_iter().for_each(join);
     }
 }
 
@@ -209,7 +235,7 @@ impl InProcessWorkers {
             .resolver
             .unregister(&self.env.address_of(&worker.name));
         if let Some(arbiter) = stop_worker(worker, false) {
-            lock(&self.workers).stopped.push(arbiter);
+            lock(&self.workers).stopped(arbiter);
         }
         true
     }
@@ -280,6 +306,38 @@ mod tests {
         });
         assert_eq!(registrations, [(ResourceId::new("tm-a"), 2)]);
         assert_eq!(driver.workers().running(), [ResourceId::new("tm-a")]);
+    }
+
+    #[actix::test]
+    async fn a_new_leader_is_passed_on_to_every_task_manager() {
+        tokio::time::pause();
+        let env = env("node", 1);
+        let _old = JobManagerProbeHandle::start(&env, "jobmanager", SESSION);
+        let mut driver = InProcessDriver::new(template(), env.clone());
+        driver.request_worker(request(&env, "tm-a")).unwrap();
+        driver.request_worker(request(&env, "tm-b")).unwrap();
+        settle().await;
+        let new_session = LeaderSessionId::from_u128(4);
+        let new = JobManagerProbeHandle::start(&env, "jobmanager-2", new_session);
+        new.script(|s| {
+            s.register_task_manager = Script::Answer(
+                crate::messages::job_manager::RegistrationResponse::AcknowledgeRegistration(
+                    crate::messages::job_manager::AcknowledgeRegistration {
+                        instance_id: crate::messages::ids::InstanceId::from_u128(9),
+                        leader_session_id: new_session,
+                    },
+                ),
+            )
+        });
+        driver.leader_changed(&new.address, new_session);
+        settle().await;
+        let registered: Vec<_> = new.received.filter(|m| match m {
+            crate::messages::job_manager::JobManagerMessage::RegisterTaskManager(r) => {
+                Some(r.resource_id.to_string())
+            }
+            _ => None,
+        });
+        assert_eq!(registered, ["tm-a", "tm-b"]);
     }
 
     #[actix::test]

@@ -75,4 +75,9 @@ pub trait WorkerDriver: Send {
 
     /// Stops every worker and waits until they are gone.
     fn shutdown(&mut self);
+
+    /// A new JobManager leader: tell the workers this driver runs, if it can reach them (leader
+    /// retrieval for drivers whose workers cannot watch a leader election themselves).
+    fn leader_changed(&mut self, _job_manager: &ActorAddress, _leader_session_id: LeaderSessionId) {
+    }
 }

@@ -66,7 +66,7 @@ pub struct HardwareDescription {
 pub struct Acknowledge;
 
 /// Why a worker left the pool.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum RemovalReason {
     /// The JobManager heard nothing from it within the heartbeat timeout.
     HeartbeatTimeout,

@@ -30,10 +30,15 @@ protocol! {
         heartbeat: Heartbeat,
         /// The resource manager wants idle TaskManagers back.
         release_idle_task_managers: ReleaseIdleTaskManagers,
+        /// The resource manager is alive.
+        resource_manager_heartbeat: ResourceManagerHeartbeat,
         /// Report the registered TaskManagers.
         get_status: GetJobManagerStatus,
     }
 }
+
+/// The most slots one TaskManager may offer.
+pub const MAX_SLOTS_PER_TASK_MANAGER: u32 = 4096;
 
 /// A TaskManager asks to join the cluster. Registration does not wait for the resource manager:
 /// the JobManager tells it with `NotifyResourceStarted` when one is connected.
@@ -48,7 +53,7 @@ pub struct RegisterTaskManager {
     pub location: TaskManagerLocation,
     /// What its machine offers.
     pub hardware: HardwareDescription,
-    /// How many slots it offers (at least one).
+    /// How many slots it offers (1 to [`MAX_SLOTS_PER_TASK_MANAGER`]).
     pub number_of_slots: u32,
 }
 
@@ -101,6 +106,22 @@ pub enum RefusalReason {
         expected: ClusterId,
         /// The cluster the TaskManager named.
         offered: ClusterId,
+    },
+    /// More slots than one TaskManager may offer.
+    #[error("a TaskManager may offer at most {max} slots, this one offers {offered}")]
+    TooManySlots {
+        /// Slots offered.
+        offered: u32,
+        /// The limit.
+        max: u32,
+    },
+    /// The message names one resource id and its location another.
+    #[error("the registration names resource {resource_id} but its location names {location}")]
+    InconsistentResourceId {
+        /// The registration's resource id.
+        resource_id: ResourceId,
+        /// The location's resource id.
+        location: ResourceId,
     },
     /// The JobManager cannot reach the address the TaskManager gave.
     #[error("the JobManager cannot reach the TaskManager at {address}")]
@@ -179,6 +200,30 @@ pub struct IdleTaskManagersReleased {
     pub released: Vec<ResourceId>,
 }
 
+/// The resource manager at `resource_manager` is alive. The answer lists the TaskManagers
+/// registered right now, so a lost `NotifyResourceStarted` is repaired within one interval.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Message)]
+#[rtype(result = "ResourceManagerHeartbeatResponse")]
+pub struct ResourceManagerHeartbeat {
+    /// The sender.
+    pub resource_manager: ActorAddress,
+}
+
+/// The JobManager's answer to a resource manager's heartbeat.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ResourceManagerHeartbeatResponse {
+    /// Heard; the connection stands.
+    Acknowledged {
+        /// The JobManager's leader session (fencing).
+        leader_session_id: LeaderSessionId,
+        /// Workers registered right now.
+        registered: Vec<ResourceId>,
+    },
+    /// This resource manager is not the one connected (the JobManager restarted, or forgot it
+    /// after a heartbeat timeout): it must register again.
+    UnknownResourceManager,
+}
+
 /// Report the registered TaskManagers.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Message)]
 #[rtype(result = "JobManagerStatus")]
@@ -199,13 +244,19 @@ pub struct JobManagerStatus {
 
 impl JobManagerStatus {
     /// Slots over all TaskManagers.
-    pub fn total_slots(&self) -> u32 {
-        self.task_managers.iter().map(|tm| tm.slots_total).sum()
+    pub fn total_slots(&self) -> u64 {
+        self.task_managers
+            .iter()
+            .map(|tm| u64::from(tm.slots_total))
+            .sum()
     }
 
     /// Free slots over all TaskManagers.
-    pub fn free_slots(&self) -> u32 {
-        self.task_managers.iter().map(|tm| tm.slots_free).sum()
+    pub fn free_slots(&self) -> u64 {
+        self.task_managers
+            .iter()
+            .map(|tm| u64::from(tm.slots_free))
+            .sum()
     }
 }
 

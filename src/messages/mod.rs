@@ -50,6 +50,12 @@ macro_rules! protocol {
         }
 
         impl $gateway {
+            /// Whether the actor behind the gateway still runs (all its recipients share one
+            /// mailbox).
+            pub fn is_alive(&self) -> bool {
+                true $( && self.$field.connected() )+
+            }
+
             /// The gateway of an actor in this process.
             pub fn of<A>(addr: &actix::Addr<A>) -> Self
             where

@@ -93,6 +93,24 @@ impl Fixture {
         (rm, answer)
     }
 
+    /// Lets time pass until `until`, heartbeating as the resource manager every interval.
+    async fn keep_resource_manager_alive(&self, rm: &ResourceManagerProbeHandle, until: Instant) {
+        while Instant::now() < until {
+            let answer = ask(
+                &self.jm,
+                ResourceManagerHeartbeat {
+                    resource_manager: rm.address.clone(),
+                },
+            )
+            .await;
+            assert!(matches!(
+                answer,
+                ResourceManagerHeartbeatResponse::Acknowledged { .. }
+            ));
+            tokio::time::sleep_until(until.min(Instant::now() + INTERVAL)).await;
+        }
+    }
+
     async fn status(&self) -> JobManagerStatus {
         ask(&self.jm, GetJobManagerStatus).await
     }
@@ -173,11 +191,8 @@ async fn a_duplicate_registration_is_answered_already_registered() {
     );
     settle().await;
     assert_eq!(f.status().await.task_managers.len(), 1);
-    assert_eq!(
-        notified(&rm).len(),
-        1,
-        "the resource manager hears of it once"
-    );
+    // Told again (idempotent there), in case the first notification was lost.
+    assert_eq!(notified(&rm).len(), 2);
 }
 
 #[actix::test]
@@ -320,10 +335,15 @@ async fn a_silent_task_manager_is_unregistered_disconnected_and_reported_after_t
     f.register(&registration).await;
     let registered_at = Instant::now();
     // Silent for exactly the timeout: still registered (the sweep runs every interval).
-    tokio::time::sleep_until(registered_at + TIMEOUT).await;
+    f.keep_resource_manager_alive(&rm, registered_at + TIMEOUT)
+        .await;
     assert_eq!(f.status().await.task_managers.len(), 1);
     // Detected at the first sweep after the timeout.
-    tokio::time::sleep_until(registered_at + TIMEOUT + INTERVAL + Duration::from_millis(1)).await;
+    f.keep_resource_manager_alive(
+        &rm,
+        registered_at + TIMEOUT + INTERVAL + Duration::from_millis(1),
+    )
+    .await;
     let status = f.status().await;
     assert!(status.task_managers.is_empty());
     assert_eq!(status.heartbeat_timeouts, 1);
@@ -380,4 +400,96 @@ async fn release_idle_task_managers_picks_only_idle_ones_newest_first() {
     assert_eq!(f.status().await.task_managers.len(), 1);
     // Released TaskManagers are not told to re-register: the driver stops them.
     assert!(probes.iter().all(|p| p.received.all().is_empty()));
+}
+
+#[actix::test]
+async fn registrations_with_inconsistent_ids_or_too_many_slots_are_refused() {
+    let f = start().await;
+    let (_tm, registration) = f.task_manager("tm-1");
+    let mut inconsistent = registration.clone();
+    inconsistent.location.resource_id = ResourceId::new("tm-2");
+    assert_eq!(
+        ask(&f.jm, inconsistent).await,
+        RegistrationResponse::RefuseRegistration(RefuseRegistration {
+            reason: RefusalReason::InconsistentResourceId {
+                resource_id: ResourceId::new("tm-1"),
+                location: ResourceId::new("tm-2")
+            }
+        })
+    );
+    let mut greedy = registration.clone();
+    greedy.number_of_slots = u32::MAX;
+    assert_eq!(
+        ask(&f.jm, greedy).await,
+        RegistrationResponse::RefuseRegistration(RefuseRegistration {
+            reason: RefusalReason::TooManySlots {
+                offered: u32::MAX,
+                max: MAX_SLOTS_PER_TASK_MANAGER
+            }
+        })
+    );
+    assert!(f.status().await.task_managers.is_empty());
+}
+
+#[actix::test]
+async fn resource_manager_heartbeats_list_the_registered_task_managers() {
+    let f = start().await;
+    let (rm, _) = f.connect_resource_manager().await;
+    let (_tm, registration) = f.task_manager("tm-1");
+    f.register(&registration).await;
+    let answer = ask(
+        &f.jm,
+        ResourceManagerHeartbeat {
+            resource_manager: rm.address.clone(),
+        },
+    )
+    .await;
+    assert_eq!(
+        answer,
+        ResourceManagerHeartbeatResponse::Acknowledged {
+            leader_session_id: SESSION,
+            registered: vec![ResourceId::new("tm-1")]
+        }
+    );
+    let stranger = ask(
+        &f.jm,
+        ResourceManagerHeartbeat {
+            resource_manager: f.env.address_of("some-other-rm"),
+        },
+    )
+    .await;
+    assert_eq!(
+        stranger,
+        ResourceManagerHeartbeatResponse::UnknownResourceManager
+    );
+}
+
+#[actix::test]
+async fn a_silent_resource_manager_is_forgotten_after_the_heartbeat_timeout() {
+    let f = start().await;
+    let (rm, _) = f.connect_resource_manager().await;
+    let connected_at = Instant::now();
+    f.keep_resource_manager_alive(&rm, connected_at + TIMEOUT * 2)
+        .await;
+    assert!(f.status().await.resource_manager_connected, "kept alive");
+    advance((TIMEOUT + INTERVAL).as_millis() as u64 + 1).await;
+    assert!(!f.status().await.resource_manager_connected);
+    let answer = ask(
+        &f.jm,
+        ResourceManagerHeartbeat {
+            resource_manager: rm.address.clone(),
+        },
+    )
+    .await;
+    assert_eq!(
+        answer,
+        ResourceManagerHeartbeatResponse::UnknownResourceManager
+    );
+    // TaskManagers still register; the resource manager hears of them when it is back.
+    let (_tm, registration) = f.task_manager("tm-1");
+    f.register(&registration).await;
+    settle().await;
+    assert!(notified(&rm).is_empty());
+    let (_, answer) = f.connect_resource_manager().await;
+    assert_eq!(answer.registered, [ResourceId::new("tm-1")]);
 }

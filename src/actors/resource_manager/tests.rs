@@ -6,7 +6,8 @@ use actix::prelude::*;
 
 use super::*;
 use crate::config::BackoffConfig;
-use crate::messages::job_manager::JobManagerMessage;
+use crate::messages::NewLeaderAvailable;
+use crate::messages::job_manager::{JobManagerMessage, ResourceManagerHeartbeatResponse};
 use crate::testing::*;
 
 const SESSION: LeaderSessionId = LeaderSessionId::from_u128(77);
@@ -28,6 +29,14 @@ fn config(pool_size: u32) -> ResourceManagerConfig {
         max_backoff: Duration::from_millis(800),
     };
     config
+}
+
+fn settings(pool: ResourceManagerConfig) -> ResourceManagerSettings {
+    ResourceManagerSettings {
+        pool,
+        heartbeat: HeartbeatConfig::default(),
+        ask_timeout: Duration::from_secs(10),
+    }
 }
 
 struct Fixture {
@@ -75,6 +84,19 @@ impl Fixture {
     }
 }
 
+fn removed(jm: &JobManagerProbeHandle) -> Vec<ResourceRemoved> {
+    jm.received.filter(|m| match m {
+        JobManagerMessage::ResourceRemoved(r) => Some(r.clone()),
+        _ => None,
+    })
+}
+
+fn registrations_at(jm: &JobManagerProbeHandle) -> usize {
+    jm.received
+        .filter(|m| matches!(m, JobManagerMessage::RegisterResourceManager(_)).then_some(()))
+        .len()
+}
+
 /// A resource manager with a scripted driver (`managed`: can start workers) told of a probe
 /// JobManager leader; by default it registers at once.
 async fn start(config: ResourceManagerConfig, managed: bool) -> Fixture {
@@ -82,13 +104,7 @@ async fn start(config: ResourceManagerConfig, managed: bool) -> Fixture {
     let env = env("jobmanager-node", 1);
     let jm = JobManagerProbeHandle::start(&env, "jobmanager", SESSION);
     let (driver, handle) = ScriptedDriver::new(managed);
-    let rm = FlinkResourceManager::new(
-        config,
-        Duration::from_secs(10),
-        Box::new(driver),
-        env.clone(),
-    )
-    .start();
+    let rm = FlinkResourceManager::new(settings(config), Box::new(driver), env.clone()).start();
     let started_at = actix::clock::Instant::now();
     rm.do_send(NewLeaderAvailable {
         address: jm.address.clone(),
@@ -115,9 +131,11 @@ async fn check_and_allocate_containers_asks_the_driver_for_the_missing_workers()
     settle().await;
     assert_eq!(f.driver.requested().len(), 3);
     // Each request names the leader the worker must register at.
-    let DriverCall::Request(request) = &f.driver.calls.all()[0] else {
-        panic!("expected a request")
-    };
+    let requests = f.driver.calls.filter(|c| match c {
+        DriverCall::Request(r) => Some(r.clone()),
+        _ => None,
+    });
+    let request = &requests[0];
     assert_eq!(request.job_manager, f.jm.address);
     assert_eq!(request.leader_session_id, Some(SESSION));
 }
@@ -156,8 +174,7 @@ async fn no_worker_is_started_before_registering_at_a_job_manager() {
     let jm = JobManagerProbeHandle::start(&env, "jobmanager", SESSION);
     jm.script(|s| s.register_resource_manager = Script::Silent);
     let (driver, handle) = ScriptedDriver::new(true);
-    let rm = FlinkResourceManager::new(config(2), Duration::from_secs(10), Box::new(driver), env)
-        .start();
+    let rm = FlinkResourceManager::new(settings(config(2)), Box::new(driver), env).start();
     rm.do_send(CheckAndAllocateContainers);
     settle().await;
     assert!(handle.requested().is_empty(), "no leader known yet");
@@ -184,8 +201,7 @@ async fn registration_at_the_job_manager_is_retried_with_exponential_backoff() {
     let jm = JobManagerProbeHandle::start(&env, "jobmanager", SESSION);
     jm.script(|s| s.register_resource_manager = Script::Silent);
     let (driver, handle) = ScriptedDriver::new(true);
-    let rm = FlinkResourceManager::new(config(1), Duration::from_secs(10), Box::new(driver), env)
-        .start();
+    let rm = FlinkResourceManager::new(settings(config(1)), Box::new(driver), env).start();
     let start = actix::clock::Instant::now();
     rm.do_send(NewLeaderAvailable {
         address: jm.address.clone(),
@@ -236,13 +252,7 @@ async fn an_unreachable_job_manager_is_retried_after_a_pause_not_in_a_spin() {
     tokio::time::pause();
     let env = env("n", 1);
     let (driver, _handle) = ScriptedDriver::new(true);
-    let rm = FlinkResourceManager::new(
-        config(1),
-        Duration::from_secs(10),
-        Box::new(driver),
-        env.clone(),
-    )
-    .start();
+    let rm = FlinkResourceManager::new(settings(config(1)), Box::new(driver), env.clone()).start();
     // Leader named before it exists in the directory: the RM keeps trying, with pauses.
     rm.do_send(NewLeaderAvailable {
         address: env.address_of("jobmanager"),
@@ -397,8 +407,7 @@ async fn task_managers_registered_before_the_rm_connected_count_as_started() {
         })
     });
     let (driver, handle) = ScriptedDriver::new(true);
-    let rm = FlinkResourceManager::new(config(3), Duration::from_secs(10), Box::new(driver), env)
-        .start();
+    let rm = FlinkResourceManager::new(settings(config(3)), Box::new(driver), env).start();
     rm.do_send(NewLeaderAvailable {
         address: jm.address.clone(),
         leader_session_id: SESSION,
@@ -555,8 +564,7 @@ async fn a_spawn_error_from_the_driver_is_a_start_failure_with_backoff() {
     let jm = JobManagerProbeHandle::start(&env, "jobmanager", SESSION);
     let (driver, handle) = ScriptedDriver::new(true);
     handle.fail_requests(true);
-    let rm = FlinkResourceManager::new(config(3), Duration::from_secs(10), Box::new(driver), env)
-        .start();
+    let rm = FlinkResourceManager::new(settings(config(3)), Box::new(driver), env).start();
     rm.do_send(NewLeaderAvailable {
         address: jm.address.clone(),
         leader_session_id: SESSION,
@@ -622,15 +630,8 @@ async fn a_worker_dying_while_pending_registration_is_replaced_after_a_backoff()
     });
     settle().await;
     assert_eq!(f.counts().await, (0, 0, 0));
-    assert!(
-        f.jm.received
-            .filter(|m| match m {
-                JobManagerMessage::ResourceRemoved(_) => Some(()),
-                _ => None,
-            })
-            .is_empty(),
-        "the JobManager never knew it"
-    );
+    // The JobManager may have registered it before the RM heard; it is told either way.
+    assert_eq!(removed(&f.jm).len(), 1);
     advance(200).await;
     assert_eq!(f.driver.requested().len(), 2);
     assert_eq!(f.status().await.start_failures, 1);
@@ -800,4 +801,240 @@ async fn unknown_resource_ids_are_ignored_without_losing_counts() {
     let status = f.status().await;
     assert_eq!(status.start_failures, 0);
     assert_eq!(f.driver.requested().len(), 2);
+}
+
+#[actix::test]
+async fn every_release_is_reported_to_the_job_manager() {
+    let f = start(config(3), true).await;
+    let ids = f.driver.requested();
+    f.start_and_register(&ids[0]).await;
+    // Cancelled while pending: the JobManager may have it registered already.
+    f.rm.send(SetWorkerPoolSize { size: 1 })
+        .await
+        .unwrap()
+        .unwrap();
+    settle().await;
+    let mut reported: Vec<_> = removed(&f.jm)
+        .into_iter()
+        .map(|r| (r.resource_id, r.reason))
+        .collect();
+    reported.sort();
+    let mut expected = vec![
+        (ids[1].clone(), RemovalReason::NoLongerNeeded),
+        (ids[2].clone(), RemovalReason::NoLongerNeeded),
+    ];
+    expected.sort();
+    assert_eq!(reported, expected);
+}
+
+#[actix::test]
+async fn a_released_worker_that_registers_again_is_reported_again() {
+    let f = start(config(1), true).await;
+    let id = f.driver.requested()[0].clone();
+    f.start_and_register(&id).await;
+    f.rm.do_send(RemoveResource {
+        leader_session_id: SESSION,
+        resource_id: id.clone(),
+        reason: RemovalReason::HeartbeatTimeout,
+    });
+    settle().await;
+    let before = removed(&f.jm).len();
+    // It was only cut off, and registers again before the driver's stop reaches it.
+    ask(
+        &f.rm,
+        NotifyResourceStarted {
+            leader_session_id: SESSION,
+            resource_id: id.clone(),
+        },
+    )
+    .await;
+    settle().await;
+    assert_eq!(removed(&f.jm).len(), before + 1);
+    assert!(!f.status().await.started.contains(&id), "not counted");
+}
+
+#[actix::test]
+async fn a_request_the_driver_never_answers_times_out_and_is_replaced() {
+    let f = start(config(1), true).await;
+    let id = f.driver.requested()[0].clone();
+    // No WorkerStarted, no WorkerFailed: a hung launch.
+    tokio::time::sleep_until(f.started_at + Duration::from_secs(60) + Duration::from_millis(5))
+        .await;
+    assert_eq!(f.driver.released(), [id]);
+    advance(200).await;
+    assert_eq!(f.driver.requested().len(), 2);
+    assert_eq!(f.status().await.start_failures, 1);
+}
+
+#[actix::test]
+async fn a_silent_job_manager_is_registered_at_again() {
+    let f = start(config(1), true).await;
+    assert_eq!(registrations_at(&f.jm), 1);
+    f.jm.script(|s| s.resource_manager_heartbeat = Script::Silent);
+    // Heartbeats every 10 s; silence over 50 s ends the connection.
+    advance(61_000).await;
+    assert!(registrations_at(&f.jm) >= 2, "registered again");
+    assert!(f.status().await.connected_to_job_manager);
+}
+
+#[actix::test]
+async fn a_job_manager_that_forgot_the_rm_is_registered_at_again() {
+    let f = start(config(1), true).await;
+    f.jm.script(|s| {
+        s.resource_manager_heartbeat =
+            Script::Answer(ResourceManagerHeartbeatResponse::UnknownResourceManager)
+    });
+    advance(10_001).await;
+    assert_eq!(registrations_at(&f.jm), 2);
+}
+
+#[actix::test]
+async fn heartbeat_answers_repair_a_lost_registration_notice() {
+    let f = start(config(1), true).await;
+    let id = f.driver.requested()[0].clone();
+    f.rm.do_send(WorkerStarted {
+        resource_id: id.clone(),
+    });
+    // The JobManager has it, but its NotifyResourceStarted was lost.
+    f.jm.script(|s| {
+        s.resource_manager_heartbeat =
+            Script::Answer(ResourceManagerHeartbeatResponse::Acknowledged {
+                leader_session_id: SESSION,
+                registered: vec![id.clone(), ResourceId::new("stranger")],
+            })
+    });
+    advance(10_001).await;
+    let status = f.status().await;
+    assert_eq!(
+        status.started,
+        [id],
+        "promoted; the stranger is not adopted"
+    );
+    advance(120_000).await;
+    assert!(
+        f.driver.released().is_empty(),
+        "no registration timeout fired"
+    );
+}
+
+#[actix::test]
+async fn workers_a_new_leader_lacks_must_register_there_or_are_replaced() {
+    let f = start(config(2), true).await;
+    f.register_all_requested().await;
+    let ids = f.driver.requested();
+    let new_session = LeaderSessionId::from_u128(99);
+    let new_jm = JobManagerProbeHandle::start(&f.env, "jobmanager-2", new_session);
+    new_jm.script(|s| {
+        s.register_resource_manager = Script::Answer(RegisterResourceManagerSuccessful {
+            leader_session_id: new_session,
+            job_manager: new_jm.address.clone(),
+            registered: vec![ids[0].clone()],
+        })
+    });
+    f.rm.do_send(NewLeaderAvailable {
+        address: new_jm.address.clone(),
+        leader_session_id: new_session,
+    });
+    settle().await;
+    assert_eq!(
+        f.counts().await,
+        (1, 0, 1),
+        "ids[1] waits to register at the new leader"
+    );
+    assert!(f.driver.calls.all().contains(&DriverCall::LeaderChanged(
+        new_jm.address.clone(),
+        new_session
+    )));
+    // It never does: released and replaced after the registration timeout.
+    advance(60_010).await;
+    assert!(f.driver.released().contains(&ids[1]));
+    advance(300).await;
+    assert_eq!(f.driver.requested().len(), 3);
+}
+
+#[actix::test]
+async fn an_idle_release_answered_after_a_leader_change_does_not_double_release() {
+    let f = start(config(3), true).await;
+    f.register_all_requested().await;
+    let ids = f.driver.requested();
+    let held = Held::default();
+    f.jm.script(|s| s.release_idle_task_managers = Script::Hold(held.clone()));
+    f.rm.send(SetWorkerPoolSize { size: 2 })
+        .await
+        .unwrap()
+        .unwrap();
+    settle().await;
+    assert_eq!(held.len(), 1);
+    // Leader change while the ask is in flight; the new leader is asked once.
+    let new_session = LeaderSessionId::from_u128(99);
+    let new_jm = JobManagerProbeHandle::start(&f.env, "jobmanager-2", new_session);
+    let new_held = Held::default();
+    new_jm.script(|s| {
+        s.register_resource_manager = Script::Answer(RegisterResourceManagerSuccessful {
+            leader_session_id: new_session,
+            job_manager: new_jm.address.clone(),
+            registered: ids.clone(),
+        });
+        s.release_idle_task_managers = Script::Hold(new_held.clone());
+    });
+    f.rm.do_send(NewLeaderAvailable {
+        address: new_jm.address.clone(),
+        leader_session_id: new_session,
+    });
+    settle().await;
+    assert_eq!(new_held.len(), 1);
+    // The old leader's late answer is stale and must not clear the new ask's flag.
+    held.answer(
+        0,
+        IdleTaskManagersReleased {
+            leader_session_id: SESSION,
+            released: vec![ids[2].clone()],
+        },
+    );
+    settle().await;
+    f.rm.do_send(CheckAndAllocateContainers);
+    settle().await;
+    assert_eq!(new_held.len(), 1, "no second ask while one is in flight");
+    assert!(f.driver.released().is_empty());
+    new_held.answer(
+        0,
+        IdleTaskManagersReleased {
+            leader_session_id: new_session,
+            released: vec![ids[2].clone()],
+        },
+    );
+    settle().await;
+    assert_eq!(f.driver.released(), [ids[2].clone()]);
+    assert_eq!(f.counts().await, (2, 0, 0));
+}
+
+#[actix::test]
+async fn new_worker_ids_never_collide_with_reconciled_workers() {
+    tokio::time::pause();
+    let env = env("n", 1);
+    // What a predecessor with the same seed named its first worker.
+    let (probe_driver, _) = ScriptedDriver::new(true);
+    let predecessor =
+        FlinkResourceManager::new(settings(config(1)), Box::new(probe_driver), env.clone());
+    let inherited = ResourceId::new(format!("{}-1", predecessor.id_prefix));
+    let jm = JobManagerProbeHandle::start(&env, "jobmanager", SESSION);
+    jm.script(|s| {
+        s.register_resource_manager = Script::Answer(RegisterResourceManagerSuccessful {
+            leader_session_id: SESSION,
+            job_manager: jm.address.clone(),
+            registered: vec![inherited.clone()],
+        })
+    });
+    let (driver, handle) = ScriptedDriver::new(true);
+    let rm = FlinkResourceManager::new(settings(config(2)), Box::new(driver), env).start();
+    rm.do_send(NewLeaderAvailable {
+        address: jm.address.clone(),
+        leader_session_id: SESSION,
+    });
+    settle().await;
+    let requested = handle.requested();
+    assert_eq!(requested.len(), 1);
+    assert_ne!(requested[0], inherited);
+    let status = ask(&rm, GetResourceManagerStatus).await;
+    assert_eq!(status.started, [inherited]);
 }

@@ -398,3 +398,26 @@ async fn shutdown_stops_it_and_removes_it_from_the_directory() {
             .is_none()
     );
 }
+
+#[actix::test]
+async fn a_job_manager_restarted_at_the_same_address_is_found_again() {
+    // Started with only an address (no session from leader retrieval), as `--jobmanager` does.
+    let f = start(None, |_| {}).await;
+    assert!(matches!(
+        f.phase().await,
+        RegistrationPhase::Registered { .. }
+    ));
+    f.jm.stop().await;
+    let restarted_session = LeaderSessionId::from_u128(50);
+    let restarted = JobManagerProbeHandle::start(&f.env, "jobmanager", restarted_session);
+    restarted.script(|s| s.register_task_manager = Script::Answer(ack(30, restarted_session)));
+    // Heartbeats to the dead one fail; after the timeout it registers at whatever answers there.
+    advance((TIMEOUT + INTERVAL * 2).as_millis() as u64).await;
+    assert_eq!(registrations(&restarted).len(), 1);
+    assert_eq!(
+        f.phase().await,
+        RegistrationPhase::Registered {
+            instance_id: InstanceId::from_u128(30)
+        }
+    );
+}
