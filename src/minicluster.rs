@@ -14,9 +14,10 @@ use tokio::sync::broadcast;
 use crate::actors::Shutdown;
 use crate::actors::job_manager::{JobManager, JobManagerSettings};
 use crate::actors::resource_manager::{FlinkResourceManager, ResourceManagerSettings};
+use crate::actors::task_manager::TaskManagerSpec;
 use crate::config::{ClusterConfig, ConfigError};
 use crate::directory::LocalDirectory;
-use crate::drivers::in_process::{InProcessDriver, InProcessWorkers, TaskManagerTemplate};
+use crate::drivers::in_process::{InProcessDriver, InProcessWorkers};
 use crate::env::{ArbiterSpawner, NodeEnv, NodeRng, Spawner, SystemClock};
 use crate::events::{ClusterEvent, EventSink};
 use crate::messages::ids::{LeaderSessionId, ResourceId};
@@ -185,7 +186,7 @@ impl MiniCluster {
         let job_manager_address = job_manager.address().clone();
         let job_manager = job_manager.start();
         let driver = InProcessDriver::new(
-            TaskManagerTemplate {
+            TaskManagerSpec {
                 cluster_id: config.cluster.id.clone(),
                 slots: config.taskmanager.slots,
                 hostname: "localhost".to_owned(),

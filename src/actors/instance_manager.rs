@@ -8,23 +8,11 @@ use crate::messages::ids::{InstanceId, ResourceId};
 use crate::messages::job_manager::{HeartbeatReport, TaskManagerInfo};
 use crate::messages::{HardwareDescription, TaskManagerLocation};
 
-/// One registered TaskManager.
+/// One registered TaskManager: what the status API shows, plus its registration order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Instance {
-    /// This registration.
-    pub instance_id: InstanceId,
-    /// Where it runs.
-    pub location: TaskManagerLocation,
-    /// What it offers.
-    pub hardware: HardwareDescription,
-    /// Slots it has.
-    pub slots_total: u32,
-    /// Slots not allocated.
-    pub slots_free: u32,
-    /// Wall-clock registration time (ms).
-    pub registered_at_ms: u64,
-    /// Wall-clock time of the last heartbeat (ms).
-    pub last_heartbeat_ms: u64,
+    /// The registration as reported.
+    pub info: TaskManagerInfo,
     /// Registration order, for choosing which idle TaskManager to release.
     sequence: u64,
 }
@@ -32,7 +20,7 @@ pub struct Instance {
 impl Instance {
     /// Whether no slot is allocated.
     pub fn is_idle(&self) -> bool {
-        self.slots_free == self.slots_total
+        self.info.slots_free == self.info.slots_total
     }
 }
 
@@ -61,13 +49,16 @@ impl InstanceManager {
         self.next_sequence += 1;
         let resource_id = location.resource_id.clone();
         let instance = Instance {
-            instance_id,
-            location,
-            hardware,
-            slots_total: slots,
-            slots_free: slots,
-            registered_at_ms: now_ms,
-            last_heartbeat_ms: now_ms,
+            info: TaskManagerInfo {
+                resource_id: resource_id.clone(),
+                instance_id,
+                location,
+                hardware,
+                slots_total: slots,
+                slots_free: slots,
+                registered_at_ms: now_ms,
+                last_heartbeat_ms: now_ms,
+            },
             sequence: self.next_sequence,
         };
         self.instances.insert(resource_id.clone(), instance);
@@ -94,11 +85,11 @@ impl InstanceManager {
         now_ms: u64,
     ) -> bool {
         match self.instances.get_mut(resource_id) {
-            Some(instance) if instance.instance_id == instance_id => {
-                instance.last_heartbeat_ms = now_ms;
+            Some(Instance { info, .. }) if info.instance_id == instance_id => {
+                info.last_heartbeat_ms = now_ms;
                 // The TaskManager's own count wins for slots the JobManager does not allocate
                 // itself yet; the scheduler will keep both in step.
-                instance.slots_free = report.slots_free.min(instance.slots_total);
+                info.slots_free = report.slots_free.min(info.slots_total);
                 true
             }
             _ => false,
@@ -139,7 +130,7 @@ impl InstanceManager {
     pub fn total_slots(&self) -> u64 {
         self.instances
             .values()
-            .map(|i| u64::from(i.slots_total))
+            .map(|i| u64::from(i.info.slots_total))
             .sum()
     }
 
@@ -147,25 +138,13 @@ impl InstanceManager {
     pub fn free_slots(&self) -> u64 {
         self.instances
             .values()
-            .map(|i| u64::from(i.slots_free))
+            .map(|i| u64::from(i.info.slots_free))
             .sum()
     }
 
     /// Every registration as status info.
     pub fn infos(&self) -> Vec<TaskManagerInfo> {
-        self.instances
-            .iter()
-            .map(|(resource_id, i)| TaskManagerInfo {
-                resource_id: resource_id.clone(),
-                instance_id: i.instance_id,
-                location: i.location.clone(),
-                hardware: i.hardware,
-                slots_total: i.slots_total,
-                slots_free: i.slots_free,
-                registered_at_ms: i.registered_at_ms,
-                last_heartbeat_ms: i.last_heartbeat_ms,
-            })
-            .collect()
+        self.instances.values().map(|i| i.info.clone()).collect()
     }
 }
 
@@ -199,7 +178,7 @@ mod tests {
             slots_free: 1,
         };
         assert!(instances.heartbeat(&tm1, InstanceId::from_u128(1), report, 20));
-        assert_eq!(instances.get(&tm1).unwrap().last_heartbeat_ms, 20);
+        assert_eq!(instances.get(&tm1).unwrap().info.last_heartbeat_ms, 20);
         assert_eq!(instances.free_slots(), 4);
         assert!(
             !instances.heartbeat(&tm1, InstanceId::from_u128(9), report, 30),

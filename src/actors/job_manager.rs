@@ -134,9 +134,9 @@ impl JobManager {
             });
         }
         if let Some(existing) = self.instances.get(&resource_id) {
-            if existing.location.address == msg.location.address {
+            if existing.info.location.address == msg.location.address {
                 log::debug!("job manager: TaskManager {resource_id} is registered already");
-                let instance_id = existing.instance_id;
+                let instance_id = existing.info.instance_id;
                 self.heartbeats.record(resource_id.clone(), Instant::now());
                 // Tell the resource manager again: its first notification may have been lost.
                 self.notify_resource_started(resource_id);

@@ -26,11 +26,9 @@ use crate::messages::{
     ActorAddress, HardwareDescription, NewLeaderAvailable, TaskManagerLocation, is_current_leader,
 };
 
-/// What a TaskManager is started with.
+/// What every TaskManager of a cluster shares (a driver starts each worker from one).
 #[derive(Debug, Clone)]
-pub struct TaskManagerSettings {
-    /// The worker's id, chosen by whoever starts it.
-    pub resource_id: ResourceId,
+pub struct TaskManagerSpec {
     /// The cluster it belongs to.
     pub cluster_id: ClusterId,
     /// Slots it offers.
@@ -43,8 +41,17 @@ pub struct TaskManagerSettings {
     pub registration: RegistrationConfig,
     /// Heartbeat interval and timeout.
     pub heartbeat: HeartbeatConfig,
+}
+
+/// What one TaskManager is started with.
+#[derive(Debug, Clone)]
+pub struct TaskManagerSettings {
+    /// The worker's id, chosen by whoever starts it.
+    pub resource_id: ResourceId,
     /// The JobManager leader to register at, if known at start.
     pub job_manager: Option<Leader>,
+    /// What it shares with the cluster's other TaskManagers.
+    pub spec: TaskManagerSpec,
 }
 
 /// See the module docs.
@@ -64,8 +71,8 @@ impl TaskManager {
     pub fn new(settings: TaskManagerSettings, env: NodeEnv) -> Self {
         Self {
             address: env.address_of(&Self::name_of(&settings.resource_id)),
-            registration: Registration::new(settings.registration),
-            slots: SlotTable::new(settings.slots),
+            registration: Registration::new(settings.spec.registration),
+            slots: SlotTable::new(settings.spec.slots),
             settings,
             env,
             job_manager: None,
@@ -146,14 +153,14 @@ impl TaskManager {
             self.settings.resource_id
         );
         let request = RegisterTaskManager {
-            cluster_id: self.settings.cluster_id.clone(),
+            cluster_id: self.settings.spec.cluster_id.clone(),
             resource_id: self.settings.resource_id.clone(),
             location: TaskManagerLocation {
                 resource_id: self.settings.resource_id.clone(),
                 address: self.address.clone(),
-                hostname: self.settings.hostname.clone(),
+                hostname: self.settings.spec.hostname.clone(),
             },
-            hardware: self.settings.hardware,
+            hardware: self.settings.spec.hardware,
             number_of_slots: self.slots.total(),
         };
         gateway
@@ -175,7 +182,7 @@ impl TaskManager {
             return;
         };
         let silence = Instant::now().saturating_duration_since(self.last_acknowledged);
-        if silence > self.settings.heartbeat.timeout {
+        if silence > self.settings.spec.heartbeat.timeout {
             log::warn!(
                 "task manager {}: no heartbeat acknowledged by the JobManager for {silence:?}; registering again",
                 self.settings.resource_id
@@ -196,7 +203,7 @@ impl TaskManager {
                     slots_free: self.slots.free(),
                 },
             })
-            .timeout(self.settings.heartbeat.timeout)
+            .timeout(self.settings.spec.heartbeat.timeout)
             .into_actor(self)
             .map(move |result, act, ctx| act.heartbeat_answered(instance_id, result, ctx))
             .spawn(ctx);
@@ -252,7 +259,7 @@ impl Actor for TaskManager {
             self.address.clone(),
             LocalActor::TaskManager(TaskManagerGateway::of(&ctx.address())),
         );
-        ctx.run_interval(self.settings.heartbeat.interval, |act, ctx| {
+        ctx.run_interval(self.settings.spec.heartbeat.interval, |act, ctx| {
             act.heartbeat(ctx)
         });
         if let Some(leader) = self.settings.job_manager.clone() {

@@ -14,29 +14,11 @@ use actix::{Actor, Addr, Arbiter};
 use super::{DriverError, WorkerDriver, WorkerRequest};
 use crate::actors::Shutdown;
 use crate::actors::registration::Leader;
-use crate::actors::task_manager::{TaskManager, TaskManagerSettings};
-use crate::config::{HeartbeatConfig, RegistrationConfig};
+use crate::actors::task_manager::{TaskManager, TaskManagerSettings, TaskManagerSpec};
 use crate::env::{NodeEnv, NodeRng, Placement};
-use crate::messages::ids::{ClusterId, LeaderSessionId, ResourceId};
+use crate::messages::ids::{LeaderSessionId, ResourceId};
 use crate::messages::resource_manager::{ResourceManagerGateway, WorkerStarted};
-use crate::messages::{ActorAddress, HardwareDescription, NewLeaderAvailable};
-
-/// What every TaskManager this driver starts is configured with.
-#[derive(Debug, Clone)]
-pub struct TaskManagerTemplate {
-    /// The cluster.
-    pub cluster_id: ClusterId,
-    /// Slots per TaskManager.
-    pub slots: u32,
-    /// The host name they report.
-    pub hostname: String,
-    /// The hardware they report.
-    pub hardware: HardwareDescription,
-    /// Registration retries.
-    pub registration: RegistrationConfig,
-    /// Heartbeats.
-    pub heartbeat: HeartbeatConfig,
-}
+use crate::messages::{ActorAddress, NewLeaderAvailable};
 
 struct LocalWorker {
     placement: Placement,
@@ -81,7 +63,7 @@ fn lock(workers: &SharedWorkers) -> MutexGuard<'_, Workers> {
 
 /// Starts TaskManager actors in this process.
 pub struct InProcessDriver {
-    template: TaskManagerTemplate,
+    spec: TaskManagerSpec,
     env: NodeEnv,
     rng: NodeRng,
     resource_manager: Option<ResourceManagerGateway>,
@@ -89,11 +71,11 @@ pub struct InProcessDriver {
 }
 
 impl InProcessDriver {
-    /// A driver whose TaskManagers follow `template` and share `env`'s clock, spawner and
+    /// A driver whose TaskManagers follow `spec` and share `env`'s clock, spawner and
     /// resolver (each gets its own RNG seed).
-    pub fn new(template: TaskManagerTemplate, env: NodeEnv) -> Self {
+    pub fn new(spec: TaskManagerSpec, env: NodeEnv) -> Self {
         Self {
-            template,
+            spec,
             rng: env.rng("in-process-driver"),
             env,
             resource_manager: None,
@@ -147,16 +129,11 @@ impl WorkerDriver for InProcessDriver {
         let name = TaskManager::name_of(&resource_id);
         let settings = TaskManagerSettings {
             resource_id: resource_id.clone(),
-            cluster_id: self.template.cluster_id.clone(),
-            slots: self.template.slots,
-            hostname: self.template.hostname.clone(),
-            hardware: self.template.hardware,
-            registration: self.template.registration,
-            heartbeat: self.template.heartbeat,
             job_manager: Some(Leader {
                 address: request.job_manager,
                 retrieved_session: request.leader_session_id,
             }),
+            spec: self.spec.clone(),
         };
         let env = self.env.child(name.clone(), self.rng.next_u64());
         let placement = self.env.spawner.place(&name);
@@ -252,7 +229,10 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+    use crate::config::{HeartbeatConfig, RegistrationConfig};
     use crate::env::ArbiterSpawner;
+    use crate::messages::HardwareDescription;
+    use crate::messages::ids::ClusterId;
     use crate::messages::ids::LeaderSessionId;
     use crate::messages::resource_manager::ResourceManagerMessage;
     use crate::messages::task_manager::GetTaskManagerStatus;
@@ -260,8 +240,8 @@ mod tests {
 
     const SESSION: LeaderSessionId = LeaderSessionId::from_u128(3);
 
-    fn template() -> TaskManagerTemplate {
-        TaskManagerTemplate {
+    fn template() -> TaskManagerSpec {
+        TaskManagerSpec {
             cluster_id: ClusterId::new("test"),
             slots: 2,
             hostname: "localhost".into(),

@@ -8,6 +8,7 @@ use super::*;
 use crate::config::BackoffConfig;
 use crate::messages::NewLeaderAvailable;
 use crate::messages::job_manager::{JobManagerMessage, ResourceManagerHeartbeatResponse};
+use crate::messages::resource_manager::TriggerRegistrationAtJobManager;
 use crate::testing::*;
 
 const SESSION: LeaderSessionId = LeaderSessionId::from_u128(77);
@@ -74,6 +75,30 @@ impl Fixture {
             },
         )
         .await;
+    }
+
+    /// Starts a probe JobManager at `jobmanager-2` leading `session` that answers the RM's
+    /// registration with `registered` (and as `script` says), and announces it as leader.
+    fn new_leader(
+        &self,
+        session: LeaderSessionId,
+        registered: Vec<ResourceId>,
+        script: impl FnOnce(&mut JobManagerScripts),
+    ) -> JobManagerProbeHandle {
+        let jm = JobManagerProbeHandle::start(&self.env, "jobmanager-2", session);
+        jm.script(|s| {
+            s.register_resource_manager = Script::Answer(RegisterResourceManagerSuccessful {
+                leader_session_id: session,
+                job_manager: jm.address.clone(),
+                registered,
+            });
+            script(s);
+        });
+        self.rm.do_send(NewLeaderAvailable {
+            address: jm.address.clone(),
+            leader_session_id: session,
+        });
+        jm
     }
 
     /// Brings every requested worker to started.
@@ -481,19 +506,8 @@ async fn new_leader_available_registers_at_the_new_job_manager_and_reconciles() 
     f.register_all_requested().await;
     let ids = f.driver.requested();
     let new_session = LeaderSessionId::from_u128(88);
-    let new_jm = JobManagerProbeHandle::start(&f.env, "jobmanager-2", new_session);
     // The new leader already has one of the workers (it re-registered there).
-    new_jm.script(|s| {
-        s.register_resource_manager = Script::Answer(RegisterResourceManagerSuccessful {
-            leader_session_id: new_session,
-            job_manager: new_jm.address.clone(),
-            registered: vec![ids[0].clone()],
-        })
-    });
-    f.rm.do_send(NewLeaderAvailable {
-        address: new_jm.address.clone(),
-        leader_session_id: new_session,
-    });
+    let new_jm = f.new_leader(new_session, vec![ids[0].clone()], |_| {});
     settle().await;
     assert_eq!(new_jm.received.all().len(), 1);
     assert!(f.status().await.connected_to_job_manager);
@@ -923,18 +937,7 @@ async fn workers_a_new_leader_lacks_must_register_there_or_are_replaced() {
     f.register_all_requested().await;
     let ids = f.driver.requested();
     let new_session = LeaderSessionId::from_u128(99);
-    let new_jm = JobManagerProbeHandle::start(&f.env, "jobmanager-2", new_session);
-    new_jm.script(|s| {
-        s.register_resource_manager = Script::Answer(RegisterResourceManagerSuccessful {
-            leader_session_id: new_session,
-            job_manager: new_jm.address.clone(),
-            registered: vec![ids[0].clone()],
-        })
-    });
-    f.rm.do_send(NewLeaderAvailable {
-        address: new_jm.address.clone(),
-        leader_session_id: new_session,
-    });
+    let new_jm = f.new_leader(new_session, vec![ids[0].clone()], |_| {});
     settle().await;
     assert_eq!(
         f.counts().await,
@@ -967,19 +970,9 @@ async fn an_idle_release_answered_after_a_leader_change_does_not_double_release(
     assert_eq!(held.len(), 1);
     // Leader change while the ask is in flight; the new leader is asked once.
     let new_session = LeaderSessionId::from_u128(99);
-    let new_jm = JobManagerProbeHandle::start(&f.env, "jobmanager-2", new_session);
     let new_held = Held::default();
-    new_jm.script(|s| {
-        s.register_resource_manager = Script::Answer(RegisterResourceManagerSuccessful {
-            leader_session_id: new_session,
-            job_manager: new_jm.address.clone(),
-            registered: ids.clone(),
-        });
-        s.release_idle_task_managers = Script::Hold(new_held.clone());
-    });
-    f.rm.do_send(NewLeaderAvailable {
-        address: new_jm.address.clone(),
-        leader_session_id: new_session,
+    let _new_jm = f.new_leader(new_session, ids.clone(), |s| {
+        s.release_idle_task_managers = Script::Hold(new_held.clone())
     });
     settle().await;
     assert_eq!(new_held.len(), 1);
@@ -1037,4 +1030,23 @@ async fn new_worker_ids_never_collide_with_reconciled_workers() {
     assert_ne!(requested[0], inherited);
     let status = ask(&rm, GetResourceManagerStatus).await;
     assert_eq!(status.started, [inherited]);
+}
+
+#[actix::test]
+async fn trigger_registration_registers_only_while_not_connected() {
+    let f = start(config(1), true).await;
+    assert_eq!(registrations_at(&f.jm), 1);
+    // Connected: a trigger (from anyone) changes nothing.
+    f.rm.do_send(TriggerRegistrationAtJobManager);
+    settle().await;
+    assert_eq!(registrations_at(&f.jm), 1);
+    // The JobManager forgot the RM: the heartbeat answer ends the connection; the trigger the
+    // RM sends itself registers again.
+    f.jm.script(|s| {
+        s.resource_manager_heartbeat =
+            Script::Answer(ResourceManagerHeartbeatResponse::UnknownResourceManager)
+    });
+    advance(10_001).await;
+    assert_eq!(registrations_at(&f.jm), 2);
+    assert!(f.status().await.connected_to_job_manager);
 }

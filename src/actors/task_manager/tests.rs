@@ -34,6 +34,23 @@ fn ack(instance: u128, session: LeaderSessionId) -> RegistrationResponse {
     })
 }
 
+fn spec(slots: u32, hostname: &str) -> TaskManagerSpec {
+    TaskManagerSpec {
+        cluster_id: ClusterId::new("test"),
+        slots,
+        hostname: hostname.into(),
+        hardware: HardwareDescription {
+            cpu_cores: 2,
+            physical_memory_bytes: 0,
+        },
+        registration: registration_config(),
+        heartbeat: HeartbeatConfig {
+            interval: INTERVAL,
+            timeout: TIMEOUT,
+        },
+    }
+}
+
 struct Fixture {
     tm: Addr<TaskManager>,
     jm: JobManagerProbeHandle,
@@ -77,22 +94,11 @@ async fn start(
     let tm = TaskManager::new(
         TaskManagerSettings {
             resource_id: ResourceId::new("tm-1"),
-            cluster_id: ClusterId::new("test"),
-            slots: 3,
-            hostname: "host-a".into(),
-            hardware: HardwareDescription {
-                cpu_cores: 2,
-                physical_memory_bytes: 0,
-            },
-            registration: registration_config(),
-            heartbeat: HeartbeatConfig {
-                interval: INTERVAL,
-                timeout: TIMEOUT,
-            },
             job_manager: Some(Leader {
                 address: jm.address.clone(),
                 retrieved_session: retrieved,
             }),
+            spec: spec(3, "host-a"),
         },
         env.clone(),
     )
@@ -353,22 +359,11 @@ async fn an_unreachable_job_manager_is_retried_after_the_error_delay() {
     let tm = TaskManager::new(
         TaskManagerSettings {
             resource_id: ResourceId::new("tm-1"),
-            cluster_id: ClusterId::new("test"),
-            slots: 1,
-            hostname: "h".into(),
-            hardware: HardwareDescription {
-                cpu_cores: 1,
-                physical_memory_bytes: 0,
-            },
-            registration: registration_config(),
-            heartbeat: HeartbeatConfig {
-                interval: INTERVAL,
-                timeout: TIMEOUT,
-            },
             job_manager: Some(Leader {
                 address: env.address_of("jobmanager"),
                 retrieved_session: Some(SESSION),
             }),
+            spec: spec(1, "h"),
         },
         env.clone(),
     )
