@@ -53,8 +53,10 @@ pub mod directory;
 pub mod drivers;
 pub mod env;
 pub mod events;
+pub mod job;
 pub mod messages;
 pub mod minicluster;
+pub mod operators;
 
 #[cfg(test)]
 pub(crate) mod testing;
