@@ -53,6 +53,7 @@ pub mod directory;
 pub mod drivers;
 pub mod env;
 pub mod events;
+pub mod exchange;
 pub mod job;
 pub mod messages;
 pub mod minicluster;

@@ -1,4 +1,9 @@
-//! Jobs: what a user submits (the [`graph::JobGraph`]) and the pure logic the JobManager uses to
-//! run it — execution states, pipelined regions, restart strategies. Nothing here is an actor.
+//! Jobs: what a user submits (the [`graph::JobGraph`], built in code or read from a TOML
+//! [`file`]) and the pure logic the JobManager uses to run it — execution [`states`], pipelined
+//! [`regions`], [`restart`] strategies. Nothing here is an actor.
 
+pub mod file;
 pub mod graph;
+pub mod regions;
+pub mod restart;
+pub mod states;

@@ -133,3 +133,19 @@ pub fn is_current_leader(
         }
     }
 }
+
+/// One result partition: the output of one execution attempt of a producer subtask over one of
+/// its vertex's outgoing edges. It has one subpartition per consumer subtask.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct ResultPartitionId {
+    /// The producing execution attempt.
+    pub producer: super::ids::ExecutionAttemptId,
+    /// The index of the edge in the job graph.
+    pub edge: u32,
+}
+
+impl fmt::Display for ResultPartitionId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}#{}", self.producer, self.edge)
+    }
+}

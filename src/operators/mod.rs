@@ -83,3 +83,8 @@ pub trait Operator: Send {
     /// Runs to completion: reads all input, emits all output.
     fn run(&mut self, io: &mut dyn TaskIo) -> Result<(), OperatorError>;
 }
+
+pub mod builtin;
+pub mod registry;
+
+pub use registry::OperatorRegistry;
