@@ -11,6 +11,7 @@ pub mod instance_manager;
 pub mod job_manager;
 pub mod registration;
 pub mod resource_manager;
+pub mod scheduler;
 pub mod slot_table;
 pub mod task_manager;
 pub mod worker_pool;
