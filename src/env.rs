@@ -160,6 +160,26 @@ impl Spawner for CurrentArbiterSpawner {
     }
 }
 
+/// Where task code runs: never on an actor's thread, so a busy TaskManager still heartbeats.
+pub trait TaskRunner: Send + Sync + fmt::Debug {
+    /// Runs `task` to its end somewhere else.
+    fn run(&self, name: String, task: Box<dyn FnOnce() + Send>);
+}
+
+/// One OS thread per running task (production). The TaskManager bounds how many run: one per
+/// task of each allocated slot.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct ThreadTaskRunner;
+
+impl TaskRunner for ThreadTaskRunner {
+    #[allow(clippy::disallowed_methods)] // production-only: the task runner is where task threads start
+    fn run(&self, name: String, task: Box<dyn FnOnce() + Send>) {
+        if let Err(error) = std::thread::Builder::new().name(name.clone()).spawn(task) {
+            log::error!("cannot start a thread for task {name}: {error}");
+        }
+    }
+}
+
 /// Everything nondeterministic a node may use. Cheap to clone; each actor derives its own
 /// [`NodeRng`] with [`NodeEnv::rng`] so actors on one node do not share a lock.
 #[derive(Clone, Debug)]
@@ -170,6 +190,8 @@ pub struct NodeEnv {
     pub clock: Arc<dyn Clock>,
     /// Where spawned TaskManagers run.
     pub spawner: Arc<dyn Spawner>,
+    /// Where task code runs.
+    pub task_runner: Arc<dyn TaskRunner>,
     /// Turns actor addresses into gateways (in-process directory or remote proxies).
     pub resolver: Arc<dyn Resolver>,
     /// Where actors report what they do, for timelines and tests.
@@ -191,6 +213,7 @@ impl NodeEnv {
             node: node.into(),
             clock,
             spawner,
+            task_runner: Arc::new(ThreadTaskRunner),
             resolver,
             events,
             seed,
@@ -225,7 +248,7 @@ impl NodeEnv {
 }
 
 /// FNV-1a: a stable hash (std's `DefaultHasher` may change between releases).
-fn fnv1a(bytes: &[u8]) -> u64 {
+pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, byte| {
         (hash ^ u64::from(*byte)).wrapping_mul(0x0100_0000_01b3)
     })

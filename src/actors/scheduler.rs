@@ -312,6 +312,11 @@ impl Scheduler {
         expired
     }
 
+    /// Withdraws a queued request (its task was cancelled while it waited).
+    pub fn cancel_request(&mut self, task: &TaskRef) {
+        self.queue.retain(|q| q.request.task != *task);
+    }
+
     /// Forgets every queued request and co-location lock of `job` (it ended); returns the
     /// queued tasks dropped.
     pub fn forget_job(&mut self, job: JobId) -> Vec<TaskRef> {

@@ -11,7 +11,10 @@ use actix::Message;
 use serde::{Deserialize, Serialize};
 
 use super::common::{ActorAddress, HardwareDescription, RemovalReason, TaskManagerLocation};
-use super::ids::{ClusterId, InstanceId, LeaderSessionId, ResourceId};
+use super::ids::{ClusterId, ExecutionAttemptId, InstanceId, JobId, LeaderSessionId, ResourceId};
+use crate::actors::scheduler::Locality;
+use crate::job::graph::JobGraph;
+use crate::job::states::{ExecutionState, JobStatus};
 use super::protocol;
 use super::resource_manager::RegisterResourceManagerSuccessful;
 
@@ -32,6 +35,16 @@ protocol! {
         release_idle_task_managers: ReleaseIdleTaskManagers,
         /// The resource manager is alive.
         resource_manager_heartbeat: ResourceManagerHeartbeat,
+        /// A client submits a job.
+        submit_job: SubmitJob,
+        /// A client cancels a job.
+        cancel_job: CancelJob,
+        /// A client asks how a job is doing.
+        request_job_status: RequestJobStatus,
+        /// A client lists the jobs.
+        list_jobs: ListJobs,
+        /// A TaskManager reports a task's state change.
+        update_task_execution_state: UpdateTaskExecutionState,
         /// Report the registered TaskManagers.
         get_status: GetJobManagerStatus,
     }
@@ -295,4 +308,129 @@ impl fmt::Display for RegistrationResponse {
             }
         }
     }
+}
+
+/// Run a job. Answered with its id once it is accepted (validated, its operators known); it then
+/// runs in the background.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Message)]
+#[rtype(result = "Result<JobId, JobError>")]
+pub struct SubmitJob {
+    /// The job.
+    pub job_graph: JobGraph,
+}
+
+/// Cancel a job: every task is cancelled and every slot freed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Message)]
+#[rtype(result = "Result<JobStatus, JobError>")]
+pub struct CancelJob {
+    /// The job.
+    pub job_id: JobId,
+}
+
+/// How is a job doing?
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Message)]
+#[rtype(result = "Result<JobDetails, JobError>")]
+pub struct RequestJobStatus {
+    /// The job.
+    pub job_id: JobId,
+}
+
+/// Every job the JobManager knows, newest last.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Message)]
+#[rtype(result = "Vec<JobSummary>")]
+pub struct ListJobs;
+
+/// A task's new state, from the TaskManager running it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Message)]
+#[rtype(result = "()")]
+pub struct UpdateTaskExecutionState {
+    /// The job.
+    pub job_id: JobId,
+    /// The execution attempt.
+    pub attempt: ExecutionAttemptId,
+    /// Its new state.
+    pub state: ExecutionState,
+    /// Why, for a failed task.
+    pub error: Option<String>,
+}
+
+/// Why a job request was refused. Not retryable with the same request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+pub enum JobError {
+    /// No job has this id.
+    #[error("no job {0}")]
+    UnknownJob(JobId),
+    /// The job graph is not valid here.
+    #[error("job rejected: {0}")]
+    Rejected(String),
+    /// The job ended already.
+    #[error("job {job_id} is {status:?} already")]
+    AlreadyTerminal {
+        /// The job.
+        job_id: JobId,
+        /// Its final status.
+        status: JobStatus,
+    },
+}
+
+/// One line of the job list.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobSummary {
+    /// The job.
+    pub job_id: JobId,
+    /// Its name.
+    pub name: String,
+    /// Its status.
+    pub status: JobStatus,
+    /// Tasks finished / all tasks.
+    pub tasks_finished: u32,
+    /// All tasks.
+    pub tasks_total: u32,
+    /// Submission time (ms since the epoch).
+    pub submitted_at_ms: u64,
+}
+
+/// Everything about one job, for the status API.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobDetails {
+    /// The summary line.
+    pub summary: JobSummary,
+    /// When each job status was entered (ms since the epoch).
+    pub status_timestamps: Vec<(JobStatus, u64)>,
+    /// Why the job failed, if it did.
+    pub failure: Option<String>,
+    /// Region restarts so far.
+    pub restarts: u32,
+    /// Per vertex, in job graph order.
+    pub vertices: Vec<VertexDetails>,
+}
+
+/// One vertex of a job.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VertexDetails {
+    /// Its name.
+    pub name: String,
+    /// Its operator.
+    pub operator: String,
+    /// Its subtasks.
+    pub subtasks: Vec<SubtaskDetails>,
+}
+
+/// One subtask's current attempt.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SubtaskDetails {
+    /// The subtask index.
+    pub subtask: u32,
+    /// Its attempt number (0 first).
+    pub attempt_number: u32,
+    /// Its state.
+    pub state: ExecutionState,
+    /// Where it runs or ran.
+    pub resource_id: Option<ResourceId>,
+    /// How well its placement met its preferences.
+    pub locality: Option<Locality>,
+    /// When each state was entered (ms since the epoch).
+    pub timestamps: Vec<(ExecutionState, u64)>,
+    /// Why it failed, if it did.
+    pub error: Option<String>,
 }

@@ -12,6 +12,7 @@
 //!   remote proxy without the actor noticing.
 
 pub mod common;
+pub mod deployment;
 pub mod ids;
 pub mod job_manager;
 pub mod resource_manager;

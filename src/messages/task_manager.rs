@@ -8,8 +8,10 @@ use std::fmt;
 use actix::Message;
 use serde::{Deserialize, Serialize};
 
-use super::common::{NewLeaderAvailable, RemovalReason};
-use super::ids::{InstanceId, LeaderSessionId, ResourceId};
+use super::common::{NewLeaderAvailable, RemovalReason, ResultPartitionId};
+use super::deployment::TaskDeploymentDescriptor;
+use super::ids::{ExecutionAttemptId, InstanceId, JobId, LeaderSessionId, ResourceId};
+use crate::operators::Record;
 use super::protocol;
 
 protocol! {
@@ -23,6 +25,14 @@ protocol! {
         disconnect: Disconnect,
         /// Report registration and slots.
         get_status: GetTaskManagerStatus,
+        /// Run a task.
+        submit_task: SubmitTask,
+        /// Cancel a task.
+        cancel_task: CancelTask,
+        /// Drop a job's result partitions.
+        release_job_partitions: ReleaseJobPartitions,
+        /// A consumer reads a subpartition.
+        fetch_subpartition: FetchSubpartition,
     }
 }
 
@@ -89,4 +99,83 @@ impl fmt::Display for RegistrationPhase {
             Self::Registered { instance_id } => write!(f, "registered as {instance_id}"),
         }
     }
+}
+
+/// Run a task in the slot its descriptor names. Only the current leader may send it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Message)]
+#[rtype(result = "Result<(), TaskSubmissionError>")]
+pub struct SubmitTask {
+    /// The sender's leader session (fencing).
+    pub leader_session_id: LeaderSessionId,
+    /// The task.
+    pub descriptor: TaskDeploymentDescriptor,
+}
+
+/// Why a TaskManager did not accept a task.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+pub enum TaskSubmissionError {
+    /// The sender is not the leader this TaskManager is registered with.
+    #[error("stale leader session")]
+    StaleLeader,
+    /// Every slot is taken by other allocations.
+    #[error("no free slot for allocation {0}")]
+    NoFreeSlot(String),
+    /// The operator is not registered on this TaskManager.
+    #[error("unknown operator `{0}`")]
+    UnknownOperator(String),
+    /// This attempt runs already.
+    #[error("attempt {0} runs already")]
+    Duplicate(ExecutionAttemptId),
+}
+
+/// Cancel a task (cooperatively: it stops at its next check). Only the current leader may send it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Message)]
+#[rtype(result = "()")]
+pub struct CancelTask {
+    /// The sender's leader session (fencing).
+    pub leader_session_id: LeaderSessionId,
+    /// The attempt.
+    pub attempt: ExecutionAttemptId,
+}
+
+/// The job ended: drop every result partition of it (memory and spill files). Only the current
+/// leader may send it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Message)]
+#[rtype(result = "()")]
+pub struct ReleaseJobPartitions {
+    /// The sender's leader session (fencing).
+    pub leader_session_id: LeaderSessionId,
+    /// The job.
+    pub job_id: JobId,
+}
+
+/// Read a subpartition from batch `from_batch` on (a long poll: answered when data is there,
+/// the partition finished, or it failed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Message)]
+#[rtype(result = "FetchResponse")]
+pub struct FetchSubpartition {
+    /// The partition.
+    pub partition: ResultPartitionId,
+    /// The consumer's subpartition.
+    pub subpartition: u32,
+    /// The first batch wanted.
+    pub from_batch: u64,
+}
+
+/// The answer to a fetch.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum FetchResponse {
+    /// Batches from the one asked for on.
+    Data {
+        /// The batches.
+        batches: Vec<Vec<Record>>,
+        /// The batch to ask for next.
+        next_batch: u64,
+        /// Nothing follows.
+        finished: bool,
+    },
+    /// The producer failed or the partition was released.
+    Failed(String),
+    /// No such partition here.
+    Unknown,
 }

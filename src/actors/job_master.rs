@@ -1,0 +1,808 @@
+//! One job's execution: its execution graph, region scheduling and failover.
+//!
+//! Pure logic driven by the [`JobManager`](super::job_manager::JobManager): each method takes the
+//! shared [`Scheduler`] and returns [`JobAction`]s (deploy, cancel, wait, release) for the actor
+//! to carry out, so the whole lifecycle is testable without actors or threads.
+//!
+//! Lifecycle: regions are scheduled in topological order once their blocking inputs are finished
+//! (Flink's PipelinedRegionSchedulingStrategy). A region's tasks ask for slots; when every task of
+//! the region has one, all of them are deployed together (pipelined consumers run beside their
+//! producers). A finished task frees its slot; its result partitions stay on its TaskManager until
+//! the job ends. A failed task (or a lost TaskManager) triggers region failover: the restart
+//! strategy decides; if it allows, the failed region and every region consuming its results are
+//! cancelled, and once their tasks have all stopped and the restart delay has passed, they run
+//! again as new attempts. A region whose finished results were lost with a TaskManager is
+//! restarted too. If the strategy gives up, the job fails with the first failure's reason.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::clock::Instant;
+
+use super::scheduler::{
+    Locality, NoResourceAvailable, Placement, Scheduler, SlotAssignment, SlotRequest, TaskRef,
+};
+use crate::env::NodeRng;
+use crate::job::graph::{DistributionPattern, JobGraph};
+use crate::job::regions::{ExecutionVertexRef, PipelinedRegions, RegionId};
+use crate::job::restart::{RestartBackoff, RestartDecision};
+use crate::job::states::{ExecutionState, JobStatus, Tracked};
+use crate::messages::ids::{ExecutionAttemptId, JobId, ResourceId};
+use crate::messages::job_manager::{JobDetails, JobSummary, SubtaskDetails, VertexDetails};
+use crate::messages::{
+    ActorAddress, ResultPartitionId,
+    deployment::{InputGate, OutputPartition, ProducerLocation, TaskDeploymentDescriptor},
+};
+
+/// Something the JobManager actor must do for a job.
+#[derive(Debug, Clone, PartialEq)]
+pub enum JobAction {
+    /// Send `SubmitTask` to a TaskManager.
+    Deploy {
+        /// Where.
+        resource_id: ResourceId,
+        /// What.
+        descriptor: Box<TaskDeploymentDescriptor>,
+    },
+    /// Send `CancelTask` to a TaskManager.
+    Cancel {
+        /// Where.
+        resource_id: ResourceId,
+        /// Which attempt.
+        attempt: ExecutionAttemptId,
+    },
+    /// Call [`JobMaster::restart_due`] with `generation` after `delay`.
+    RestartAfter {
+        /// The restart strategy's pause.
+        delay: Duration,
+        /// Which restart it is.
+        generation: u64,
+    },
+    /// Drop the job's result partitions on these TaskManagers.
+    ReleasePartitions {
+        /// Every TaskManager that ran a task of the job.
+        resource_ids: BTreeSet<ResourceId>,
+    },
+    /// The job reached a final status.
+    Terminated(JobStatus),
+}
+
+/// What a job master needs from the JobManager for one call.
+pub struct JobContext<'a> {
+    /// The shared slot scheduler.
+    pub scheduler: &'a mut Scheduler,
+    /// Now, for slot request ages.
+    pub now: Instant,
+    /// Now, wall clock, for status timestamps.
+    pub now_ms: u64,
+    /// The TaskManager actor of a registered worker.
+    pub address_of: &'a dyn Fn(&ResourceId) -> Option<ActorAddress>,
+    /// Set when a slot became free (the JobManager then serves the queue).
+    pub slots_freed: bool,
+}
+
+#[derive(Debug, Clone)]
+struct ExecutionVertex {
+    attempt: ExecutionAttemptId,
+    attempt_number: u32,
+    state: Tracked<ExecutionState>,
+    placement: Option<SlotAssignment>,
+    error: Option<String>,
+}
+
+/// See the module docs.
+#[derive(Debug)]
+pub struct JobMaster {
+    job_id: JobId,
+    graph: Arc<JobGraph>,
+    regions: PipelinedRegions,
+    /// Vertex indices in topological order (producers first).
+    order: Vec<usize>,
+    tasks: Vec<Vec<ExecutionVertex>>,
+    attempts: BTreeMap<ExecutionAttemptId, TaskRef>,
+    status: Tracked<JobStatus>,
+    scheduled: BTreeSet<RegionId>,
+    finished: BTreeSet<RegionId>,
+    /// Regions waiting to run again (their tasks stopping, or the restart delay).
+    restarting: BTreeSet<RegionId>,
+    restart_generation: u64,
+    restart_due: bool,
+    backoff: RestartBackoff,
+    restarts: u32,
+    failure: Option<String>,
+    /// Every TaskManager a task of this job was deployed to (their partitions to release).
+    used_task_managers: BTreeSet<ResourceId>,
+    rng: NodeRng,
+    submitted_at_ms: u64,
+}
+
+impl JobMaster {
+    /// A job, not started.
+    pub fn new(job_id: JobId, graph: JobGraph, mut rng: NodeRng, now_ms: u64) -> Self {
+        let regions = PipelinedRegions::new(&graph);
+        let order = graph.topological_order();
+        let tasks = graph
+            .vertices
+            .iter()
+            .map(|v| {
+                (0..v.parallelism)
+                    .map(|_| ExecutionVertex {
+                        attempt: ExecutionAttemptId::generate(&mut rng),
+                        attempt_number: 0,
+                        state: Tracked::new(ExecutionState::Created, now_ms),
+                        placement: None,
+                        error: None,
+                    })
+                    .collect()
+            })
+            .collect();
+        let backoff = RestartBackoff::new(graph.restart_strategy);
+        let mut master = Self {
+            job_id,
+            regions,
+            order,
+            tasks,
+            attempts: BTreeMap::new(),
+            status: Tracked::new(JobStatus::Created, now_ms),
+            scheduled: BTreeSet::new(),
+            finished: BTreeSet::new(),
+            restarting: BTreeSet::new(),
+            restart_generation: 0,
+            restart_due: false,
+            backoff,
+            restarts: 0,
+            failure: None,
+            used_task_managers: BTreeSet::new(),
+            rng,
+            submitted_at_ms: now_ms,
+            graph: Arc::new(graph),
+        };
+        master.index_attempts();
+        master
+    }
+
+    fn index_attempts(&mut self) {
+        self.attempts.clear();
+        for (vertex, subtasks) in self.tasks.iter().enumerate() {
+            for (subtask, ev) in subtasks.iter().enumerate() {
+                self.attempts.insert(
+                    ev.attempt,
+                    TaskRef {
+                        job: self.job_id,
+                        vertex,
+                        subtask: subtask as u32,
+                    },
+                );
+            }
+        }
+    }
+
+    /// The job's status.
+    pub fn status(&self) -> JobStatus {
+        self.status.state()
+    }
+
+    /// The job graph.
+    pub fn graph(&self) -> &JobGraph {
+        &self.graph
+    }
+
+    /// Starts the job: its source regions ask for slots.
+    pub fn start(&mut self, cx: &mut JobContext<'_>) -> Vec<JobAction> {
+        let mut actions = Vec::new();
+        self.set_status(JobStatus::Running, cx.now_ms);
+        self.schedule_ready_regions(cx, &mut actions);
+        actions
+    }
+
+    fn set_status(&mut self, to: JobStatus, now_ms: u64) {
+        if let Err(error) = self.status.transition(to, now_ms) {
+            log::warn!("job {}: {error}", self.job_id);
+        }
+    }
+
+    fn task(&self, task: &TaskRef) -> &ExecutionVertex {
+        &self.tasks[task.vertex][task.subtask as usize]
+    }
+
+    fn task_mut(&mut self, task: &TaskRef) -> &mut ExecutionVertex {
+        &mut self.tasks[task.vertex][task.subtask as usize]
+    }
+
+    fn region_of(&self, task: &TaskRef) -> RegionId {
+        self.regions.region_of(ExecutionVertexRef {
+            vertex: task.vertex,
+            subtask: task.subtask,
+        })
+    }
+
+    fn members(&self, region: RegionId) -> Vec<TaskRef> {
+        let rank: BTreeMap<usize, usize> =
+            self.order.iter().enumerate().map(|(i, v)| (*v, i)).collect();
+        let mut members: Vec<TaskRef> = self
+            .regions
+            .region(region)
+            .members
+            .iter()
+            .map(|m| TaskRef {
+                job: self.job_id,
+                vertex: m.vertex,
+                subtask: m.subtask,
+            })
+            .collect();
+        // Producers first, so consumers can prefer their producers' TaskManagers.
+        members.sort_by_key(|t| (rank.get(&t.vertex).copied().unwrap_or(0), t.subtask));
+        members
+    }
+
+    fn schedule_ready_regions(&mut self, cx: &mut JobContext<'_>, actions: &mut Vec<JobAction>) {
+        if self.status() != JobStatus::Running {
+            return;
+        }
+        let ready: Vec<RegionId> = self
+            .regions
+            .schedulable(&self.finished, &self.scheduled)
+            .into_iter()
+            .filter(|r| !self.restarting.contains(r))
+            .collect();
+        for region in ready {
+            self.scheduled.insert(region);
+            for task in self.members(region) {
+                let request = self.slot_request(&task);
+                self.task_mut(&task)
+                    .state
+                    .transition_logged(ExecutionState::Scheduled, cx.now_ms);
+                if let Placement::Assigned(assignment) = cx.scheduler.request(request, cx.now) {
+                    self.task_mut(&task).placement = Some(assignment);
+                }
+            }
+            self.try_deploy(region, cx, actions);
+        }
+    }
+
+    fn slot_request(&self, task: &TaskRef) -> SlotRequest {
+        let vertex = &self.graph.vertices[task.vertex];
+        let mut preferred = Vec::new();
+        for edge in self.graph.edges.iter().filter(|e| e.target == task.vertex) {
+            let producers: Vec<u32> = match edge.pattern {
+                DistributionPattern::Forward => vec![task.subtask],
+                DistributionPattern::AllToAll => {
+                    (0..self.graph.vertices[edge.source].parallelism).collect()
+                }
+            };
+            for p in producers {
+                if let Some(placement) = &self.tasks[edge.source][p as usize].placement {
+                    preferred.push(placement.resource_id.clone());
+                }
+            }
+        }
+        SlotRequest {
+            task: *task,
+            sharing_group: vertex.slot_sharing_group.clone(),
+            co_location_group: vertex.co_location_group.clone(),
+            preferred,
+        }
+    }
+
+    /// A queued slot request was served.
+    pub fn slot_assigned(
+        &mut self,
+        task: TaskRef,
+        assignment: SlotAssignment,
+        cx: &mut JobContext<'_>,
+    ) -> Vec<JobAction> {
+        let mut actions = Vec::new();
+        if self.task(&task).state.state() != ExecutionState::Scheduled {
+            // Cancelled or restarted while it waited: give the slot back.
+            if cx.scheduler.release(&task).is_some() {
+                cx.slots_freed = true;
+            }
+            return actions;
+        }
+        self.task_mut(&task).placement = Some(assignment);
+        let region = self.region_of(&task);
+        self.try_deploy(region, cx, &mut actions);
+        actions
+    }
+
+    /// Deploys a region once every task of it has a slot.
+    fn try_deploy(&mut self, region: RegionId, cx: &mut JobContext<'_>, actions: &mut Vec<JobAction>) {
+        let members = self.members(region);
+        let ready = members.iter().all(|t| {
+            let ev = self.task(t);
+            ev.state.state() == ExecutionState::Scheduled && ev.placement.is_some()
+        });
+        if !ready {
+            return;
+        }
+        let mut shared_gates: BTreeMap<u32, Arc<Vec<ProducerLocation>>> = BTreeMap::new();
+        for task in members {
+            let Some(placement) = self.task(&task).placement.clone() else {
+                continue;
+            };
+            match self.descriptor(&task, &placement, cx, &mut shared_gates) {
+                Some(descriptor) => {
+                    self.task_mut(&task)
+                        .state
+                        .transition_logged(ExecutionState::Deploying, cx.now_ms);
+                    self.used_task_managers.insert(placement.resource_id.clone());
+                    actions.push(JobAction::Deploy {
+                        resource_id: placement.resource_id,
+                        descriptor: Box::new(descriptor),
+                    });
+                }
+                None => {
+                    // Its TaskManager (or a producer's) is gone; the loss is being handled.
+                    log::debug!("job {}: cannot deploy {task:?} yet", self.job_id);
+                }
+            }
+        }
+    }
+
+    fn descriptor(
+        &self,
+        task: &TaskRef,
+        placement: &SlotAssignment,
+        cx: &JobContext<'_>,
+        shared_gates: &mut BTreeMap<u32, Arc<Vec<ProducerLocation>>>,
+    ) -> Option<TaskDeploymentDescriptor> {
+        let vertex = &self.graph.vertices[task.vertex];
+        let ev = self.task(task);
+        let mut inputs = Vec::new();
+        for (index, edge) in self.graph.edges.iter().enumerate() {
+            if edge.target != task.vertex {
+                continue;
+            }
+            let edge_index = index as u32;
+            let location = |subtask: u32| -> Option<ProducerLocation> {
+                let producer = &self.tasks[edge.source][subtask as usize];
+                let resource_id = &producer.placement.as_ref()?.resource_id;
+                Some(ProducerLocation {
+                    partition: ResultPartitionId {
+                        producer: producer.attempt,
+                        edge: edge_index,
+                    },
+                    task_manager: (cx.address_of)(resource_id)?,
+                })
+            };
+            let (producers, subpartition) = match edge.pattern {
+                DistributionPattern::Forward => (Arc::new(vec![location(task.subtask)?]), 0),
+                DistributionPattern::AllToAll => {
+                    let producers = match shared_gates.get(&edge_index) {
+                        Some(shared) => shared.clone(),
+                        None => {
+                            let all = (0..self.graph.vertices[edge.source].parallelism)
+                                .map(location)
+                                .collect::<Option<Vec<_>>>()?;
+                            let shared = Arc::new(all);
+                            shared_gates.insert(edge_index, shared.clone());
+                            shared
+                        }
+                    };
+                    (producers, task.subtask)
+                }
+            };
+            inputs.push(InputGate {
+                edge: edge_index,
+                subpartition,
+                producers,
+            });
+        }
+        let outputs = self
+            .graph
+            .edges
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| e.source == task.vertex)
+            .map(|(index, edge)| OutputPartition {
+                partition: ResultPartitionId {
+                    producer: ev.attempt,
+                    edge: index as u32,
+                },
+                pattern: edge.pattern,
+                subpartitions: match edge.pattern {
+                    DistributionPattern::Forward => 1,
+                    DistributionPattern::AllToAll => self.graph.vertices[edge.target].parallelism,
+                },
+            })
+            .collect();
+        Some(TaskDeploymentDescriptor {
+            job_id: self.job_id,
+            attempt: ev.attempt,
+            attempt_number: ev.attempt_number,
+            vertex_name: vertex.name.clone(),
+            subtask: task.subtask,
+            parallelism: vertex.parallelism,
+            operator: vertex.operator.clone(),
+            config: vertex.config.clone(),
+            allocation_id: placement.allocation_id,
+            inputs,
+            outputs,
+        })
+    }
+
+    /// A task's state changed on its TaskManager.
+    pub fn update(
+        &mut self,
+        attempt: ExecutionAttemptId,
+        state: ExecutionState,
+        error: Option<String>,
+        cx: &mut JobContext<'_>,
+    ) -> Vec<JobAction> {
+        let mut actions = Vec::new();
+        let Some(task) = self.attempts.get(&attempt).copied() else {
+            log::debug!("job {}: update for an old attempt {attempt}", self.job_id);
+            return actions;
+        };
+        let now_ms = cx.now_ms;
+        let ev = self.task_mut(&task);
+        if ev.state.state().is_terminal() {
+            return actions;
+        }
+        if let Err(e) = ev.state.transition(state, now_ms) {
+            log::warn!("job {}: {task:?}: {e}", self.job_id);
+            return actions;
+        }
+        if error.is_some() {
+            ev.error = error.clone();
+        }
+        if !state.is_terminal() {
+            return actions;
+        }
+        self.free_slot(&task, cx);
+        match state {
+            ExecutionState::Finished => self.task_finished(task, cx, &mut actions),
+            ExecutionState::Failed if self.status() == JobStatus::Running
+                && !self.restarting.contains(&self.region_of(&task)) =>
+            {
+                let reason = error.unwrap_or_else(|| "task failed".to_owned());
+                self.failover(vec![(task, reason)], cx, &mut actions);
+            }
+            _ => {}
+        }
+        self.after_stop(cx, &mut actions);
+        actions
+    }
+
+    fn free_slot(&mut self, task: &TaskRef, cx: &mut JobContext<'_>) {
+        if cx.scheduler.release(task).is_some() {
+            cx.slots_freed = true;
+        }
+    }
+
+    fn task_finished(&mut self, task: TaskRef, cx: &mut JobContext<'_>, actions: &mut Vec<JobAction>) {
+        let region = self.region_of(&task);
+        let done = self
+            .members(region)
+            .iter()
+            .all(|t| self.task(t).state.state() == ExecutionState::Finished);
+        if !done {
+            return;
+        }
+        self.finished.insert(region);
+        if self.finished.len() == self.regions.len() {
+            self.set_status(JobStatus::Finished, cx.now_ms);
+            self.end(actions);
+            return;
+        }
+        self.schedule_ready_regions(cx, actions);
+    }
+
+    fn end(&mut self, actions: &mut Vec<JobAction>) {
+        actions.push(JobAction::ReleasePartitions {
+            resource_ids: std::mem::take(&mut self.used_task_managers),
+        });
+        actions.push(JobAction::Terminated(self.status()));
+    }
+
+    /// Handles failures: restart the affected regions, or fail the job.
+    fn failover(
+        &mut self,
+        failed: Vec<(TaskRef, String)>,
+        cx: &mut JobContext<'_>,
+        actions: &mut Vec<JobAction>,
+    ) {
+        let first_reason = failed.first().map(|(t, r)| {
+            let vertex = &self.graph.vertices[t.vertex].name;
+            format!("{vertex} ({}/{}): {r}", t.subtask + 1, self.graph.vertices[t.vertex].parallelism)
+        });
+        match self.backoff.on_failure(&mut self.rng) {
+            RestartDecision::GiveUp { reason } => {
+                self.failure = Some(format!(
+                    "{} ({reason})",
+                    first_reason.unwrap_or_else(|| "failure".into())
+                ));
+                self.set_status(JobStatus::Failing, cx.now_ms);
+                self.cancel_all(cx, actions);
+            }
+            RestartDecision::Restart { delay } => {
+                let mut regions = BTreeSet::new();
+                for (task, _) in &failed {
+                    regions.extend(self.regions.regions_to_restart(self.region_of(task)));
+                }
+                log::info!(
+                    "job {}: restarting {} regions in {delay:?} after {}",
+                    self.job_id,
+                    regions.len(),
+                    first_reason.unwrap_or_default()
+                );
+                self.restarts += 1;
+                for region in &regions {
+                    self.scheduled.remove(region);
+                    self.finished.remove(region);
+                    self.restarting.insert(*region);
+                    for task in self.members(*region) {
+                        self.stop_task(task, cx, actions);
+                    }
+                }
+                self.restart_generation += 1;
+                self.restart_due = false;
+                actions.push(JobAction::RestartAfter {
+                    delay,
+                    generation: self.restart_generation,
+                });
+            }
+        }
+    }
+
+    /// Cancels a task in whatever state it is.
+    fn stop_task(&mut self, task: TaskRef, cx: &mut JobContext<'_>, actions: &mut Vec<JobAction>) {
+        let now_ms = cx.now_ms;
+        let ev = self.task_mut(&task);
+        match ev.state.state() {
+            ExecutionState::Created | ExecutionState::Scheduled => {
+                ev.state.transition_logged(ExecutionState::Canceled, now_ms);
+                cx.scheduler.cancel_request(&task);
+                self.free_slot(&task, cx);
+            }
+            ExecutionState::Deploying | ExecutionState::Running => {
+                ev.state.transition_logged(ExecutionState::Canceling, now_ms);
+                if let Some(placement) = &ev.placement {
+                    actions.push(JobAction::Cancel {
+                        resource_id: placement.resource_id.clone(),
+                        attempt: ev.attempt,
+                    });
+                }
+            }
+            // Finished tasks of a restarted region run again; their old output is superseded.
+            _ => {}
+        }
+    }
+
+    fn cancel_all(&mut self, cx: &mut JobContext<'_>, actions: &mut Vec<JobAction>) {
+        let all: Vec<TaskRef> = self.attempts.values().copied().collect();
+        for task in all {
+            self.stop_task(task, cx, actions);
+        }
+        cx.scheduler.forget_job(self.job_id);
+        self.after_stop(cx, actions);
+    }
+
+    /// Once every stopping task stopped: finish a cancellation or failure, or run a restart.
+    fn after_stop(&mut self, cx: &mut JobContext<'_>, actions: &mut Vec<JobAction>) {
+        let all_stopped = |master: &Self, tasks: &mut dyn Iterator<Item = TaskRef>| {
+            tasks.all(|t| {
+                let s = master.task(&t).state.state();
+                s.is_terminal() || s == ExecutionState::Created
+            })
+        };
+        match self.status() {
+            JobStatus::Cancelling | JobStatus::Failing => {
+                let everything: Vec<TaskRef> = self.attempts.values().copied().collect();
+                if all_stopped(self, &mut everything.into_iter()) {
+                    let to = if self.status() == JobStatus::Cancelling {
+                        JobStatus::Canceled
+                    } else {
+                        JobStatus::Failed
+                    };
+                    self.set_status(to, cx.now_ms);
+                    self.end(actions);
+                }
+            }
+            JobStatus::Running if self.restart_due && !self.restarting.is_empty() => {
+                let members: Vec<TaskRef> = self
+                    .restarting
+                    .iter()
+                    .flat_map(|r| self.members(*r))
+                    .collect();
+                if all_stopped(self, &mut members.iter().copied()) {
+                    self.restart_regions(members, cx, actions);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn restart_regions(&mut self, members: Vec<TaskRef>, cx: &mut JobContext<'_>, actions: &mut Vec<JobAction>) {
+        for task in members {
+            let old = self.task(&task).attempt;
+            self.attempts.remove(&old);
+            let attempt = ExecutionAttemptId::generate(&mut self.rng);
+            let now_ms = cx.now_ms;
+            let ev = self.task_mut(&task);
+            ev.attempt = attempt;
+            ev.attempt_number += 1;
+            ev.state = Tracked::new(ExecutionState::Created, now_ms);
+            ev.placement = None;
+            ev.error = None;
+            self.attempts.insert(attempt, task);
+        }
+        self.restarting.clear();
+        self.restart_due = false;
+        self.schedule_ready_regions(cx, actions);
+    }
+
+    /// The restart delay `generation` passed.
+    pub fn restart_due(&mut self, generation: u64, cx: &mut JobContext<'_>) -> Vec<JobAction> {
+        let mut actions = Vec::new();
+        if generation == self.restart_generation {
+            self.restart_due = true;
+            self.after_stop(cx, &mut actions);
+        }
+        actions
+    }
+
+    /// A TaskManager is gone: its tasks failed, and finished results it held are lost.
+    pub fn task_manager_lost(
+        &mut self,
+        resource_id: &ResourceId,
+        cx: &mut JobContext<'_>,
+    ) -> Vec<JobAction> {
+        let mut actions = Vec::new();
+        self.used_task_managers.remove(resource_id);
+        let reason = format!("TaskManager {resource_id} was lost");
+        let mut failed = Vec::new();
+        let on_lost: Vec<TaskRef> = self
+            .attempts
+            .values()
+            .copied()
+            .filter(|t| {
+                self.task(t)
+                    .placement
+                    .as_ref()
+                    .is_some_and(|p| p.resource_id == *resource_id)
+            })
+            .collect();
+        for task in on_lost {
+            let now_ms = cx.now_ms;
+            let state = self.task(&task).state.state();
+            match state {
+                ExecutionState::Finished => {
+                    // Its results are gone; needed again unless every consumer finished.
+                    let region = self.region_of(&task);
+                    let consumers = &self.regions.region(region).consumers;
+                    if !consumers.iter().all(|c| self.finished.contains(c)) {
+                        failed.push((task, reason.clone()));
+                    }
+                }
+                s if s.is_terminal() => {}
+                _ => {
+                    let ev = self.task_mut(&task);
+                    ev.state.transition_logged(ExecutionState::Failed, now_ms);
+                    ev.error = Some(reason.clone());
+                    failed.push((task, reason.clone()));
+                }
+            }
+        }
+        if failed.is_empty() {
+            return actions;
+        }
+        if self.status() == JobStatus::Running {
+            self.failover(failed, cx, &mut actions);
+        }
+        self.after_stop(cx, &mut actions);
+        actions
+    }
+
+    /// A queued slot request waited too long.
+    pub fn slot_request_failed(
+        &mut self,
+        task: TaskRef,
+        error: &NoResourceAvailable,
+        cx: &mut JobContext<'_>,
+    ) -> Vec<JobAction> {
+        let mut actions = Vec::new();
+        let now_ms = cx.now_ms;
+        let ev = self.task_mut(&task);
+        if ev.state.state() != ExecutionState::Scheduled {
+            return actions;
+        }
+        ev.state.transition_logged(ExecutionState::Failed, now_ms);
+        ev.error = Some(error.to_string());
+        if self.status() == JobStatus::Running {
+            self.failover(vec![(task, error.to_string())], cx, &mut actions);
+        }
+        self.after_stop(cx, &mut actions);
+        actions
+    }
+
+    /// Cancels the job.
+    pub fn cancel(&mut self, cx: &mut JobContext<'_>) -> Vec<JobAction> {
+        let mut actions = Vec::new();
+        if self.status().is_globally_terminal() || self.status() == JobStatus::Cancelling {
+            return actions;
+        }
+        self.set_status(JobStatus::Cancelling, cx.now_ms);
+        self.cancel_all(cx, &mut actions);
+        actions
+    }
+
+    /// A deployment could not be delivered (the TaskManager refused or is unreachable).
+    pub fn deployment_failed(
+        &mut self,
+        attempt: ExecutionAttemptId,
+        error: String,
+        cx: &mut JobContext<'_>,
+    ) -> Vec<JobAction> {
+        self.update(attempt, ExecutionState::Failed, Some(error), cx)
+    }
+
+    /// The summary line.
+    pub fn summary(&self) -> JobSummary {
+        let all = self.tasks.iter().flatten();
+        JobSummary {
+            job_id: self.job_id,
+            name: self.graph.name.clone(),
+            status: self.status(),
+            tasks_finished: all
+                .clone()
+                .filter(|t| t.state.state() == ExecutionState::Finished)
+                .count() as u32,
+            tasks_total: all.count() as u32,
+            submitted_at_ms: self.submitted_at_ms,
+        }
+    }
+
+    /// Everything about the job.
+    pub fn details(&self) -> JobDetails {
+        JobDetails {
+            summary: self.summary(),
+            status_timestamps: self.status.timestamps(),
+            failure: self.failure.clone(),
+            restarts: self.restarts,
+            vertices: self
+                .graph
+                .vertices
+                .iter()
+                .zip(&self.tasks)
+                .map(|(vertex, subtasks)| VertexDetails {
+                    name: vertex.name.clone(),
+                    operator: vertex.operator.clone(),
+                    subtasks: subtasks
+                        .iter()
+                        .enumerate()
+                        .map(|(i, ev)| SubtaskDetails {
+                            subtask: i as u32,
+                            attempt_number: ev.attempt_number,
+                            state: ev.state.state(),
+                            resource_id: ev.placement.as_ref().map(|p| p.resource_id.clone()),
+                            locality: ev.placement.as_ref().map(|p| p.locality),
+                            timestamps: ev.state.timestamps(),
+                            error: ev.error.clone(),
+                        })
+                        .collect(),
+                })
+                .collect(),
+        }
+    }
+
+    /// Slots this job needs at once at most: per slot sharing group, the largest parallelism.
+    pub fn peak_slots(graph: &JobGraph) -> u64 {
+        let mut groups: BTreeMap<&str, u32> = BTreeMap::new();
+        for vertex in &graph.vertices {
+            let entry = groups.entry(vertex.slot_sharing_group.as_str()).or_default();
+            *entry = (*entry).max(vertex.parallelism);
+        }
+        groups.values().map(|p| u64::from(*p)).sum()
+    }
+
+    /// Locality of a task (tests).
+    #[cfg(test)]
+    pub fn locality(&self, vertex: usize, subtask: u32) -> Option<Locality> {
+        self.tasks[vertex][subtask as usize]
+            .placement
+            .as_ref()
+            .map(|p| p.locality)
+    }
+}

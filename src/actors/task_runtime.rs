@@ -1,0 +1,434 @@
+//! Running one task off the TaskManager's thread: the operator, its inputs and its outputs.
+//!
+//! A task runs on a thread from the node's [`TaskRunner`](crate::env::TaskRunner), never on an
+//! actor's, so a busy TaskManager still answers heartbeats. Outputs are written in batches into
+//! the TaskManager's [`PartitionStore`], routed per edge (forward: the one subpartition;
+//! all-to-all: by the record key's hash). Inputs are read channel by channel: a partition on this
+//! TaskManager straight from the store, one elsewhere by `FetchSubpartition` to the producer's
+//! TaskManager (a long poll), so the transport can carry the same exchange between processes.
+//! Producers never wait for consumers (partitions spill to disk instead), so reading channels in
+//! order cannot deadlock. A panic in operator code is caught and reported as a failed task.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::future::Future;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::pin::pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll, Wake, Waker};
+use std::time::Duration;
+
+use crate::directory::Resolver;
+use crate::env::fnv1a;
+use crate::exchange::partition::{Fetch, PartitionStore};
+use crate::job::graph::DistributionPattern;
+use crate::job::states::ExecutionState;
+use crate::messages::ActorAddress;
+use crate::messages::deployment::{OutputPartition, TaskDeploymentDescriptor};
+use crate::messages::task_manager::{FetchResponse, FetchSubpartition, TaskManagerGateway};
+use crate::operators::registry::OperatorSpec;
+use crate::operators::{OperatorError, OperatorRegistry, Record, TaskIo};
+
+/// Records per output batch.
+pub const BATCH_RECORDS: usize = 1024;
+
+/// Bytes a fetch may return at most.
+pub const FETCH_BYTES: usize = 1 << 20;
+
+/// How a task ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskOutcome {
+    /// FINISHED, CANCELED or FAILED.
+    pub state: ExecutionState,
+    /// Why, for a failed task.
+    pub error: Option<String>,
+}
+
+/// Everything a task thread needs.
+pub struct TaskEnvironment {
+    /// What to run.
+    pub descriptor: TaskDeploymentDescriptor,
+    /// Where outputs go and local inputs come from.
+    pub partitions: Arc<PartitionStore>,
+    /// The operators this TaskManager knows.
+    pub registry: OperatorRegistry,
+    /// Finds other TaskManagers.
+    pub resolver: Arc<dyn Resolver>,
+    /// This TaskManager's address (a producer here is read locally).
+    pub local_address: ActorAddress,
+    /// Set by `CancelTask`.
+    pub cancelled: Arc<AtomicBool>,
+}
+
+/// Runs the task to its end. Never panics: operator panics become a FAILED outcome.
+pub fn run_task(env: TaskEnvironment) -> TaskOutcome {
+    let outputs = env.descriptor.outputs.clone();
+    let partitions = env.partitions.clone();
+    let result = catch_unwind(AssertUnwindSafe(|| run(env)));
+    let outcome = match result {
+        Ok(Ok(())) => TaskOutcome {
+            state: ExecutionState::Finished,
+            error: None,
+        },
+        Ok(Err(OperatorError::Cancelled)) => TaskOutcome {
+            state: ExecutionState::Canceled,
+            error: None,
+        },
+        Ok(Err(error)) => TaskOutcome {
+            state: ExecutionState::Failed,
+            error: Some(error.to_string()),
+        },
+        Err(panic) => TaskOutcome {
+            state: ExecutionState::Failed,
+            error: Some(format!("task panicked: {}", panic_message(panic.as_ref()))),
+        },
+    };
+    if outcome.state != ExecutionState::Finished {
+        let reason = outcome
+            .error
+            .clone()
+            .unwrap_or_else(|| "producer cancelled".to_owned());
+        for output in &outputs {
+            partitions.fail(&output.partition, &reason);
+        }
+    }
+    outcome
+}
+
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "(no message)".to_owned())
+}
+
+fn run(env: TaskEnvironment) -> Result<(), OperatorError> {
+    let d = &env.descriptor;
+    for output in &d.outputs {
+        env.partitions
+            .create(output.partition, output.subpartitions)
+            .map_err(|e| OperatorError::Failed(e.to_string()))?;
+    }
+    let spec = OperatorSpec {
+        name: d.operator.clone(),
+        config: d.config.clone(),
+        subtask: d.subtask,
+        parallelism: d.parallelism,
+    };
+    let mut operator = env.registry.create(&spec)?;
+    let mut io = Io::new(&env);
+    operator.run(&mut io)?;
+    io.flush()?;
+    for output in &env.descriptor.outputs {
+        env.partitions
+            .finish(&output.partition)
+            .map_err(|e| OperatorError::Failed(e.to_string()))?;
+    }
+    Ok(())
+}
+
+/// One input channel: a producer partition's subpartition.
+struct Channel {
+    partition: crate::messages::ResultPartitionId,
+    subpartition: u32,
+    task_manager: ActorAddress,
+    next_batch: u64,
+}
+
+struct Io<'a> {
+    env: &'a TaskEnvironment,
+    channels: VecDeque<Channel>,
+    pending: VecDeque<Record>,
+    buffers: Vec<Vec<Vec<Record>>>,
+    gateways: BTreeMap<ActorAddress, TaskManagerGateway>,
+}
+
+impl<'a> Io<'a> {
+    fn new(env: &'a TaskEnvironment) -> Self {
+        let channels = env
+            .descriptor
+            .inputs
+            .iter()
+            .flat_map(|gate| {
+                gate.producers.iter().map(|p| Channel {
+                    partition: p.partition,
+                    subpartition: gate.subpartition,
+                    task_manager: p.task_manager.clone(),
+                    next_batch: 0,
+                })
+            })
+            .collect();
+        let buffers = env
+            .descriptor
+            .outputs
+            .iter()
+            .map(|o| vec![Vec::new(); o.subpartitions as usize])
+            .collect();
+        Self {
+            env,
+            channels,
+            pending: VecDeque::new(),
+            buffers,
+            gateways: BTreeMap::new(),
+        }
+    }
+
+    fn check_cancelled(&self) -> Result<(), OperatorError> {
+        if self.env.cancelled.load(Ordering::Relaxed) {
+            Err(OperatorError::Cancelled)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Reads the next batches of the first unfinished channel into `pending`.
+    fn fill(&mut self) -> Result<bool, OperatorError> {
+        while let Some(channel) = self.channels.front_mut() {
+            if self.env.cancelled.load(Ordering::Relaxed) {
+                return Err(OperatorError::Cancelled);
+            }
+            let response = if channel.task_manager == self.env.local_address {
+                fetch_local(&self.env.partitions, channel, &self.env.cancelled)?
+            } else {
+                let gateway = match self.gateways.get(&channel.task_manager) {
+                    Some(gateway) => gateway.clone(),
+                    None => {
+                        let gateway = self
+                            .env
+                            .resolver
+                            .task_manager(&channel.task_manager)
+                            .ok_or_else(|| {
+                                OperatorError::InputUnavailable(format!(
+                                    "cannot reach TaskManager {}",
+                                    channel.task_manager
+                                ))
+                            })?;
+                        self.gateways
+                            .insert(channel.task_manager.clone(), gateway.clone());
+                        gateway
+                    }
+                };
+                block_on(gateway.fetch_subpartition.send(FetchSubpartition {
+                    partition: channel.partition,
+                    subpartition: channel.subpartition,
+                    from_batch: channel.next_batch,
+                }))
+                .map_err(|e| {
+                    OperatorError::InputUnavailable(format!(
+                        "TaskManager {} holding {} is gone: {e}",
+                        channel.task_manager, channel.partition
+                    ))
+                })?
+            };
+            match response {
+                FetchResponse::Data {
+                    batches,
+                    next_batch,
+                    finished,
+                } => {
+                    channel.next_batch = next_batch;
+                    if finished {
+                        self.channels.pop_front();
+                    }
+                    let before = self.pending.len();
+                    self.pending.extend(batches.into_iter().flatten());
+                    if self.pending.len() > before {
+                        return Ok(true);
+                    }
+                }
+                FetchResponse::Failed(reason) => {
+                    return Err(OperatorError::InputUnavailable(format!(
+                        "{}: {reason}",
+                        channel.partition
+                    )));
+                }
+                FetchResponse::Unknown => {
+                    return Err(OperatorError::InputUnavailable(format!(
+                        "{} is not on TaskManager {}",
+                        channel.partition, channel.task_manager
+                    )));
+                }
+            }
+        }
+        Ok(false)
+    }
+
+    /// The subpartition a record goes to: a key always to the same consumer (FNV-1a, stable).
+    fn route(output: &OutputPartition, record: &Record) -> usize {
+        match output.pattern {
+            DistributionPattern::Forward => 0,
+            DistributionPattern::AllToAll => {
+                (fnv1a(record.key.as_bytes()) % u64::from(output.subpartitions.max(1))) as usize
+            }
+        }
+    }
+
+    fn flush(&mut self) -> Result<(), OperatorError> {
+        for (index, output) in self.env.descriptor.outputs.iter().enumerate() {
+            for (sub, buffer) in self.buffers[index].iter_mut().enumerate() {
+                if !buffer.is_empty() {
+                    let batch = std::mem::take(buffer);
+                    self.env
+                        .partitions
+                        .append(&output.partition, sub as u32, batch)
+                        .map_err(|e| OperatorError::Failed(e.to_string()))?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl TaskIo for Io<'_> {
+    fn subtask(&self) -> u32 {
+        self.env.descriptor.subtask
+    }
+
+    fn parallelism(&self) -> u32 {
+        self.env.descriptor.parallelism
+    }
+
+    fn attempt_number(&self) -> u32 {
+        self.env.descriptor.attempt_number
+    }
+
+    fn next(&mut self) -> Result<Option<Record>, OperatorError> {
+        if let Some(record) = self.pending.pop_front() {
+            return Ok(Some(record));
+        }
+        self.check_cancelled()?;
+        if self.fill()? {
+            Ok(self.pending.pop_front())
+        } else {
+            Ok(None)
+        }
+    }
+
+    fn emit(&mut self, record: Record) -> Result<(), OperatorError> {
+        let outputs = self.env.descriptor.outputs.clone();
+        let last = outputs.len().saturating_sub(1);
+        let mut record = Some(record);
+        for (index, output) in outputs.iter().enumerate() {
+            let Some(current) = record.as_ref() else {
+                break;
+            };
+            let sub = Self::route(output, current);
+            // The last output takes the record itself; earlier ones a copy.
+            let value = if index == last {
+                record.take().unwrap_or_else(|| current.clone())
+            } else {
+                current.clone()
+            };
+            let buffer = &mut self.buffers[index][sub];
+            buffer.push(value);
+            if buffer.len() >= BATCH_RECORDS {
+                let batch = std::mem::take(buffer);
+                self.env
+                    .partitions
+                    .append(&output.partition, sub as u32, batch)
+                    .map_err(|e| OperatorError::Failed(e.to_string()))?;
+                self.check_cancelled()?;
+            }
+        }
+        Ok(())
+    }
+
+    fn is_cancelled(&self) -> bool {
+        self.env.cancelled.load(Ordering::Relaxed)
+    }
+
+    fn sleep(&mut self, duration: Duration) -> Result<(), OperatorError> {
+        // In steps, so a cancellation cuts it short.
+        let step = Duration::from_millis(10);
+        let mut left = duration;
+        while !left.is_zero() {
+            self.check_cancelled()?;
+            let now = left.min(step);
+            std::thread::sleep(now);
+            left -= now;
+        }
+        self.check_cancelled()
+    }
+}
+
+fn fetch_local(
+    store: &PartitionStore,
+    channel: &Channel,
+    cancelled: &AtomicBool,
+) -> Result<FetchResponse, OperatorError> {
+    loop {
+        match store.fetch(&channel.partition, channel.subpartition, channel.next_batch, FETCH_BYTES) {
+            Fetch::Ready {
+                batches,
+                next_batch,
+                finished,
+            } => {
+                return Ok(FetchResponse::Data {
+                    batches,
+                    next_batch,
+                    finished,
+                });
+            }
+            Fetch::Pending(wake) => {
+                // Woken by the producer's next append, finish or failure.
+                let _ = block_on(wake);
+                if cancelled.load(Ordering::Relaxed) {
+                    return Err(OperatorError::Cancelled);
+                }
+            }
+            Fetch::Failed(reason) => return Ok(FetchResponse::Failed(reason)),
+            Fetch::Unknown => return Ok(FetchResponse::Unknown),
+        }
+    }
+}
+
+/// Serves a fetch for another TaskManager's consumer: at once if data is there, else when the
+/// producer appends, finishes or fails.
+pub async fn serve_fetch(store: Arc<PartitionStore>, request: FetchSubpartition) -> FetchResponse {
+    loop {
+        match store.fetch(
+            &request.partition,
+            request.subpartition,
+            request.from_batch,
+            FETCH_BYTES,
+        ) {
+            Fetch::Ready {
+                batches,
+                next_batch,
+                finished,
+            } => {
+                return FetchResponse::Data {
+                    batches,
+                    next_batch,
+                    finished,
+                };
+            }
+            Fetch::Pending(wake) => {
+                let _ = wake.await;
+            }
+            Fetch::Failed(reason) => return FetchResponse::Failed(reason),
+            Fetch::Unknown => return FetchResponse::Unknown,
+        }
+    }
+}
+
+/// Runs a future to completion on this (task) thread, parking it between wake-ups. Task threads
+/// have no async runtime; actix mailboxes and oneshot channels need none to make progress.
+pub fn block_on<F: Future>(future: F) -> F::Output {
+    struct ThreadWaker(std::thread::Thread);
+    impl Wake for ThreadWaker {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = Waker::from(Arc::new(ThreadWaker(std::thread::current())));
+    let mut context = Context::from_waker(&waker);
+    let mut future = pin!(future);
+    loop {
+        match future.as_mut().poll(&mut context) {
+            Poll::Ready(output) => return output,
+            Poll::Pending => std::thread::park(),
+        }
+    }
+}
