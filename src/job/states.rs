@@ -1,45 +1,485 @@
-//! (placeholder until the states module lands: the two enums only)
+//! The execution states of subtasks ([`ExecutionState`]) and jobs ([`JobStatus`]), with Flink's
+//! transition tables, and the wall-clock time each state was entered ([`StateTimestamps`]).
+//!
+//! This module owns the tables and nothing else: each enum has exactly one place (`allows`) that
+//! says which transitions exist, so the JobManager, the REST API and the tests cannot disagree.
+//! It must never panic on a bad transition: a status update arriving in the wrong state (a late
+//! message from a TaskManager, a duplicate cancel) is an [`InvalidTransition`] the caller logs
+//! and ignores. It never reads a clock either: callers pass `now_ms` from the node's `Clock`.
+
+use std::collections::BTreeMap;
+use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-/// Flink's execution states.
+/// A state change the table does not allow. Never retryable: the same change is refused again
+/// until something else moves the state; the caller logs it and drops the message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("invalid state transition from {from} to {to}")]
+pub struct InvalidTransition<S: fmt::Debug + fmt::Display> {
+    /// The state the machine was in (and stays in).
+    pub from: S,
+    /// The state that was asked for.
+    pub to: S,
+}
+
+/// What [`Tracked`] and [`StateTimestamps`] need of a state enum: the transition table, so one
+/// generic tracker serves both subtasks and jobs.
+pub trait StateMachine: Copy + Ord + fmt::Debug + fmt::Display {
+    /// Whether the table allows `self → to`.
+    fn allows(self, to: Self) -> bool;
+
+    /// Moves to `to` if the table allows it; otherwise says why not and stays.
+    fn transition(self, to: Self) -> Result<Self, InvalidTransition<Self>> {
+        if self.allows(to) {
+            Ok(to)
+        } else {
+            Err(InvalidTransition { from: self, to })
+        }
+    }
+}
+
+/// The state of one subtask's current execution attempt (Flink's `ExecutionState`), as the
+/// JobManager tracks it to know what to deploy, cancel or restart.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "UPPERCASE")]
 pub enum ExecutionState {
-    /// .
+    /// Exists in the execution graph; no slot yet.
     Created,
-    /// .
+    /// A slot has been requested or assigned.
     Scheduled,
-    /// .
+    /// Sent to a TaskManager, which has not reported it running yet.
     Deploying,
-    /// .
+    /// Running on its TaskManager.
     Running,
-    /// .
+    /// Ran to completion; its results are complete.
     Finished,
-    /// .
+    /// A cancel was sent to the TaskManager; waiting for it to stop.
     Canceling,
-    /// .
+    /// Stopped by a cancel.
     Canceled,
-    /// .
+    /// Failed (on the TaskManager, or lost with it).
     Failed,
 }
 
-/// Flink's job states.
+impl ExecutionState {
+    /// Every state, in declaration order (tables, tests, REST summaries).
+    pub const ALL: [Self; 8] = [
+        Self::Created,
+        Self::Scheduled,
+        Self::Deploying,
+        Self::Running,
+        Self::Finished,
+        Self::Canceling,
+        Self::Canceled,
+        Self::Failed,
+    ];
+
+    /// Whether `self → to` is in the table. Cancel before deployment goes straight to
+    /// `Canceled` (there is nothing on a TaskManager to stop); once deploying, a cancel may go
+    /// through `Canceling` or, if the TaskManager never started the task, straight to `Canceled`.
+    pub fn allows(self, to: Self) -> bool {
+        use ExecutionState::*;
+        matches!(
+            (self, to),
+            (Created, Scheduled | Canceled | Failed)
+                | (Scheduled, Deploying | Canceled | Failed)
+                | (
+                    Deploying,
+                    Running | Finished | Canceling | Canceled | Failed
+                )
+                | (Running, Finished | Canceling | Failed)
+                | (Canceling, Canceled | Failed)
+        )
+    }
+
+    /// Moves to `to` if the table allows it; a refused change leaves the caller's state as is.
+    pub fn transition(self, to: Self) -> Result<Self, InvalidTransition<Self>> {
+        StateMachine::transition(self, to)
+    }
+
+    /// Whether the attempt is over (no transition leaves it): a restart needs a new attempt.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, Self::Finished | Self::Canceled | Self::Failed)
+    }
+
+    /// Flink's name, as logs and the REST API show it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Created => "CREATED",
+            Self::Scheduled => "SCHEDULED",
+            Self::Deploying => "DEPLOYING",
+            Self::Running => "RUNNING",
+            Self::Finished => "FINISHED",
+            Self::Canceling => "CANCELING",
+            Self::Canceled => "CANCELED",
+            Self::Failed => "FAILED",
+        }
+    }
+}
+
+impl StateMachine for ExecutionState {
+    fn allows(self, to: Self) -> bool {
+        ExecutionState::allows(self, to)
+    }
+}
+
+impl fmt::Display for ExecutionState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The state of a whole job (Flink's `JobStatus`), as the JobManager drives it and the REST API
+/// reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "UPPERCASE")]
 pub enum JobStatus {
-    /// .
+    /// Submitted; nothing scheduled yet.
     Created,
-    /// .
+    /// Some tasks are scheduled or running.
     Running,
-    /// .
+    /// A task failed; the rest are being cancelled before deciding to restart or fail.
     Failing,
-    /// .
+    /// Failed for good (the restart strategy gave up).
     Failed,
-    /// .
+    /// Cancelled by the user; tasks are being cancelled.
     Cancelling,
-    /// .
+    /// Cancelled by the user, all tasks stopped.
     Canceled,
-    /// .
+    /// Every task finished.
     Finished,
-    /// .
+    /// Waiting out the restart delay before running again.
     Restarting,
+}
+
+impl JobStatus {
+    /// Every status, in declaration order (tables, tests, REST summaries).
+    pub const ALL: [Self; 8] = [
+        Self::Created,
+        Self::Running,
+        Self::Failing,
+        Self::Failed,
+        Self::Cancelling,
+        Self::Canceled,
+        Self::Finished,
+        Self::Restarting,
+    ];
+
+    /// Whether `self → to` is in the table (Flink's, as the brief for Flint fixes it).
+    pub fn allows(self, to: Self) -> bool {
+        use JobStatus::*;
+        matches!(
+            (self, to),
+            (Created, Running | Failing | Cancelling)
+                | (Running, Failing | Cancelling | Finished | Restarting)
+                | (Failing, Failed | Restarting | Cancelling)
+                | (Restarting, Running | Cancelling | Failed | Canceled)
+                | (Cancelling, Canceled | Failed)
+        )
+    }
+
+    /// Moves to `to` if the table allows it; a refused change leaves the caller's status as is.
+    pub fn transition(self, to: Self) -> Result<Self, InvalidTransition<Self>> {
+        StateMachine::transition(self, to)
+    }
+
+    /// Whether the job is over for the whole cluster (Flink's `isGloballyTerminalState`): its
+    /// resources can be released and it can move to the history.
+    pub fn is_globally_terminal(self) -> bool {
+        matches!(self, Self::Failed | Self::Canceled | Self::Finished)
+    }
+
+    /// Flink's name, as logs and the REST API show it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Created => "CREATED",
+            Self::Running => "RUNNING",
+            Self::Failing => "FAILING",
+            Self::Failed => "FAILED",
+            Self::Cancelling => "CANCELLING",
+            Self::Canceled => "CANCELED",
+            Self::Finished => "FINISHED",
+            Self::Restarting => "RESTARTING",
+        }
+    }
+}
+
+impl StateMachine for JobStatus {
+    fn allows(self, to: Self) -> bool {
+        JobStatus::allows(self, to)
+    }
+}
+
+impl fmt::Display for JobStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// When each state was last entered, in wall-clock milliseconds, for the REST API's timelines
+/// (Flink's `stateTimestamps`). Re-entering a state (a job running again after a restart)
+/// overwrites its time, as Flink does: the REST API shows the current attempt.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(bound(serialize = "S: Serialize", deserialize = "S: Deserialize<'de> + Ord"))]
+pub struct StateTimestamps<S> {
+    entered: BTreeMap<S, u64>,
+}
+
+impl<S> Default for StateTimestamps<S> {
+    fn default() -> Self {
+        Self {
+            entered: BTreeMap::new(),
+        }
+    }
+}
+
+impl<S: Ord + Copy> StateTimestamps<S> {
+    /// No state entered yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Records that `state` was entered at `now_ms`.
+    pub fn enter(&mut self, state: S, now_ms: u64) {
+        self.entered.insert(state, now_ms);
+    }
+
+    /// When `state` was last entered, if ever.
+    pub fn entered(&self, state: S) -> Option<u64> {
+        self.entered.get(&state).copied()
+    }
+
+    /// Every entered state with its time, in state order (REST).
+    pub fn iter(&self) -> impl Iterator<Item = (S, u64)> + '_ {
+        self.entered.iter().map(|(state, ms)| (*state, *ms))
+    }
+}
+
+/// A state together with when each state was entered, so no caller can change one without the
+/// other.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(bound(serialize = "S: Serialize", deserialize = "S: Deserialize<'de> + Ord"))]
+pub struct Tracked<S> {
+    state: S,
+    timestamps: StateTimestamps<S>,
+}
+
+impl<S: StateMachine> Tracked<S> {
+    /// A machine that entered `initial` at `now_ms`.
+    pub fn new(initial: S, now_ms: u64) -> Self {
+        let mut timestamps = StateTimestamps::new();
+        timestamps.enter(initial, now_ms);
+        Self {
+            state: initial,
+            timestamps,
+        }
+    }
+
+    /// The current state.
+    pub fn state(&self) -> S {
+        self.state
+    }
+
+    /// When each state was last entered.
+    pub fn timestamps(&self) -> &StateTimestamps<S> {
+        &self.timestamps
+    }
+
+    /// Moves to `to` at `now_ms` if the table allows it; on `Err` neither state nor timestamps
+    /// change.
+    pub fn transition(&mut self, to: S, now_ms: u64) -> Result<(), InvalidTransition<S>> {
+        self.state = self.state.transition(to)?;
+        self.timestamps.enter(to, now_ms);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeSet;
+
+    /// Checks every (from, to) pair of a table against the exact allowed set.
+    fn assert_whole_table<S: StateMachine>(all: &[S], allowed: &[(S, S)]) {
+        let allowed: BTreeSet<(S, S)> = allowed.iter().copied().collect();
+        for &from in all {
+            for &to in all {
+                let result = from.transition(to);
+                if allowed.contains(&(from, to)) {
+                    assert_eq!(result, Ok(to), "{from} -> {to} must be allowed");
+                } else {
+                    assert_eq!(
+                        result,
+                        Err(InvalidTransition { from, to }),
+                        "{from} -> {to} must be refused"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn execution_state_whole_table() {
+        use ExecutionState::*;
+        let allowed = [
+            (Created, Scheduled),
+            (Created, Canceled),
+            (Created, Failed),
+            (Scheduled, Deploying),
+            (Scheduled, Canceled),
+            (Scheduled, Failed),
+            (Deploying, Running),
+            (Deploying, Finished),
+            (Deploying, Canceling),
+            (Deploying, Canceled),
+            (Deploying, Failed),
+            (Running, Finished),
+            (Running, Canceling),
+            (Running, Failed),
+            (Canceling, Canceled),
+            (Canceling, Failed),
+        ];
+        assert_whole_table(&ExecutionState::ALL, &allowed);
+        for state in ExecutionState::ALL {
+            let has_exit = ExecutionState::ALL.iter().any(|&to| state.allows(to));
+            assert_eq!(state.is_terminal(), !has_exit, "{state}");
+        }
+    }
+
+    #[test]
+    fn job_status_whole_table() {
+        use JobStatus::*;
+        let allowed = [
+            (Created, Running),
+            (Created, Failing),
+            (Created, Cancelling),
+            (Running, Failing),
+            (Running, Cancelling),
+            (Running, Finished),
+            (Running, Restarting),
+            (Failing, Failed),
+            (Failing, Restarting),
+            (Failing, Cancelling),
+            (Restarting, Running),
+            (Restarting, Cancelling),
+            (Restarting, Failed),
+            (Restarting, Canceled),
+            (Cancelling, Canceled),
+            (Cancelling, Failed),
+        ];
+        assert_whole_table(&JobStatus::ALL, &allowed);
+        for status in JobStatus::ALL {
+            let has_exit = JobStatus::ALL.iter().any(|&to| status.allows(to));
+            assert_eq!(status.is_globally_terminal(), !has_exit, "{status}");
+        }
+    }
+
+    #[test]
+    fn names_are_flinks_in_display_and_serde() {
+        let shown: Vec<String> = ExecutionState::ALL.iter().map(|s| s.to_string()).collect();
+        assert_eq!(
+            shown,
+            [
+                "CREATED",
+                "SCHEDULED",
+                "DEPLOYING",
+                "RUNNING",
+                "FINISHED",
+                "CANCELING",
+                "CANCELED",
+                "FAILED"
+            ]
+        );
+        let shown: Vec<String> = JobStatus::ALL.iter().map(|s| s.to_string()).collect();
+        assert_eq!(
+            shown,
+            [
+                "CREATED",
+                "RUNNING",
+                "FAILING",
+                "FAILED",
+                "CANCELLING",
+                "CANCELED",
+                "FINISHED",
+                "RESTARTING"
+            ]
+        );
+        // serde uses the same names (REST), and unit variants still round-trip through bincode.
+        for status in JobStatus::ALL {
+            let toml = toml::to_string(&BTreeMap::from([("s", status)])).unwrap();
+            assert_eq!(toml.trim(), format!("s = \"{status}\""));
+            let config = bincode::config::standard();
+            let bytes = bincode::serde::encode_to_vec(status, config).unwrap();
+            let (back, _): (JobStatus, usize) =
+                bincode::serde::decode_from_slice(&bytes, config).unwrap();
+            assert_eq!(back, status);
+        }
+    }
+
+    #[test]
+    fn invalid_transition_names_both_states() {
+        let err = ExecutionState::Finished
+            .transition(ExecutionState::Running)
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "invalid state transition from FINISHED to RUNNING"
+        );
+    }
+
+    #[test]
+    fn timestamps_record_the_last_entry_of_each_state() {
+        let mut timestamps = StateTimestamps::new();
+        assert_eq!(timestamps.entered(JobStatus::Running), None);
+        timestamps.enter(JobStatus::Running, 10);
+        timestamps.enter(JobStatus::Restarting, 20);
+        timestamps.enter(JobStatus::Running, 30);
+        assert_eq!(timestamps.entered(JobStatus::Running), Some(30));
+        assert_eq!(timestamps.entered(JobStatus::Restarting), Some(20));
+        assert_eq!(
+            timestamps.iter().collect::<Vec<_>>(),
+            [(JobStatus::Running, 30), (JobStatus::Restarting, 20)]
+        );
+    }
+
+    #[test]
+    fn tracked_records_allowed_transitions_and_ignores_refused_ones() {
+        let mut job = Tracked::new(JobStatus::Created, 100);
+        job.transition(JobStatus::Running, 110).unwrap();
+        job.transition(JobStatus::Failing, 120).unwrap();
+        assert_eq!(
+            job.transition(JobStatus::Finished, 130),
+            Err(InvalidTransition {
+                from: JobStatus::Failing,
+                to: JobStatus::Finished
+            })
+        );
+        assert_eq!(job.state(), JobStatus::Failing);
+        assert_eq!(job.timestamps().entered(JobStatus::Finished), None);
+        job.transition(JobStatus::Restarting, 140).unwrap();
+        job.transition(JobStatus::Running, 150).unwrap();
+        job.transition(JobStatus::Finished, 160).unwrap();
+        let ts = job.timestamps();
+        assert_eq!(ts.entered(JobStatus::Created), Some(100));
+        assert_eq!(ts.entered(JobStatus::Running), Some(150));
+        assert_eq!(ts.entered(JobStatus::Failing), Some(120));
+        assert_eq!(ts.entered(JobStatus::Restarting), Some(140));
+        assert_eq!(ts.entered(JobStatus::Finished), Some(160));
+        assert!(job.state().is_globally_terminal());
+
+        let mut task = Tracked::new(ExecutionState::Created, 0);
+        for (to, at) in [
+            (ExecutionState::Scheduled, 1),
+            (ExecutionState::Deploying, 2),
+            (ExecutionState::Running, 3),
+            (ExecutionState::Canceling, 4),
+            (ExecutionState::Canceled, 5),
+        ] {
+            task.transition(to, at).unwrap();
+            assert_eq!(task.timestamps().entered(to), Some(at));
+        }
+        assert!(task.transition(ExecutionState::Failed, 6).is_err());
+        assert_eq!(task.state(), ExecutionState::Canceled);
+    }
 }
