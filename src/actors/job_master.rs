@@ -25,15 +25,30 @@ use super::scheduler::{
 };
 use crate::env::NodeRng;
 use crate::job::graph::{DistributionPattern, JobGraph};
-use crate::job::regions::{ExecutionVertexRef, PipelinedRegions, RegionId};
+use crate::job::regions::{ExecutionVertexRef, PipelinedRegions, Region, RegionError, RegionId};
 use crate::job::restart::{RestartBackoff, RestartDecision};
-use crate::job::states::{ExecutionState, JobStatus, Tracked};
+use crate::job::states::{ExecutionState, JobStatus, StateMachine, Tracked};
 use crate::messages::ids::{ExecutionAttemptId, JobId, ResourceId};
 use crate::messages::job_manager::{JobDetails, JobSummary, SubtaskDetails, VertexDetails};
 use crate::messages::{
     ActorAddress, ResultPartitionId,
     deployment::{InputGate, OutputPartition, ProducerLocation, TaskDeploymentDescriptor},
 };
+
+/// A transition that is logged, not returned, when the table refuses it: the job master only
+/// asks for transitions its own state allows, so a refusal is a bug worth a log line, not a
+/// reason to stop the job.
+trait TransitionLogged<S> {
+    fn transition_logged(&mut self, to: S, now_ms: u64);
+}
+
+impl<S: StateMachine> TransitionLogged<S> for Tracked<S> {
+    fn transition_logged(&mut self, to: S, now_ms: u64) {
+        if let Err(error) = self.transition(to, now_ms) {
+            log::warn!("{error}");
+        }
+    }
+}
 
 /// Something the JobManager actor must do for a job.
 #[derive(Debug, Clone, PartialEq)]
@@ -118,9 +133,14 @@ pub struct JobMaster {
 }
 
 impl JobMaster {
-    /// A job, not started.
-    pub fn new(job_id: JobId, graph: JobGraph, mut rng: NodeRng, now_ms: u64) -> Self {
-        let regions = PipelinedRegions::new(&graph);
+    /// A job, not started. Fails only for a graph that did not pass validation.
+    pub fn new(
+        job_id: JobId,
+        graph: JobGraph,
+        mut rng: NodeRng,
+        now_ms: u64,
+    ) -> Result<Self, RegionError> {
+        let regions = PipelinedRegions::compute(&graph)?;
         let order = graph.topological_order();
         let tasks = graph
             .vertices
@@ -159,7 +179,7 @@ impl JobMaster {
             graph: Arc::new(graph),
         };
         master.index_attempts();
-        master
+        Ok(master)
     }
 
     fn index_attempts(&mut self) {
@@ -211,17 +231,25 @@ impl JobMaster {
     }
 
     fn region_of(&self, task: &TaskRef) -> RegionId {
-        self.regions.region_of(ExecutionVertexRef {
-            vertex: task.vertex,
-            subtask: task.subtask,
-        })
+        self.regions
+            .region_of(ExecutionVertexRef {
+                vertex: task.vertex,
+                subtask: task.subtask,
+            })
+            // Every TaskRef here is made from this job's own graph, whose every subtask the
+            // regions were computed from.
+            .expect("a subtask of this job has a region")
+    }
+
+    fn region(&self, id: RegionId) -> &Region {
+        // Region ids come from `self.regions` itself.
+        self.regions.region(id).expect("a region id of this job")
     }
 
     fn members(&self, region: RegionId) -> Vec<TaskRef> {
         let rank: BTreeMap<usize, usize> =
             self.order.iter().enumerate().map(|(i, v)| (*v, i)).collect();
         let mut members: Vec<TaskRef> = self
-            .regions
             .region(region)
             .members
             .iter()
@@ -481,7 +509,7 @@ impl JobMaster {
             return;
         }
         self.finished.insert(region);
-        if self.finished.len() == self.regions.len() {
+        if self.finished.len() == self.regions.regions.len() {
             self.set_status(JobStatus::Finished, cx.now_ms);
             self.end(actions);
             return;
@@ -581,16 +609,16 @@ impl JobMaster {
 
     /// Once every stopping task stopped: finish a cancellation or failure, or run a restart.
     fn after_stop(&mut self, cx: &mut JobContext<'_>, actions: &mut Vec<JobAction>) {
-        let all_stopped = |master: &Self, tasks: &mut dyn Iterator<Item = TaskRef>| {
-            tasks.all(|t| {
-                let s = master.task(&t).state.state();
+        let all_stopped = |master: &Self, tasks: &[TaskRef]| {
+            tasks.iter().all(|t| {
+                let s = master.task(t).state.state();
                 s.is_terminal() || s == ExecutionState::Created
             })
         };
         match self.status() {
             JobStatus::Cancelling | JobStatus::Failing => {
                 let everything: Vec<TaskRef> = self.attempts.values().copied().collect();
-                if all_stopped(self, &mut everything.into_iter()) {
+                if all_stopped(self, &everything) {
                     let to = if self.status() == JobStatus::Cancelling {
                         JobStatus::Canceled
                     } else {
@@ -606,7 +634,7 @@ impl JobMaster {
                     .iter()
                     .flat_map(|r| self.members(*r))
                     .collect();
-                if all_stopped(self, &mut members.iter().copied()) {
+                if all_stopped(self, &members) {
                     self.restart_regions(members, cx, actions);
                 }
             }
@@ -671,7 +699,7 @@ impl JobMaster {
                 ExecutionState::Finished => {
                     // Its results are gone; needed again unless every consumer finished.
                     let region = self.region_of(&task);
-                    let consumers = &self.regions.region(region).consumers;
+                    let consumers = &self.region(region).consumers;
                     if !consumers.iter().all(|c| self.finished.contains(c)) {
                         failed.push((task, reason.clone()));
                     }
@@ -758,7 +786,7 @@ impl JobMaster {
     pub fn details(&self) -> JobDetails {
         JobDetails {
             summary: self.summary(),
-            status_timestamps: self.status.timestamps(),
+            status_timestamps: self.status.timestamps().iter().collect(),
             failure: self.failure.clone(),
             restarts: self.restarts,
             vertices: self
@@ -778,7 +806,7 @@ impl JobMaster {
                             state: ev.state.state(),
                             resource_id: ev.placement.as_ref().map(|p| p.resource_id.clone()),
                             locality: ev.placement.as_ref().map(|p| p.locality),
-                            timestamps: ev.state.timestamps(),
+                            timestamps: ev.state.timestamps().iter().collect(),
                             error: ev.error.clone(),
                         })
                         .collect(),

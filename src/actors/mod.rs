@@ -8,12 +8,14 @@
 
 pub mod heartbeat_monitor;
 pub mod instance_manager;
+pub mod job_master;
 pub mod job_manager;
 pub mod registration;
 pub mod resource_manager;
 pub mod scheduler;
 pub mod slot_table;
 pub mod task_manager;
+pub mod task_runtime;
 pub mod worker_pool;
 
 /// Stop the actor (a local control message, never sent over the wire: remote peers leave
