@@ -2,3 +2,5 @@
 //! consumers subpartition by subpartition.
 
 pub mod partition;
+
+pub use partition::{Fetch, PartitionError, PartitionStats, PartitionStore};

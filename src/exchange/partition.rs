@@ -1,1 +1,737 @@
-//! (being written)
+//! The result partitions a TaskManager holds, between the producer that writes them and the
+//! consumers that read them.
+//!
+//! A producer's task thread [`append`](PartitionStore::append)s batches of records to one
+//! subpartition per consumer subtask; consumers (local task threads, or the TaskManager actor
+//! answering a remote consumer) [`fetch`](PartitionStore::fetch) them by batch index, long-polling
+//! when they have caught up. Batches stay in memory until a partition's in-memory size would pass
+//! the spill threshold; from then on that partition's batches go to one spill file per
+//! subpartition, so memory stays bounded by the threshold whatever the input size. A partition
+//! lives until it is [released](PartitionStore::release) (or the store dropped), so a restarted
+//! consumer can read it again from batch 0.
+//!
+//! The store owns its spill files and must never leave them behind: releasing a partition,
+//! failing it, or dropping the store deletes them. It never blocks on an actor or a network, only
+//! briefly on its locks and, for spilled batches, on the local disk.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use tokio::sync::oneshot;
+
+use crate::codec::{self, CodecError};
+use crate::messages::common::ResultPartitionId;
+use crate::operators::{Record, Value};
+
+/// Why a producer-side operation on a result partition failed.
+#[derive(Debug, thiserror::Error)]
+pub enum PartitionError {
+    /// No such partition: never created, or already released. Not retryable.
+    #[error("result partition {0} is unknown (released or never created)")]
+    UnknownPartition(ResultPartitionId),
+    /// A partition with this id exists already. Not retryable: ids are unique per attempt.
+    #[error("result partition {0} already exists")]
+    AlreadyExists(ResultPartitionId),
+    /// A partition must have at least one subpartition. Not retryable.
+    #[error("result partition {0} must have at least one subpartition")]
+    NoSubpartitions(ResultPartitionId),
+    /// The subpartition index is not below the partition's subpartition count. Not retryable.
+    #[error(
+        "subpartition {subpartition} is out of range: result partition {id} has {subpartitions}"
+    )]
+    SubpartitionOutOfRange {
+        /// The partition.
+        id: ResultPartitionId,
+        /// The index asked for.
+        subpartition: u32,
+        /// How many the partition has.
+        subpartitions: u32,
+    },
+    /// The producer already finished the partition; nothing more may be written. Not retryable.
+    #[error("result partition {0} is already finished")]
+    AlreadyFinished(ResultPartitionId),
+    /// The partition has failed; nothing more may be written. Not retryable.
+    #[error("result partition {id} has failed: {reason}")]
+    Failed {
+        /// The partition.
+        id: ResultPartitionId,
+        /// Why it failed.
+        reason: String,
+    },
+    /// Writing a spill file failed (disk full, permissions). Retryable: a new attempt, maybe on
+    /// another TaskManager, may have room.
+    #[error("cannot spill result partition {id} to `{}`", path.display())]
+    Spill {
+        /// The partition.
+        id: ResultPartitionId,
+        /// The spill file (or the working directory it should be in).
+        path: PathBuf,
+        /// The error.
+        #[source]
+        source: io::Error,
+    },
+    /// A batch could not be encoded for spilling (over the codec's size limit). Not retryable:
+    /// the producer must send smaller batches.
+    #[error("cannot encode a batch of result partition {id} for spilling")]
+    Encode {
+        /// The partition.
+        id: ResultPartitionId,
+        /// The error.
+        #[source]
+        source: CodecError,
+    },
+}
+
+impl PartitionError {
+    /// Whether another attempt of the producer could succeed, for the task's failure report.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, Self::Spill { .. })
+    }
+}
+
+/// The answer to a [`PartitionStore::fetch`].
+#[derive(Debug)]
+pub enum Fetch {
+    /// Batches from the requested index on.
+    Ready {
+        /// At least one batch unless `finished` and nothing is left; more up to the byte budget.
+        batches: Vec<Vec<Record>>,
+        /// The index to fetch from next.
+        next_batch: u64,
+        /// The producer has finished and there is nothing after these batches: the consumer is
+        /// done with this subpartition.
+        finished: bool,
+    },
+    /// Nothing new yet. The receiver fires when the producer appends to this subpartition,
+    /// finishes or fails (fetch again then); it closes with an error if the partition is
+    /// released. A long poll, so consumers never spin.
+    Pending(oneshot::Receiver<()>),
+    /// The partition (or this read of it) failed; the consumer must fail too.
+    Failed(String),
+    /// No such partition: released or never created. The consumer's producer is gone.
+    Unknown,
+}
+
+/// A snapshot of one partition's size, for metrics and tests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PartitionStats {
+    /// How many subpartitions it has.
+    pub subpartitions: u32,
+    /// Batches appended over all subpartitions.
+    pub batches: u64,
+    /// How many of them are on disk.
+    pub spilled_batches: u64,
+    /// The estimated size of the batches held in memory (at most the spill threshold).
+    pub memory_bytes: usize,
+    /// Whether the producer has finished it.
+    pub finished: bool,
+}
+
+/// Every result partition a TaskManager holds.
+///
+/// Shared (`Send + Sync`, behind an `Arc`) by the task threads that produce and consume and the
+/// TaskManager actor that serves remote consumers and releases partitions. One lock guards the
+/// map and one lock each partition, so producers and consumers of different partitions never
+/// wait for each other, and spilled batches are read from disk outside any lock.
+pub struct PartitionStore {
+    working_dir: PathBuf,
+    spill_threshold_bytes: usize,
+    partitions: Mutex<BTreeMap<ResultPartitionId, Arc<Mutex<Partition>>>>,
+    /// Makes every spill file name unique, even for a partition id released and created again.
+    next_spill_file: AtomicU64,
+}
+
+impl PartitionStore {
+    /// A store that spills into `working_dir` (created when first needed) once a partition holds
+    /// more than `spill_threshold_bytes` in memory (0: spill everything).
+    pub fn new(working_dir: PathBuf, spill_threshold_bytes: usize) -> Self {
+        Self {
+            working_dir,
+            spill_threshold_bytes,
+            partitions: Mutex::new(BTreeMap::new()),
+            next_spill_file: AtomicU64::new(0),
+        }
+    }
+
+    /// Where spill files go.
+    pub fn working_dir(&self) -> &Path {
+        &self.working_dir
+    }
+
+    /// Registers a partition with `subpartitions` subpartitions (one per consumer subtask) before
+    /// its producer starts, so consumers asking early get `Pending`, not `Unknown`.
+    pub fn create(&self, id: ResultPartitionId, subpartitions: u32) -> Result<(), PartitionError> {
+        if subpartitions == 0 {
+            return Err(PartitionError::NoSubpartitions(id));
+        }
+        let mut partitions = lock(&self.partitions);
+        if partitions.contains_key(&id) {
+            return Err(PartitionError::AlreadyExists(id));
+        }
+        let partition = Partition {
+            id,
+            state: State::Producing,
+            subpartitions: (0..subpartitions)
+                .map(|_| Subpartition::default())
+                .collect(),
+            memory_bytes: 0,
+            spilling: false,
+        };
+        partitions.insert(id, Arc::new(Mutex::new(partition)));
+        Ok(())
+    }
+
+    /// Appends a batch to one subpartition; called by the producer's task thread.
+    ///
+    /// The batch stays in memory if the partition's in-memory size stays within the threshold;
+    /// otherwise the partition switches to spilling and this and every later batch go to disk.
+    /// Empty batches are ignored. A failed spill write fails the whole partition (the spill file
+    /// may end in a torn write) and wakes its consumers.
+    pub fn append(
+        &self,
+        id: ResultPartitionId,
+        subpartition: u32,
+        batch: Vec<Record>,
+    ) -> Result<(), PartitionError> {
+        let partition = self.get(id)?;
+        let mut partition = lock(&partition);
+        partition.check_writable()?;
+        let index = partition.subpartition_index(subpartition)?;
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let bytes = batch_bytes(&batch);
+        let fits = partition
+            .memory_bytes
+            .checked_add(bytes)
+            .is_some_and(|total| total <= self.spill_threshold_bytes);
+        let stored = if !partition.spilling && fits {
+            partition.memory_bytes += bytes;
+            Stored::Memory {
+                records: batch,
+                bytes,
+            }
+        } else {
+            partition.spilling = true;
+            let spilled = partition.subpartitions[index].spill(
+                id,
+                subpartition,
+                &batch,
+                bytes,
+                &self.working_dir,
+                || self.next_spill_file.fetch_add(1, Ordering::Relaxed),
+            );
+            match spilled {
+                Ok(stored) => stored,
+                Err(err) => {
+                    partition.fail(format!("spilling failed: {err}"));
+                    return Err(err);
+                }
+            }
+        };
+        let subpartition = &mut partition.subpartitions[index];
+        subpartition.batches.push(stored);
+        subpartition.wake();
+        Ok(())
+    }
+
+    /// Marks the partition complete: consumers that read everything now see `finished`.
+    pub fn finish(&self, id: ResultPartitionId) -> Result<(), PartitionError> {
+        let partition = self.get(id)?;
+        let mut partition = lock(&partition);
+        partition.check_writable()?;
+        partition.state = State::Finished;
+        for subpartition in &mut partition.subpartitions {
+            subpartition.wake();
+        }
+        Ok(())
+    }
+
+    /// Fails the partition (its producer failed or was cancelled): its data is dropped (spill
+    /// files deleted), waiting consumers are woken, and every fetch answers `Failed(reason)`
+    /// until it is released. Failing a failed partition keeps the first reason; failing a
+    /// finished one is allowed (the JobManager may give up on its attempt).
+    pub fn fail(
+        &self,
+        id: ResultPartitionId,
+        reason: impl Into<String>,
+    ) -> Result<(), PartitionError> {
+        let partition = self.get(id)?;
+        let mut partition = lock(&partition);
+        match partition.state {
+            State::Released => Err(PartitionError::UnknownPartition(id)),
+            State::Failed(_) => Ok(()),
+            State::Producing | State::Finished => {
+                partition.fail(reason.into());
+                Ok(())
+            }
+        }
+    }
+
+    /// Forgets the partition: memory dropped, spill files deleted. Pending fetches complete with
+    /// an error (their sender is dropped) and later fetches answer `Unknown`. Returns whether the
+    /// partition existed, so releasing twice is harmless.
+    pub fn release(&self, id: ResultPartitionId) -> bool {
+        let Some(partition) = lock(&self.partitions).remove(&id) else {
+            return false;
+        };
+        let mut partition = lock(&partition);
+        partition.state = State::Released;
+        partition.memory_bytes = 0;
+        // Drops the batches, the waiters' senders and the spill files (deleting them).
+        partition.subpartitions.clear();
+        true
+    }
+
+    /// Reads batches of one subpartition from index `from_batch` on: at least one if any is
+    /// available, more while their estimated size stays within `max_bytes`. Spilled batches are
+    /// read back from disk outside the locks.
+    pub fn fetch(
+        &self,
+        id: ResultPartitionId,
+        subpartition: u32,
+        from_batch: u64,
+        max_bytes: usize,
+    ) -> Fetch {
+        let Ok(partition) = self.get(id) else {
+            return Fetch::Unknown;
+        };
+        let plan = match lock(&partition).plan_fetch(subpartition, from_batch, max_bytes) {
+            Ok(plan) => plan,
+            Err(answer) => return answer,
+        };
+        let (next_batch, finished) = (plan.next_batch, plan.finished);
+        match plan.read() {
+            Ok(batches) => Fetch::Ready {
+                batches,
+                next_batch,
+                finished,
+            },
+            // A release or failure racing with the read deletes the file: report that, not the
+            // missing file.
+            Err(err) => match &lock(&partition).state {
+                State::Released => Fetch::Unknown,
+                State::Failed(reason) => Fetch::Failed(reason.clone()),
+                State::Producing | State::Finished => Fetch::Failed(format!(
+                    "cannot read a spilled batch of result partition {id}: {err}"
+                )),
+            },
+        }
+    }
+
+    /// The partition's size right now, or `None` if it is unknown.
+    pub fn stats(&self, id: ResultPartitionId) -> Option<PartitionStats> {
+        let partition = self.get(id).ok()?;
+        let partition = lock(&partition);
+        let mut stats = PartitionStats {
+            subpartitions: partition.subpartitions.len() as u32,
+            batches: 0,
+            spilled_batches: 0,
+            memory_bytes: partition.memory_bytes,
+            finished: matches!(partition.state, State::Finished),
+        };
+        for subpartition in &partition.subpartitions {
+            stats.batches += subpartition.batches.len() as u64;
+            stats.spilled_batches += subpartition
+                .batches
+                .iter()
+                .filter(|b| matches!(b, Stored::Spilled { .. }))
+                .count() as u64;
+        }
+        Some(stats)
+    }
+
+    /// The ids of every partition held, in order: what the TaskManager reports and releases.
+    pub fn partition_ids(&self) -> Vec<ResultPartitionId> {
+        lock(&self.partitions).keys().copied().collect()
+    }
+
+    fn get(&self, id: ResultPartitionId) -> Result<Arc<Mutex<Partition>>, PartitionError> {
+        lock(&self.partitions)
+            .get(&id)
+            .cloned()
+            .ok_or(PartitionError::UnknownPartition(id))
+    }
+}
+
+impl fmt::Debug for PartitionStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PartitionStore")
+            .field("working_dir", &self.working_dir)
+            .field("spill_threshold_bytes", &self.spill_threshold_bytes)
+            .field("partitions", &lock(&self.partitions).len())
+            .finish()
+    }
+}
+
+/// Takes a lock even if a thread panicked while holding it: every critical section here leaves
+/// the state consistent between statements that could panic (only allocation can), and a poisoned
+/// store must still release and delete its files.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The memory estimate of a batch: key and text bytes plus 16 per record (enum tags, lengths).
+fn batch_bytes(batch: &[Record]) -> usize {
+    batch
+        .iter()
+        .map(|record| {
+            let text = match &record.value {
+                Value::Text(text) => text.len(),
+                Value::Unit | Value::Int(_) => 0,
+            };
+            record.key.len() + text + 16
+        })
+        .sum()
+}
+
+/// Where a partition is in its life.
+enum State {
+    Producing,
+    Finished,
+    Failed(String),
+    Released,
+}
+
+struct Partition {
+    id: ResultPartitionId,
+    state: State,
+    subpartitions: Vec<Subpartition>,
+    /// Estimated bytes of the batches held in memory, over all subpartitions.
+    memory_bytes: usize,
+    /// Once set, every further batch of the partition goes to disk.
+    spilling: bool,
+}
+
+impl Partition {
+    fn check_writable(&self) -> Result<(), PartitionError> {
+        match &self.state {
+            State::Producing => Ok(()),
+            State::Finished => Err(PartitionError::AlreadyFinished(self.id)),
+            State::Failed(reason) => Err(PartitionError::Failed {
+                id: self.id,
+                reason: reason.clone(),
+            }),
+            State::Released => Err(PartitionError::UnknownPartition(self.id)),
+        }
+    }
+
+    fn subpartition_index(&self, subpartition: u32) -> Result<usize, PartitionError> {
+        let index = subpartition as usize;
+        if index < self.subpartitions.len() {
+            Ok(index)
+        } else {
+            Err(PartitionError::SubpartitionOutOfRange {
+                id: self.id,
+                subpartition,
+                subpartitions: self.subpartitions.len() as u32,
+            })
+        }
+    }
+
+    /// Drops the data (deleting spill files) and wakes every waiting consumer.
+    fn fail(&mut self, reason: String) {
+        self.state = State::Failed(reason);
+        self.memory_bytes = 0;
+        for subpartition in &mut self.subpartitions {
+            subpartition.batches.clear();
+            subpartition.spill = None;
+            subpartition.wake();
+        }
+    }
+
+    /// Decides what a fetch returns, under the partition's lock; the disk reads happen later.
+    fn plan_fetch(
+        &mut self,
+        subpartition: u32,
+        from_batch: u64,
+        max_bytes: usize,
+    ) -> Result<FetchPlan, Fetch> {
+        let finished = match &self.state {
+            State::Producing => false,
+            State::Finished => true,
+            State::Failed(reason) => return Err(Fetch::Failed(reason.clone())),
+            State::Released => return Err(Fetch::Unknown),
+        };
+        let index = self
+            .subpartition_index(subpartition)
+            .map_err(|err| Fetch::Failed(err.to_string()))?;
+        let id = self.id;
+        let sub = &mut self.subpartitions[index];
+        let available = sub.batches.len() as u64;
+        if from_batch > available {
+            return Err(Fetch::Failed(format!(
+                "batch {from_batch} of subpartition {subpartition} of result partition {id} was \
+                 asked for, but only {available} exist"
+            )));
+        }
+        if from_batch == available {
+            if finished {
+                return Err(Fetch::Ready {
+                    batches: Vec::new(),
+                    next_batch: from_batch,
+                    finished: true,
+                });
+            }
+            let (sender, receiver) = oneshot::channel();
+            // Consumers that gave up waiting must not make the list grow without bound.
+            sub.waiters.retain(|waiter| !waiter.is_closed());
+            sub.waiters.push(sender);
+            return Err(Fetch::Pending(receiver));
+        }
+
+        let mut items = Vec::new();
+        let mut total = 0usize;
+        // `from_batch < available`, which is a `usize`.
+        for stored in &sub.batches[from_batch as usize..] {
+            let bytes = stored.bytes();
+            if !items.is_empty() && total.saturating_add(bytes) > max_bytes {
+                break;
+            }
+            total = total.saturating_add(bytes);
+            items.push(match stored {
+                Stored::Memory { records, .. } => PlannedBatch::Memory(records.clone()),
+                Stored::Spilled { offset, len, .. } => PlannedBatch::Spilled {
+                    offset: *offset,
+                    len: *len,
+                },
+            });
+        }
+        let next_batch = from_batch + items.len() as u64;
+        Ok(FetchPlan {
+            spill_path: sub.spill.as_ref().map(|spill| spill.path.clone()),
+            items,
+            next_batch,
+            finished: finished && next_batch == available,
+        })
+    }
+}
+
+#[derive(Default)]
+struct Subpartition {
+    batches: Vec<Stored>,
+    /// Created at the first spilled batch.
+    spill: Option<SpillFile>,
+    /// Consumers long-polling for the next batch.
+    waiters: Vec<oneshot::Sender<()>>,
+}
+
+impl Subpartition {
+    fn wake(&mut self) {
+        for waiter in self.waiters.drain(..) {
+            // A consumer that stopped waiting is no error.
+            let _ = waiter.send(());
+        }
+    }
+
+    /// Appends one length-prefixed encoded batch to this subpartition's spill file.
+    fn spill(
+        &mut self,
+        id: ResultPartitionId,
+        subpartition: u32,
+        batch: &[Record],
+        bytes: usize,
+        working_dir: &Path,
+        next_file: impl FnOnce() -> u64,
+    ) -> Result<Stored, PartitionError> {
+        let payload =
+            codec::encode(&batch).map_err(|source| PartitionError::Encode { id, source })?;
+        // The codec refuses anything over 16 MiB, so the length fits a u32.
+        let len = u32::try_from(payload.len()).map_err(|_| PartitionError::Encode {
+            id,
+            source: CodecError::TooLarge {
+                size: payload.len(),
+            },
+        })?;
+        let spill = match &mut self.spill {
+            Some(spill) => spill,
+            empty @ None => empty.insert(SpillFile::create(
+                id,
+                working_dir,
+                working_dir.join(format!(
+                    "partition-{:032x}-{}-{subpartition}-{}.spill",
+                    id.producer.as_u128(),
+                    id.edge,
+                    next_file()
+                )),
+            )?),
+        };
+        let mut frame = Vec::with_capacity(4 + payload.len());
+        frame.extend_from_slice(&len.to_le_bytes());
+        frame.extend_from_slice(&payload);
+        spill
+            .file
+            .write_all(&frame)
+            .map_err(|source| PartitionError::Spill {
+                id,
+                path: spill.path.clone(),
+                source,
+            })?;
+        let offset = spill.len;
+        spill.len += frame.len() as u64;
+        Ok(Stored::Spilled {
+            offset,
+            len: payload.len(),
+            bytes,
+        })
+    }
+}
+
+/// One batch, in memory or at a place in its subpartition's spill file.
+enum Stored {
+    Memory {
+        records: Vec<Record>,
+        bytes: usize,
+    },
+    Spilled {
+        /// Where its frame (4-byte little-endian length, then the encoded batch) starts.
+        offset: u64,
+        /// The encoded length.
+        len: usize,
+        bytes: usize,
+    },
+}
+
+impl Stored {
+    /// The memory estimate, also used for fetch budgets so both kinds weigh the same.
+    fn bytes(&self) -> usize {
+        match self {
+            Self::Memory { bytes, .. } | Self::Spilled { bytes, .. } => *bytes,
+        }
+    }
+}
+
+/// An append-only spill file, deleted when dropped.
+struct SpillFile {
+    path: PathBuf,
+    file: File,
+    /// Bytes written so far: the next frame's offset.
+    len: u64,
+}
+
+impl SpillFile {
+    fn create(
+        id: ResultPartitionId,
+        working_dir: &Path,
+        path: PathBuf,
+    ) -> Result<Self, PartitionError> {
+        fs::create_dir_all(working_dir).map_err(|source| PartitionError::Spill {
+            id,
+            path: working_dir.to_path_buf(),
+            source,
+        })?;
+        let file = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)
+            .map_err(|source| PartitionError::Spill {
+                id,
+                path: path.clone(),
+                source,
+            })?;
+        Ok(Self { path, file, len: 0 })
+    }
+}
+
+impl Drop for SpillFile {
+    fn drop(&mut self) {
+        if let Err(err) = fs::remove_file(&self.path)
+            && err.kind() != io::ErrorKind::NotFound
+        {
+            log::warn!("cannot delete spill file `{}`: {err}", self.path.display());
+        }
+    }
+}
+
+enum PlannedBatch {
+    Memory(Vec<Record>),
+    Spilled { offset: u64, len: usize },
+}
+
+/// What a fetch returns, decided under the lock; spilled batches still to be read.
+struct FetchPlan {
+    spill_path: Option<PathBuf>,
+    items: Vec<PlannedBatch>,
+    next_batch: u64,
+    finished: bool,
+}
+
+/// Why reading a spilled batch back failed.
+#[derive(Debug, thiserror::Error)]
+enum ReadError {
+    #[error("cannot read `{}`", path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("`{}` is corrupt at offset {offset}: frame length {found}, expected {expected}", path.display())]
+    Corrupt {
+        path: PathBuf,
+        offset: u64,
+        found: u32,
+        expected: usize,
+    },
+    #[error("cannot decode the batch at offset {offset} of `{}`", path.display())]
+    Decode {
+        path: PathBuf,
+        offset: u64,
+        #[source]
+        source: CodecError,
+    },
+    #[error("spilled batch without a spill file")]
+    NoSpillFile,
+}
+
+impl FetchPlan {
+    /// Takes the planned batches, reading spilled ones from disk (one open per fetch).
+    fn read(self) -> Result<Vec<Vec<Record>>, ReadError> {
+        let mut file: Option<File> = None;
+        let mut batches = Vec::with_capacity(self.items.len());
+        for item in self.items {
+            match item {
+                PlannedBatch::Memory(records) => batches.push(records),
+                PlannedBatch::Spilled { offset, len } => {
+                    let path = self.spill_path.as_ref().ok_or(ReadError::NoSpillFile)?;
+                    let io_error = |source| ReadError::Io {
+                        path: path.clone(),
+                        source,
+                    };
+                    let file = match &mut file {
+                        Some(file) => file,
+                        empty @ None => empty.insert(File::open(path).map_err(io_error)?),
+                    };
+                    file.seek(SeekFrom::Start(offset)).map_err(io_error)?;
+                    let mut prefix = [0u8; 4];
+                    file.read_exact(&mut prefix).map_err(io_error)?;
+                    let found = u32::from_le_bytes(prefix);
+                    if found as usize != len {
+                        return Err(ReadError::Corrupt {
+                            path: path.clone(),
+                            offset,
+                            found,
+                            expected: len,
+                        });
+                    }
+                    let mut payload = vec![0u8; len];
+                    file.read_exact(&mut payload).map_err(io_error)?;
+                    batches.push(codec::decode(&payload).map_err(|source| ReadError::Decode {
+                        path: path.clone(),
+                        offset,
+                        source,
+                    })?);
+                }
+            }
+        }
+        Ok(batches)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,1 +1,474 @@
-//! (being written)
+//! The built-in operators: enough for word count end to end (`text-source` → `tokenize` →
+//! `count-by-key` → `file-sink`) and for testing the runtime (`noop`, `sleep`, `fail-once`).
+//!
+//! Each operator validates its configuration in its factory, so a bad job fails at deployment
+//! with [`OperatorError::Config`] naming the operator and the key, not halfway through a run.
+//! Operators run on task threads: they block on files and on their [`TaskIo`], never on an
+//! actor, and never spawn threads or read clocks themselves (sleeping goes through
+//! [`TaskIo::sleep`] so a simulation can run it in virtual time). Long loops check
+//! [`TaskIo::is_cancelled`] every [`CANCEL_CHECK_INTERVAL`] records.
+
+use std::collections::BTreeMap;
+use std::fs::{self, File};
+use std::io::{BufRead, BufReader, BufWriter, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::registry::{OperatorRegistry, OperatorSpec};
+use super::{Operator, OperatorError, Record, TaskIo, Value};
+
+/// Reads its split of a text file, one record per line.
+pub const TEXT_SOURCE: &str = "text-source";
+/// Splits text lines into lower-cased words, each with a count of 1.
+pub const TOKENIZE: &str = "tokenize";
+/// Sums integer values per key.
+pub const COUNT_BY_KEY: &str = "count-by-key";
+/// Writes `key\tvalue` lines to one file per subtask.
+pub const FILE_SINK: &str = "file-sink";
+/// Passes records through, or generates some as a source.
+pub const NOOP: &str = "noop";
+/// Waits, then passes records through.
+pub const SLEEP: &str = "sleep";
+/// Fails the first attempt of every subtask, then behaves like `noop`.
+pub const FAIL_ONCE: &str = "fail-once";
+
+/// Every built-in operator name, so callers (and tests) can check a registry has them all.
+pub const BUILTIN_OPERATORS: [&str; 7] = [
+    TEXT_SOURCE,
+    TOKENIZE,
+    COUNT_BY_KEY,
+    FILE_SINK,
+    NOOP,
+    SLEEP,
+    FAIL_ONCE,
+];
+
+/// How many records a long loop handles between two [`TaskIo::is_cancelled`] checks: often
+/// enough that a cancel is felt within milliseconds, rarely enough to cost nothing.
+pub const CANCEL_CHECK_INTERVAL: u64 = 4096;
+
+/// Registers every built-in operator under its name (replacing what was there), so
+/// [`OperatorRegistry::with_builtins`] and binaries that build their own registry share one list.
+pub fn register_builtins(registry: &mut OperatorRegistry) {
+    registry.register(TEXT_SOURCE, Arc::new(text_source));
+    registry.register(TOKENIZE, Arc::new(tokenize));
+    registry.register(COUNT_BY_KEY, Arc::new(count_by_key));
+    registry.register(FILE_SINK, Arc::new(file_sink));
+    registry.register(NOOP, Arc::new(noop));
+    registry.register(SLEEP, Arc::new(sleep));
+    registry.register(FAIL_ONCE, Arc::new(fail_once));
+}
+
+/// The words of a line, as `tokenize` and [`sequential_word_count`] both define them: maximal
+/// runs of [`char::is_alphanumeric`] characters, lower-cased with [`str::to_lowercase`]. One
+/// definition, so the distributed and the reference counts cannot drift apart.
+pub fn words(line: &str) -> impl Iterator<Item = String> + '_ {
+    line.split(|c: char| !c.is_alphanumeric())
+        .filter(|word| !word.is_empty())
+        .map(str::to_lowercase)
+}
+
+/// Counts the words of a file on one thread, with the same line and word definitions as the
+/// distributed pipeline: the reference the tests and benchmarks compare a job's output with.
+pub fn sequential_word_count(path: &Path) -> std::io::Result<BTreeMap<String, u64>> {
+    let mut reader = BufReader::new(File::open(path)?);
+    let mut counts = BTreeMap::new();
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        if reader.read_until(b'\n', &mut line)? == 0 {
+            return Ok(counts);
+        }
+        for word in words(&String::from_utf8_lossy(&line)) {
+            *counts.entry(word).or_insert(0) += 1;
+        }
+    }
+}
+
+fn config_error(spec: &OperatorSpec<'_>, message: String) -> OperatorError {
+    OperatorError::Config {
+        operator: spec.name.to_owned(),
+        message,
+    }
+}
+
+fn required<'c>(spec: &OperatorSpec<'c>, key: &str) -> Result<&'c str, OperatorError> {
+    match spec.config.get(key) {
+        Some(value) if !value.is_empty() => Ok(value),
+        Some(_) => Err(config_error(spec, format!("key `{key}` must not be empty"))),
+        None => Err(config_error(spec, format!("missing required key `{key}`"))),
+    }
+}
+
+fn parse_u64(spec: &OperatorSpec<'_>, key: &str, value: &str) -> Result<u64, OperatorError> {
+    value.trim().parse().map_err(|_| {
+        config_error(
+            spec,
+            format!("key `{key}` must be a non-negative integer, got `{value}`"),
+        )
+    })
+}
+
+fn io_error(what: String, source: std::io::Error) -> OperatorError {
+    OperatorError::Io { what, source }
+}
+
+/// Checks the cancel flag every [`CANCEL_CHECK_INTERVAL`] records.
+fn check_cancelled(io: &dyn TaskIo, handled: u64) -> Result<(), OperatorError> {
+    if handled.is_multiple_of(CANCEL_CHECK_INTERVAL) && io.is_cancelled() {
+        Err(OperatorError::Cancelled)
+    } else {
+        Ok(())
+    }
+}
+
+/// Emits every input record unchanged.
+fn pass_through(io: &mut dyn TaskIo) -> Result<(), OperatorError> {
+    let mut handled = 0u64;
+    while let Some(record) = io.next()? {
+        io.emit(record)?;
+        handled += 1;
+        check_cancelled(io, handled)?;
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// text-source
+
+fn text_source(spec: &OperatorSpec<'_>) -> Result<Box<dyn Operator>, OperatorError> {
+    Ok(Box::new(TextSource {
+        path: PathBuf::from(required(spec, "path")?),
+    }))
+}
+
+/// Reads the lines whose first byte lies in this subtask's byte range of the file.
+struct TextSource {
+    path: PathBuf,
+}
+
+/// Subtask `subtask`'s byte range `[start, end)` of a `size`-byte file split `parallelism` ways.
+fn split_range(size: u64, subtask: u32, parallelism: u32) -> (u64, u64) {
+    let at = |i: u32| {
+        // u128: size * parallelism can overflow u64 for huge files; the result is <= size.
+        (u128::from(size) * u128::from(i) / u128::from(parallelism)) as u64
+    };
+    (at(subtask), at(subtask + 1))
+}
+
+impl Operator for TextSource {
+    fn run(&mut self, io: &mut dyn TaskIo) -> Result<(), OperatorError> {
+        let (subtask, parallelism) = (io.subtask(), io.parallelism());
+        if subtask >= parallelism {
+            return Err(OperatorError::Failed(format!(
+                "{TEXT_SOURCE}: subtask {subtask} is out of range for parallelism {parallelism}"
+            )));
+        }
+        let path = &self.path;
+        let read_error = |source| {
+            io_error(
+                format!("{TEXT_SOURCE}: cannot read `{}`", path.display()),
+                source,
+            )
+        };
+        let file = File::open(path).map_err(|source| {
+            io_error(
+                format!("{TEXT_SOURCE}: cannot open `{}`", path.display()),
+                source,
+            )
+        })?;
+        let size = file.metadata().map_err(read_error)?.len();
+        let (start, end) = split_range(size, subtask, parallelism);
+        if start == end {
+            return Ok(());
+        }
+
+        let mut reader = BufReader::with_capacity(64 * 1024, file);
+        let mut position = start;
+        if start > 0 {
+            // The line the byte before `start` belongs to started in an earlier split (or, if
+            // that byte is the newline, ended there): skip to just after its newline.
+            reader
+                .seek(SeekFrom::Start(start - 1))
+                .map_err(read_error)?;
+            let skipped = reader.skip_until(b'\n').map_err(read_error)?;
+            position = start - 1 + skipped as u64;
+        }
+
+        let mut line = Vec::new();
+        let mut emitted = 0u64;
+        // A line starting before `end` is ours even if it runs past it.
+        while position < end {
+            line.clear();
+            let read = reader.read_until(b'\n', &mut line).map_err(read_error)?;
+            if read == 0 {
+                break; // The file shrank under us; nothing more to read.
+            }
+            position += read as u64;
+            // Like `str::lines`: drop "\n" or "\r\n", but keep a bare '\r' that ends the file.
+            if line.last() == Some(&b'\n') {
+                line.pop();
+                if line.last() == Some(&b'\r') {
+                    line.pop();
+                }
+            }
+            io.emit(Record {
+                key: String::new(),
+                value: Value::Text(String::from_utf8_lossy(&line).into_owned()),
+            })?;
+            emitted += 1;
+            check_cancelled(io, emitted)?;
+        }
+        Ok(())
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// tokenize
+
+fn tokenize(_spec: &OperatorSpec<'_>) -> Result<Box<dyn Operator>, OperatorError> {
+    Ok(Box::new(Tokenize))
+}
+
+/// Turns each text line into `(word, 1)` records.
+struct Tokenize;
+
+impl Operator for Tokenize {
+    fn run(&mut self, io: &mut dyn TaskIo) -> Result<(), OperatorError> {
+        let mut handled = 0u64;
+        while let Some(record) = io.next()? {
+            let Value::Text(line) = record.value else {
+                return Err(OperatorError::Failed(format!(
+                    "{TOKENIZE}: expected a text value, got {:?} (key `{}`)",
+                    record.value, record.key
+                )));
+            };
+            for word in words(&line) {
+                io.emit(Record {
+                    key: word,
+                    value: Value::Int(1),
+                })?;
+            }
+            handled += 1;
+            check_cancelled(io, handled)?;
+        }
+        Ok(())
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// count-by-key
+
+fn count_by_key(_spec: &OperatorSpec<'_>) -> Result<Box<dyn Operator>, OperatorError> {
+    Ok(Box::new(CountByKey))
+}
+
+/// Sums integer values per key; emits the sums in key order once the input ends.
+struct CountByKey;
+
+impl Operator for CountByKey {
+    fn run(&mut self, io: &mut dyn TaskIo) -> Result<(), OperatorError> {
+        let mut sums: BTreeMap<String, i64> = BTreeMap::new();
+        let mut handled = 0u64;
+        while let Some(record) = io.next()? {
+            let Value::Int(value) = record.value else {
+                return Err(OperatorError::Failed(format!(
+                    "{COUNT_BY_KEY}: expected an integer value, got {:?} (key `{}`)",
+                    record.value, record.key
+                )));
+            };
+            let sum = sums.entry(record.key).or_insert(0);
+            *sum = sum.checked_add(value).ok_or_else(|| {
+                OperatorError::Failed(format!("{COUNT_BY_KEY}: sum overflows a 64-bit integer"))
+            })?;
+            handled += 1;
+            check_cancelled(io, handled)?;
+        }
+        for (emitted, (key, sum)) in (1u64..).zip(sums) {
+            io.emit(Record {
+                key,
+                value: Value::Int(sum),
+            })?;
+            check_cancelled(io, emitted)?;
+        }
+        Ok(())
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// file-sink
+
+fn file_sink(spec: &OperatorSpec<'_>) -> Result<Box<dyn Operator>, OperatorError> {
+    Ok(Box::new(FileSink {
+        dir: PathBuf::from(required(spec, "path")?),
+    }))
+}
+
+/// Writes `part-{subtask:05}` in its directory, atomically: a temporary file renamed at the end.
+struct FileSink {
+    dir: PathBuf,
+}
+
+impl FileSink {
+    /// Writes every input record to `tmp` and makes it durable.
+    fn write_all(&self, tmp: &Path, io: &mut dyn TaskIo) -> Result<(), OperatorError> {
+        let write_error = |source| {
+            io_error(
+                format!(
+                    "{FILE_SINK}: cannot write `{}` in output directory `{}`",
+                    tmp.display(),
+                    self.dir.display()
+                ),
+                source,
+            )
+        };
+        let file = File::create(tmp).map_err(write_error)?;
+        let mut out = BufWriter::with_capacity(64 * 1024, file);
+        let mut handled = 0u64;
+        while let Some(record) = io.next()? {
+            let written = match &record.value {
+                Value::Unit => writeln!(out, "{}\t", record.key),
+                Value::Int(n) => writeln!(out, "{}\t{n}", record.key),
+                Value::Text(text) => writeln!(out, "{}\t{text}", record.key),
+            };
+            written.map_err(write_error)?;
+            handled += 1;
+            check_cancelled(io, handled)?;
+        }
+        let file = out.into_inner().map_err(|e| write_error(e.into_error()))?;
+        // Durable before the rename, so the final name never points at lost data after a crash.
+        file.sync_all().map_err(write_error)
+    }
+}
+
+impl Operator for FileSink {
+    fn run(&mut self, io: &mut dyn TaskIo) -> Result<(), OperatorError> {
+        let dir = &self.dir;
+        fs::create_dir_all(dir).map_err(|source| {
+            io_error(
+                format!(
+                    "{FILE_SINK}: cannot create output directory `{}`",
+                    dir.display()
+                ),
+                source,
+            )
+        })?;
+        let name = format!("part-{:05}", io.subtask());
+        let final_path = dir.join(&name);
+        // Hidden, and per attempt: a lingering older attempt cannot clobber this one's file.
+        let tmp = dir.join(format!(
+            ".{name}.attempt-{}.inprogress",
+            io.attempt_number()
+        ));
+        let written = self.write_all(&tmp, io).and_then(|()| {
+            fs::rename(&tmp, &final_path).map_err(|source| {
+                io_error(
+                    format!(
+                        "{FILE_SINK}: cannot rename `{}` to `{}`",
+                        tmp.display(),
+                        final_path.display()
+                    ),
+                    source,
+                )
+            })
+        });
+        if written.is_err()
+            && let Err(e) = fs::remove_file(&tmp)
+            && e.kind() != std::io::ErrorKind::NotFound
+        {
+            log::warn!("{FILE_SINK}: cannot remove `{}`: {e}", tmp.display());
+        }
+        written
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// noop, sleep, fail-once
+
+fn noop(spec: &OperatorSpec<'_>) -> Result<Box<dyn Operator>, OperatorError> {
+    Ok(Box::new(Noop::from_spec(spec)?))
+}
+
+/// Generates `count` records, then passes every input record through.
+///
+/// The operator cannot see whether it has inputs, so it always does both: as a source its input
+/// is empty, and as an inner operator `count` is normally left at 0.
+struct Noop {
+    count: u64,
+}
+
+impl Noop {
+    fn from_spec(spec: &OperatorSpec<'_>) -> Result<Self, OperatorError> {
+        let count = match spec.config.get("count") {
+            Some(value) => parse_u64(spec, "count", value)?,
+            None => 0,
+        };
+        if i64::try_from(count).is_err() {
+            return Err(config_error(
+                spec,
+                format!("key `count` must be at most {}, got {count}", i64::MAX),
+            ));
+        }
+        Ok(Self { count })
+    }
+}
+
+impl Operator for Noop {
+    fn run(&mut self, io: &mut dyn TaskIo) -> Result<(), OperatorError> {
+        // `count` fits in an i64 (checked in `from_spec`), so every `i` does too.
+        for i in 0..self.count as i64 {
+            io.emit(Record {
+                key: i.to_string(),
+                value: Value::Int(i),
+            })?;
+            check_cancelled(io, i as u64 + 1)?;
+        }
+        pass_through(io)
+    }
+}
+
+fn sleep(spec: &OperatorSpec<'_>) -> Result<Box<dyn Operator>, OperatorError> {
+    let ms = parse_u64(spec, "ms", required(spec, "ms")?)?;
+    Ok(Box::new(Sleep {
+        duration: Duration::from_millis(ms),
+    }))
+}
+
+/// Waits (cancellably), then passes input through: makes tasks slow on purpose in tests.
+struct Sleep {
+    duration: Duration,
+}
+
+impl Operator for Sleep {
+    fn run(&mut self, io: &mut dyn TaskIo) -> Result<(), OperatorError> {
+        io.sleep(self.duration)?;
+        pass_through(io)
+    }
+}
+
+fn fail_once(spec: &OperatorSpec<'_>) -> Result<Box<dyn Operator>, OperatorError> {
+    Ok(Box::new(FailOnce {
+        then: Noop::from_spec(spec)?,
+    }))
+}
+
+/// Fails attempt 0 of every subtask and runs like `noop` afterwards: exercises restarts.
+struct FailOnce {
+    then: Noop,
+}
+
+impl Operator for FailOnce {
+    fn run(&mut self, io: &mut dyn TaskIo) -> Result<(), OperatorError> {
+        if io.attempt_number() == 0 {
+            return Err(OperatorError::Failed(format!(
+                "{FAIL_ONCE}: failing the first attempt of subtask {}",
+                io.subtask()
+            )));
+        }
+        self.then.run(io)
+    }
+}
+
+#[cfg(test)]
+mod tests;

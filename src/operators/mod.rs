@@ -87,4 +87,4 @@ pub trait Operator: Send {
 pub mod builtin;
 pub mod registry;
 
-pub use registry::OperatorRegistry;
+pub use registry::{OperatorFactory, OperatorRegistry, OperatorSpec};

@@ -1,0 +1,404 @@
+use std::sync::atomic::AtomicU64;
+use std::time::Duration;
+
+use tokio::sync::oneshot::error::TryRecvError;
+
+use super::*;
+use crate::messages::ids::ExecutionAttemptId;
+
+/// A fresh directory under the system temp dir, removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> Self {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let path = std::env::temp_dir().join(format!(
+            "flint-partition-{name}-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::SeqCst)
+        ));
+        let _ = fs::remove_dir_all(&path);
+        Self(path)
+    }
+
+    fn files(&self) -> Vec<PathBuf> {
+        match fs::read_dir(&self.0) {
+            Ok(entries) => entries.map(|e| e.unwrap().path()).collect(),
+            Err(_) => Vec::new(),
+        }
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}
+
+fn pid(n: u128) -> ResultPartitionId {
+    ResultPartitionId {
+        producer: ExecutionAttemptId::from_u128(n),
+        edge: 1,
+    }
+}
+
+fn batch(from: i64, len: i64) -> Vec<Record> {
+    (from..from + len)
+        .map(|i| Record {
+            key: format!("key-{i}"),
+            value: Value::Int(i),
+        })
+        .collect()
+}
+
+/// Fetches everything a finished subpartition holds, `max_bytes` at a time.
+fn drain(store: &PartitionStore, id: ResultPartitionId, sub: u32, max_bytes: usize) -> Vec<Record> {
+    let mut records = Vec::new();
+    let mut next = 0;
+    loop {
+        match store.fetch(id, sub, next, max_bytes) {
+            Fetch::Ready {
+                batches,
+                next_batch,
+                finished,
+            } => {
+                assert_eq!(next_batch, next + batches.len() as u64);
+                next = next_batch;
+                records.extend(batches.into_iter().flatten());
+                if finished {
+                    return records;
+                }
+            }
+            other => panic!("expected batches, got {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn store_is_send_and_sync() {
+    fn check<T: Send + Sync>() {}
+    check::<PartitionStore>();
+}
+
+#[test]
+fn in_memory_batches_come_back_in_order() {
+    let dir = TempDir::new("memory");
+    let store = PartitionStore::new(dir.0.clone(), usize::MAX);
+    let id = pid(1);
+    store.create(id, 2).unwrap();
+    store.append(id, 0, batch(0, 3)).unwrap();
+    store.append(id, 1, batch(100, 1)).unwrap();
+    store.append(id, 0, vec![]).unwrap(); // ignored
+    store.append(id, 0, batch(3, 2)).unwrap();
+
+    match store.fetch(id, 0, 0, 1) {
+        Fetch::Ready {
+            batches,
+            next_batch,
+            finished,
+        } => {
+            assert_eq!(
+                batches,
+                vec![batch(0, 3)],
+                "one batch at least, budget permitting"
+            );
+            assert_eq!(next_batch, 1);
+            assert!(!finished);
+        }
+        other => panic!("{other:?}"),
+    }
+    match store.fetch(id, 0, 0, usize::MAX) {
+        Fetch::Ready {
+            batches,
+            next_batch,
+            finished,
+        } => {
+            assert_eq!(batches, vec![batch(0, 3), batch(3, 2)]);
+            assert_eq!(next_batch, 2);
+            assert!(!finished, "the producer has not finished");
+        }
+        other => panic!("{other:?}"),
+    }
+    store.finish(id).unwrap();
+    assert_eq!(drain(&store, id, 0, 1), batch(0, 5));
+    assert_eq!(drain(&store, id, 1, usize::MAX), batch(100, 1));
+    // A consumer that already read everything learns it is done.
+    assert!(matches!(
+        store.fetch(id, 0, 2, 10),
+        Fetch::Ready { ref batches, next_batch: 2, finished: true } if batches.is_empty()
+    ));
+    assert!(dir.files().is_empty(), "nothing spilled");
+}
+
+#[test]
+fn producer_errors() {
+    let store = PartitionStore::new(TempDir::new("errors").0.clone(), usize::MAX);
+    let id = pid(2);
+    assert!(matches!(
+        store.append(id, 0, batch(0, 1)),
+        Err(PartitionError::UnknownPartition(_))
+    ));
+    assert!(matches!(
+        store.create(id, 0),
+        Err(PartitionError::NoSubpartitions(_))
+    ));
+    store.create(id, 2).unwrap();
+    assert!(matches!(
+        store.create(id, 2),
+        Err(PartitionError::AlreadyExists(_))
+    ));
+    assert!(matches!(
+        store.append(id, 2, batch(0, 1)),
+        Err(PartitionError::SubpartitionOutOfRange {
+            subpartition: 2,
+            subpartitions: 2,
+            ..
+        })
+    ));
+    assert!(matches!(store.fetch(id, 5, 0, 10), Fetch::Failed(_)));
+    assert!(matches!(store.fetch(id, 0, 3, 10), Fetch::Failed(_)));
+    store.finish(id).unwrap();
+    assert!(matches!(
+        store.append(id, 0, batch(0, 1)),
+        Err(PartitionError::AlreadyFinished(_))
+    ));
+    assert!(matches!(
+        store.finish(id),
+        Err(PartitionError::AlreadyFinished(_))
+    ));
+    assert_eq!(store.partition_ids(), vec![id]);
+}
+
+#[test]
+fn pending_fetch_fires_on_append_and_finish() {
+    let store = PartitionStore::new(TempDir::new("pending").0.clone(), usize::MAX);
+    let id = pid(3);
+    store.create(id, 2).unwrap();
+    let Fetch::Pending(mut on_sub0) = store.fetch(id, 0, 0, 100) else {
+        panic!("nothing appended yet")
+    };
+    let Fetch::Pending(mut on_sub1) = store.fetch(id, 1, 0, 100) else {
+        panic!("nothing appended yet")
+    };
+    assert_eq!(on_sub0.try_recv(), Err(TryRecvError::Empty));
+
+    store.append(id, 0, batch(0, 1)).unwrap();
+    assert_eq!(on_sub0.try_recv(), Ok(()));
+    assert_eq!(
+        on_sub1.try_recv(),
+        Err(TryRecvError::Empty),
+        "another subpartition's append is no news"
+    );
+    assert!(matches!(
+        store.fetch(id, 0, 0, 100),
+        Fetch::Ready {
+            next_batch: 1,
+            finished: false,
+            ..
+        }
+    ));
+
+    store.finish(id).unwrap();
+    assert_eq!(on_sub1.try_recv(), Ok(()));
+    assert!(matches!(
+        store.fetch(id, 1, 0, 100),
+        Fetch::Ready {
+            next_batch: 0,
+            finished: true,
+            ..
+        }
+    ));
+}
+
+#[tokio::test]
+#[allow(clippy::disallowed_methods)] // A test thread plays the producer.
+async fn long_poll_wakes_a_waiting_consumer() {
+    let store = Arc::new(PartitionStore::new(
+        TempDir::new("long-poll").0.clone(),
+        usize::MAX,
+    ));
+    let id = pid(4);
+    store.create(id, 1).unwrap();
+    let Fetch::Pending(receiver) = store.fetch(id, 0, 0, 100) else {
+        panic!("nothing appended yet")
+    };
+    let producer = {
+        let store = Arc::clone(&store);
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(20));
+            store.append(id, 0, batch(7, 2)).unwrap();
+        })
+    };
+    receiver.await.unwrap();
+    producer.join().unwrap();
+    match store.fetch(id, 0, 0, 100) {
+        Fetch::Ready { batches, .. } => assert_eq!(batches, vec![batch(7, 2)]),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn fail_wakes_pending_and_fails_fetches() {
+    let dir = TempDir::new("fail");
+    let store = PartitionStore::new(dir.0.clone(), 0);
+    let id = pid(5);
+    store.create(id, 2).unwrap();
+    store.append(id, 1, batch(0, 4)).unwrap();
+    assert_eq!(dir.files().len(), 1, "threshold 0 spills everything");
+    let Fetch::Pending(mut waiting) = store.fetch(id, 0, 0, 100) else {
+        panic!("nothing appended to subpartition 0")
+    };
+    store.fail(id, "producer crashed").unwrap();
+    assert_eq!(waiting.try_recv(), Ok(()));
+    assert!(matches!(
+        store.fetch(id, 1, 0, 100),
+        Fetch::Failed(ref reason) if reason == "producer crashed"
+    ));
+    assert!(
+        dir.files().is_empty(),
+        "a failed partition's data is dropped"
+    );
+    store.fail(id, "again").unwrap();
+    assert!(matches!(
+        store.append(id, 0, batch(0, 1)),
+        Err(PartitionError::Failed { ref reason, .. }) if reason == "producer crashed"
+    ));
+    assert!(store.release(id));
+    assert!(matches!(
+        store.fail(id, "late"),
+        Err(PartitionError::UnknownPartition(_))
+    ));
+}
+
+#[test]
+fn release_forgets_and_closes_pending_fetches() {
+    let store = PartitionStore::new(TempDir::new("release").0.clone(), usize::MAX);
+    let id = pid(6);
+    assert!(matches!(store.fetch(id, 0, 0, 100), Fetch::Unknown));
+    store.create(id, 1).unwrap();
+    let Fetch::Pending(mut waiting) = store.fetch(id, 0, 0, 100) else {
+        panic!("nothing appended yet")
+    };
+    assert!(store.release(id));
+    assert_eq!(waiting.try_recv(), Err(TryRecvError::Closed));
+    assert!(matches!(store.fetch(id, 0, 0, 100), Fetch::Unknown));
+    assert!(!store.release(id), "releasing twice is harmless");
+    assert!(store.stats(id).is_none());
+    assert!(matches!(
+        store.finish(id),
+        Err(PartitionError::UnknownPartition(_))
+    ));
+}
+
+#[test]
+fn spills_beyond_the_threshold_and_reads_back_in_order() {
+    let dir = TempDir::new("spill");
+    // Each record of `batch` weighs "key-N".len() + 16 bytes: 10 records are over 200 bytes.
+    let threshold = 500;
+    let store = PartitionStore::new(dir.0.clone(), threshold);
+    let id = pid(7);
+    store.create(id, 3).unwrap();
+    let mut expected = [Vec::new(), Vec::new(), Vec::new()];
+    for i in 0..300i64 {
+        let sub = (i % 3) as u32;
+        let b = batch(i * 10, 10);
+        expected[sub as usize].extend(b.iter().cloned());
+        store.append(id, sub, b).unwrap();
+        let stats = store.stats(id).unwrap();
+        assert!(stats.memory_bytes <= threshold, "memory is bounded");
+    }
+    let stats = store.stats(id).unwrap();
+    assert_eq!(stats.batches, 300);
+    assert!(stats.spilled_batches >= 297, "{stats:?}");
+    let files = dir.files();
+    assert_eq!(files.len(), 3, "one spill file per subpartition: {files:?}");
+
+    // Readable while producing, then to the end once finished, with small and large budgets.
+    assert!(matches!(
+        store.fetch(id, 0, 0, 1),
+        Fetch::Ready { ref batches, next_batch: 1, finished: false } if batches.len() == 1
+    ));
+    store.finish(id).unwrap();
+    for sub in 0..3 {
+        assert_eq!(drain(&store, id, sub, 1), expected[sub as usize]);
+        assert_eq!(drain(&store, id, sub, 2_000), expected[sub as usize]);
+        assert_eq!(drain(&store, id, sub, usize::MAX), expected[sub as usize]);
+    }
+
+    // Another partition in the same store spills on its own account.
+    let other = pid(8);
+    store.create(other, 1).unwrap();
+    store.append(other, 0, batch(0, 1)).unwrap();
+    assert_eq!(store.stats(other).unwrap().spilled_batches, 0);
+
+    assert!(store.release(id));
+    assert!(dir.files().is_empty(), "release deletes the spill files");
+    assert_eq!(drain_after_finish(&store, other), batch(0, 1));
+}
+
+fn drain_after_finish(store: &PartitionStore, id: ResultPartitionId) -> Vec<Record> {
+    store.finish(id).unwrap();
+    drain(store, id, 0, usize::MAX)
+}
+
+#[test]
+fn text_values_are_spilled_and_weighed() {
+    let dir = TempDir::new("text");
+    let store = PartitionStore::new(dir.0.clone(), 100);
+    let id = pid(9);
+    store.create(id, 1).unwrap();
+    let line = |s: &str| Record {
+        key: String::new(),
+        value: Value::Text(s.to_owned()),
+    };
+    let small = vec![
+        line("fits"),
+        Record {
+            key: "u".into(),
+            value: Value::Unit,
+        },
+    ];
+    let big = vec![line(&"ß".repeat(100))];
+    store.append(id, 0, small.clone()).unwrap();
+    assert_eq!(store.stats(id).unwrap().memory_bytes, 4 + 16 + 1 + 16);
+    store.append(id, 0, big.clone()).unwrap();
+    store.append(id, 0, small.clone()).unwrap();
+    let stats = store.stats(id).unwrap();
+    assert_eq!((stats.batches, stats.spilled_batches), (3, 2));
+    store.finish(id).unwrap();
+    assert_eq!(
+        drain(&store, id, 0, 1),
+        [small.clone(), big, small].concat()
+    );
+}
+
+#[test]
+fn dropping_the_store_deletes_spill_files() {
+    let dir = TempDir::new("drop");
+    let store = PartitionStore::new(dir.0.clone(), 0);
+    for n in 0..3 {
+        store.create(pid(n), 2).unwrap();
+        store.append(pid(n), 0, batch(0, 2)).unwrap();
+        store.append(pid(n), 1, batch(2, 2)).unwrap();
+    }
+    assert_eq!(dir.files().len(), 6);
+    assert!(format!("{store:?}").contains("partitions: 3"));
+    drop(store);
+    assert!(dir.files().is_empty());
+}
+
+#[test]
+fn unwritable_working_dir_fails_the_partition() {
+    let dir = TempDir::new("unwritable");
+    fs::create_dir_all(&dir.0).unwrap();
+    // A regular file where the working directory should be: unwritable even for root.
+    let blocker = dir.0.join("blocker");
+    fs::write(&blocker, "").unwrap();
+    let store = PartitionStore::new(blocker.join("spill"), 0);
+    let id = pid(10);
+    store.create(id, 1).unwrap();
+    let err = store.append(id, 0, batch(0, 1)).unwrap_err();
+    assert!(err.is_retryable());
+    assert!(err.to_string().contains("blocker/spill"), "{err}");
+    assert!(matches!(store.fetch(id, 0, 0, 10), Fetch::Failed(_)));
+}
