@@ -7,12 +7,25 @@
 //! tasks in those slots comes with the jobs layer, and will happen off this actor's thread so a
 //! busy TaskManager still heartbeats.
 
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use actix::clock::Instant;
 use actix::prelude::*;
 
 use super::Shutdown;
 use super::registration::{Leader, Registration, RegistrationAction, RegistrationEvent};
 use super::slot_table::SlotTable;
+use super::task_runtime::{TaskEnvironment, TaskOutcome, run_task, serve_fetch};
+use crate::exchange::partition::PartitionStore;
+use crate::job::states::ExecutionState;
+use crate::messages::ResultPartitionId;
+use crate::messages::deployment::TaskDeploymentDescriptor;
+use crate::messages::ids::{AllocationId, ExecutionAttemptId, JobId};
+use crate::messages::job_manager::UpdateTaskExecutionState;
+use crate::operators::OperatorRegistry;
 use crate::config::{HeartbeatConfig, RegistrationConfig};
 use crate::directory::LocalActor;
 use crate::env::NodeEnv;
@@ -41,6 +54,12 @@ pub struct TaskManagerSpec {
     pub registration: RegistrationConfig,
     /// Heartbeat interval and timeout.
     pub heartbeat: HeartbeatConfig,
+    /// The operators it can run.
+    pub registry: OperatorRegistry,
+    /// Where each TaskManager keeps its spill files (in a subdirectory named after it).
+    pub working_dir: PathBuf,
+    /// A result partition larger than this (bytes) spills to disk.
+    pub spill_threshold_bytes: usize,
 }
 
 /// What one TaskManager is started with.
@@ -54,6 +73,13 @@ pub struct TaskManagerSettings {
     pub spec: TaskManagerSpec,
 }
 
+/// A task running on this TaskManager.
+struct RunningTask {
+    job_id: JobId,
+    allocation_id: AllocationId,
+    cancelled: Arc<AtomicBool>,
+}
+
 /// See the module docs.
 pub struct TaskManager {
     settings: TaskManagerSettings,
@@ -62,6 +88,11 @@ pub struct TaskManager {
     registration: Registration,
     job_manager: Option<JobManagerGateway>,
     slots: SlotTable,
+    /// Tasks per allocation: a shared slot holds one task of each vertex of its group.
+    allocations: BTreeMap<AllocationId, usize>,
+    running: BTreeMap<ExecutionAttemptId, RunningTask>,
+    partitions: Arc<PartitionStore>,
+    job_partitions: BTreeMap<JobId, BTreeSet<ResultPartitionId>>,
     /// When the JobManager last acknowledged a heartbeat (or the registration).
     last_acknowledged: Instant,
 }
@@ -69,10 +100,21 @@ pub struct TaskManager {
 impl TaskManager {
     /// A TaskManager that registers at `settings.job_manager` once started.
     pub fn new(settings: TaskManagerSettings, env: NodeEnv) -> Self {
+        let working_dir = settings
+            .spec
+            .working_dir
+            .join(settings.resource_id.as_str());
         Self {
             address: env.address_of(&Self::name_of(&settings.resource_id)),
             registration: Registration::new(settings.spec.registration),
             slots: SlotTable::new(settings.spec.slots),
+            allocations: BTreeMap::new(),
+            running: BTreeMap::new(),
+            partitions: Arc::new(PartitionStore::new(
+                working_dir,
+                settings.spec.spill_threshold_bytes,
+            )),
+            job_partitions: BTreeMap::new(),
             settings,
             env,
             job_manager: None,
@@ -235,6 +277,84 @@ impl TaskManager {
         }
     }
 
+    /// Reports a task's state to the JobManager.
+    fn report(&self, job_id: JobId, attempt: ExecutionAttemptId, state: ExecutionState, error: Option<String>) {
+        match &self.job_manager {
+            Some(jm) => jm.update_task_execution_state.do_send(UpdateTaskExecutionState {
+                job_id,
+                attempt,
+                state,
+                error,
+            }),
+            None => log::warn!(
+                "task manager {}: no JobManager to tell that {attempt} is {state}",
+                self.settings.resource_id
+            ),
+        }
+    }
+
+    fn submit_task(
+        &mut self,
+        descriptor: TaskDeploymentDescriptor,
+        ctx: &mut Context<Self>,
+    ) -> Result<(), TaskSubmissionError> {
+        let attempt = descriptor.attempt;
+        if self.running.contains_key(&attempt) {
+            return Err(TaskSubmissionError::Duplicate(attempt));
+        }
+        if !self.settings.spec.registry.contains(&descriptor.operator) {
+            return Err(TaskSubmissionError::UnknownOperator(
+                descriptor.operator.clone(),
+            ));
+        }
+        let allocation_id = descriptor.allocation_id;
+        if !self.allocations.contains_key(&allocation_id) {
+            self.slots
+                .allocate(allocation_id)
+                .map_err(|e| TaskSubmissionError::NoFreeSlot(e.to_string()))?;
+        }
+        *self.allocations.entry(allocation_id).or_default() += 1;
+        let job_id = descriptor.job_id;
+        self.job_partitions
+            .entry(job_id)
+            .or_default()
+            .extend(descriptor.outputs.iter().map(|o| o.partition));
+        let cancelled = Arc::new(AtomicBool::new(false));
+        self.running.insert(
+            attempt,
+            RunningTask {
+                job_id,
+                allocation_id,
+                cancelled: cancelled.clone(),
+            },
+        );
+        let name = format!(
+            "{} ({}/{})",
+            descriptor.vertex_name,
+            descriptor.subtask + 1,
+            descriptor.parallelism
+        );
+        log::debug!("task manager {}: running {name} as {attempt}", self.settings.resource_id);
+        let environment = TaskEnvironment {
+            descriptor,
+            partitions: self.partitions.clone(),
+            registry: self.settings.spec.registry.clone(),
+            resolver: self.env.resolver.clone(),
+            local_address: self.address.clone(),
+            cancelled,
+        };
+        let done = ctx.address().recipient::<TaskEnded>();
+        self.env.task_runner.run(
+            name,
+            Box::new(move || {
+                let outcome = run_task(environment);
+                done.do_send(TaskEnded { attempt, outcome });
+            }),
+        );
+        self.report(job_id, attempt, ExecutionState::Running, None);
+        Ok(())
+    }
+
     fn status(&self) -> TaskManagerStatus {
         TaskManagerStatus {
             resource_id: self.settings.resource_id.clone(),
@@ -243,6 +363,90 @@ impl TaskManager {
             slots_total: self.slots.total(),
             slots_free: self.slots.free(),
         }
+    }
+}
+
+/// A task thread finished (the task's outcome).
+#[derive(Message)]
+#[rtype(result = "()")]
+struct TaskEnded {
+    attempt: ExecutionAttemptId,
+    outcome: TaskOutcome,
+}
+
+impl Handler<TaskEnded> for TaskManager {
+    type Result = ();
+
+    fn handle(&mut self, msg: TaskEnded, _: &mut Context<Self>) {
+        let Some(task) = self.running.remove(&msg.attempt) else {
+            return;
+        };
+        if let Some(count) = self.allocations.get_mut(&task.allocation_id) {
+            *count -= 1;
+            if *count == 0 {
+                self.allocations.remove(&task.allocation_id);
+                self.slots.release(task.allocation_id);
+            }
+        }
+        log::debug!(
+            "task manager {}: {} ended {}",
+            self.settings.resource_id,
+            msg.attempt,
+            msg.outcome.state
+        );
+        self.report(task.job_id, msg.attempt, msg.outcome.state, msg.outcome.error);
+    }
+}
+
+impl Handler<SubmitTask> for TaskManager {
+    type Result = Result<(), TaskSubmissionError>;
+
+    fn handle(&mut self, msg: SubmitTask, ctx: &mut Context<Self>) -> Self::Result {
+        log::debug!("task manager <- SubmitTask {}", msg.descriptor.attempt);
+        let name = format!("task manager {}", self.settings.resource_id);
+        if !is_current_leader(self.registration.session(), msg.leader_session_id, &name, "SubmitTask") {
+            return Err(TaskSubmissionError::StaleLeader);
+        }
+        self.submit_task(msg.descriptor, ctx)
+    }
+}
+
+impl Handler<CancelTask> for TaskManager {
+    type Result = ();
+
+    fn handle(&mut self, msg: CancelTask, _: &mut Context<Self>) {
+        log::debug!("task manager <- {msg:?}");
+        let name = format!("task manager {}", self.settings.resource_id);
+        if !is_current_leader(self.registration.session(), msg.leader_session_id, &name, "CancelTask") {
+            return;
+        }
+        match self.running.get(&msg.attempt) {
+            Some(task) => task.cancelled.store(true, Ordering::Relaxed),
+            None => log::debug!("{name}: cancel for {}, which does not run here", msg.attempt),
+        }
+    }
+}
+
+impl Handler<ReleaseJobPartitions> for TaskManager {
+    type Result = ();
+
+    fn handle(&mut self, msg: ReleaseJobPartitions, _: &mut Context<Self>) {
+        log::debug!("task manager <- {msg:?}");
+        let name = format!("task manager {}", self.settings.resource_id);
+        if !is_current_leader(self.registration.session(), msg.leader_session_id, &name, "ReleaseJobPartitions") {
+            return;
+        }
+        for partition in self.job_partitions.remove(&msg.job_id).unwrap_or_default() {
+            self.partitions.release(partition);
+        }
+    }
+}
+
+impl Handler<FetchSubpartition> for TaskManager {
+    type Result = ResponseFuture<FetchResponse>;
+
+    fn handle(&mut self, msg: FetchSubpartition, _: &mut Context<Self>) -> Self::Result {
+        Box::pin(serve_fetch(self.partitions.clone(), msg))
     }
 }
 
@@ -270,6 +474,12 @@ impl Actor for TaskManager {
 
     fn stopping(&mut self, _ctx: &mut Self::Context) -> Running {
         self.env.resolver.unregister(&self.address);
+        for task in self.running.values() {
+            task.cancelled.store(true, Ordering::Relaxed);
+        }
+        for partition in self.partitions.partition_ids() {
+            self.partitions.release(partition);
+        }
         Running::Stop
     }
 }

@@ -89,7 +89,8 @@ pub fn run_task(env: TaskEnvironment) -> TaskOutcome {
             .clone()
             .unwrap_or_else(|| "producer cancelled".to_owned());
         for output in &outputs {
-            partitions.fail(&output.partition, &reason);
+            // A partition never created (the task failed first) has nothing to fail.
+            let _ = partitions.fail(output.partition, reason.clone());
         }
     }
     outcome
@@ -111,8 +112,8 @@ fn run(env: TaskEnvironment) -> Result<(), OperatorError> {
             .map_err(|e| OperatorError::Failed(e.to_string()))?;
     }
     let spec = OperatorSpec {
-        name: d.operator.clone(),
-        config: d.config.clone(),
+        name: &d.operator,
+        config: &d.config,
         subtask: d.subtask,
         parallelism: d.parallelism,
     };
@@ -122,7 +123,7 @@ fn run(env: TaskEnvironment) -> Result<(), OperatorError> {
     io.flush()?;
     for output in &env.descriptor.outputs {
         env.partitions
-            .finish(&output.partition)
+            .finish(output.partition)
             .map_err(|e| OperatorError::Failed(e.to_string()))?;
     }
     Ok(())
@@ -264,6 +265,22 @@ impl<'a> Io<'a> {
         }
     }
 
+    /// Buffers a record for one output; a full batch goes to the partition.
+    fn push(&mut self, index: usize, output: &OutputPartition, record: Record) -> Result<(), OperatorError> {
+        let sub = Self::route(output, &record);
+        let buffer = &mut self.buffers[index][sub];
+        buffer.push(record);
+        if buffer.len() >= BATCH_RECORDS {
+            let batch = std::mem::take(buffer);
+            self.env
+                .partitions
+                .append(output.partition, sub as u32, batch)
+                .map_err(|e| OperatorError::Failed(e.to_string()))?;
+            self.check_cancelled()?;
+        }
+        Ok(())
+    }
+
     fn flush(&mut self) -> Result<(), OperatorError> {
         for (index, output) in self.env.descriptor.outputs.iter().enumerate() {
             for (sub, buffer) in self.buffers[index].iter_mut().enumerate() {
@@ -271,7 +288,7 @@ impl<'a> Io<'a> {
                     let batch = std::mem::take(buffer);
                     self.env
                         .partitions
-                        .append(&output.partition, sub as u32, batch)
+                        .append(output.partition, sub as u32, batch)
                         .map_err(|e| OperatorError::Failed(e.to_string()))?;
                 }
             }
@@ -306,32 +323,14 @@ impl TaskIo for Io<'_> {
     }
 
     fn emit(&mut self, record: Record) -> Result<(), OperatorError> {
-        let outputs = self.env.descriptor.outputs.clone();
-        let last = outputs.len().saturating_sub(1);
-        let mut record = Some(record);
-        for (index, output) in outputs.iter().enumerate() {
-            let Some(current) = record.as_ref() else {
-                break;
-            };
-            let sub = Self::route(output, current);
-            // The last output takes the record itself; earlier ones a copy.
-            let value = if index == last {
-                record.take().unwrap_or_else(|| current.clone())
-            } else {
-                current.clone()
-            };
-            let buffer = &mut self.buffers[index][sub];
-            buffer.push(value);
-            if buffer.len() >= BATCH_RECORDS {
-                let batch = std::mem::take(buffer);
-                self.env
-                    .partitions
-                    .append(&output.partition, sub as u32, batch)
-                    .map_err(|e| OperatorError::Failed(e.to_string()))?;
-                self.check_cancelled()?;
-            }
+        let env = self.env;
+        let Some((last, others)) = env.descriptor.outputs.split_last() else {
+            return Ok(()); // a sink: nothing goes downstream
+        };
+        for (index, output) in others.iter().enumerate() {
+            self.push(index, output, record.clone())?;
         }
-        Ok(())
+        self.push(others.len(), last, record)
     }
 
     fn is_cancelled(&self) -> bool {
@@ -358,7 +357,7 @@ fn fetch_local(
     cancelled: &AtomicBool,
 ) -> Result<FetchResponse, OperatorError> {
     loop {
-        match store.fetch(&channel.partition, channel.subpartition, channel.next_batch, FETCH_BYTES) {
+        match store.fetch(channel.partition, channel.subpartition, channel.next_batch, FETCH_BYTES) {
             Fetch::Ready {
                 batches,
                 next_batch,
@@ -388,7 +387,7 @@ fn fetch_local(
 pub async fn serve_fetch(store: Arc<PartitionStore>, request: FetchSubpartition) -> FetchResponse {
     loop {
         match store.fetch(
-            &request.partition,
+            request.partition,
             request.subpartition,
             request.from_batch,
             FETCH_BYTES,
