@@ -4,8 +4,25 @@
 //! and carries that operator's configuration as string key/values. Vertices in the same slot
 //! sharing group may share a slot (one subtask of each vertex per shared slot); vertices in the
 //! same co-location group place subtask *i* of each in the same slot.
+//!
+//! This module owns the graph's shape and its rules: [`JobGraph::builder`] makes graphs in code,
+//! [`JobGraph::validate`] refuses every graph the runtime could not run (and names the vertex or
+//! edge at fault), and the traversal helpers ([`JobGraph::topological_order`],
+//! [`JobGraph::inputs_of`], ...) give the scheduler deterministic orders. It never looks at a
+//! cluster: whether there are enough slots is the scheduler's question.
+//!
+//! ```
+//! use flint::job::graph::{DistributionPattern, ExchangeMode, JobGraph};
+//!
+//! let mut b = JobGraph::builder("wordcount");
+//! let source = b.vertex("source", "text-source", 2).config("path", "in.txt").index();
+//! let count = b.vertex("count", "count-by-key", 2).index();
+//! b.edge(source, count, DistributionPattern::AllToAll, ExchangeMode::Pipelined);
+//! let graph = b.build(|operator| ["text-source", "count-by-key"].contains(&operator)).unwrap();
+//! assert_eq!(graph.topological_order(), vec![0, 1]);
+//! ```
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -107,10 +124,1120 @@ impl Default for RestartStrategyConfig {
     /// Flink's default for jobs with restarts enabled.
     fn default() -> Self {
         Self::ExponentialDelay {
-            initial: Duration::from_secs(1),
-            max: Duration::from_secs(60),
-            multiplier: 1.5,
-            jitter: 0.1,
+            initial: Self::DEFAULT_INITIAL,
+            max: Self::DEFAULT_MAX,
+            multiplier: Self::DEFAULT_MULTIPLIER,
+            jitter: Self::DEFAULT_JITTER,
         }
+    }
+}
+
+/// Flink's defaults per key, for job files that leave a key out.
+impl RestartStrategyConfig {
+    /// Fixed-delay restarts allowed (Flink's `restart-strategy.fixed-delay.attempts`).
+    pub const DEFAULT_ATTEMPTS: u32 = 1;
+    /// Fixed-delay pause (Flink's `restart-strategy.fixed-delay.delay`).
+    pub const DEFAULT_DELAY: Duration = Duration::from_secs(1);
+    /// Exponential-delay first pause.
+    pub const DEFAULT_INITIAL: Duration = Duration::from_secs(1);
+    /// Exponential-delay cap.
+    pub const DEFAULT_MAX: Duration = Duration::from_secs(60);
+    /// Exponential-delay growth per consecutive failure.
+    pub const DEFAULT_MULTIPLIER: f64 = 1.5;
+    /// Exponential-delay random spread.
+    pub const DEFAULT_JITTER: f64 = 0.1;
+}
+
+/// The largest parallelism accepted for a vertex: beyond it a value is surely a typo (Flink's
+/// own upper bound for max parallelism is 32 768; this leaves room without allowing nonsense).
+pub const MAX_PARALLELISM: u32 = 100_000;
+
+/// A job graph that cannot run. Not retryable: the graph (or the job file) must change.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum JobGraphError {
+    /// The graph has no vertices, so there is nothing to run.
+    #[error("job `{job}` has no vertices; a job needs at least one")]
+    Empty {
+        /// The job's name.
+        job: String,
+    },
+    /// Two vertices share a name: edges, ids and logs could not tell them apart.
+    #[error(
+        "two vertices are named `{name}` (vertices {first} and {second}); names must be unique"
+    )]
+    DuplicateVertexName {
+        /// The name.
+        name: String,
+        /// Index of the first vertex with it.
+        first: usize,
+        /// Index of the second.
+        second: usize,
+    },
+    /// Two vertices have the same id: the runtime keys vertices by id and would merge them.
+    #[error("vertices `{first}` and `{second}` have the same id {id}; rename one of them")]
+    DuplicateVertexId {
+        /// The shared id.
+        id: JobVertexId,
+        /// The first vertex's name.
+        first: String,
+        /// The second vertex's name.
+        second: String,
+    },
+    /// A vertex with no subtasks would never produce or consume anything.
+    #[error("vertex `{vertex}` has parallelism 0; it needs at least 1 subtask")]
+    ZeroParallelism {
+        /// The vertex.
+        vertex: String,
+    },
+    /// A parallelism over [`MAX_PARALLELISM`] is surely a mistake.
+    #[error("vertex `{vertex}` has parallelism {parallelism}, over the limit of {MAX_PARALLELISM}")]
+    ParallelismTooHigh {
+        /// The vertex.
+        vertex: String,
+        /// The parallelism it asks for.
+        parallelism: u32,
+    },
+    /// A vertex names an operator the registry does not have, so no task could run it.
+    #[error("vertex `{vertex}` uses operator `{operator}`, which is not a known operator")]
+    UnknownOperator {
+        /// The vertex.
+        vertex: String,
+        /// The operator it names.
+        operator: String,
+    },
+    /// An edge refers to a vertex index the graph does not have.
+    #[error(
+        "edge {edge} refers to vertex {index}, but the job has only {vertices} vertices (0 to {})",
+        .vertices.saturating_sub(1)
+    )]
+    UnknownVertex {
+        /// The edge's index.
+        edge: usize,
+        /// The index it names.
+        index: usize,
+        /// How many vertices there are.
+        vertices: usize,
+    },
+    /// An edge from a vertex to itself: a vertex cannot wait for its own output.
+    #[error("edge {edge} joins vertex `{vertex}` to itself; a job graph must be acyclic")]
+    SelfLoop {
+        /// The edge's index.
+        edge: usize,
+        /// The vertex.
+        vertex: String,
+    },
+    /// Two edges join the same pair: each record would be delivered twice.
+    #[error(
+        "edges {first} and {second} both join `{from}` -> `{to}`; join two vertices at most once"
+    )]
+    DuplicateEdge {
+        /// The first edge's index.
+        first: usize,
+        /// The second edge's index.
+        second: usize,
+        /// The producing vertex.
+        from: String,
+        /// The consuming vertex.
+        to: String,
+    },
+    /// A forward edge joins subtask i to subtask i, so both sides need the same parallelism.
+    #[error(
+        "forward edge `{from}` -> `{to}` joins parallelism {from_parallelism} to \
+         {to_parallelism}; a forward edge needs the same parallelism on both sides \
+         (make them equal or use an all-to-all edge)"
+    )]
+    ForwardParallelismMismatch {
+        /// The producing vertex.
+        from: String,
+        /// Its parallelism.
+        from_parallelism: u32,
+        /// The consuming vertex.
+        to: String,
+        /// Its parallelism.
+        to_parallelism: u32,
+    },
+    /// The edges form a cycle, so no vertex on it could ever start (or finish).
+    #[error("the edges form a cycle: {}; a job graph must be acyclic", show_cycle(.vertices))]
+    Cycle {
+        /// The vertices on the cycle, in edge order, starting from the lowest index.
+        vertices: Vec<String>,
+    },
+    /// Co-located vertices place subtask i in one slot, so they need the same parallelism.
+    #[error(
+        "co-location group `{group}` holds `{first}` (parallelism {first_parallelism}) and \
+         `{second}` (parallelism {second_parallelism}); co-located vertices need the same \
+         parallelism"
+    )]
+    CoLocationParallelism {
+        /// The co-location group.
+        group: String,
+        /// One vertex of it.
+        first: String,
+        /// That vertex's parallelism.
+        first_parallelism: u32,
+        /// Another vertex of it.
+        second: String,
+        /// That vertex's parallelism.
+        second_parallelism: u32,
+    },
+    /// Co-located vertices share slots, which only vertices of one slot sharing group may do.
+    #[error(
+        "co-location group `{group}` holds `{first}` (slot sharing group `{first_group}`) and \
+         `{second}` (slot sharing group `{second_group}`); co-located vertices need the same \
+         slot sharing group"
+    )]
+    CoLocationSlotSharing {
+        /// The co-location group.
+        group: String,
+        /// One vertex of it.
+        first: String,
+        /// That vertex's slot sharing group.
+        first_group: String,
+        /// Another vertex of it.
+        second: String,
+        /// That vertex's slot sharing group.
+        second_group: String,
+    },
+    /// A restart strategy value the restart logic cannot use.
+    #[error("invalid restart strategy: {key} = {value}: expected {expected}")]
+    InvalidRestartStrategy {
+        /// The key, as a job file writes it (`restart-strategy.multiplier`).
+        key: &'static str,
+        /// The value given.
+        value: String,
+        /// What the key accepts.
+        expected: String,
+    },
+}
+
+fn show_cycle(vertices: &[String]) -> String {
+    let mut path: Vec<String> = vertices.iter().map(|name| format!("`{name}`")).collect();
+    if let Some(first) = path.first().cloned() {
+        path.push(first);
+    }
+    path.join(" -> ")
+}
+
+/// A vertex handed out by a [`JobGraphBuilder`], for joining it with edges. A newtype so an edge
+/// cannot be given a parallelism or an edge index by mistake.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct VertexIndex(usize);
+
+impl VertexIndex {
+    /// The vertex's index in [`JobGraph::vertices`] (what [`JobEdge`] stores).
+    pub const fn as_usize(self) -> usize {
+        self.0
+    }
+}
+
+impl JobVertex {
+    /// A vertex with no configuration in the default slot sharing group, its id derived from
+    /// its name.
+    pub fn new(name: impl Into<String>, operator: impl Into<String>, parallelism: u32) -> Self {
+        let name = name.into();
+        Self {
+            id: Self::id_for(&name),
+            name,
+            operator: operator.into(),
+            config: BTreeMap::new(),
+            parallelism,
+            slot_sharing_group: DEFAULT_SLOT_SHARING_GROUP.to_owned(),
+            co_location_group: None,
+        }
+    }
+
+    /// The id of the vertex named `name`: FNV-1a (64 bit) of the name, never random, so a
+    /// resubmitted job keeps its vertex ids. The hash fills the upper half of the id because
+    /// ids print their upper 32 bits in logs.
+    pub fn id_for(name: &str) -> JobVertexId {
+        JobVertexId::from_u128(u128::from(fnv1a_64(name.as_bytes())) << 64)
+    }
+}
+
+fn fnv1a_64(bytes: &[u8]) -> u64 {
+    const OFFSET_BASIS: u64 = 0xcbf2_9ce4_8422_2325;
+    const PRIME: u64 = 0x0000_0100_0000_01b3;
+    bytes.iter().fold(OFFSET_BASIS, |hash, byte| {
+        (hash ^ u64::from(*byte)).wrapping_mul(PRIME)
+    })
+}
+
+/// Builds a [`JobGraph`] in code; [`JobGraphBuilder::build`] validates it.
+///
+/// Vertices are added with [`vertex`](Self::vertex), which returns a [`VertexBuilder`] for the
+/// optional settings and, through [`VertexBuilder::index`], the handle edges take.
+#[derive(Debug, Clone)]
+pub struct JobGraphBuilder {
+    name: String,
+    vertices: Vec<JobVertex>,
+    edges: Vec<JobEdge>,
+    restart_strategy: RestartStrategyConfig,
+}
+
+/// The optional settings of a vertex just added to a [`JobGraphBuilder`].
+#[derive(Debug)]
+pub struct VertexBuilder<'a> {
+    vertex: &'a mut JobVertex,
+    index: VertexIndex,
+}
+
+impl JobGraph {
+    /// Starts a graph named `name`, with the default restart strategy.
+    pub fn builder(name: impl Into<String>) -> JobGraphBuilder {
+        JobGraphBuilder {
+            name: name.into(),
+            vertices: Vec::new(),
+            edges: Vec::new(),
+            restart_strategy: RestartStrategyConfig::default(),
+        }
+    }
+}
+
+impl JobGraphBuilder {
+    /// Adds a vertex running `operator` as `parallelism` subtasks; chain the returned builder's
+    /// setters, then take its [`index`](VertexBuilder::index) for edges.
+    pub fn vertex(
+        &mut self,
+        name: impl Into<String>,
+        operator: impl Into<String>,
+        parallelism: u32,
+    ) -> VertexBuilder<'_> {
+        let index = VertexIndex(self.vertices.len());
+        self.vertices
+            .push(JobVertex::new(name, operator, parallelism));
+        let vertex = &mut self.vertices[index.0];
+        VertexBuilder { vertex, index }
+    }
+
+    /// Adds an edge: `from`'s output feeds `to`.
+    pub fn edge(
+        &mut self,
+        from: VertexIndex,
+        to: VertexIndex,
+        pattern: DistributionPattern,
+        exchange: ExchangeMode,
+    ) -> &mut Self {
+        self.edges.push(JobEdge {
+            source: from.0,
+            target: to.0,
+            pattern,
+            exchange,
+        });
+        self
+    }
+
+    /// Sets what happens when a task fails (default: [`RestartStrategyConfig::default`]).
+    pub fn restart_strategy(&mut self, strategy: RestartStrategyConfig) -> &mut Self {
+        self.restart_strategy = strategy;
+        self
+    }
+
+    /// Validates the graph (see [`JobGraph::validate`]) and returns it.
+    pub fn build(self, knows_operator: impl Fn(&str) -> bool) -> Result<JobGraph, JobGraphError> {
+        let graph = JobGraph {
+            name: self.name,
+            vertices: self.vertices,
+            edges: self.edges,
+            restart_strategy: self.restart_strategy,
+        };
+        graph.validate(knows_operator)?;
+        Ok(graph)
+    }
+}
+
+impl VertexBuilder<'_> {
+    /// Sets one key of the operator's configuration (a later value for a key replaces it).
+    pub fn config(self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.vertex.config.insert(key.into(), value.into());
+        self
+    }
+
+    /// Puts the vertex in slot sharing group `group` (default [`DEFAULT_SLOT_SHARING_GROUP`]).
+    pub fn slot_sharing_group(self, group: impl Into<String>) -> Self {
+        self.vertex.slot_sharing_group = group.into();
+        self
+    }
+
+    /// Puts the vertex in co-location group `group`: its subtask i shares a slot with subtask i
+    /// of the group's other vertices.
+    pub fn co_location_group(self, group: impl Into<String>) -> Self {
+        self.vertex.co_location_group = Some(group.into());
+        self
+    }
+
+    /// The handle for joining this vertex with edges.
+    pub fn index(self) -> VertexIndex {
+        self.index
+    }
+}
+
+impl JobGraph {
+    /// Checks everything the runtime relies on and names the vertex or edge at fault: at least
+    /// one vertex; unique names and ids; parallelism from 1 to [`MAX_PARALLELISM`]; known
+    /// operators; edges between existing, distinct vertices, at most one per pair, forward
+    /// edges only between equal parallelisms; no cycle; co-location groups of one parallelism
+    /// and one slot sharing group; a usable restart strategy.
+    pub fn validate(&self, knows_operator: impl Fn(&str) -> bool) -> Result<(), JobGraphError> {
+        if self.vertices.is_empty() {
+            return Err(JobGraphError::Empty {
+                job: self.name.clone(),
+            });
+        }
+        self.validate_vertices(&knows_operator)?;
+        self.validate_edges()?;
+        self.validate_acyclic()?;
+        self.validate_co_location()?;
+        validate_restart_strategy(&self.restart_strategy)
+    }
+
+    fn validate_vertices(
+        &self,
+        knows_operator: &impl Fn(&str) -> bool,
+    ) -> Result<(), JobGraphError> {
+        let mut names: BTreeMap<&str, usize> = BTreeMap::new();
+        let mut ids: BTreeMap<JobVertexId, usize> = BTreeMap::new();
+        for (index, vertex) in self.vertices.iter().enumerate() {
+            if let Some(&first) = names.get(vertex.name.as_str()) {
+                return Err(JobGraphError::DuplicateVertexName {
+                    name: vertex.name.clone(),
+                    first,
+                    second: index,
+                });
+            }
+            names.insert(&vertex.name, index);
+            if let Some(&first) = ids.get(&vertex.id) {
+                return Err(JobGraphError::DuplicateVertexId {
+                    id: vertex.id,
+                    first: self.vertices[first].name.clone(),
+                    second: vertex.name.clone(),
+                });
+            }
+            ids.insert(vertex.id, index);
+            validate_vertex(vertex, knows_operator)?;
+        }
+        Ok(())
+    }
+
+    fn validate_edges(&self) -> Result<(), JobGraphError> {
+        let mut pairs: BTreeMap<(usize, usize), usize> = BTreeMap::new();
+        for (index, edge) in self.edges.iter().enumerate() {
+            for end in [edge.source, edge.target] {
+                if end >= self.vertices.len() {
+                    return Err(JobGraphError::UnknownVertex {
+                        edge: index,
+                        index: end,
+                        vertices: self.vertices.len(),
+                    });
+                }
+            }
+            let (from, to) = (&self.vertices[edge.source], &self.vertices[edge.target]);
+            if edge.source == edge.target {
+                return Err(JobGraphError::SelfLoop {
+                    edge: index,
+                    vertex: from.name.clone(),
+                });
+            }
+            if let Some(&first) = pairs.get(&(edge.source, edge.target)) {
+                return Err(JobGraphError::DuplicateEdge {
+                    first,
+                    second: index,
+                    from: from.name.clone(),
+                    to: to.name.clone(),
+                });
+            }
+            pairs.insert((edge.source, edge.target), index);
+            if edge.pattern == DistributionPattern::Forward && from.parallelism != to.parallelism {
+                return Err(JobGraphError::ForwardParallelismMismatch {
+                    from: from.name.clone(),
+                    from_parallelism: from.parallelism,
+                    to: to.name.clone(),
+                    to_parallelism: to.parallelism,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn validate_acyclic(&self) -> Result<(), JobGraphError> {
+        let ordered: BTreeSet<usize> = self.topological_order().into_iter().collect();
+        if ordered.len() == self.vertices.len() {
+            return Ok(());
+        }
+        let cycle = self.find_cycle(&ordered);
+        Err(JobGraphError::Cycle {
+            vertices: cycle
+                .into_iter()
+                .map(|index| self.vertices[index].name.clone())
+                .collect(),
+        })
+    }
+
+    /// A cycle among the vertices Kahn's algorithm could not order. Each of them has a
+    /// predecessor among them (else it would have been ordered), so walking predecessors from
+    /// any of them must revisit a vertex; the walk from that vertex on is a cycle.
+    fn find_cycle(&self, ordered: &BTreeSet<usize>) -> Vec<usize> {
+        let stuck = |index: &usize| !ordered.contains(index);
+        let Some(start) = (0..self.vertices.len()).find(stuck) else {
+            return Vec::new();
+        };
+        let mut walk = vec![start];
+        let mut current = start;
+        loop {
+            let predecessor = self
+                .inputs_of(current)
+                .into_iter()
+                .map(|(_, edge)| edge.source)
+                .filter(stuck)
+                .min();
+            let Some(predecessor) = predecessor else {
+                return Vec::new(); // unreachable by the argument above; no cycle to name
+            };
+            if let Some(position) = walk.iter().position(|&seen| seen == predecessor) {
+                let mut cycle: Vec<usize> = walk.split_off(position);
+                cycle.reverse(); // the walk went against the edges
+                let lowest = cycle
+                    .iter()
+                    .enumerate()
+                    .min_by_key(|(_, v)| **v)
+                    .map_or(0, |(i, _)| i);
+                cycle.rotate_left(lowest);
+                return cycle;
+            }
+            walk.push(predecessor);
+            current = predecessor;
+        }
+    }
+
+    fn validate_co_location(&self) -> Result<(), JobGraphError> {
+        let mut groups: BTreeMap<&str, &JobVertex> = BTreeMap::new();
+        for vertex in &self.vertices {
+            let Some(group) = vertex.co_location_group.as_deref() else {
+                continue;
+            };
+            let Some(first) = groups.get(group) else {
+                groups.insert(group, vertex);
+                continue;
+            };
+            if first.parallelism != vertex.parallelism {
+                return Err(JobGraphError::CoLocationParallelism {
+                    group: group.to_owned(),
+                    first: first.name.clone(),
+                    first_parallelism: first.parallelism,
+                    second: vertex.name.clone(),
+                    second_parallelism: vertex.parallelism,
+                });
+            }
+            if first.slot_sharing_group != vertex.slot_sharing_group {
+                return Err(JobGraphError::CoLocationSlotSharing {
+                    group: group.to_owned(),
+                    first: first.name.clone(),
+                    first_group: first.slot_sharing_group.clone(),
+                    second: vertex.name.clone(),
+                    second_group: vertex.slot_sharing_group.clone(),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// The vertex indices so that every edge goes from an earlier to a later one; among the
+    /// vertices ready at once, the lowest index first, so the order is the same on every run.
+    /// On a graph with a cycle (which [`validate`](Self::validate) refuses) the vertices on or
+    /// behind the cycle are left out; edges naming unknown vertices are ignored.
+    pub fn topological_order(&self) -> Vec<usize> {
+        let count = self.vertices.len();
+        let mut in_degree = vec![0_usize; count];
+        let mut successors = vec![Vec::new(); count];
+        for edge in &self.edges {
+            if edge.source < count && edge.target < count {
+                in_degree[edge.target] += 1;
+                successors[edge.source].push(edge.target);
+            }
+        }
+        let mut ready: BTreeSet<usize> = (0..count).filter(|&v| in_degree[v] == 0).collect();
+        let mut order = Vec::with_capacity(count);
+        while let Some(vertex) = ready.pop_first() {
+            order.push(vertex);
+            for &next in &successors[vertex] {
+                in_degree[next] -= 1;
+                if in_degree[next] == 0 {
+                    ready.insert(next);
+                }
+            }
+        }
+        order
+    }
+
+    /// The edges into vertex `vertex`, with their indices, in edge order.
+    pub fn inputs_of(&self, vertex: usize) -> Vec<(usize, &JobEdge)> {
+        self.edges
+            .iter()
+            .enumerate()
+            .filter(|(_, edge)| edge.target == vertex)
+            .collect()
+    }
+
+    /// The edges out of vertex `vertex`, with their indices, in edge order.
+    pub fn outputs_of(&self, vertex: usize) -> Vec<(usize, &JobEdge)> {
+        self.edges
+            .iter()
+            .enumerate()
+            .filter(|(_, edge)| edge.source == vertex)
+            .collect()
+    }
+
+    /// The vertices without inputs (they read from outside the job), in index order.
+    pub fn sources(&self) -> Vec<usize> {
+        (0..self.vertices.len())
+            .filter(|&v| !self.edges.iter().any(|edge| edge.target == v))
+            .collect()
+    }
+
+    /// The vertices without outputs (they write outside the job), in index order.
+    pub fn sinks(&self) -> Vec<usize> {
+        (0..self.vertices.len())
+            .filter(|&v| !self.edges.iter().any(|edge| edge.source == v))
+            .collect()
+    }
+
+    /// The index of the vertex named `name`, if there is one.
+    pub fn vertex_index(&self, name: &str) -> Option<usize> {
+        self.vertices.iter().position(|vertex| vertex.name == name)
+    }
+}
+
+fn validate_vertex(
+    vertex: &JobVertex,
+    knows_operator: &impl Fn(&str) -> bool,
+) -> Result<(), JobGraphError> {
+    if vertex.parallelism == 0 {
+        return Err(JobGraphError::ZeroParallelism {
+            vertex: vertex.name.clone(),
+        });
+    }
+    if vertex.parallelism > MAX_PARALLELISM {
+        return Err(JobGraphError::ParallelismTooHigh {
+            vertex: vertex.name.clone(),
+            parallelism: vertex.parallelism,
+        });
+    }
+    if !knows_operator(&vertex.operator) {
+        return Err(JobGraphError::UnknownOperator {
+            vertex: vertex.name.clone(),
+            operator: vertex.operator.clone(),
+        });
+    }
+    Ok(())
+}
+
+fn validate_restart_strategy(strategy: &RestartStrategyConfig) -> Result<(), JobGraphError> {
+    let RestartStrategyConfig::ExponentialDelay {
+        initial,
+        max,
+        multiplier,
+        jitter,
+    } = *strategy
+    else {
+        return Ok(());
+    };
+    if initial.is_zero() {
+        // A zero pause never grows: the job would restart in a tight loop forever.
+        return Err(invalid_restart(
+            "restart-strategy.initial",
+            show(initial),
+            "a duration above zero",
+        ));
+    }
+    if max < initial {
+        return Err(invalid_restart(
+            "restart-strategy.max",
+            show(max),
+            format!("at least restart-strategy.initial ({})", show(initial)),
+        ));
+    }
+    // Non-finite values would make the pause arithmetic (`Duration::mul_f64`) panic.
+    if !(multiplier.is_finite() && multiplier >= 1.0) {
+        return Err(invalid_restart(
+            "restart-strategy.multiplier",
+            multiplier,
+            "a finite number of at least 1",
+        ));
+    }
+    if !(0.0..=1.0).contains(&jitter) {
+        return Err(invalid_restart(
+            "restart-strategy.jitter",
+            jitter,
+            "a number from 0 to 1",
+        ));
+    }
+    Ok(())
+}
+
+fn invalid_restart(
+    key: &'static str,
+    value: impl ToString,
+    expected: impl Into<String>,
+) -> JobGraphError {
+    JobGraphError::InvalidRestartStrategy {
+        key,
+        value: value.to_string(),
+        expected: expected.into(),
+    }
+}
+
+fn show(duration: Duration) -> String {
+    humantime::format_duration(duration).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const KNOWN: [&str; 7] = [
+        "text-source",
+        "tokenize",
+        "count-by-key",
+        "file-sink",
+        "noop",
+        "sleep",
+        "fail-once",
+    ];
+
+    fn known(operator: &str) -> bool {
+        KNOWN.contains(&operator)
+    }
+
+    use DistributionPattern::{AllToAll, Forward};
+    use ExchangeMode::{Blocking, Pipelined};
+
+    /// source -> tokenize (forward) -> count (all-to-all) -> sink (forward), parallelism 2.
+    fn wordcount() -> JobGraphBuilder {
+        let mut b = JobGraph::builder("wordcount");
+        let source = b
+            .vertex("source", "text-source", 2)
+            .config("path", "in.txt")
+            .index();
+        let tokenize = b.vertex("tokenize", "tokenize", 2).index();
+        let count = b.vertex("count", "count-by-key", 2).index();
+        let sink = b
+            .vertex("sink", "file-sink", 2)
+            .config("path", "out.txt")
+            .index();
+        b.edge(source, tokenize, Forward, Pipelined)
+            .edge(tokenize, count, AllToAll, Pipelined)
+            .edge(count, sink, Forward, Blocking);
+        b
+    }
+
+    fn graph() -> JobGraph {
+        wordcount().build(known).unwrap()
+    }
+
+    fn exponential(initial: u64, max: u64, multiplier: f64, jitter: f64) -> RestartStrategyConfig {
+        RestartStrategyConfig::ExponentialDelay {
+            initial: Duration::from_millis(initial),
+            max: Duration::from_millis(max),
+            multiplier,
+            jitter,
+        }
+    }
+
+    /// Validates a graph that must fail and returns the error with its message.
+    fn refuse(graph: &JobGraph) -> (JobGraphError, String) {
+        let err = graph.validate(known).unwrap_err();
+        let text = err.to_string();
+        (err, text)
+    }
+
+    #[test]
+    fn builder_makes_the_graph_it_was_told() {
+        let mut b = JobGraph::builder("shared");
+        let a = b
+            .vertex("a", "noop", 3)
+            .config("k", "v")
+            .config("k", "w")
+            .slot_sharing_group("g")
+            .co_location_group("c")
+            .index();
+        let z = b
+            .vertex("z", "noop", 3)
+            .slot_sharing_group("g")
+            .co_location_group("c")
+            .index();
+        b.edge(a, z, Forward, Blocking)
+            .restart_strategy(RestartStrategyConfig::None);
+        let graph = b.build(known).unwrap();
+
+        assert_eq!(graph.name, "shared");
+        assert_eq!((a.as_usize(), z.as_usize()), (0, 1));
+        let vertex = &graph.vertices[0];
+        assert_eq!(vertex.name, "a");
+        assert_eq!(vertex.operator, "noop");
+        assert_eq!(vertex.parallelism, 3);
+        assert_eq!(vertex.config.get("k").map(String::as_str), Some("w"));
+        assert_eq!(vertex.slot_sharing_group, "g");
+        assert_eq!(vertex.co_location_group.as_deref(), Some("c"));
+        assert_eq!(
+            graph.edges,
+            vec![JobEdge {
+                source: 0,
+                target: 1,
+                pattern: Forward,
+                exchange: Blocking
+            }]
+        );
+        assert_eq!(graph.restart_strategy, RestartStrategyConfig::None);
+    }
+
+    #[test]
+    fn builder_defaults_to_the_default_group_and_restart_strategy() {
+        let graph = graph();
+        assert!(
+            graph
+                .vertices
+                .iter()
+                .all(|v| v.slot_sharing_group == DEFAULT_SLOT_SHARING_GROUP
+                    && v.co_location_group.is_none())
+        );
+        assert_eq!(graph.restart_strategy, RestartStrategyConfig::default());
+    }
+
+    #[test]
+    fn vertex_ids_are_fnv1a_of_the_name_and_deterministic() {
+        // Published FNV-1a 64 test vectors.
+        assert_eq!(fnv1a_64(b""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(fnv1a_64(b"a"), 0xaf63_dc4c_8601_ec8c);
+        assert_eq!(fnv1a_64(b"foobar"), 0x8594_4171_f739_67e8);
+        let graph = graph();
+        assert_eq!(graph.vertices[0].id, JobVertex::id_for("source"));
+        assert_eq!(
+            JobVertex::id_for("source").as_u128(),
+            u128::from(fnv1a_64(b"source")) << 64
+        );
+        assert_eq!(graph, self::graph());
+        assert_ne!(graph.vertices[0].id, graph.vertices[1].id);
+    }
+
+    #[test]
+    fn topological_order_follows_edges_lowest_index_first() {
+        assert_eq!(graph().topological_order(), vec![0, 1, 2, 3]);
+
+        // Vertices added in reverse: the order still follows the edges.
+        let mut b = JobGraph::builder("diamond");
+        let sink = b.vertex("sink", "noop", 1).index();
+        let right = b.vertex("right", "noop", 1).index();
+        let left = b.vertex("left", "noop", 1).index();
+        let top = b.vertex("top", "noop", 1).index();
+        let lone = b.vertex("lone", "noop", 1).index();
+        b.edge(top, left, Forward, Pipelined)
+            .edge(top, right, Forward, Pipelined)
+            .edge(left, sink, Forward, Pipelined)
+            .edge(right, sink, Forward, Pipelined);
+        let graph = b.build(known).unwrap();
+        assert_eq!(graph.topological_order(), vec![3, 1, 2, 0, 4]);
+        assert_eq!(lone.as_usize(), 4);
+        assert_eq!(graph.sources(), vec![3, 4]);
+        assert_eq!(graph.sinks(), vec![0, 4]);
+    }
+
+    #[test]
+    fn inputs_and_outputs_list_edges_with_their_indices() {
+        let graph = graph();
+        let inputs = graph.inputs_of(2);
+        assert_eq!(inputs.len(), 1);
+        assert_eq!((inputs[0].0, inputs[0].1.source), (1, 1));
+        let outputs = graph.outputs_of(2);
+        assert_eq!((outputs[0].0, outputs[0].1.target), (2, 3));
+        assert!(graph.inputs_of(0).is_empty());
+        assert!(graph.outputs_of(3).is_empty());
+        assert_eq!(graph.sources(), vec![0]);
+        assert_eq!(graph.sinks(), vec![3]);
+        assert_eq!(graph.vertex_index("count"), Some(2));
+        assert_eq!(graph.vertex_index("nope"), None);
+    }
+
+    #[test]
+    fn empty_graph_is_refused() {
+        let err = JobGraph::builder("nothing").build(known).unwrap_err();
+        assert!(matches!(err, JobGraphError::Empty { .. }));
+        assert!(
+            err.to_string().contains("`nothing` has no vertices"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn duplicate_vertex_name_is_refused() {
+        let mut graph = graph();
+        graph.vertices[3] = JobVertex::new("count", "file-sink", 2);
+        let (err, text) = refuse(&graph);
+        assert!(matches!(
+            err,
+            JobGraphError::DuplicateVertexName {
+                first: 2,
+                second: 3,
+                ..
+            }
+        ));
+        assert!(text.contains("`count`"), "{text}");
+    }
+
+    #[test]
+    fn duplicate_vertex_id_is_refused() {
+        let mut graph = graph();
+        graph.vertices[3].id = graph.vertices[0].id;
+        let (err, text) = refuse(&graph);
+        assert!(matches!(err, JobGraphError::DuplicateVertexId { .. }));
+        assert!(
+            text.contains("`source`") && text.contains("`sink`"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn zero_parallelism_names_the_vertex() {
+        let mut graph = graph();
+        graph.vertices[1].parallelism = 0;
+        let (err, text) = refuse(&graph);
+        assert_eq!(
+            err,
+            JobGraphError::ZeroParallelism {
+                vertex: "tokenize".into()
+            }
+        );
+        assert!(text.contains("`tokenize` has parallelism 0"), "{text}");
+    }
+
+    #[test]
+    fn parallelism_over_the_limit_names_the_vertex() {
+        let mut graph = graph();
+        graph.vertices[2].parallelism = MAX_PARALLELISM + 1;
+        let (err, text) = refuse(&graph);
+        assert!(matches!(
+            err,
+            JobGraphError::ParallelismTooHigh {
+                parallelism: 100_001,
+                ..
+            }
+        ));
+        assert!(
+            text.contains("`count`") && text.contains("100000"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn unknown_operator_names_vertex_and_operator() {
+        let mut b = JobGraph::builder("typo");
+        b.vertex("source", "text-sauce", 1);
+        let err = b.build(known).unwrap_err();
+        assert!(matches!(err, JobGraphError::UnknownOperator { .. }));
+        let text = err.to_string();
+        assert!(
+            text.contains("`source`") && text.contains("`text-sauce`"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn edge_to_an_unknown_vertex_index_is_refused() {
+        let mut graph = graph();
+        graph.edges[1].target = 9;
+        let (err, text) = refuse(&graph);
+        assert_eq!(
+            err,
+            JobGraphError::UnknownVertex {
+                edge: 1,
+                index: 9,
+                vertices: 4
+            }
+        );
+        assert!(text.contains("edge 1 refers to vertex 9"), "{text}");
+    }
+
+    #[test]
+    fn self_loop_names_the_vertex() {
+        let mut b = wordcount();
+        let count = VertexIndex(2);
+        b.edge(count, count, AllToAll, Pipelined);
+        let err = b.build(known).unwrap_err();
+        assert!(matches!(err, JobGraphError::SelfLoop { edge: 3, .. }));
+        assert!(err.to_string().contains("`count` to itself"), "{err}");
+    }
+
+    #[test]
+    fn cycle_names_the_vertices_on_it_in_order() {
+        let mut b = wordcount();
+        b.edge(VertexIndex(2), VertexIndex(0), AllToAll, Pipelined);
+        let err = b.build(known).unwrap_err();
+        assert_eq!(
+            err,
+            JobGraphError::Cycle {
+                vertices: vec!["source".into(), "tokenize".into(), "count".into()]
+            }
+        );
+        let text = err.to_string();
+        assert!(
+            text.contains("`source` -> `tokenize` -> `count` -> `source`"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn cycle_downstream_of_a_source_is_found() {
+        // source -> a -> b -> a, b -> sink: the walk must skip the ordered source.
+        let mut b = JobGraph::builder("loop");
+        let source = b.vertex("source", "noop", 1).index();
+        let x = b.vertex("b", "noop", 1).index();
+        let y = b.vertex("a", "noop", 1).index();
+        let sink = b.vertex("sink", "noop", 1).index();
+        b.edge(source, y, Forward, Pipelined)
+            .edge(y, x, Forward, Pipelined)
+            .edge(x, y, Forward, Pipelined)
+            .edge(x, sink, Forward, Pipelined);
+        let err = b.build(known).unwrap_err();
+        assert_eq!(
+            err,
+            JobGraphError::Cycle {
+                vertices: vec!["b".into(), "a".into()]
+            }
+        );
+    }
+
+    #[test]
+    fn forward_edge_between_different_parallelisms_names_both() {
+        let mut graph = graph();
+        graph.vertices[3].parallelism = 3;
+        let (err, text) = refuse(&graph);
+        assert_eq!(
+            err,
+            JobGraphError::ForwardParallelismMismatch {
+                from: "count".into(),
+                from_parallelism: 2,
+                to: "sink".into(),
+                to_parallelism: 3
+            }
+        );
+        assert!(
+            text.contains("`count` -> `sink` joins parallelism 2 to 3"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn all_to_all_edge_between_different_parallelisms_is_fine() {
+        let mut graph = graph();
+        graph.vertices[2].parallelism = 5;
+        graph.edges[2].pattern = AllToAll;
+        graph.validate(known).unwrap();
+    }
+
+    #[test]
+    fn duplicate_edge_is_refused() {
+        let mut b = wordcount();
+        b.edge(VertexIndex(1), VertexIndex(2), Forward, Blocking);
+        let err = b.build(known).unwrap_err();
+        assert!(matches!(
+            err,
+            JobGraphError::DuplicateEdge {
+                first: 1,
+                second: 3,
+                ..
+            }
+        ));
+        assert!(err.to_string().contains("`tokenize` -> `count`"), "{err}");
+    }
+
+    #[test]
+    fn co_location_group_needs_one_parallelism() {
+        let mut b = JobGraph::builder("colocated");
+        b.vertex("a", "noop", 2).co_location_group("c");
+        b.vertex("b", "noop", 2);
+        b.vertex("z", "noop", 3).co_location_group("c");
+        let err = b.build(known).unwrap_err();
+        assert!(matches!(err, JobGraphError::CoLocationParallelism { .. }));
+        let text = err.to_string();
+        assert!(
+            text.contains("`c`")
+                && text.contains("`a` (parallelism 2)")
+                && text.contains("`z` (parallelism 3)"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn co_location_group_needs_one_slot_sharing_group() {
+        let mut b = JobGraph::builder("colocated");
+        b.vertex("a", "noop", 2).co_location_group("c");
+        b.vertex("z", "noop", 2)
+            .co_location_group("c")
+            .slot_sharing_group("other");
+        let err = b.build(known).unwrap_err();
+        assert!(matches!(err, JobGraphError::CoLocationSlotSharing { .. }));
+        let text = err.to_string();
+        assert!(
+            text.contains("`default`") && text.contains("`other`"),
+            "{text}"
+        );
+    }
+
+    fn restart_error(strategy: RestartStrategyConfig) -> (&'static str, String) {
+        let mut b = wordcount();
+        b.restart_strategy(strategy);
+        match b.build(known) {
+            Err(err @ JobGraphError::InvalidRestartStrategy { key, .. }) => (key, err.to_string()),
+            other => panic!("expected an invalid restart strategy, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn restart_multiplier_below_one_is_refused() {
+        let (key, text) = restart_error(exponential(1000, 60_000, 0.5, 0.1));
+        assert_eq!(key, "restart-strategy.multiplier");
+        assert!(text.contains("= 0.5"), "{text}");
+        let (key, _) = restart_error(exponential(1000, 60_000, f64::INFINITY, 0.1));
+        assert_eq!(key, "restart-strategy.multiplier");
+    }
+
+    #[test]
+    fn restart_jitter_outside_zero_to_one_is_refused() {
+        let (key, text) = restart_error(exponential(1000, 60_000, 1.5, 1.5));
+        assert_eq!(key, "restart-strategy.jitter");
+        assert!(text.contains("= 1.5"), "{text}");
+        let (key, _) = restart_error(exponential(1000, 60_000, 1.5, -0.1));
+        assert_eq!(key, "restart-strategy.jitter");
+        let (key, _) = restart_error(exponential(1000, 60_000, 1.5, f64::NAN));
+        assert_eq!(key, "restart-strategy.jitter");
+    }
+
+    #[test]
+    fn restart_max_below_initial_is_refused() {
+        let (key, text) = restart_error(exponential(2000, 1000, 1.5, 0.1));
+        assert_eq!(key, "restart-strategy.max");
+        assert!(text.contains("restart-strategy.initial (2s)"), "{text}");
+    }
+
+    #[test]
+    fn restart_initial_of_zero_is_refused() {
+        let (key, _) = restart_error(exponential(0, 1000, 1.5, 0.1));
+        assert_eq!(key, "restart-strategy.initial");
+    }
+
+    #[test]
+    fn codec_round_trips_a_graph() {
+        let mut b = wordcount();
+        b.restart_strategy(RestartStrategyConfig::FixedDelay {
+            attempts: 3,
+            delay: Duration::from_millis(500),
+        });
+        b.vertex("extra", "sleep", 1).co_location_group("c");
+        let graph = b.build(known).unwrap();
+        let bytes = crate::codec::encode(&graph).unwrap();
+        let decoded: JobGraph = crate::codec::decode(&bytes).unwrap();
+        assert_eq!(decoded, graph);
+        let default = RestartStrategyConfig::default();
+        let decoded: RestartStrategyConfig =
+            crate::codec::decode(&crate::codec::encode(&default).unwrap()).unwrap();
+        assert_eq!(decoded, default);
     }
 }
