@@ -67,6 +67,8 @@ pub struct ClusterConfig {
     pub resourcemanager: ResourceManagerConfig,
     /// `[taskmanager]`: each worker.
     pub taskmanager: TaskManagerConfig,
+    /// `[slot]`: slot requests.
+    pub slot: SlotConfig,
     /// Seed of every node's RNG; `None` draws one from the OS. Set it to replay a run.
     pub seed: Option<u64>,
 }
@@ -158,6 +160,10 @@ pub struct ResourceManagerConfig {
     pub start_worker: StartWorkerConfig,
     /// `resourcemanager.registration`: how the RM retries registering at the JobManager.
     pub registration: BackoffConfig,
+    /// `resourcemanager.taskmanager-timeout` (Flink's, 30 s): after the pool grew for demand,
+    /// how long TaskManagers beyond the configured pool size may sit idle before they go.
+    #[serde(with = "duration")]
+    pub taskmanager_timeout: Duration,
 }
 
 impl Default for ResourceManagerConfig {
@@ -172,6 +178,7 @@ impl Default for ResourceManagerConfig {
                 initial_backoff: Duration::from_millis(100),
                 max_backoff: Duration::from_secs(10),
             },
+            taskmanager_timeout: Duration::from_secs(30),
         }
     }
 }
@@ -229,16 +236,43 @@ pub struct BackoffConfig {
 }
 
 /// `[taskmanager]`.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
 pub struct TaskManagerConfig {
     /// `taskmanager.slots`: slots each TaskManager offers.
     pub slots: u32,
+    /// `taskmanager.working-dir`: where TaskManagers spill result partitions (each in its own
+    /// subdirectory). Default: the system temp directory.
+    pub working_dir: Option<std::path::PathBuf>,
+    /// `taskmanager.spill-threshold`: a result partition above this many bytes spills to disk.
+    pub spill_threshold: u64,
 }
 
 impl Default for TaskManagerConfig {
     fn default() -> Self {
-        Self { slots: 1 }
+        Self {
+            slots: 1,
+            working_dir: None,
+            spill_threshold: 64 << 20,
+        }
+    }
+}
+
+/// `[slot]`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
+pub struct SlotConfig {
+    /// `slot.request-timeout` (Flink's `slot.request.timeout`, 5 min): a task that waited this
+    /// long for a slot fails with NoResourceAvailable.
+    #[serde(with = "duration")]
+    pub request_timeout: Duration,
+}
+
+impl Default for SlotConfig {
+    fn default() -> Self {
+        Self {
+            request_timeout: Duration::from_secs(300),
+        }
     }
 }
 
@@ -295,6 +329,18 @@ impl ClusterConfig {
             ));
         }
         positive("resourcemanager.check-interval", rm.check_interval)?;
+        positive(
+            "resourcemanager.taskmanager-timeout",
+            rm.taskmanager_timeout,
+        )?;
+        positive("slot.request-timeout", self.slot.request_timeout)?;
+        if self.taskmanager.spill_threshold == 0 {
+            return Err(invalid(
+                "taskmanager.spill-threshold",
+                0,
+                "a number of bytes above zero",
+            ));
+        }
         positive(
             "resourcemanager.taskmanager-registration.timeout",
             rm.taskmanager_registration.timeout,

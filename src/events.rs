@@ -74,6 +74,13 @@ pub enum ClusterEvent {
         /// Workers the JM already knew.
         known_workers: usize,
     },
+    /// A job reached a final status.
+    JobTerminated {
+        /// The job.
+        job_id: crate::messages::ids::JobId,
+        /// FINISHED, FAILED or CANCELED.
+        status: crate::job::states::JobStatus,
+    },
     /// A TaskManager finished registering (from its own side).
     TaskManagerConnected {
         /// The worker.
@@ -129,6 +136,7 @@ impl fmt::Display for ClusterEvent {
                 f,
                 "RM  registered at the JobManager ({known_workers} TaskManagers already known)"
             ),
+            Self::JobTerminated { job_id, status } => write!(f, "JM  job {job_id} is {status}"),
             Self::TaskManagerConnected {
                 resource_id,
                 instance_id,

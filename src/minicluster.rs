@@ -20,12 +20,18 @@ use crate::directory::LocalDirectory;
 use crate::drivers::in_process::{InProcessDriver, InProcessWorkers};
 use crate::env::{ArbiterSpawner, NodeEnv, NodeRng, Spawner, SystemClock};
 use crate::events::{ClusterEvent, EventSink};
-use crate::messages::ids::{LeaderSessionId, ResourceId};
-use crate::messages::job_manager::{GetJobManagerStatus, TaskManagerInfo};
+use crate::job::graph::JobGraph;
+use crate::job::states::JobStatus;
+use crate::messages::ids::{JobId, LeaderSessionId, ResourceId};
+use crate::messages::job_manager::{
+    CancelJob, GetJobManagerStatus, JobDetails, JobError, JobSummary, ListJobs, RequestJobStatus,
+    SubmitJob, TaskManagerInfo,
+};
 use crate::messages::resource_manager::{
     GetResourceManagerStatus, SetPoolSizeError, SetWorkerPoolSize, StopCluster,
 };
 use crate::messages::{HardwareDescription, NewLeaderAvailable};
+use crate::operators::OperatorRegistry;
 
 /// How long an ask between the embedded actors may take (Flink's `akka.ask.timeout`).
 const ASK_TIMEOUT: Duration = Duration::from_secs(10);
@@ -57,6 +63,19 @@ pub enum MiniClusterError {
     /// No in-process worker has this id.
     #[error("no running worker is called {0}")]
     UnknownWorker(ResourceId),
+    /// The JobManager refused a job request.
+    #[error(transparent)]
+    Job(#[from] JobError),
+    /// A job did not end in time.
+    #[error("job {job_id} is still {status} after {waited:?}")]
+    JobNotDone {
+        /// The job.
+        job_id: JobId,
+        /// How long.
+        waited: Duration,
+        /// Its status then.
+        status: JobStatus,
+    },
     /// A waited-for condition did not hold in time.
     #[error("the cluster did not reach the awaited state within {waited:?}; last status: {last}")]
     ConditionNotReached {
@@ -145,16 +164,22 @@ pub struct MiniCluster {
 }
 
 impl MiniCluster {
-    /// Validates `config` and starts the cluster; TaskManagers each get their own thread. The
-    /// pool fills in the background: see [`wait_for_pool`](Self::wait_for_pool).
+    /// Validates `config` and starts the cluster with the built-in operators; TaskManagers each
+    /// get their own thread. The pool fills in the background: see
+    /// [`wait_for_pool`](Self::wait_for_pool).
     pub fn start(config: ClusterConfig) -> Result<Self, MiniClusterError> {
-        Self::start_with_spawner(config, Arc::new(ArbiterSpawner))
+        Self::start_with(
+            config,
+            OperatorRegistry::with_builtins(),
+            Arc::new(ArbiterSpawner),
+        )
     }
 
-    /// Like [`start`](Self::start), with TaskManagers placed by `spawner` (tests keep them on the
-    /// current arbiter, under a paused clock).
-    pub fn start_with_spawner(
+    /// Like [`start`](Self::start), with the operators of `registry` (register your own there)
+    /// and TaskManagers placed by `spawner` (tests keep them on the current arbiter).
+    pub fn start_with(
         config: ClusterConfig,
+        registry: OperatorRegistry,
         spawner: Arc<dyn Spawner>,
     ) -> Result<Self, MiniClusterError> {
         config.validate()?;
@@ -179,6 +204,10 @@ impl MiniCluster {
                 cluster_id: config.cluster.id.clone(),
                 heartbeat: config.heartbeat,
                 ask_timeout: ASK_TIMEOUT,
+                slot_request_timeout: config.slot.request_timeout,
+                slots_per_task_manager: config.taskmanager.slots,
+                taskmanager_timeout: config.resourcemanager.taskmanager_timeout,
+                registry: registry.clone(),
             },
             leader_session_id,
             env.clone(),
@@ -193,6 +222,14 @@ impl MiniCluster {
                 hardware: this_machine(),
                 registration: config.cluster.registration,
                 heartbeat: config.heartbeat,
+                registry,
+                working_dir: config
+                    .taskmanager
+                    .working_dir
+                    .clone()
+                    .unwrap_or_else(|| std::env::temp_dir().join(format!("flint-{seed:016x}"))),
+                spill_threshold_bytes: usize::try_from(config.taskmanager.spill_threshold)
+                    .unwrap_or(usize::MAX),
             },
             env.clone(),
         );
@@ -322,6 +359,77 @@ impl MiniCluster {
                 source,
             })??;
         Ok(())
+    }
+
+    /// Submits a job; it runs in the background.
+    pub async fn submit_job(&self, job_graph: JobGraph) -> Result<JobId, MiniClusterError> {
+        Ok(self
+            .job_manager
+            .send(SubmitJob { job_graph })
+            .await
+            .map_err(|source| MiniClusterError::Unreachable {
+                actor: "JobManager",
+                source,
+            })??)
+    }
+
+    /// A job's current details.
+    pub async fn job_status(&self, job_id: JobId) -> Result<JobDetails, MiniClusterError> {
+        Ok(self
+            .job_manager
+            .send(RequestJobStatus { job_id })
+            .await
+            .map_err(|source| MiniClusterError::Unreachable {
+                actor: "JobManager",
+                source,
+            })??)
+    }
+
+    /// Every job, oldest first.
+    pub async fn list_jobs(&self) -> Result<Vec<JobSummary>, MiniClusterError> {
+        self.job_manager
+            .send(ListJobs)
+            .await
+            .map_err(|source| MiniClusterError::Unreachable {
+                actor: "JobManager",
+                source,
+            })
+    }
+
+    /// Cancels a job (every task is cancelled, every slot freed).
+    pub async fn cancel_job(&self, job_id: JobId) -> Result<JobStatus, MiniClusterError> {
+        Ok(self
+            .job_manager
+            .send(CancelJob { job_id })
+            .await
+            .map_err(|source| MiniClusterError::Unreachable {
+                actor: "JobManager",
+                source,
+            })??)
+    }
+
+    /// Waits until a job is FINISHED, FAILED or CANCELED (checking every few ms until
+    /// `deadline`), and returns its details.
+    pub async fn wait_for_job(
+        &self,
+        job_id: JobId,
+        deadline: Duration,
+    ) -> Result<JobDetails, MiniClusterError> {
+        let give_up = tokio::time::Instant::now() + deadline;
+        loop {
+            let details = self.job_status(job_id).await?;
+            if details.summary.status.is_globally_terminal() {
+                return Ok(details);
+            }
+            if tokio::time::Instant::now() >= give_up {
+                return Err(MiniClusterError::JobNotDone {
+                    job_id,
+                    waited: deadline,
+                    status: details.summary.status,
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
     }
 
     /// The in-process workers running now.

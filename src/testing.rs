@@ -249,7 +249,48 @@ scripted!(
     ResourceManagerHeartbeat,
     resource_manager_heartbeat
 );
-recorded!(JobManagerProbe, JobManagerMessage, ResourceRemoved);
+recorded!(
+    JobManagerProbe,
+    JobManagerMessage,
+    ResourceRemoved,
+    UpdateTaskExecutionState
+);
+
+impl Handler<SubmitJob> for JobManagerProbe {
+    type Result = Result<crate::messages::ids::JobId, JobError>;
+
+    fn handle(&mut self, msg: SubmitJob, _: &mut Context<Self>) -> Self::Result {
+        self.received.push(msg.into());
+        Err(JobError::Rejected("a probe runs no jobs".into()))
+    }
+}
+
+impl Handler<CancelJob> for JobManagerProbe {
+    type Result = Result<crate::job::states::JobStatus, JobError>;
+
+    fn handle(&mut self, msg: CancelJob, _: &mut Context<Self>) -> Self::Result {
+        self.received.push(msg.into());
+        Err(JobError::UnknownJob(msg.job_id))
+    }
+}
+
+impl Handler<RequestJobStatus> for JobManagerProbe {
+    type Result = Result<JobDetails, JobError>;
+
+    fn handle(&mut self, msg: RequestJobStatus, _: &mut Context<Self>) -> Self::Result {
+        self.received.push(msg.into());
+        Err(JobError::UnknownJob(msg.job_id))
+    }
+}
+
+impl Handler<ListJobs> for JobManagerProbe {
+    type Result = MessageResult<ListJobs>;
+
+    fn handle(&mut self, msg: ListJobs, _: &mut Context<Self>) -> Self::Result {
+        self.received.push(msg.into());
+        MessageResult(Vec::new())
+    }
+}
 
 impl Handler<crate::actors::Shutdown> for JobManagerProbe {
     type Result = ();
@@ -447,8 +488,28 @@ recorded!(
     TaskManagerProbe,
     TaskManagerMessage,
     NewLeaderAvailable,
-    Disconnect
+    Disconnect,
+    CancelTask,
+    ReleaseJobPartitions
 );
+
+impl Handler<SubmitTask> for TaskManagerProbe {
+    type Result = Result<(), TaskSubmissionError>;
+
+    fn handle(&mut self, msg: SubmitTask, _: &mut Context<Self>) -> Self::Result {
+        self.received.push(msg.into());
+        Ok(())
+    }
+}
+
+impl Handler<FetchSubpartition> for TaskManagerProbe {
+    type Result = MessageResult<FetchSubpartition>;
+
+    fn handle(&mut self, msg: FetchSubpartition, _: &mut Context<Self>) -> Self::Result {
+        self.received.push(msg.into());
+        MessageResult(FetchResponse::Unknown)
+    }
+}
 
 impl Handler<GetTaskManagerStatus> for TaskManagerProbe {
     type Result = ResponseFuture<TaskManagerStatus>;

@@ -96,13 +96,18 @@ impl InstanceManager {
         }
     }
 
-    /// Up to `count` idle TaskManagers, the most recently registered first (older ones are
-    /// more likely to hold cached state and warm connections).
-    pub fn idle_newest_first(&self, count: usize) -> Vec<ResourceId> {
+    /// Up to `count` idle TaskManagers (no slot allocated as they report it, and not `busy`
+    /// in the scheduler's view), the most recently registered first (older ones are more
+    /// likely to hold cached state and warm connections).
+    pub fn idle_newest_first(
+        &self,
+        count: usize,
+        busy: impl Fn(&ResourceId) -> bool,
+    ) -> Vec<ResourceId> {
         let mut idle: Vec<(&ResourceId, &Instance)> = self
             .instances
             .iter()
-            .filter(|(_, instance)| instance.is_idle())
+            .filter(|(id, instance)| instance.is_idle() && !busy(id))
             .collect();
         idle.sort_by_key(|(_, instance)| std::cmp::Reverse(instance.sequence));
         idle.into_iter()
@@ -205,11 +210,11 @@ mod tests {
         };
         assert!(instances.heartbeat(&ResourceId::new("tm-3"), InstanceId::from_u128(3), busy, 1));
         let names: Vec<String> = instances
-            .idle_newest_first(2)
+            .idle_newest_first(2, |_| false)
             .iter()
             .map(ToString::to_string)
             .collect();
         assert_eq!(names, ["tm-4", "tm-2"]);
-        assert_eq!(instances.idle_newest_first(10).len(), 3);
+        assert_eq!(instances.idle_newest_first(10, |_| false).len(), 3);
     }
 }

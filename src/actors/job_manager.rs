@@ -16,14 +16,18 @@ use std::time::Duration;
 use actix::clock::Instant;
 use actix::prelude::*;
 
+mod jobs;
+
 use super::Shutdown;
 use super::heartbeat_monitor::HeartbeatMonitor;
 use super::instance_manager::InstanceManager;
+use super::job_master::JobMaster;
+use super::scheduler::Scheduler;
 use crate::config::HeartbeatConfig;
 use crate::directory::LocalActor;
 use crate::env::{NodeEnv, NodeRng};
 use crate::events::ClusterEvent;
-use crate::messages::ids::{ClusterId, InstanceId, LeaderSessionId, ResourceId};
+use crate::messages::ids::{ClusterId, InstanceId, JobId, LeaderSessionId, ResourceId};
 use crate::messages::job_manager::*;
 use crate::messages::resource_manager::{
     NotifyResourceStarted, RegisterResourceManagerSuccessful, RemoveResource,
@@ -31,9 +35,13 @@ use crate::messages::resource_manager::{
 };
 use crate::messages::task_manager::{Disconnect, TaskManagerGateway};
 use crate::messages::{ActorAddress, RemovalReason};
+use crate::operators::OperatorRegistry;
 
 /// The actor's name on its node.
 pub const NAME: &str = "jobmanager";
+
+/// Ended jobs kept for the status API; older ones are forgotten.
+const ENDED_JOBS_KEPT: usize = 1000;
 
 /// What a JobManager is started with.
 #[derive(Debug, Clone)]
@@ -44,6 +52,14 @@ pub struct JobManagerSettings {
     pub heartbeat: HeartbeatConfig,
     /// How long an ask to the resource manager may take.
     pub ask_timeout: Duration,
+    /// A task waiting longer for a slot fails with NoResourceAvailable.
+    pub slot_request_timeout: Duration,
+    /// Slots each new TaskManager will bring (for growing the pool with demand).
+    pub slots_per_task_manager: u32,
+    /// How long a pool grown for demand may sit idle before it shrinks back.
+    pub taskmanager_timeout: Duration,
+    /// The operators jobs may use.
+    pub registry: OperatorRegistry,
 }
 
 /// See the module docs.
@@ -58,6 +74,9 @@ pub struct JobManager {
     heartbeats: HeartbeatMonitor<ResourceId>,
     resource_manager: Option<ConnectedResourceManager>,
     heartbeat_timeouts: u64,
+    scheduler: Scheduler,
+    jobs: BTreeMap<JobId, JobMaster>,
+    pool: jobs::PoolView,
 }
 
 /// The resource manager registered here, watched by heartbeat like a TaskManager.
@@ -77,6 +96,7 @@ impl JobManager {
         Self {
             rng: env.rng(NAME),
             address: env.address_of(NAME),
+            scheduler: Scheduler::new(env.rng("scheduler")),
             heartbeats: HeartbeatMonitor::new(settings.heartbeat.timeout),
             settings,
             env,
@@ -85,6 +105,8 @@ impl JobManager {
             gateways: BTreeMap::new(),
             resource_manager: None,
             heartbeat_timeouts: 0,
+            jobs: BTreeMap::new(),
+            pool: jobs::PoolView::default(),
         }
     }
 
@@ -97,7 +119,11 @@ impl JobManager {
         RegistrationResponse::RefuseRegistration(RefuseRegistration { reason })
     }
 
-    fn register_task_manager(&mut self, msg: RegisterTaskManager) -> RegistrationResponse {
+    fn register_task_manager(
+        &mut self,
+        msg: RegisterTaskManager,
+        ctx: &mut Context<Self>,
+    ) -> RegistrationResponse {
         let resource_id = msg.resource_id;
         if msg.cluster_id != self.settings.cluster_id {
             log::warn!(
@@ -149,7 +175,7 @@ impl JobManager {
                 "job manager: TaskManager {resource_id} registers from a new address {}; dropping the old instance",
                 msg.location.address
             );
-            self.unregister(&resource_id, RemovalReason::Replaced);
+            self.unregister(&resource_id, RemovalReason::Replaced, ctx);
         }
         let Some(gateway) = self.env.resolver.task_manager(&msg.location.address) else {
             log::warn!(
@@ -179,7 +205,9 @@ impl JobManager {
             instance_id,
             slots,
         });
-        self.notify_resource_started(resource_id);
+        self.notify_resource_started(resource_id.clone());
+        self.scheduler.add_task_manager(resource_id, slots);
+        self.serve_queue(ctx);
         RegistrationResponse::AcknowledgeRegistration(AcknowledgeRegistration {
             instance_id,
             leader_session_id: self.leader_session_id,
@@ -209,12 +237,19 @@ impl JobManager {
     }
 
     /// Forgets a TaskManager. True if it was registered.
-    fn unregister(&mut self, resource_id: &ResourceId, reason: RemovalReason) -> bool {
+    /// Forgets a TaskManager; its tasks fail over. True if it was registered.
+    fn unregister(
+        &mut self,
+        resource_id: &ResourceId,
+        reason: RemovalReason,
+        ctx: &mut Context<Self>,
+    ) -> bool {
         self.heartbeats.remove(resource_id);
         self.gateways.remove(resource_id);
         if self.instances.unregister(resource_id).is_none() {
             return false;
         }
+        self.fail_over_task_manager(resource_id, ctx);
         log::info!("job manager: unregistered TaskManager {resource_id}: {reason}");
         self.env.events.emit(ClusterEvent::TaskManagerLost {
             resource_id: resource_id.clone(),
@@ -223,7 +258,7 @@ impl JobManager {
         true
     }
 
-    fn check_heartbeats(&mut self) {
+    fn check_heartbeats(&mut self, ctx: &mut Context<Self>) {
         let now = Instant::now();
         if let Some(rm) = &self.resource_manager
             && now.saturating_duration_since(rm.last_heard) > self.settings.heartbeat.timeout
@@ -237,7 +272,7 @@ impl JobManager {
         }
         for resource_id in self.heartbeats.take_expired(Instant::now()) {
             let gateway = self.gateways.get(&resource_id).cloned();
-            if !self.unregister(&resource_id, RemovalReason::HeartbeatTimeout) {
+            if !self.unregister(&resource_id, RemovalReason::HeartbeatTimeout, ctx) {
                 continue;
             }
             self.heartbeat_timeouts += 1;
@@ -262,7 +297,17 @@ impl JobManager {
         JobManagerStatus {
             leader_session_id: self.leader_session_id,
             resource_manager_connected: self.resource_manager.is_some(),
-            task_managers: self.instances.infos(),
+            task_managers: self
+                .instances
+                .infos()
+                .into_iter()
+                .map(|mut info| {
+                    // The scheduler's view of slots is the authoritative one.
+                    let used = self.scheduler.used_slots(&info.resource_id);
+                    info.slots_free = info.slots_total.saturating_sub(used);
+                    info
+                })
+                .collect(),
             heartbeat_timeouts: self.heartbeat_timeouts,
         }
     }
@@ -276,9 +321,14 @@ impl Actor for JobManager {
             self.address.clone(),
             LocalActor::JobManager(JobManagerGateway::of(&ctx.address())),
         );
-        ctx.run_interval(self.settings.heartbeat.interval, |act, _| {
-            act.check_heartbeats();
+        ctx.run_interval(self.settings.heartbeat.interval, |act, ctx| {
+            act.check_heartbeats(ctx);
         });
+        let sweep = (self.settings.slot_request_timeout / 4).clamp(
+            std::time::Duration::from_millis(10),
+            std::time::Duration::from_secs(1),
+        );
+        ctx.run_interval(sweep, |act, ctx| act.expire_slot_requests(ctx));
         log::info!(
             "job manager started at {} (leader session {})",
             self.address,
@@ -295,9 +345,9 @@ impl Actor for JobManager {
 impl Handler<RegisterTaskManager> for JobManager {
     type Result = MessageResult<RegisterTaskManager>;
 
-    fn handle(&mut self, msg: RegisterTaskManager, _: &mut Context<Self>) -> Self::Result {
+    fn handle(&mut self, msg: RegisterTaskManager, ctx: &mut Context<Self>) -> Self::Result {
         log::debug!("job manager <- {msg:?}");
-        MessageResult(self.register_task_manager(msg))
+        MessageResult(self.register_task_manager(msg, ctx))
     }
 }
 
@@ -317,6 +367,8 @@ impl Handler<RegisterResourceManager> for JobManager {
                     gateway,
                     last_heard: Instant::now(),
                 });
+                self.pool.designated = msg.designated_pool_size;
+                self.pool.max = msg.max_pool_size;
             }
             None => log::error!(
                 "job manager: cannot reach resource manager {}; it will not hear of registrations",
@@ -334,9 +386,9 @@ impl Handler<RegisterResourceManager> for JobManager {
 impl Handler<ResourceRemoved> for JobManager {
     type Result = ();
 
-    fn handle(&mut self, msg: ResourceRemoved, _: &mut Context<Self>) {
+    fn handle(&mut self, msg: ResourceRemoved, ctx: &mut Context<Self>) {
         log::debug!("job manager <- {msg:?}");
-        if !self.unregister(&msg.resource_id, msg.reason) {
+        if !self.unregister(&msg.resource_id, msg.reason, ctx) {
             log::debug!(
                 "job manager: ResourceRemoved for {}, which is not registered",
                 msg.resource_id
@@ -371,11 +423,13 @@ impl Handler<Heartbeat> for JobManager {
 impl Handler<ReleaseIdleTaskManagers> for JobManager {
     type Result = MessageResult<ReleaseIdleTaskManagers>;
 
-    fn handle(&mut self, msg: ReleaseIdleTaskManagers, _: &mut Context<Self>) -> Self::Result {
+    fn handle(&mut self, msg: ReleaseIdleTaskManagers, ctx: &mut Context<Self>) -> Self::Result {
         log::debug!("job manager <- {msg:?}");
-        let released = self.instances.idle_newest_first(msg.count as usize);
+        let released = self
+            .instances
+            .idle_newest_first(msg.count as usize, |id| self.is_busy(id));
         for resource_id in &released {
-            self.unregister(resource_id, RemovalReason::Idle);
+            self.unregister(resource_id, RemovalReason::Idle, ctx);
         }
         if released.len() < msg.count as usize {
             log::info!(
@@ -399,6 +453,8 @@ impl Handler<ResourceManagerHeartbeat> for JobManager {
         match self.resource_manager.as_mut() {
             Some(rm) if rm.address == msg.resource_manager => {
                 rm.last_heard = Instant::now();
+                self.pool.designated = msg.designated_pool_size;
+                self.pool.max = msg.max_pool_size;
                 MessageResult(ResourceManagerHeartbeatResponse::Acknowledged {
                     leader_session_id: self.leader_session_id,
                     registered: self.instances.resource_ids(),

@@ -21,7 +21,7 @@ use std::time::Duration;
 use actix::clock::Instant;
 
 use super::scheduler::{
-    Locality, NoResourceAvailable, Placement, Scheduler, SlotAssignment, SlotRequest, TaskRef,
+    NoResourceAvailable, Placement, Scheduler, SlotAssignment, SlotRequest, TaskRef,
 };
 use crate::env::NodeRng;
 use crate::job::graph::{DistributionPattern, JobGraph};
@@ -247,8 +247,12 @@ impl JobMaster {
     }
 
     fn members(&self, region: RegionId) -> Vec<TaskRef> {
-        let rank: BTreeMap<usize, usize> =
-            self.order.iter().enumerate().map(|(i, v)| (*v, i)).collect();
+        let rank: BTreeMap<usize, usize> = self
+            .order
+            .iter()
+            .enumerate()
+            .map(|(i, v)| (*v, i))
+            .collect();
         let mut members: Vec<TaskRef> = self
             .region(region)
             .members
@@ -335,7 +339,12 @@ impl JobMaster {
     }
 
     /// Deploys a region once every task of it has a slot.
-    fn try_deploy(&mut self, region: RegionId, cx: &mut JobContext<'_>, actions: &mut Vec<JobAction>) {
+    fn try_deploy(
+        &mut self,
+        region: RegionId,
+        cx: &mut JobContext<'_>,
+        actions: &mut Vec<JobAction>,
+    ) {
         let members = self.members(region);
         let ready = members.iter().all(|t| {
             let ev = self.task(t);
@@ -354,7 +363,8 @@ impl JobMaster {
                     self.task_mut(&task)
                         .state
                         .transition_logged(ExecutionState::Deploying, cx.now_ms);
-                    self.used_task_managers.insert(placement.resource_id.clone());
+                    self.used_task_managers
+                        .insert(placement.resource_id.clone());
                     actions.push(JobAction::Deploy {
                         resource_id: placement.resource_id,
                         descriptor: Box::new(descriptor),
@@ -468,6 +478,13 @@ impl JobMaster {
         if ev.state.state().is_terminal() {
             return actions;
         }
+        // A task that finished while its cancellation was on the way was cancelled all the same.
+        let state =
+            if state == ExecutionState::Finished && ev.state.state() == ExecutionState::Canceling {
+                ExecutionState::Canceled
+            } else {
+                state
+            };
         if let Err(e) = ev.state.transition(state, now_ms) {
             log::warn!("job {}: {task:?}: {e}", self.job_id);
             return actions;
@@ -481,8 +498,9 @@ impl JobMaster {
         self.free_slot(&task, cx);
         match state {
             ExecutionState::Finished => self.task_finished(task, cx, &mut actions),
-            ExecutionState::Failed if self.status() == JobStatus::Running
-                && !self.restarting.contains(&self.region_of(&task)) =>
+            ExecutionState::Failed
+                if self.status() == JobStatus::Running
+                    && !self.restarting.contains(&self.region_of(&task)) =>
             {
                 let reason = error.unwrap_or_else(|| "task failed".to_owned());
                 self.failover(vec![(task, reason)], cx, &mut actions);
@@ -499,7 +517,12 @@ impl JobMaster {
         }
     }
 
-    fn task_finished(&mut self, task: TaskRef, cx: &mut JobContext<'_>, actions: &mut Vec<JobAction>) {
+    fn task_finished(
+        &mut self,
+        task: TaskRef,
+        cx: &mut JobContext<'_>,
+        actions: &mut Vec<JobAction>,
+    ) {
         let region = self.region_of(&task);
         let done = self
             .members(region)
@@ -533,7 +556,11 @@ impl JobMaster {
     ) {
         let first_reason = failed.first().map(|(t, r)| {
             let vertex = &self.graph.vertices[t.vertex].name;
-            format!("{vertex} ({}/{}): {r}", t.subtask + 1, self.graph.vertices[t.vertex].parallelism)
+            format!(
+                "{vertex} ({}/{}): {r}",
+                t.subtask + 1,
+                self.graph.vertices[t.vertex].parallelism
+            )
         });
         match self.backoff.on_failure(&mut self.rng) {
             RestartDecision::GiveUp { reason } => {
@@ -585,7 +612,8 @@ impl JobMaster {
                 self.free_slot(&task, cx);
             }
             ExecutionState::Deploying | ExecutionState::Running => {
-                ev.state.transition_logged(ExecutionState::Canceling, now_ms);
+                ev.state
+                    .transition_logged(ExecutionState::Canceling, now_ms);
                 if let Some(placement) = &ev.placement {
                     actions.push(JobAction::Cancel {
                         resource_id: placement.resource_id.clone(),
@@ -642,7 +670,12 @@ impl JobMaster {
         }
     }
 
-    fn restart_regions(&mut self, members: Vec<TaskRef>, cx: &mut JobContext<'_>, actions: &mut Vec<JobAction>) {
+    fn restart_regions(
+        &mut self,
+        members: Vec<TaskRef>,
+        cx: &mut JobContext<'_>,
+        actions: &mut Vec<JobAction>,
+    ) {
         for task in members {
             let old = self.task(&task).attempt;
             self.attempts.remove(&old);
@@ -819,18 +852,11 @@ impl JobMaster {
     pub fn peak_slots(graph: &JobGraph) -> u64 {
         let mut groups: BTreeMap<&str, u32> = BTreeMap::new();
         for vertex in &graph.vertices {
-            let entry = groups.entry(vertex.slot_sharing_group.as_str()).or_default();
+            let entry = groups
+                .entry(vertex.slot_sharing_group.as_str())
+                .or_default();
             *entry = (*entry).max(vertex.parallelism);
         }
         groups.values().map(|p| u64::from(*p)).sum()
-    }
-
-    /// Locality of a task (tests).
-    #[cfg(test)]
-    pub fn locality(&self, vertex: usize, subtask: u32) -> Option<Locality> {
-        self.tasks[vertex][subtask as usize]
-            .placement
-            .as_ref()
-            .map(|p| p.locality)
     }
 }

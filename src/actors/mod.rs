@@ -8,8 +8,8 @@
 
 pub mod heartbeat_monitor;
 pub mod instance_manager;
-pub mod job_master;
 pub mod job_manager;
+pub mod job_master;
 pub mod registration;
 pub mod resource_manager;
 pub mod scheduler;

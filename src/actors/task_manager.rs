@@ -18,19 +18,18 @@ use actix::prelude::*;
 use super::Shutdown;
 use super::registration::{Leader, Registration, RegistrationAction, RegistrationEvent};
 use super::slot_table::SlotTable;
-use super::task_runtime::{TaskEnvironment, TaskOutcome, run_task, serve_fetch};
+use super::task_runtime::{TaskEnvironment, TaskOutcome, create_outputs, run_task, serve_fetch};
+use crate::config::{HeartbeatConfig, RegistrationConfig};
+use crate::directory::LocalActor;
+use crate::env::NodeEnv;
+use crate::events::ClusterEvent;
 use crate::exchange::partition::PartitionStore;
 use crate::job::states::ExecutionState;
 use crate::messages::ResultPartitionId;
 use crate::messages::deployment::TaskDeploymentDescriptor;
 use crate::messages::ids::{AllocationId, ExecutionAttemptId, JobId};
-use crate::messages::job_manager::UpdateTaskExecutionState;
-use crate::operators::OperatorRegistry;
-use crate::config::{HeartbeatConfig, RegistrationConfig};
-use crate::directory::LocalActor;
-use crate::env::NodeEnv;
-use crate::events::ClusterEvent;
 use crate::messages::ids::{ClusterId, InstanceId, ResourceId};
+use crate::messages::job_manager::UpdateTaskExecutionState;
 use crate::messages::job_manager::{
     Heartbeat, HeartbeatReport, HeartbeatResponse, JobManagerGateway, RegisterTaskManager,
 };
@@ -38,6 +37,7 @@ use crate::messages::task_manager::*;
 use crate::messages::{
     ActorAddress, HardwareDescription, NewLeaderAvailable, TaskManagerLocation, is_current_leader,
 };
+use crate::operators::OperatorRegistry;
 
 /// What every TaskManager of a cluster shares (a driver starts each worker from one).
 #[derive(Debug, Clone)]
@@ -278,14 +278,22 @@ impl TaskManager {
     }
 
     /// Reports a task's state to the JobManager.
-    fn report(&self, job_id: JobId, attempt: ExecutionAttemptId, state: ExecutionState, error: Option<String>) {
+    fn report(
+        &self,
+        job_id: JobId,
+        attempt: ExecutionAttemptId,
+        state: ExecutionState,
+        error: Option<String>,
+    ) {
         match &self.job_manager {
-            Some(jm) => jm.update_task_execution_state.do_send(UpdateTaskExecutionState {
-                job_id,
-                attempt,
-                state,
-                error,
-            }),
+            Some(jm) => jm
+                .update_task_execution_state
+                .do_send(UpdateTaskExecutionState {
+                    job_id,
+                    attempt,
+                    state,
+                    error,
+                }),
             None => log::warn!(
                 "task manager {}: no JobManager to tell that {attempt} is {state}",
                 self.settings.resource_id
@@ -307,6 +315,8 @@ impl TaskManager {
                 descriptor.operator.clone(),
             ));
         }
+        create_outputs(&self.partitions, &descriptor)
+            .map_err(|e| TaskSubmissionError::Partition(e.to_string()))?;
         let allocation_id = descriptor.allocation_id;
         if !self.allocations.contains_key(&allocation_id) {
             self.slots
@@ -334,7 +344,10 @@ impl TaskManager {
             descriptor.subtask + 1,
             descriptor.parallelism
         );
-        log::debug!("task manager {}: running {name} as {attempt}", self.settings.resource_id);
+        log::debug!(
+            "task manager {}: running {name} as {attempt}",
+            self.settings.resource_id
+        );
         let environment = TaskEnvironment {
             descriptor,
             partitions: self.partitions.clone(),
@@ -394,7 +407,12 @@ impl Handler<TaskEnded> for TaskManager {
             msg.attempt,
             msg.outcome.state
         );
-        self.report(task.job_id, msg.attempt, msg.outcome.state, msg.outcome.error);
+        self.report(
+            task.job_id,
+            msg.attempt,
+            msg.outcome.state,
+            msg.outcome.error,
+        );
     }
 }
 
@@ -404,7 +422,12 @@ impl Handler<SubmitTask> for TaskManager {
     fn handle(&mut self, msg: SubmitTask, ctx: &mut Context<Self>) -> Self::Result {
         log::debug!("task manager <- SubmitTask {}", msg.descriptor.attempt);
         let name = format!("task manager {}", self.settings.resource_id);
-        if !is_current_leader(self.registration.session(), msg.leader_session_id, &name, "SubmitTask") {
+        if !is_current_leader(
+            self.registration.session(),
+            msg.leader_session_id,
+            &name,
+            "SubmitTask",
+        ) {
             return Err(TaskSubmissionError::StaleLeader);
         }
         self.submit_task(msg.descriptor, ctx)
@@ -417,12 +440,20 @@ impl Handler<CancelTask> for TaskManager {
     fn handle(&mut self, msg: CancelTask, _: &mut Context<Self>) {
         log::debug!("task manager <- {msg:?}");
         let name = format!("task manager {}", self.settings.resource_id);
-        if !is_current_leader(self.registration.session(), msg.leader_session_id, &name, "CancelTask") {
+        if !is_current_leader(
+            self.registration.session(),
+            msg.leader_session_id,
+            &name,
+            "CancelTask",
+        ) {
             return;
         }
         match self.running.get(&msg.attempt) {
             Some(task) => task.cancelled.store(true, Ordering::Relaxed),
-            None => log::debug!("{name}: cancel for {}, which does not run here", msg.attempt),
+            None => log::debug!(
+                "{name}: cancel for {}, which does not run here",
+                msg.attempt
+            ),
         }
     }
 }
@@ -433,7 +464,12 @@ impl Handler<ReleaseJobPartitions> for TaskManager {
     fn handle(&mut self, msg: ReleaseJobPartitions, _: &mut Context<Self>) {
         log::debug!("task manager <- {msg:?}");
         let name = format!("task manager {}", self.settings.resource_id);
-        if !is_current_leader(self.registration.session(), msg.leader_session_id, &name, "ReleaseJobPartitions") {
+        if !is_current_leader(
+            self.registration.session(),
+            msg.leader_session_id,
+            &name,
+            "ReleaseJobPartitions",
+        ) {
             return;
         }
         for partition in self.job_partitions.remove(&msg.job_id).unwrap_or_default() {

@@ -35,6 +35,10 @@ pub const BATCH_RECORDS: usize = 1024;
 /// Bytes a fetch may return at most.
 pub const FETCH_BYTES: usize = 1 << 20;
 
+/// How long a consumer keeps asking for a partition its producer has not created yet
+/// (deployment is concurrent: Flink's `taskmanager.network.request-backoff.max`, 10 s).
+pub const PARTITION_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// How a task ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TaskOutcome {
@@ -104,13 +108,20 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
         .unwrap_or_else(|| "(no message)".to_owned())
 }
 
+/// Creates the task's output partitions; the TaskManager does it when it accepts the task, so
+/// consumers deployed beside the producer find them as early as possible.
+pub fn create_outputs(
+    partitions: &PartitionStore,
+    descriptor: &TaskDeploymentDescriptor,
+) -> Result<(), crate::exchange::partition::PartitionError> {
+    for output in &descriptor.outputs {
+        partitions.create(output.partition, output.subpartitions)?;
+    }
+    Ok(())
+}
+
 fn run(env: TaskEnvironment) -> Result<(), OperatorError> {
     let d = &env.descriptor;
-    for output in &d.outputs {
-        env.partitions
-            .create(output.partition, output.subpartitions)
-            .map_err(|e| OperatorError::Failed(e.to_string()))?;
-    }
     let spec = OperatorSpec {
         name: &d.operator,
         config: &d.config,
@@ -135,6 +146,9 @@ struct Channel {
     subpartition: u32,
     task_manager: ActorAddress,
     next_batch: u64,
+    /// Time spent waiting for the partition to appear, and the next pause.
+    waited: Duration,
+    backoff: Duration,
 }
 
 struct Io<'a> {
@@ -157,6 +171,8 @@ impl<'a> Io<'a> {
                     subpartition: gate.subpartition,
                     task_manager: p.task_manager.clone(),
                     next_batch: 0,
+                    waited: Duration::ZERO,
+                    backoff: Duration::from_millis(1),
                 })
             })
             .collect();
@@ -244,10 +260,16 @@ impl<'a> Io<'a> {
                         channel.partition
                     )));
                 }
+                FetchResponse::Unknown if channel.waited < PARTITION_REQUEST_TIMEOUT => {
+                    // Its producer is being deployed right now: ask again shortly.
+                    std::thread::sleep(channel.backoff);
+                    channel.waited += channel.backoff;
+                    channel.backoff = (channel.backoff * 2).min(Duration::from_millis(100));
+                }
                 FetchResponse::Unknown => {
                     return Err(OperatorError::InputUnavailable(format!(
-                        "{} is not on TaskManager {}",
-                        channel.partition, channel.task_manager
+                        "{} is not on TaskManager {} (waited {:?})",
+                        channel.partition, channel.task_manager, channel.waited
                     )));
                 }
             }
@@ -266,7 +288,12 @@ impl<'a> Io<'a> {
     }
 
     /// Buffers a record for one output; a full batch goes to the partition.
-    fn push(&mut self, index: usize, output: &OutputPartition, record: Record) -> Result<(), OperatorError> {
+    fn push(
+        &mut self,
+        index: usize,
+        output: &OutputPartition,
+        record: Record,
+    ) -> Result<(), OperatorError> {
         let sub = Self::route(output, &record);
         let buffer = &mut self.buffers[index][sub];
         buffer.push(record);
@@ -357,7 +384,12 @@ fn fetch_local(
     cancelled: &AtomicBool,
 ) -> Result<FetchResponse, OperatorError> {
     loop {
-        match store.fetch(channel.partition, channel.subpartition, channel.next_batch, FETCH_BYTES) {
+        match store.fetch(
+            channel.partition,
+            channel.subpartition,
+            channel.next_batch,
+            FETCH_BYTES,
+        ) {
             Fetch::Ready {
                 batches,
                 next_batch,

@@ -9,11 +9,15 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::*;
+use crate::job::graph::{DistributionPattern, ExchangeMode, JobGraph};
+use crate::job::states::{ExecutionState, JobStatus};
+use crate::messages::deployment::*;
 use crate::messages::ids::*;
 use crate::messages::job_manager::*;
 use crate::messages::resource_manager::*;
 use crate::messages::task_manager::*;
 use crate::messages::*;
+use crate::operators::{Record, Value};
 
 fn round_trip<T: Serialize + DeserializeOwned + PartialEq + Debug>(value: &T) {
     let bytes = encode(value).expect("encodes");
@@ -124,6 +128,8 @@ fn job_manager_samples() -> Vec<JobManagerMessage> {
         .into(),
         RegisterResourceManager {
             resource_manager: address("resourcemanager"),
+            designated_pool_size: 4,
+            max_pool_size: 10,
         }
         .into(),
         ResourceRemoved {
@@ -143,10 +149,82 @@ fn job_manager_samples() -> Vec<JobManagerMessage> {
         ReleaseIdleTaskManagers { count: 2 }.into(),
         ResourceManagerHeartbeat {
             resource_manager: address("resourcemanager"),
+            designated_pool_size: 4,
+            max_pool_size: 10,
         }
         .into(),
         GetJobManagerStatus.into(),
+        SubmitJob {
+            job_graph: job_graph(),
+        }
+        .into(),
+        CancelJob {
+            job_id: JobId::from_u128(5),
+        }
+        .into(),
+        RequestJobStatus {
+            job_id: JobId::from_u128(5),
+        }
+        .into(),
+        ListJobs.into(),
+        UpdateTaskExecutionState {
+            job_id: JobId::from_u128(5),
+            attempt: ExecutionAttemptId::from_u128(6),
+            state: ExecutionState::Failed,
+            error: Some("boom".into()),
+        }
+        .into(),
     ]
+}
+
+fn job_graph() -> JobGraph {
+    let mut builder = JobGraph::builder("wordcount");
+    let source = builder
+        .vertex("source", "text-source", 2)
+        .config("path", "/data/in.txt")
+        .index();
+    let sink = builder
+        .vertex("sink", "file-sink", 2)
+        .co_location_group("c")
+        .index();
+    builder.edge(
+        source,
+        sink,
+        DistributionPattern::AllToAll,
+        ExchangeMode::Blocking,
+    );
+    builder.build(|_| true).expect("a valid graph")
+}
+
+fn descriptor() -> TaskDeploymentDescriptor {
+    let partition = ResultPartitionId {
+        producer: ExecutionAttemptId::from_u128(7),
+        edge: 0,
+    };
+    TaskDeploymentDescriptor {
+        job_id: JobId::from_u128(5),
+        attempt: ExecutionAttemptId::from_u128(8),
+        attempt_number: 1,
+        vertex_name: "sink".into(),
+        subtask: 1,
+        parallelism: 2,
+        operator: "file-sink".into(),
+        config: [("path".to_owned(), "/out".to_owned())].into(),
+        allocation_id: AllocationId::from_u128(9),
+        inputs: vec![InputGate {
+            edge: 0,
+            subpartition: 1,
+            producers: std::sync::Arc::new(vec![ProducerLocation {
+                partition,
+                task_manager: address("taskmanager/tm-1"),
+            }]),
+        }],
+        outputs: vec![OutputPartition {
+            partition,
+            pattern: DistributionPattern::Forward,
+            subpartitions: 1,
+        }],
+    }
 }
 
 fn job_manager_variant(message: &JobManagerMessage) -> usize {
@@ -159,6 +237,11 @@ fn job_manager_variant(message: &JobManagerMessage) -> usize {
         M::ReleaseIdleTaskManagers(_) => 4,
         M::ResourceManagerHeartbeat(_) => 5,
         M::GetJobManagerStatus(_) => 6,
+        M::SubmitJob(_) => 7,
+        M::CancelJob(_) => 8,
+        M::RequestJobStatus(_) => 9,
+        M::ListJobs(_) => 10,
+        M::UpdateTaskExecutionState(_) => 11,
     }
 }
 
@@ -175,6 +258,30 @@ fn task_manager_samples() -> Vec<TaskManagerMessage> {
         }
         .into(),
         GetTaskManagerStatus.into(),
+        SubmitTask {
+            leader_session_id: session(),
+            descriptor: descriptor(),
+        }
+        .into(),
+        CancelTask {
+            leader_session_id: session(),
+            attempt: ExecutionAttemptId::from_u128(8),
+        }
+        .into(),
+        ReleaseJobPartitions {
+            leader_session_id: session(),
+            job_id: JobId::from_u128(5),
+        }
+        .into(),
+        FetchSubpartition {
+            partition: ResultPartitionId {
+                producer: ExecutionAttemptId::from_u128(7),
+                edge: 0,
+            },
+            subpartition: 1,
+            from_batch: 3,
+        }
+        .into(),
     ]
 }
 
@@ -184,6 +291,10 @@ fn task_manager_variant(message: &TaskManagerMessage) -> usize {
         M::NewLeaderAvailable(_) => 0,
         M::Disconnect(_) => 1,
         M::GetTaskManagerStatus(_) => 2,
+        M::SubmitTask(_) => 3,
+        M::CancelTask(_) => 4,
+        M::ReleaseJobPartitions(_) => 5,
+        M::FetchSubpartition(_) => 6,
     }
 }
 
@@ -208,14 +319,14 @@ fn every_resource_manager_message_round_trips() {
 #[test]
 fn every_job_manager_message_round_trips() {
     let samples = job_manager_samples();
-    assert_covers(&samples, job_manager_variant, 7);
+    assert_covers(&samples, job_manager_variant, 12);
     samples.iter().for_each(round_trip);
 }
 
 #[test]
 fn every_task_manager_message_round_trips() {
     let samples = task_manager_samples();
-    assert_covers(&samples, task_manager_variant, 3);
+    assert_covers(&samples, task_manager_variant, 7);
     samples.iter().for_each(round_trip);
 }
 
@@ -271,6 +382,67 @@ fn every_answer_round_trips() {
         round_trip(&response);
     }
     round_trip(&HeartbeatResponse::Acknowledged);
+    round_trip(&Result::<JobId, JobError>::Ok(JobId::from_u128(1)));
+    round_trip(&Result::<JobId, JobError>::Err(JobError::Rejected(
+        "cycle".into(),
+    )));
+    round_trip(&Result::<JobStatus, JobError>::Err(
+        JobError::AlreadyTerminal {
+            job_id: JobId::from_u128(1),
+            status: JobStatus::Finished,
+        },
+    ));
+    round_trip(&Result::<(), TaskSubmissionError>::Err(
+        TaskSubmissionError::UnknownOperator("x".into()),
+    ));
+    round_trip(&FetchResponse::Data {
+        batches: vec![vec![
+            Record {
+                key: "word".into(),
+                value: Value::Int(3),
+            },
+            Record {
+                key: String::new(),
+                value: Value::Text("a line".into()),
+            },
+            Record {
+                key: "u".into(),
+                value: Value::Unit,
+            },
+        ]],
+        next_batch: 1,
+        finished: true,
+    });
+    round_trip(&FetchResponse::Failed("gone".into()));
+    round_trip(&FetchResponse::Unknown);
+    let summary = JobSummary {
+        job_id: JobId::from_u128(1),
+        name: "wordcount".into(),
+        status: JobStatus::Running,
+        tasks_finished: 1,
+        tasks_total: 8,
+        submitted_at_ms: 1,
+    };
+    round_trip(&vec![summary.clone()]);
+    round_trip(&JobDetails {
+        summary,
+        status_timestamps: vec![(JobStatus::Created, 1), (JobStatus::Running, 2)],
+        failure: None,
+        restarts: 1,
+        vertices: vec![VertexDetails {
+            name: "source".into(),
+            operator: "text-source".into(),
+            subtasks: vec![SubtaskDetails {
+                subtask: 0,
+                attempt_number: 1,
+                state: ExecutionState::Running,
+                resource_id: Some(resource(1)),
+                locality: Some(crate::actors::scheduler::Locality::Local),
+                timestamps: vec![(ExecutionState::Created, 1)],
+                error: None,
+            }],
+        }],
+    });
     round_trip(&ResourceManagerHeartbeatResponse::Acknowledged {
         leader_session_id: session(),
         registered: vec![resource(2)],

@@ -251,6 +251,9 @@ mod tests {
             },
             registration: RegistrationConfig::default(),
             heartbeat: HeartbeatConfig::default(),
+            registry: crate::operators::OperatorRegistry::with_builtins(),
+            working_dir: std::env::temp_dir().join("flint-unit-tests"),
+            spill_threshold_bytes: 1 << 20,
         }
     }
 

@@ -1,5 +1,5 @@
 //! Jobs: what a user submits (the [`graph::JobGraph`], built in code or read from a TOML
-//! [`file`]) and the pure logic the JobManager uses to run it — execution [`states`], pipelined
+//! [`mod@file`]) and the pure logic the JobManager uses to run it — execution [`states`], pipelined
 //! [`regions`], [`restart`] strategies. Nothing here is an actor.
 
 pub mod file;

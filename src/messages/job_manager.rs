@@ -12,11 +12,11 @@ use serde::{Deserialize, Serialize};
 
 use super::common::{ActorAddress, HardwareDescription, RemovalReason, TaskManagerLocation};
 use super::ids::{ClusterId, ExecutionAttemptId, InstanceId, JobId, LeaderSessionId, ResourceId};
+use super::protocol;
+use super::resource_manager::RegisterResourceManagerSuccessful;
 use crate::actors::scheduler::Locality;
 use crate::job::graph::JobGraph;
 use crate::job::states::{ExecutionState, JobStatus};
-use super::protocol;
-use super::resource_manager::RegisterResourceManagerSuccessful;
 
 protocol! {
     /// Every message the JobManager accepts: the payload of an envelope addressed to it.
@@ -151,6 +151,10 @@ pub enum RefusalReason {
 pub struct RegisterResourceManager {
     /// The RM's address, for the JobManager to send to.
     pub resource_manager: ActorAddress,
+    /// The size the RM keeps the pool at.
+    pub designated_pool_size: u32,
+    /// The largest pool the RM accepts.
+    pub max_pool_size: u32,
 }
 
 /// The resource manager saw a started worker end: unregister it (its tasks fail over).
@@ -220,6 +224,10 @@ pub struct IdleTaskManagersReleased {
 pub struct ResourceManagerHeartbeat {
     /// The sender.
     pub resource_manager: ActorAddress,
+    /// The size the RM keeps the pool at (the JobManager grows it for demand from here).
+    pub designated_pool_size: u32,
+    /// The largest pool the RM accepts.
+    pub max_pool_size: u32,
 }
 
 /// The JobManager's answer to a resource manager's heartbeat.

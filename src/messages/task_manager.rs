@@ -11,8 +11,8 @@ use serde::{Deserialize, Serialize};
 use super::common::{NewLeaderAvailable, RemovalReason, ResultPartitionId};
 use super::deployment::TaskDeploymentDescriptor;
 use super::ids::{ExecutionAttemptId, InstanceId, JobId, LeaderSessionId, ResourceId};
-use crate::operators::Record;
 use super::protocol;
+use crate::operators::Record;
 
 protocol! {
     /// Every message a TaskManager accepts: the payload of an envelope addressed to it.
@@ -126,6 +126,9 @@ pub enum TaskSubmissionError {
     /// This attempt runs already.
     #[error("attempt {0} runs already")]
     Duplicate(ExecutionAttemptId),
+    /// Its output partitions could not be created.
+    #[error("cannot create the task's result partitions: {0}")]
+    Partition(String),
 }
 
 /// Cancel a task (cooperatively: it stops at its next check). Only the current leader may send it.

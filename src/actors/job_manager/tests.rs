@@ -31,6 +31,10 @@ async fn start() -> Fixture {
                 timeout: TIMEOUT,
             },
             ask_timeout: Duration::from_secs(1),
+            slot_request_timeout: Duration::from_secs(300),
+            slots_per_task_manager: 2,
+            taskmanager_timeout: Duration::from_secs(30),
+            registry: crate::operators::OperatorRegistry::with_builtins(),
         },
         SESSION,
         env.clone(),
@@ -87,6 +91,8 @@ impl Fixture {
             &self.jm,
             RegisterResourceManager {
                 resource_manager: rm.address.clone(),
+                designated_pool_size: 4,
+                max_pool_size: 10,
             },
         )
         .await;
@@ -100,6 +106,8 @@ impl Fixture {
                 &self.jm,
                 ResourceManagerHeartbeat {
                     resource_manager: rm.address.clone(),
+                    designated_pool_size: 4,
+                    max_pool_size: 10,
                 },
             )
             .await;
@@ -317,7 +325,8 @@ async fn heartbeats_keep_a_task_manager_registered_and_report_its_slots() {
         1,
         "2 s of heartbeats, never timed out"
     );
-    assert_eq!(status.free_slots(), 1);
+    // Free slots are the scheduler's view (nothing placed), whatever the TaskManager reports.
+    assert_eq!(status.free_slots(), 2);
     assert!(removed(&rm).is_empty());
     assert!(tm.received.all().is_empty());
     assert_eq!(
@@ -441,6 +450,8 @@ async fn resource_manager_heartbeats_list_the_registered_task_managers() {
         &f.jm,
         ResourceManagerHeartbeat {
             resource_manager: rm.address.clone(),
+            designated_pool_size: 4,
+            max_pool_size: 10,
         },
     )
     .await;
@@ -455,6 +466,8 @@ async fn resource_manager_heartbeats_list_the_registered_task_managers() {
         &f.jm,
         ResourceManagerHeartbeat {
             resource_manager: f.env.address_of("some-other-rm"),
+            designated_pool_size: 4,
+            max_pool_size: 10,
         },
     )
     .await;
@@ -478,6 +491,8 @@ async fn a_silent_resource_manager_is_forgotten_after_the_heartbeat_timeout() {
         &f.jm,
         ResourceManagerHeartbeat {
             resource_manager: rm.address.clone(),
+            designated_pool_size: 4,
+            max_pool_size: 10,
         },
     )
     .await;

@@ -78,6 +78,8 @@ impl FlinkResourceManager {
             .register_resource_manager
             .send(RegisterResourceManager {
                 resource_manager: self.address.clone(),
+                designated_pool_size: self.pool.designated(),
+                max_pool_size: self.settings.pool.max_pool_size,
             })
             .timeout(delay)
             .into_actor(self)
@@ -189,6 +191,8 @@ impl FlinkResourceManager {
             .resource_manager_heartbeat
             .send(ResourceManagerHeartbeat {
                 resource_manager: self.address.clone(),
+                designated_pool_size: self.pool.designated(),
+                max_pool_size: self.settings.pool.max_pool_size,
             })
             .timeout(timeout)
             .into_actor(self)

@@ -48,6 +48,9 @@ fn spec(slots: u32, hostname: &str) -> TaskManagerSpec {
             interval: INTERVAL,
             timeout: TIMEOUT,
         },
+        registry: crate::operators::OperatorRegistry::with_builtins(),
+        working_dir: std::env::temp_dir().join("flint-unit-tests"),
+        spill_threshold_bytes: 1 << 20,
     }
 }
 

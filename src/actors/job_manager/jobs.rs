@@ -1,0 +1,390 @@
+//! The JobManager's jobs: submission, the shared slot [`Scheduler`], carrying out each
+//! [`JobMaster`]'s actions, and growing (then shrinking back) the worker pool with demand.
+//!
+//! Every job's logic lives in its `JobMaster`; this module only routes events to it (task state
+//! updates, served slot requests, lost TaskManagers, expired requests, restart timers) and turns
+//! its [`JobAction`]s into messages. After anything that may free a slot, the queue is served.
+
+use actix::clock::Instant;
+use actix::prelude::*;
+
+use super::JobManager;
+use crate::actors::job_master::{JobAction, JobContext, JobMaster};
+use crate::actors::scheduler::TaskRef;
+use crate::messages::ids::{JobId, ResourceId};
+use crate::messages::job_manager::*;
+use crate::messages::resource_manager::SetWorkerPoolSize;
+use crate::messages::task_manager::{CancelTask, ReleaseJobPartitions, SubmitTask};
+
+/// What the JobManager knows of the resource manager's pool, from its registration and
+/// heartbeats: the base for growing the pool with demand.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct PoolView {
+    pub designated: u32,
+    pub max: u32,
+    /// The designated size before the JobManager grew it for demand.
+    pub grown_from: Option<u32>,
+    /// Since when nothing needs the grown pool.
+    pub idle_since: Option<Instant>,
+}
+
+impl JobManager {
+    /// Runs `f` on a job, carries out its actions, then serves the slot queue if slots were
+    /// freed and grows the pool if demand exceeds it.
+    pub(super) fn with_job(
+        &mut self,
+        job_id: JobId,
+        ctx: &mut Context<Self>,
+        f: impl FnOnce(&mut JobMaster, &mut JobContext<'_>) -> Vec<JobAction>,
+    ) {
+        if self.run_job(job_id, ctx, f) {
+            self.serve_queue(ctx);
+        }
+        self.grow_pool_for_demand();
+    }
+
+    /// Gives queued requests the slots that became free, until none can be served.
+    pub(super) fn serve_queue(&mut self, ctx: &mut Context<Self>) {
+        loop {
+            let placed = self.scheduler.new_slot_available();
+            if placed.is_empty() {
+                return;
+            }
+            for (task, assignment) in placed {
+                self.run_job(task.job, ctx, move |job, cx| {
+                    job.slot_assigned(task, assignment, cx)
+                });
+            }
+        }
+    }
+
+    /// Runs `f` on a job with a fresh context and carries out its actions; true if slots freed.
+    fn run_job(
+        &mut self,
+        job_id: JobId,
+        ctx: &mut Context<Self>,
+        f: impl FnOnce(&mut JobMaster, &mut JobContext<'_>) -> Vec<JobAction>,
+    ) -> bool {
+        let Some(job) = self.jobs.get_mut(&job_id) else {
+            return false;
+        };
+        let instances = &self.instances;
+        let address_of =
+            |id: &ResourceId| instances.get(id).map(|i| i.info.location.address.clone());
+        let mut cx = JobContext {
+            scheduler: &mut self.scheduler,
+            now: Instant::now(),
+            now_ms: self.env.clock.now_millis(),
+            address_of: &address_of,
+            slots_freed: false,
+        };
+        let actions = f(job, &mut cx);
+        let freed = cx.slots_freed;
+        self.carry_out(job_id, actions, ctx);
+        freed
+    }
+
+    fn carry_out(&mut self, job_id: JobId, actions: Vec<JobAction>, ctx: &mut Context<Self>) {
+        for action in actions {
+            match action {
+                JobAction::Deploy {
+                    resource_id,
+                    descriptor,
+                } => {
+                    let attempt = descriptor.attempt;
+                    let Some(gateway) = self.gateways.get(&resource_id) else {
+                        let error = format!("TaskManager {resource_id} is not registered");
+                        ctx.notify(DeploymentFailed {
+                            job_id,
+                            attempt,
+                            error,
+                        });
+                        continue;
+                    };
+                    gateway
+                        .submit_task
+                        .send(SubmitTask {
+                            leader_session_id: self.leader_session_id,
+                            descriptor: *descriptor,
+                        })
+                        .timeout(self.settings.ask_timeout)
+                        .into_actor(self)
+                        .map(move |result, act, ctx| {
+                            let error = match result {
+                                Ok(Ok(())) => return,
+                                Ok(Err(refused)) => {
+                                    format!("TaskManager {resource_id} refused the task: {refused}")
+                                }
+                                Err(error) => format!(
+                                    "TaskManager {resource_id} did not take the task: {error}"
+                                ),
+                            };
+                            act.with_job(job_id, ctx, |job, cx| {
+                                job.deployment_failed(attempt, error, cx)
+                            });
+                        })
+                        .spawn(ctx);
+                }
+                JobAction::Cancel {
+                    resource_id,
+                    attempt,
+                } => {
+                    if let Some(gateway) = self.gateways.get(&resource_id) {
+                        gateway.cancel_task.do_send(CancelTask {
+                            leader_session_id: self.leader_session_id,
+                            attempt,
+                        });
+                    }
+                }
+                JobAction::RestartAfter { delay, generation } => {
+                    ctx.run_later(delay, move |act, ctx| {
+                        act.with_job(job_id, ctx, |job, cx| job.restart_due(generation, cx));
+                    });
+                }
+                JobAction::ReleasePartitions { resource_ids } => {
+                    for resource_id in resource_ids {
+                        if let Some(gateway) = self.gateways.get(&resource_id) {
+                            gateway
+                                .release_job_partitions
+                                .do_send(ReleaseJobPartitions {
+                                    leader_session_id: self.leader_session_id,
+                                    job_id,
+                                });
+                        }
+                    }
+                }
+                JobAction::Terminated(status) => {
+                    log::info!("job manager: job {job_id} is {status}");
+                    self.forget_ended_jobs(super::ENDED_JOBS_KEPT);
+                    self.env
+                        .events
+                        .emit(crate::events::ClusterEvent::JobTerminated { job_id, status });
+                }
+            }
+        }
+    }
+
+    /// Every job loses the tasks and results on a TaskManager that is gone.
+    pub(super) fn fail_over_task_manager(
+        &mut self,
+        resource_id: &ResourceId,
+        ctx: &mut Context<Self>,
+    ) {
+        self.scheduler.remove_task_manager(resource_id);
+        let jobs: Vec<JobId> = self.jobs.keys().copied().collect();
+        for job_id in jobs {
+            self.with_job(job_id, ctx, |job, cx| {
+                job.task_manager_lost(resource_id, cx)
+            });
+        }
+    }
+
+    /// Fails the requests that waited longer than the slot request timeout.
+    pub(super) fn expire_slot_requests(&mut self, ctx: &mut Context<Self>) {
+        let expired = self
+            .scheduler
+            .expire(Instant::now(), self.settings.slot_request_timeout);
+        for (request, error) in expired {
+            log::warn!("job manager: {error}");
+            let task: TaskRef = request.task;
+            self.with_job(task.job, ctx, |job, cx| {
+                job.slot_request_failed(task, &error, cx)
+            });
+        }
+        self.shrink_pool_when_idle();
+    }
+
+    /// Queued demand beyond what the pool (with its pending workers) will offer: ask the
+    /// resource manager for more workers, up to its maximum.
+    pub(super) fn grow_pool_for_demand(&mut self) {
+        let demand = self.scheduler.queued_slot_demand();
+        let registered = self.instances.len() as u64;
+        let pool = &mut self.pool;
+        let Some(rm) = &self.resource_manager else {
+            return;
+        };
+        if demand == 0 {
+            return;
+        }
+        pool.idle_since = None;
+        let slots = u64::from(self.settings.slots_per_task_manager.max(1));
+        let coming = u64::from(pool.designated).saturating_sub(registered) * slots;
+        let missing_slots = demand.saturating_sub(coming);
+        if missing_slots == 0 {
+            return;
+        }
+        let workers = missing_slots.div_ceil(slots);
+        let target = (u64::from(pool.designated) + workers).min(u64::from(pool.max)) as u32;
+        if target <= pool.designated {
+            return;
+        }
+        log::info!(
+            "job manager: {demand} slots wanted beyond the pool; asking the resource manager for a pool of {target}"
+        );
+        pool.grown_from.get_or_insert(pool.designated);
+        pool.designated = target;
+        rm.gateway
+            .set_worker_pool_size
+            .do_send(SetWorkerPoolSize { size: target });
+    }
+
+    /// After demand growth: once no job runs and nothing waits for
+    /// `resourcemanager.taskmanager-timeout`, the pool goes back to the size it had.
+    fn shrink_pool_when_idle(&mut self) {
+        let Some(base) = self.pool.grown_from else {
+            return;
+        };
+        let busy = self.scheduler.queued() > 0
+            || self
+                .jobs
+                .values()
+                .any(|j| !j.status().is_globally_terminal());
+        if busy {
+            self.pool.idle_since = None;
+            return;
+        }
+        let since = *self.pool.idle_since.get_or_insert_with(Instant::now);
+        if since.elapsed() < self.settings.taskmanager_timeout {
+            return;
+        }
+        let Some(rm) = &self.resource_manager else {
+            return;
+        };
+        log::info!("job manager: the pool grown for demand is idle; back to {base} TaskManagers");
+        rm.gateway
+            .set_worker_pool_size
+            .do_send(SetWorkerPoolSize { size: base });
+        self.pool.designated = base;
+        self.pool.grown_from = None;
+        self.pool.idle_since = None;
+    }
+
+    fn submit(
+        &mut self,
+        graph: crate::job::graph::JobGraph,
+        ctx: &mut Context<Self>,
+    ) -> Result<JobId, JobError> {
+        let registry = &self.settings.registry;
+        graph
+            .validate(|op| registry.contains(op))
+            .map_err(|e| JobError::Rejected(e.to_string()))?;
+        let needed = JobMaster::peak_slots(&graph);
+        let slots = u64::from(self.settings.slots_per_task_manager);
+        let max_pool = u64::from(self.pool.max.max(self.instances.len() as u32));
+        let reachable = (max_pool * slots).max(self.scheduler.total_slots());
+        if self.resource_manager.is_some() && needed > reachable {
+            return Err(JobError::Rejected(format!(
+                "the job needs {needed} slots at once but the pool can never offer more than {reachable} \
+                 ({max_pool} TaskManagers × {slots} slots; raise resourcemanager.max-pool-size or lower the parallelism)"
+            )));
+        }
+        let job_id = JobId::generate(&mut self.rng);
+        let now_ms = self.env.clock.now_millis();
+        let name = graph.name.clone();
+        let job = JobMaster::new(job_id, graph, self.rng.fork(), now_ms)
+            .map_err(|e| JobError::Rejected(e.to_string()))?;
+        log::info!("job manager: job {job_id} ({name}) submitted");
+        self.jobs.insert(job_id, job);
+        self.with_job(job_id, ctx, |job, cx| job.start(cx));
+        Ok(job_id)
+    }
+
+    /// Whether any running task is placed on `resource_id`.
+    pub(super) fn is_busy(&self, resource_id: &ResourceId) -> bool {
+        self.scheduler.used_slots(resource_id) > 0
+    }
+
+    /// Forgets the oldest ended jobs beyond the newest `keep`, so the job list stays bounded.
+    pub(super) fn forget_ended_jobs(&mut self, keep: usize) {
+        let ended: Vec<JobId> = self
+            .jobs
+            .iter()
+            .filter(|(_, j)| j.status().is_globally_terminal())
+            .map(|(id, _)| *id)
+            .collect();
+        let excess = ended.len().saturating_sub(keep);
+        for job_id in ended.into_iter().take(excess) {
+            self.jobs.remove(&job_id);
+        }
+    }
+}
+
+/// A deployment that could not even be sent.
+#[derive(Message)]
+#[rtype(result = "()")]
+struct DeploymentFailed {
+    job_id: JobId,
+    attempt: crate::messages::ids::ExecutionAttemptId,
+    error: String,
+}
+
+impl Handler<DeploymentFailed> for JobManager {
+    type Result = ();
+
+    fn handle(&mut self, msg: DeploymentFailed, ctx: &mut Context<Self>) {
+        self.with_job(msg.job_id, ctx, |job, cx| {
+            job.deployment_failed(msg.attempt, msg.error, cx)
+        });
+    }
+}
+
+impl Handler<SubmitJob> for JobManager {
+    type Result = Result<JobId, JobError>;
+
+    fn handle(&mut self, msg: SubmitJob, ctx: &mut Context<Self>) -> Self::Result {
+        log::debug!("job manager <- SubmitJob {}", msg.job_graph.name);
+        self.submit(msg.job_graph, ctx)
+    }
+}
+
+impl Handler<CancelJob> for JobManager {
+    type Result = Result<crate::job::states::JobStatus, JobError>;
+
+    fn handle(&mut self, msg: CancelJob, ctx: &mut Context<Self>) -> Self::Result {
+        log::debug!("job manager <- {msg:?}");
+        let job = self
+            .jobs
+            .get(&msg.job_id)
+            .ok_or(JobError::UnknownJob(msg.job_id))?;
+        if job.status().is_globally_terminal() {
+            return Err(JobError::AlreadyTerminal {
+                job_id: msg.job_id,
+                status: job.status(),
+            });
+        }
+        self.with_job(msg.job_id, ctx, |job, cx| job.cancel(cx));
+        Ok(self.jobs[&msg.job_id].status())
+    }
+}
+
+impl Handler<RequestJobStatus> for JobManager {
+    type Result = Result<JobDetails, JobError>;
+
+    fn handle(&mut self, msg: RequestJobStatus, _: &mut Context<Self>) -> Self::Result {
+        self.jobs
+            .get(&msg.job_id)
+            .map(JobMaster::details)
+            .ok_or(JobError::UnknownJob(msg.job_id))
+    }
+}
+
+impl Handler<ListJobs> for JobManager {
+    type Result = MessageResult<ListJobs>;
+
+    fn handle(&mut self, _: ListJobs, _: &mut Context<Self>) -> Self::Result {
+        let mut jobs: Vec<JobSummary> = self.jobs.values().map(JobMaster::summary).collect();
+        jobs.sort_by_key(|j| (j.submitted_at_ms, j.job_id));
+        MessageResult(jobs)
+    }
+}
+
+impl Handler<UpdateTaskExecutionState> for JobManager {
+    type Result = ();
+
+    fn handle(&mut self, msg: UpdateTaskExecutionState, ctx: &mut Context<Self>) {
+        log::debug!("job manager <- {msg:?}");
+        self.with_job(msg.job_id, ctx, |job, cx| {
+            job.update(msg.attempt, msg.state, msg.error, cx)
+        });
+    }
+}
