@@ -58,6 +58,7 @@ pub mod job;
 pub mod messages;
 pub mod minicluster;
 pub mod operators;
+pub mod run;
 
 #[cfg(test)]
 pub(crate) mod testing;

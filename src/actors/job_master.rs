@@ -860,3 +860,6 @@ impl JobMaster {
         groups.values().map(|p| u64::from(*p)).sum()
     }
 }
+
+#[cfg(test)]
+mod tests;
