@@ -1,0 +1,380 @@
+//! Jobs on the embedded cluster: failover, cancellation, restarts, pool growth, bad jobs.
+//! Every wait polls with a deadline; `sleep` operators only make tasks last long enough to act on.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use flint::env::ArbiterSpawner;
+use flint::job::graph::{DistributionPattern, ExchangeMode, JobGraph, RestartStrategyConfig};
+use flint::job::states::{ExecutionState, JobStatus};
+use flint::messages::job_manager::JobDetails;
+use flint::operators::builtin::sequential_word_count;
+use flint::operators::{Operator, OperatorError, OperatorRegistry, TaskIo};
+use flint::{ClusterConfig, MiniCluster, MiniClusterError};
+
+const DEADLINE: Duration = Duration::from_secs(30);
+
+fn config(pool: u32, slots: u32) -> ClusterConfig {
+    let mut config = ClusterConfig::default();
+    config.resourcemanager.pool_size = pool;
+    config.resourcemanager.check_interval = Duration::from_millis(20);
+    config.taskmanager.slots = slots;
+    config.heartbeat.interval = Duration::from_millis(50);
+    config.heartbeat.timeout = Duration::from_millis(300);
+    config.seed = Some(11);
+    config
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("flint-jobs-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn fixed_delay(attempts: u32) -> RestartStrategyConfig {
+    RestartStrategyConfig::FixedDelay {
+        attempts,
+        delay: Duration::from_millis(20),
+    }
+}
+
+/// source → sleep → tokenize → count → sink, all pipelined: WordCount whose tasks last
+/// `sleep_ms` so a crash lands mid-job.
+fn slow_wordcount(input: &Path, output: &Path, parallelism: u32, sleep_ms: u64) -> JobGraph {
+    let mut b = JobGraph::builder("slow-wordcount");
+    let source = b
+        .vertex("source", "text-source", parallelism)
+        .config("path", input.display().to_string())
+        .index();
+    let sleep = b
+        .vertex("sleep", "sleep", parallelism)
+        .config("ms", sleep_ms.to_string())
+        .index();
+    let tokenize = b.vertex("tokenize", "tokenize", parallelism).index();
+    let count = b.vertex("count", "count-by-key", parallelism).index();
+    let sink = b
+        .vertex("sink", "file-sink", parallelism)
+        .config("path", output.display().to_string())
+        .index();
+    let pipelined = ExchangeMode::Pipelined;
+    b.edge(source, sleep, DistributionPattern::Forward, pipelined)
+        .edge(sleep, tokenize, DistributionPattern::Forward, pipelined)
+        .edge(tokenize, count, DistributionPattern::AllToAll, pipelined)
+        .edge(count, sink, DistributionPattern::Forward, pipelined)
+        .restart_strategy(fixed_delay(5));
+    b.build(|_| true).unwrap()
+}
+
+fn write_text(path: &Path, lines: usize) {
+    let words = ["alpha", "Beta", "gamma", "ÜBER", "straße", "z9", "omega"];
+    let text: String = (0..lines)
+        .map(|i| {
+            (0..(i % 9))
+                .map(|j| words[(i * 31 + j * 7) % words.len()])
+                .collect::<Vec<_>>()
+                .join(" ")
+                + "\n"
+        })
+        .collect();
+    std::fs::write(path, text).unwrap();
+}
+
+fn read_counts(dir: &Path) -> BTreeMap<String, u64> {
+    let mut counts = BTreeMap::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some() {
+            continue; // a temp file of a cancelled attempt would have one; finished parts have none
+        }
+        for line in std::fs::read_to_string(&path).unwrap().lines() {
+            let (word, count) = line.split_once('\t').unwrap();
+            assert!(
+                counts
+                    .insert(word.to_owned(), count.parse().unwrap())
+                    .is_none()
+            );
+        }
+    }
+    counts
+}
+
+/// Waits until every subtask of vertex `vertex` runs (the sleeping one: sources may be done).
+async fn wait_until_running(
+    cluster: &MiniCluster,
+    job: flint::messages::ids::JobId,
+    vertex: usize,
+) -> JobDetails {
+    let give_up = tokio::time::Instant::now() + DEADLINE;
+    loop {
+        let details = cluster.job_status(job).await.unwrap();
+        let all_running = details.vertices[vertex]
+            .subtasks
+            .iter()
+            .all(|s| s.state == ExecutionState::Running);
+        if all_running {
+            return details;
+        }
+        assert!(
+            tokio::time::Instant::now() < give_up,
+            "never all running: {details:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+#[actix::test]
+async fn a_worker_crash_mid_job_still_gives_exactly_the_sequential_count() {
+    let dir = scratch("crash");
+    let (input, output) = (dir.join("in.txt"), dir.join("out"));
+    write_text(&input, 20_000);
+    let cluster = MiniCluster::start(config(2, 4)).unwrap();
+    cluster.wait_for_pool(2, DEADLINE).await.unwrap();
+    let job = cluster
+        .submit_job(slow_wordcount(&input, &output, 4, 400))
+        .await
+        .unwrap();
+    let running = wait_until_running(&cluster, job, 1).await;
+    let victim = running.vertices[1].subtasks[0].resource_id.clone().unwrap();
+    cluster.kill_worker(&victim).unwrap();
+    let details = cluster.wait_for_job(job, DEADLINE).await.unwrap();
+    assert_eq!(details.summary.status, JobStatus::Finished, "{details:#?}");
+    assert!(details.restarts >= 1, "the crash forced a restart");
+    assert!(
+        details
+            .vertices
+            .iter()
+            .flat_map(|v| &v.subtasks)
+            .all(|s| s.resource_id.as_ref() != Some(&victim)),
+        "nothing finished on the dead worker"
+    );
+    assert_eq!(read_counts(&output), sequential_word_count(&input).unwrap());
+    cluster.wait_for_pool(2, DEADLINE).await.unwrap();
+    cluster.shutdown().await.unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[actix::test]
+async fn cancelling_a_job_cancels_every_task_and_frees_every_slot() {
+    let dir = scratch("cancel");
+    let (input, output) = (dir.join("in.txt"), dir.join("out"));
+    write_text(&input, 100);
+    let cluster = MiniCluster::start(config(2, 3)).unwrap();
+    let job = cluster
+        .submit_job(slow_wordcount(&input, &output, 3, 60_000))
+        .await
+        .unwrap();
+    wait_until_running(&cluster, job, 1).await;
+    let busy = cluster.status().await.unwrap();
+    assert!(busy.free_slots < busy.total_slots);
+    cluster.cancel_job(job).await.unwrap();
+    let details = cluster.wait_for_job(job, DEADLINE).await.unwrap();
+    assert_eq!(details.summary.status, JobStatus::Canceled);
+    // Sources may have finished reading; everything else was cancelled.
+    for vertex in &details.vertices {
+        for subtask in &vertex.subtasks {
+            let expected = if vertex.name == "source" {
+                [ExecutionState::Finished, ExecutionState::Canceled].contains(&subtask.state)
+            } else {
+                subtask.state == ExecutionState::Canceled
+            };
+            assert!(
+                expected,
+                "{} {}: {}",
+                vertex.name, subtask.subtask, subtask.state
+            );
+        }
+    }
+    let status = cluster.status().await.unwrap();
+    assert_eq!(status.free_slots, status.total_slots, "every slot is free");
+    // Cancelling again is an error, not a change.
+    assert!(cluster.cancel_job(job).await.is_err());
+    cluster.shutdown().await.unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn fail_once_graph(restart: RestartStrategyConfig) -> JobGraph {
+    let mut b = JobGraph::builder("fail-once");
+    let source = b
+        .vertex("source", "noop", 2)
+        .config("count", "1000")
+        .index();
+    let flaky = b.vertex("flaky", "fail-once", 2).index();
+    let sink = b.vertex("sink", "noop", 2).index();
+    b.edge(
+        source,
+        flaky,
+        DistributionPattern::Forward,
+        ExchangeMode::Pipelined,
+    )
+    .edge(
+        flaky,
+        sink,
+        DistributionPattern::AllToAll,
+        ExchangeMode::Blocking,
+    )
+    .restart_strategy(restart);
+    b.build(|_| true).unwrap()
+}
+
+#[actix::test]
+async fn a_failing_task_is_restarted_and_the_job_finishes() {
+    let cluster = MiniCluster::start(config(2, 2)).unwrap();
+    let job = cluster
+        .submit_job(fail_once_graph(fixed_delay(3)))
+        .await
+        .unwrap();
+    let details = cluster.wait_for_job(job, DEADLINE).await.unwrap();
+    assert_eq!(details.summary.status, JobStatus::Finished, "{details:#?}");
+    assert!(details.restarts >= 1);
+    let flaky = &details.vertices[1];
+    assert!(flaky.subtasks.iter().all(|s| s.attempt_number >= 1));
+    let timestamps: BTreeMap<_, _> = details.status_timestamps.iter().copied().collect();
+    assert!(timestamps.contains_key(&JobStatus::Running));
+    assert!(timestamps.contains_key(&JobStatus::Finished));
+    cluster.shutdown().await.unwrap();
+}
+
+#[actix::test]
+async fn with_restart_strategy_none_a_failure_fails_the_job_with_its_reason() {
+    let cluster = MiniCluster::start(config(2, 2)).unwrap();
+    let job = cluster
+        .submit_job(fail_once_graph(RestartStrategyConfig::None))
+        .await
+        .unwrap();
+    let details = cluster.wait_for_job(job, DEADLINE).await.unwrap();
+    assert_eq!(details.summary.status, JobStatus::Failed);
+    let failure = details.failure.unwrap();
+    assert!(failure.contains("fail-once"), "{failure}");
+    assert!(failure.contains("flaky"), "{failure}");
+    // The cluster keeps serving: a good job still runs.
+    let mut b = JobGraph::builder("after");
+    b.vertex("only", "noop", 2).config("count", "10");
+    let next = cluster
+        .submit_job(b.build(|_| true).unwrap())
+        .await
+        .unwrap();
+    let details = cluster.wait_for_job(next, DEADLINE).await.unwrap();
+    assert_eq!(details.summary.status, JobStatus::Finished);
+    cluster.shutdown().await.unwrap();
+}
+
+fn sleepy(parallelism: u32, ms: u64, restart: RestartStrategyConfig) -> JobGraph {
+    let mut b = JobGraph::builder("sleepy");
+    b.vertex("nap", "sleep", parallelism)
+        .config("ms", ms.to_string());
+    b.restart_strategy(restart);
+    b.build(|_| true).unwrap()
+}
+
+#[actix::test]
+async fn the_pool_grows_with_demand_and_shrinks_back_when_idle() {
+    let mut config = config(1, 2);
+    config.resourcemanager.taskmanager_timeout = Duration::from_millis(200);
+    let cluster = MiniCluster::start(config).unwrap();
+    cluster.wait_for_pool(1, DEADLINE).await.unwrap();
+    let job = cluster
+        .submit_job(sleepy(6, 300, RestartStrategyConfig::None))
+        .await
+        .unwrap();
+    cluster.wait_for_pool(3, DEADLINE).await.unwrap();
+    let details = cluster.wait_for_job(job, DEADLINE).await.unwrap();
+    assert_eq!(details.summary.status, JobStatus::Finished);
+    cluster.wait_for_pool(1, DEADLINE).await.unwrap();
+    cluster.shutdown().await.unwrap();
+}
+
+#[actix::test]
+async fn parallelism_beyond_what_the_pool_may_ever_reach_is_refused_before_running() {
+    let mut config = config(1, 2);
+    config.resourcemanager.max_pool_size = 2;
+    let cluster = MiniCluster::start(config).unwrap();
+    cluster.wait_for_pool(1, DEADLINE).await.unwrap();
+    let error = cluster
+        .submit_job(sleepy(5, 1, RestartStrategyConfig::None))
+        .await
+        .unwrap_err();
+    let text = error.to_string();
+    assert!(text.contains("needs 5 slots"), "{text}");
+    assert!(text.contains("max-pool-size"), "{text}");
+    assert!(cluster.list_jobs().await.unwrap().is_empty(), "nothing ran");
+    cluster.shutdown().await.unwrap();
+}
+
+#[actix::test]
+async fn a_request_no_slot_can_serve_in_time_fails_with_no_resource_available() {
+    let mut config = config(1, 2);
+    config.resourcemanager.max_pool_size = 1;
+    config.slot.request_timeout = Duration::from_millis(300);
+    let cluster = MiniCluster::start(config).unwrap();
+    cluster.wait_for_pool(1, DEADLINE).await.unwrap();
+    let hog = cluster
+        .submit_job(sleepy(2, 5_000, RestartStrategyConfig::None))
+        .await
+        .unwrap();
+    let starved = cluster
+        .submit_job(sleepy(2, 1, RestartStrategyConfig::None))
+        .await
+        .unwrap();
+    let details = cluster.wait_for_job(starved, DEADLINE).await.unwrap();
+    assert_eq!(details.summary.status, JobStatus::Failed);
+    let failure = details.failure.unwrap();
+    assert!(failure.contains("NoResourceAvailable"), "{failure}");
+    assert!(
+        failure.contains("1 TaskManagers with 2 slots, 0 free"),
+        "{failure}"
+    );
+    cluster.cancel_job(hog).await.unwrap();
+    cluster.wait_for_job(hog, DEADLINE).await.unwrap();
+    cluster.shutdown().await.unwrap();
+}
+
+/// A user operator that panics (registered by name, as a user's own binary would).
+struct Panicky;
+
+impl Operator for Panicky {
+    fn run(&mut self, _io: &mut dyn TaskIo) -> Result<(), OperatorError> {
+        panic!("user code exploded")
+    }
+}
+
+#[actix::test]
+async fn a_panicking_task_fails_with_its_message_and_the_task_manager_lives_on() {
+    let mut registry = OperatorRegistry::with_builtins();
+    registry.register_fn("panicky", |_| Ok(Box::new(Panicky)));
+    let cluster =
+        MiniCluster::start_with(config(1, 1), registry, Arc::new(ArbiterSpawner)).unwrap();
+    cluster.wait_for_pool(1, DEADLINE).await.unwrap();
+    let mut b = JobGraph::builder("panics");
+    b.vertex("boom", "panicky", 1);
+    b.restart_strategy(RestartStrategyConfig::None);
+    let job = cluster
+        .submit_job(b.build(|_| true).unwrap())
+        .await
+        .unwrap();
+    let details = cluster.wait_for_job(job, DEADLINE).await.unwrap();
+    assert_eq!(details.summary.status, JobStatus::Failed);
+    let error = details.vertices[0].subtasks[0].error.clone().unwrap();
+    assert!(
+        error.contains("task panicked: user code exploded"),
+        "{error}"
+    );
+    let status = cluster.status().await.unwrap();
+    assert!(status.is_pool_at(1), "the TaskManager survived: {status}");
+    assert_eq!(status.heartbeat_timeouts, 0);
+    cluster.shutdown().await.unwrap();
+}
+
+#[actix::test]
+async fn a_job_naming_an_unknown_operator_is_refused() {
+    let cluster = MiniCluster::start(config(1, 1)).unwrap();
+    let mut b = JobGraph::builder("typo");
+    b.vertex("v", "tokenise", 1);
+    let graph = b.build(|_| true).unwrap();
+    let error = cluster.submit_job(graph).await.unwrap_err();
+    assert!(matches!(error, MiniClusterError::Job(_)));
+    assert!(error.to_string().contains("tokenise"), "{error}");
+    cluster.shutdown().await.unwrap();
+}
