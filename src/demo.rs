@@ -4,6 +4,8 @@
 //! The timeline is printed by the same task that waits, so lines appear in the order things
 //! happened, and every wait has a deadline (a stuck cluster fails the demo instead of hanging).
 
+mod wordcount;
+
 use std::fmt::Write as _;
 use std::io::Write;
 use std::time::Duration;
@@ -52,6 +54,11 @@ impl<W: Write> Timeline<'_, W> {
 
     fn heading(&mut self, text: &str) -> std::io::Result<()> {
         writeln!(self.out, "\n== {text}")
+    }
+
+    /// Skips the events of the WordCount runs (they are narrated by the runs themselves).
+    fn drain_quietly(&mut self) {
+        while self.events.try_recv().is_ok() {}
     }
 
     fn drain(&mut self) -> std::io::Result<Vec<ClusterEvent>> {
@@ -104,6 +111,12 @@ pub enum DemoError {
     /// A step did not finish within its deadline.
     #[error("a step did not finish within {STEP_DEADLINE:?}; the cluster looked like: {0}")]
     Stuck(Box<ClusterStatus>),
+    /// The WordCount job could not be built.
+    #[error("cannot build the WordCount job: {0}")]
+    Job(String),
+    /// WordCount's result differs from the sequential count.
+    #[error("WordCount's result differs from the sequential count")]
+    WrongResult,
 }
 
 /// Runs the tour, printing to `out`. Must run inside an actix System.
@@ -184,6 +197,9 @@ pub async fn run(config: ClusterConfig, out: &mut impl Write) -> Result<(), Demo
             status,
         });
     }
+
+    wordcount::run(&cluster, timeline.out).await?;
+    timeline.drain_quietly();
 
     timeline.heading("Summary")?;
     let table = summary(&steps);

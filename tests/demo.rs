@@ -22,6 +22,9 @@ fn the_demo_runs_its_tour_and_exits_cleanly() {
         "pool at 6",
         "idle while the pool shrinks",
         "pool at 3",
+        "top 10 words",
+        "equal to a plain sequential count: yes",
+        "result identical to the first run: yes",
         "Summary",
         "every worker thread joined",
     ] {

@@ -271,26 +271,39 @@ impl JobManager {
             self.resource_manager = None;
         }
         for resource_id in self.heartbeats.take_expired(Instant::now()) {
-            let gateway = self.gateways.get(&resource_id).cloned();
-            if !self.unregister(&resource_id, RemovalReason::HeartbeatTimeout, ctx) {
-                continue;
-            }
-            self.heartbeat_timeouts += 1;
-            // It may be alive but cut off: tell it to register again once it hears us.
-            if let Some(gateway) = gateway {
-                gateway.disconnect.do_send(Disconnect {
-                    leader_session_id: self.leader_session_id,
-                    reason: RemovalReason::HeartbeatTimeout,
-                });
-            }
-            if let Some(rm) = &self.resource_manager {
-                rm.gateway.remove_resource.do_send(RemoveResource {
-                    leader_session_id: self.leader_session_id,
-                    resource_id,
-                    reason: RemovalReason::HeartbeatTimeout,
-                });
+            if self.lose_task_manager(&resource_id, RemovalReason::HeartbeatTimeout, ctx) {
+                self.heartbeat_timeouts += 1;
             }
         }
+    }
+
+    /// A TaskManager is lost (silent, or unreachable): unregister it, tell it (it may be alive
+    /// but cut off, and should register again once it hears us) and have the resource manager
+    /// replace it. True if it was registered.
+    pub(crate) fn lose_task_manager(
+        &mut self,
+        resource_id: &ResourceId,
+        reason: RemovalReason,
+        ctx: &mut Context<Self>,
+    ) -> bool {
+        let gateway = self.gateways.get(resource_id).cloned();
+        if !self.unregister(resource_id, reason, ctx) {
+            return false;
+        }
+        if let Some(gateway) = gateway {
+            gateway.disconnect.do_send(Disconnect {
+                leader_session_id: self.leader_session_id,
+                reason,
+            });
+        }
+        if let Some(rm) = &self.resource_manager {
+            rm.gateway.remove_resource.do_send(RemoveResource {
+                leader_session_id: self.leader_session_id,
+                resource_id: resource_id.clone(),
+                reason,
+            });
+        }
+        true
     }
 
     fn status(&self) -> JobManagerStatus {

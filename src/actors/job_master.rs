@@ -738,6 +738,12 @@ impl JobMaster {
                     }
                 }
                 s if s.is_terminal() => {}
+                ExecutionState::Canceling => {
+                    // Already being stopped (a failover or a cancellation): it stopped now.
+                    let ev = self.task_mut(&task);
+                    ev.state.transition_logged(ExecutionState::Canceled, now_ms);
+                    ev.error = Some(reason.clone());
+                }
                 _ => {
                     let ev = self.task_mut(&task);
                     ev.state.transition_logged(ExecutionState::Failed, now_ms);
@@ -746,10 +752,7 @@ impl JobMaster {
                 }
             }
         }
-        if failed.is_empty() {
-            return actions;
-        }
-        if self.status() == JobStatus::Running {
+        if !failed.is_empty() && self.status() == JobStatus::Running {
             self.failover(failed, cx, &mut actions);
         }
         self.after_stop(cx, &mut actions);

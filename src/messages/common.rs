@@ -74,6 +74,8 @@ pub enum RemovalReason {
     Idle,
     /// The driver saw it end (a process exit).
     Terminated,
+    /// A message to it could not be delivered: it is gone.
+    Unreachable,
     /// It was started but never registered within the registration timeout.
     RegistrationTimeout,
     /// The pool shrank before it registered.
@@ -90,6 +92,7 @@ impl fmt::Display for RemovalReason {
             Self::HeartbeatTimeout => "heartbeat timed out",
             Self::Idle => "idle while the pool shrinks",
             Self::Terminated => "worker terminated",
+            Self::Unreachable => "unreachable",
             Self::RegistrationTimeout => "never registered within the registration timeout",
             Self::NoLongerNeeded => "no longer needed after the pool shrank",
             Self::Replaced => "replaced by a newer instance",

@@ -11,6 +11,7 @@ use actix::prelude::*;
 use super::JobManager;
 use crate::actors::job_master::{JobAction, JobContext, JobMaster};
 use crate::actors::scheduler::TaskRef;
+use crate::messages::RemovalReason;
 use crate::messages::ids::{JobId, ResourceId};
 use crate::messages::job_manager::*;
 use crate::messages::resource_manager::SetWorkerPoolSize;
@@ -115,6 +116,20 @@ impl JobManager {
                                 Ok(Err(refused)) => {
                                     format!("TaskManager {resource_id} refused the task: {refused}")
                                 }
+                                // A TaskManager whose mailbox is closed is gone: losing it now
+                                // (not at its heartbeat timeout) fails its tasks over once, not
+                                // again each time a restart is placed on it.
+                                Err(MailboxError::Closed) => {
+                                    log::warn!(
+                                        "job manager: TaskManager {resource_id} is unreachable"
+                                    );
+                                    act.lose_task_manager(
+                                        &resource_id,
+                                        RemovalReason::Unreachable,
+                                        ctx,
+                                    );
+                                    format!("TaskManager {resource_id} is unreachable")
+                                }
                                 Err(error) => format!(
                                     "TaskManager {resource_id} did not take the task: {error}"
                                 ),
@@ -129,12 +144,27 @@ impl JobManager {
                     resource_id,
                     attempt,
                 } => {
-                    if let Some(gateway) = self.gateways.get(&resource_id) {
-                        gateway.cancel_task.do_send(CancelTask {
+                    let Some(gateway) = self.gateways.get(&resource_id) else {
+                        continue;
+                    };
+                    gateway
+                        .cancel_task
+                        .send(CancelTask {
                             leader_session_id: self.leader_session_id,
                             attempt,
-                        });
-                    }
+                        })
+                        .into_actor(self)
+                        .map(move |result, act, ctx| {
+                            // Undeliverable: the TaskManager is gone, and with it the task.
+                            if let Err(MailboxError::Closed) = result {
+                                act.lose_task_manager(
+                                    &resource_id,
+                                    RemovalReason::Unreachable,
+                                    ctx,
+                                );
+                            }
+                        })
+                        .spawn(ctx);
                 }
                 JobAction::RestartAfter { delay, generation } => {
                     ctx.run_later(delay, move |act, ctx| {
