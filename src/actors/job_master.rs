@@ -128,6 +128,9 @@ pub struct JobMaster {
     failure: Option<String>,
     /// Every TaskManager a task of this job was deployed to (their partitions to release).
     used_task_managers: BTreeSet<ResourceId>,
+    /// All-to-all producer lists by edge, shared by every consumer (even across regions, as
+    /// with blocking edges) until a producer changes (a restart or a lost TaskManager).
+    gates: BTreeMap<u32, Arc<Vec<ProducerLocation>>>,
     rng: NodeRng,
     submitted_at_ms: u64,
 }
@@ -174,6 +177,7 @@ impl JobMaster {
             restarts: 0,
             failure: None,
             used_task_managers: BTreeSet::new(),
+            gates: BTreeMap::new(),
             rng,
             submitted_at_ms: now_ms,
             graph: Arc::new(graph),
@@ -353,7 +357,7 @@ impl JobMaster {
         if !ready {
             return;
         }
-        let mut shared_gates: BTreeMap<u32, Arc<Vec<ProducerLocation>>> = BTreeMap::new();
+        let mut shared_gates = std::mem::take(&mut self.gates);
         for task in members {
             let Some(placement) = self.task(&task).placement.clone() else {
                 continue;
@@ -376,6 +380,7 @@ impl JobMaster {
                 }
             }
         }
+        self.gates = shared_gates;
     }
 
     fn descriptor(
@@ -712,6 +717,7 @@ impl JobMaster {
     ) -> Vec<JobAction> {
         let mut actions = Vec::new();
         self.used_task_managers.remove(resource_id);
+        self.gates.clear();
         let reason = format!("TaskManager {resource_id} was lost");
         let mut failed = Vec::new();
         let on_lost: Vec<TaskRef> = self

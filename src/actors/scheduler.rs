@@ -9,8 +9,9 @@
 //! registers, or failed by [`Scheduler::expire`] with [`NoResourceAvailable`] after the slot
 //! request timeout, counted from the request.
 //!
-//! Choices: an existing shared slot is preferred to a new one; a new physical slot goes to the
-//! TaskManager with the most free slots (ties by resource id) so one crash takes few tasks; as
+//! Choices, in Flink's order: a shared slot on a preferred TaskManager, else a new slot there,
+//! else any shared slot, else a new slot on the TaskManager with the most free slots (ties by
+//! resource id) so one crash takes few tasks; as
 //! Flink does, more than [`MAX_PREFERRED_LOCATIONS`] distinct producer locations mean no
 //! preference. Co-location locks subtask i of every vertex of a co-location group to the shared
 //! slot the first of them got; after that slot is gone the lock keeps its TaskManager as the
@@ -438,9 +439,13 @@ impl Scheduler {
             preferred = vec![lock.resource_id.clone()];
         }
         let group = (task.job, request.sharing_group.clone());
+        // Flink's order: locality first (a shared slot there, else a new slot there), then any
+        // shared slot, then a new slot anywhere.
         let allocation_id = self
-            .shared_slot_for(&group, task.vertex, &preferred)
-            .or_else(|| self.new_shared_slot(&group, &preferred))?;
+            .shared_slot_for(&group, task.vertex, Some(&preferred))
+            .or_else(|| self.new_shared_slot(&group, Some(&preferred)))
+            .or_else(|| self.shared_slot_for(&group, task.vertex, None))
+            .or_else(|| self.new_shared_slot(&group, None))?;
         let assignment = self.place_in(allocation_id, task, &request.preferred)?;
         if let Some(key) = lock_key {
             self.co_location.insert(
@@ -454,12 +459,13 @@ impl Scheduler {
         Some(assignment)
     }
 
-    /// An existing shared slot of `group` without `vertex`, on a preferred TaskManager if any.
+    /// An existing shared slot of `group` without `vertex`: on one of `on` (in order), or
+    /// anywhere for `None`.
     fn shared_slot_for(
         &mut self,
         group: &GroupKey,
         vertex: usize,
-        preferred: &[ResourceId],
+        on: Option<&[ResourceId]>,
     ) -> Option<AllocationId> {
         let key = (group.clone(), vertex);
         if !self.available.contains_key(&key) {
@@ -476,36 +482,39 @@ impl Scheduler {
             self.available.insert(key.clone(), available);
         }
         let available = self.available.get(&key)?;
-        preferred
-            .iter()
-            .find_map(|tm| available.get(tm).and_then(|set| set.first()))
-            .or_else(|| available.values().find_map(|set| set.first()))
-            .copied()
+        match on {
+            Some(preferred) => preferred
+                .iter()
+                .find_map(|tm| available.get(tm).and_then(|set| set.first())),
+            None => available.values().find_map(|set| set.first()),
+        }
+        .copied()
     }
 
-    /// A new shared slot of `group` on a preferred TaskManager with a free slot, else on the one
-    /// with the most free slots.
+    /// A new shared slot of `group`: on the first of `on` with a free slot, or for `None` on
+    /// the TaskManager with the most free slots.
     fn new_shared_slot(
         &mut self,
         group: &GroupKey,
-        preferred: &[ResourceId],
+        on: Option<&[ResourceId]>,
     ) -> Option<AllocationId> {
         let has_free = |t: &TaskManagerSlots| t.used < t.total;
-        let resource_id = preferred
-            .iter()
-            .find(|tm| self.task_managers.get(*tm).is_some_and(has_free))
-            .cloned()
-            .or_else(|| {
-                self.task_managers
-                    .iter()
-                    .filter(|(_, t)| has_free(t))
-                    .max_by(|(a_id, a), (b_id, b)| {
-                        (a.total - a.used)
-                            .cmp(&(b.total - b.used))
-                            .then_with(|| b_id.cmp(a_id))
-                    })
-                    .map(|(id, _)| id.clone())
-            })?;
+        let resource_id = match on {
+            Some(preferred) => preferred
+                .iter()
+                .find(|tm| self.task_managers.get(*tm).is_some_and(has_free))
+                .cloned(),
+            None => self
+                .task_managers
+                .iter()
+                .filter(|(_, t)| has_free(t))
+                .max_by(|(a_id, a), (b_id, b)| {
+                    (a.total - a.used)
+                        .cmp(&(b.total - b.used))
+                        .then_with(|| b_id.cmp(a_id))
+                })
+                .map(|(id, _)| id.clone()),
+        }?;
         if let Some(slots) = self.task_managers.get_mut(&resource_id) {
             slots.used += 1;
         }

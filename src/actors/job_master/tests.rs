@@ -471,7 +471,6 @@ fn a_blocking_consumer_is_deployed_once_every_producer_finished() {
 }
 
 #[test]
-#[ignore = "bug: blocking all-to-all consumers (one region each) get one producer list apiece, O(P^2)"]
 fn blocking_all_to_all_consumers_deployed_together_share_one_gate() {
     let graph = pipeline(
         2,
@@ -889,7 +888,6 @@ fn a_lost_task_manager_whose_results_were_all_consumed_restarts_nothing() {
 }
 
 #[test]
-#[ignore = "bug: task_manager_lost fails a task already CANCELING for a restart and burns a restart"]
 fn losing_a_task_manager_while_its_task_cancels_for_a_restart_is_no_new_failure() {
     // Separate sharing groups put the sink on its own TaskManager.
     let mut b = JobGraph::builder("split");

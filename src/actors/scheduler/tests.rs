@@ -300,3 +300,25 @@ fn ten_thousand_shared_subtasks_place_without_quadratic_cost() {
     }
     assert_eq!(cluster.scheduler.free_slots(), 0);
 }
+
+#[test]
+fn a_new_local_slot_beats_an_existing_shared_slot_elsewhere() {
+    let mut cluster = TestCluster::new(2, 2);
+    // A source subtask sits alone in a shared slot on one TaskManager...
+    let source = cluster.assigned(request(0, 0));
+    let other = if source.resource_id == tm(0) {
+        tm(1)
+    } else {
+        tm(0)
+    };
+    // ...and a consumer prefers the other one: Flink takes a new slot there (LOCAL) over
+    // joining the existing shared slot (NON_LOCAL).
+    let mut consumer = request(1, 0);
+    consumer.preferred = vec![other.clone()];
+    let placed = cluster.assigned(consumer);
+    assert_eq!(
+        (placed.resource_id, placed.locality),
+        (other, Locality::Local)
+    );
+    assert_ne!(placed.allocation_id, source.allocation_id);
+}
