@@ -6,6 +6,8 @@
 
 mod wordcount;
 
+pub use wordcount::generate_text;
+
 use std::fmt::Write as _;
 use std::io::Write;
 use std::time::Duration;
