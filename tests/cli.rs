@@ -1,0 +1,415 @@
+//! `flint run --embedded` through the built binary: exit codes, messages, and a WordCount whose
+//! output equals the sequential count.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use flint::operators::builtin::sequential_word_count;
+
+const WORDCOUNT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/wordcount.toml");
+
+/// A temporary directory, unique per test and process, removed when dropped.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(name: &str) -> Self {
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "flint-cli-{name}-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Self(dir)
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+
+    fn write(&self, name: &str, text: &str) -> PathBuf {
+        let path = self.path(name);
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The binary's result, with its output as text.
+struct Run {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+impl std::fmt::Debug for Run {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "exit {:?}\n--- stdout\n{}--- stderr\n{}",
+            self.code, self.stdout, self.stderr
+        )
+    }
+}
+
+fn flint(args: &[&str]) -> Run {
+    let Output {
+        status,
+        stdout,
+        stderr,
+    } = Command::new(env!("CARGO_BIN_EXE_flint"))
+        .args(args)
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("the flint binary runs");
+    Run {
+        code: status.code(),
+        stdout: String::from_utf8_lossy(&stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&stderr).into_owned(),
+    }
+}
+
+fn arg(path: &Path) -> String {
+    path.display().to_string()
+}
+
+/// A text with a skewed vocabulary, unicode, punctuation and uneven lines.
+fn write_text(path: &Path, lines: usize) {
+    let words = [
+        "the",
+        "Flink",
+        "flint",
+        "Straße",
+        "naïve",
+        "x2",
+        "é",
+        "ÉCOLE",
+        "data-flow",
+        "it's",
+        "日本",
+        "Ωmega",
+    ];
+    let mut text = String::new();
+    let mut state = 42u64;
+    for i in 0..lines {
+        for _ in 0..(i * 7) % 13 {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            text.push_str(words[(state >> 33) as usize % words.len()]);
+            text.push(if state.is_multiple_of(5) { ',' } else { ' ' });
+        }
+        text.push('\n');
+    }
+    std::fs::write(path, text).unwrap();
+}
+
+/// Every `word\tcount` line of the output directory; a word in two files fails the test.
+fn read_counts(dir: &Path) -> BTreeMap<String, u64> {
+    let mut counts = BTreeMap::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        for line in std::fs::read_to_string(&path).unwrap().lines() {
+            let (word, count) = line.split_once('\t').expect("word<TAB>count");
+            let previous = counts.insert(word.to_owned(), count.parse().unwrap());
+            assert!(previous.is_none(), "{word} appears twice");
+        }
+    }
+    counts
+}
+
+/// Runs WordCount on a generated text with `extra` arguments; checks the counts.
+fn wordcount(name: &str, extra: &[&str]) -> Run {
+    let dir = Scratch::new(name);
+    let input = dir.path("input.txt");
+    write_text(&input, 3_000);
+    let output = dir.path("out");
+    let (input_param, output_param) = (
+        format!("input={}", arg(&input)),
+        format!("output={}", arg(&output)),
+    );
+    let mut args = vec![
+        "run",
+        "--embedded",
+        WORDCOUNT,
+        "--param",
+        &input_param,
+        "--param",
+        &output_param,
+        "--timeout",
+        "60s",
+    ];
+    args.extend_from_slice(extra);
+    let run = flint(&args);
+    assert_eq!(run.code, Some(0), "{run:?}");
+    assert!(run.stdout.contains("FINISHED"), "{run:?}");
+    assert!(run.stdout.contains(&arg(&output)), "output dir: {run:?}");
+    assert_eq!(
+        read_counts(&output),
+        sequential_word_count(&input).unwrap(),
+        "{run:?}"
+    );
+    run
+}
+
+#[test]
+fn wordcount_equals_the_sequential_count() {
+    let run = wordcount("wordcount", &[]);
+    assert!(run.stdout.contains("8/8 tasks finished"), "{run:?}");
+    for vertex in ["source", "tokenize", "count", "sink"] {
+        assert!(run.stdout.contains(vertex), "{vertex}: {run:?}");
+    }
+}
+
+#[test]
+fn one_slot_grows_the_pool_for_the_job() {
+    wordcount("one-slot", &["--pool-size", "1", "--slots", "1"]);
+}
+
+#[test]
+fn a_missing_input_fails_the_job_with_exit_1() {
+    let dir = Scratch::new("missing-input");
+    let input = dir.path("no-such-input.txt");
+    let run = flint(&[
+        "run",
+        "--embedded",
+        WORDCOUNT,
+        "--param",
+        &format!("input={}", arg(&input)),
+        "--param",
+        &format!("output={}", arg(&dir.path("out"))),
+        "--timeout",
+        "60s",
+    ]);
+    assert_eq!(run.code, Some(1), "{run:?}");
+    assert!(run.stdout.contains("FAILED"), "{run:?}");
+    assert!(
+        run.stdout.contains(&arg(&input)) || run.stderr.contains(&arg(&input)),
+        "the path is named: {run:?}"
+    );
+}
+
+#[test]
+fn a_job_over_its_timeout_is_cancelled_with_exit_3() {
+    let dir = Scratch::new("timeout");
+    let job = dir.write(
+        "slow.toml",
+        r#"
+        name = "slow"
+        [[vertex]]
+        name = "wait"
+        operator = "sleep"
+        config.ms = "30000"
+        "#,
+    );
+    let run = flint(&["run", "--embedded", &arg(&job), "--timeout", "300ms"]);
+    assert_eq!(run.code, Some(3), "{run:?}");
+    assert!(run.stderr.contains("--timeout"), "{run:?}");
+}
+
+#[test]
+fn the_config_file_sets_slots_and_flags_override_it() {
+    let dir = Scratch::new("config");
+    let job = dir.write(
+        "noop.toml",
+        r#"
+        name = "noop"
+        [[vertex]]
+        name = "generate"
+        operator = "noop"
+        parallelism = 3
+        config.count = "10"
+        "#,
+    );
+    let config = dir.write("cluster.toml", "[taskmanager]\nslots = 3\n");
+    let run = flint(&["run", "--embedded", &arg(&job), "--config", &arg(&config)]);
+    assert_eq!(run.code, Some(0), "{run:?}");
+    assert!(
+        run.stdout.contains("1 TaskManager × 3 slots"),
+        "slots from the file, pool from the job: {run:?}"
+    );
+    let run = flint(&[
+        "run",
+        "--embedded",
+        &arg(&job),
+        "--config",
+        &arg(&config),
+        "--slots",
+        "1",
+    ]);
+    assert_eq!(run.code, Some(0), "{run:?}");
+    assert!(run.stdout.contains("3 TaskManagers × 1 slot"), "{run:?}");
+}
+
+/// Runs flint with `args`, expecting a usage error (exit 2) whose message contains every one of
+/// `needles`, before anything started.
+fn usage_error(args: &[&str], needles: &[&str]) {
+    let run = flint(args);
+    assert_eq!(run.code, Some(2), "{run:?}");
+    for needle in needles {
+        assert!(run.stderr.contains(needle), "`{needle}` in: {run:?}");
+    }
+    assert!(run.stdout.is_empty(), "nothing started: {run:?}");
+}
+
+#[test]
+fn a_missing_job_file_is_named() {
+    let dir = Scratch::new("missing-job");
+    let job = arg(&dir.path("absent.toml"));
+    usage_error(&["run", "--embedded", &job], &[&job]);
+}
+
+#[test]
+fn malformed_toml_points_at_the_line() {
+    let dir = Scratch::new("malformed");
+    let job = dir.write("bad.toml", "name = \"bad\"\n[[vertex]\nname = \"x\"\n");
+    usage_error(
+        &["run", "--embedded", &arg(&job)],
+        &["invalid job file", "line 2"],
+    );
+}
+
+#[test]
+fn a_missing_parameter_is_named() {
+    usage_error(
+        &["run", "--embedded", WORDCOUNT, "--param", "output="],
+        &["${input}", "not given"],
+    );
+}
+
+#[test]
+fn a_param_without_equals_is_named() {
+    usage_error(
+        &["run", "--embedded", WORDCOUNT, "--param", "input"],
+        &["--param", "`input`", "="],
+    );
+}
+
+#[test]
+fn a_param_given_twice_is_refused() {
+    usage_error(
+        &[
+            "run",
+            "--embedded",
+            WORDCOUNT,
+            "--param",
+            "input=a",
+            "--param",
+            "input=b",
+            "--param",
+            "output=c",
+        ],
+        &["`input`", "twice"],
+    );
+}
+
+#[test]
+fn an_unknown_operator_is_named() {
+    let dir = Scratch::new("unknown-op");
+    let job = dir.write(
+        "nope.toml",
+        "name = \"nope\"\n[[vertex]]\nname = \"v\"\noperator = \"nope\"\n",
+    );
+    usage_error(&["run", "--embedded", &arg(&job)], &["`nope`", "operator"]);
+}
+
+#[test]
+fn a_cycle_is_refused() {
+    let dir = Scratch::new("cycle");
+    let job = dir.write(
+        "cycle.toml",
+        r#"
+        name = "cycle"
+        [[vertex]]
+        name = "a"
+        operator = "noop"
+        [[vertex]]
+        name = "b"
+        operator = "noop"
+        [[edge]]
+        from = "a"
+        to = "b"
+        pattern = "forward"
+        [[edge]]
+        from = "b"
+        to = "a"
+        pattern = "forward"
+        "#,
+    );
+    usage_error(&["run", "--embedded", &arg(&job)], &["cycle"]);
+}
+
+#[test]
+fn zero_slots_names_the_config_key() {
+    usage_error(
+        &[
+            "run",
+            "--embedded",
+            WORDCOUNT,
+            "--param",
+            "input=a",
+            "--param",
+            "output=b",
+            "--slots",
+            "0",
+        ],
+        &["taskmanager.slots"],
+    );
+}
+
+#[test]
+fn a_bad_config_file_is_named() {
+    let dir = Scratch::new("bad-config");
+    let config = dir.write("cluster.toml", "[taskmanager]\nslotz = 2\n");
+    usage_error(
+        &[
+            "run",
+            "--embedded",
+            WORDCOUNT,
+            "--param",
+            "input=a",
+            "--param",
+            "output=b",
+            "--config",
+            &arg(&config),
+        ],
+        &[&arg(&config), "slotz"],
+    );
+}
+
+#[test]
+fn run_without_embedded_says_only_embedded_runs_exist() {
+    usage_error(
+        &[
+            "run", WORDCOUNT, "--param", "input=a", "--param", "output=b",
+        ],
+        &["only embedded runs", "--embedded"],
+    );
+}
+
+#[test]
+fn help_mentions_embedded_and_exit_codes() {
+    for args in [&["--help"][..], &["run", "--help"]] {
+        let run = flint(args);
+        assert_eq!(run.code, Some(0), "{run:?}");
+        assert!(run.stdout.contains("--embedded"), "{run:?}");
+        assert!(run.stdout.contains("Exit codes"), "{run:?}");
+    }
+    let run = flint(&["run", "--help"]);
+    assert!(run.stdout.contains("Example"), "{run:?}");
+}
+
+#[test]
+fn no_subcommand_prints_help() {
+    let run = flint(&[]);
+    assert_eq!(run.code, Some(2), "{run:?}");
+    assert!(run.stderr.contains("Usage: flint"), "{run:?}");
+}
