@@ -21,13 +21,16 @@ use std::time::Duration;
 use actix::clock::Instant;
 
 use super::scheduler::{
-    NoResourceAvailable, Placement, Scheduler, SlotAssignment, SlotRequest, TaskRef,
+    MAX_PREFERRED_LOCATIONS, NoResourceAvailable, Placement, Scheduler, SlotAssignment,
+    SlotRequest, TaskRef,
 };
 use crate::env::NodeRng;
 use crate::job::graph::{DistributionPattern, JobGraph};
-use crate::job::regions::{ExecutionVertexRef, PipelinedRegions, Region, RegionError, RegionId};
+use crate::job::regions::{
+    ExecutionVertexRef, PipelinedRegions, RegionError, RegionId, RegionProgress,
+};
 use crate::job::restart::{RestartBackoff, RestartDecision};
-use crate::job::states::{ExecutionState, JobStatus, StateMachine, Tracked};
+use crate::job::states::{ExecutionState, JobStatus, Tracked};
 use crate::messages::ids::{ExecutionAttemptId, JobId, ResourceId};
 use crate::messages::job_manager::{JobDetails, JobSummary, SubtaskDetails, VertexDetails};
 use crate::messages::{
@@ -35,19 +38,15 @@ use crate::messages::{
     deployment::{InputGate, OutputPartition, ProducerLocation, TaskDeploymentDescriptor},
 };
 
-/// A transition that is logged, not returned, when the table refuses it: the job master only
-/// asks for transitions its own state allows, so a refusal is a bug worth a log line, not a
-/// reason to stop the job.
-trait TransitionLogged<S> {
-    fn transition_logged(&mut self, to: S, now_ms: u64);
-}
-
-impl<S: StateMachine> TransitionLogged<S> for Tracked<S> {
-    fn transition_logged(&mut self, to: S, now_ms: u64) {
-        if let Err(error) = self.transition(to, now_ms) {
-            log::warn!("{error}");
-        }
-    }
+/// Whether a task in this state holds or waits for a slot, or still runs.
+fn is_active(state: ExecutionState) -> bool {
+    matches!(
+        state,
+        ExecutionState::Scheduled
+            | ExecutionState::Deploying
+            | ExecutionState::Running
+            | ExecutionState::Canceling
+    )
 }
 
 /// Something the JobManager actor must do for a job.
@@ -112,13 +111,18 @@ pub struct JobMaster {
     job_id: JobId,
     graph: Arc<JobGraph>,
     regions: PipelinedRegions,
-    /// Vertex indices in topological order (producers first).
-    order: Vec<usize>,
+    /// Each region's tasks, producers first (so consumers can prefer their producers' places).
+    region_members: Vec<Vec<TaskRef>>,
+    /// Tasks of each scheduled region not finished yet: the region finishes at zero.
+    unfinished: Vec<usize>,
+    /// Tasks scheduled, deploying, running or canceling (all of the job).
+    active: usize,
+    /// Of those, the ones in regions waiting to restart.
+    restarting_active: usize,
     tasks: Vec<Vec<ExecutionVertex>>,
     attempts: BTreeMap<ExecutionAttemptId, TaskRef>,
     status: Tracked<JobStatus>,
-    scheduled: BTreeSet<RegionId>,
-    finished: BTreeSet<RegionId>,
+    progress: RegionProgress,
     /// Regions waiting to run again (their tasks stopping, or the restart delay).
     restarting: BTreeSet<RegionId>,
     restart_generation: u64,
@@ -144,7 +148,30 @@ impl JobMaster {
         now_ms: u64,
     ) -> Result<Self, RegionError> {
         let regions = PipelinedRegions::compute(&graph)?;
-        let order = graph.topological_order();
+        let progress = RegionProgress::new(&regions);
+        let rank: BTreeMap<usize, usize> = graph
+            .topological_order()
+            .into_iter()
+            .enumerate()
+            .map(|(i, v)| (v, i))
+            .collect();
+        let region_members: Vec<Vec<TaskRef>> = regions
+            .regions
+            .iter()
+            .map(|region| {
+                let mut members: Vec<TaskRef> = region
+                    .members
+                    .iter()
+                    .map(|m| TaskRef {
+                        job: job_id,
+                        vertex: m.vertex,
+                        subtask: m.subtask,
+                    })
+                    .collect();
+                members.sort_by_key(|t| (rank.get(&t.vertex).copied().unwrap_or(0), t.subtask));
+                members
+            })
+            .collect();
         let tasks = graph
             .vertices
             .iter()
@@ -163,13 +190,15 @@ impl JobMaster {
         let backoff = RestartBackoff::new(graph.restart_strategy);
         let mut master = Self {
             job_id,
+            unfinished: vec![0; regions.regions.len()],
             regions,
-            order,
+            region_members,
+            active: 0,
+            restarting_active: 0,
             tasks,
             attempts: BTreeMap::new(),
             status: Tracked::new(JobStatus::Created, now_ms),
-            scheduled: BTreeSet::new(),
-            finished: BTreeSet::new(),
+            progress,
             restarting: BTreeSet::new(),
             restart_generation: 0,
             restart_due: false,
@@ -245,50 +274,48 @@ impl JobMaster {
             .expect("a subtask of this job has a region")
     }
 
-    fn region(&self, id: RegionId) -> &Region {
-        // Region ids come from `self.regions` itself.
-        self.regions.region(id).expect("a region id of this job")
+    fn members(&self, region: RegionId) -> Vec<TaskRef> {
+        self.region_members[region.0].clone()
     }
 
-    fn members(&self, region: RegionId) -> Vec<TaskRef> {
-        let rank: BTreeMap<usize, usize> = self
-            .order
-            .iter()
-            .enumerate()
-            .map(|(i, v)| (*v, i))
-            .collect();
-        let mut members: Vec<TaskRef> = self
-            .region(region)
-            .members
-            .iter()
-            .map(|m| TaskRef {
-                job: self.job_id,
-                vertex: m.vertex,
-                subtask: m.subtask,
-            })
-            .collect();
-        // Producers first, so consumers can prefer their producers' TaskManagers.
-        members.sort_by_key(|t| (rank.get(&t.vertex).copied().unwrap_or(0), t.subtask));
-        members
+    /// Every state change of a task goes through here, keeping the counters exact.
+    fn set_state(&mut self, task: &TaskRef, to: ExecutionState, now_ms: u64) -> bool {
+        let restarting = self.restarting.contains(&self.region_of(task));
+        let region = self.region_of(task);
+        let ev = self.task_mut(task);
+        let from = ev.state.state();
+        if let Err(error) = ev.state.transition(to, now_ms) {
+            log::warn!("job {}: {task:?}: {error}", self.job_id);
+            return false;
+        }
+        match (is_active(from), is_active(to)) {
+            (false, true) => {
+                self.active += 1;
+                self.restarting_active += usize::from(restarting);
+            }
+            (true, false) => {
+                self.active = self.active.saturating_sub(1);
+                if restarting {
+                    self.restarting_active = self.restarting_active.saturating_sub(1);
+                }
+            }
+            _ => {}
+        }
+        if to == ExecutionState::Finished {
+            self.unfinished[region.0] = self.unfinished[region.0].saturating_sub(1);
+        }
+        true
     }
 
     fn schedule_ready_regions(&mut self, cx: &mut JobContext<'_>, actions: &mut Vec<JobAction>) {
         if self.status() != JobStatus::Running {
             return;
         }
-        let ready: Vec<RegionId> = self
-            .regions
-            .schedulable(&self.finished, &self.scheduled)
-            .into_iter()
-            .filter(|r| !self.restarting.contains(r))
-            .collect();
-        for region in ready {
-            self.scheduled.insert(region);
+        for region in self.progress.take_ready() {
+            self.unfinished[region.0] = self.region_members[region.0].len();
             for task in self.members(region) {
                 let request = self.slot_request(&task);
-                self.task_mut(&task)
-                    .state
-                    .transition_logged(ExecutionState::Scheduled, cx.now_ms);
+                self.set_state(&task, ExecutionState::Scheduled, cx.now_ms);
                 if let Placement::Assigned(assignment) = cx.scheduler.request(request, cx.now) {
                     self.task_mut(&task).placement = Some(assignment);
                 }
@@ -303,6 +330,14 @@ impl JobMaster {
         for edge in self.graph.edges.iter().filter(|e| e.target == task.vertex) {
             let producers: Vec<u32> = match edge.pattern {
                 DistributionPattern::Forward => vec![task.subtask],
+                // As Flink: an input with more producers than locations worth considering
+                // gives no preference (and costs no O(P) walk per consumer).
+                DistributionPattern::AllToAll
+                    if self.graph.vertices[edge.source].parallelism as usize
+                        > MAX_PREFERRED_LOCATIONS =>
+                {
+                    continue;
+                }
                 DistributionPattern::AllToAll => {
                     (0..self.graph.vertices[edge.source].parallelism).collect()
                 }
@@ -364,9 +399,7 @@ impl JobMaster {
             };
             match self.descriptor(&task, &placement, cx, &mut shared_gates) {
                 Some(descriptor) => {
-                    self.task_mut(&task)
-                        .state
-                        .transition_logged(ExecutionState::Deploying, cx.now_ms);
+                    self.set_state(&task, ExecutionState::Deploying, cx.now_ms);
                     self.used_task_managers
                         .insert(placement.resource_id.clone());
                     actions.push(JobAction::Deploy {
@@ -479,23 +512,21 @@ impl JobMaster {
             return actions;
         };
         let now_ms = cx.now_ms;
-        let ev = self.task_mut(&task);
-        if ev.state.state().is_terminal() {
+        let current = self.task(&task).state.state();
+        if current.is_terminal() {
             return actions;
         }
         // A task that finished while its cancellation was on the way was cancelled all the same.
-        let state =
-            if state == ExecutionState::Finished && ev.state.state() == ExecutionState::Canceling {
-                ExecutionState::Canceled
-            } else {
-                state
-            };
-        if let Err(e) = ev.state.transition(state, now_ms) {
-            log::warn!("job {}: {task:?}: {e}", self.job_id);
+        let state = if state == ExecutionState::Finished && current == ExecutionState::Canceling {
+            ExecutionState::Canceled
+        } else {
+            state
+        };
+        if !self.set_state(&task, state, now_ms) {
             return actions;
         }
         if error.is_some() {
-            ev.error = error.clone();
+            self.task_mut(&task).error = error.clone();
         }
         if !state.is_terminal() {
             return actions;
@@ -529,15 +560,11 @@ impl JobMaster {
         actions: &mut Vec<JobAction>,
     ) {
         let region = self.region_of(&task);
-        let done = self
-            .members(region)
-            .iter()
-            .all(|t| self.task(t).state.state() == ExecutionState::Finished);
-        if !done {
+        if self.unfinished[region.0] > 0 {
             return;
         }
-        self.finished.insert(region);
-        if self.finished.len() == self.regions.regions.len() {
+        self.progress.finish(&self.regions, region);
+        if self.progress.finished_count() == self.regions.regions.len() {
             self.set_status(JobStatus::Finished, cx.now_ms);
             self.end(actions);
             return;
@@ -589,9 +616,13 @@ impl JobMaster {
                 );
                 self.restarts += 1;
                 for region in &regions {
-                    self.scheduled.remove(region);
-                    self.finished.remove(region);
-                    self.restarting.insert(*region);
+                    self.progress.reset(&self.regions, *region);
+                    if self.restarting.insert(*region) {
+                        self.restarting_active += self.region_members[region.0]
+                            .iter()
+                            .filter(|t| is_active(self.task(t).state.state()))
+                            .count();
+                    }
                     for task in self.members(*region) {
                         self.stop_task(task, cx, actions);
                     }
@@ -609,16 +640,15 @@ impl JobMaster {
     /// Cancels a task in whatever state it is.
     fn stop_task(&mut self, task: TaskRef, cx: &mut JobContext<'_>, actions: &mut Vec<JobAction>) {
         let now_ms = cx.now_ms;
-        let ev = self.task_mut(&task);
-        match ev.state.state() {
+        match self.task(&task).state.state() {
             ExecutionState::Created | ExecutionState::Scheduled => {
-                ev.state.transition_logged(ExecutionState::Canceled, now_ms);
+                self.set_state(&task, ExecutionState::Canceled, now_ms);
                 cx.scheduler.cancel_request(&task);
                 self.free_slot(&task, cx);
             }
             ExecutionState::Deploying | ExecutionState::Running => {
-                ev.state
-                    .transition_logged(ExecutionState::Canceling, now_ms);
+                self.set_state(&task, ExecutionState::Canceling, now_ms);
+                let ev = self.task(&task);
                 if let Some(placement) = &ev.placement {
                     actions.push(JobAction::Cancel {
                         resource_id: placement.resource_id.clone(),
@@ -641,35 +671,29 @@ impl JobMaster {
     }
 
     /// Once every stopping task stopped: finish a cancellation or failure, or run a restart.
+    /// O(1): the counters of active tasks say whether anything still runs.
     fn after_stop(&mut self, cx: &mut JobContext<'_>, actions: &mut Vec<JobAction>) {
-        let all_stopped = |master: &Self, tasks: &[TaskRef]| {
-            tasks.iter().all(|t| {
-                let s = master.task(t).state.state();
-                s.is_terminal() || s == ExecutionState::Created
-            })
-        };
         match self.status() {
-            JobStatus::Cancelling | JobStatus::Failing => {
-                let everything: Vec<TaskRef> = self.attempts.values().copied().collect();
-                if all_stopped(self, &everything) {
-                    let to = if self.status() == JobStatus::Cancelling {
-                        JobStatus::Canceled
-                    } else {
-                        JobStatus::Failed
-                    };
-                    self.set_status(to, cx.now_ms);
-                    self.end(actions);
-                }
+            JobStatus::Cancelling | JobStatus::Failing if self.active == 0 => {
+                let to = if self.status() == JobStatus::Cancelling {
+                    JobStatus::Canceled
+                } else {
+                    JobStatus::Failed
+                };
+                self.set_status(to, cx.now_ms);
+                self.end(actions);
             }
-            JobStatus::Running if self.restart_due && !self.restarting.is_empty() => {
+            JobStatus::Running
+                if self.restart_due
+                    && !self.restarting.is_empty()
+                    && self.restarting_active == 0 =>
+            {
                 let members: Vec<TaskRef> = self
                     .restarting
                     .iter()
-                    .flat_map(|r| self.members(*r))
+                    .flat_map(|r| self.region_members[r.0].iter().copied())
                     .collect();
-                if all_stopped(self, &members) {
-                    self.restart_regions(members, cx, actions);
-                }
+                self.restart_regions(members, cx, actions);
             }
             _ => {}
         }
@@ -694,7 +718,10 @@ impl JobMaster {
             ev.error = None;
             self.attempts.insert(attempt, task);
         }
-        self.restarting.clear();
+        for region in std::mem::take(&mut self.restarting) {
+            self.progress.release(region);
+        }
+        self.restarting_active = 0;
         self.restart_due = false;
         self.schedule_ready_regions(cx, actions);
     }
@@ -738,22 +765,20 @@ impl JobMaster {
                 ExecutionState::Finished => {
                     // Its results are gone; needed again unless every consumer finished.
                     let region = self.region_of(&task);
-                    let consumers = &self.region(region).consumers;
-                    if !consumers.iter().all(|c| self.finished.contains(c)) {
+                    let consumers = self.regions.consumers(region);
+                    if !consumers.iter().all(|c| self.progress.is_finished(*c)) {
                         failed.push((task, reason.clone()));
                     }
                 }
                 s if s.is_terminal() => {}
                 ExecutionState::Canceling => {
                     // Already being stopped (a failover or a cancellation): it stopped now.
-                    let ev = self.task_mut(&task);
-                    ev.state.transition_logged(ExecutionState::Canceled, now_ms);
-                    ev.error = Some(reason.clone());
+                    self.set_state(&task, ExecutionState::Canceled, now_ms);
+                    self.task_mut(&task).error = Some(reason.clone());
                 }
                 _ => {
-                    let ev = self.task_mut(&task);
-                    ev.state.transition_logged(ExecutionState::Failed, now_ms);
-                    ev.error = Some(reason.clone());
+                    self.set_state(&task, ExecutionState::Failed, now_ms);
+                    self.task_mut(&task).error = Some(reason.clone());
                     failed.push((task, reason.clone()));
                 }
             }
@@ -773,13 +798,11 @@ impl JobMaster {
         cx: &mut JobContext<'_>,
     ) -> Vec<JobAction> {
         let mut actions = Vec::new();
-        let now_ms = cx.now_ms;
-        let ev = self.task_mut(&task);
-        if ev.state.state() != ExecutionState::Scheduled {
+        if self.task(&task).state.state() != ExecutionState::Scheduled {
             return actions;
         }
-        ev.state.transition_logged(ExecutionState::Failed, now_ms);
-        ev.error = Some(error.to_string());
+        self.set_state(&task, ExecutionState::Failed, cx.now_ms);
+        self.task_mut(&task).error = Some(error.to_string());
         if self.status() == JobStatus::Running {
             self.failover(vec![(task, error.to_string())], cx, &mut actions);
         }

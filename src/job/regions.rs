@@ -12,7 +12,7 @@
 //! joined with O(P) unions, never pair by pair.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeSet, BinaryHeap};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
@@ -85,10 +85,22 @@ pub struct Region {
     pub id: RegionId,
     /// Its subtasks, sorted.
     pub members: Vec<ExecutionVertexRef>,
-    /// Regions whose blocking results it reads: all must have finished before it is scheduled.
-    pub blocking_inputs: BTreeSet<RegionId>,
-    /// Regions that read its blocking results: they restart when it does.
-    pub consumers: BTreeSet<RegionId>,
+    /// The consumed groups it reads blocking results from: all must be complete (every
+    /// producer region of each finished) before it is scheduled.
+    pub input_groups: Vec<usize>,
+    /// The consumed groups its blocking results belong to.
+    pub output_groups: Vec<usize>,
+}
+
+/// Producer regions whose blocking results a set of consumer regions read (Flink's
+/// ConsumedPartitionGroup). All consumers of an all-to-all blocking edge share one group, so the
+/// dependencies cost O(P), not O(P²).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConsumedGroup {
+    /// The regions producing the results.
+    pub producers: Vec<RegionId>,
+    /// The regions reading them.
+    pub consumers: Vec<RegionId>,
 }
 
 /// A job's subtasks partitioned into pipelined regions, in topological order: a region comes
@@ -98,6 +110,8 @@ pub struct Region {
 pub struct PipelinedRegions {
     /// The regions; `regions[i].id == RegionId(i)`.
     pub regions: Vec<Region>,
+    /// The consumed groups the regions' `input_groups`/`output_groups` index.
+    pub groups: Vec<ConsumedGroup>,
     /// `offsets[v]` is the flat index of vertex `v`'s subtask 0; `offsets[len]` the total.
     offsets: Vec<usize>,
     /// The region of each subtask, by flat index.
@@ -175,10 +189,10 @@ impl PipelinedRegions {
             members[region].push(flat);
             unordered_of.push(region);
         }
-        let inputs = blocking_inputs(graph, &offsets, &unordered_of, members.len());
+        let groups = consumed_groups(graph, &offsets, &unordered_of);
 
         // 5. Topological order, ties by smallest member.
-        let order = topological_order(&members, &inputs);
+        let order = topological_order(&members, &groups);
         let mut id_of = vec![RegionId(0); members.len()];
         for (position, &region) in order.iter().enumerate() {
             id_of[region] = RegionId(position);
@@ -191,22 +205,53 @@ impl PipelinedRegions {
                     .iter()
                     .map(|&flat| execution_vertex(&offsets, flat))
                     .collect(),
-                blocking_inputs: inputs[region].iter().map(|&r| id_of[r]).collect(),
-                consumers: BTreeSet::new(),
+                input_groups: Vec::new(),
+                output_groups: Vec::new(),
             })
             .collect();
-        for index in 0..regions.len() {
-            let inputs: Vec<RegionId> = regions[index].blocking_inputs.iter().copied().collect();
-            for input in inputs {
-                regions[input.0].consumers.insert(RegionId(index));
-            }
-        }
+        let groups: Vec<ConsumedGroup> = groups
+            .into_iter()
+            .enumerate()
+            .map(|(index, (producers, consumers))| {
+                let producers: Vec<RegionId> = producers.iter().map(|&r| id_of[r]).collect();
+                let consumers: Vec<RegionId> = consumers.iter().map(|&r| id_of[r]).collect();
+                for p in &producers {
+                    regions[p.0].output_groups.push(index);
+                }
+                for c in &consumers {
+                    regions[c.0].input_groups.push(index);
+                }
+                ConsumedGroup {
+                    producers,
+                    consumers,
+                }
+            })
+            .collect();
         let region_by_flat = unordered_of.iter().map(|&r| id_of[r]).collect();
         Ok(Self {
             regions,
+            groups,
             offsets,
             region_by_flat,
         })
+    }
+
+    /// The regions `id` reads blocking results from (computed from its groups).
+    pub fn blocking_inputs(&self, id: RegionId) -> BTreeSet<RegionId> {
+        self.region(id)
+            .into_iter()
+            .flat_map(|r| &r.input_groups)
+            .flat_map(|g| self.groups[*g].producers.iter().copied())
+            .collect()
+    }
+
+    /// The regions reading `id`'s blocking results (computed from its groups).
+    pub fn consumers(&self, id: RegionId) -> BTreeSet<RegionId> {
+        self.region(id)
+            .into_iter()
+            .flat_map(|r| &r.output_groups)
+            .flat_map(|g| self.groups[*g].consumers.iter().copied())
+            .collect()
     }
 
     /// The region a subtask belongs to; `None` if the graph has no such subtask.
@@ -235,7 +280,14 @@ impl PipelinedRegions {
         self.regions
             .iter()
             .filter(|region| !scheduled.contains(&region.id) && !finished.contains(&region.id))
-            .filter(|region| region.blocking_inputs.is_subset(finished))
+            .filter(|region| {
+                region.input_groups.iter().all(|g| {
+                    self.groups[*g]
+                        .producers
+                        .iter()
+                        .all(|p| finished.contains(p))
+                })
+            })
             .map(|region| region.id)
             .collect()
     }
@@ -259,15 +311,129 @@ impl PipelinedRegions {
                 continue;
             }
             if let Some(region) = self.region(region) {
-                pending.extend(
-                    region
-                        .consumers
-                        .iter()
-                        .filter(|consumer| !restart.contains(consumer)),
-                );
+                for group in &region.output_groups {
+                    pending.extend(
+                        self.groups[*group]
+                            .consumers
+                            .iter()
+                            .filter(|consumer| !restart.contains(consumer)),
+                    );
+                }
             }
         }
         restart
+    }
+}
+
+/// Where each region stands while a job runs, tracked incrementally: a region becomes ready when
+/// its last input group completes, so scheduling a job of R regions costs O(R + group sizes)
+/// overall instead of a scan of every region after every finished one.
+#[derive(Debug, Clone)]
+pub struct RegionProgress {
+    state: Vec<Progress>,
+    /// Input groups not complete, per region.
+    pending_inputs: Vec<usize>,
+    /// Producer regions not finished, per group.
+    group_remaining: Vec<usize>,
+    ready: BTreeSet<RegionId>,
+    finished: usize,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Progress {
+    Waiting,
+    Scheduled,
+    Finished,
+}
+
+impl RegionProgress {
+    /// Nothing scheduled; the regions without blocking inputs are ready.
+    pub fn new(regions: &PipelinedRegions) -> Self {
+        let pending_inputs: Vec<usize> = regions
+            .regions
+            .iter()
+            .map(|r| r.input_groups.len())
+            .collect();
+        let ready = regions
+            .regions
+            .iter()
+            .filter(|r| r.input_groups.is_empty())
+            .map(|r| r.id)
+            .collect();
+        Self {
+            state: vec![Progress::Waiting; regions.regions.len()],
+            pending_inputs,
+            group_remaining: regions.groups.iter().map(|g| g.producers.len()).collect(),
+            ready,
+            finished: 0,
+        }
+    }
+
+    /// The regions ready to schedule, in order; they count as scheduled from now on.
+    pub fn take_ready(&mut self) -> Vec<RegionId> {
+        let ready: Vec<RegionId> = std::mem::take(&mut self.ready).into_iter().collect();
+        for region in &ready {
+            self.state[region.0] = Progress::Scheduled;
+        }
+        ready
+    }
+
+    /// Every task of `region` finished: its consumers may become ready.
+    pub fn finish(&mut self, regions: &PipelinedRegions, region: RegionId) {
+        if self.state[region.0] == Progress::Finished {
+            return;
+        }
+        self.state[region.0] = Progress::Finished;
+        self.finished += 1;
+        for &group in &regions.regions[region.0].output_groups {
+            self.group_remaining[group] -= 1;
+            if self.group_remaining[group] == 0 {
+                for consumer in &regions.groups[group].consumers {
+                    self.pending_inputs[consumer.0] -= 1;
+                    if self.pending_inputs[consumer.0] == 0
+                        && self.state[consumer.0] == Progress::Waiting
+                    {
+                        self.ready.insert(*consumer);
+                    }
+                }
+            }
+        }
+    }
+
+    /// `region` will run again (failover): it is neither scheduled, finished nor ready until
+    /// [`release`](Self::release)d, and its consumers wait for it again.
+    pub fn reset(&mut self, regions: &PipelinedRegions, region: RegionId) {
+        if self.state[region.0] == Progress::Finished {
+            self.finished -= 1;
+            for &group in &regions.regions[region.0].output_groups {
+                self.group_remaining[group] += 1;
+                if self.group_remaining[group] == 1 {
+                    for consumer in &regions.groups[group].consumers {
+                        self.pending_inputs[consumer.0] += 1;
+                        self.ready.remove(consumer);
+                    }
+                }
+            }
+        }
+        self.state[region.0] = Progress::Waiting;
+        self.ready.remove(&region);
+    }
+
+    /// A reset region may be scheduled again once its inputs are complete.
+    pub fn release(&mut self, region: RegionId) {
+        if self.state[region.0] == Progress::Waiting && self.pending_inputs[region.0] == 0 {
+            self.ready.insert(region);
+        }
+    }
+
+    /// Whether `region` finished.
+    pub fn is_finished(&self, region: RegionId) -> bool {
+        self.state[region.0] == Progress::Finished
+    }
+
+    /// How many regions finished.
+    pub fn finished_count(&self) -> usize {
+        self.finished
     }
 }
 
@@ -373,16 +539,16 @@ fn merge_blocking_cycles(
     merged
 }
 
-/// For each region, the other regions it reads blocking results from (deduplicated). An
-/// all-to-all blocking edge between many small regions makes every consumer region list every
-/// producer region: that is the answer's size, not a cost of computing it.
-fn blocking_inputs(
+/// The consumed groups of the blocking edges between regions: `(producer regions, consumer
+/// regions)`. An all-to-all edge makes one group shared by all its consumers (a consumer region
+/// that also holds producers of the edge gets its own group without itself); a forward edge one
+/// group per producer region.
+fn consumed_groups(
     graph: &JobGraph,
     offsets: &[usize],
     region_of: &[usize],
-    regions: usize,
-) -> Vec<BTreeSet<usize>> {
-    let mut inputs = vec![BTreeSet::new(); regions];
+) -> Vec<(Vec<usize>, Vec<usize>)> {
+    let mut groups = Vec::new();
     for edge in graph.edges.iter() {
         if edge.exchange != ExchangeMode::Blocking {
             continue;
@@ -390,33 +556,56 @@ fn blocking_inputs(
         let (sources, targets) = (span(offsets, edge.source), span(offsets, edge.target));
         match edge.pattern {
             DistributionPattern::Forward => {
+                let mut by_producer: BTreeMap<usize, BTreeSet<usize>> = BTreeMap::new();
                 for (s, t) in sources.zip(targets) {
                     if region_of[s] != region_of[t] {
-                        inputs[region_of[t]].insert(region_of[s]);
+                        by_producer
+                            .entry(region_of[s])
+                            .or_default()
+                            .insert(region_of[t]);
                     }
+                }
+                for (producer, consumers) in by_producer {
+                    groups.push((vec![producer], consumers.into_iter().collect()));
                 }
             }
             DistributionPattern::AllToAll => {
                 let producers: BTreeSet<usize> = sources.map(|s| region_of[s]).collect();
                 let consumers: BTreeSet<usize> = targets.map(|t| region_of[t]).collect();
-                for &consumer in &consumers {
-                    let others = producers.iter().filter(|&&p| p != consumer);
-                    inputs[consumer].extend(others);
+                let (mixed, plain): (Vec<usize>, Vec<usize>) =
+                    consumers.into_iter().partition(|c| producers.contains(c));
+                if !plain.is_empty() && !producers.is_empty() {
+                    groups.push((producers.iter().copied().collect(), plain));
+                }
+                for consumer in mixed {
+                    let others: Vec<usize> = producers
+                        .iter()
+                        .copied()
+                        .filter(|&p| p != consumer)
+                        .collect();
+                    if !others.is_empty() {
+                        groups.push((others, vec![consumer]));
+                    }
                 }
             }
         }
     }
-    inputs
+    groups
 }
 
-/// Kahn's algorithm over regions, always taking the ready region with the smallest member.
-fn topological_order(members: &[Vec<usize>], inputs: &[BTreeSet<usize>]) -> Vec<usize> {
+/// Kahn's algorithm over regions and their consumed groups, always taking the ready region
+/// with the smallest member: O(regions + group sizes).
+fn topological_order(members: &[Vec<usize>], groups: &[(Vec<usize>, Vec<usize>)]) -> Vec<usize> {
     let count = members.len();
-    let mut waiting_on: Vec<usize> = inputs.iter().map(BTreeSet::len).collect();
-    let mut consumers = vec![Vec::new(); count];
-    for (region, region_inputs) in inputs.iter().enumerate() {
-        for &input in region_inputs {
-            consumers[input].push(region);
+    let mut waiting_on = vec![0usize; count];
+    let mut outputs = vec![Vec::new(); count];
+    let mut remaining: Vec<usize> = groups.iter().map(|(p, _)| p.len()).collect();
+    for (index, (producers, consumers)) in groups.iter().enumerate() {
+        for &p in producers {
+            outputs[p].push(index);
+        }
+        for &c in consumers {
+            waiting_on[c] += 1;
         }
     }
     // Every region has at least one member: it was created for one.
@@ -428,10 +617,15 @@ fn topological_order(members: &[Vec<usize>], inputs: &[BTreeSet<usize>]) -> Vec<
     let mut order = Vec::with_capacity(count);
     while let Some(Reverse((_, region))) = ready.pop() {
         order.push(region);
-        for &consumer in &consumers[region] {
-            waiting_on[consumer] -= 1;
-            if waiting_on[consumer] == 0 {
-                ready.push(Reverse((smallest(consumer), consumer)));
+        for &group in &outputs[region] {
+            remaining[group] -= 1;
+            if remaining[group] == 0 {
+                for &consumer in &groups[group].1 {
+                    waiting_on[consumer] -= 1;
+                    if waiting_on[consumer] == 0 {
+                        ready.push(Reverse((smallest(consumer), consumer)));
+                    }
+                }
             }
         }
     }
@@ -626,16 +820,12 @@ mod tests {
                 assert!(seen.insert(member), "{member} in two regions");
                 assert_eq!(regions.region_of(member), Some(region.id));
             }
-            for input in &region.blocking_inputs {
+            for input in regions.blocking_inputs(region.id) {
                 assert!(input.0 < index, "{input} must come before region-{index}");
-                assert!(regions.regions[input.0].consumers.contains(&region.id));
+                assert!(regions.consumers(input).contains(&region.id));
             }
-            for consumer in &region.consumers {
-                assert!(
-                    regions.regions[consumer.0]
-                        .blocking_inputs
-                        .contains(&region.id)
-                );
+            for consumer in regions.consumers(region.id) {
+                assert!(regions.blocking_inputs(consumer).contains(&region.id));
             }
         }
         let total: u32 = parallelism.iter().sum();
@@ -663,7 +853,7 @@ mod tests {
     fn single_vertex() {
         let one = regions(&[1], &[]);
         assert_eq!(members(&one), [vec![(0, 0)]]);
-        assert!(one.regions[0].blocking_inputs.is_empty());
+        assert!(one.blocking_inputs(RegionId(0)).is_empty());
         // Unconnected subtasks are independent regions.
         let three = regions(&[3], &[]);
         assert_eq!(members(&three), [[(0, 0)], [(0, 1)], [(0, 2)]]);
@@ -676,7 +866,11 @@ mod tests {
             members(&r),
             [[(0, 0), (1, 0)], [(0, 1), (1, 1)], [(0, 2), (1, 2)]]
         );
-        assert!(r.regions.iter().all(|r| r.blocking_inputs.is_empty()));
+        assert!(
+            r.regions
+                .iter()
+                .all(|region| r.blocking_inputs(region.id).is_empty())
+        );
     }
 
     #[test]
@@ -689,15 +883,15 @@ mod tests {
     fn all_to_all_blocking_separates_producers_from_consumers() {
         let r = regions(&[1, 1], &[(0, 1, AllToAll, Blocking)]);
         assert_eq!(members(&r), [[(0, 0)], [(1, 0)]]);
-        assert_eq!(r.regions[1].blocking_inputs, ids(&[0]));
-        assert_eq!(r.regions[0].consumers, ids(&[1]));
+        assert_eq!(r.blocking_inputs(RegionId(1)), ids(&[0]));
+        assert_eq!(r.consumers(RegionId(0)), ids(&[1]));
 
         // Nothing joins subtasks of one side either: each consumer reads every producer region.
         let r = regions(&[2, 2], &[(0, 1, AllToAll, Blocking)]);
         assert_eq!(members(&r), [[(0, 0)], [(0, 1)], [(1, 0)], [(1, 1)]]);
-        assert_eq!(r.regions[2].blocking_inputs, ids(&[0, 1]));
-        assert_eq!(r.regions[3].blocking_inputs, ids(&[0, 1]));
-        assert_eq!(r.regions[0].consumers, ids(&[2, 3]));
+        assert_eq!(r.blocking_inputs(RegionId(2)), ids(&[0, 1]));
+        assert_eq!(r.blocking_inputs(RegionId(3)), ids(&[0, 1]));
+        assert_eq!(r.consumers(RegionId(0)), ids(&[2, 3]));
     }
 
     #[test]
@@ -724,9 +918,9 @@ mod tests {
                 [(b, 1), (d, 1)]
             ]
         );
-        assert_eq!(r.regions[2].blocking_inputs, ids(&[0, 1]));
-        assert_eq!(r.regions[3].blocking_inputs, ids(&[0, 1]));
-        assert_eq!(r.regions[0].consumers, ids(&[2, 3]));
+        assert_eq!(r.blocking_inputs(RegionId(2)), ids(&[0, 1]));
+        assert_eq!(r.blocking_inputs(RegionId(3)), ids(&[0, 1]));
+        assert_eq!(r.consumers(RegionId(0)), ids(&[2, 3]));
         assert_eq!(r.regions_to_restart(RegionId(0)), ids(&[0, 2, 3]));
         assert_eq!(r.regions_to_restart(RegionId(3)), ids(&[3]));
     }
@@ -767,7 +961,7 @@ mod tests {
             ]
         );
         for consumer in 2..5 {
-            assert_eq!(r.regions[consumer].blocking_inputs, ids(&[0, 1]));
+            assert_eq!(r.blocking_inputs(RegionId(consumer)), ids(&[0, 1]));
         }
     }
 
@@ -826,7 +1020,7 @@ mod tests {
         // Vertex 0 consumes vertex 1: its smaller member must not put it first.
         let r = regions(&[1, 1, 1], &[(1, 0, Forward, Blocking)]);
         assert_eq!(members(&r), [[(1, 0)], [(0, 0)], [(2, 0)]]);
-        assert_eq!(r.regions[1].blocking_inputs, ids(&[0]));
+        assert_eq!(r.blocking_inputs(RegionId(1)), ids(&[0]));
     }
 
     #[test]
@@ -844,7 +1038,7 @@ mod tests {
         );
         assert_eq!(r.regions.len(), 1);
         assert_eq!(r.regions[0].members.len(), 6);
-        assert!(r.regions[0].blocking_inputs.is_empty());
+        assert!(r.blocking_inputs(RegionId(0)).is_empty());
         assert_eq!(
             r.schedulable(&BTreeSet::new(), &BTreeSet::new()),
             [RegionId(0)]
@@ -858,8 +1052,8 @@ mod tests {
             &[(0, 1, AllToAll, Pipelined), (0, 1, AllToAll, Blocking)],
         );
         assert_eq!(r.regions.len(), 1);
-        assert!(r.regions[0].blocking_inputs.is_empty());
-        assert!(r.regions[0].consumers.is_empty());
+        assert!(r.blocking_inputs(RegionId(0)).is_empty());
+        assert!(r.consumers(RegionId(0)).is_empty());
     }
 
     #[test]
@@ -912,6 +1106,43 @@ mod tests {
 
         let r = regions(&[10_000, 10_000], &[(0, 1, Forward, Blocking)]);
         assert_eq!(r.regions.len(), 20_000);
-        assert_eq!(r.regions[10_000].blocking_inputs, ids(&[0]));
+        assert_eq!(r.blocking_inputs(RegionId(10_000)), ids(&[0]));
+    }
+
+    #[test]
+    fn progress_readies_consumers_when_their_last_input_group_completes() {
+        // source (P=3) -all-to-all blocking-> sink (P=2): 3 producer regions, 2 consumer regions
+        // sharing one consumed group.
+        let g = graph(
+            &[3, 2],
+            &[(0, 1, DistributionPattern::AllToAll, ExchangeMode::Blocking)],
+        );
+        let r = PipelinedRegions::compute(&g).unwrap();
+        assert_eq!(r.groups.len(), 1, "one group shared by both consumers");
+        let mut progress = RegionProgress::new(&r);
+        let producers = progress.take_ready();
+        assert_eq!(producers, ids_vec(&[0, 1, 2]));
+        assert!(progress.take_ready().is_empty());
+        progress.finish(&r, RegionId(0));
+        progress.finish(&r, RegionId(1));
+        assert!(progress.take_ready().is_empty(), "one producer still runs");
+        progress.finish(&r, RegionId(2));
+        assert_eq!(progress.take_ready(), ids_vec(&[3, 4]));
+        // A producer restarts: its consumers wait for it again.
+        progress.finish(&r, RegionId(3));
+        progress.reset(&r, RegionId(1));
+        progress.reset(&r, RegionId(3));
+        progress.reset(&r, RegionId(4));
+        assert_eq!(progress.finished_count(), 2);
+        for region in [1, 3, 4] {
+            progress.release(RegionId(region));
+        }
+        assert_eq!(progress.take_ready(), ids_vec(&[1]));
+        progress.finish(&r, RegionId(1));
+        assert_eq!(progress.take_ready(), ids_vec(&[3, 4]));
+    }
+
+    fn ids_vec(list: &[usize]) -> Vec<RegionId> {
+        list.iter().map(|&i| RegionId(i)).collect()
     }
 }

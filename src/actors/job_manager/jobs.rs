@@ -221,6 +221,8 @@ impl JobManager {
                 job.slot_request_failed(task, &error, cx)
             });
         }
+        // Demand may predate the resource manager's connection: look again every sweep.
+        self.grow_pool_for_demand();
         self.shrink_pool_when_idle();
     }
 
