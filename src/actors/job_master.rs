@@ -705,6 +705,8 @@ impl JobMaster {
         cx: &mut JobContext<'_>,
         actions: &mut Vec<JobAction>,
     ) {
+        // New producer attempts: the shared producer lists name the old ones.
+        self.gates.clear();
         for task in members {
             let old = self.task(&task).attempt;
             self.attempts.remove(&old);

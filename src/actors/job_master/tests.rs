@@ -1047,3 +1047,42 @@ fn the_same_seeds_and_events_give_the_same_actions() {
     assert_eq!(first, scripted_run(2));
     assert_ne!(first, scripted_run(3), "attempt ids follow the seed");
 }
+
+#[test]
+fn restarted_consumers_read_the_new_attempts_of_their_producers() {
+    // Regression: the shared all-to-all producer lists were not cleared on restart, so a
+    // restarted consumer read its producers' old (cancelled) partitions and failed again.
+    let graph = pipeline(
+        2,
+        2,
+        DistributionPattern::AllToAll,
+        ExchangeMode::Pipelined,
+        fixed_delay(1),
+    );
+    let mut h = Harness::new(graph, &[2, 2]);
+    h.start();
+    h.run_all(&[("source", 0), ("source", 1), ("sink", 0), ("sink", 1)]);
+    let old = h.attempt("source", 0);
+    let actions = h.fail("sink", 0, "boom");
+    for (vertex, subtask) in [("source", 0), ("source", 1), ("sink", 1)] {
+        h.canceled(vertex, subtask);
+    }
+    let generation = actions
+        .iter()
+        .find_map(|a| match a {
+            JobAction::RestartAfter { generation, .. } => Some(*generation),
+            _ => None,
+        })
+        .expect("a restart");
+    h.restart_due(generation);
+    let new = h.attempt("source", 0);
+    assert_ne!(old, new);
+    for j in 0..2 {
+        let producers: Vec<ExecutionAttemptId> = h.descriptor("sink", j).inputs[0]
+            .producers
+            .iter()
+            .map(|p| p.partition.producer)
+            .collect();
+        assert_eq!(producers, [h.attempt("source", 0), h.attempt("source", 1)]);
+    }
+}
