@@ -25,7 +25,7 @@ use super::scheduler::{
     SlotRequest, TaskRef,
 };
 use crate::env::NodeRng;
-use crate::job::graph::{DistributionPattern, JobGraph};
+use crate::job::graph::{DistributionPattern, ExchangeMode, JobGraph};
 use crate::job::regions::{
     ExecutionVertexRef, PipelinedRegions, RegionError, RegionId, RegionProgress,
 };
@@ -481,6 +481,7 @@ impl JobMaster {
                     DistributionPattern::Forward => 1,
                     DistributionPattern::AllToAll => self.graph.vertices[edge.target].parallelism,
                 },
+                retained: edge.exchange == ExchangeMode::Blocking,
             })
             .collect();
         Some(TaskDeploymentDescriptor {
@@ -516,11 +517,19 @@ impl JobMaster {
         if current.is_terminal() {
             return actions;
         }
-        // A task that finished while its cancellation was on the way was cancelled all the same.
-        let state = if state == ExecutionState::Finished && current == ExecutionState::Canceling {
-            ExecutionState::Canceled
-        } else {
-            state
+        // A task that finished while its cancellation was on the way was cancelled all the same;
+        // one that says it was cancelled when nobody cancelled it has failed.
+        let (state, error) = match (state, current) {
+            (ExecutionState::Finished, ExecutionState::Canceling) => {
+                (ExecutionState::Canceled, error)
+            }
+            (ExecutionState::Canceled, c) if c != ExecutionState::Canceling => (
+                ExecutionState::Failed,
+                Some(error.unwrap_or_else(|| {
+                    "the task stopped as cancelled, but was not cancelled".to_owned()
+                })),
+            ),
+            other => (other.0, error),
         };
         if !self.set_state(&task, state, now_ms) {
             return actions;

@@ -330,6 +330,7 @@ impl Scheduler {
             keep
         });
         self.co_location.retain(|(j, _, _), _| *j != job);
+        self.available.retain(|((j, _), _), _| *j != job);
         dropped
     }
 

@@ -7,7 +7,7 @@
 //! tasks in those slots comes with the jobs layer, and will happen off this actor's thread so a
 //! busy TaskManager still heartbeats.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -73,6 +73,9 @@ pub struct TaskManagerSettings {
     pub spec: TaskManagerSpec,
 }
 
+/// How many early cancellations are remembered.
+const CANCELLED_EARLY_KEPT: usize = 1024;
+
 /// A task running on this TaskManager.
 struct RunningTask {
     job_id: JobId,
@@ -93,6 +96,9 @@ pub struct TaskManager {
     running: BTreeMap<ExecutionAttemptId, RunningTask>,
     partitions: Arc<PartitionStore>,
     job_partitions: BTreeMap<JobId, BTreeSet<ResultPartitionId>>,
+    /// Attempts cancelled before their `SubmitTask` arrived (the two may overtake each other):
+    /// they are refused when it does. Bounded.
+    cancelled_early: VecDeque<ExecutionAttemptId>,
     /// When the JobManager last acknowledged a heartbeat (or the registration).
     last_acknowledged: Instant,
 }
@@ -115,6 +121,7 @@ impl TaskManager {
                 settings.spec.spill_threshold_bytes,
             )),
             job_partitions: BTreeMap::new(),
+            cancelled_early: VecDeque::new(),
             settings,
             env,
             job_manager: None,
@@ -136,7 +143,11 @@ impl TaskManager {
             // afresh for the next attempt (a restarted JobManager at the same address).
             self.job_manager = None;
         }
+        let was_registered = self.registration.instance_id().is_some();
         let action = self.registration.handle(event);
+        if was_registered && self.registration.instance_id().is_none() {
+            self.drop_all_work();
+        }
         match action {
             RegistrationAction::Send { attempt, timeout } => {
                 self.send_attempt(attempt, timeout, ctx)
@@ -315,13 +326,19 @@ impl TaskManager {
                 descriptor.operator.clone(),
             ));
         }
-        create_outputs(&self.partitions, &descriptor)
-            .map_err(|e| TaskSubmissionError::Partition(e.to_string()))?;
+        if self.cancelled_early.contains(&attempt) {
+            return Err(TaskSubmissionError::Cancelled(attempt));
+        }
         let allocation_id = descriptor.allocation_id;
         if !self.allocations.contains_key(&allocation_id) {
             self.slots
                 .allocate(allocation_id)
                 .map_err(|e| TaskSubmissionError::NoFreeSlot(e.to_string()))?;
+            self.allocations.insert(allocation_id, 0);
+        }
+        if let Err(error) = create_outputs(&self.partitions, &descriptor) {
+            self.release_allocation_if_unused(allocation_id);
+            return Err(TaskSubmissionError::Partition(error.to_string()));
         }
         *self.allocations.entry(allocation_id).or_default() += 1;
         let job_id = descriptor.job_id;
@@ -366,6 +383,37 @@ impl TaskManager {
         );
         self.report(job_id, attempt, ExecutionState::Running, None);
         Ok(())
+    }
+
+    fn release_allocation_if_unused(&mut self, allocation_id: AllocationId) {
+        if self.allocations.get(&allocation_id) == Some(&0) {
+            self.allocations.remove(&allocation_id);
+            self.slots.release(allocation_id);
+        }
+    }
+
+    /// The JobManager connection ended (or a new leader took over): it has failed these tasks
+    /// over already, so stop them, free every slot and drop every partition, as Flink does —
+    /// otherwise the new registration would offer slots that are still taken.
+    fn drop_all_work(&mut self) {
+        if self.running.is_empty() && self.allocations.is_empty() && self.job_partitions.is_empty()
+        {
+            return;
+        }
+        log::info!(
+            "task manager {}: disconnected from the JobManager; cancelling {} tasks and freeing every slot",
+            self.settings.resource_id,
+            self.running.len()
+        );
+        for task in std::mem::take(&mut self.running).into_values() {
+            task.cancelled.store(true, Ordering::Relaxed);
+        }
+        self.allocations.clear();
+        self.slots = SlotTable::new(self.settings.spec.slots);
+        for partition in self.partitions.partition_ids() {
+            self.partitions.release(partition);
+        }
+        self.job_partitions.clear();
     }
 
     fn status(&self) -> TaskManagerStatus {
@@ -450,10 +498,16 @@ impl Handler<CancelTask> for TaskManager {
         }
         match self.running.get(&msg.attempt) {
             Some(task) => task.cancelled.store(true, Ordering::Relaxed),
-            None => log::debug!(
-                "{name}: cancel for {}, which does not run here",
-                msg.attempt
-            ),
+            None => {
+                log::debug!(
+                    "{name}: cancel for {}, which does not run here (yet)",
+                    msg.attempt
+                );
+                if self.cancelled_early.len() == CANCELLED_EARLY_KEPT {
+                    self.cancelled_early.pop_front();
+                }
+                self.cancelled_early.push_back(msg.attempt);
+            }
         }
     }
 }

@@ -115,7 +115,7 @@ pub fn create_outputs(
     descriptor: &TaskDeploymentDescriptor,
 ) -> Result<(), crate::exchange::partition::PartitionError> {
     for output in &descriptor.outputs {
-        partitions.create(output.partition, output.subpartitions)?;
+        partitions.create_with(output.partition, output.subpartitions, output.retained)?;
     }
     Ok(())
 }

@@ -223,6 +223,7 @@ fn descriptor() -> TaskDeploymentDescriptor {
             partition,
             pattern: DistributionPattern::Forward,
             subpartitions: 1,
+            retained: false,
         }],
     }
 }

@@ -164,8 +164,21 @@ impl PartitionStore {
     }
 
     /// Registers a partition with `subpartitions` subpartitions (one per consumer subtask) before
-    /// its producer starts, so consumers asking early get `Pending`, not `Unknown`.
+    /// its producer starts, so consumers asking early get `Pending`, not `Unknown`. Its batches
+    /// are kept until released, so a restarted consumer can read them again (blocking results).
     pub fn create(&self, id: ResultPartitionId, subpartitions: u32) -> Result<(), PartitionError> {
+        self.create_with(id, subpartitions, true)
+    }
+
+    /// Like [`create`](Self::create); with `retain` false, an in-memory batch is handed to its
+    /// consumer and dropped here (moved, not copied): for pipelined results, read exactly once,
+    /// whose consumers restart only together with their producer.
+    pub fn create_with(
+        &self,
+        id: ResultPartitionId,
+        subpartitions: u32,
+        retain: bool,
+    ) -> Result<(), PartitionError> {
         if subpartitions == 0 {
             return Err(PartitionError::NoSubpartitions(id));
         }
@@ -181,6 +194,7 @@ impl PartitionStore {
                 .collect(),
             memory_bytes: 0,
             spilling: false,
+            retain,
         };
         partitions.insert(id, Arc::new(Mutex::new(partition)));
         Ok(())
@@ -406,6 +420,8 @@ struct Partition {
     memory_bytes: usize,
     /// Once set, every further batch of the partition goes to disk.
     spilling: bool,
+    /// Whether fetched in-memory batches stay (blocking results) or move to the consumer.
+    retain: bool,
 }
 
 impl Partition {
@@ -487,14 +503,20 @@ impl Partition {
 
         let mut items = Vec::new();
         let mut total = 0usize;
+        let mut handed_over = 0usize;
+        let retain = self.retain;
         // `from_batch < available`, which is a `usize`.
-        for stored in &sub.batches[from_batch as usize..] {
+        for stored in &mut sub.batches[from_batch as usize..] {
             let bytes = stored.bytes();
             if !items.is_empty() && total.saturating_add(bytes) > max_bytes {
                 break;
             }
             total = total.saturating_add(bytes);
             items.push(match stored {
+                Stored::Memory { records, .. } if !retain => {
+                    handed_over += bytes;
+                    PlannedBatch::Memory(std::mem::take(records))
+                }
                 Stored::Memory { records, .. } => PlannedBatch::Memory(records.clone()),
                 Stored::Spilled { offset, len, .. } => PlannedBatch::Spilled {
                     offset: *offset,
@@ -503,12 +525,15 @@ impl Partition {
             });
         }
         let next_batch = from_batch + items.len() as u64;
-        Ok(FetchPlan {
+        let plan = FetchPlan {
             spill_path: sub.spill.as_ref().map(|spill| spill.path.clone()),
             items,
             next_batch,
             finished: finished && next_batch == available,
-        })
+        };
+        // Handed-over batches no longer count against the spill threshold.
+        self.memory_bytes = self.memory_bytes.saturating_sub(handed_over);
+        Ok(plan)
     }
 }
 

@@ -70,4 +70,7 @@ pub struct OutputPartition {
     pub pattern: DistributionPattern,
     /// One subpartition per consumer subtask.
     pub subpartitions: u32,
+    /// Kept after it is read (a blocking result, read again by a restarted consumer), or moved
+    /// to its one reader (a pipelined result).
+    pub retained: bool,
 }

@@ -126,6 +126,9 @@ pub enum TaskSubmissionError {
     /// This attempt runs already.
     #[error("attempt {0} runs already")]
     Duplicate(ExecutionAttemptId),
+    /// It was cancelled before it arrived.
+    #[error("attempt {0} was cancelled before it arrived")]
+    Cancelled(ExecutionAttemptId),
     /// Its output partitions could not be created.
     #[error("cannot create the task's result partitions: {0}")]
     Partition(String),

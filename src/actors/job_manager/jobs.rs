@@ -130,9 +130,19 @@ impl JobManager {
                                     );
                                     format!("TaskManager {resource_id} is unreachable")
                                 }
-                                Err(error) => format!(
-                                    "TaskManager {resource_id} did not take the task: {error}"
-                                ),
+                                // Delivered but unanswered: it may run; stop it, since the
+                                // attempt counts as failed from now on.
+                                Err(error) => {
+                                    if let Some(gateway) = act.gateways.get(&resource_id) {
+                                        gateway.cancel_task.do_send(CancelTask {
+                                            leader_session_id: act.leader_session_id,
+                                            attempt,
+                                        });
+                                    }
+                                    format!(
+                                        "TaskManager {resource_id} did not take the task: {error}"
+                                    )
+                                }
                             };
                             act.with_job(job_id, ctx, |job, cx| {
                                 job.deployment_failed(attempt, error, cx)
@@ -185,7 +195,8 @@ impl JobManager {
                 }
                 JobAction::Terminated(status) => {
                     log::info!("job manager: job {job_id} is {status}");
-                    self.forget_ended_jobs(super::ENDED_JOBS_KEPT);
+                    self.scheduler.forget_job(job_id);
+                    self.forget_ended_jobs(super::ENDED_JOBS_KEPT, job_id);
                     self.env
                         .events
                         .emit(crate::events::ClusterEvent::JobTerminated { job_id, status });
@@ -327,15 +338,18 @@ impl JobManager {
     }
 
     /// Forgets the oldest ended jobs beyond the newest `keep`, so the job list stays bounded.
-    pub(super) fn forget_ended_jobs(&mut self, keep: usize) {
-        let ended: Vec<JobId> = self
+    /// The oldest by submission time go first; the job that just ended is never among them
+    /// (a client is about to ask for it).
+    pub(super) fn forget_ended_jobs(&mut self, keep: usize, just_ended: JobId) {
+        let mut ended: Vec<(u64, JobId)> = self
             .jobs
             .iter()
-            .filter(|(_, j)| j.status().is_globally_terminal())
-            .map(|(id, _)| *id)
+            .filter(|(id, j)| j.status().is_globally_terminal() && **id != just_ended)
+            .map(|(id, j)| (j.summary().submitted_at_ms, *id))
             .collect();
-        let excess = ended.len().saturating_sub(keep);
-        for job_id in ended.into_iter().take(excess) {
+        ended.sort();
+        let excess = (ended.len() + 1).saturating_sub(keep);
+        for (_, job_id) in ended.into_iter().take(excess) {
             self.jobs.remove(&job_id);
         }
     }
@@ -385,7 +399,10 @@ impl Handler<CancelJob> for JobManager {
             });
         }
         self.with_job(msg.job_id, ctx, |job, cx| job.cancel(cx));
-        Ok(self.jobs[&msg.job_id].status())
+        self.jobs
+            .get(&msg.job_id)
+            .map(JobMaster::status)
+            .ok_or(JobError::UnknownJob(msg.job_id))
     }
 }
 

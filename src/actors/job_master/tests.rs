@@ -345,6 +345,7 @@ fn forward_pipelined_pairs_deploy_at_once_local_to_their_sources_and_finish() {
                 },
                 pattern: DistributionPattern::Forward,
                 subpartitions: 1,
+                retained: false,
             }]
         );
         assert_eq!(
@@ -1085,4 +1086,23 @@ fn restarted_consumers_read_the_new_attempts_of_their_producers() {
             .collect();
         assert_eq!(producers, [h.attempt("source", 0), h.attempt("source", 1)]);
     }
+}
+
+#[test]
+fn a_task_that_reports_canceled_without_being_cancelled_has_failed() {
+    // Regression: RUNNING → CANCELED is no transition, so the report was dropped and the job
+    // waited for the task forever.
+    let graph = pipeline(
+        1,
+        1,
+        DistributionPattern::Forward,
+        ExchangeMode::Pipelined,
+        RestartStrategyConfig::None,
+    );
+    let mut h = Harness::new(graph, &[2]);
+    h.start();
+    h.run_all(&[("source", 0), ("sink", 0)]);
+    h.report("source", 0, ExecutionState::Canceled);
+    assert_eq!(h.state("source", 0), ExecutionState::Failed);
+    assert_eq!(h.status(), JobStatus::Failing);
 }

@@ -11,6 +11,7 @@ use crate::messages::job_manager::{
     AcknowledgeRegistration, AlreadyRegistered, JobManagerMessage, RefusalReason,
     RefuseRegistration, RegistrationResponse,
 };
+use crate::messages::task_manager::{CancelTask, SubmitTask, TaskSubmissionError};
 use crate::testing::*;
 
 const SESSION: LeaderSessionId = LeaderSessionId::from_u128(5);
@@ -418,4 +419,81 @@ async fn a_job_manager_restarted_at_the_same_address_is_found_again() {
             instance_id: InstanceId::from_u128(30)
         }
     );
+}
+
+fn sleeping_task(
+    attempt: u128,
+    allocation: u128,
+) -> crate::messages::deployment::TaskDeploymentDescriptor {
+    crate::messages::deployment::TaskDeploymentDescriptor {
+        job_id: crate::messages::ids::JobId::from_u128(1),
+        attempt: crate::messages::ids::ExecutionAttemptId::from_u128(attempt),
+        attempt_number: 0,
+        vertex_name: "nap".into(),
+        subtask: 0,
+        parallelism: 1,
+        operator: "sleep".into(),
+        config: [("ms".to_owned(), "60000".to_owned())].into(),
+        allocation_id: crate::messages::ids::AllocationId::from_u128(allocation),
+        inputs: vec![],
+        outputs: vec![],
+    }
+}
+
+#[actix::test]
+async fn a_task_cancelled_before_its_submission_arrives_is_refused() {
+    let f = start(Some(SESSION), |_| {}).await;
+    let attempt = crate::messages::ids::ExecutionAttemptId::from_u128(7);
+    f.tm.do_send(CancelTask {
+        leader_session_id: SESSION,
+        attempt,
+    });
+    let answer = ask(
+        &f.tm,
+        SubmitTask {
+            leader_session_id: SESSION,
+            descriptor: sleeping_task(7, 1),
+        },
+    )
+    .await;
+    assert_eq!(answer, Err(TaskSubmissionError::Cancelled(attempt)));
+    let status = ask(&f.tm, GetTaskManagerStatus).await;
+    assert_eq!(status.slots_free, status.slots_total, "no slot taken");
+}
+
+#[actix::test]
+async fn a_disconnect_cancels_every_task_and_frees_every_slot() {
+    let f = start(Some(SESSION), |_| {}).await;
+    for n in 1..=2 {
+        let answer = ask(
+            &f.tm,
+            SubmitTask {
+                leader_session_id: SESSION,
+                descriptor: sleeping_task(n, n),
+            },
+        )
+        .await;
+        assert_eq!(answer, Ok(()));
+    }
+    assert_eq!(ask(&f.tm, GetTaskManagerStatus).await.slots_free, 1);
+    f.tm.do_send(Disconnect {
+        leader_session_id: SESSION,
+        reason: RemovalReason::HeartbeatTimeout,
+    });
+    settle().await;
+    let status = ask(&f.tm, GetTaskManagerStatus).await;
+    assert_eq!(
+        status.slots_free, 3,
+        "the JobManager failed them over; nothing is held"
+    );
+    // A stale leader session cannot submit.
+    let stale = ask(
+        &f.tm,
+        SubmitTask {
+            leader_session_id: STALE,
+            descriptor: sleeping_task(9, 9),
+        },
+    )
+    .await;
+    assert_eq!(stale, Err(TaskSubmissionError::StaleLeader));
 }
