@@ -1,12 +1,14 @@
 //! `flint run --embedded` through the built binary: exit codes, messages, and a WordCount whose
 //! output equals the sequential count.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use flint::operators::builtin::sequential_word_count;
+
+mod common;
+use common::{read_counts, write_text};
 
 const WORDCOUNT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/wordcount.toml");
 
@@ -82,50 +84,6 @@ fn arg(path: &Path) -> String {
 }
 
 /// A text with a skewed vocabulary, unicode, punctuation and uneven lines.
-fn write_text(path: &Path, lines: usize) {
-    let words = [
-        "the",
-        "Flink",
-        "flint",
-        "Straße",
-        "naïve",
-        "x2",
-        "é",
-        "ÉCOLE",
-        "data-flow",
-        "it's",
-        "日本",
-        "Ωmega",
-    ];
-    let mut text = String::new();
-    let mut state = 42u64;
-    for i in 0..lines {
-        for _ in 0..(i * 7) % 13 {
-            state = state
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            text.push_str(words[(state >> 33) as usize % words.len()]);
-            text.push(if state.is_multiple_of(5) { ',' } else { ' ' });
-        }
-        text.push('\n');
-    }
-    std::fs::write(path, text).unwrap();
-}
-
-/// Every `word\tcount` line of the output directory; a word in two files fails the test.
-fn read_counts(dir: &Path) -> BTreeMap<String, u64> {
-    let mut counts = BTreeMap::new();
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        for line in std::fs::read_to_string(&path).unwrap().lines() {
-            let (word, count) = line.split_once('\t').expect("word<TAB>count");
-            let previous = counts.insert(word.to_owned(), count.parse().unwrap());
-            assert!(previous.is_none(), "{word} appears twice");
-        }
-    }
-    counts
-}
-
 /// Runs WordCount on a generated text with `extra` arguments; checks the counts.
 fn wordcount(name: &str, extra: &[&str]) -> Run {
     let dir = Scratch::new(name);

@@ -2,7 +2,7 @@
 //! Every wait polls with a deadline; `sleep` operators only make tasks last long enough to act on.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,6 +12,9 @@ use flint::job::states::{ExecutionState, JobStatus};
 use flint::messages::job_manager::JobDetails;
 use flint::operators::builtin::sequential_word_count;
 use flint::operators::{Operator, OperatorError, OperatorRegistry, TaskIo};
+mod common;
+use common::{read_counts, scratch, write_text};
+
 use flint::{ClusterConfig, MiniCluster, MiniClusterError};
 
 const DEADLINE: Duration = Duration::from_secs(30);
@@ -25,13 +28,6 @@ fn config(pool: u32, slots: u32) -> ClusterConfig {
     config.heartbeat.timeout = Duration::from_millis(300);
     config.seed = Some(11);
     config
-}
-
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("flint-jobs-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
 }
 
 fn fixed_delay(attempts: u32) -> RestartStrategyConfig {
@@ -66,39 +62,6 @@ fn slow_wordcount(input: &Path, output: &Path, parallelism: u32, sleep_ms: u64) 
         .edge(count, sink, DistributionPattern::Forward, pipelined)
         .restart_strategy(fixed_delay(5));
     b.build(|_| true).unwrap()
-}
-
-fn write_text(path: &Path, lines: usize) {
-    let words = ["alpha", "Beta", "gamma", "ÜBER", "straße", "z9", "omega"];
-    let text: String = (0..lines)
-        .map(|i| {
-            (0..(i % 9))
-                .map(|j| words[(i * 31 + j * 7) % words.len()])
-                .collect::<Vec<_>>()
-                .join(" ")
-                + "\n"
-        })
-        .collect();
-    std::fs::write(path, text).unwrap();
-}
-
-fn read_counts(dir: &Path) -> BTreeMap<String, u64> {
-    let mut counts = BTreeMap::new();
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.extension().is_some() {
-            continue; // a temp file of a cancelled attempt would have one; finished parts have none
-        }
-        for line in std::fs::read_to_string(&path).unwrap().lines() {
-            let (word, count) = line.split_once('\t').unwrap();
-            assert!(
-                counts
-                    .insert(word.to_owned(), count.parse().unwrap())
-                    .is_none()
-            );
-        }
-    }
-    counts
 }
 
 /// Waits until every subtask of vertex `vertex` runs (the sleeping one: sources may be done).

@@ -1,66 +1,18 @@
 //! WordCount on the embedded cluster: the distributed count equals a plain sequential count.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use flint::job::file::parse_job_file;
 use flint::job::states::JobStatus;
 use flint::operators::OperatorRegistry;
 use flint::operators::builtin::sequential_word_count;
+mod common;
+use common::{read_counts, scratch, write_text};
+
 use flint::{ClusterConfig, MiniCluster};
 
 const DEADLINE: Duration = Duration::from_secs(20);
-
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("flint-test-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-/// A text with a skewed vocabulary, unicode, punctuation and uneven lines.
-fn write_text(path: &Path, lines: usize) {
-    let words = [
-        "the",
-        "Flink",
-        "flint",
-        "Straße",
-        "naïve",
-        "x2",
-        "é",
-        "ÉCOLE",
-        "data-flow",
-        "it's",
-    ];
-    let mut text = String::new();
-    let mut state = 12345u64;
-    for i in 0..lines {
-        let n = (i * 7) % 13;
-        for _ in 0..n {
-            state = state
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            text.push_str(words[(state >> 33) as usize % words.len()]);
-            text.push(if state.is_multiple_of(5) { ',' } else { ' ' });
-        }
-        text.push('\n');
-    }
-    std::fs::write(path, text).unwrap();
-}
-
-fn read_counts(dir: &Path) -> BTreeMap<String, u64> {
-    let mut counts = BTreeMap::new();
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        for line in std::fs::read_to_string(&path).unwrap().lines() {
-            let (word, count) = line.split_once('\t').expect("word<TAB>count");
-            let previous = counts.insert(word.to_owned(), count.parse().unwrap());
-            assert!(previous.is_none(), "{word} appears twice");
-        }
-    }
-    counts
-}
 
 fn config(pool: u32, slots: u32) -> ClusterConfig {
     let mut config = ClusterConfig::default();

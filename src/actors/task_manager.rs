@@ -27,7 +27,7 @@ use crate::exchange::partition::PartitionStore;
 use crate::job::states::ExecutionState;
 use crate::messages::ResultPartitionId;
 use crate::messages::deployment::TaskDeploymentDescriptor;
-use crate::messages::ids::{AllocationId, ExecutionAttemptId, JobId};
+use crate::messages::ids::{AllocationId, ExecutionAttemptId, JobId, LeaderSessionId};
 use crate::messages::ids::{ClusterId, InstanceId, ResourceId};
 use crate::messages::job_manager::UpdateTaskExecutionState;
 use crate::messages::job_manager::{
@@ -385,6 +385,13 @@ impl TaskManager {
         Ok(())
     }
 
+    /// Whether a message only the leader may send comes from the leader this TaskManager is
+    /// registered with (a stale one is logged).
+    fn fenced(&self, session: LeaderSessionId, what: &str) -> bool {
+        let name = format!("task manager {}", self.settings.resource_id);
+        is_current_leader(self.registration.session(), session, &name, what)
+    }
+
     fn release_allocation_if_unused(&mut self, allocation_id: AllocationId) {
         if self.allocations.get(&allocation_id) == Some(&0) {
             self.allocations.remove(&allocation_id);
@@ -469,13 +476,7 @@ impl Handler<SubmitTask> for TaskManager {
 
     fn handle(&mut self, msg: SubmitTask, ctx: &mut Context<Self>) -> Self::Result {
         log::debug!("task manager <- SubmitTask {}", msg.descriptor.attempt);
-        let name = format!("task manager {}", self.settings.resource_id);
-        if !is_current_leader(
-            self.registration.session(),
-            msg.leader_session_id,
-            &name,
-            "SubmitTask",
-        ) {
+        if !self.fenced(msg.leader_session_id, "SubmitTask") {
             return Err(TaskSubmissionError::StaleLeader);
         }
         self.submit_task(msg.descriptor, ctx)
@@ -487,20 +488,15 @@ impl Handler<CancelTask> for TaskManager {
 
     fn handle(&mut self, msg: CancelTask, _: &mut Context<Self>) {
         log::debug!("task manager <- {msg:?}");
-        let name = format!("task manager {}", self.settings.resource_id);
-        if !is_current_leader(
-            self.registration.session(),
-            msg.leader_session_id,
-            &name,
-            "CancelTask",
-        ) {
+        if !self.fenced(msg.leader_session_id, "CancelTask") {
             return;
         }
         match self.running.get(&msg.attempt) {
             Some(task) => task.cancelled.store(true, Ordering::Relaxed),
             None => {
                 log::debug!(
-                    "{name}: cancel for {}, which does not run here (yet)",
+                    "task manager {}: cancel for {}, which does not run here (yet)",
+                    self.settings.resource_id,
                     msg.attempt
                 );
                 if self.cancelled_early.len() == CANCELLED_EARLY_KEPT {
@@ -517,13 +513,7 @@ impl Handler<ReleaseJobPartitions> for TaskManager {
 
     fn handle(&mut self, msg: ReleaseJobPartitions, _: &mut Context<Self>) {
         log::debug!("task manager <- {msg:?}");
-        let name = format!("task manager {}", self.settings.resource_id);
-        if !is_current_leader(
-            self.registration.session(),
-            msg.leader_session_id,
-            &name,
-            "ReleaseJobPartitions",
-        ) {
+        if !self.fenced(msg.leader_session_id, "ReleaseJobPartitions") {
             return;
         }
         for partition in self.job_partitions.remove(&msg.job_id).unwrap_or_default() {
@@ -607,17 +597,12 @@ impl Handler<Disconnect> for TaskManager {
 
     fn handle(&mut self, msg: Disconnect, ctx: &mut Context<Self>) {
         log::debug!("task manager <- {msg:?}");
-        let name = format!("task manager {}", self.settings.resource_id);
-        if !is_current_leader(
-            self.registration.session(),
-            msg.leader_session_id,
-            &name,
-            "Disconnect",
-        ) {
+        if !self.fenced(msg.leader_session_id, "Disconnect") {
             return;
         }
         log::info!(
-            "{name}: the JobManager disconnected it ({}); registering again",
+            "task manager {}: the JobManager disconnected it ({}); registering again",
+            self.settings.resource_id,
             msg.reason
         );
         self.on_event(RegistrationEvent::ConnectionLost, ctx);

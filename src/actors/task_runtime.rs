@@ -384,32 +384,20 @@ fn fetch_local(
     cancelled: &AtomicBool,
 ) -> Result<FetchResponse, OperatorError> {
     loop {
-        match store.fetch(
+        match answer(store.fetch(
             channel.partition,
             channel.subpartition,
             channel.next_batch,
             FETCH_BYTES,
-        ) {
-            Fetch::Ready {
-                batches,
-                next_batch,
-                finished,
-            } => {
-                return Ok(FetchResponse::Data {
-                    batches,
-                    next_batch,
-                    finished,
-                });
-            }
-            Fetch::Pending(wake) => {
+        )) {
+            Ok(response) => return Ok(response),
+            Err(wake) => {
                 // Woken by the producer's next append, finish or failure.
                 let _ = block_on(wake);
                 if cancelled.load(Ordering::Relaxed) {
                     return Err(OperatorError::Cancelled);
                 }
             }
-            Fetch::Failed(reason) => return Ok(FetchResponse::Failed(reason)),
-            Fetch::Unknown => return Ok(FetchResponse::Unknown),
         }
     }
 }
@@ -418,29 +406,35 @@ fn fetch_local(
 /// producer appends, finishes or fails.
 pub async fn serve_fetch(store: Arc<PartitionStore>, request: FetchSubpartition) -> FetchResponse {
     loop {
-        match store.fetch(
+        match answer(store.fetch(
             request.partition,
             request.subpartition,
             request.from_batch,
             FETCH_BYTES,
-        ) {
-            Fetch::Ready {
-                batches,
-                next_batch,
-                finished,
-            } => {
-                return FetchResponse::Data {
-                    batches,
-                    next_batch,
-                    finished,
-                };
-            }
-            Fetch::Pending(wake) => {
+        )) {
+            Ok(response) => return response,
+            Err(wake) => {
                 let _ = wake.await;
             }
-            Fetch::Failed(reason) => return FetchResponse::Failed(reason),
-            Fetch::Unknown => return FetchResponse::Unknown,
         }
+    }
+}
+
+/// A fetch's answer, or the signal to wait on when there is nothing new yet.
+fn answer(fetch: Fetch) -> Result<FetchResponse, tokio::sync::oneshot::Receiver<()>> {
+    match fetch {
+        Fetch::Ready {
+            batches,
+            next_batch,
+            finished,
+        } => Ok(FetchResponse::Data {
+            batches,
+            next_batch,
+            finished,
+        }),
+        Fetch::Pending(wake) => Err(wake),
+        Fetch::Failed(reason) => Ok(FetchResponse::Failed(reason)),
+        Fetch::Unknown => Ok(FetchResponse::Unknown),
     }
 }
 

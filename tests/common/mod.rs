@@ -1,0 +1,65 @@
+//! Helpers shared by the integration test binaries (`mod common;` in each).
+
+#![allow(dead_code)] // each test binary uses its own subset
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// A fresh scratch directory for one test (under the system temp dir, named after the test
+/// and this process).
+pub fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("flint-it-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("scratch directory");
+    dir
+}
+
+/// Writes a deterministic text of `lines` lines: a skewed vocabulary with unicode (ß, ï, É,
+/// 日本, Ω), digits, hyphens, apostrophes and commas, and lines of uneven length (some empty).
+pub fn write_text(path: &Path, lines: usize) {
+    let words = [
+        "the",
+        "Flink",
+        "flint",
+        "Straße",
+        "naïve",
+        "x2",
+        "é",
+        "ÉCOLE",
+        "data-flow",
+        "it's",
+        "日本",
+        "Ωmega",
+    ];
+    let mut text = String::new();
+    let mut state = 42u64;
+    for i in 0..lines {
+        for _ in 0..(i * 7) % 13 {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            text.push_str(words[(state >> 33) as usize % words.len()]);
+            text.push(if state.is_multiple_of(5) { ',' } else { ' ' });
+        }
+        text.push('\n');
+    }
+    std::fs::write(path, text).unwrap();
+}
+
+/// Every `word\tcount` line of an output directory (files with an extension are temporary
+/// files of cancelled attempts and skipped); a word in two files fails the test.
+pub fn read_counts(dir: &Path) -> BTreeMap<String, u64> {
+    let mut counts = BTreeMap::new();
+    for entry in std::fs::read_dir(dir).expect("output directory") {
+        let path = entry.expect("entry").path();
+        if path.extension().is_some() {
+            continue;
+        }
+        for line in std::fs::read_to_string(&path).expect("output file").lines() {
+            let (word, count) = line.split_once('\t').expect("word<TAB>count");
+            let previous = counts.insert(word.to_owned(), count.parse().expect("a count"));
+            assert!(previous.is_none(), "{word} appears twice");
+        }
+    }
+    counts
+}
