@@ -59,6 +59,7 @@ pub mod messages;
 pub mod minicluster;
 pub mod operators;
 pub mod run;
+pub mod transport;
 
 #[cfg(test)]
 pub(crate) mod testing;

@@ -1,0 +1,6 @@
+//! The remote actor transport (being built): frames, envelopes and the authenticated handshake.
+//! Nothing here is wired into the actors yet; see the module docs of each part.
+
+pub mod envelope;
+pub mod frame;
+pub mod handshake;
