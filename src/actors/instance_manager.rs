@@ -81,7 +81,7 @@ impl InstanceManager {
         &mut self,
         resource_id: &ResourceId,
         instance_id: InstanceId,
-        report: HeartbeatReport,
+        report: &HeartbeatReport,
         now_ms: u64,
     ) -> bool {
         match self.instances.get_mut(resource_id) {
@@ -181,18 +181,19 @@ mod tests {
         let report = HeartbeatReport {
             slots_total: 2,
             slots_free: 1,
+            running: vec![],
         };
-        assert!(instances.heartbeat(&tm1, InstanceId::from_u128(1), report, 20));
+        assert!(instances.heartbeat(&tm1, InstanceId::from_u128(1), &report, 20));
         assert_eq!(instances.get(&tm1).unwrap().info.last_heartbeat_ms, 20);
         assert_eq!(instances.free_slots(), 4);
         assert!(
-            !instances.heartbeat(&tm1, InstanceId::from_u128(9), report, 30),
+            !instances.heartbeat(&tm1, InstanceId::from_u128(9), &report, 30),
             "a heartbeat of an old registration is refused"
         );
         assert!(!instances.heartbeat(
             &ResourceId::new("tm-7"),
             InstanceId::from_u128(1),
-            report,
+            &report,
             30
         ));
     }
@@ -207,8 +208,9 @@ mod tests {
         let busy = HeartbeatReport {
             slots_total: 1,
             slots_free: 0,
+            running: vec![],
         };
-        assert!(instances.heartbeat(&ResourceId::new("tm-3"), InstanceId::from_u128(3), busy, 1));
+        assert!(instances.heartbeat(&ResourceId::new("tm-3"), InstanceId::from_u128(3), &busy, 1));
         let names: Vec<String> = instances
             .idle_newest_first(2, |_| false)
             .iter()

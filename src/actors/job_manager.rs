@@ -413,14 +413,17 @@ impl Handler<ResourceRemoved> for JobManager {
 impl Handler<Heartbeat> for JobManager {
     type Result = MessageResult<Heartbeat>;
 
-    fn handle(&mut self, msg: Heartbeat, _: &mut Context<Self>) -> Self::Result {
+    fn handle(&mut self, msg: Heartbeat, ctx: &mut Context<Self>) -> Self::Result {
         log::debug!("job manager <- {msg:?}");
         let now_ms = self.env.clock.now_millis();
+        let running: std::collections::BTreeSet<_> = msg.report.running.iter().copied().collect();
         if self
             .instances
-            .heartbeat(&msg.resource_id, msg.instance_id, msg.report, now_ms)
+            .heartbeat(&msg.resource_id, msg.instance_id, &msg.report, now_ms)
         {
-            self.heartbeats.record(msg.resource_id, Instant::now());
+            self.heartbeats
+                .record(msg.resource_id.clone(), Instant::now());
+            self.reconcile_tasks(&msg.resource_id, &running, ctx);
             MessageResult(HeartbeatResponse::Acknowledged)
         } else {
             log::info!(

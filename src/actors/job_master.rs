@@ -132,6 +132,9 @@ pub struct JobMaster {
     failure: Option<String>,
     /// Every TaskManager a task of this job was deployed to (their partitions to release).
     used_task_managers: BTreeSet<ResourceId>,
+    /// Attempts a heartbeat of a TaskManager did not list although they run there (by this
+    /// job's account): failed if the next heartbeat does not list them either.
+    suspects: BTreeMap<ResourceId, BTreeSet<ExecutionAttemptId>>,
     /// All-to-all producer lists by edge, shared by every consumer (even across regions, as
     /// with blocking edges) until a producer changes (a restart or a lost TaskManager).
     gates: BTreeMap<u32, Arc<Vec<ProducerLocation>>>,
@@ -207,6 +210,7 @@ impl JobMaster {
             failure: None,
             used_task_managers: BTreeSet::new(),
             gates: BTreeMap::new(),
+            suspects: BTreeMap::new(),
             rng,
             submitted_at_ms: now_ms,
             graph: Arc::new(graph),
@@ -798,6 +802,62 @@ impl JobMaster {
             self.failover(failed, cx, &mut actions);
         }
         self.after_stop(cx, &mut actions);
+        actions
+    }
+
+    /// `resource_id` reported the attempts it runs: a task this job believes RUNNING there but
+    /// not listed ended without its final report arriving (or the TaskManager dropped it): it
+    /// failed. A CANCELING one not listed has stopped. DEPLOYING tasks are left alone (their
+    /// submission may still be on its way). A task must be missing from two heartbeats in a
+    /// row: a heartbeat that waited for mailbox room can arrive after the RUNNING update sent
+    /// after it, but the next heartbeat is built after that update.
+    pub fn reconcile(
+        &mut self,
+        resource_id: &ResourceId,
+        running: &BTreeSet<ExecutionAttemptId>,
+        cx: &mut JobContext<'_>,
+    ) -> Vec<JobAction> {
+        let candidates: BTreeMap<ExecutionAttemptId, (TaskRef, ExecutionState)> = self
+            .attempts
+            .iter()
+            .filter(|(attempt, _)| !running.contains(attempt))
+            .filter_map(|(attempt, task)| {
+                let ev = self.task(task);
+                let here = ev.placement.as_ref()?.resource_id == *resource_id;
+                let state = ev.state.state();
+                (here && matches!(state, ExecutionState::Running | ExecutionState::Canceling))
+                    .then_some((*attempt, (*task, state)))
+            })
+            .collect();
+        let suspected = self.suspects.remove(resource_id).unwrap_or_default();
+        let (missing, first_time): (Vec<_>, Vec<_>) = candidates
+            .into_iter()
+            .partition(|(attempt, _)| suspected.contains(attempt));
+        if !first_time.is_empty() {
+            self.suspects.insert(
+                resource_id.clone(),
+                first_time.into_iter().map(|(attempt, _)| attempt).collect(),
+            );
+        }
+        let missing: Vec<(TaskRef, ExecutionState)> =
+            missing.into_iter().map(|(_, found)| found).collect();
+        let mut actions = Vec::new();
+        for (task, state) in missing {
+            let attempt = self.task(&task).attempt;
+            log::warn!(
+                "job {}: {task:?} ({attempt}) no longer runs on {resource_id}",
+                self.job_id
+            );
+            let (to, error) = if state == ExecutionState::Canceling {
+                (ExecutionState::Canceled, None)
+            } else {
+                (
+                    ExecutionState::Failed,
+                    Some(format!("the task vanished from TaskManager {resource_id}")),
+                )
+            };
+            actions.extend(self.update(attempt, to, error, cx));
+        }
         actions
     }
 

@@ -254,6 +254,7 @@ impl TaskManager {
                 report: HeartbeatReport {
                     slots_total: self.slots.total(),
                     slots_free: self.slots.free(),
+                    running: self.running.keys().copied().collect(),
                 },
             })
             .timeout(self.settings.spec.heartbeat.timeout)

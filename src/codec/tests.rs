@@ -143,6 +143,7 @@ fn job_manager_samples() -> Vec<JobManagerMessage> {
             report: HeartbeatReport {
                 slots_total: 4,
                 slots_free: 3,
+                running: vec![],
             },
         }
         .into(),

@@ -180,12 +180,15 @@ pub struct Heartbeat {
 }
 
 /// What a TaskManager reports with each heartbeat.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HeartbeatReport {
     /// Slots it has.
     pub slots_total: u32,
     /// Slots not allocated.
     pub slots_free: u32,
+    /// Every execution attempt it runs: the JobManager fails over any task it believes running
+    /// there that is missing (its last report was lost, or the TaskManager dropped it).
+    pub running: Vec<ExecutionAttemptId>,
 }
 
 /// The JobManager's answer to a heartbeat.

@@ -332,6 +332,27 @@ impl JobManager {
         Ok(job_id)
     }
 
+    /// A heartbeat listed what `resource_id` runs: every job fails over the tasks it believes
+    /// running there that are not (a lost final report, or work the TaskManager dropped).
+    pub(super) fn reconcile_tasks(
+        &mut self,
+        resource_id: &ResourceId,
+        running: &std::collections::BTreeSet<crate::messages::ids::ExecutionAttemptId>,
+        ctx: &mut Context<Self>,
+    ) {
+        let jobs: Vec<JobId> = self
+            .jobs
+            .iter()
+            .filter(|(_, j)| !j.status().is_globally_terminal())
+            .map(|(id, _)| *id)
+            .collect();
+        for job_id in jobs {
+            self.with_job(job_id, ctx, |job, cx| {
+                job.reconcile(resource_id, running, cx)
+            });
+        }
+    }
+
     /// Whether any running task is placed on `resource_id`.
     pub(super) fn is_busy(&self, resource_id: &ResourceId) -> bool {
         self.scheduler.used_slots(resource_id) > 0

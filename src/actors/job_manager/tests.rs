@@ -132,6 +132,7 @@ impl Fixture {
                 report: HeartbeatReport {
                     slots_total: 2,
                     slots_free: free,
+                    running: vec![],
                 },
             },
         )

@@ -1106,3 +1106,52 @@ fn a_task_that_reports_canceled_without_being_cancelled_has_failed() {
     assert_eq!(h.state("source", 0), ExecutionState::Failed);
     assert_eq!(h.status(), JobStatus::Failing);
 }
+
+#[test]
+fn a_task_missing_from_two_heartbeats_in_a_row_has_failed() {
+    // Regression: a lost final report (or a TaskManager that dropped its tasks) left the task
+    // RUNNING here forever.
+    let graph = pipeline(
+        1,
+        1,
+        DistributionPattern::Forward,
+        ExchangeMode::Pipelined,
+        RestartStrategyConfig::None,
+    );
+    let mut h = Harness::new(graph, &[2]);
+    h.start();
+    h.run_all(&[("source", 0), ("sink", 0)]);
+    let sink = h.attempt("sink", 0);
+    let only_sink: BTreeSet<ExecutionAttemptId> = [sink].into();
+    // The first heartbeat without the source only raises suspicion (it may be stale)...
+    h.call(|m, cx| m.reconcile(&tm(0), &only_sink, cx));
+    assert_eq!(h.state("source", 0), ExecutionState::Running);
+    // ...a heartbeat listing it again clears it...
+    let both: BTreeSet<ExecutionAttemptId> = [sink, h.attempt("source", 0)].into();
+    h.call(|m, cx| m.reconcile(&tm(0), &both, cx));
+    h.call(|m, cx| m.reconcile(&tm(0), &only_sink, cx));
+    assert_eq!(h.state("source", 0), ExecutionState::Running);
+    // ...and two in a row fail it.
+    h.call(|m, cx| m.reconcile(&tm(0), &only_sink, cx));
+    assert_eq!(h.state("source", 0), ExecutionState::Failed);
+    assert_eq!(h.status(), JobStatus::Failing);
+    // Another TaskManager's heartbeat never touches these tasks.
+    let mut other = Harness::new(
+        pipeline(
+            1,
+            1,
+            DistributionPattern::Forward,
+            ExchangeMode::Pipelined,
+            RestartStrategyConfig::None,
+        ),
+        &[2, 2],
+    );
+    other.start();
+    other.run_all(&[("source", 0), ("sink", 0)]);
+    let placed = other.subtask("source", 0).resource_id.unwrap();
+    let elsewhere = if placed == tm(0) { tm(1) } else { tm(0) };
+    for _ in 0..3 {
+        other.call(|m, cx| m.reconcile(&elsewhere, &BTreeSet::new(), cx));
+    }
+    assert_eq!(other.state("source", 0), ExecutionState::Running);
+}
