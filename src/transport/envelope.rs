@@ -483,6 +483,7 @@ mod tests {
                 report: HeartbeatReport {
                     slots_total: 4,
                     slots_free: 3,
+                    running: vec![],
                 },
             }
             .into(),
