@@ -1,1 +1,1480 @@
-//! (being written)
+//! The connection handshake: what two nodes say to each other before any envelope.
+//!
+//! This module owns proving, in both directions, that the peer speaks our protocol version,
+//! belongs to our cluster and knows the shared cluster secret, bound to this one connection so a
+//! recorded or reflected proof is worthless. It must never read a byte past the handshake (the
+//! steady-state frame codec takes the stream over exactly where the peer's proof ends, so there is
+//! no read-ahead buffer here), never draw a nonce from anything but the caller's [`NodeRng`], and
+//! never wait without the handshake timeout.
+//!
+//! # Protocol
+//!
+//! Both sides run the same steps; only the role byte in the proof differs. Neither side waits for
+//! the other before sending its `Hello`, nor before sending its `Proof` once it has the peer's
+//! `Hello`, so the handshake costs two round trips at most and cannot deadlock (each message is
+//! far smaller than any socket buffer).
+//!
+//! ```text
+//!  initiator (connected out)                                  acceptor (listened)
+//!      │ ── Hello { version, cluster_id, node_id_i, nonce_i } ──▶ │
+//!      │ ◀── Hello { version, cluster_id, node_id_a, nonce_a } ── │
+//!      │   each: version == PROTOCOL_VERSION, cluster ids equal   │
+//!      │ ── Proof { mac_i } ────────────────────────────────────▶ │
+//!      │ ◀──────────────────────────────────────── Proof { mac_a } │
+//!      │   each: verify the peer's mac (constant time)            │
+//!  Established { node_id_a }                        Established { node_id_i }
+//!
+//!  mac_i = HMAC-SHA256(secret, "flint-handshake-v1" ‖ 'I' ‖ nonce_a ‖ nonce_i
+//!                              ‖ id(node_id_i) ‖ id(node_id_a) ‖ id(cluster_id))
+//!  mac_a = HMAC-SHA256(secret, "flint-handshake-v1" ‖ 'A' ‖ nonce_i ‖ nonce_a
+//!                              ‖ id(node_id_a) ‖ id(node_id_i) ‖ id(cluster_id))
+//!  id(x) = x's length as 8 bytes big-endian ‖ x's UTF-8 bytes
+//! ```
+//!
+//! - The **role byte** makes an initiator's proof useless as an acceptor's, so a peer that echoes
+//!   our own `Hello` and `Proof` back (reflection) is refused.
+//! - **Both nonces** make every proof specific to one connection: a proof recorded from another
+//!   handshake is refused as long as our nonce is fresh, which is why the [`NodeRng`] passed in
+//!   must be one long-lived stream per node, never re-created (re-seeded) per connection.
+//! - The node ids and the cluster id are **length-prefixed** so no two different
+//!   `(node id, peer id, cluster)` triples hash the same bytes (`"ab" ‖ "c"` vs `"a" ‖ "bc"`).
+//!
+//! Each message travels in a tiny frame of its own: a 4-byte big-endian length, then the
+//! [`crate::codec`] encoding of a [`HandshakeMessage`]. A length over [`MAX_HANDSHAKE_MESSAGE`] is
+//! refused before anything is allocated for it.
+//!
+//! # What the handshake does not do
+//!
+//! It authenticates the two ends at the moment of connecting; it neither encrypts nor
+//! authenticates the frames that follow, and it sends the cluster id and node id in the clear to
+//! whoever connects. Someone who can rewrite traffic on the path can relay a genuine handshake and
+//! then inject frames: that is what the TLS option (DESIGN §4) is for. With
+//! [`Secret::insecure`] anyone can compute a proof; the handshake then only catches
+//! misconfiguration (wrong cluster, wrong version), never an attacker.
+
+use std::fmt;
+use std::io;
+use std::time::Duration;
+
+use hmac::digest::KeyInit;
+use hmac::{Hmac, Mac};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+use crate::codec::{self, CodecError};
+use crate::env::NodeRng;
+use crate::messages::ids::ClusterId;
+
+/// The handshake protocol version this node speaks. A peer with another version is refused
+/// rather than guessed at: the envelopes that follow the handshake would not decode either.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// The largest handshake message, in bytes (after the length prefix). A `Hello` with a sensible
+/// node id is under 200 bytes; the limit stops a peer (or a stray HTTP client) from making us
+/// allocate before it has proved anything.
+pub const MAX_HANDSHAKE_MESSAGE: usize = 4096;
+
+/// The bytes every proof starts with, so a MAC made here can never be mistaken for a MAC of the
+/// same secret made for another purpose (or another version of this protocol).
+const DOMAIN: &[u8] = b"flint-handshake-v1";
+
+/// Bytes in a nonce.
+const NONCE_LEN: usize = 32;
+
+/// The block size of SHA-256: HMAC's key length after RFC 2104 key preparation.
+const HMAC_BLOCK: usize = 64;
+
+type HmacSha256 = Hmac<Sha256>;
+
+/// The shared cluster secret. Its `Debug` never shows the bytes, so it cannot leak through a
+/// logged config.
+#[derive(Clone)]
+pub struct Secret(Vec<u8>);
+
+impl Secret {
+    /// A secret from its bytes (read from a file or the environment by the caller). Empty bytes
+    /// are the same as [`Secret::insecure`].
+    pub fn from_bytes(bytes: impl Into<Vec<u8>>) -> Self {
+        Self(bytes.into())
+    }
+
+    /// The empty secret of the explicit `--insecure` mode: **no authentication at all**, anyone
+    /// who can connect can compute every proof. It still runs the very same protocol (there is one
+    /// code path to test), so version and cluster checks keep working.
+    pub fn insecure() -> Self {
+        Self(Vec::new())
+    }
+
+    /// Whether this is the insecure (empty) secret, so a caller can warn loudly about it.
+    pub fn is_insecure(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The HMAC key prepared as RFC 2104 §2 prescribes: hashed if longer than a block, then
+    /// zero-padded to one. Keying HMAC with the prepared block is infallible (`KeyInit::new`),
+    /// where keying it with arbitrary bytes returns a `Result` that cannot fail but would need an
+    /// unwrap; a test checks the two agree.
+    fn hmac_key(&self) -> [u8; HMAC_BLOCK] {
+        let mut key = [0u8; HMAC_BLOCK];
+        if self.0.len() > HMAC_BLOCK {
+            let digest = Sha256::digest(&self.0);
+            key[..digest.len()].copy_from_slice(&digest);
+        } else {
+            key[..self.0.len()].copy_from_slice(&self.0);
+        }
+        key
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(***)")
+    }
+}
+
+/// What a node needs to shake hands: who it is, which cluster, the secret, and how long a peer
+/// may take (a peer that stalls must not hold a connection slot forever).
+#[derive(Debug, Clone)]
+pub struct HandshakeConfig {
+    /// This node's cluster; a peer of another cluster is refused.
+    pub cluster_id: ClusterId,
+    /// This node's id, told to the peer and bound into the proofs.
+    pub node_id: String,
+    /// The shared cluster secret.
+    pub secret: Secret,
+    /// The whole handshake must finish within this (both messages both ways).
+    pub timeout: Duration,
+}
+
+/// Which end of the connection a node is: it decides the role byte of its proof, so that a proof
+/// cannot be reflected back to the side that made it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// The side that connected out.
+    Initiator,
+    /// The side that accepted the connection.
+    Acceptor,
+}
+
+impl Role {
+    fn byte(self) -> u8 {
+        match self {
+            Role::Initiator => b'I',
+            Role::Acceptor => b'A',
+        }
+    }
+
+    fn peer(self) -> Role {
+        match self {
+            Role::Initiator => Role::Acceptor,
+            Role::Acceptor => Role::Initiator,
+        }
+    }
+}
+
+/// The first message of each side: who it is, and the nonce the peer's proof must cover.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Hello {
+    /// The sender's [`PROTOCOL_VERSION`].
+    pub protocol_version: u32,
+    /// The sender's cluster.
+    pub cluster_id: ClusterId,
+    /// The sender's node id.
+    pub node_id: String,
+    /// Fresh random bytes from the sender's [`NodeRng`]: the peer must prove the secret over them.
+    pub nonce: [u8; NONCE_LEN],
+}
+
+/// The second message of each side: proof that the sender knows the cluster secret, for this
+/// connection only (see the module docs for what the MAC covers).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Proof {
+    /// HMAC-SHA256 over the domain, the sender's role byte, both nonces, both node ids and the
+    /// cluster id.
+    pub mac: [u8; 32],
+}
+
+/// Everything that travels during the handshake; one enum so a message in the wrong place
+/// decodes and is refused as out of order rather than misread.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum HandshakeMessage {
+    /// Step 1.
+    Hello(Hello),
+    /// Step 3.
+    Proof(Proof),
+}
+
+/// A finished handshake: the peer is of our cluster and version and knows the secret.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Established {
+    /// The node id the peer claimed in its `Hello`, now backed by its proof.
+    pub peer_node_id: String,
+}
+
+/// Why a handshake failed: logged as the reason the connection was closed, so each message says
+/// what was wrong. Only [`is_retryable`](Self::is_retryable) errors are worth reconnecting for.
+#[derive(Debug, thiserror::Error)]
+pub enum HandshakeError {
+    /// The peer speaks another protocol version. Not retryable: one side must be upgraded.
+    #[error("peer speaks handshake protocol version {theirs}, this node speaks version {ours}")]
+    VersionMismatch {
+        /// Our [`PROTOCOL_VERSION`].
+        ours: u32,
+        /// The peer's.
+        theirs: u32,
+    },
+    /// The peer belongs to another cluster. Not retryable: the configuration is wrong.
+    #[error("peer belongs to cluster `{theirs}`, this node to cluster `{ours}`")]
+    WrongCluster {
+        /// Our cluster.
+        ours: ClusterId,
+        /// The peer's.
+        theirs: ClusterId,
+    },
+    /// The peer's proof is wrong. Not retryable: it has another secret, or it is replaying or
+    /// reflecting a proof.
+    #[error(
+        "peer's proof of the cluster secret is wrong (a different secret, or a replayed or reflected proof)"
+    )]
+    BadProof,
+    /// The handshake did not finish in time (the peer is slow, stuck, or not a Flint node).
+    /// Retryable.
+    #[error("handshake did not finish within {after:?}")]
+    Timeout {
+        /// The configured timeout.
+        after: Duration,
+    },
+    /// The peer closed the connection before the handshake finished (it may have refused us).
+    /// Retryable.
+    #[error("peer closed the connection during the handshake")]
+    Closed,
+    /// A handshake message is not a valid `Hello` or `Proof` (garbage, or not a Flint peer). Not
+    /// retryable.
+    #[error("malformed handshake message")]
+    Malformed(#[source] CodecError),
+    /// A handshake message is over [`MAX_HANDSHAKE_MESSAGE`] (a peer's claimed length, or our own
+    /// `Hello` with an absurd node id). Not retryable.
+    #[error("handshake message of {length} bytes is over the {max}-byte limit")]
+    TooLarge {
+        /// The length claimed or needed.
+        length: usize,
+        /// [`MAX_HANDSHAKE_MESSAGE`].
+        max: usize,
+    },
+    /// Reading or writing the connection failed. Retryable.
+    #[error("I/O error during the handshake")]
+    Io(#[source] io::Error),
+    /// A valid message arrived where the protocol does not allow it (e.g. a `Proof` before the
+    /// `Hello`). Not retryable: the peer does not follow the protocol.
+    #[error("unexpected {message} in handshake state {state}")]
+    OutOfOrder {
+        /// The state the handshake was in ([`HandshakeState::name`]).
+        state: &'static str,
+        /// What arrived ([`HandshakeEvent::name`]).
+        message: &'static str,
+    },
+}
+
+impl HandshakeError {
+    /// Whether connecting again may succeed without anyone changing anything: a timeout, a
+    /// closed connection or an I/O error. The others need a configuration change or are an
+    /// attack; retrying them would only hammer the peer.
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self,
+            HandshakeError::Timeout { .. } | HandshakeError::Closed | HandshakeError::Io(_)
+        )
+    }
+}
+
+/// Where a handshake stands. Each state says what the node waits for; the peer's `Hello` is
+/// carried from the moment it is checked, since both proofs are computed over it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HandshakeState {
+    /// Our `Hello` is being sent.
+    SendHello,
+    /// Waiting for the peer's `Hello`.
+    AwaitHello,
+    /// Our `Proof` is being sent; the peer's `Hello` has been checked.
+    SendProof {
+        /// The peer's checked `Hello`.
+        peer: Hello,
+    },
+    /// Waiting for the peer's `Proof`.
+    AwaitProof {
+        /// The peer's checked `Hello`.
+        peer: Hello,
+    },
+    /// Both sides are proven; the stream belongs to the steady-state transport.
+    Established,
+    /// The handshake failed; the connection must be closed.
+    Failed,
+}
+
+impl HandshakeState {
+    /// The state's name, for [`HandshakeError::OutOfOrder`] and logs.
+    pub fn name(&self) -> &'static str {
+        match self {
+            HandshakeState::SendHello => "SendHello",
+            HandshakeState::AwaitHello => "AwaitHello",
+            HandshakeState::SendProof { .. } => "SendProof",
+            HandshakeState::AwaitProof { .. } => "AwaitProof",
+            HandshakeState::Established => "Established",
+            HandshakeState::Failed => "Failed",
+        }
+    }
+}
+
+/// What happened: a message of ours went out, or one of the peer's came in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HandshakeEvent {
+    /// Our `Hello` was written.
+    HelloSent,
+    /// The peer's `Hello` arrived.
+    HelloReceived(Hello),
+    /// Our `Proof` was written.
+    ProofSent,
+    /// The peer's `Proof` arrived.
+    ProofReceived(Proof),
+}
+
+impl HandshakeEvent {
+    /// The event's name, for [`HandshakeError::OutOfOrder`] and logs.
+    pub fn name(&self) -> &'static str {
+        match self {
+            HandshakeEvent::HelloSent => "HelloSent",
+            HandshakeEvent::HelloReceived(_) => "Hello",
+            HandshakeEvent::ProofSent => "ProofSent",
+            HandshakeEvent::ProofReceived(_) => "Proof",
+        }
+    }
+}
+
+impl From<HandshakeMessage> for HandshakeEvent {
+    fn from(message: HandshakeMessage) -> Self {
+        match message {
+            HandshakeMessage::Hello(hello) => HandshakeEvent::HelloReceived(hello),
+            HandshakeMessage::Proof(proof) => HandshakeEvent::ProofReceived(proof),
+        }
+    }
+}
+
+/// What the driver must do next. The state machine never touches the connection itself, so the
+/// async functions below and a simulated transport can drive the same logic.
+#[derive(Debug)]
+pub enum HandshakeAction {
+    /// Write this message, then report [`HandshakeEvent::HelloSent`] or
+    /// [`HandshakeEvent::ProofSent`].
+    Send(HandshakeMessage),
+    /// Read the peer's next message and report it.
+    Receive,
+    /// The handshake succeeded.
+    Done(Established),
+    /// The handshake failed: close the connection, logging the error.
+    Fail(HandshakeError),
+}
+
+/// What stays fixed for one handshake: our role, our `Hello` (with our nonce) and the secret.
+#[derive(Debug, Clone)]
+struct Context {
+    role: Role,
+    own: Hello,
+    secret: Secret,
+}
+
+/// One handshake as a state machine: [`Handshake::on`] is its only transition, and it does no
+/// I/O, so every state × event pair can be tested without a connection.
+#[derive(Debug, Clone)]
+pub struct Handshake {
+    context: Context,
+    state: HandshakeState,
+}
+
+impl Handshake {
+    /// Starts a handshake in [`HandshakeState::SendHello`], drawing our nonce from `rng`, and
+    /// returns the first action (send our `Hello`).
+    pub fn new(role: Role, config: &HandshakeConfig, rng: &mut NodeRng) -> (Self, HandshakeAction) {
+        let own = Hello {
+            protocol_version: PROTOCOL_VERSION,
+            cluster_id: config.cluster_id.clone(),
+            node_id: config.node_id.clone(),
+            nonce: draw_nonce(rng),
+        };
+        let action = HandshakeAction::Send(HandshakeMessage::Hello(own.clone()));
+        let context = Context {
+            role,
+            own,
+            secret: config.secret.clone(),
+        };
+        let machine = Self {
+            context,
+            state: HandshakeState::SendHello,
+        };
+        (machine, action)
+    }
+
+    /// Where the handshake stands.
+    pub fn state(&self) -> &HandshakeState {
+        &self.state
+    }
+
+    /// Feeds one event and returns what to do next. An event the current state does not expect
+    /// fails the handshake with [`HandshakeError::OutOfOrder`]; it never panics.
+    pub fn on(&mut self, event: HandshakeEvent) -> HandshakeAction {
+        let state = std::mem::replace(&mut self.state, HandshakeState::Failed);
+        let (next, action) = transition(&self.context, state, event);
+        self.state = next;
+        action
+    }
+}
+
+/// The transition function: the whole protocol logic, pure.
+fn transition(
+    context: &Context,
+    state: HandshakeState,
+    event: HandshakeEvent,
+) -> (HandshakeState, HandshakeAction) {
+    use HandshakeEvent as E;
+    use HandshakeState as S;
+    match (state, event) {
+        (S::SendHello, E::HelloSent) => (S::AwaitHello, HandshakeAction::Receive),
+        (S::AwaitHello, E::HelloReceived(peer)) => match check_hello(&context.own, &peer) {
+            Ok(()) => {
+                let mac = proof(&context.secret, context.role, &context.own, &peer).finalize();
+                let proof = Proof {
+                    mac: mac.into_bytes().into(),
+                };
+                (
+                    S::SendProof { peer },
+                    HandshakeAction::Send(HandshakeMessage::Proof(proof)),
+                )
+            }
+            Err(error) => (S::Failed, HandshakeAction::Fail(error)),
+        },
+        (S::SendProof { peer }, E::ProofSent) => (S::AwaitProof { peer }, HandshakeAction::Receive),
+        (S::AwaitProof { peer }, E::ProofReceived(received)) => {
+            // The peer proves with its own role byte, over our nonce then its own.
+            let expected = proof(&context.secret, context.role.peer(), &peer, &context.own);
+            match expected.verify_slice(&received.mac) {
+                Ok(()) => (
+                    S::Established,
+                    HandshakeAction::Done(Established {
+                        peer_node_id: peer.node_id,
+                    }),
+                ),
+                Err(_) => (S::Failed, HandshakeAction::Fail(HandshakeError::BadProof)),
+            }
+        }
+        (state, event) => (
+            S::Failed,
+            HandshakeAction::Fail(HandshakeError::OutOfOrder {
+                state: state.name(),
+                message: event.name(),
+            }),
+        ),
+    }
+}
+
+fn check_hello(own: &Hello, peer: &Hello) -> Result<(), HandshakeError> {
+    if peer.protocol_version != own.protocol_version {
+        return Err(HandshakeError::VersionMismatch {
+            ours: own.protocol_version,
+            theirs: peer.protocol_version,
+        });
+    }
+    if peer.cluster_id != own.cluster_id {
+        return Err(HandshakeError::WrongCluster {
+            ours: own.cluster_id.clone(),
+            theirs: peer.cluster_id.clone(),
+        });
+    }
+    Ok(())
+}
+
+/// The MAC `prover` (in `role`) must present to `verifier`, not yet finalized so the verifier
+/// can compare in constant time. Only called once the cluster ids are known to be equal.
+fn proof(secret: &Secret, role: Role, prover: &Hello, verifier: &Hello) -> HmacSha256 {
+    let mut mac = <HmacSha256 as KeyInit>::new(&secret.hmac_key().into());
+    mac.update(DOMAIN);
+    mac.update(&[role.byte()]);
+    mac.update(&verifier.nonce);
+    mac.update(&prover.nonce);
+    update_field(&mut mac, prover.node_id.as_bytes());
+    update_field(&mut mac, verifier.node_id.as_bytes());
+    update_field(&mut mac, prover.cluster_id.as_str().as_bytes());
+    mac
+}
+
+/// A variable-length field, length first, so field boundaries cannot shift.
+fn update_field(mac: &mut HmacSha256, bytes: &[u8]) {
+    mac.update(&(bytes.len() as u64).to_be_bytes());
+    mac.update(bytes);
+}
+
+fn draw_nonce(rng: &mut NodeRng) -> [u8; NONCE_LEN] {
+    let mut nonce = [0u8; NONCE_LEN];
+    for chunk in nonce.chunks_exact_mut(8) {
+        chunk.copy_from_slice(&rng.next_u64().to_le_bytes());
+    }
+    nonce
+}
+
+/// Shakes hands as the side that connected out. On success the stream is positioned right after
+/// the peer's proof, ready for the steady-state frames.
+///
+/// `rng` must be the node's long-lived generator for connections (not one re-created per
+/// connection from the same seed): the nonce drawn from it is what makes a recorded proof
+/// useless.
+pub async fn initiate<S: AsyncRead + AsyncWrite + Unpin>(
+    stream: &mut S,
+    config: &HandshakeConfig,
+    rng: &mut NodeRng,
+) -> Result<Established, HandshakeError> {
+    run(Role::Initiator, stream, config, rng).await
+}
+
+/// Shakes hands as the side that accepted the connection; otherwise as [`initiate`].
+pub async fn accept<S: AsyncRead + AsyncWrite + Unpin>(
+    stream: &mut S,
+    config: &HandshakeConfig,
+    rng: &mut NodeRng,
+) -> Result<Established, HandshakeError> {
+    run(Role::Acceptor, stream, config, rng).await
+}
+
+async fn run<S: AsyncRead + AsyncWrite + Unpin>(
+    role: Role,
+    stream: &mut S,
+    config: &HandshakeConfig,
+    rng: &mut NodeRng,
+) -> Result<Established, HandshakeError> {
+    let (machine, first) = Handshake::new(role, config, rng);
+    tokio::time::timeout(config.timeout, drive(stream, machine, first))
+        .await
+        .unwrap_or(Err(HandshakeError::Timeout {
+            after: config.timeout,
+        }))
+}
+
+async fn drive<S: AsyncRead + AsyncWrite + Unpin>(
+    stream: &mut S,
+    mut machine: Handshake,
+    mut action: HandshakeAction,
+) -> Result<Established, HandshakeError> {
+    loop {
+        action = match action {
+            HandshakeAction::Send(message) => {
+                write_message(stream, &message).await?;
+                machine.on(match message {
+                    HandshakeMessage::Hello(_) => HandshakeEvent::HelloSent,
+                    HandshakeMessage::Proof(_) => HandshakeEvent::ProofSent,
+                })
+            }
+            HandshakeAction::Receive => machine.on(read_message(stream).await?.into()),
+            HandshakeAction::Done(established) => return Ok(established),
+            HandshakeAction::Fail(error) => return Err(error),
+        };
+    }
+}
+
+/// Writes one length-prefixed message in a single write, so it leaves in one segment.
+async fn write_message<S: AsyncWrite + Unpin>(
+    stream: &mut S,
+    message: &HandshakeMessage,
+) -> Result<(), HandshakeError> {
+    let body = codec::encode(message).map_err(HandshakeError::Malformed)?;
+    let length = u32::try_from(body.len())
+        .ok()
+        .filter(|_| body.len() <= MAX_HANDSHAKE_MESSAGE)
+        .ok_or(HandshakeError::TooLarge {
+            length: body.len(),
+            max: MAX_HANDSHAKE_MESSAGE,
+        })?;
+    let mut frame = Vec::with_capacity(4 + body.len());
+    frame.extend_from_slice(&length.to_be_bytes());
+    frame.extend_from_slice(&body);
+    stream.write_all(&frame).await.map_err(io_error)?;
+    stream.flush().await.map_err(io_error)
+}
+
+/// Reads exactly one length-prefixed message, checking the length before allocating for it, and
+/// not one byte more (no read-ahead: what follows belongs to the steady-state codec).
+async fn read_message<S: AsyncRead + Unpin>(
+    stream: &mut S,
+) -> Result<HandshakeMessage, HandshakeError> {
+    let mut header = [0u8; 4];
+    stream.read_exact(&mut header).await.map_err(io_error)?;
+    let length = usize::try_from(u32::from_be_bytes(header)).unwrap_or(usize::MAX);
+    if length > MAX_HANDSHAKE_MESSAGE {
+        return Err(HandshakeError::TooLarge {
+            length,
+            max: MAX_HANDSHAKE_MESSAGE,
+        });
+    }
+    let mut body = vec![0u8; length];
+    stream.read_exact(&mut body).await.map_err(io_error)?;
+    codec::decode(&body).map_err(HandshakeError::Malformed)
+}
+
+/// A connection that ended (EOF mid-message, or a write to a closed peer) is `Closed`; anything
+/// else is a real I/O error.
+fn io_error(error: io::Error) -> HandshakeError {
+    match error.kind() {
+        io::ErrorKind::UnexpectedEof
+        | io::ErrorKind::BrokenPipe
+        | io::ErrorKind::ConnectionReset
+        | io::ErrorKind::ConnectionAborted => HandshakeError::Closed,
+        _ => HandshakeError::Io(error),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::pin::Pin;
+    use std::task::{Context as TaskContext, Poll};
+
+    use tokio::io::{DuplexStream, ReadBuf, duplex};
+
+    use super::*;
+
+    const SECRET: &[u8] = b"correct horse battery staple";
+    const TIMEOUT: Duration = Duration::from_secs(5);
+    /// Far more than a handshake writes, so neither side ever blocks on a full pipe.
+    const PIPE: usize = 64 * 1024;
+
+    fn config(node: &str) -> HandshakeConfig {
+        HandshakeConfig {
+            cluster_id: ClusterId::new("test-cluster"),
+            node_id: node.to_owned(),
+            secret: Secret::from_bytes(SECRET),
+            timeout: TIMEOUT,
+        }
+    }
+
+    fn rng(seed: u64) -> NodeRng {
+        NodeRng::seed_from_u64(seed)
+    }
+
+    /// One side on its own end of the connection, which it drops when it returns, as a real
+    /// connection is closed when its handshake fails.
+    async fn side<S: AsyncRead + AsyncWrite + Unpin>(
+        role: Role,
+        mut stream: S,
+        config: HandshakeConfig,
+        mut rng: NodeRng,
+    ) -> Result<Established, HandshakeError> {
+        run(role, &mut stream, &config, &mut rng).await
+    }
+
+    /// A real initiator against a real acceptor.
+    async fn pair(
+        initiator: HandshakeConfig,
+        acceptor: HandshakeConfig,
+    ) -> (
+        Result<Established, HandshakeError>,
+        Result<Established, HandshakeError>,
+    ) {
+        let (a, b) = duplex(PIPE);
+        tokio::join!(
+            side(Role::Initiator, a, initiator, rng(1)),
+            side(Role::Acceptor, b, acceptor, rng(2)),
+        )
+    }
+
+    /// The handshake messages in what one side wrote.
+    fn frames(stream_bytes: &[u8]) -> Vec<HandshakeMessage> {
+        let mut messages = Vec::new();
+        let mut rest = stream_bytes;
+        while !rest.is_empty() {
+            let length = u32::from_be_bytes(rest[..4].try_into().unwrap()) as usize;
+            messages.push(codec::decode(&rest[4..4 + length]).unwrap());
+            rest = &rest[4 + length..];
+        }
+        messages
+    }
+
+    /// Records every byte written through it.
+    struct Recorder<S> {
+        inner: S,
+        written: Vec<u8>,
+    }
+
+    impl<S: AsyncRead + Unpin> AsyncRead for Recorder<S> {
+        fn poll_read(
+            mut self: Pin<&mut Self>,
+            cx: &mut TaskContext<'_>,
+            buf: &mut ReadBuf<'_>,
+        ) -> Poll<io::Result<()>> {
+            Pin::new(&mut self.inner).poll_read(cx, buf)
+        }
+    }
+
+    impl<S: AsyncWrite + Unpin> AsyncWrite for Recorder<S> {
+        fn poll_write(
+            mut self: Pin<&mut Self>,
+            cx: &mut TaskContext<'_>,
+            buf: &[u8],
+        ) -> Poll<io::Result<usize>> {
+            let poll = Pin::new(&mut self.inner).poll_write(cx, buf);
+            if let Poll::Ready(Ok(written)) = &poll {
+                self.written.extend_from_slice(&buf[..*written]);
+            }
+            poll
+        }
+
+        fn poll_flush(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<io::Result<()>> {
+            Pin::new(&mut self.inner).poll_flush(cx)
+        }
+
+        fn poll_shutdown(
+            mut self: Pin<&mut Self>,
+            cx: &mut TaskContext<'_>,
+        ) -> Poll<io::Result<()>> {
+            Pin::new(&mut self.inner).poll_shutdown(cx)
+        }
+    }
+
+    /// A real handshake with each side's writes recorded: (initiator's bytes, acceptor's bytes).
+    async fn wire(initiator_seed: u64, acceptor_seed: u64) -> (Vec<u8>, Vec<u8>) {
+        let (a, b) = duplex(PIPE);
+        let mut a = Recorder {
+            inner: a,
+            written: Vec::new(),
+        };
+        let mut b = Recorder {
+            inner: b,
+            written: Vec::new(),
+        };
+        let (ci, ca) = (config("initiator"), config("acceptor"));
+        let (ri, ra) = (&mut rng(initiator_seed), &mut rng(acceptor_seed));
+        let (i, r) = tokio::join!(initiate(&mut a, &ci, ri), accept(&mut b, &ca, ra));
+        i.unwrap();
+        r.unwrap();
+        (a.written, b.written)
+    }
+
+    /// A peer that follows a script instead of the protocol: it reads the real side's Hello,
+    /// sends `reply_hello(their Hello)`, reads their Proof, sends `reply_proof(their Proof)`.
+    async fn scripted_peer(
+        mut stream: DuplexStream,
+        reply_hello: impl FnOnce(Hello) -> Hello,
+        reply_proof: impl FnOnce(Proof) -> Proof,
+    ) {
+        let Ok(HandshakeMessage::Hello(theirs)) = read_message(&mut stream).await else {
+            return;
+        };
+        if write_message(&mut stream, &HandshakeMessage::Hello(reply_hello(theirs)))
+            .await
+            .is_err()
+        {
+            return;
+        }
+        let Ok(HandshakeMessage::Proof(theirs)) = read_message(&mut stream).await else {
+            return;
+        };
+        let _ = write_message(&mut stream, &HandshakeMessage::Proof(reply_proof(theirs))).await;
+    }
+
+    fn peer_hello(node: &str, nonce_byte: u8) -> Hello {
+        Hello {
+            protocol_version: PROTOCOL_VERSION,
+            cluster_id: ClusterId::new("test-cluster"),
+            node_id: node.to_owned(),
+            nonce: [nonce_byte; NONCE_LEN],
+        }
+    }
+
+    #[tokio::test]
+    async fn succeeds_both_ways_and_each_side_learns_the_others_node_id() {
+        let (initiator, acceptor) = pair(config("tm-1"), config("jm")).await;
+        assert_eq!(
+            initiator.unwrap(),
+            Established {
+                peer_node_id: "jm".into()
+            }
+        );
+        assert_eq!(
+            acceptor.unwrap(),
+            Established {
+                peer_node_id: "tm-1".into()
+            }
+        );
+    }
+
+    #[tokio::test]
+    async fn handshake_leaves_the_bytes_after_it_in_the_stream() {
+        let (mut a, mut b) = duplex(PIPE);
+        let (ci, ca) = (config("tm-1"), config("jm"));
+        let (ri, ra) = (&mut rng(1), &mut rng(2));
+        let acceptor = async {
+            let established = accept(&mut b, &ca, ra).await;
+            b.write_all(b"first envelope").await.unwrap();
+            established
+        };
+        let (i, r) = tokio::join!(initiate(&mut a, &ci, ri), acceptor);
+        i.unwrap();
+        r.unwrap();
+        let mut next = [0u8; 14];
+        a.read_exact(&mut next).await.unwrap();
+        assert_eq!(&next, b"first envelope");
+    }
+
+    #[tokio::test]
+    async fn wrong_secret_fails_with_bad_proof_on_both_sides() {
+        // Both sides send their proof before reading the peer's, so both see the other's wrong
+        // proof: neither can see `Closed` first.
+        let mut other = config("jm");
+        other.secret = Secret::from_bytes(b"another secret".to_vec());
+        let (initiator, acceptor) = pair(config("tm-1"), other).await;
+        assert!(
+            matches!(initiator, Err(HandshakeError::BadProof)),
+            "{initiator:?}"
+        );
+        assert!(
+            matches!(acceptor, Err(HandshakeError::BadProof)),
+            "{acceptor:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn insecure_mode_runs_the_same_protocol_and_refuses_a_secured_peer() {
+        let insecure = |node: &str| HandshakeConfig {
+            secret: Secret::insecure(),
+            ..config(node)
+        };
+        let (initiator, acceptor) = pair(insecure("tm-1"), insecure("jm")).await;
+        assert_eq!(initiator.unwrap().peer_node_id, "jm");
+        assert_eq!(acceptor.unwrap().peer_node_id, "tm-1");
+        assert!(Secret::insecure().is_insecure());
+        assert!(Secret::from_bytes(Vec::new()).is_insecure());
+        assert!(!Secret::from_bytes(SECRET).is_insecure());
+
+        let (initiator, acceptor) = pair(insecure("tm-1"), config("jm")).await;
+        assert!(
+            matches!(initiator, Err(HandshakeError::BadProof)),
+            "{initiator:?}"
+        );
+        assert!(
+            matches!(acceptor, Err(HandshakeError::BadProof)),
+            "{acceptor:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_peer_of_another_protocol_version_is_refused() {
+        for role in [Role::Initiator, Role::Acceptor] {
+            let (ours, theirs) = duplex(PIPE);
+            let peer = scripted_peer(
+                theirs,
+                |_| Hello {
+                    protocol_version: PROTOCOL_VERSION + 1,
+                    ..peer_hello("future", 7)
+                },
+                |proof| proof,
+            );
+            let (result, ()) = tokio::join!(side(role, ours, config("me"), rng(1)), peer);
+            assert!(
+                matches!(
+                    result,
+                    Err(HandshakeError::VersionMismatch { ours: 1, theirs: 2 })
+                ),
+                "{role:?}: {result:?}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn a_peer_of_another_cluster_is_refused_by_both_sides() {
+        let mut other = config("jm");
+        other.cluster_id = ClusterId::new("other-cluster");
+        let (initiator, acceptor) = pair(config("tm-1"), other).await;
+        match (initiator, acceptor) {
+            (
+                Err(HandshakeError::WrongCluster {
+                    ours: i_ours,
+                    theirs: i_theirs,
+                }),
+                Err(HandshakeError::WrongCluster {
+                    ours: a_ours,
+                    theirs: a_theirs,
+                }),
+            ) => {
+                assert_eq!(i_ours, ClusterId::new("test-cluster"));
+                assert_eq!(i_theirs, ClusterId::new("other-cluster"));
+                assert_eq!(a_ours, ClusterId::new("other-cluster"));
+                assert_eq!(a_theirs, ClusterId::new("test-cluster"));
+            }
+            other => panic!("expected WrongCluster on both sides, got {other:?}"),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_silent_peer_times_out_after_exactly_the_configured_timeout() {
+        for role in [Role::Initiator, Role::Acceptor] {
+            let (ours, silent) = duplex(PIPE);
+            let start = tokio::time::Instant::now();
+            let task = tokio::spawn(side(role, ours, config("me"), rng(1)));
+            tokio::time::sleep(TIMEOUT - Duration::from_millis(1)).await;
+            assert!(!task.is_finished(), "{role:?} gave up early");
+            let result = task.await.unwrap();
+            assert!(
+                matches!(result, Err(HandshakeError::Timeout { after }) if after == TIMEOUT),
+                "{role:?}: {result:?}"
+            );
+            assert_eq!(start.elapsed(), TIMEOUT);
+            drop(silent);
+        }
+    }
+
+    #[tokio::test]
+    async fn a_peer_that_closes_at_any_point_is_reported_as_closed() {
+        // Before anything, after reading our Hello, after sending its Hello, mid-frame.
+        let (ours, theirs) = duplex(PIPE);
+        drop(theirs);
+        let result = side(Role::Initiator, ours, config("me"), rng(1)).await;
+        assert!(matches!(result, Err(HandshakeError::Closed)), "{result:?}");
+
+        let (ours, mut theirs) = duplex(PIPE);
+        let peer = async move {
+            read_message(&mut theirs).await.unwrap();
+        };
+        let (result, ()) = tokio::join!(side(Role::Acceptor, ours, config("me"), rng(1)), peer);
+        assert!(matches!(result, Err(HandshakeError::Closed)), "{result:?}");
+
+        let (ours, mut theirs) = duplex(PIPE);
+        let peer = async move {
+            let hello = HandshakeMessage::Hello(peer_hello("peer", 3));
+            write_message(&mut theirs, &hello).await.unwrap();
+            read_message(&mut theirs).await.unwrap();
+        };
+        let (result, ()) = tokio::join!(side(Role::Initiator, ours, config("me"), rng(1)), peer);
+        assert!(matches!(result, Err(HandshakeError::Closed)), "{result:?}");
+
+        let (ours, mut theirs) = duplex(PIPE);
+        let peer = async move {
+            theirs.write_all(&100u32.to_be_bytes()).await.unwrap();
+            theirs.write_all(&[0u8; 10]).await.unwrap();
+        };
+        let (result, ()) = tokio::join!(side(Role::Initiator, ours, config("me"), rng(1)), peer);
+        assert!(matches!(result, Err(HandshakeError::Closed)), "{result:?}");
+    }
+
+    #[tokio::test]
+    async fn random_garbage_instead_of_a_hello_is_malformed() {
+        let mut garbage = rng(99);
+        for case in 0..64 {
+            let length = 1 + (garbage.next_u64() % 256) as usize;
+            let body: Vec<u8> = (0..length).map(|_| garbage.next_u64() as u8).collect();
+            let (ours, mut theirs) = duplex(PIPE);
+            theirs
+                .write_all(&(length as u32).to_be_bytes())
+                .await
+                .unwrap();
+            theirs.write_all(&body).await.unwrap();
+            let result = side(Role::Acceptor, ours, config("me"), rng(1)).await;
+            assert!(
+                matches!(result, Err(HandshakeError::Malformed(_))),
+                "case {case}: {result:?}"
+            );
+            drop(theirs);
+        }
+        // An empty message is not a Hello either.
+        let (ours, mut theirs) = duplex(PIPE);
+        theirs.write_all(&0u32.to_be_bytes()).await.unwrap();
+        let result = side(Role::Acceptor, ours, config("me"), rng(1)).await;
+        assert!(
+            matches!(result, Err(HandshakeError::Malformed(_))),
+            "{result:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_http_request_instead_of_a_hello_is_too_large() {
+        let (ours, mut theirs) = duplex(PIPE);
+        theirs
+            .write_all(b"GET / HTTP/1.1\r\nHost: flint\r\n\r\n")
+            .await
+            .unwrap();
+        let result = side(Role::Acceptor, ours, config("me"), rng(1)).await;
+        assert!(
+            matches!(
+                result,
+                Err(HandshakeError::TooLarge {
+                    length: 0x4745_5420,
+                    max: MAX_HANDSHAKE_MESSAGE
+                })
+            ),
+            "{result:?}"
+        );
+    }
+
+    /// A peer that claims a 4 GiB message and records how much anyone tried to read after the
+    /// claim (a buffer allocated for the claim would show up as a huge read).
+    #[derive(Default)]
+    struct ClaimsFourGigabytes {
+        header_sent: usize,
+        asked_after_header: usize,
+    }
+
+    impl AsyncRead for ClaimsFourGigabytes {
+        fn poll_read(
+            mut self: Pin<&mut Self>,
+            _cx: &mut TaskContext<'_>,
+            buf: &mut ReadBuf<'_>,
+        ) -> Poll<io::Result<()>> {
+            const HEADER: [u8; 4] = u32::MAX.to_be_bytes();
+            if self.header_sent < HEADER.len() {
+                let n = buf.remaining().min(HEADER.len() - self.header_sent);
+                buf.put_slice(&HEADER[self.header_sent..self.header_sent + n]);
+                self.header_sent += n;
+            } else {
+                self.asked_after_header += buf.remaining();
+                let n = buf.remaining().min(1024);
+                buf.put_slice(&[0xff; 1024][..n]);
+            }
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    impl AsyncWrite for ClaimsFourGigabytes {
+        fn poll_write(
+            self: Pin<&mut Self>,
+            _cx: &mut TaskContext<'_>,
+            buf: &[u8],
+        ) -> Poll<io::Result<usize>> {
+            Poll::Ready(Ok(buf.len()))
+        }
+
+        fn poll_flush(self: Pin<&mut Self>, _cx: &mut TaskContext<'_>) -> Poll<io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+
+        fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut TaskContext<'_>) -> Poll<io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    #[tokio::test]
+    async fn a_length_over_the_limit_is_refused_before_allocating() {
+        let mut peer = ClaimsFourGigabytes::default();
+        let result = initiate(&mut peer, &config("me"), &mut rng(1)).await;
+        assert!(
+            matches!(
+                result,
+                Err(HandshakeError::TooLarge { length, max: MAX_HANDSHAKE_MESSAGE })
+                    if length == u32::MAX as usize
+            ),
+            "{result:?}"
+        );
+        assert_eq!(peer.header_sent, 4);
+        assert_eq!(peer.asked_after_header, 0, "read a body it had refused");
+    }
+
+    #[tokio::test]
+    async fn the_limit_is_inclusive() {
+        for (length, too_large) in [
+            (MAX_HANDSHAKE_MESSAGE, false),
+            (MAX_HANDSHAKE_MESSAGE + 1, true),
+        ] {
+            let (ours, mut theirs) = duplex(PIPE);
+            theirs
+                .write_all(&(length as u32).to_be_bytes())
+                .await
+                .unwrap();
+            theirs.write_all(&vec![0xff; length]).await.unwrap();
+            let result = side(Role::Acceptor, ours, config("me"), rng(1)).await;
+            if too_large {
+                assert!(
+                    matches!(result, Err(HandshakeError::TooLarge { .. })),
+                    "{result:?}"
+                );
+            } else {
+                // Read in full, then refused for what it says.
+                assert!(
+                    matches!(result, Err(HandshakeError::Malformed(_))),
+                    "{result:?}"
+                );
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn our_own_oversized_hello_is_refused_not_sent() {
+        let (ours, mut theirs) = duplex(PIPE);
+        let huge = config(&"x".repeat(MAX_HANDSHAKE_MESSAGE));
+        let result = side(Role::Initiator, ours, huge, rng(1)).await;
+        assert!(
+            matches!(result, Err(HandshakeError::TooLarge { length, .. }) if length > MAX_HANDSHAKE_MESSAGE),
+            "{result:?}"
+        );
+        let mut sent = Vec::new();
+        theirs.read_to_end(&mut sent).await.unwrap();
+        assert!(sent.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_proof_before_the_hello_is_out_of_order() {
+        let (ours, mut theirs) = duplex(PIPE);
+        let proof = HandshakeMessage::Proof(Proof { mac: [0; 32] });
+        write_message(&mut theirs, &proof).await.unwrap();
+        let result = side(Role::Acceptor, ours, config("me"), rng(1)).await;
+        assert!(
+            matches!(
+                result,
+                Err(HandshakeError::OutOfOrder {
+                    state: "AwaitHello",
+                    message: "Proof"
+                })
+            ),
+            "{result:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_reflected_hello_and_proof_are_refused() {
+        // The peer echoes our own Hello (so both nonces and node ids are ours) and then our own
+        // proof. Only the role byte tells the two proofs apart.
+        for role in [Role::Initiator, Role::Acceptor] {
+            let (ours, theirs) = duplex(PIPE);
+            let mirror = scripted_peer(theirs, |hello| hello, |proof| proof);
+            let (result, ()) = tokio::join!(side(role, ours, config("me"), rng(1)), mirror);
+            assert!(
+                matches!(result, Err(HandshakeError::BadProof)),
+                "{role:?}: {result:?}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn a_proof_recorded_from_one_handshake_is_refused_in_another() {
+        // Record a genuine acceptor's Hello and Proof, made for the initiator seeded 1.
+        let (_, acceptor_bytes) = wire(1, 2).await;
+        let [
+            HandshakeMessage::Hello(recorded_hello),
+            HandshakeMessage::Proof(recorded_proof),
+        ] = <[HandshakeMessage; 2]>::try_from(frames(&acceptor_bytes)).unwrap()
+        else {
+            panic!("the acceptor sends a Hello then a Proof");
+        };
+        let replay = |initiator_seed: u64| {
+            let (hello, proof) = (recorded_hello.clone(), recorded_proof.clone());
+            async move {
+                let (ours, theirs) = duplex(PIPE);
+                let attacker = scripted_peer(theirs, |_| hello, |_| proof);
+                let (result, ()) = tokio::join!(
+                    side(
+                        Role::Initiator,
+                        ours,
+                        config("initiator"),
+                        rng(initiator_seed)
+                    ),
+                    attacker
+                );
+                result
+            }
+        };
+        // A fresh nonce makes the recording worthless.
+        let result = replay(3).await;
+        assert!(
+            matches!(result, Err(HandshakeError::BadProof)),
+            "{result:?}"
+        );
+        // Control: the same nonce again (a generator re-created from the same seed) would accept
+        // it, which is why `initiate` documents that its NodeRng must be long-lived.
+        assert_eq!(replay(1).await.unwrap().peer_node_id, "acceptor");
+    }
+
+    #[tokio::test]
+    async fn same_seeds_put_the_same_bytes_on_the_wire() {
+        let first = wire(1, 2).await;
+        assert_eq!(first, wire(1, 2).await);
+        let messages = frames(&first.0);
+        assert!(matches!(
+            messages.as_slice(),
+            [HandshakeMessage::Hello(_), HandshakeMessage::Proof(_)]
+        ));
+        // Another acceptor seed changes the acceptor's nonce, and so both proofs.
+        let other = wire(1, 3).await;
+        assert_ne!(first.1, other.1);
+        assert_ne!(first.0, other.0);
+        assert_eq!(
+            frames(&first.0)[0],
+            frames(&other.0)[0],
+            "same initiator Hello"
+        );
+    }
+
+    fn context(role: Role) -> Context {
+        Context {
+            role,
+            own: peer_hello("me", 1),
+            secret: Secret::from_bytes(SECRET),
+        }
+    }
+
+    #[test]
+    fn the_whole_transition_table() {
+        use HandshakeEvent as E;
+        use HandshakeState as S;
+        let context = context(Role::Initiator);
+        let peer = peer_hello("peer", 2);
+        let good_mac: [u8; 32] = proof(&context.secret, Role::Acceptor, &peer, &context.own)
+            .finalize()
+            .into_bytes()
+            .into();
+        let states = [
+            S::SendHello,
+            S::AwaitHello,
+            S::SendProof { peer: peer.clone() },
+            S::AwaitProof { peer: peer.clone() },
+            S::Established,
+            S::Failed,
+        ];
+        let events = [
+            E::HelloSent,
+            E::HelloReceived(peer.clone()),
+            E::ProofSent,
+            E::ProofReceived(Proof { mac: good_mac }),
+        ];
+        // Next state per (state, event); "-" marks an event refused as out of order (→ Failed).
+        let table: [[&str; 4]; 6] = [
+            // Columns: HelloSent, Hello, ProofSent, Proof (the events above).
+            ["AwaitHello", "-", "-", "-"],  // SendHello
+            ["-", "SendProof", "-", "-"],   // AwaitHello
+            ["-", "-", "AwaitProof", "-"],  // SendProof
+            ["-", "-", "-", "Established"], // AwaitProof
+            ["-", "-", "-", "-"],           // Established
+            ["-", "-", "-", "-"],           // Failed
+        ];
+        for (state, row) in states.iter().zip(table) {
+            for (event, expected) in events.iter().zip(row) {
+                let (next, action) = transition(&context, state.clone(), event.clone());
+                let cell = format!("{} × {}", state.name(), event.name());
+                if expected == "-" {
+                    assert_eq!(next, S::Failed, "{cell}");
+                    match action {
+                        HandshakeAction::Fail(HandshakeError::OutOfOrder { state: s, message }) => {
+                            assert_eq!((s, message), (state.name(), event.name()), "{cell}");
+                        }
+                        other => panic!("{cell}: expected OutOfOrder, got {other:?}"),
+                    }
+                    continue;
+                }
+                assert_eq!(next.name(), expected, "{cell}");
+                match (&next, action) {
+                    (S::AwaitHello | S::AwaitProof { .. }, HandshakeAction::Receive) => {}
+                    (
+                        S::SendProof { peer: kept },
+                        HandshakeAction::Send(HandshakeMessage::Proof(sent)),
+                    ) => {
+                        assert_eq!(kept, &peer, "{cell}");
+                        let expected = proof(&context.secret, Role::Initiator, &context.own, &peer);
+                        expected.verify_slice(&sent.mac).unwrap();
+                    }
+                    (S::Established, HandshakeAction::Done(established)) => {
+                        assert_eq!(established.peer_node_id, "peer", "{cell}");
+                    }
+                    (next, action) => panic!("{cell}: {next:?} with {action:?}"),
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_guarded_transitions_fail_on_a_bad_hello_or_proof() {
+        use HandshakeEvent as E;
+        use HandshakeState as S;
+        let context = context(Role::Acceptor);
+        let newer = Hello {
+            protocol_version: 9,
+            ..peer_hello("peer", 2)
+        };
+        let (next, action) = transition(&context, S::AwaitHello, E::HelloReceived(newer));
+        assert_eq!(next, S::Failed);
+        assert!(matches!(
+            action,
+            HandshakeAction::Fail(HandshakeError::VersionMismatch { ours: 1, theirs: 9 })
+        ));
+
+        let foreign = Hello {
+            cluster_id: ClusterId::new("elsewhere"),
+            ..peer_hello("peer", 2)
+        };
+        let (next, action) = transition(&context, S::AwaitHello, E::HelloReceived(foreign));
+        assert_eq!(next, S::Failed);
+        assert!(matches!(
+            action,
+            HandshakeAction::Fail(HandshakeError::WrongCluster { .. })
+        ));
+
+        let awaiting = S::AwaitProof {
+            peer: peer_hello("peer", 2),
+        };
+        let (next, action) =
+            transition(&context, awaiting, E::ProofReceived(Proof { mac: [0; 32] }));
+        assert_eq!(next, S::Failed);
+        assert!(matches!(
+            action,
+            HandshakeAction::Fail(HandshakeError::BadProof)
+        ));
+    }
+
+    #[test]
+    fn two_machines_agree_without_a_connection() {
+        let (ci, ca) = (config("tm-1"), config("jm"));
+        let (mut i, HandshakeAction::Send(i_hello)) =
+            Handshake::new(Role::Initiator, &ci, &mut rng(1))
+        else {
+            panic!("a handshake starts by sending its Hello");
+        };
+        let (mut a, HandshakeAction::Send(a_hello)) =
+            Handshake::new(Role::Acceptor, &ca, &mut rng(2))
+        else {
+            panic!("a handshake starts by sending its Hello");
+        };
+        assert!(matches!(
+            i.on(HandshakeEvent::HelloSent),
+            HandshakeAction::Receive
+        ));
+        assert!(matches!(
+            a.on(HandshakeEvent::HelloSent),
+            HandshakeAction::Receive
+        ));
+        let HandshakeAction::Send(i_proof) = i.on(a_hello.into()) else {
+            panic!("a checked Hello is answered with a Proof");
+        };
+        let HandshakeAction::Send(a_proof) = a.on(i_hello.into()) else {
+            panic!("a checked Hello is answered with a Proof");
+        };
+        assert_ne!(i_proof, a_proof);
+        assert!(matches!(
+            i.on(HandshakeEvent::ProofSent),
+            HandshakeAction::Receive
+        ));
+        assert!(matches!(
+            a.on(HandshakeEvent::ProofSent),
+            HandshakeAction::Receive
+        ));
+        assert!(matches!(i.on(a_proof.into()), HandshakeAction::Done(e) if e.peer_node_id == "jm"));
+        assert!(
+            matches!(a.on(i_proof.into()), HandshakeAction::Done(e) if e.peer_node_id == "tm-1")
+        );
+        assert_eq!(i.state(), &HandshakeState::Established);
+        // Anything after the end fails the handshake, without a panic.
+        assert!(matches!(
+            i.on(HandshakeEvent::HelloSent),
+            HandshakeAction::Fail(HandshakeError::OutOfOrder {
+                state: "Established",
+                ..
+            })
+        ));
+        assert_eq!(i.state(), &HandshakeState::Failed);
+    }
+
+    #[test]
+    fn field_boundaries_cannot_shift_between_node_ids() {
+        let secret = Secret::from_bytes(SECRET);
+        let mac = |prover: &str, verifier: &str| -> [u8; 32] {
+            proof(
+                &secret,
+                Role::Initiator,
+                &peer_hello(prover, 1),
+                &peer_hello(verifier, 1),
+            )
+            .finalize()
+            .into_bytes()
+            .into()
+        };
+        assert_ne!(mac("ab", "c"), mac("a", "bc"));
+    }
+
+    #[test]
+    fn hmac_key_preparation_matches_the_hmac_crate() {
+        for length in [0, 1, 32, 63, 64, 65, 200] {
+            let bytes: Vec<u8> = (0..length).map(|i| i as u8).collect();
+            let secret = Secret::from_bytes(bytes.clone());
+            let mut ours = <HmacSha256 as KeyInit>::new(&secret.hmac_key().into());
+            let mut reference = <HmacSha256 as Mac>::new_from_slice(&bytes).unwrap();
+            ours.update(b"message");
+            reference.update(b"message");
+            assert_eq!(
+                ours.finalize().into_bytes(),
+                reference.finalize().into_bytes(),
+                "key of {length} bytes"
+            );
+        }
+    }
+
+    #[test]
+    fn the_secret_never_shows_in_debug_output() {
+        let secret = Secret::from_bytes(b"hunter2".to_vec());
+        assert_eq!(format!("{secret:?}"), "Secret(***)");
+        let config = HandshakeConfig {
+            secret,
+            ..config("me")
+        };
+        let shown = format!("{config:?} {config:#?}");
+        assert!(!shown.contains("hunter2"), "{shown}");
+        assert!(!shown.contains("104"), "{shown}"); // 'h' as a byte
+    }
+
+    #[test]
+    fn only_transient_failures_are_retryable_and_each_message_says_what_was_wrong() {
+        let decode_error = codec::decode::<HandshakeMessage>(&[0xff]).unwrap_err();
+        let cases = [
+            (
+                HandshakeError::VersionMismatch { ours: 1, theirs: 2 },
+                false,
+                "peer speaks handshake protocol version 2, this node speaks version 1",
+            ),
+            (
+                HandshakeError::WrongCluster {
+                    ours: ClusterId::new("a"),
+                    theirs: ClusterId::new("b"),
+                },
+                false,
+                "peer belongs to cluster `b`, this node to cluster `a`",
+            ),
+            (
+                HandshakeError::BadProof,
+                false,
+                "proof of the cluster secret is wrong",
+            ),
+            (
+                HandshakeError::Timeout {
+                    after: Duration::from_secs(5),
+                },
+                true,
+                "handshake did not finish within 5s",
+            ),
+            (HandshakeError::Closed, true, "peer closed the connection"),
+            (HandshakeError::Malformed(decode_error), false, "malformed"),
+            (
+                HandshakeError::TooLarge {
+                    length: 5000,
+                    max: 4096,
+                },
+                false,
+                "5000 bytes is over the 4096-byte limit",
+            ),
+            (
+                HandshakeError::Io(io::Error::other("disk on fire")),
+                true,
+                "I/O error",
+            ),
+            (
+                HandshakeError::OutOfOrder {
+                    state: "AwaitHello",
+                    message: "Proof",
+                },
+                false,
+                "unexpected Proof in handshake state AwaitHello",
+            ),
+        ];
+        for (error, retryable, text) in cases {
+            assert_eq!(error.is_retryable(), retryable, "{error:?}");
+            assert!(error.to_string().contains(text), "{error} / {text}");
+        }
+    }
+}
