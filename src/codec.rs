@@ -70,5 +70,6 @@ pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, CodecError> {
     Ok(value)
 }
 
+/// Samples of every message, shared with the transport's tests.
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -25,19 +25,19 @@ fn round_trip<T: Serialize + DeserializeOwned + PartialEq + Debug>(value: &T) {
     assert_eq!(&back, value);
 }
 
-fn resource(n: u32) -> ResourceId {
+pub(crate) fn resource(n: u32) -> ResourceId {
     ResourceId::new(format!("tm-{n}"))
 }
 
-fn session() -> LeaderSessionId {
+pub(crate) fn session() -> LeaderSessionId {
     LeaderSessionId::from_u128(u128::MAX - 5)
 }
 
-fn address(name: &str) -> ActorAddress {
+pub(crate) fn address(name: &str) -> ActorAddress {
     ActorAddress::new("10.0.0.7:6123", name)
 }
 
-fn location() -> TaskManagerLocation {
+pub(crate) fn location() -> TaskManagerLocation {
     TaskManagerLocation {
         resource_id: resource(1),
         address: address("taskmanager/tm-1"),
@@ -45,14 +45,14 @@ fn location() -> TaskManagerLocation {
     }
 }
 
-fn hardware() -> HardwareDescription {
+pub(crate) fn hardware() -> HardwareDescription {
     HardwareDescription {
         cpu_cores: 2,
         physical_memory_bytes: 24 << 30,
     }
 }
 
-fn resource_manager_samples() -> Vec<ResourceManagerMessage> {
+pub(crate) fn resource_manager_samples() -> Vec<ResourceManagerMessage> {
     vec![
         CheckAndAllocateContainers.into(),
         SetWorkerPoolSize { size: 7 }.into(),
@@ -116,7 +116,7 @@ fn resource_manager_variant(message: &ResourceManagerMessage) -> usize {
     }
 }
 
-fn job_manager_samples() -> Vec<JobManagerMessage> {
+pub(crate) fn job_manager_samples() -> Vec<JobManagerMessage> {
     vec![
         RegisterTaskManager {
             cluster_id: ClusterId::new("prod"),
@@ -178,7 +178,7 @@ fn job_manager_samples() -> Vec<JobManagerMessage> {
     ]
 }
 
-fn job_graph() -> JobGraph {
+pub(crate) fn job_graph() -> JobGraph {
     let mut builder = JobGraph::builder("wordcount");
     let source = builder
         .vertex("source", "text-source", 2)
@@ -197,7 +197,7 @@ fn job_graph() -> JobGraph {
     builder.build(|_| true).expect("a valid graph")
 }
 
-fn descriptor() -> TaskDeploymentDescriptor {
+pub(crate) fn descriptor() -> TaskDeploymentDescriptor {
     let partition = ResultPartitionId {
         producer: ExecutionAttemptId::from_u128(7),
         edge: 0,
@@ -247,7 +247,7 @@ fn job_manager_variant(message: &JobManagerMessage) -> usize {
     }
 }
 
-fn task_manager_samples() -> Vec<TaskManagerMessage> {
+pub(crate) fn task_manager_samples() -> Vec<TaskManagerMessage> {
     vec![
         NewLeaderAvailable {
             address: address("jobmanager"),

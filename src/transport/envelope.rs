@@ -360,18 +360,19 @@ impl Envelope {
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeSet;
-    use std::sync::Arc;
 
     use futures_util::StreamExt;
     use tokio_util::codec::FramedRead;
 
     use super::*;
     use crate::actors::task_manager::TaskManager;
+    use crate::codec::tests::{
+        address, hardware, job_manager_samples, location, resource, resource_manager_samples,
+        session, task_manager_samples,
+    };
     use crate::env::NodeRng;
-    use crate::job::graph::{DistributionPattern, ExchangeMode, JobGraph};
     use crate::job::states::ExecutionState;
     use crate::messages::common::*;
-    use crate::messages::deployment::*;
     use crate::messages::ids::*;
     use crate::messages::job_manager::*;
     use crate::messages::resource_manager::*;
@@ -379,227 +380,7 @@ mod tests {
     use crate::operators::{Record, Value};
     use crate::transport::frame::FrameCodec;
 
-    // ---- samples (the approach of src/codec/tests.rs) ----
-
-    fn resource(n: u32) -> ResourceId {
-        ResourceId::new(format!("tm-{n}"))
-    }
-
-    fn session() -> LeaderSessionId {
-        LeaderSessionId::from_u128(u128::MAX - 5)
-    }
-
-    fn address(name: &str) -> ActorAddress {
-        ActorAddress::new("10.0.0.7:6123", name)
-    }
-
-    fn location() -> TaskManagerLocation {
-        TaskManagerLocation {
-            resource_id: resource(1),
-            address: address("taskmanager/tm-1"),
-            hostname: "worker-1".into(),
-        }
-    }
-
-    fn hardware() -> HardwareDescription {
-        HardwareDescription {
-            cpu_cores: 2,
-            physical_memory_bytes: 24 << 30,
-        }
-    }
-
-    fn partition() -> ResultPartitionId {
-        ResultPartitionId {
-            producer: ExecutionAttemptId::from_u128(7),
-            edge: 0,
-        }
-    }
-
-    fn job_graph() -> JobGraph {
-        let mut builder = JobGraph::builder("wordcount");
-        let source = builder.vertex("source", "text-source", 2).index();
-        let sink = builder.vertex("sink", "file-sink", 2).index();
-        builder.edge(
-            source,
-            sink,
-            DistributionPattern::AllToAll,
-            ExchangeMode::Blocking,
-        );
-        builder.build(|_| true).expect("a valid graph")
-    }
-
-    fn descriptor() -> TaskDeploymentDescriptor {
-        TaskDeploymentDescriptor {
-            job_id: JobId::from_u128(5),
-            attempt: ExecutionAttemptId::from_u128(8),
-            attempt_number: 1,
-            vertex_name: "sink".into(),
-            subtask: 1,
-            parallelism: 2,
-            operator: "file-sink".into(),
-            config: [("path".to_owned(), "/out".to_owned())].into(),
-            allocation_id: AllocationId::from_u128(9),
-            inputs: vec![InputGate {
-                edge: 0,
-                subpartition: 1,
-                producers: Arc::new(vec![ProducerLocation {
-                    partition: partition(),
-                    task_manager: address("taskmanager/tm-1"),
-                }]),
-            }],
-            outputs: vec![OutputPartition {
-                partition: partition(),
-                pattern: DistributionPattern::Forward,
-                subpartitions: 1,
-                retained: false,
-            }],
-        }
-    }
-
-    fn job_manager_samples() -> Vec<JobManagerMessage> {
-        vec![
-            RegisterTaskManager {
-                cluster_id: ClusterId::new("prod"),
-                resource_id: resource(1),
-                location: location(),
-                hardware: hardware(),
-                number_of_slots: 4,
-            }
-            .into(),
-            RegisterResourceManager {
-                resource_manager: address("resourcemanager"),
-                designated_pool_size: 4,
-                max_pool_size: 10,
-            }
-            .into(),
-            ResourceRemoved {
-                resource_id: resource(2),
-                reason: RemovalReason::Terminated,
-            }
-            .into(),
-            Heartbeat {
-                resource_id: resource(1),
-                instance_id: InstanceId::from_u128(9),
-                report: HeartbeatReport {
-                    slots_total: 4,
-                    slots_free: 3,
-                    running: vec![],
-                },
-            }
-            .into(),
-            ReleaseIdleTaskManagers { count: 2 }.into(),
-            ResourceManagerHeartbeat {
-                resource_manager: address("resourcemanager"),
-                designated_pool_size: 4,
-                max_pool_size: 10,
-            }
-            .into(),
-            GetJobManagerStatus.into(),
-            SubmitJob {
-                job_graph: job_graph(),
-            }
-            .into(),
-            CancelJob {
-                job_id: JobId::from_u128(5),
-            }
-            .into(),
-            RequestJobStatus {
-                job_id: JobId::from_u128(5),
-            }
-            .into(),
-            ListJobs.into(),
-            UpdateTaskExecutionState {
-                job_id: JobId::from_u128(5),
-                attempt: ExecutionAttemptId::from_u128(6),
-                state: ExecutionState::Failed,
-                error: Some("boom".into()),
-            }
-            .into(),
-        ]
-    }
-
-    fn resource_manager_samples() -> Vec<ResourceManagerMessage> {
-        vec![
-            CheckAndAllocateContainers.into(),
-            SetWorkerPoolSize { size: 7 }.into(),
-            RemoveResource {
-                leader_session_id: session(),
-                resource_id: resource(3),
-                reason: RemovalReason::HeartbeatTimeout,
-            }
-            .into(),
-            NotifyResourceStarted {
-                leader_session_id: session(),
-                resource_id: resource(4),
-            }
-            .into(),
-            NewLeaderAvailable {
-                address: address("jobmanager"),
-                leader_session_id: session(),
-            }
-            .into(),
-            TriggerRegistrationAtJobManager.into(),
-            RegisterResourceManagerSuccessful {
-                leader_session_id: session(),
-                job_manager: address("jobmanager"),
-                registered: vec![resource(1), resource(2)],
-            }
-            .into(),
-            WorkerStarted {
-                resource_id: resource(5),
-            }
-            .into(),
-            WorkerFailed {
-                resource_id: resource(6),
-                reason: "exit status 127".into(),
-            }
-            .into(),
-            WorkerTerminated {
-                resource_id: resource(7),
-                reason: "killed by signal 9".into(),
-            }
-            .into(),
-            StopCluster.into(),
-            GetResourceManagerStatus.into(),
-        ]
-    }
-
-    fn task_manager_samples() -> Vec<TaskManagerMessage> {
-        vec![
-            NewLeaderAvailable {
-                address: address("jobmanager"),
-                leader_session_id: session(),
-            }
-            .into(),
-            Disconnect {
-                leader_session_id: session(),
-                reason: RemovalReason::HeartbeatTimeout,
-            }
-            .into(),
-            GetTaskManagerStatus.into(),
-            SubmitTask {
-                leader_session_id: session(),
-                descriptor: descriptor(),
-            }
-            .into(),
-            CancelTask {
-                leader_session_id: session(),
-                attempt: ExecutionAttemptId::from_u128(8),
-            }
-            .into(),
-            ReleaseJobPartitions {
-                leader_session_id: session(),
-                job_id: JobId::from_u128(5),
-            }
-            .into(),
-            FetchSubpartition {
-                partition: partition(),
-                subpartition: 1,
-                from_batch: 3,
-            }
-            .into(),
-        ]
-    }
+    // ---- samples: the messages' come from src/codec/tests.rs ----
 
     fn summary() -> JobSummary {
         JobSummary {
