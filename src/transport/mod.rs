@@ -4,3 +4,4 @@
 pub mod envelope;
 pub mod frame;
 pub mod handshake;
+pub mod connection;
