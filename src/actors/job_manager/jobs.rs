@@ -27,6 +27,10 @@ pub(super) struct PoolView {
     pub grown_from: Option<u32>,
     /// Since when nothing needs the grown pool.
     pub idle_since: Option<Instant>,
+    /// The state the last demand was computed for (queued requests, free slots, designated
+    /// size, registered TaskManagers): it is only computed again when that changed, so job
+    /// events stay cheap here.
+    pub demand_seen: Option<(usize, u64, u32, usize)>,
 }
 
 impl JobManager {
@@ -240,6 +244,16 @@ impl JobManager {
     /// Queued demand beyond what the pool (with its pending workers) will offer: ask the
     /// resource manager for more workers, up to its maximum.
     pub(super) fn grow_pool_for_demand(&mut self) {
+        let state = (
+            self.scheduler.queued(),
+            self.scheduler.free_slots(),
+            self.pool.designated,
+            self.instances.len(),
+        );
+        if state.0 == 0 || self.resource_manager.is_none() || self.pool.demand_seen == Some(state) {
+            return;
+        }
+        self.pool.demand_seen = Some(state);
         let demand = self.scheduler.queued_slot_demand();
         let registered = self.instances.len() as u64;
         let pool = &mut self.pool;
