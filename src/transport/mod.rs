@@ -5,3 +5,4 @@ pub mod connection;
 pub mod envelope;
 pub mod frame;
 pub mod handshake;
+pub mod remote;
