@@ -12,6 +12,7 @@
 //! | [`standalone::StandaloneDriver`] | nothing: TaskManagers started elsewhere register themselves |
 
 pub mod in_process;
+pub mod local_process;
 pub mod standalone;
 
 use crate::messages::ActorAddress;
