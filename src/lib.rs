@@ -57,6 +57,7 @@ pub mod exchange;
 pub mod job;
 pub mod messages;
 pub mod minicluster;
+pub mod node;
 pub mod operators;
 pub mod run;
 pub mod transport;

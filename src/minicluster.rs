@@ -8,13 +8,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use actix::{Actor, Addr, MailboxError};
+use actix::{Addr, MailboxError};
 use tokio::sync::broadcast;
 
 use crate::actors::Shutdown;
-use crate::actors::job_manager::{JobManager, JobManagerSettings};
-use crate::actors::resource_manager::{FlinkResourceManager, ResourceManagerSettings};
-use crate::actors::task_manager::TaskManagerSpec;
+use crate::actors::job_manager::JobManager;
+use crate::actors::resource_manager::FlinkResourceManager;
 use crate::config::{ClusterConfig, ConfigError};
 use crate::directory::LocalDirectory;
 use crate::drivers::in_process::{InProcessDriver, InProcessWorkers};
@@ -30,11 +29,8 @@ use crate::messages::job_manager::{
 use crate::messages::resource_manager::{
     GetResourceManagerStatus, SetPoolSizeError, SetWorkerPoolSize, StopCluster,
 };
-use crate::messages::{HardwareDescription, NewLeaderAvailable};
+use crate::node::{start_job_manager_node, task_manager_spec};
 use crate::operators::OperatorRegistry;
-
-/// How long an ask between the embedded actors may take (Flink's `akka.ask.timeout`).
-const ASK_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How many events a subscriber may fall behind before it misses some.
 const EVENT_BUFFER: usize = 65_536;
@@ -198,57 +194,17 @@ impl MiniCluster {
             Arc::new(LocalDirectory::new()),
             events.clone(),
         );
-        let leader_session_id = LeaderSessionId::generate(&mut env.rng("leader-election"));
-        let job_manager = JobManager::new(
-            JobManagerSettings {
-                cluster_id: config.cluster.id.clone(),
-                heartbeat: config.heartbeat,
-                ask_timeout: ASK_TIMEOUT,
-                slot_request_timeout: config.slot.request_timeout,
-                slots_per_task_manager: config.taskmanager.slots,
-                taskmanager_timeout: config.resourcemanager.taskmanager_timeout,
-                registry: registry.clone(),
-            },
-            leader_session_id,
-            env.clone(),
-        );
-        let job_manager_address = job_manager.address().clone();
-        let job_manager = job_manager.start();
         let driver = InProcessDriver::new(
-            TaskManagerSpec {
-                cluster_id: config.cluster.id.clone(),
-                slots: config.taskmanager.slots,
-                hostname: "localhost".to_owned(),
-                hardware: this_machine(),
-                registration: config.cluster.registration,
-                heartbeat: config.heartbeat,
-                registry,
-                working_dir: config
-                    .taskmanager
-                    .working_dir
-                    .clone()
-                    .unwrap_or_else(|| std::env::temp_dir().join(format!("flint-{seed:016x}"))),
-                spill_threshold_bytes: usize::try_from(config.taskmanager.spill_threshold)
-                    .unwrap_or(usize::MAX),
-            },
+            task_manager_spec(&config, registry.clone(), "localhost", seed),
             env.clone(),
         );
         let workers = driver.workers();
-        let resource_manager = FlinkResourceManager::new(
-            ResourceManagerSettings {
-                pool: config.resourcemanager.clone(),
-                heartbeat: config.heartbeat,
-                ask_timeout: ASK_TIMEOUT,
-            },
-            Box::new(driver),
-            env,
-        )
-        .start();
-        // Leader retrieval: in one process the leader is known from the start.
-        resource_manager.do_send(NewLeaderAvailable {
-            address: job_manager_address,
-            leader_session_id,
-        });
+        let node = start_job_manager_node(&config, registry, env, Box::new(driver));
+        let (job_manager, resource_manager, leader_session_id) = (
+            node.job_manager,
+            node.resource_manager,
+            node.leader_session_id,
+        );
         log::info!(
             "mini-cluster started: pool size {}, {} slots per TaskManager, seed {seed}",
             config.resourcemanager.pool_size,
@@ -467,22 +423,5 @@ impl MiniCluster {
             })?;
         log::info!("mini-cluster stopped");
         Ok(())
-    }
-}
-
-/// What this machine offers, for TaskManagers' registrations.
-fn this_machine() -> HardwareDescription {
-    let cpu_cores = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
-    let physical_memory_bytes = std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|text| {
-            let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
-            let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-            Some(kib * 1024)
-        })
-        .unwrap_or(0);
-    HardwareDescription {
-        cpu_cores,
-        physical_memory_bytes,
     }
 }

@@ -1,0 +1,122 @@
+//! Starting the actors of a node: the JobManager process (a JobManager and its resource
+//! manager) and TaskManagers, from one validated [`ClusterConfig`]. Shared by the embedded
+//! [`MiniCluster`](crate::MiniCluster) and the `flint jobmanager` / `flint taskmanager` processes, so
+//! both wire the actors the same way.
+
+use std::time::Duration;
+
+use actix::{Actor, Addr};
+
+use crate::actors::job_manager::{JobManager, JobManagerSettings};
+use crate::actors::resource_manager::{FlinkResourceManager, ResourceManagerSettings};
+use crate::actors::task_manager::TaskManagerSpec;
+use crate::config::ClusterConfig;
+use crate::drivers::WorkerDriver;
+use crate::env::NodeEnv;
+use crate::messages::ids::LeaderSessionId;
+use crate::messages::{ActorAddress, HardwareDescription, NewLeaderAvailable};
+use crate::operators::OperatorRegistry;
+
+/// How long an ask between actors may take (Flink's `akka.ask.timeout`).
+pub const ASK_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The actors of a JobManager process.
+pub struct JobManagerNode {
+    /// The JobManager.
+    pub job_manager: Addr<JobManager>,
+    /// Its resource manager.
+    pub resource_manager: Addr<FlinkResourceManager>,
+    /// The JobManager's address.
+    pub address: ActorAddress,
+    /// The session it leads.
+    pub leader_session_id: LeaderSessionId,
+}
+
+/// Starts a JobManager leading a fresh session and a resource manager with `driver`, and tells
+/// the resource manager where its leader is (leader retrieval: one JobManager for the cluster's
+/// life). Must run inside an actix System; the actors run on the caller's arbiter.
+pub fn start_job_manager_node(
+    config: &ClusterConfig,
+    registry: OperatorRegistry,
+    env: NodeEnv,
+    driver: Box<dyn WorkerDriver>,
+) -> JobManagerNode {
+    let leader_session_id = LeaderSessionId::generate(&mut env.rng("leader-election"));
+    let job_manager = JobManager::new(
+        JobManagerSettings {
+            cluster_id: config.cluster.id.clone(),
+            heartbeat: config.heartbeat,
+            ask_timeout: ASK_TIMEOUT,
+            slot_request_timeout: config.slot.request_timeout,
+            slots_per_task_manager: config.taskmanager.slots,
+            taskmanager_timeout: config.resourcemanager.taskmanager_timeout,
+            registry,
+        },
+        leader_session_id,
+        env.clone(),
+    );
+    let address = job_manager.address().clone();
+    let job_manager = job_manager.start();
+    let resource_manager = FlinkResourceManager::new(
+        ResourceManagerSettings {
+            pool: config.resourcemanager.clone(),
+            heartbeat: config.heartbeat,
+            ask_timeout: ASK_TIMEOUT,
+        },
+        driver,
+        env,
+    )
+    .start();
+    resource_manager.do_send(NewLeaderAvailable {
+        address: address.clone(),
+        leader_session_id,
+    });
+    JobManagerNode {
+        job_manager,
+        resource_manager,
+        address,
+        leader_session_id,
+    }
+}
+
+/// What every TaskManager of the cluster is started with.
+pub fn task_manager_spec(
+    config: &ClusterConfig,
+    registry: OperatorRegistry,
+    hostname: &str,
+    seed: u64,
+) -> TaskManagerSpec {
+    TaskManagerSpec {
+        cluster_id: config.cluster.id.clone(),
+        slots: config.taskmanager.slots,
+        hostname: hostname.to_owned(),
+        hardware: this_machine(),
+        registration: config.cluster.registration,
+        heartbeat: config.heartbeat,
+        registry,
+        working_dir: config
+            .taskmanager
+            .working_dir
+            .clone()
+            .unwrap_or_else(|| std::env::temp_dir().join(format!("flint-{seed:016x}"))),
+        spill_threshold_bytes: usize::try_from(config.taskmanager.spill_threshold)
+            .unwrap_or(usize::MAX),
+    }
+}
+
+/// What this machine offers, for TaskManagers' registrations.
+pub fn this_machine() -> HardwareDescription {
+    let cpu_cores = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
+    let physical_memory_bytes = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|text| {
+            let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
+            let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+            Some(kib * 1024)
+        })
+        .unwrap_or(0);
+    HardwareDescription {
+        cpu_cores,
+        physical_memory_bytes,
+    }
+}
