@@ -106,6 +106,12 @@ impl Secret {
         Self(Vec::new())
     }
 
+    /// The secret's bytes, to hand to a child process through its environment (never its
+    /// command line); `None` for the insecure secret.
+    pub fn expose(&self) -> Option<&[u8]> {
+        (!self.0.is_empty()).then_some(self.0.as_slice())
+    }
+
     /// Whether this is the insecure (empty) secret, so a caller can warn loudly about it.
     pub fn is_insecure(&self) -> bool {
         self.0.is_empty()
