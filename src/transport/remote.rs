@@ -1347,4 +1347,23 @@ mod tests {
         let opened = b.inner.next_connection.load(Ordering::Relaxed) - 1;
         assert_eq!(opened, 1, "one dial for eight asks");
     }
+
+    #[actix::test]
+    async fn a_proxy_whose_connection_died_reconnects_on_the_next_message() {
+        let (a, a_resolver) = endpoint("a", b"secret", 1).await;
+        let (b, b_resolver) = endpoint("b", b"secret", 2).await;
+        let (_jm, jm_address) = start_job_manager(&env("a", &a_resolver, 10));
+        let remote_jm = b_resolver.job_manager(&jm_address).expect("a proxy");
+        assert!(jm_status(&remote_jm).await.is_some());
+        let first = b.inner.live(&a.local_node()).expect("connected");
+        first.close("test drops the connection");
+        eventually("A forgets the connection", || async {
+            a.connected_peers().is_empty().then_some(())
+        })
+        .await;
+        // The same gateway (the same proxy) dials again.
+        assert!(jm_status(&remote_jm).await.is_some());
+        assert_eq!(b.inner.next_connection.load(Ordering::Relaxed) - 1, 2);
+        assert_eq!(b.connected_peers(), vec![a.local_node()]);
+    }
 }
