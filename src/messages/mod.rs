@@ -36,6 +36,43 @@ macro_rules! protocol {
             $( $(#[$field_meta])* $message($message), )+
         }
 
+        impl $wire {
+            /// The name of the message inside, for logs.
+            pub fn name(&self) -> &'static str {
+                match self {
+                    $( Self::$message(_) => stringify!($message), )+
+                }
+            }
+
+            /// Hands the message to its recipient in `gateway` (the transport's inbound
+            /// dispatch). The message is queued in the actor's mailbox before this returns, so
+            /// messages delivered one after another keep their order; the future only waits for
+            /// the answer, wrapped for the wire. `Err` means the actor's mailbox is closed.
+            pub fn deliver(
+                self,
+                gateway: &$gateway,
+            ) -> std::pin::Pin<
+                Box<
+                    dyn std::future::Future<
+                        Output = Result<$crate::transport::envelope::Reply, actix::MailboxError>,
+                    >,
+                >,
+            > {
+                match self {
+                    $(
+                        Self::$message(message) => {
+                            let request = gateway.$field.send(message);
+                            Box::pin(async move {
+                                request
+                                    .await
+                                    .map($crate::transport::envelope::Answer::into_reply)
+                            })
+                        }
+                    )+
+                }
+            }
+        }
+
         $(
             impl From<$message> for $wire {
                 fn from(message: $message) -> Self {

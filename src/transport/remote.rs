@@ -1,17 +1,1369 @@
-//! (being written) Remote actors: the node endpoint, remote proxies and inbound dispatch.
+//! Remote actors: the node endpoint, remote proxies and inbound dispatch (DESIGN §4).
 //!
-//! Agreed API (implemented in the transport-remote branch):
+//! This module owns a node's presence on the network: the listener, one [`Connection`] per peer
+//! node (dialled on demand with bounded, backed-off attempts, or accepted), the dispatch of what
+//! peers send to this node's actors, and the proxies through which this node's actors reach
+//! actors elsewhere. It never decides anything for an actor: an actor sees a remote peer exactly
+//! as it sees a local one, as a gateway of `Recipient`s.
 //!
 //! ```text
-//! pub struct EndpointConfig { pub bind: std::net::SocketAddr, pub advertised_host: Option<String>,
-//!     pub cluster_id: ClusterId, pub node_name: String, pub secret: Secret,
-//!     pub handshake_timeout: Duration, pub ask_timeout: Duration, pub max_frame: usize,
-//!     pub outbound_queue: usize, pub seed: u64 }
-//! pub struct NodeEndpoint;  // owns the listener task, dialer and connections
-//! impl NodeEndpoint {
-//!     pub async fn bind(config: EndpointConfig) -> Result<(NodeEndpoint, Arc<RemoteResolver>), EndpointError>;
-//!     pub fn local_node(&self) -> String;   // "host:port" others reach this node at
-//!     pub fn shutdown(&self);
-//! }
-//! pub struct RemoteResolver;  // implements crate::directory::Resolver
+//!  actor ── Recipient<M>::send ──▶ RemoteProxy<W> (an actor on the caller's arbiter)
+//!     M::Result = ()  → Envelope::Tell  (fire and forget; a send error is logged and fails the send)
+//!     otherwise       → Envelope::Ask   → Reply → Answer::from_reply → M::Result
+//!          │  connection to ActorAddress.node: live one, or dial (one shared attempt per peer,
+//!          ▼  DIAL_ATTEMPTS tries with exponential backoff, on the endpoint's arbiter)
+//!  Connection ═══ TCP ═══ Connection ─ Inbound ─▶ serve (one task per connection)
+//!                                                  └─ dispatch: LocalDirectory[target]
+//!                                                     └─ wire enum.deliver(gateway) (queued in
+//!                                                        order; the answer awaited in its own task)
+//!                                                        └─ Ask: connection.reply(correlation, …)
 //! ```
+//!
+//! # How a failure reaches the caller
+//!
+//! A handler cannot return an `actix::MailboxError` itself, so each proxy handler answers with a
+//! [`RemoteResponse`]: on success it sends `M::Result` to the caller; on any failure (the peer
+//! unreachable or refusing the handshake, the connection going down while the ask waits, the
+//! transport's ask timeout, an unknown target or closed mailbox on the peer, reported as
+//! [`Reply::Failed`]) it drops the caller's reply channel, so `Recipient::send(m).await` is
+//! `Err(actix::MailboxError::Closed)` **as soon as the failure is known**: at once when a connection
+//! dies (pending asks fail on `PeerDown`), after at most the dial backoff for an unreachable peer.
+//! `Err(MailboxError::Timeout)` only ever comes from the caller's own `.timeout(..)`. The cause
+//! is logged here, with its chain.
+//!
+//! # Connections
+//!
+//! Connections are keyed by the peer's node id, which is its advertised `host:port` (the node
+//! part of its actors' addresses). Outgoing connections are made on the endpoint's arbiter (the
+//! one [`NodeEndpoint::bind`] ran on), so a proxy on a TaskManager's arbiter that stops does not
+//! take the connection with it. If two nodes dial each other at once both connections are kept
+//! and serve (a peer never has more than two); each side sends on the one it keeps in its map.
+//! Every handshake draws its nonce from a generator forked from the endpoint's one long-lived
+//! [`NodeRng`] (a fresh seed per connection, never a re-created stream).
+
+use std::any::TypeId;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::future::Future;
+use std::io;
+use std::marker::PhantomData;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use actix::dev::{MessageResponse, OneshotSender};
+use actix::{Actor, Arbiter, ArbiterHandle, Context, Handler, Message};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, watch};
+
+use super::connection::{
+    self, Connection, ConnectionConfig, ConnectionError, DEFAULT_ASK_TIMEOUT,
+    DEFAULT_MAX_PENDING_ASKS, DEFAULT_OUTBOUND_QUEUE, Inbound, Side,
+};
+use super::envelope::{Answer, Envelope, EnvelopeKind, Payload, PayloadKind, Reply, ReplyError};
+use super::frame::DEFAULT_MAX_FRAME;
+use super::handshake::{HandshakeConfig, Secret};
+use crate::backoff::ExponentialBackoff;
+use crate::directory::{LocalActor, LocalDirectory, Resolver};
+use crate::env::NodeRng;
+use crate::messages::ActorAddress;
+use crate::messages::ids::ClusterId;
+use crate::messages::job_manager::{JobManagerGateway, JobManagerMessage};
+use crate::messages::resource_manager::{ResourceManagerGateway, ResourceManagerMessage};
+use crate::messages::task_manager::{TaskManagerGateway, TaskManagerMessage};
+
+/// Tries to connect to a peer per need (an ask or tell that finds no live connection). Bounded,
+/// so an unreachable peer fails the ask instead of hanging it.
+pub const DIAL_ATTEMPTS: u32 = 4;
+
+/// The pause after the first failed dial; it doubles after each further failure.
+pub const DIAL_BACKOFF_INITIAL: Duration = Duration::from_millis(50);
+
+/// The longest pause between two dials.
+pub const DIAL_BACKOFF_MAX: Duration = Duration::from_secs(1);
+
+/// Inbound envelopes a connection may hand to its dispatcher before its reader waits
+/// (backpressure onto the peer, see [`connection`]).
+const INBOUND_QUEUE: usize = 256;
+
+/// Handshakes in progress on accepted streams: beyond it a new stream is dropped at once, so a
+/// flood of connections that never shake hands cannot grow the node's tasks without bound.
+const MAX_ACCEPTING: usize = 64;
+
+/// The pause after `accept` fails (out of file descriptors, say), so the loop does not spin.
+const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(100);
+
+/// How a node's endpoint listens, proves itself and bounds its connections.
+#[derive(Debug, Clone)]
+pub struct EndpointConfig {
+    /// Where to listen (`127.0.0.1:0` in tests: any free port).
+    pub bind: SocketAddr,
+    /// The host peers reach this node at, if not the bound IP (which must then not be a
+    /// wildcard like `0.0.0.0`: peers dial the node id they see).
+    pub advertised_host: Option<String>,
+    /// The cluster; peers of other clusters are refused in the handshake.
+    pub cluster_id: ClusterId,
+    /// A name for logs.
+    pub node_name: String,
+    /// The shared cluster secret.
+    pub secret: Secret,
+    /// How long a handshake (and a TCP connect) may take.
+    pub handshake_timeout: Duration,
+    /// How long an ask waits for its reply.
+    pub ask_timeout: Duration,
+    /// The largest frame, in bytes; every node of a cluster should agree.
+    pub max_frame: usize,
+    /// Envelopes that may wait to be written per connection.
+    pub outbound_queue: usize,
+    /// Seeds the endpoint's one long-lived generator (handshake nonces).
+    pub seed: u64,
+}
+
+impl EndpointConfig {
+    /// The defaults around what every node must choose: where to listen, the cluster, a name,
+    /// the secret and a seed.
+    pub fn new(
+        bind: SocketAddr,
+        cluster_id: ClusterId,
+        node_name: impl Into<String>,
+        secret: Secret,
+        seed: u64,
+    ) -> Self {
+        Self {
+            bind,
+            advertised_host: None,
+            cluster_id,
+            node_name: node_name.into(),
+            secret,
+            handshake_timeout: Duration::from_secs(5),
+            ask_timeout: DEFAULT_ASK_TIMEOUT,
+            max_frame: DEFAULT_MAX_FRAME,
+            outbound_queue: DEFAULT_OUTBOUND_QUEUE,
+            seed,
+        }
+    }
+}
+
+/// Why an endpoint could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum EndpointError {
+    /// The address could not be bound (in use, not ours). Retryable only if it becomes free.
+    #[error("cannot listen on {address}")]
+    Bind {
+        /// The address asked for.
+        address: SocketAddr,
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
+    /// The listener's own address could not be read.
+    #[error("cannot read the address the endpoint listens on")]
+    LocalAddress(#[source] io::Error),
+}
+
+/// Why one connection attempt failed.
+#[derive(Debug, thiserror::Error)]
+pub enum DialError {
+    /// The TCP connection could not be made (refused, no route, DNS). Retryable.
+    #[error("cannot connect")]
+    Connect(#[source] io::Error),
+    /// The TCP connection took longer than the handshake timeout. Retryable.
+    #[error("connecting took longer than {0:?}")]
+    ConnectTimeout(Duration),
+    /// Connected, but the handshake failed (a wrong secret or cluster is not retryable).
+    #[error(transparent)]
+    Connection(#[from] ConnectionError),
+}
+
+impl DialError {
+    /// Whether dialling again may succeed.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Self::Connect(_) | Self::ConnectTimeout(_) => true,
+            Self::Connection(error) => error.is_retryable(),
+        }
+    }
+}
+
+/// Why a message to a remote actor failed. The caller sees every one of these as
+/// `MailboxError::Closed` (see the module docs); this is what the log says.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum RemoteError {
+    /// This node's endpoint is shut down.
+    #[error("the endpoint is shut down")]
+    ShutDown,
+    /// No connection to the peer could be made. Retryable unless the cause says otherwise (a
+    /// handshake refused for the secret or the cluster).
+    #[error("cannot reach {peer} (after {attempts} attempts)")]
+    Unreachable {
+        /// The peer's node id.
+        peer: String,
+        /// How many dials were made.
+        attempts: u32,
+        /// The last dial's failure.
+        #[source]
+        source: Arc<DialError>,
+    },
+    /// The connection refused the send, went down while the ask waited, or the ask timed out.
+    #[error("the message was not answered")]
+    Connection(#[source] Arc<ConnectionError>),
+    /// The peer answered, but not with the answer (unknown target, closed mailbox there).
+    #[error(transparent)]
+    Reply(#[from] ReplyError),
+}
+
+impl From<ConnectionError> for RemoteError {
+    fn from(error: ConnectionError) -> Self {
+        Self::Connection(Arc::new(error))
+    }
+}
+
+/// Formats an error with its whole `source` chain, for one log line.
+struct Chain<'a>(&'a dyn std::error::Error);
+
+impl fmt::Display for Chain<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)?;
+        let mut source = self.0.source();
+        while let Some(error) = source {
+            write!(f, ": {error}")?;
+            source = error.source();
+        }
+        Ok(())
+    }
+}
+
+/// A dial in progress, or its outcome (`None` until it ends). Waiters share one attempt.
+type DialOutcome = watch::Receiver<Option<Result<Connection, RemoteError>>>;
+
+/// What this node has with one peer.
+enum PeerSlot {
+    /// A connection, with the id of the task that serves it.
+    Connected { id: u64, connection: Connection },
+    /// A dial is under way.
+    Dialing(DialOutcome),
+}
+
+/// A future answer to a proxied message.
+type Pending = Pin<Box<dyn Future<Output = Result<Reply, RemoteError>>>>;
+
+/// The endpoint's state, shared by the endpoint handle, the resolver, the proxies and the tasks.
+struct Inner {
+    config: EndpointConfig,
+    local_node: String,
+    /// Where connections are dialled and served: the arbiter `bind` ran on.
+    arbiter: ArbiterHandle,
+    directory: LocalDirectory,
+    peers: Mutex<BTreeMap<String, PeerSlot>>,
+    /// Gateways of remote actors handed out, by address: one proxy per remote actor.
+    proxies: Mutex<BTreeMap<ActorAddress, LocalActor>>,
+    /// The one long-lived generator: each handshake forks its nonce stream from it.
+    rng: Mutex<NodeRng>,
+    next_connection: AtomicU64,
+    accepting: AtomicUsize,
+    shutdown: watch::Sender<bool>,
+}
+
+impl fmt::Debug for Inner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("NodeEndpoint")
+            .field("node", &self.local_node)
+            .field("name", &self.config.node_name)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Locks a mutex whose data stays consistent whatever panicked while it was held (every
+/// update is one insert, remove or draw).
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Inner {
+    fn is_shut_down(&self) -> bool {
+        *self.shutdown.borrow()
+    }
+
+    fn connection_config(&self) -> ConnectionConfig {
+        let config = &self.config;
+        ConnectionConfig {
+            handshake: HandshakeConfig {
+                cluster_id: config.cluster_id.clone(),
+                node_id: self.local_node.clone(),
+                secret: config.secret.clone(),
+                timeout: config.handshake_timeout,
+            },
+            max_frame: config.max_frame,
+            outbound_queue: config.outbound_queue,
+            ask_timeout: config.ask_timeout,
+            max_pending_asks: DEFAULT_MAX_PENDING_ASKS,
+        }
+    }
+
+    /// The live connection to `peer`, if there is one.
+    fn live(&self, peer: &str) -> Option<Connection> {
+        match lock(&self.peers).get(peer) {
+            Some(PeerSlot::Connected { connection, .. }) if connection.close_reason().is_none() => {
+                Some(connection.clone())
+            }
+            _ => None,
+        }
+    }
+
+    /// A live connection to `peer`: the one there is, the one being dialled, or a new dial.
+    async fn connection(self: &Arc<Self>, peer: &str) -> Result<Connection, RemoteError> {
+        if self.is_shut_down() {
+            return Err(RemoteError::ShutDown);
+        }
+        let mut outcome = {
+            let mut peers = lock(&self.peers);
+            match peers.get(peer) {
+                Some(PeerSlot::Connected { connection, .. })
+                    if connection.close_reason().is_none() =>
+                {
+                    return Ok(connection.clone());
+                }
+                // A dial whose task still runs (a task that was dropped unfinished, with its
+                // arbiter, has dropped its sender: dial again).
+                Some(PeerSlot::Dialing(outcome)) if outcome.has_changed().is_ok() => {
+                    outcome.clone()
+                }
+                _ => {
+                    let (done, outcome) = watch::channel(None);
+                    peers.insert(peer.to_owned(), PeerSlot::Dialing(outcome.clone()));
+                    let dial = Arc::clone(self).dial(peer.to_owned(), done);
+                    if !self.arbiter.spawn(dial) {
+                        peers.remove(peer);
+                        return Err(RemoteError::ShutDown);
+                    }
+                    outcome
+                }
+            }
+        };
+        match outcome.wait_for(Option::is_some).await {
+            Ok(result) => result.clone().unwrap_or(Err(RemoteError::ShutDown)),
+            // The dial task was dropped unfinished: its arbiter (the endpoint's) stopped.
+            Err(_) => Err(RemoteError::ShutDown),
+        }
+    }
+
+    /// Dials `peer` with backoff, records the outcome and tells the waiters.
+    async fn dial(
+        self: Arc<Self>,
+        peer: String,
+        done: watch::Sender<Option<Result<Connection, RemoteError>>>,
+    ) {
+        let mut shutdown = self.shutdown.subscribe();
+        let result = tokio::select! {
+            biased;
+            _ = shutdown.wait_for(|down| *down) => Err(RemoteError::ShutDown),
+            result = self.dial_with_backoff(&peer) => result,
+        };
+        {
+            let mut peers = lock(&self.peers);
+            match &result {
+                Ok((id, connection)) => {
+                    peers.insert(
+                        peer.clone(),
+                        PeerSlot::Connected {
+                            id: *id,
+                            connection: connection.clone(),
+                        },
+                    );
+                }
+                Err(_) => {
+                    if matches!(peers.get(&peer), Some(PeerSlot::Dialing(_))) {
+                        peers.remove(&peer);
+                    }
+                }
+            }
+        }
+        if let Err(error) = &result {
+            log::warn!(
+                "{}: cannot connect to {peer}: {}",
+                self.config.node_name,
+                Chain(error)
+            );
+        }
+        done.send_replace(Some(result.map(|(_, connection)| connection)));
+    }
+
+    async fn dial_with_backoff(
+        self: &Arc<Self>,
+        peer: &str,
+    ) -> Result<(u64, Connection), RemoteError> {
+        let mut backoff = ExponentialBackoff::new(DIAL_BACKOFF_INITIAL, DIAL_BACKOFF_MAX);
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let error = match self.dial_once(peer).await {
+                Ok(connected) => return Ok(connected),
+                Err(error) => error,
+            };
+            if !error.is_retryable() || attempt >= DIAL_ATTEMPTS {
+                return Err(RemoteError::Unreachable {
+                    peer: peer.to_owned(),
+                    attempts: attempt,
+                    source: Arc::new(error),
+                });
+            }
+            log::debug!(
+                "{}: dial {attempt} to {peer} failed: {}",
+                self.config.node_name,
+                Chain(&error)
+            );
+            tokio::time::sleep(backoff.next_delay()).await;
+        }
+    }
+
+    async fn dial_once(self: &Arc<Self>, peer: &str) -> Result<(u64, Connection), DialError> {
+        let timeout = self.config.handshake_timeout;
+        let stream = tokio::time::timeout(timeout, TcpStream::connect(peer))
+            .await
+            .map_err(|_| DialError::ConnectTimeout(timeout))?
+            .map_err(DialError::Connect)?;
+        // Small envelopes (heartbeats, acks) must not wait for Nagle; the writer batches.
+        if let Err(error) = stream.set_nodelay(true) {
+            log::debug!("cannot set TCP_NODELAY towards {peer}: {error}");
+        }
+        let (id, connection) = self.establish(stream, Side::Initiator).await?;
+        if connection.peer() != peer {
+            log::warn!(
+                "{}: dialled {peer}, which calls itself {}; it is reached at {peer} all the same",
+                self.config.node_name,
+                connection.peer()
+            );
+        }
+        Ok((id, connection))
+    }
+
+    /// Shakes hands on `stream` and starts the task that serves the connection.
+    async fn establish(
+        self: &Arc<Self>,
+        stream: TcpStream,
+        side: Side,
+    ) -> Result<(u64, Connection), ConnectionError> {
+        let mut rng = lock(&self.rng).fork();
+        let (inbound, received) = mpsc::channel(INBOUND_QUEUE);
+        let connection =
+            connection::establish(stream, side, self.connection_config(), &mut rng, inbound)
+                .await?;
+        let id = self.next_connection.fetch_add(1, Ordering::Relaxed);
+        log::info!(
+            "{}: connected to {} ({side:?})",
+            self.config.node_name,
+            connection.peer()
+        );
+        tokio::task::spawn_local(Arc::clone(self).serve(id, connection.clone(), received));
+        Ok((id, connection))
+    }
+
+    /// Serves one connection: dispatches what the peer sends until it ends, closes it when the
+    /// endpoint shuts down, and forgets it once it is down.
+    async fn serve(
+        self: Arc<Self>,
+        id: u64,
+        connection: Connection,
+        mut inbound: mpsc::Receiver<Inbound>,
+    ) {
+        let mut shutdown = self.shutdown.subscribe();
+        let mut closing = false;
+        loop {
+            let item = tokio::select! {
+                biased;
+                _ = shutdown.wait_for(|down| *down), if !closing => {
+                    closing = true;
+                    connection.close("the endpoint shut down");
+                    continue;
+                }
+                item = inbound.recv() => item,
+            };
+            match item {
+                Some(Inbound::Envelope { peer, envelope }) => {
+                    self.dispatch(&connection, &peer, envelope);
+                }
+                Some(Inbound::PeerDown { .. }) | None => break,
+            }
+        }
+        let mut peers = lock(&self.peers);
+        if matches!(peers.get(connection.peer()), Some(PeerSlot::Connected { id: current, .. }) if *current == id)
+        {
+            peers.remove(connection.peer());
+        }
+    }
+
+    /// Hands an ask or tell to the local actor it names, without waiting for the answer (that
+    /// is awaited in a task of its own, so the reader keeps reading).
+    fn dispatch(&self, connection: &Connection, peer: &str, envelope: Envelope) {
+        let Envelope {
+            target,
+            correlation,
+            kind,
+            payload,
+            ..
+        } = envelope;
+        let address = ActorAddress::new(self.local_node.clone(), target);
+        let missing = |kind: &str| {
+            format!(
+                "no {kind} is called {} on {}",
+                address.name, self.local_node
+            )
+        };
+        let (name, delivery) = match payload {
+            Payload::JobManager(message) => (
+                message.name(),
+                self.directory
+                    .job_manager(&address)
+                    .map(|gateway| message.deliver(&gateway))
+                    .ok_or_else(|| missing("JobManager")),
+            ),
+            Payload::ResourceManager(message) => (
+                message.name(),
+                self.directory
+                    .resource_manager(&address)
+                    .map(|gateway| message.deliver(&gateway))
+                    .ok_or_else(|| missing("resource manager")),
+            ),
+            Payload::TaskManager(message) => (
+                message.name(),
+                self.directory
+                    .task_manager(&address)
+                    .map(|gateway| message.deliver(&gateway))
+                    .ok_or_else(|| missing("TaskManager")),
+            ),
+            // The connection completes replies itself and validated the rest.
+            Payload::Reply(reply) => {
+                log::warn!(
+                    "{}: {peer} sent a {} reply as a {kind}; dropped",
+                    self.config.node_name,
+                    reply.name()
+                );
+                return;
+            }
+        };
+        let node = self.config.node_name.clone();
+        let peer = peer.to_owned();
+        let target = address.name;
+        match kind {
+            EnvelopeKind::Ask => {
+                let connection = connection.clone();
+                tokio::task::spawn_local(async move {
+                    let reply = match delivery {
+                        Ok(answer) => answer.await.unwrap_or_else(|error| {
+                            Reply::Failed(format!("{name} to {target}: {error}"))
+                        }),
+                        Err(reason) => Reply::Failed(format!("{name}: {reason}")),
+                    };
+                    if let Reply::Failed(reason) = &reply {
+                        log::warn!("{node}: ask from {peer} failed: {reason}");
+                    }
+                    if let Err(error) = connection.reply(correlation, reply) {
+                        log::warn!(
+                            "{node}: cannot answer {name} from {peer}: {}",
+                            Chain(&error)
+                        );
+                    }
+                });
+            }
+            EnvelopeKind::Tell => match delivery {
+                Ok(answer) => {
+                    tokio::task::spawn_local(async move {
+                        if let Err(error) = answer.await {
+                            log::warn!("{node}: {name} from {peer} to {target}: {error}");
+                        }
+                    });
+                }
+                Err(reason) => log::warn!("{node}: {name} from {peer} dropped: {reason}"),
+            },
+            EnvelopeKind::Reply => {}
+        }
+    }
+
+    /// Sends `payload` to `address` as a tell (`tell`) or an ask. With a live connection the
+    /// envelope is queued before this returns, so messages through one proxy keep their order.
+    fn request(self: &Arc<Self>, address: &ActorAddress, payload: Payload, tell: bool) -> Pending {
+        if let Some(connection) = self.live(&address.node) {
+            return send_on(&connection, address.name.clone(), payload, tell);
+        }
+        let endpoint = Arc::clone(self);
+        let address = address.clone();
+        Box::pin(async move {
+            let connection = endpoint.connection(&address.node).await?;
+            send_on(&connection, address.name, payload, tell).await
+        })
+    }
+
+    /// Accepts connections until the endpoint shuts down.
+    async fn accept_loop(self: Arc<Self>, listener: TcpListener) {
+        let mut shutdown = self.shutdown.subscribe();
+        loop {
+            let accepted = tokio::select! {
+                biased;
+                _ = shutdown.wait_for(|down| *down) => break,
+                accepted = listener.accept() => accepted,
+            };
+            let (stream, from) = match accepted {
+                Ok(accepted) => accepted,
+                Err(error) => {
+                    log::warn!("{}: accept failed: {error}", self.config.node_name);
+                    tokio::time::sleep(ACCEPT_ERROR_PAUSE).await;
+                    continue;
+                }
+            };
+            if self.accepting.fetch_add(1, Ordering::Relaxed) >= MAX_ACCEPTING {
+                self.accepting.fetch_sub(1, Ordering::Relaxed);
+                log::warn!(
+                    "{}: {MAX_ACCEPTING} handshakes in progress; dropped the connection from {from}",
+                    self.config.node_name
+                );
+                continue;
+            }
+            if let Err(error) = stream.set_nodelay(true) {
+                log::debug!("cannot set TCP_NODELAY towards {from}: {error}");
+            }
+            let endpoint = Arc::clone(&self);
+            tokio::task::spawn_local(async move {
+                let established = endpoint.establish(stream, Side::Acceptor).await;
+                endpoint.accepting.fetch_sub(1, Ordering::Relaxed);
+                match established {
+                    Ok((id, connection)) => {
+                        let mut peers = lock(&endpoint.peers);
+                        let keep =
+                            matches!(
+                                peers.get(connection.peer()),
+                                Some(PeerSlot::Connected { connection: current, .. })
+                                    if current.close_reason().is_none()
+                            ) || matches!(peers.get(connection.peer()), Some(PeerSlot::Dialing(_)));
+                        if !keep {
+                            peers.insert(
+                                connection.peer().to_owned(),
+                                PeerSlot::Connected { id, connection },
+                            );
+                        }
+                    }
+                    Err(error) => log::warn!(
+                        "{}: refused a connection from {from}: {}",
+                        endpoint.config.node_name,
+                        Chain(&error)
+                    ),
+                }
+            });
+        }
+        log::info!("{}: stopped listening", self.config.node_name);
+    }
+
+    fn shut_down(&self) {
+        if self.shutdown.send_replace(true) {
+            return;
+        }
+        let peers = std::mem::take(&mut *lock(&self.peers));
+        for slot in peers.into_values() {
+            if let PeerSlot::Connected { connection, .. } = slot {
+                connection.close("the endpoint shut down");
+            }
+        }
+        lock(&self.proxies).clear();
+        log::info!("{}: endpoint shut down", self.config.node_name);
+    }
+
+    /// The cached gateway at `address` if `pick` accepts it and its proxy runs, or a new one.
+    fn proxy<G>(
+        self: &Arc<Self>,
+        address: &ActorAddress,
+        pick: impl Fn(&LocalActor) -> Option<G>,
+        make: impl FnOnce(Arc<Self>, ActorAddress) -> LocalActor,
+    ) -> Option<G> {
+        let mut proxies = lock(&self.proxies);
+        if let Some(gateway) = proxies.get(address).and_then(&pick) {
+            let alive = match proxies.get(address) {
+                Some(LocalActor::JobManager(g)) => g.is_alive(),
+                Some(LocalActor::ResourceManager(g)) => g.is_alive(),
+                Some(LocalActor::TaskManager(g)) => g.is_alive(),
+                None => false,
+            };
+            if alive {
+                return Some(gateway);
+            }
+        }
+        let actor = make(Arc::clone(self), address.clone());
+        let gateway = pick(&actor);
+        proxies.insert(address.clone(), actor);
+        gateway
+    }
+}
+
+/// Queues `payload` for `target` on `connection` now and returns its answer.
+fn send_on(connection: &Connection, target: String, payload: Payload, tell: bool) -> Pending {
+    if tell {
+        let sent = connection
+            .tell(Envelope {
+                target,
+                sender: None,
+                correlation: 0,
+                kind: EnvelopeKind::Tell,
+                payload,
+            })
+            .map(|()| Reply::Unit(()))
+            .map_err(RemoteError::from);
+        Box::pin(std::future::ready(sent))
+    } else {
+        let asked = connection.ask(target, None, payload);
+        Box::pin(async move { Ok(asked.await?) })
+    }
+}
+
+/// A node's presence on the network: the listener, the connections to its peers, dispatch of
+/// inbound envelopes to its actors. Dropping it shuts it down.
+#[derive(Debug)]
+pub struct NodeEndpoint {
+    inner: Arc<Inner>,
+}
+
+impl NodeEndpoint {
+    /// Listens on `config.bind` and starts accepting on the current arbiter. The returned
+    /// resolver goes into the node's `NodeEnv`: actors register through it and reach remote
+    /// actors through it.
+    ///
+    /// # Panics
+    ///
+    /// Outside an actix arbiter (a `System` or `#[actix::test]`), as `actix::spawn` does.
+    pub async fn bind(
+        config: EndpointConfig,
+    ) -> Result<(NodeEndpoint, Arc<RemoteResolver>), EndpointError> {
+        let listener =
+            TcpListener::bind(config.bind)
+                .await
+                .map_err(|source| EndpointError::Bind {
+                    address: config.bind,
+                    source,
+                })?;
+        let bound = listener.local_addr().map_err(EndpointError::LocalAddress)?;
+        let local_node = match &config.advertised_host {
+            Some(host) => format!("{host}:{}", bound.port()),
+            None => bound.to_string(),
+        };
+        if config.secret.is_insecure() {
+            log::warn!(
+                "{}: the cluster secret is empty: any peer that can connect is trusted",
+                config.node_name
+            );
+        }
+        let rng = NodeRng::seed_from_u64(config.seed);
+        let inner = Arc::new(Inner {
+            local_node,
+            arbiter: Arbiter::current(),
+            directory: LocalDirectory::new(),
+            peers: Mutex::new(BTreeMap::new()),
+            proxies: Mutex::new(BTreeMap::new()),
+            rng: Mutex::new(rng),
+            next_connection: AtomicU64::new(1),
+            accepting: AtomicUsize::new(0),
+            shutdown: watch::Sender::new(false),
+            config,
+        });
+        log::info!(
+            "{}: listening on {bound} as {}",
+            inner.config.node_name,
+            inner.local_node
+        );
+        actix::spawn(Arc::clone(&inner).accept_loop(listener));
+        let resolver = Arc::new(RemoteResolver {
+            inner: Arc::clone(&inner),
+        });
+        Ok((NodeEndpoint { inner }, resolver))
+    }
+
+    /// The `host:port` other nodes reach this one at: the node part of its actors' addresses.
+    pub fn local_node(&self) -> String {
+        self.inner.local_node.clone()
+    }
+
+    /// Stops listening and closes every connection: pending asks on both sides fail at once, and
+    /// every later message through this node's proxies fails with [`RemoteError::ShutDown`].
+    /// Idempotent.
+    pub fn shutdown(&self) {
+        self.inner.shut_down();
+    }
+
+    /// The peers this node has a live connection to, for status and tests.
+    pub fn connected_peers(&self) -> Vec<String> {
+        lock(&self.inner.peers)
+            .iter()
+            .filter_map(|(peer, slot)| match slot {
+                PeerSlot::Connected { connection, .. } if connection.close_reason().is_none() => {
+                    Some(peer.clone())
+                }
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+impl Drop for NodeEndpoint {
+    fn drop(&mut self) {
+        self.inner.shut_down();
+    }
+}
+
+/// The node's [`Resolver`]: local actors from its directory, remote ones as proxies.
+#[derive(Debug)]
+pub struct RemoteResolver {
+    inner: Arc<Inner>,
+}
+
+impl RemoteResolver {
+    /// Whether `address` names an actor of the protocol `kind`; an envelope for a name of
+    /// another kind would be refused by the peer (and close the connection), so none is sent.
+    fn speaks(address: &ActorAddress, kind: PayloadKind) -> bool {
+        let speaks = PayloadKind::of_target(&address.name) == Some(kind);
+        if !speaks {
+            log::warn!("{address} is not the address of a {kind} recipient");
+        }
+        speaks
+    }
+}
+
+impl Resolver for RemoteResolver {
+    fn local_node(&self) -> String {
+        self.inner.local_node.clone()
+    }
+
+    fn register(&self, address: ActorAddress, actor: LocalActor) {
+        self.inner.directory.register(address, actor);
+    }
+
+    fn unregister(&self, address: &ActorAddress) {
+        self.inner.directory.unregister(address);
+    }
+
+    fn job_manager(&self, address: &ActorAddress) -> Option<JobManagerGateway> {
+        if address.node == self.inner.local_node {
+            return self.inner.directory.job_manager(address);
+        }
+        if !Self::speaks(address, PayloadKind::JobManager) {
+            return None;
+        }
+        self.inner.proxy(
+            address,
+            |actor| match actor {
+                LocalActor::JobManager(gateway) => Some(gateway.clone()),
+                _ => None,
+            },
+            |endpoint, address| {
+                LocalActor::JobManager(JobManagerGateway::of(
+                    &JobManagerProxy::new(endpoint, address).start(),
+                ))
+            },
+        )
+    }
+
+    fn resource_manager(&self, address: &ActorAddress) -> Option<ResourceManagerGateway> {
+        if address.node == self.inner.local_node {
+            return self.inner.directory.resource_manager(address);
+        }
+        if !Self::speaks(address, PayloadKind::ResourceManager) {
+            return None;
+        }
+        self.inner.proxy(
+            address,
+            |actor| match actor {
+                LocalActor::ResourceManager(gateway) => Some(gateway.clone()),
+                _ => None,
+            },
+            |endpoint, address| {
+                LocalActor::ResourceManager(ResourceManagerGateway::of(
+                    &ResourceManagerProxy::new(endpoint, address).start(),
+                ))
+            },
+        )
+    }
+
+    fn task_manager(&self, address: &ActorAddress) -> Option<TaskManagerGateway> {
+        if address.node == self.inner.local_node {
+            return self.inner.directory.task_manager(address);
+        }
+        if !Self::speaks(address, PayloadKind::TaskManager) {
+            return None;
+        }
+        self.inner.proxy(
+            address,
+            |actor| match actor {
+                LocalActor::TaskManager(gateway) => Some(gateway.clone()),
+                _ => None,
+            },
+            |endpoint, address| {
+                LocalActor::TaskManager(TaskManagerGateway::of(
+                    &TaskManagerProxy::new(endpoint, address).start(),
+                ))
+            },
+        )
+    }
+}
+
+/// The local stand-in for one remote actor whose protocol is the wire enum `W`. It handles
+/// every message `M` that converts into `W` (one generic impl, so a message added to a
+/// `protocol!` list is proxied without a line here; the gateway's `of` checks the proxy handles
+/// the whole list). It holds no connection: each message finds the live one or dials, so a
+/// proxy outlives connections that come and go.
+pub struct RemoteProxy<W> {
+    endpoint: Arc<Inner>,
+    address: ActorAddress,
+    wire: PhantomData<fn() -> W>,
+}
+
+/// The proxy of a remote JobManager.
+pub type JobManagerProxy = RemoteProxy<JobManagerMessage>;
+/// The proxy of a remote resource manager.
+pub type ResourceManagerProxy = RemoteProxy<ResourceManagerMessage>;
+/// The proxy of a remote TaskManager.
+pub type TaskManagerProxy = RemoteProxy<TaskManagerMessage>;
+
+impl<W> RemoteProxy<W> {
+    fn new(endpoint: Arc<Inner>, address: ActorAddress) -> Self {
+        Self {
+            endpoint,
+            address,
+            wire: PhantomData,
+        }
+    }
+}
+
+impl<W> fmt::Debug for RemoteProxy<W> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "RemoteProxy({})", self.address)
+    }
+}
+
+impl<W: 'static> Actor for RemoteProxy<W> {
+    type Context = Context<Self>;
+}
+
+impl<W, M> Handler<M> for RemoteProxy<W>
+where
+    W: Into<Payload> + 'static,
+    M: Message + Into<W> + 'static,
+    M::Result: Answer + 'static,
+{
+    type Result = RemoteResponse<M::Result>;
+
+    fn handle(&mut self, message: M, _: &mut Context<Self>) -> Self::Result {
+        // A message answered with `()` needs no answer from the peer: it travels as a tell.
+        let tell = TypeId::of::<M::Result>() == TypeId::of::<()>();
+        let name = std::any::type_name::<M>()
+            .rsplit("::")
+            .next()
+            .unwrap_or("message");
+        let wire: W = message.into();
+        let pending = self.endpoint.request(&self.address, wire.into(), tell);
+        let address = self.address.clone();
+        let node = self.endpoint.config.node_name.clone();
+        RemoteResponse(Box::pin(async move {
+            let answer = pending
+                .await
+                .and_then(|reply| M::Result::from_reply(reply).map_err(RemoteError::from));
+            if let Err(error) = &answer {
+                log::warn!("{node}: {name} to {address} failed: {}", Chain(error));
+            }
+            answer
+        }))
+    }
+}
+
+/// A proxy's answer: the caller gets `R` on success, and `MailboxError::Closed` (its reply
+/// channel dropped) as soon as the message is known to have failed (see the module docs).
+pub struct RemoteResponse<R>(Pin<Box<dyn Future<Output = Result<R, RemoteError>>>>);
+
+impl<A, M, R> MessageResponse<A, M> for RemoteResponse<R>
+where
+    A: Actor,
+    M: Message<Result = R>,
+    R: 'static,
+{
+    fn handle(self, _: &mut A::Context, tx: Option<OneshotSender<R>>) {
+        actix::spawn(async move {
+            if let Ok(answer) = self.0.await
+                && let Some(tx) = tx
+            {
+                // The caller may have stopped waiting; nothing to tell it then.
+                drop(tx.send(answer));
+            }
+            // On failure `tx` is dropped here: the caller's `send` fails with `Closed`.
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Two endpoints in one System over real TCP on 127.0.0.1. Real time (sockets do not follow
+    //! a paused clock); every wait polls with a deadline.
+
+    use std::future::Future;
+    use std::time::Duration;
+
+    use actix::{Addr, MailboxError, ResponseFuture};
+    use tokio::time::Instant;
+
+    use super::*;
+    use crate::actors::job_manager::{JobManager, JobManagerSettings};
+    use crate::actors::registration::Leader;
+    use crate::actors::task_manager::{TaskManager, TaskManagerSettings, TaskManagerSpec};
+    use crate::config::{HeartbeatConfig, RegistrationConfig};
+    use crate::env::{CurrentArbiterSpawner, ManualClock, NodeEnv};
+    use crate::events::EventSink;
+    use crate::messages::HardwareDescription;
+    use crate::messages::ids::{LeaderSessionId, ResourceId};
+    use crate::messages::job_manager::{GetJobManagerStatus, JobManagerStatus};
+    use crate::messages::task_manager::{
+        GetTaskManagerStatus, RegistrationPhase, TaskManagerStatus,
+    };
+    use crate::operators::OperatorRegistry;
+
+    const DEADLINE: Duration = Duration::from_secs(10);
+    /// "At once": far below the ask timeout, above any scheduling hiccup on a busy CI machine.
+    const PROMPTLY: Duration = Duration::from_secs(2);
+
+    fn config(name: &str, secret: &[u8], seed: u64) -> EndpointConfig {
+        EndpointConfig {
+            handshake_timeout: Duration::from_secs(2),
+            ask_timeout: Duration::from_secs(30),
+            ..EndpointConfig::new(
+                "127.0.0.1:0".parse().expect("an address"),
+                ClusterId::new("remote-test"),
+                name,
+                Secret::from_bytes(secret.to_vec()),
+                seed,
+            )
+        }
+    }
+
+    async fn endpoint(name: &str, secret: &[u8], seed: u64) -> (NodeEndpoint, Arc<RemoteResolver>) {
+        NodeEndpoint::bind(config(name, secret, seed))
+            .await
+            .expect("binds")
+    }
+
+    fn env(name: &str, resolver: &Arc<RemoteResolver>, seed: u64) -> NodeEnv {
+        NodeEnv::new(
+            name,
+            seed,
+            Arc::new(ManualClock::new(1_000_000)),
+            Arc::new(CurrentArbiterSpawner),
+            Arc::clone(resolver) as Arc<dyn Resolver>,
+            EventSink::new(1024),
+        )
+    }
+
+    fn heartbeat() -> HeartbeatConfig {
+        HeartbeatConfig {
+            interval: Duration::from_millis(50),
+            timeout: Duration::from_secs(2),
+        }
+    }
+
+    fn start_job_manager(env: &NodeEnv) -> (Addr<JobManager>, ActorAddress) {
+        let session = LeaderSessionId::generate(&mut env.rng("leader"));
+        let job_manager = JobManager::new(
+            JobManagerSettings {
+                cluster_id: ClusterId::new("remote-test"),
+                heartbeat: heartbeat(),
+                ask_timeout: Duration::from_secs(5),
+                slot_request_timeout: Duration::from_secs(30),
+                slots_per_task_manager: 2,
+                taskmanager_timeout: Duration::from_secs(30),
+                registry: OperatorRegistry::with_builtins(),
+            },
+            session,
+            env.clone(),
+        );
+        let address = job_manager.address().clone();
+        (job_manager.start(), address)
+    }
+
+    fn start_task_manager(env: &NodeEnv, id: &str, leader: ActorAddress) -> Addr<TaskManager> {
+        TaskManager::new(
+            TaskManagerSettings {
+                resource_id: ResourceId::new(id),
+                job_manager: Some(Leader {
+                    address: leader,
+                    retrieved_session: None,
+                }),
+                spec: TaskManagerSpec {
+                    cluster_id: ClusterId::new("remote-test"),
+                    slots: 2,
+                    hostname: "localhost".into(),
+                    hardware: HardwareDescription {
+                        cpu_cores: 1,
+                        physical_memory_bytes: 0,
+                    },
+                    registration: RegistrationConfig {
+                        initial_timeout: Duration::from_millis(200),
+                        max_timeout: Duration::from_secs(1),
+                        refused_registration_delay: Duration::from_millis(100),
+                        error_delay: Duration::from_millis(100),
+                    },
+                    heartbeat: heartbeat(),
+                    registry: OperatorRegistry::with_builtins(),
+                    working_dir: std::env::temp_dir().join(format!("flint-remote-{id}")),
+                    spill_threshold_bytes: 1 << 20,
+                },
+            },
+            env.clone(),
+        )
+        .start()
+    }
+
+    /// Polls `probe` until it yields `Some`, or panics with `what` at the deadline.
+    async fn eventually<T, F: Future<Output = Option<T>>>(what: &str, probe: impl Fn() -> F) -> T {
+        let deadline = Instant::now() + DEADLINE;
+        loop {
+            if let Some(value) = probe().await {
+                return value;
+            }
+            assert!(Instant::now() < deadline, "not within {DEADLINE:?}: {what}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    async fn jm_status(gateway: &JobManagerGateway) -> Option<JobManagerStatus> {
+        gateway.get_status.send(GetJobManagerStatus).await.ok()
+    }
+
+    #[actix::test]
+    async fn a_task_manager_registers_and_heartbeats_across_tcp() {
+        let (a, a_resolver) = endpoint("a", b"secret", 1).await;
+        let (b, b_resolver) = endpoint("b", b"secret", 2).await;
+        let (_jm, jm_address) = start_job_manager(&env("a", &a_resolver, 10));
+        assert_eq!(jm_address, ActorAddress::new(a.local_node(), "jobmanager"));
+        let _tm = start_task_manager(&env("b", &b_resolver, 20), "tm-1", jm_address.clone());
+
+        // The JobManager, asked across the transport from B, lists the TaskManager.
+        let remote_jm = b_resolver.job_manager(&jm_address).expect("a proxy");
+        let status = eventually("the TaskManager registers", || async {
+            jm_status(&remote_jm)
+                .await
+                .filter(|status| status.task_managers.len() == 1)
+        })
+        .await;
+        let info = &status.task_managers[0];
+        assert_eq!(info.resource_id, ResourceId::new("tm-1"));
+        let tm_address = ActorAddress::new(b.local_node(), "taskmanager/tm-1");
+        assert_eq!(info.location.address, tm_address);
+
+        // A reaches the TaskManager through its proxy: registered, and it stays registered
+        // over many heartbeat intervals (the heartbeats are acknowledged across the wire).
+        let remote_tm = a_resolver.task_manager(&tm_address).expect("a proxy");
+        let registered = |status: &TaskManagerStatus| {
+            matches!(status.registration, RegistrationPhase::Registered { .. })
+        };
+        let tm_status = eventually("the TaskManager sees its registration", || async {
+            remote_tm
+                .get_status
+                .send(GetTaskManagerStatus)
+                .await
+                .ok()
+                .filter(registered)
+        })
+        .await;
+        assert_eq!(tm_status.slots_total, 2);
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        let after = remote_tm
+            .get_status
+            .send(GetTaskManagerStatus)
+            .await
+            .expect("answers");
+        assert_eq!(
+            after.registration, tm_status.registration,
+            "still the same registration"
+        );
+        assert_eq!(
+            jm_status(&remote_jm)
+                .await
+                .expect("answers")
+                .task_managers
+                .len(),
+            1
+        );
+        // The same proxy is handed out again, and each node holds one connection to the other.
+        assert!(a_resolver.task_manager(&tm_address).is_some());
+        assert_eq!(a.connected_peers(), vec![b.local_node()]);
+        assert_eq!(b.connected_peers(), vec![a.local_node()]);
+    }
+
+    #[actix::test]
+    async fn a_node_with_the_wrong_secret_cannot_register() {
+        let (a, a_resolver) = endpoint("a", b"secret", 1).await;
+        let (_b, b_resolver) = endpoint("b", b"not the secret", 2).await;
+        let (jm, jm_address) = start_job_manager(&env("a", &a_resolver, 10));
+        let tm = start_task_manager(&env("b", &b_resolver, 20), "tm-1", jm_address.clone());
+
+        // An ask from B fails promptly (the handshake is refused, not retried).
+        let remote_jm = b_resolver.job_manager(&jm_address).expect("a proxy");
+        let started = Instant::now();
+        assert_eq!(
+            remote_jm.get_status.send(GetJobManagerStatus).await,
+            Err(MailboxError::Closed)
+        );
+        assert!(started.elapsed() < PROMPTLY);
+
+        // The TaskManager keeps trying; the JobManager never lists it.
+        eventually("the TaskManager retries", || async {
+            tm.send(GetTaskManagerStatus)
+                .await
+                .ok()
+                .filter(|status| status.registration_attempts >= 3)
+        })
+        .await;
+        let status = jm.send(GetJobManagerStatus).await.expect("answers");
+        assert!(status.task_managers.is_empty());
+        assert!(a.connected_peers().is_empty());
+    }
+
+    /// A TaskManager stand-in that takes every message and never answers.
+    struct Silent;
+
+    impl Actor for Silent {
+        type Context = Context<Self>;
+    }
+
+    impl<M> Handler<M> for Silent
+    where
+        M: Message + 'static,
+    {
+        type Result = ResponseFuture<M::Result>;
+
+        fn handle(&mut self, _: M, _: &mut Context<Self>) -> Self::Result {
+            Box::pin(std::future::pending())
+        }
+    }
+
+    #[actix::test]
+    async fn asks_to_a_node_that_shuts_down_fail_at_once() {
+        let (_a, a_resolver) = endpoint("a", b"secret", 1).await;
+        let (b, b_resolver) = endpoint("b", b"secret", 2).await;
+        let tm_address = ActorAddress::new(b.local_node(), "taskmanager/silent");
+        b_resolver.register(
+            tm_address.clone(),
+            LocalActor::TaskManager(TaskManagerGateway::of(&Silent.start())),
+        );
+        let remote_tm = a_resolver.task_manager(&tm_address).expect("a proxy");
+        let waiting = actix::spawn({
+            let remote_tm = remote_tm.clone();
+            async move { remote_tm.get_status.send(GetTaskManagerStatus).await }
+        });
+        eventually("the ask goes out", || async {
+            (b.connected_peers().len() == 1).then_some(())
+        })
+        .await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(!waiting.is_finished(), "the silent actor does not answer");
+
+        let started = Instant::now();
+        b.shutdown();
+        let result = waiting.await.expect("the ask's task runs");
+        assert_eq!(result, Err(MailboxError::Closed));
+        assert!(started.elapsed() < PROMPTLY, "{:?}", started.elapsed());
+
+        // Later asks fail as promptly: B no longer listens, so the dial is refused.
+        let started = Instant::now();
+        assert_eq!(
+            remote_tm.get_status.send(GetTaskManagerStatus).await,
+            Err(MailboxError::Closed)
+        );
+        assert!(started.elapsed() < PROMPTLY, "{:?}", started.elapsed());
+    }
+
+    #[actix::test]
+    async fn an_unknown_target_fails_the_ask_and_the_connection_stays_up() {
+        let (a, a_resolver) = endpoint("a", b"secret", 1).await;
+        let (b, b_resolver) = endpoint("b", b"secret", 2).await;
+        let (_jm, jm_address) = start_job_manager(&env("a", &a_resolver, 10));
+
+        let nobody = ActorAddress::new(a.local_node(), "taskmanager/nobody");
+        let missing = b_resolver.task_manager(&nobody).expect("a proxy");
+        let started = Instant::now();
+        assert_eq!(
+            missing.get_status.send(GetTaskManagerStatus).await,
+            Err(MailboxError::Closed)
+        );
+        assert!(started.elapsed() < PROMPTLY);
+        // A tell to nobody is dropped there (and logged); it does not harm the connection.
+        missing
+            .disconnect
+            .do_send(crate::messages::task_manager::Disconnect {
+                leader_session_id: LeaderSessionId::generate(&mut NodeRng::seed_from_u64(3)),
+                reason: crate::messages::RemovalReason::Unreachable,
+            });
+
+        let remote_jm = b_resolver.job_manager(&jm_address).expect("a proxy");
+        let status = jm_status(&remote_jm).await.expect("the JobManager answers");
+        assert!(status.task_managers.is_empty());
+        assert_eq!(b.connected_peers(), vec![a.local_node()]);
+
+        // A name of no actor kind gets no proxy at all: the peer would refuse the envelope.
+        assert!(
+            b_resolver
+                .job_manager(&ActorAddress::new(a.local_node(), "taskmanager/x"))
+                .is_none()
+        );
+    }
+
+    #[actix::test]
+    async fn an_unreachable_peer_fails_the_ask_after_bounded_dials() {
+        let (_a, a_resolver) = endpoint("a", b"secret", 1).await;
+        // A port that was free a moment ago: nothing listens there now.
+        let port = {
+            let listener = TcpListener::bind("127.0.0.1:0").await.expect("binds");
+            listener.local_addr().expect("an address").port()
+        };
+        let address = ActorAddress::new(format!("127.0.0.1:{port}"), "jobmanager");
+        let remote_jm = a_resolver.job_manager(&address).expect("a proxy");
+        let started = Instant::now();
+        assert_eq!(
+            remote_jm.get_status.send(GetJobManagerStatus).await,
+            Err(MailboxError::Closed)
+        );
+        // 50 + 100 + 200 ms of backoff between the four refused dials.
+        let elapsed = started.elapsed();
+        assert!(elapsed >= Duration::from_millis(350), "{elapsed:?}");
+        assert!(elapsed < PROMPTLY, "{elapsed:?}");
+    }
+
+    #[actix::test]
+    async fn concurrent_asks_to_one_peer_share_one_connection() {
+        let (a, a_resolver) = endpoint("a", b"secret", 1).await;
+        let (b, b_resolver) = endpoint("b", b"secret", 2).await;
+        let (_jm, jm_address) = start_job_manager(&env("a", &a_resolver, 10));
+        let remote_jm = b_resolver.job_manager(&jm_address).expect("a proxy");
+        let asks: Vec<_> = (0..8)
+            .map(|_| remote_jm.get_status.send(GetJobManagerStatus))
+            .collect();
+        for answer in futures_util::future::join_all(asks).await {
+            assert!(answer.is_ok(), "{answer:?}");
+        }
+        assert_eq!(b.connected_peers(), vec![a.local_node()]);
+        assert_eq!(a.connected_peers(), vec![b.local_node()]);
+        let opened = b.inner.next_connection.load(Ordering::Relaxed) - 1;
+        assert_eq!(opened, 1, "one dial for eight asks");
+    }
+
+    #[actix::test]
+    async fn a_proxy_whose_connection_died_reconnects_on_the_next_message() {
+        let (a, a_resolver) = endpoint("a", b"secret", 1).await;
+        let (b, b_resolver) = endpoint("b", b"secret", 2).await;
+        let (_jm, jm_address) = start_job_manager(&env("a", &a_resolver, 10));
+        let remote_jm = b_resolver.job_manager(&jm_address).expect("a proxy");
+        assert!(jm_status(&remote_jm).await.is_some());
+        let first = b.inner.live(&a.local_node()).expect("connected");
+        first.close("test drops the connection");
+        eventually("A forgets the connection", || async {
+            a.connected_peers().is_empty().then_some(())
+        })
+        .await;
+        // The same gateway (the same proxy) dials again.
+        assert!(jm_status(&remote_jm).await.is_some());
+        assert_eq!(b.inner.next_connection.load(Ordering::Relaxed) - 1, 2);
+        assert_eq!(b.connected_peers(), vec![a.local_node()]);
+    }
+}
