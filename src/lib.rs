@@ -59,6 +59,7 @@ pub mod messages;
 pub mod minicluster;
 pub mod node;
 pub mod operators;
+pub mod process;
 pub mod run;
 pub mod transport;
 

@@ -81,10 +81,12 @@ pub fn load_secret(
     bind: SocketAddr,
 ) -> Result<Secret, ProcessError> {
     let secret = match secret_file {
-        Some(path) => Some(std::fs::read(path).map_err(|source| ProcessError::SecretFile {
-            path: path.clone(),
-            source,
-        })?),
+        Some(path) => Some(
+            std::fs::read(path).map_err(|source| ProcessError::SecretFile {
+                path: path.clone(),
+                source,
+            })?,
+        ),
         None => std::env::var(SECRET_ENV).ok().map(String::into_bytes),
     };
     match secret {
@@ -94,7 +96,13 @@ pub fn load_secret(
     }
 }
 
-fn endpoint_config(config: &ClusterConfig, bind: SocketAddr, name: &str, secret: Secret, seed: u64) -> EndpointConfig {
+fn endpoint_config(
+    config: &ClusterConfig,
+    bind: SocketAddr,
+    name: &str,
+    secret: Secret,
+    seed: u64,
+) -> EndpointConfig {
     EndpointConfig {
         bind,
         advertised_host: None,
@@ -130,10 +138,18 @@ pub async fn run_job_manager(
 ) -> Result<(), ProcessError> {
     let config = options.config;
     config.validate()?;
-    let seed = config.seed.unwrap_or_else(|| NodeRng::from_entropy().next_u64());
+    let seed = config
+        .seed
+        .unwrap_or_else(|| NodeRng::from_entropy().next_u64());
     let secret_for_children = options.secret.clone();
-    let (endpoint, resolver) =
-        NodeEndpoint::bind(endpoint_config(&config, options.bind, "jobmanager", options.secret, seed)).await?;
+    let (endpoint, resolver) = NodeEndpoint::bind(endpoint_config(
+        &config,
+        options.bind,
+        "jobmanager",
+        options.secret,
+        seed,
+    ))
+    .await?;
     let env = NodeEnv::new(
         "jobmanager",
         seed,
@@ -158,14 +174,16 @@ pub async fn run_job_manager(
         path: child_config.clone(),
         source,
     })?;
-    let mut template = ProcessTemplate::flint_taskmanager(options.program, config.taskmanager.slots);
+    let mut template =
+        ProcessTemplate::flint_taskmanager(options.program, config.taskmanager.slots);
     template
         .args
         .extend(["--config".to_owned(), child_config.display().to_string()]);
     if let Some(secret) = secret_for_children.expose() {
-        template
-            .env
-            .push((SECRET_ENV.to_owned(), String::from_utf8_lossy(secret).into_owned()));
+        template.env.push((
+            SECRET_ENV.to_owned(),
+            String::from_utf8_lossy(secret).into_owned(),
+        ));
     } else {
         template.args.push("--insecure".to_owned());
     }
@@ -205,10 +223,18 @@ pub async fn run_task_manager(
 ) -> Result<(), ProcessError> {
     let config = options.config;
     config.validate()?;
-    let seed = config.seed.unwrap_or_else(|| NodeRng::from_entropy().next_u64());
+    let seed = config
+        .seed
+        .unwrap_or_else(|| NodeRng::from_entropy().next_u64());
     let name = TaskManager::name_of(&options.resource_id);
-    let (endpoint, resolver) =
-        NodeEndpoint::bind(endpoint_config(&config, options.bind, &name, options.secret, seed)).await?;
+    let (endpoint, resolver) = NodeEndpoint::bind(endpoint_config(
+        &config,
+        options.bind,
+        &name,
+        options.secret,
+        seed,
+    ))
+    .await?;
     let host = endpoint.local_node();
     let env = NodeEnv::new(
         name,

@@ -366,11 +366,25 @@ impl TaskManager {
             "task manager {}: running {name} as {attempt}",
             self.settings.resource_id
         );
+        let mut peers = BTreeMap::new();
+        for producer in descriptor
+            .inputs
+            .iter()
+            .flat_map(|gate| gate.producers.iter())
+        {
+            let address = &producer.task_manager;
+            if *address != self.address
+                && !peers.contains_key(address)
+                && let Some(gateway) = self.env.resolver.task_manager(address)
+            {
+                peers.insert(address.clone(), gateway);
+            }
+        }
         let environment = TaskEnvironment {
             descriptor,
             partitions: self.partitions.clone(),
             registry: self.settings.spec.registry.clone(),
-            resolver: self.env.resolver.clone(),
+            peers,
             local_address: self.address.clone(),
             cancelled,
         };

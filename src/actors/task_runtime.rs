@@ -18,7 +18,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
 
-use crate::directory::Resolver;
 use crate::env::fnv1a;
 use crate::exchange::partition::{Fetch, PartitionStore};
 use crate::job::graph::DistributionPattern;
@@ -56,8 +55,9 @@ pub struct TaskEnvironment {
     pub partitions: Arc<PartitionStore>,
     /// The operators this TaskManager knows.
     pub registry: OperatorRegistry,
-    /// Finds other TaskManagers.
-    pub resolver: Arc<dyn Resolver>,
+    /// The TaskManagers holding this task's remote inputs, resolved by the TaskManager actor on
+    /// its own arbiter (a task thread cannot start the proxy actors a remote peer needs).
+    pub peers: BTreeMap<ActorAddress, TaskManagerGateway>,
     /// This TaskManager's address (a producer here is read locally).
     pub local_address: ActorAddress,
     /// Set by `CancelTask`.
@@ -156,7 +156,6 @@ struct Io<'a> {
     channels: VecDeque<Channel>,
     pending: VecDeque<Record>,
     buffers: Vec<Vec<Vec<Record>>>,
-    gateways: BTreeMap<ActorAddress, TaskManagerGateway>,
 }
 
 impl<'a> Io<'a> {
@@ -187,7 +186,6 @@ impl<'a> Io<'a> {
             channels,
             pending: VecDeque::new(),
             buffers,
-            gateways: BTreeMap::new(),
         }
     }
 
@@ -208,24 +206,12 @@ impl<'a> Io<'a> {
             let response = if channel.task_manager == self.env.local_address {
                 fetch_local(&self.env.partitions, channel, &self.env.cancelled)?
             } else {
-                let gateway = match self.gateways.get(&channel.task_manager) {
-                    Some(gateway) => gateway.clone(),
-                    None => {
-                        let gateway = self
-                            .env
-                            .resolver
-                            .task_manager(&channel.task_manager)
-                            .ok_or_else(|| {
-                                OperatorError::InputUnavailable(format!(
-                                    "cannot reach TaskManager {}",
-                                    channel.task_manager
-                                ))
-                            })?;
-                        self.gateways
-                            .insert(channel.task_manager.clone(), gateway.clone());
-                        gateway
-                    }
-                };
+                let gateway = self.env.peers.get(&channel.task_manager).ok_or_else(|| {
+                    OperatorError::InputUnavailable(format!(
+                        "cannot reach TaskManager {}",
+                        channel.task_manager
+                    ))
+                })?;
                 block_on(gateway.fetch_subpartition.send(FetchSubpartition {
                     partition: channel.partition,
                     subpartition: channel.subpartition,
