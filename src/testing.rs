@@ -292,6 +292,15 @@ impl Handler<ListJobs> for JobManagerProbe {
     }
 }
 
+impl Handler<DisconnectTaskManager> for JobManagerProbe {
+    type Result = MessageResult<DisconnectTaskManager>;
+
+    fn handle(&mut self, msg: DisconnectTaskManager, _: &mut Context<Self>) -> Self::Result {
+        self.received.push(msg.into());
+        MessageResult(Acknowledge)
+    }
+}
+
 impl Handler<crate::actors::Shutdown> for JobManagerProbe {
     type Result = ();
 

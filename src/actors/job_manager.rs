@@ -490,6 +490,26 @@ impl Handler<GetJobManagerStatus> for JobManager {
     }
 }
 
+impl Handler<DisconnectTaskManager> for JobManager {
+    type Result = MessageResult<DisconnectTaskManager>;
+
+    fn handle(&mut self, msg: DisconnectTaskManager, ctx: &mut Context<Self>) -> Self::Result {
+        log::debug!("job manager <- {msg:?}");
+        let current = self
+            .instances
+            .get(&msg.resource_id)
+            .is_some_and(|i| i.info.instance_id == msg.instance_id);
+        if current {
+            log::info!(
+                "job manager: TaskManager {} leaves the cluster",
+                msg.resource_id
+            );
+            self.lose_task_manager(&msg.resource_id, RemovalReason::Left, ctx);
+        }
+        MessageResult(crate::messages::Acknowledge)
+    }
+}
+
 impl Handler<Shutdown> for JobManager {
     type Result = ();
 

@@ -29,7 +29,7 @@ use crate::messages::ResultPartitionId;
 use crate::messages::deployment::TaskDeploymentDescriptor;
 use crate::messages::ids::{AllocationId, ExecutionAttemptId, JobId, LeaderSessionId};
 use crate::messages::ids::{ClusterId, InstanceId, ResourceId};
-use crate::messages::job_manager::UpdateTaskExecutionState;
+use crate::messages::job_manager::{DisconnectTaskManager, UpdateTaskExecutionState};
 use crate::messages::job_manager::{
     Heartbeat, HeartbeatReport, HeartbeatResponse, JobManagerGateway, RegisterTaskManager,
 };
@@ -634,11 +634,32 @@ impl Handler<GetTaskManagerStatus> for TaskManager {
 }
 
 impl Handler<Shutdown> for TaskManager {
-    type Result = ();
+    type Result = ResponseActFuture<Self, ()>;
 
-    fn handle(&mut self, _: Shutdown, ctx: &mut Context<Self>) {
+    /// A graceful stop: a registered TaskManager tells the JobManager it leaves (waiting at most
+    /// a heartbeat interval), so its tasks fail over now rather than at a heartbeat timeout.
+    fn handle(&mut self, _: Shutdown, _: &mut Context<Self>) -> Self::Result {
         log::debug!("task manager <- Shutdown");
-        ctx.stop();
+        let goodbye = match (self.registration.instance_id(), &self.job_manager) {
+            (Some(instance_id), Some(jm)) => Some(
+                jm.disconnect_task_manager
+                    .send(DisconnectTaskManager {
+                        resource_id: self.settings.resource_id.clone(),
+                        instance_id,
+                    })
+                    .timeout(self.settings.spec.heartbeat.interval),
+            ),
+            _ => None,
+        };
+        Box::pin(
+            async move {
+                if let Some(goodbye) = goodbye {
+                    let _ = goodbye.await;
+                }
+            }
+            .into_actor(self)
+            .map(|(), _, ctx| ctx.stop()),
+        )
     }
 }
 

@@ -175,6 +175,11 @@ pub(crate) fn job_manager_samples() -> Vec<JobManagerMessage> {
             error: Some("boom".into()),
         }
         .into(),
+        DisconnectTaskManager {
+            resource_id: resource(1),
+            instance_id: InstanceId::from_u128(2),
+        }
+        .into(),
     ]
 }
 
@@ -244,6 +249,7 @@ fn job_manager_variant(message: &JobManagerMessage) -> usize {
         M::RequestJobStatus(_) => 9,
         M::ListJobs(_) => 10,
         M::UpdateTaskExecutionState(_) => 11,
+        M::DisconnectTaskManager(_) => 12,
     }
 }
 
@@ -321,7 +327,7 @@ fn every_resource_manager_message_round_trips() {
 #[test]
 fn every_job_manager_message_round_trips() {
     let samples = job_manager_samples();
-    assert_covers(&samples, job_manager_variant, 12);
+    assert_covers(&samples, job_manager_variant, 13);
     samples.iter().for_each(round_trip);
 }
 

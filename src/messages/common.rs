@@ -76,6 +76,8 @@ pub enum RemovalReason {
     Terminated,
     /// A message to it could not be delivered: it is gone.
     Unreachable,
+    /// It announced that it is stopping.
+    Left,
     /// It was started but never registered within the registration timeout.
     RegistrationTimeout,
     /// The pool shrank before it registered.
@@ -93,6 +95,7 @@ impl fmt::Display for RemovalReason {
             Self::Idle => "idle while the pool shrinks",
             Self::Terminated => "worker terminated",
             Self::Unreachable => "unreachable",
+            Self::Left => "left the cluster",
             Self::RegistrationTimeout => "never registered within the registration timeout",
             Self::NoLongerNeeded => "no longer needed after the pool shrank",
             Self::Replaced => "replaced by a newer instance",

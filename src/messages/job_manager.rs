@@ -10,7 +10,9 @@ use std::fmt;
 use actix::Message;
 use serde::{Deserialize, Serialize};
 
-use super::common::{ActorAddress, HardwareDescription, RemovalReason, TaskManagerLocation};
+use super::common::{
+    Acknowledge, ActorAddress, HardwareDescription, RemovalReason, TaskManagerLocation,
+};
 use super::ids::{ClusterId, ExecutionAttemptId, InstanceId, JobId, LeaderSessionId, ResourceId};
 use super::protocol;
 use super::resource_manager::RegisterResourceManagerSuccessful;
@@ -45,6 +47,8 @@ protocol! {
         list_jobs: ListJobs,
         /// A TaskManager reports a task's state change.
         update_task_execution_state: UpdateTaskExecutionState,
+        /// A TaskManager leaves the cluster (it is stopping).
+        disconnect_task_manager: DisconnectTaskManager,
         /// Report the registered TaskManagers.
         get_status: GetJobManagerStatus,
     }
@@ -444,4 +448,16 @@ pub struct SubtaskDetails {
     pub timestamps: Vec<(ExecutionState, u64)>,
     /// Why it failed, if it did.
     pub error: Option<String>,
+}
+
+/// A TaskManager is stopping gracefully: unregister it now, so its tasks fail over at once
+/// instead of after a heartbeat timeout. Ignored unless `instance_id` is its current
+/// registration.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Message)]
+#[rtype(result = "Acknowledge")]
+pub struct DisconnectTaskManager {
+    /// The worker.
+    pub resource_id: ResourceId,
+    /// Its registration.
+    pub instance_id: InstanceId,
 }

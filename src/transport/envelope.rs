@@ -537,6 +537,7 @@ mod tests {
             M::RequestJobStatus(m) => answer_of(m),
             M::ListJobs(m) => answer_of(m),
             M::UpdateTaskExecutionState(m) => answer_of(m),
+            M::DisconnectTaskManager(m) => answer_of(m),
             M::GetJobManagerStatus(m) => answer_of(m),
         }
     }
@@ -628,7 +629,7 @@ mod tests {
     fn every_message_sample_is_there() {
         // The codec tests check these counts against their own exhaustive matches; here they
         // keep the envelope samples from silently dropping a message.
-        assert_eq!(job_manager_samples().len(), 12);
+        assert_eq!(job_manager_samples().len(), 13);
         assert_eq!(resource_manager_samples().len(), 12);
         assert_eq!(task_manager_samples().len(), 7);
     }
@@ -689,7 +690,7 @@ mod tests {
     #[test]
     fn every_payload_kind_and_reply_round_trips() {
         let envelopes = envelope_samples();
-        assert_eq!(envelopes.len(), 2 * (12 + 12 + 7) + reply_samples().len());
+        assert_eq!(envelopes.len(), 2 * (13 + 12 + 7) + reply_samples().len());
         for envelope in &envelopes {
             let bytes = envelope.encode().expect("encodes");
             assert_eq!(&Envelope::decode(&bytes).expect("decodes"), envelope);

@@ -509,3 +509,39 @@ async fn a_silent_resource_manager_is_forgotten_after_the_heartbeat_timeout() {
     let (_, answer) = f.connect_resource_manager().await;
     assert_eq!(answer.registered, [ResourceId::new("tm-1")]);
 }
+
+#[actix::test]
+async fn a_task_manager_that_leaves_is_unregistered_at_once_and_reported() {
+    let f = start().await;
+    let (rm, _) = f.connect_resource_manager().await;
+    let (_tm, registration) = f.task_manager("tm-1");
+    let instance_id = f.register(&registration).await;
+    // A goodbye from an earlier registration changes nothing.
+    ask(
+        &f.jm,
+        DisconnectTaskManager {
+            resource_id: ResourceId::new("tm-1"),
+            instance_id: InstanceId::from_u128(12345),
+        },
+    )
+    .await;
+    assert_eq!(f.status().await.task_managers.len(), 1);
+    ask(
+        &f.jm,
+        DisconnectTaskManager {
+            resource_id: ResourceId::new("tm-1"),
+            instance_id,
+        },
+    )
+    .await;
+    assert!(f.status().await.task_managers.is_empty());
+    settle().await;
+    assert_eq!(
+        removed(&rm),
+        [RemoveResource {
+            leader_session_id: SESSION,
+            resource_id: ResourceId::new("tm-1"),
+            reason: RemovalReason::Left
+        }]
+    );
+}

@@ -497,3 +497,19 @@ async fn a_disconnect_cancels_every_task_and_frees_every_slot() {
     .await;
     assert_eq!(stale, Err(TaskSubmissionError::StaleLeader));
 }
+
+#[actix::test]
+async fn a_graceful_stop_tells_the_job_manager_it_leaves() {
+    let f = start(Some(SESSION), |_| {}).await;
+    f.tm.send(crate::actors::Shutdown).await.unwrap();
+    let goodbye = f.jm.received.filter(|m| match m {
+        JobManagerMessage::DisconnectTaskManager(d) => Some((d.resource_id.clone(), d.instance_id)),
+        _ => None,
+    });
+    assert_eq!(
+        goodbye,
+        [(ResourceId::new("tm-1"), InstanceId::from_u128(1))]
+    );
+    settle().await;
+    assert!(!f.tm.connected());
+}
