@@ -164,6 +164,37 @@ pub struct ResourceManagerConfig {
     /// how long TaskManagers beyond the configured pool size may sit idle before they go.
     #[serde(with = "duration")]
     pub taskmanager_timeout: Duration,
+    /// `resourcemanager.driver`: how the `flint jobmanager` process gets workers (the embedded
+    /// cluster always runs them in-process).
+    pub driver: DriverKind,
+    /// `[resourcemanager.command]`: the `command` driver's template and hosts.
+    pub command: CommandConfig,
+}
+
+/// `resourcemanager.driver`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DriverKind {
+    /// `flint taskmanager` children on the JobManager's machine.
+    #[default]
+    LocalProcess,
+    /// A command template run over a host list, round-robin (`ssh {host} flint taskmanager ...`).
+    Command,
+    /// Nothing is started: TaskManagers started elsewhere register themselves.
+    Standalone,
+}
+
+/// `[resourcemanager.command]`.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
+pub struct CommandConfig {
+    /// The program and its arguments, with `{host}`, `{jobmanager}`, `{resource_id}` and
+    /// `{slots}` filled in per worker, e.g.
+    /// `["ssh", "{host}", "flint", "taskmanager", "--jobmanager", "{jobmanager}", "--resource-id",
+    /// "{resource_id}", "--slots", "{slots}"]`.
+    pub template: Vec<String>,
+    /// The hosts `{host}` takes in turn.
+    pub hosts: Vec<String>,
 }
 
 impl Default for ResourceManagerConfig {
@@ -179,6 +210,8 @@ impl Default for ResourceManagerConfig {
                 max_backoff: Duration::from_secs(10),
             },
             taskmanager_timeout: Duration::from_secs(30),
+            driver: DriverKind::default(),
+            command: CommandConfig::default(),
         }
     }
 }
@@ -333,6 +366,22 @@ impl ClusterConfig {
             "resourcemanager.taskmanager-timeout",
             rm.taskmanager_timeout,
         )?;
+        if rm.driver == DriverKind::Command {
+            if rm.command.template.is_empty() {
+                return Err(invalid(
+                    "resourcemanager.command.template",
+                    "[]",
+                    "the program and its arguments, e.g. [\"ssh\", \"{host}\", \"flint\", \"taskmanager\", ...]",
+                ));
+            }
+            if rm.command.hosts.is_empty() {
+                return Err(invalid(
+                    "resourcemanager.command.hosts",
+                    "[]",
+                    "at least one host for the command driver",
+                ));
+            }
+        }
         positive("slot.request-timeout", self.slot.request_timeout)?;
         if self.taskmanager.spill_threshold == 0 {
             return Err(invalid(
@@ -497,6 +546,23 @@ mod tests {
         );
         assert_eq!(config.taskmanager.slots, 3);
         assert_eq!(config.seed, Some(7));
+    }
+
+    #[test]
+    fn the_command_driver_needs_a_template_and_hosts() {
+        let config = ClusterConfig::from_toml_str(
+            "[resourcemanager]\ndriver = \"command\"\n[resourcemanager.command]\ntemplate = [\"ssh\", \"{host}\"]\n",
+        );
+        let text = config.unwrap_err().to_string();
+        assert!(text.contains("resourcemanager.command.hosts"), "{text}");
+        let config = ClusterConfig::from_toml_str(
+            "[resourcemanager]\ndriver = \"command\"\n[resourcemanager.command]\ntemplate = [\"ssh\", \"{host}\"]\nhosts = [\"a\"]\n",
+        )
+        .unwrap();
+        assert_eq!(config.resourcemanager.driver, DriverKind::Command);
+        assert!(
+            ClusterConfig::from_toml_str("[resourcemanager]\ndriver = \"kubernetes\"\n").is_err()
+        );
     }
 
     #[test]

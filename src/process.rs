@@ -20,8 +20,10 @@ use actix::Actor;
 use crate::actors::Shutdown;
 use crate::actors::registration::Leader;
 use crate::actors::task_manager::{TaskManager, TaskManagerSettings};
-use crate::config::{ClusterConfig, ConfigError};
+use crate::config::{ClusterConfig, ConfigError, DriverKind};
+use crate::drivers::WorkerDriver;
 use crate::drivers::local_process::{LocalProcessDriver, ProcessTemplate};
+use crate::drivers::standalone::StandaloneDriver;
 use crate::env::{ArbiterSpawner, NodeEnv, NodeRng, SystemClock};
 use crate::events::EventSink;
 use crate::messages::ActorAddress;
@@ -174,25 +176,43 @@ pub async fn run_job_manager(
         path: child_config.clone(),
         source,
     })?;
-    let mut template =
-        ProcessTemplate::flint_taskmanager(options.program, config.taskmanager.slots);
-    template
-        .args
-        .extend(["--config".to_owned(), child_config.display().to_string()]);
-    if let Some(secret) = secret_for_children.expose() {
-        template.env.push((
-            SECRET_ENV.to_owned(),
-            String::from_utf8_lossy(secret).into_owned(),
-        ));
-    } else {
-        template.args.push("--insecure".to_owned());
-    }
-    let node = start_job_manager_node(
-        &config,
-        OperatorRegistry::with_builtins(),
-        env,
-        Box::new(LocalProcessDriver::new(template)),
-    );
+    let driver: Box<dyn WorkerDriver> = match config.resourcemanager.driver {
+        DriverKind::Standalone => Box::new(StandaloneDriver),
+        kind => {
+            let mut template = match kind {
+                DriverKind::Command => {
+                    let command = &config.resourcemanager.command;
+                    ProcessTemplate {
+                        program: PathBuf::from(&command.template[0]),
+                        args: command.template[1..].to_vec(),
+                        env: Vec::new(),
+                        slots: config.taskmanager.slots,
+                        hosts: command.hosts.clone(),
+                    }
+                }
+                _ => {
+                    let mut template = ProcessTemplate::flint_taskmanager(
+                        options.program,
+                        config.taskmanager.slots,
+                    );
+                    template
+                        .args
+                        .extend(["--config".to_owned(), child_config.display().to_string()]);
+                    template
+                }
+            };
+            if let Some(secret) = secret_for_children.expose() {
+                template.env.push((
+                    SECRET_ENV.to_owned(),
+                    String::from_utf8_lossy(secret).into_owned(),
+                ));
+            } else if kind == DriverKind::LocalProcess {
+                template.args.push("--insecure".to_owned());
+            }
+            Box::new(LocalProcessDriver::new(template))
+        }
+    };
+    let node = start_job_manager_node(&config, OperatorRegistry::with_builtins(), env, driver);
     ready(&endpoint.local_node());
     shutdown.await;
     log::info!("jobmanager: shutting down");

@@ -33,6 +33,9 @@ pub struct ProcessTemplate {
     pub env: Vec<(String, String)>,
     /// Slots each worker offers (fills `{slots}`).
     pub slots: u32,
+    /// For the `command` driver: the hosts `{host}` takes in turn (round-robin). Empty: one
+    /// machine, the `local_process` driver.
+    pub hosts: Vec<String>,
 }
 
 impl ProcessTemplate {
@@ -53,24 +56,28 @@ impl ProcessTemplate {
             .to_vec(),
             env: Vec::new(),
             slots,
+            hosts: Vec::new(),
         }
     }
 
-    fn arguments(&self, request: &WorkerRequest) -> Vec<String> {
+    fn arguments(&self, request: &WorkerRequest, host: &str) -> Vec<String> {
         self.args
             .iter()
             .map(|arg| {
                 arg.replace("{jobmanager}", &request.job_manager.node)
                     .replace("{resource_id}", request.resource_id.as_str())
                     .replace("{slots}", &self.slots.to_string())
+                    .replace("{host}", host)
             })
             .collect()
     }
 }
 
-/// Starts workers as child processes.
+/// Starts workers as child processes (with hosts: the `command` driver).
 pub struct LocalProcessDriver {
     template: ProcessTemplate,
+    /// The next host of the round-robin.
+    next_host: usize,
     resource_manager: Option<ResourceManagerGateway>,
     /// Each running child's kill switch.
     children: BTreeMap<ResourceId, oneshot::Sender<()>>,
@@ -81,6 +88,7 @@ impl LocalProcessDriver {
     pub fn new(template: ProcessTemplate) -> Self {
         Self {
             template,
+            next_host: 0,
             resource_manager: None,
             children: BTreeMap::new(),
         }
@@ -94,7 +102,11 @@ impl LocalProcessDriver {
 
 impl WorkerDriver for LocalProcessDriver {
     fn name(&self) -> &'static str {
-        "local_process"
+        if self.template.hosts.is_empty() {
+            "local_process"
+        } else {
+            "command"
+        }
     }
 
     fn initialize(&mut self, resource_manager: ResourceManagerGateway) {
@@ -111,9 +123,20 @@ impl WorkerDriver for LocalProcessDriver {
 
     fn request_worker(&mut self, request: WorkerRequest) -> Result<(), DriverError> {
         let resource_id = request.resource_id.clone();
+        let host = match self
+            .template
+            .hosts
+            .get(self.next_host % self.template.hosts.len().max(1))
+        {
+            Some(host) => {
+                self.next_host += 1;
+                host.clone()
+            }
+            None => "localhost".to_owned(),
+        };
         let mut command = tokio::process::Command::new(&self.template.program);
         command
-            .args(self.template.arguments(&request))
+            .args(self.template.arguments(&request, &host))
             .envs(self.template.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .kill_on_drop(true);
@@ -192,6 +215,7 @@ mod tests {
             args: vec!["-c".into(), script.into()],
             env: vec![("FLINT_SECRET".into(), "s3cret".into())],
             slots: 2,
+            hosts: Vec::new(),
         }
     }
 
@@ -225,7 +249,7 @@ mod tests {
     fn placeholders_are_filled_per_worker() {
         let template = ProcessTemplate::flint_taskmanager(PathBuf::from("/usr/bin/flint"), 4);
         assert_eq!(
-            template.arguments(&request("tm-7")),
+            template.arguments(&request("tm-7"), "ignored"),
             [
                 "taskmanager",
                 "--jobmanager",
@@ -236,6 +260,35 @@ mod tests {
                 "4"
             ]
         );
+    }
+
+    #[actix::test]
+    async fn the_command_driver_fills_hosts_round_robin() {
+        let dir = std::env::temp_dir().join(format!("flint-cmd-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut template = shell(&format!(
+            "echo {{host}} > {}/{{resource_id}}",
+            dir.display()
+        ));
+        template.hosts = vec!["node-a".into(), "node-b".into()];
+        let mut driver = LocalProcessDriver::new(template);
+        assert_eq!(driver.name(), "command");
+        for n in 1..=3 {
+            driver.request_worker(request(&format!("tm-{n}"))).unwrap();
+        }
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        let read =
+            |n: u32| std::fs::read_to_string(dir.join(format!("tm-{n}"))).unwrap_or_default();
+        while (1..=3).any(|n| !read(n).ends_with('\n')) {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the workers never ran"
+            );
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        let hosts: Vec<String> = (1..=3).map(|n| read(n).trim().to_owned()).collect();
+        assert_eq!(hosts, ["node-a", "node-b", "node-a"]);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[actix::test]
@@ -359,6 +412,7 @@ mod tests {
             args: vec![],
             env: vec![],
             slots: 1,
+            hosts: Vec::new(),
         });
         let error = driver.request_worker(request("tm-1")).unwrap_err();
         assert!(matches!(error, DriverError::Spawn { .. }));
