@@ -101,13 +101,15 @@ pub fn load_secret(
 fn endpoint_config(
     config: &ClusterConfig,
     bind: SocketAddr,
+    advertise: Option<String>,
     name: &str,
     secret: Secret,
     seed: u64,
 ) -> EndpointConfig {
     EndpointConfig {
         bind,
-        advertised_host: None,
+        // A wildcard bind address cannot be reached: peers need the advertised host then.
+        advertised_host: advertise,
         cluster_id: config.cluster.id.clone(),
         node_name: name.to_owned(),
         secret,
@@ -125,6 +127,8 @@ pub struct JobManagerOptions {
     pub config: ClusterConfig,
     /// Where to listen.
     pub bind: SocketAddr,
+    /// The host others reach it at, when `bind` is a wildcard address.
+    pub advertise: Option<String>,
     /// The cluster secret.
     pub secret: Secret,
     /// The `flint` binary the TaskManager children run.
@@ -147,6 +151,7 @@ pub async fn run_job_manager(
     let (endpoint, resolver) = NodeEndpoint::bind(endpoint_config(
         &config,
         options.bind,
+        options.advertise,
         "jobmanager",
         options.secret,
         seed,
@@ -230,6 +235,8 @@ pub struct TaskManagerOptions {
     pub job_manager: String,
     /// Where to listen (other TaskManagers fetch results here).
     pub bind: SocketAddr,
+    /// The host others reach it at, when `bind` is a wildcard address.
+    pub advertise: Option<String>,
     /// This worker's id.
     pub resource_id: ResourceId,
     /// The cluster secret.
@@ -250,6 +257,7 @@ pub async fn run_task_manager(
     let (endpoint, resolver) = NodeEndpoint::bind(endpoint_config(
         &config,
         options.bind,
+        options.advertise,
         &name,
         options.secret,
         seed,

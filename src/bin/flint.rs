@@ -75,6 +75,11 @@ struct NodeArgs {
     /// Run without a secret on a non-loopback address: anyone who can connect can join.
     #[arg(long)]
     insecure: bool,
+
+    /// The host name or address others reach this node at (needed with a wildcard --bind such
+    /// as 0.0.0.0).
+    #[arg(long, value_name = "HOST")]
+    advertise: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -159,6 +164,7 @@ async fn job_manager(args: JobManagerArgs) -> anyhow::Result<()> {
     let options = flint::process::JobManagerOptions {
         config,
         bind: args.bind,
+        advertise: args.node.advertise,
         secret,
         program,
     };
@@ -192,6 +198,7 @@ async fn task_manager(args: TaskManagerArgs) -> anyhow::Result<()> {
         config,
         job_manager: args.jobmanager,
         bind: args.bind,
+        advertise: args.node.advertise,
         resource_id,
         secret,
     };
