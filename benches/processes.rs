@@ -118,18 +118,13 @@ async fn round(config: &std::path::Path, client_seed: u64) -> Round {
         .next()
         .unwrap_or_default()
         .to_owned();
-    let (endpoint, resolver) = NodeEndpoint::bind(EndpointConfig {
-        bind: "127.0.0.1:0".parse().expect("an address"),
-        advertised_host: None,
-        cluster_id: ClusterId::new("default"),
-        node_name: "bench-client".into(),
-        secret: Secret::insecure(),
-        handshake_timeout: Duration::from_secs(5),
-        ask_timeout: Duration::from_secs(10),
-        max_frame: 16 << 20,
-        outbound_queue: 1024,
-        seed: client_seed,
-    })
+    let (endpoint, resolver) = NodeEndpoint::bind(EndpointConfig::new(
+        "127.0.0.1:0".parse().expect("an address"),
+        ClusterId::new("default"),
+        "bench-client",
+        Secret::insecure(),
+        client_seed,
+    ))
     .await
     .expect("a client endpoint");
     let gateway = resolver

@@ -69,6 +69,8 @@ pub struct ClusterConfig {
     pub taskmanager: TaskManagerConfig,
     /// `[slot]`: slot requests.
     pub slot: SlotConfig,
+    /// `[transport]`: how nodes talk to each other.
+    pub transport: TransportConfig,
     /// Seed of every node's RNG; `None` draws one from the OS. Set it to replay a run.
     pub seed: Option<u64>,
 }
@@ -289,6 +291,14 @@ impl Default for TaskManagerConfig {
             spill_threshold: 64 << 20,
         }
     }
+}
+
+/// `[transport]`.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
+pub struct TransportConfig {
+    /// `[transport.tls]`: TLS under the handshake when set (`cert`, `key`, `ca` PEM paths).
+    pub tls: Option<crate::transport::tls::TlsConfig>,
 }
 
 /// `[slot]`.

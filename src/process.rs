@@ -61,6 +61,9 @@ pub enum ProcessError {
         #[source]
         source: std::io::Error,
     },
+    /// The TLS files of `[transport.tls]` are unusable.
+    #[error("cannot set up TLS")]
+    Tls(#[from] crate::transport::tls::TlsError),
     /// The transport endpoint could not start.
     #[error("cannot start the transport endpoint")]
     Endpoint(#[from] EndpointError),
@@ -105,8 +108,14 @@ fn endpoint_config(
     name: &str,
     secret: Secret,
     seed: u64,
-) -> EndpointConfig {
-    EndpointConfig {
+) -> Result<EndpointConfig, ProcessError> {
+    let tls = config
+        .transport
+        .tls
+        .as_ref()
+        .map(crate::transport::tls::Tls::load)
+        .transpose()?;
+    Ok(EndpointConfig {
         bind,
         // A wildcard bind address cannot be reached: peers need the advertised host then.
         advertised_host: advertise,
@@ -118,7 +127,8 @@ fn endpoint_config(
         max_frame: crate::transport::frame::DEFAULT_MAX_FRAME,
         outbound_queue: 4096,
         seed,
-    }
+        tls,
+    })
 }
 
 /// What `flint jobmanager` runs with.
@@ -155,7 +165,7 @@ pub async fn run_job_manager(
         "jobmanager",
         options.secret,
         seed,
-    ))
+    )?)
     .await?;
     let env = NodeEnv::new(
         "jobmanager",
@@ -261,7 +271,7 @@ pub async fn run_task_manager(
         &name,
         options.secret,
         seed,
-    ))
+    )?)
     .await?;
     let host = endpoint.local_node();
     let env = NodeEnv::new(

@@ -127,18 +127,13 @@ struct Client {
 }
 
 async fn client(address: &str, name: &str, secret: Secret, seed: u64) -> Client {
-    let (endpoint, resolver) = NodeEndpoint::bind(EndpointConfig {
-        bind: "127.0.0.1:0".parse().unwrap(),
-        advertised_host: None,
-        cluster_id: ClusterId::new(CLUSTER),
-        node_name: name.into(),
+    let (endpoint, resolver) = NodeEndpoint::bind(EndpointConfig::new(
+        "127.0.0.1:0".parse().unwrap(),
+        ClusterId::new(CLUSTER),
+        name,
         secret,
-        handshake_timeout: Duration::from_secs(5),
-        ask_timeout: Duration::from_secs(5),
-        max_frame: 16 << 20,
-        outbound_queue: 1024,
         seed,
-    })
+    ))
     .await
     .expect("a client endpoint binds");
     let job_manager = resolver

@@ -344,6 +344,31 @@ fn a_bad_config_file_is_named() {
 }
 
 #[test]
+fn unusable_tls_files_stop_a_node_before_it_listens() {
+    let dir = Scratch::new("bad-tls");
+    let cert = dir.write("node.pem", "not a certificate\n");
+    let config = dir.write(
+        "cluster.toml",
+        &format!(
+            "[transport.tls]\ncert = \"{}\"\nkey = \"{}\"\nca = \"{}\"\n",
+            arg(&cert),
+            arg(&dir.path("node.key")),
+            arg(&dir.path("ca.pem"))
+        ),
+    );
+    usage_error(
+        &[
+            "jobmanager",
+            "--bind",
+            "127.0.0.1:0",
+            "--config",
+            &arg(&config),
+        ],
+        &["cannot set up TLS", &arg(&cert), "no CERTIFICATE block"],
+    );
+}
+
+#[test]
 fn run_without_embedded_says_only_embedded_runs_exist() {
     usage_error(
         &[

@@ -284,18 +284,13 @@ async fn a_cluster_across_network_namespaces_survives_a_cut_link() {
     assert!(address.starts_with(SUBNET), "{line}");
 
     // This test is a client on the bridge, as a user's machine would be.
-    let (endpoint, resolver) = NodeEndpoint::bind(EndpointConfig {
-        bind: format!("{SUBNET}.254:0").parse().unwrap(),
-        advertised_host: None,
-        cluster_id: ClusterId::new("default"),
-        node_name: "test-client".into(),
-        secret: Secret::from_bytes(SECRET),
-        handshake_timeout: Duration::from_secs(5),
-        ask_timeout: Duration::from_secs(10),
-        max_frame: 16 << 20,
-        outbound_queue: 1024,
-        seed: 7,
-    })
+    let (endpoint, resolver) = NodeEndpoint::bind(EndpointConfig::new(
+        format!("{SUBNET}.254:0").parse().unwrap(),
+        ClusterId::new("default"),
+        "test-client",
+        Secret::from_bytes(SECRET),
+        7,
+    ))
     .await
     .unwrap();
     let jm = flint::directory::Resolver::job_manager(

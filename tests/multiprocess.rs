@@ -113,18 +113,13 @@ async fn a_process_cluster_keeps_its_pool_through_kill_9_and_runs_wordcount() {
     let address = line.trim().rsplit(' ').next().unwrap().to_owned();
     assert!(address.starts_with("127.0.0.1:"), "{line}");
 
-    let (endpoint, resolver) = NodeEndpoint::bind(EndpointConfig {
-        bind: "127.0.0.1:0".parse().unwrap(),
-        advertised_host: None,
-        cluster_id: ClusterId::new("default"),
-        node_name: "test-client".into(),
-        secret: Secret::insecure(),
-        handshake_timeout: Duration::from_secs(5),
-        ask_timeout: Duration::from_secs(10),
-        max_frame: 16 << 20,
-        outbound_queue: 1024,
-        seed: 5,
-    })
+    let (endpoint, resolver) = NodeEndpoint::bind(EndpointConfig::new(
+        "127.0.0.1:0".parse().unwrap(),
+        ClusterId::new("default"),
+        "test-client",
+        Secret::insecure(),
+        5,
+    ))
     .await
     .unwrap();
     let gateway = flint::directory::Resolver::job_manager(

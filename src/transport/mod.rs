@@ -7,10 +7,12 @@
 //! envelopes, correlated asks with timeouts, bounded queues, a dropped peer failing its pending
 //! asks at once) and [`remote`] (the node endpoint — listener, dialer, inbound dispatch to local
 //! actors — and the `RemoteResolver`, whose proxies implement the same handlers as the actors, so
-//! callers hold the same gateways whether a peer is local or not).
+//! callers hold the same gateways whether a peer is local or not). [`tls`] optionally wraps each
+//! TCP stream in rustls below the handshake.
 
 pub mod connection;
 pub mod envelope;
 pub mod frame;
 pub mod handshake;
 pub mod remote;
+pub mod tls;

@@ -55,6 +55,7 @@ use std::time::Duration;
 
 use actix::dev::{MessageResponse, OneshotSender};
 use actix::{Actor, Arbiter, ArbiterHandle, Context, Handler, Message};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
 
@@ -65,6 +66,7 @@ use super::connection::{
 use super::envelope::{Answer, Envelope, EnvelopeKind, Payload, PayloadKind, Reply, ReplyError};
 use super::frame::DEFAULT_MAX_FRAME;
 use super::handshake::{HandshakeConfig, Secret};
+use super::tls::{Tls, TlsError};
 use crate::backoff::ExponentialBackoff;
 use crate::directory::{LocalActor, LocalDirectory, Resolver};
 use crate::env::NodeRng;
@@ -119,6 +121,8 @@ pub struct EndpointConfig {
     pub outbound_queue: usize,
     /// Seeds the endpoint's one long-lived generator (handshake nonces).
     pub seed: u64,
+    /// TLS under the handshake, if set (every node of a cluster must agree).
+    pub tls: Option<Tls>,
 }
 
 impl EndpointConfig {
@@ -142,6 +146,7 @@ impl EndpointConfig {
             max_frame: DEFAULT_MAX_FRAME,
             outbound_queue: DEFAULT_OUTBOUND_QUEUE,
             seed,
+            tls: None,
         }
     }
 }
@@ -175,6 +180,10 @@ pub enum DialError {
     /// Connected, but the handshake failed (a wrong secret or cluster is not retryable).
     #[error(transparent)]
     Connection(#[from] ConnectionError),
+    /// Connected, but TLS could not be opened (retryable: a restarting peer looks the same as
+    /// an untrusted one here, and dialling is bounded anyway).
+    #[error(transparent)]
+    Tls(#[from] TlsError),
 }
 
 impl DialError {
@@ -182,6 +191,7 @@ impl DialError {
     pub fn is_retryable(&self) -> bool {
         match self {
             Self::Connect(_) | Self::ConnectTimeout(_) => true,
+            Self::Tls(error) => !matches!(error, TlsError::ServerName(_)),
             Self::Connection(error) => error.is_retryable(),
         }
     }
@@ -428,7 +438,15 @@ impl Inner {
         if let Err(error) = stream.set_nodelay(true) {
             log::debug!("cannot set TCP_NODELAY towards {peer}: {error}");
         }
-        let (id, connection) = self.establish(stream, Side::Initiator).await?;
+        let (id, connection) = match &self.config.tls {
+            Some(tls) => {
+                let stream = tokio::time::timeout(timeout, tls.connect(peer, stream))
+                    .await
+                    .map_err(|_| DialError::ConnectTimeout(timeout))??;
+                self.establish(stream, Side::Initiator).await?
+            }
+            None => self.establish(stream, Side::Initiator).await?,
+        };
         if connection.peer() != peer {
             log::warn!(
                 "{}: dialled {peer}, which calls itself {}; it is reached at {peer} all the same",
@@ -440,11 +458,14 @@ impl Inner {
     }
 
     /// Shakes hands on `stream` and starts the task that serves the connection.
-    async fn establish(
+    async fn establish<S>(
         self: &Arc<Self>,
-        stream: TcpStream,
+        stream: S,
         side: Side,
-    ) -> Result<(u64, Connection), ConnectionError> {
+    ) -> Result<(u64, Connection), ConnectionError>
+    where
+        S: AsyncRead + AsyncWrite + Unpin + 'static,
+    {
         let mut rng = lock(&self.rng).fork();
         let (inbound, received) = mpsc::channel(INBOUND_QUEUE);
         let connection =
@@ -625,7 +646,27 @@ impl Inner {
             }
             let endpoint = Arc::clone(&self);
             tokio::task::spawn_local(async move {
-                let established = endpoint.establish(stream, Side::Acceptor).await;
+                let established = match &endpoint.config.tls {
+                    Some(tls) => {
+                        let timeout = endpoint.config.handshake_timeout;
+                        match tokio::time::timeout(timeout, tls.accept(stream)).await {
+                            Ok(Ok(stream)) => endpoint.establish(stream, Side::Acceptor).await,
+                            failed => {
+                                endpoint.accepting.fetch_sub(1, Ordering::Relaxed);
+                                let reason = match failed {
+                                    Ok(Err(error)) => Chain(&error).to_string(),
+                                    _ => format!("no TLS handshake within {timeout:?}"),
+                                };
+                                log::warn!(
+                                    "{}: refused a connection from {from}: {reason}",
+                                    endpoint.config.node_name
+                                );
+                                return;
+                            }
+                        }
+                    }
+                    None => endpoint.establish(stream, Side::Acceptor).await,
+                };
                 endpoint.accepting.fetch_sub(1, Ordering::Relaxed);
                 match established {
                     Ok((id, connection)) => {

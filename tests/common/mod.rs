@@ -63,3 +63,28 @@ pub fn read_counts(dir: &Path) -> BTreeMap<String, u64> {
     }
     counts
 }
+
+/// PEM files for TLS in `dir`: a fresh CA (`ca.pem`) and a certificate for 127.0.0.1 and
+/// localhost signed by it (`node.pem`, `node.key`). Returns the three paths.
+pub fn write_pki(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
+    std::fs::create_dir_all(dir).unwrap();
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let node_key = KeyPair::generate().unwrap();
+    let node = CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()])
+        .unwrap()
+        .signed_by(&node_key, &ca, &ca_key)
+        .unwrap();
+    let paths = (
+        dir.join("ca.pem"),
+        dir.join("node.pem"),
+        dir.join("node.key"),
+    );
+    std::fs::write(&paths.0, ca.pem()).unwrap();
+    std::fs::write(&paths.1, node.pem()).unwrap();
+    std::fs::write(&paths.2, node_key.serialize_pem()).unwrap();
+    paths
+}
