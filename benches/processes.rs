@@ -2,7 +2,8 @@
 //!
 //! Measures, over loopback with the `local_process` driver: `flint jobmanager` start → 2
 //! `flint taskmanager` processes registered; the resident memory of an idle TaskManager process;
-//! and `kill -9` of a TaskManager process → gone from the JobManager. The bench talks to the
+//! `kill -9` of a TaskManager process → gone from the JobManager; and the same for a TaskManager
+//! the JobManager did not start (as one on another host: no child exit to see). The bench talks to the
 //! JobManager through its own transport endpoint, as a client would.
 
 // A benchmark measures wall time with the real clock; it is no node code.
@@ -93,6 +94,7 @@ struct Round {
     start_to_two_registered: Duration,
     idle_rss_kib: u64,
     kill_to_removed: Duration,
+    remote_kill_to_removed: Duration,
 }
 
 async fn round(config: &std::path::Path, client_seed: u64) -> Round {
@@ -128,7 +130,7 @@ async fn round(config: &std::path::Path, client_seed: u64) -> Round {
     .await
     .expect("a client endpoint");
     let gateway = resolver
-        .job_manager(&ActorAddress::new(address, "jobmanager"))
+        .job_manager(&ActorAddress::new(&address, "jobmanager"))
         .expect("a proxy");
     while registered(&gateway).await.len() < 2 {
         tokio::time::sleep(Duration::from_millis(1)).await;
@@ -145,12 +147,45 @@ async fn round(config: &std::path::Path, client_seed: u64) -> Round {
         tokio::time::sleep(Duration::from_micros(200)).await;
     }
     let kill_to_removed = killed.elapsed();
+
+    // A TaskManager the JobManager did not start (as on another machine): no child exit to see,
+    // so only the transport and the heartbeats can tell it is gone.
+    let mut remote = Command::new(env!("CARGO_BIN_EXE_flint"))
+        .args(["taskmanager", "--jobmanager", &address, "--slots", "1"])
+        .args(["--resource-id", "remote-tm", "--bind", "127.0.0.1:0"])
+        .arg("--config")
+        .arg(config)
+        .env_remove("FLINT_SECRET")
+        .env("RUST_LOG", "error")
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("flint taskmanager starts");
+    while !registered(&gateway)
+        .await
+        .iter()
+        .any(|id| id == "remote-tm")
+    {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let killed = Instant::now();
+    let _ = remote.kill();
+    while registered(&gateway)
+        .await
+        .iter()
+        .any(|id| id == "remote-tm")
+    {
+        tokio::time::sleep(Duration::from_micros(200)).await;
+    }
+    let remote_kill_to_removed = killed.elapsed();
+    let _ = remote.wait();
     endpoint.shutdown();
     drop(jm);
     Round {
         start_to_two_registered,
         idle_rss_kib,
         kill_to_removed,
+        remote_kill_to_removed,
     }
 }
 
@@ -200,6 +235,15 @@ async fn main() {
             results
                 .iter()
                 .map(|r| r.kill_to_removed.as_secs_f64() * 1e3)
+                .collect()
+        )
+    );
+    println!(
+        "| `kill -9` of a TaskManager the JobManager did not start → gone (1 s / 5 s heartbeat) | {:.1} ms |",
+        median(
+            results
+                .iter()
+                .map(|r| r.remote_kill_to_removed.as_secs_f64() * 1e3)
                 .collect()
         )
     );
