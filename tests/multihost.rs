@@ -7,26 +7,19 @@
 //! Needs root and `ip` (iproute2, installed by `.ci/run`); without them the test says why and
 //! skips. Everything it creates (namespaces, veths, the bridge) is removed on the way out.
 
-use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
-use flint::job::file::parse_job_file;
 use flint::job::states::JobStatus;
 use flint::messages::ActorAddress;
-use flint::messages::ids::{ClusterId, JobId};
-use flint::messages::job_manager::{
-    GetJobManagerStatus, JobManagerGateway, JobManagerStatus, RequestJobStatus, SubmitJob,
-};
-use flint::operators::OperatorRegistry;
+use flint::messages::ids::ClusterId;
 use flint::operators::builtin::sequential_word_count;
 use flint::transport::handshake::Secret;
-use flint::transport::remote::{EndpointConfig, NodeEndpoint};
+use flint::transport::remote::EndpointConfig;
 
 mod common;
-use common::{read_counts, scratch, write_text};
+use common::process::{Client, JobManagerProcess};
+use common::{read_counts, scratch, wordcount_graph, write_text};
 
 const DEADLINE: Duration = Duration::from_secs(120);
 const SUBNET: &str = "10.250.77";
@@ -127,42 +120,6 @@ fn cannot_run() -> Option<String> {
     }
 }
 
-struct JobManagerProcess(Child);
-
-impl Drop for JobManagerProcess {
-    fn drop(&mut self) {
-        // SIGTERM: the JobManager stops its TaskManager children before it exits.
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.0.id().to_string()])
-            .status();
-        let _ = self.0.wait();
-    }
-}
-
-async fn status(jm: &JobManagerGateway) -> JobManagerStatus {
-    jm.get_status
-        .send(GetJobManagerStatus)
-        .await
-        .expect("the JobManager answers")
-}
-
-/// Polls the JobManager until `done` holds, or fails the test with `what`.
-async fn wait_for(
-    jm: &JobManagerGateway,
-    what: &str,
-    done: impl Fn(&JobManagerStatus) -> bool,
-) -> JobManagerStatus {
-    let give_up = tokio::time::Instant::now() + DEADLINE;
-    loop {
-        let now = status(jm).await;
-        if done(&now) {
-            return now;
-        }
-        assert!(tokio::time::Instant::now() < give_up, "{what}: {now:#?}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
 /// The host number a TaskManager runs on, from the address it advertises.
 fn host_of(address: &ActorAddress) -> u8 {
     let ip = address.node.rsplit_once(':').expect("host:port").0;
@@ -171,48 +128,6 @@ fn host_of(address: &ActorAddress) -> u8 {
         .unwrap()
         .parse()
         .expect("an IPv4 address")
-}
-
-async fn submit_wordcount(jm: &JobManagerGateway, input: &Path, output: &Path) -> JobId {
-    let params = BTreeMap::from([
-        ("input".to_owned(), input.display().to_string()),
-        ("output".to_owned(), output.display().to_string()),
-    ]);
-    let registry = OperatorRegistry::with_builtins();
-    let graph = parse_job_file(include_str!("../examples/wordcount.toml"), &params, |op| {
-        registry.contains(op)
-    })
-    .unwrap();
-    jm.submit_job
-        .send(SubmitJob { job_graph: graph })
-        .await
-        .unwrap()
-        .unwrap()
-}
-
-async fn job_status(jm: &JobManagerGateway, job: JobId) -> JobStatus {
-    jm.request_job_status
-        .send(RequestJobStatus { job_id: job })
-        .await
-        .unwrap()
-        .unwrap()
-        .summary
-        .status
-}
-
-async fn wait_for_job_end(jm: &JobManagerGateway, job: JobId) -> JobStatus {
-    let give_up = tokio::time::Instant::now() + DEADLINE;
-    loop {
-        let now = job_status(jm, job).await;
-        if now.is_globally_terminal() {
-            return now;
-        }
-        assert!(
-            tokio::time::Instant::now() < give_up,
-            "the job never ended: {now:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 #[actix::test]
@@ -267,43 +182,39 @@ async fn a_cluster_across_network_namespaces_survives_a_cut_link() {
     .unwrap();
 
     let jm_bind = format!("{SUBNET}.{JOB_MANAGER_HOST}:0");
-    let mut child = Command::new("ip")
+    let mut command = Command::new("ip");
+    command
         .args(["netns", "exec", &network.namespace(JOB_MANAGER_HOST), flint])
         .args(["jobmanager", "--bind", &jm_bind, "--pool-size", "2"])
         .arg("--config")
         .arg(&config)
-        .env("FLINT_SECRET", SECRET)
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("flint jobmanager starts");
-    let stdout = child.stdout.take().unwrap();
-    let jm_process = JobManagerProcess(child);
-    let mut line = String::new();
-    BufReader::new(stdout).read_line(&mut line).unwrap();
-    let address = line.trim().rsplit(' ').next().unwrap().to_owned();
-    assert!(address.starts_with(SUBNET), "{line}");
+        .env("FLINT_SECRET", SECRET);
+    let jm_process = JobManagerProcess::start(command);
+    assert!(
+        jm_process.address.starts_with(SUBNET),
+        "{}",
+        jm_process.address
+    );
 
     // This test is a client on the bridge, as a user's machine would be.
-    let (endpoint, resolver) = NodeEndpoint::bind(EndpointConfig::new(
-        format!("{SUBNET}.254:0").parse().unwrap(),
-        ClusterId::new("default"),
-        "test-client",
-        Secret::from_bytes(SECRET),
-        7,
-    ))
-    .await
-    .unwrap();
-    let jm = flint::directory::Resolver::job_manager(
-        &*resolver,
-        &ActorAddress::new(address, "jobmanager"),
+    let jm = Client::connect(
+        EndpointConfig::new(
+            format!("{SUBNET}.254:0").parse().unwrap(),
+            ClusterId::new("default"),
+            "test-client",
+            Secret::from_bytes(SECRET),
+            7,
+        ),
+        &jm_process.address,
     )
-    .expect("a proxy for the remote JobManager");
+    .await;
 
     // Two TaskManagers, on the first two hosts (the command driver goes round-robin).
-    let pool = wait_for(&jm, "the pool never reached 2", |s| {
-        s.task_managers.len() == 2
-    })
-    .await;
+    let pool = jm
+        .wait_for("the pool never reached 2", DEADLINE, |s| {
+            s.task_managers.len() == 2
+        })
+        .await;
     let mut placed: Vec<u8> = pool
         .task_managers
         .iter()
@@ -316,17 +227,18 @@ async fn a_cluster_across_network_namespaces_survives_a_cut_link() {
     let input = dir.join("input.txt");
     write_text(&input, 3_000);
     let output = dir.join("out-1");
-    let job = submit_wordcount(&jm, &input, &output).await;
-    assert_eq!(wait_for_job_end(&jm, job).await, JobStatus::Finished);
+    let job = jm.submit(wordcount_graph(&input, &output)).await;
+    let details = jm.wait_for_job(job, DEADLINE).await;
+    assert_eq!(details.summary.status, JobStatus::Finished, "{details:#?}");
     assert_eq!(read_counts(&output), sequential_word_count(&input).unwrap());
 
     // A second, larger WordCount; once it runs, cut the first host's link.
     let big = dir.join("big.txt");
     write_text(&big, 200_000);
     let output = dir.join("out-2");
-    let job = submit_wordcount(&jm, &big, &output).await;
+    let job = jm.submit(wordcount_graph(&big, &output)).await;
     let give_up = tokio::time::Instant::now() + DEADLINE;
-    while job_status(&jm, job).await != JobStatus::Running {
+    while jm.job(job).await.summary.status != JobStatus::Running {
         assert!(tokio::time::Instant::now() < give_up, "never RUNNING");
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
@@ -341,10 +253,11 @@ async fn a_cluster_across_network_namespaces_survives_a_cut_link() {
     ip(&["link", "set", &network.link(cut), "down"]).expect("cut the link");
 
     // The heartbeat timeout fires and the replacement starts on the third host.
-    let after = wait_for(&jm, "the cut TaskManager was never replaced", |s| {
-        s.task_managers.len() == 2 && s.task_managers.iter().all(|tm| tm.resource_id != victim)
-    })
-    .await;
+    let after = jm
+        .wait_for("the cut TaskManager was never replaced", DEADLINE, |s| {
+            s.task_managers.len() == 2 && s.task_managers.iter().all(|tm| tm.resource_id != victim)
+        })
+        .await;
     assert!(after.heartbeat_timeouts >= 1, "{after:#?}");
     let mut placed: Vec<u8> = after
         .task_managers
@@ -354,21 +267,15 @@ async fn a_cluster_across_network_namespaces_survives_a_cut_link() {
     placed.sort();
     assert_eq!(placed, TASK_MANAGER_HOSTS[1..]);
 
-    let end = wait_for_job_end(&jm, job).await;
-    let details = jm
-        .request_job_status
-        .send(RequestJobStatus { job_id: job })
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(end, JobStatus::Finished, "{details:#?}");
+    let details = jm.wait_for_job(job, DEADLINE).await;
+    assert_eq!(details.summary.status, JobStatus::Finished, "{details:#?}");
+    assert_eq!(read_counts(&output), sequential_word_count(&big).unwrap());
     eprintln!(
         "cut link: TaskManager replaced, job finished after {} restart(s)",
         details.restarts
     );
-    assert_eq!(read_counts(&output), sequential_word_count(&big).unwrap());
 
-    endpoint.shutdown();
+    jm.endpoint.shutdown();
     drop(jm_process);
     drop(network);
     let _ = std::fs::remove_dir_all(&dir);

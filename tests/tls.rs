@@ -2,41 +2,21 @@
 //! TaskManagers (which inherit the configuration) register and run WordCount over TLS; a client
 //! without TLS, or trusting another CA, is refused while the cluster keeps serving.
 
-use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
+use std::process::Command;
 use std::time::Duration;
 
-use flint::job::file::parse_job_file;
 use flint::job::states::JobStatus;
-use flint::messages::ActorAddress;
-use flint::messages::ids::ClusterId;
-use flint::messages::job_manager::{
-    GetJobManagerStatus, JobManagerGateway, RequestJobStatus, SubmitJob,
-};
-use flint::operators::OperatorRegistry;
+use flint::messages::job_manager::GetJobManagerStatus;
 use flint::operators::builtin::sequential_word_count;
 use flint::transport::handshake::Secret;
-use flint::transport::remote::{EndpointConfig, NodeEndpoint, RemoteResolver};
 use flint::transport::tls::{Tls, TlsConfig};
 
 mod common;
-use common::{read_counts, scratch, write_pki, write_text};
+use common::process::{Client, JobManagerProcess};
+use common::{read_counts, scratch, wordcount_graph, write_pki, write_text};
 
 const DEADLINE: Duration = Duration::from_secs(60);
-
-struct JobManagerProcess(Child);
-
-impl Drop for JobManagerProcess {
-    fn drop(&mut self) {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.0.id().to_string()])
-            .status();
-        let _ = self.0.wait();
-    }
-}
 
 fn tls_config(dir: &Path) -> TlsConfig {
     TlsConfig {
@@ -46,27 +26,11 @@ fn tls_config(dir: &Path) -> TlsConfig {
     }
 }
 
-async fn client(
-    address: &str,
-    seed: u64,
-    tls: Option<Tls>,
-) -> (NodeEndpoint, Arc<RemoteResolver>, JobManagerGateway) {
-    let mut config = EndpointConfig::new(
-        "127.0.0.1:0".parse().unwrap(),
-        ClusterId::new("default"),
-        format!("client-{seed}"),
-        Secret::insecure(),
-        seed,
-    );
+async fn client(address: &str, seed: u64, tls: Option<Tls>) -> Client {
+    let mut config = Client::loopback_config(Secret::insecure(), seed);
     config.ask_timeout = Duration::from_secs(5);
     config.tls = tls;
-    let (endpoint, resolver) = NodeEndpoint::bind(config).await.unwrap();
-    let gateway = flint::directory::Resolver::job_manager(
-        &*resolver,
-        &ActorAddress::new(address, "jobmanager"),
-    )
-    .expect("a proxy for the remote JobManager");
-    (endpoint, resolver, gateway)
+    Client::connect(config, address).await
 }
 
 #[actix::test]
@@ -89,28 +53,30 @@ async fn a_cluster_over_tls_runs_wordcount_and_refuses_plain_or_untrusted_peers(
         ),
     )
     .unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_flint"))
+    let mut command = Command::new(env!("CARGO_BIN_EXE_flint"));
+    command
         .args(["jobmanager", "--bind", "127.0.0.1:0", "--pool-size", "2"])
         .args(["--slots", "2"])
         .arg("--config")
         .arg(&config)
-        .env_remove("FLINT_SECRET")
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("flint jobmanager starts");
-    let stdout = child.stdout.take().unwrap();
-    let _jm = JobManagerProcess(child);
-    let mut line = String::new();
-    BufReader::new(stdout).read_line(&mut line).unwrap();
-    let address = line.trim().rsplit(' ').next().unwrap().to_owned();
+        .env_remove("FLINT_SECRET");
+    let jm = JobManagerProcess::start(command);
 
     // Refused: a client without TLS, and one that trusts another CA.
-    let (plain, _r1, plain_jm) = client(&address, 1, None).await;
-    assert!(plain_jm.get_status.send(GetJobManagerStatus).await.is_err());
-    let other = Tls::load(&tls_config(&dir.join("other-pki"))).unwrap();
-    let (untrusting, _r2, untrusting_jm) = client(&address, 2, Some(other)).await;
+    let plain = client(&jm.address, 1, None).await;
     assert!(
-        untrusting_jm
+        plain
+            .job_manager
+            .get_status
+            .send(GetJobManagerStatus)
+            .await
+            .is_err()
+    );
+    let other = Tls::load(&tls_config(&dir.join("other-pki"))).unwrap();
+    let untrusting = client(&jm.address, 2, Some(other)).await;
+    assert!(
+        untrusting
+            .job_manager
             .get_status
             .send(GetJobManagerStatus)
             .await
@@ -118,57 +84,25 @@ async fn a_cluster_over_tls_runs_wordcount_and_refuses_plain_or_untrusted_peers(
     );
 
     // Over TLS: both TaskManagers register (they dialled the JobManager over TLS too).
-    let (endpoint, _r3, jm) = client(&address, 3, Some(Tls::load(&tls).unwrap())).await;
-    let give_up = tokio::time::Instant::now() + DEADLINE;
-    loop {
-        let status = jm.get_status.send(GetJobManagerStatus).await.unwrap();
-        if status.task_managers.len() == 2 {
-            break;
-        }
-        assert!(tokio::time::Instant::now() < give_up, "{status:#?}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let trusting = client(&jm.address, 3, Some(Tls::load(&tls).unwrap())).await;
+    trusting
+        .wait_for("the pool never reached 2", DEADLINE, |s| {
+            s.task_managers.len() == 2
+        })
+        .await;
 
     // WordCount: the TaskManagers fetch partitions from each other over TLS.
     let input = dir.join("input.txt");
     write_text(&input, 3_000);
     let output = dir.join("out");
-    let params = BTreeMap::from([
-        ("input".to_owned(), input.display().to_string()),
-        ("output".to_owned(), output.display().to_string()),
-    ]);
-    let registry = OperatorRegistry::with_builtins();
-    let graph = parse_job_file(include_str!("../examples/wordcount.toml"), &params, |op| {
-        registry.contains(op)
-    })
-    .unwrap();
-    let job = jm
-        .submit_job
-        .send(SubmitJob { job_graph: graph })
-        .await
-        .unwrap()
-        .unwrap();
-    let details = loop {
-        let details = jm
-            .request_job_status
-            .send(RequestJobStatus { job_id: job })
-            .await
-            .unwrap()
-            .unwrap();
-        if details.summary.status.is_globally_terminal() {
-            break details;
-        }
-        assert!(
-            tokio::time::Instant::now() < give_up,
-            "WordCount never ended"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let job = trusting.submit(wordcount_graph(&input, &output)).await;
+    let details = trusting.wait_for_job(job, DEADLINE).await;
     assert_eq!(details.summary.status, JobStatus::Finished, "{details:#?}");
     assert_eq!(read_counts(&output), sequential_word_count(&input).unwrap());
 
-    plain.shutdown();
-    untrusting.shutdown();
-    endpoint.shutdown();
+    for client in [plain, untrusting, trusting] {
+        client.endpoint.shutdown();
+    }
+    drop(jm);
     let _ = std::fs::remove_dir_all(&dir);
 }

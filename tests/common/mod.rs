@@ -2,8 +2,12 @@
 
 #![allow(dead_code)] // each test binary uses its own subset
 
+pub mod process;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+
+use flint::job::graph::JobGraph;
 
 /// A fresh scratch directory for one test (under the system temp dir, named after the test
 /// and this process).
@@ -87,4 +91,19 @@ pub fn write_pki(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
     std::fs::write(&paths.1, node.pem()).unwrap();
     std::fs::write(&paths.2, node_key.serialize_pem()).unwrap();
     paths
+}
+
+/// The WordCount job of `examples/wordcount.toml` from `input` into the directory `output`.
+pub fn wordcount_graph(input: &Path, output: &Path) -> JobGraph {
+    let params = BTreeMap::from([
+        ("input".to_owned(), input.display().to_string()),
+        ("output".to_owned(), output.display().to_string()),
+    ]);
+    let registry = flint::operators::OperatorRegistry::with_builtins();
+    flint::job::file::parse_job_file(
+        include_str!("../../examples/wordcount.toml"),
+        &params,
+        |op| registry.contains(op),
+    )
+    .expect("the example job file parses")
 }

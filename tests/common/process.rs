@@ -1,0 +1,159 @@
+//! A `flint jobmanager` process and a client of it over the transport, for the tests that run
+//! real processes.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use flint::job::graph::JobGraph;
+use flint::messages::ActorAddress;
+use flint::messages::ids::{ClusterId, JobId};
+use flint::messages::job_manager::{
+    GetJobManagerStatus, JobDetails, JobManagerGateway, JobManagerStatus, RequestJobStatus,
+    SubmitJob,
+};
+use flint::transport::remote::{EndpointConfig, NodeEndpoint, RemoteResolver};
+
+/// A running `flint jobmanager`; dropping it stops it with SIGTERM (it stops its TaskManager
+/// children first) and waits for it.
+pub struct JobManagerProcess {
+    pub child: Child,
+    /// The `host:port` it listens on, from its ready line.
+    pub address: String,
+}
+
+impl JobManagerProcess {
+    /// Spawns `command` (a `flint jobmanager` invocation, possibly wrapped) and waits for the
+    /// ready line that names its address.
+    pub fn start(mut command: Command) -> Self {
+        let mut child = command
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("flint jobmanager starts");
+        let stdout = child.stdout.take().expect("its stdout");
+        let mut line = String::new();
+        BufReader::new(stdout)
+            .read_line(&mut line)
+            .expect("a ready line");
+        let address = line
+            .trim()
+            .rsplit(' ')
+            .next()
+            .unwrap_or_default()
+            .to_owned();
+        assert!(address.contains(':'), "not a ready line: {line:?}");
+        Self { child, address }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for JobManagerProcess {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let _ = self.child.wait();
+    }
+}
+
+/// A transport endpoint of the test process and its proxy of the JobManager at `address`.
+pub struct Client {
+    pub endpoint: NodeEndpoint,
+    pub resolver: Arc<RemoteResolver>,
+    pub job_manager: JobManagerGateway,
+}
+
+impl Client {
+    /// Binds an endpoint from `config` (its cluster must be the JobManager's) and makes the proxy.
+    pub async fn connect(config: EndpointConfig, address: &str) -> Self {
+        let (endpoint, resolver) = NodeEndpoint::bind(config).await.expect("a client endpoint");
+        let job_manager = flint::directory::Resolver::job_manager(
+            &*resolver,
+            &ActorAddress::new(address, "jobmanager"),
+        )
+        .expect("a proxy for the remote JobManager");
+        Self {
+            endpoint,
+            resolver,
+            job_manager,
+        }
+    }
+
+    /// A client on 127.0.0.1 of the cluster `default`.
+    pub fn loopback_config(
+        secret: flint::transport::handshake::Secret,
+        seed: u64,
+    ) -> EndpointConfig {
+        EndpointConfig::new(
+            "127.0.0.1:0".parse().unwrap(),
+            ClusterId::new("default"),
+            format!("test-client-{seed}"),
+            secret,
+            seed,
+        )
+    }
+
+    pub async fn status(&self) -> JobManagerStatus {
+        self.job_manager
+            .get_status
+            .send(GetJobManagerStatus)
+            .await
+            .expect("the JobManager answers")
+    }
+
+    /// Polls the JobManager until `done` holds; fails the test with `what` after `deadline`.
+    pub async fn wait_for(
+        &self,
+        what: &str,
+        deadline: Duration,
+        done: impl Fn(&JobManagerStatus) -> bool,
+    ) -> JobManagerStatus {
+        let give_up = tokio::time::Instant::now() + deadline;
+        loop {
+            let now = self.status().await;
+            if done(&now) {
+                return now;
+            }
+            assert!(tokio::time::Instant::now() < give_up, "{what}: {now:#?}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    pub async fn submit(&self, graph: JobGraph) -> JobId {
+        self.job_manager
+            .submit_job
+            .send(SubmitJob { job_graph: graph })
+            .await
+            .expect("the JobManager answers")
+            .expect("the job is accepted")
+    }
+
+    pub async fn job(&self, job: JobId) -> JobDetails {
+        self.job_manager
+            .request_job_status
+            .send(RequestJobStatus { job_id: job })
+            .await
+            .expect("the JobManager answers")
+            .expect("the job is known")
+    }
+
+    /// Polls the job until it is globally terminal; fails the test after `deadline`.
+    pub async fn wait_for_job(&self, job: JobId, deadline: Duration) -> JobDetails {
+        let give_up = tokio::time::Instant::now() + deadline;
+        loop {
+            let details = self.job(job).await;
+            if details.summary.status.is_globally_terminal() {
+                return details;
+            }
+            assert!(
+                tokio::time::Instant::now() < give_up,
+                "the job never ended: {details:#?}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
