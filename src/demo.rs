@@ -158,7 +158,7 @@ pub async fn run(config: ClusterConfig, out: &mut impl Write) -> Result<(), Demo
         .next()
         .ok_or_else(|| DemoError::Stuck(Box::new(steps[0].status.clone())))?;
     timeline.heading(&format!(
-        "2. Worker {victim} crashes; the JobManager notices the silence; a replacement starts"
+        "2. Worker {victim} crashes; the JobManager notices (overdue heartbeat, unreachable); a replacement starts"
     ))?;
     let began = Instant::now();
     cluster.kill_worker(&victim)?;
@@ -167,7 +167,7 @@ pub async fn run(config: ClusterConfig, out: &mut impl Write) -> Result<(), Demo
     ))?;
     let lost = |events: &[ClusterEvent]| {
         events.iter().any(|e| {
-            matches!(e, ClusterEvent::TaskManagerLost { resource_id, reason: RemovalReason::HeartbeatTimeout } if *resource_id == victim)
+            matches!(e, ClusterEvent::TaskManagerLost { resource_id, reason: RemovalReason::Unreachable | RemovalReason::HeartbeatTimeout } if *resource_id == victim)
         })
     };
     let status = timeline

@@ -536,9 +536,23 @@ pub struct TaskManagerProbeHandle {
     pub received: Recorded<TaskManagerMessage>,
     /// Its address.
     pub address: ActorAddress,
+    addr: Addr<TaskManagerProbe>,
+}
+
+impl Handler<crate::actors::Shutdown> for TaskManagerProbe {
+    type Result = ();
+
+    fn handle(&mut self, _: crate::actors::Shutdown, ctx: &mut Context<Self>) {
+        ctx.stop();
+    }
 }
 
 impl TaskManagerProbeHandle {
+    /// Stops the probe: messages to it fail from now on, as to a TaskManager that died.
+    pub async fn stop(&self) {
+        let _ = self.addr.send(crate::actors::Shutdown).await;
+    }
+
     /// Starts a probe at `local/taskmanager/<resource_id>`.
     pub fn start(env: &NodeEnv, resource_id: &ResourceId) -> Self {
         let address = env.address_of(&format!("taskmanager/{resource_id}"));
@@ -552,7 +566,11 @@ impl TaskManagerProbeHandle {
             &address,
             LocalActor::TaskManager(TaskManagerGateway::of(&addr)),
         );
-        Self { received, address }
+        Self {
+            received,
+            address,
+            addr,
+        }
     }
 }
 

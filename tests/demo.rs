@@ -17,7 +17,7 @@ fn the_demo_runs_its_tour_and_exits_cleanly() {
     for expected in [
         "pool at 4",
         "unregistered TaskManager",
-        "heartbeat timed out",
+        "unreachable",
         "pool back at 4",
         "pool at 6",
         "idle while the pool shrinks",

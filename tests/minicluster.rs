@@ -46,23 +46,23 @@ async fn after_each_crash_the_pool_returns_to_its_size() {
     let cluster = MiniCluster::start(config(3)).unwrap();
     let mut events = cluster.subscribe();
     cluster.wait_for_pool(3, DEADLINE).await.unwrap();
-    for crash in 1..=4u64 {
+    for _ in 0..4 {
         let victim = cluster.running_workers()[0].clone();
         cluster.kill_worker(&victim).unwrap();
         let gone = |s: &flint::ClusterStatus| {
             s.is_pool_at(3) && !s.task_managers.iter().any(|tm| tm.resource_id == victim)
         };
-        let status = cluster.wait_until(gone, DEADLINE).await.unwrap();
+        cluster.wait_until(gone, DEADLINE).await.unwrap();
         assert!(!cluster.running_workers().contains(&victim));
-        assert_eq!(status.heartbeat_timeouts, crash);
     }
-    // The JobManager noticed every crash by heartbeat timeout.
+    // The JobManager noticed every crash itself: the heartbeat was overdue and the TaskManager
+    // could not be reached (or, had the probe been slow, the heartbeat timed out).
     let mut lost = 0;
     while let Ok(event) = events.try_recv() {
         if matches!(
             event,
             ClusterEvent::TaskManagerLost {
-                reason: RemovalReason::HeartbeatTimeout,
+                reason: RemovalReason::Unreachable | RemovalReason::HeartbeatTimeout,
                 ..
             }
         ) {

@@ -32,6 +32,15 @@ impl<K: Ord + Clone> HeartbeatMonitor<K> {
         self.last_heard.remove(peer);
     }
 
+    /// Peers not heard from within `silence` at `now` (still monitored).
+    pub fn silent_for(&self, now: Instant, silence: Duration) -> Vec<K> {
+        self.last_heard
+            .iter()
+            .filter(|(_, heard)| now.saturating_duration_since(**heard) > silence)
+            .map(|(peer, _)| peer.clone())
+            .collect()
+    }
+
     /// Peers silent for longer than the timeout at `now`; they stop being monitored.
     pub fn take_expired(&mut self, now: Instant) -> Vec<K> {
         let expired: Vec<K> = self

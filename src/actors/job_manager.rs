@@ -10,7 +10,7 @@
 //! This JobManager is the leader of its session for its whole life; leader election (a new
 //! JobManager, a new session) is the job of whoever starts JobManagers.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use actix::clock::Instant;
@@ -33,7 +33,7 @@ use crate::messages::resource_manager::{
     NotifyResourceStarted, RegisterResourceManagerSuccessful, RemoveResource,
     ResourceManagerGateway,
 };
-use crate::messages::task_manager::{Disconnect, TaskManagerGateway};
+use crate::messages::task_manager::{Disconnect, GetTaskManagerStatus, TaskManagerGateway};
 use crate::messages::{ActorAddress, RemovalReason};
 use crate::operators::OperatorRegistry;
 
@@ -72,6 +72,8 @@ pub struct JobManager {
     instances: InstanceManager,
     gateways: BTreeMap<ResourceId, TaskManagerGateway>,
     heartbeats: HeartbeatMonitor<ResourceId>,
+    /// TaskManagers with an overdue heartbeat that were asked for their status, answer pending.
+    probing: BTreeSet<ResourceId>,
     resource_manager: Option<ConnectedResourceManager>,
     heartbeat_timeouts: u64,
     scheduler: Scheduler,
@@ -103,6 +105,7 @@ impl JobManager {
             leader_session_id,
             instances: InstanceManager::new(),
             gateways: BTreeMap::new(),
+            probing: BTreeSet::new(),
             resource_manager: None,
             heartbeat_timeouts: 0,
             jobs: BTreeMap::new(),
@@ -245,6 +248,7 @@ impl JobManager {
         ctx: &mut Context<Self>,
     ) -> bool {
         self.heartbeats.remove(resource_id);
+        self.probing.remove(resource_id);
         self.gateways.remove(resource_id);
         if self.instances.unregister(resource_id).is_none() {
             return false;
@@ -275,6 +279,51 @@ impl JobManager {
                 self.heartbeat_timeouts += 1;
             }
         }
+        let overdue = self
+            .heartbeats
+            .silent_for(now, self.settings.heartbeat.interval);
+        for resource_id in overdue {
+            self.probe_task_manager(resource_id, ctx);
+        }
+    }
+
+    /// A TaskManager whose heartbeat is overdue is asked for its status. If the ask cannot be
+    /// delivered within a heartbeat interval — its actor stopped, or its process is gone and
+    /// the transport cannot reconnect — it is lost now rather than at the heartbeat timeout
+    /// (the role of Flink's `heartbeat.rpc-failure-threshold`). A slow answer proves nothing
+    /// either way: the heartbeat timeout still decides then.
+    fn probe_task_manager(&mut self, resource_id: ResourceId, ctx: &mut Context<Self>) {
+        let (Some(gateway), Some(instance)) = (
+            self.gateways.get(&resource_id),
+            self.instances.get(&resource_id),
+        ) else {
+            return;
+        };
+        if !self.probing.insert(resource_id.clone()) {
+            return;
+        }
+        let instance_id = instance.info.instance_id;
+        gateway
+            .get_status
+            .send(GetTaskManagerStatus)
+            .timeout(self.settings.heartbeat.interval)
+            .into_actor(self)
+            .map(move |result, act, ctx| {
+                act.probing.remove(&resource_id);
+                let same_registration = act
+                    .instances
+                    .get(&resource_id)
+                    .is_some_and(|i| i.info.instance_id == instance_id);
+                if let Err(MailboxError::Closed) = result
+                    && same_registration
+                {
+                    log::warn!(
+                        "job manager: TaskManager {resource_id} missed its heartbeat and cannot be reached"
+                    );
+                    act.lose_task_manager(&resource_id, RemovalReason::Unreachable, ctx);
+                }
+            })
+            .spawn(ctx);
     }
 
     /// A TaskManager is lost (silent, or unreachable): unregister it, tell it (it may be alive

@@ -365,8 +365,15 @@ async fn a_silent_task_manager_is_unregistered_disconnected_and_reported_after_t
             reason: RemovalReason::HeartbeatTimeout
         }]
     );
+    // While silent it was asked for its status (it never answered, which proves nothing), then
+    // told it is disconnected.
+    let received = tm.received.all();
+    let (probes, others): (Vec<_>, Vec<_>) = received
+        .into_iter()
+        .partition(|m| matches!(m, TaskManagerMessage::GetTaskManagerStatus(_)));
+    assert!(!probes.is_empty());
     assert_eq!(
-        tm.received.all(),
+        others,
         [TaskManagerMessage::Disconnect(Disconnect {
             leader_session_id: SESSION,
             reason: RemovalReason::HeartbeatTimeout
@@ -376,6 +383,38 @@ async fn a_silent_task_manager_is_unregistered_disconnected_and_reported_after_t
     advance(2_000).await;
     assert_eq!(removed(&rm).len(), 1);
     let _ = f.started_at;
+}
+
+#[actix::test]
+async fn a_silent_task_manager_that_cannot_be_reached_is_lost_before_the_timeout() {
+    let f = start().await;
+    let (rm, _) = f.connect_resource_manager().await;
+    let (tm, registration) = f.task_manager("tm-1");
+    f.register(&registration).await;
+    let registered_at = Instant::now();
+    tm.stop().await;
+    // Not yet overdue: nobody asks.
+    f.keep_resource_manager_alive(&rm, registered_at + INTERVAL)
+        .await;
+    assert_eq!(f.status().await.task_managers.len(), 1);
+    // Overdue at the next sweep, asked, undeliverable: lost within two intervals.
+    f.keep_resource_manager_alive(&rm, registered_at + INTERVAL * 2 + Duration::from_millis(1))
+        .await;
+    let status = f.status().await;
+    assert!(status.task_managers.is_empty(), "{status:#?}");
+    assert_eq!(status.heartbeat_timeouts, 0);
+    assert_eq!(
+        removed(&rm),
+        [RemoveResource {
+            leader_session_id: SESSION,
+            resource_id: ResourceId::new("tm-1"),
+            reason: RemovalReason::Unreachable
+        }]
+    );
+    assert!(
+        INTERVAL * 2 < TIMEOUT,
+        "the test needs the timeout to be later"
+    );
 }
 
 #[actix::test]
