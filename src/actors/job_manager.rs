@@ -6,6 +6,8 @@
 //! acknowledged at once and the RM is told with `NotifyResourceStarted` when one is connected.
 //! A TaskManager silent for `heartbeat.timeout` is unregistered, told to `Disconnect` (in case it
 //! is alive but was cut off) and reported to the RM with `RemoveResource`, so the pool refills.
+//! One whose heartbeat is merely overdue is asked for its status; if that cannot be delivered
+//! (its actor or process is gone) it is lost at once, long before the timeout.
 //!
 //! This JobManager is the leader of its session for its whole life; leader election (a new
 //! JobManager, a new session) is the job of whoever starts JobManagers.
