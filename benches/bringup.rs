@@ -5,7 +5,8 @@
 //! manager (each a TaskManager on its own thread, registered at the JobManager) and
 //! registrations per second; first, in a cold process, the resident memory each idle TaskManager
 //! adds. Then crash → replacement:
-//! a worker is killed, the JobManager's heartbeat timeout notices, the resource manager starts
+//! a worker is killed, the JobManager notices (its heartbeat is overdue and it cannot be reached;
+//! at worst the heartbeat timeout), the resource manager starts
 //! a replacement that registers. Medians over the rounds are printed as a Markdown table.
 
 // A benchmark measures wall time with the real clock; it is no node code.
@@ -174,7 +175,7 @@ async fn main() {
     );
     println!("|---|---:|");
     println!(
-        "| kill → JobManager unregisters it (heartbeat timeout) | {:.1} |",
+        "| kill → JobManager unregisters it (overdue heartbeat, unreachable) | {:.1} |",
         median(replacements.iter().map(|r| r.detected_ms).collect())
     );
     println!(
