@@ -29,6 +29,7 @@ use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 mod common;
+use common::process::task_managers_of;
 use common::scratch;
 
 const SECRET: &str = "test-secret";
@@ -76,37 +77,6 @@ fn sigterm(pid: u32) {
         .status();
 }
 
-/// The TaskManager children of `parent` (pids), from /proc, as tests/multiprocess.rs finds them.
-fn task_managers_of(parent: u32) -> Vec<u32> {
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            continue;
-        };
-        let after = stat.rsplit_once(')').map(|(_, rest)| rest).unwrap_or("");
-        let ppid: u32 = after
-            .split_whitespace()
-            .nth(1)
-            .and_then(|p| p.parse().ok())
-            .unwrap_or(0);
-        if ppid != parent {
-            continue;
-        }
-        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-        if cmdline
-            .split(|b| *b == 0)
-            .any(|arg| arg == b"--resource-id")
-        {
-            found.push(pid);
-        }
-    }
-    found.sort();
-    found
-}
-
 /// Whether `pid` has exited (gone from /proc, or a zombie nobody reaped yet).
 fn exited(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
@@ -152,7 +122,7 @@ struct Cluster {
     process: JobManagerProcess,
     address: String,
     good: Client,
-    task_managers: Vec<u32>,
+    task_managers: Vec<(u32, String)>,
 }
 
 async fn start_cluster(dir: &Path) -> Cluster {
@@ -539,7 +509,7 @@ async fn a_jobmanager_survives_bad_input_and_keeps_its_task_managers() {
     let status = cluster.process.stop();
     assert!(status.success(), "the JobManager exited with {status}");
     let give_up = Instant::now() + SERVE_DEADLINE;
-    while !cluster.task_managers.iter().all(|pid| exited(*pid)) {
+    while !cluster.task_managers.iter().all(|(pid, _)| exited(*pid)) {
         assert!(
             Instant::now() < give_up,
             "TaskManager children outlived their JobManager: {:?}",

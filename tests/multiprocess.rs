@@ -12,42 +12,10 @@ use flint::operators::builtin::sequential_word_count;
 use flint::transport::handshake::Secret;
 
 mod common;
-use common::process::{Client, JobManagerProcess};
+use common::process::{Client, JobManagerProcess, task_managers_of};
 use common::{read_counts, scratch, wordcount_graph, write_text};
 
 const DEADLINE: Duration = Duration::from_secs(120);
-
-/// The TaskManager children of `parent`, as (pid, resource id), from /proc.
-fn task_managers_of(parent: u32) -> Vec<(u32, String)> {
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            continue;
-        };
-        let after = stat.rsplit_once(')').map(|(_, rest)| rest).unwrap_or("");
-        let ppid: u32 = after
-            .split_whitespace()
-            .nth(1)
-            .and_then(|p| p.parse().ok())
-            .unwrap_or(0);
-        if ppid != parent {
-            continue;
-        }
-        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-        let args: Vec<String> = cmdline
-            .split(|b| *b == 0)
-            .map(|a| String::from_utf8_lossy(a).into_owned())
-            .collect();
-        if let Some(i) = args.iter().position(|a| a == "--resource-id") {
-            found.push((pid, args[i + 1].clone()));
-        }
-    }
-    found.sort();
-    found
-}
 
 #[actix::test]
 async fn a_process_cluster_keeps_its_pool_through_kill_9_and_runs_wordcount() {
