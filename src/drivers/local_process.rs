@@ -314,11 +314,19 @@ mod tests {
         );
     }
 
-    #[actix::test]
-    async fn a_killed_worker_is_noticed_at_once() {
+    /// A driver whose worker `tm-1` is `sleep 60` (reporting to a probe resource manager), and
+    /// that process's pid once it runs; `dir` is the test's scratch directory.
+    async fn sleeping_child(
+        name: &str,
+    ) -> (
+        ResourceManagerProbeHandle,
+        LocalProcessDriver,
+        u32,
+        std::path::PathBuf,
+    ) {
         let env = env("node", 1);
         let rm = ResourceManagerProbeHandle::start(&env);
-        let dir = std::env::temp_dir().join(format!("flint-lp-{}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!("flint-lp-{name}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let pid_file = dir.join("pid");
         let mut driver = LocalProcessDriver::new(shell(&format!(
@@ -340,6 +348,12 @@ mod tests {
             );
             tokio::time::sleep(Duration::from_millis(2)).await;
         };
+        (rm, driver, pid, dir)
+    }
+
+    #[actix::test]
+    async fn a_killed_worker_is_noticed_at_once() {
+        let (rm, _driver, pid, dir) = sleeping_child("kill").await;
         let killed = std::process::Command::new("kill")
             .args(["-9", &pid.to_string()])
             .status()
@@ -356,30 +370,8 @@ mod tests {
 
     #[actix::test]
     async fn a_released_worker_is_killed_silently() {
-        let env = env("node", 1);
-        let rm = ResourceManagerProbeHandle::start(&env);
-        let dir = std::env::temp_dir().join(format!("flint-lp-rel-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let pid_file = dir.join("pid");
-        let mut driver = LocalProcessDriver::new(shell(&format!(
-            "echo $$ > {} && exec sleep 60",
-            pid_file.display()
-        )));
-        driver.initialize(rm.gateway.clone());
-        driver.request_worker(request("tm-1")).unwrap();
+        let (rm, mut driver, pid, dir) = sleeping_child("release").await;
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-        let pid = loop {
-            if let Ok(text) = std::fs::read_to_string(&pid_file)
-                && let Ok(pid) = text.trim().parse::<u32>()
-            {
-                break pid;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "the child never started"
-            );
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        };
         driver.release_worker(&ResourceId::new("tm-1"));
         assert_eq!(driver.running(), 0);
         // Wait until the process is gone (reaped), then nothing may have been reported.
