@@ -52,6 +52,57 @@ pub(crate) fn hardware() -> HardwareDescription {
     }
 }
 
+pub(crate) fn job_summary() -> JobSummary {
+    JobSummary {
+        job_id: JobId::from_u128(1),
+        name: "wordcount".into(),
+        status: JobStatus::Running,
+        tasks_finished: 1,
+        tasks_total: 8,
+        submitted_at_ms: 1,
+    }
+}
+
+pub(crate) fn job_details() -> JobDetails {
+    JobDetails {
+        summary: job_summary(),
+        status_timestamps: vec![(JobStatus::Created, 1), (JobStatus::Running, 2)],
+        failure: None,
+        restarts: 1,
+        vertices: vec![VertexDetails {
+            name: "source".into(),
+            operator: "text-source".into(),
+            subtasks: vec![SubtaskDetails {
+                subtask: 0,
+                attempt_number: 1,
+                state: ExecutionState::Running,
+                resource_id: Some(resource(1)),
+                locality: Some(crate::actors::scheduler::Locality::Local),
+                timestamps: vec![(ExecutionState::Created, 1)],
+                error: None,
+            }],
+        }],
+    }
+}
+
+pub(crate) fn job_manager_status() -> JobManagerStatus {
+    JobManagerStatus {
+        leader_session_id: session(),
+        resource_manager_connected: true,
+        task_managers: vec![TaskManagerInfo {
+            resource_id: resource(1),
+            instance_id: InstanceId::from_u128(3),
+            location: location(),
+            hardware: hardware(),
+            slots_total: 2,
+            slots_free: 1,
+            registered_at_ms: 1_700_000_000_000,
+            last_heartbeat_ms: 1_700_000_001_000,
+        }],
+        heartbeat_timeouts: 1,
+    }
+}
+
 pub(crate) fn resource_manager_samples() -> Vec<ResourceManagerMessage> {
     vec![
         CheckAndAllocateContainers.into(),
@@ -423,34 +474,8 @@ fn every_answer_round_trips() {
     });
     round_trip(&FetchResponse::Failed("gone".into()));
     round_trip(&FetchResponse::Unknown);
-    let summary = JobSummary {
-        job_id: JobId::from_u128(1),
-        name: "wordcount".into(),
-        status: JobStatus::Running,
-        tasks_finished: 1,
-        tasks_total: 8,
-        submitted_at_ms: 1,
-    };
-    round_trip(&vec![summary.clone()]);
-    round_trip(&JobDetails {
-        summary,
-        status_timestamps: vec![(JobStatus::Created, 1), (JobStatus::Running, 2)],
-        failure: None,
-        restarts: 1,
-        vertices: vec![VertexDetails {
-            name: "source".into(),
-            operator: "text-source".into(),
-            subtasks: vec![SubtaskDetails {
-                subtask: 0,
-                attempt_number: 1,
-                state: ExecutionState::Running,
-                resource_id: Some(resource(1)),
-                locality: Some(crate::actors::scheduler::Locality::Local),
-                timestamps: vec![(ExecutionState::Created, 1)],
-                error: None,
-            }],
-        }],
-    });
+    round_trip(&vec![job_summary()]);
+    round_trip(&job_details());
     round_trip(&ResourceManagerHeartbeatResponse::Acknowledged {
         leader_session_id: session(),
         registered: vec![resource(2)],
@@ -471,21 +496,7 @@ fn every_answer_round_trips() {
         connected_to_job_manager: true,
         driver: "in_process".into(),
     });
-    round_trip(&JobManagerStatus {
-        leader_session_id: session(),
-        resource_manager_connected: true,
-        task_managers: vec![TaskManagerInfo {
-            resource_id: resource(1),
-            instance_id: InstanceId::from_u128(3),
-            location: location(),
-            hardware: hardware(),
-            slots_total: 2,
-            slots_free: 1,
-            registered_at_ms: 1_700_000_000_000,
-            last_heartbeat_ms: 1_700_000_001_000,
-        }],
-        heartbeat_timeouts: 1,
-    });
+    round_trip(&job_manager_status());
     for registration in [
         RegistrationPhase::NoLeader,
         RegistrationPhase::Registering { attempt: 3 },

@@ -367,11 +367,10 @@ mod tests {
     use super::*;
     use crate::actors::task_manager::TaskManager;
     use crate::codec::tests::{
-        address, hardware, job_manager_samples, location, resource, resource_manager_samples,
-        session, task_manager_samples,
+        address, job_details, job_manager_samples, job_manager_status, job_summary, resource,
+        resource_manager_samples, session, task_manager_samples,
     };
     use crate::env::NodeRng;
-    use crate::job::states::ExecutionState;
     use crate::messages::common::*;
     use crate::messages::ids::*;
     use crate::messages::job_manager::*;
@@ -381,17 +380,6 @@ mod tests {
     use crate::transport::frame::FrameCodec;
 
     // ---- samples: the messages' come from src/codec/tests.rs ----
-
-    fn summary() -> JobSummary {
-        JobSummary {
-            job_id: JobId::from_u128(1),
-            name: "wordcount".into(),
-            status: JobStatus::Running,
-            tasks_finished: 1,
-            tasks_total: 8,
-            submitted_at_ms: 1,
-        }
-    }
 
     fn reply_samples() -> Vec<Reply> {
         vec![
@@ -426,22 +414,7 @@ mod tests {
                 registered: vec![resource(2)],
             }
             .into_reply(),
-            JobManagerStatus {
-                leader_session_id: session(),
-                resource_manager_connected: true,
-                task_managers: vec![TaskManagerInfo {
-                    resource_id: resource(1),
-                    instance_id: InstanceId::from_u128(3),
-                    location: location(),
-                    hardware: hardware(),
-                    slots_total: 2,
-                    slots_free: 1,
-                    registered_at_ms: 1_700_000_000_000,
-                    last_heartbeat_ms: 1_700_000_001_000,
-                }],
-                heartbeat_timeouts: 1,
-            }
-            .into_reply(),
+            job_manager_status().into_reply(),
             Result::<JobId, JobError>::Ok(JobId::from_u128(1)).into_reply(),
             Result::<JobId, JobError>::Err(JobError::Rejected("cycle".into())).into_reply(),
             Result::<JobStatus, JobError>::Err(JobError::AlreadyTerminal {
@@ -449,27 +422,8 @@ mod tests {
                 status: JobStatus::Finished,
             })
             .into_reply(),
-            Result::<JobDetails, JobError>::Ok(JobDetails {
-                summary: summary(),
-                status_timestamps: vec![(JobStatus::Created, 1), (JobStatus::Running, 2)],
-                failure: None,
-                restarts: 1,
-                vertices: vec![VertexDetails {
-                    name: "source".into(),
-                    operator: "text-source".into(),
-                    subtasks: vec![SubtaskDetails {
-                        subtask: 0,
-                        attempt_number: 1,
-                        state: ExecutionState::Running,
-                        resource_id: Some(resource(1)),
-                        locality: Some(crate::actors::scheduler::Locality::Local),
-                        timestamps: vec![(ExecutionState::Created, 1)],
-                        error: None,
-                    }],
-                }],
-            })
-            .into_reply(),
-            vec![summary()].into_reply(),
+            Result::<JobDetails, JobError>::Ok(job_details()).into_reply(),
+            vec![job_summary()].into_reply(),
             Result::<Acknowledge, SetPoolSizeError>::Err(SetPoolSizeError::AboveMaximum {
                 requested: 9,
                 max: 8,
