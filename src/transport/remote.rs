@@ -438,15 +438,7 @@ impl Inner {
         if let Err(error) = stream.set_nodelay(true) {
             log::debug!("cannot set TCP_NODELAY towards {peer}: {error}");
         }
-        let (id, connection) = match &self.config.tls {
-            Some(tls) => {
-                let stream = tokio::time::timeout(timeout, tls.connect(peer, stream))
-                    .await
-                    .map_err(|_| DialError::ConnectTimeout(timeout))??;
-                self.establish(stream, Side::Initiator).await?
-            }
-            None => self.establish(stream, Side::Initiator).await?,
-        };
+        let (id, connection) = self.open(stream, Side::Initiator, peer).await?;
         if connection.peer() != peer {
             log::warn!(
                 "{}: dialled {peer}, which calls itself {}; it is reached at {peer} all the same",
@@ -455,6 +447,35 @@ impl Inner {
             );
         }
         Ok((id, connection))
+    }
+
+    /// Opens TLS on `stream` if configured (towards or from `peer`, `host:port`), then
+    /// [`establish`](Self::establish)es the connection on it.
+    async fn open(
+        self: &Arc<Self>,
+        stream: TcpStream,
+        side: Side,
+        peer: &str,
+    ) -> Result<(u64, Connection), DialError> {
+        let Some(tls) = &self.config.tls else {
+            return Ok(self.establish(stream, side).await?);
+        };
+        let timeout = self.config.handshake_timeout;
+        let timed_out = |_| TlsError::Timeout(timeout);
+        Ok(match side {
+            Side::Initiator => {
+                let stream = tokio::time::timeout(timeout, tls.connect(peer, stream))
+                    .await
+                    .map_err(timed_out)??;
+                self.establish(stream, side).await?
+            }
+            Side::Acceptor => {
+                let stream = tokio::time::timeout(timeout, tls.accept(stream))
+                    .await
+                    .map_err(timed_out)??;
+                self.establish(stream, side).await?
+            }
+        })
     }
 
     /// Shakes hands on `stream` and starts the task that serves the connection.
@@ -646,27 +667,9 @@ impl Inner {
             }
             let endpoint = Arc::clone(&self);
             tokio::task::spawn_local(async move {
-                let established = match &endpoint.config.tls {
-                    Some(tls) => {
-                        let timeout = endpoint.config.handshake_timeout;
-                        match tokio::time::timeout(timeout, tls.accept(stream)).await {
-                            Ok(Ok(stream)) => endpoint.establish(stream, Side::Acceptor).await,
-                            failed => {
-                                endpoint.accepting.fetch_sub(1, Ordering::Relaxed);
-                                let reason = match failed {
-                                    Ok(Err(error)) => Chain(&error).to_string(),
-                                    _ => format!("no TLS handshake within {timeout:?}"),
-                                };
-                                log::warn!(
-                                    "{}: refused a connection from {from}: {reason}",
-                                    endpoint.config.node_name
-                                );
-                                return;
-                            }
-                        }
-                    }
-                    None => endpoint.establish(stream, Side::Acceptor).await,
-                };
+                let established = endpoint
+                    .open(stream, Side::Acceptor, &from.to_string())
+                    .await;
                 endpoint.accepting.fetch_sub(1, Ordering::Relaxed);
                 match established {
                     Ok((id, connection)) => {

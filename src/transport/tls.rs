@@ -48,6 +48,9 @@ pub enum TlsError {
     /// The dialled host is not a valid DNS name or IP address.
     #[error("cannot check a TLS certificate against {0:?}: not a DNS name or IP address")]
     ServerName(String),
+    /// The TLS handshake did not finish within the handshake timeout.
+    #[error("no TLS handshake within {0:?}")]
+    Timeout(std::time::Duration),
     /// The TLS handshake failed (untrusted or mismatched certificate, a peer without TLS, ...).
     #[error("TLS handshake failed")]
     Handshake(#[source] std::io::Error),
