@@ -61,6 +61,26 @@ mod tests {
     use super::*;
 
     #[test]
+    fn silent_peers_are_listed_but_still_monitored() {
+        let start = Instant::now();
+        let mut monitor = HeartbeatMonitor::new(Duration::from_secs(5));
+        monitor.record("a", start);
+        monitor.record("b", start + Duration::from_secs(1));
+        let at = start + Duration::from_millis(1_500);
+        assert!(
+            monitor
+                .silent_for(at, Duration::from_millis(1_500))
+                .is_empty()
+        );
+        assert_eq!(monitor.silent_for(at, Duration::from_secs(1)), ["a"]);
+        assert_eq!(monitor.silent_for(at, Duration::from_secs(1)), ["a"]);
+        assert_eq!(
+            monitor.take_expired(start + Duration::from_millis(5_001)),
+            ["a"]
+        );
+    }
+
+    #[test]
     fn a_peer_expires_only_after_the_timeout_of_silence() {
         let start = Instant::now();
         let mut monitor = HeartbeatMonitor::new(Duration::from_secs(5));

@@ -276,7 +276,7 @@ impl JobManager {
             );
             self.resource_manager = None;
         }
-        for resource_id in self.heartbeats.take_expired(Instant::now()) {
+        for resource_id in self.heartbeats.take_expired(now) {
             if self.lose_task_manager(&resource_id, RemovalReason::HeartbeatTimeout, ctx) {
                 self.heartbeat_timeouts += 1;
             }
