@@ -9,61 +9,21 @@
 // A benchmark measures wall time with the real clock; it is no node code.
 #![allow(clippy::disallowed_methods)]
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use flint::directory::Resolver;
-use flint::messages::ActorAddress;
-use flint::messages::ids::ClusterId;
-use flint::messages::job_manager::{GetJobManagerStatus, JobManagerGateway};
 use flint::transport::handshake::Secret;
-use flint::transport::remote::{EndpointConfig, NodeEndpoint};
+
+/// The process helpers of the integration tests: starting `flint jobmanager`, a transport
+/// client, finding the TaskManager children.
+#[path = "../tests/common/process.rs"]
+#[allow(dead_code)]
+mod process;
+use process::{Client, JobManagerProcess, task_managers_of};
 
 fn median(mut values: Vec<f64>) -> f64 {
     values.sort_by(f64::total_cmp);
     values[values.len() / 2]
-}
-
-struct JobManagerProcess(Child);
-
-impl Drop for JobManagerProcess {
-    fn drop(&mut self) {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.0.id().to_string()])
-            .status();
-        let _ = self.0.wait();
-    }
-}
-
-fn task_manager_pids(parent: u32) -> Vec<(u32, String)> {
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            continue;
-        };
-        let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
-        let ppid: u32 = after
-            .split_whitespace()
-            .nth(1)
-            .and_then(|p| p.parse().ok())
-            .unwrap_or(0);
-        if ppid != parent {
-            continue;
-        }
-        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-        let args: Vec<String> = cmdline
-            .split(|b| *b == 0)
-            .map(|a| String::from_utf8_lossy(a).into_owned())
-            .collect();
-        if let Some(i) = args.iter().position(|a| a == "--resource-id") {
-            found.push((pid, args[i + 1].clone()));
-        }
-    }
-    found
 }
 
 fn rss_kib(pid: u32) -> u64 {
@@ -76,18 +36,14 @@ fn rss_kib(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
-async fn registered(gateway: &JobManagerGateway) -> Vec<String> {
-    gateway
-        .get_status
-        .send(GetJobManagerStatus)
+async fn registered(client: &Client) -> Vec<String> {
+    client
+        .status()
         .await
-        .map(|s| {
-            s.task_managers
-                .iter()
-                .map(|tm| tm.resource_id.to_string())
-                .collect()
-        })
-        .unwrap_or_default()
+        .task_managers
+        .iter()
+        .map(|tm| tm.resource_id.to_string())
+        .collect()
 }
 
 struct Round {
@@ -99,51 +55,32 @@ struct Round {
 
 async fn round(config: &std::path::Path, client_seed: u64) -> Round {
     let started = Instant::now();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_flint"))
+    let mut command = Command::new(env!("CARGO_BIN_EXE_flint"));
+    command
         .args(["jobmanager", "--bind", "127.0.0.1:0", "--pool-size", "2"])
         .arg("--config")
         .arg(config)
         .env_remove("FLINT_SECRET")
-        .env("RUST_LOG", "error")
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("flint jobmanager starts");
-    let stdout = child.stdout.take().expect("stdout");
-    let jm = JobManagerProcess(child);
-    let mut line = String::new();
-    BufReader::new(stdout)
-        .read_line(&mut line)
-        .expect("a ready line");
-    let address = line
-        .trim()
-        .rsplit(' ')
-        .next()
-        .unwrap_or_default()
-        .to_owned();
-    let (endpoint, resolver) = NodeEndpoint::bind(EndpointConfig::new(
-        "127.0.0.1:0".parse().expect("an address"),
-        ClusterId::new("default"),
-        "bench-client",
-        Secret::insecure(),
-        client_seed,
-    ))
-    .await
-    .expect("a client endpoint");
-    let gateway = resolver
-        .job_manager(&ActorAddress::new(&address, "jobmanager"))
-        .expect("a proxy");
-    while registered(&gateway).await.len() < 2 {
+        .env("RUST_LOG", "error");
+    let jm = JobManagerProcess::start(command);
+    let address = jm.address.clone();
+    let client = Client::connect(
+        Client::loopback_config(Secret::insecure(), client_seed),
+        &address,
+    )
+    .await;
+    while registered(&client).await.len() < 2 {
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
     let start_to_two_registered = started.elapsed();
     // Let them idle through a few heartbeats, then read one's resident memory.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let children = task_manager_pids(jm.0.id());
+    let children = task_managers_of(jm.pid());
     let idle_rss_kib = children.first().map_or(0, |(pid, _)| rss_kib(*pid));
     let (pid, victim) = children.first().cloned().expect("a TaskManager process");
     let killed = Instant::now();
     let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
-    while registered(&gateway).await.contains(&victim) {
+    while registered(&client).await.contains(&victim) {
         tokio::time::sleep(Duration::from_micros(200)).await;
     }
     let kill_to_removed = killed.elapsed();
@@ -160,26 +97,18 @@ async fn round(config: &std::path::Path, client_seed: u64) -> Round {
         .stdout(Stdio::null())
         .spawn()
         .expect("flint taskmanager starts");
-    while !registered(&gateway)
-        .await
-        .iter()
-        .any(|id| id == "remote-tm")
-    {
+    while !registered(&client).await.iter().any(|id| id == "remote-tm") {
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
     let killed = Instant::now();
     let _ = remote.kill();
-    while registered(&gateway)
-        .await
-        .iter()
-        .any(|id| id == "remote-tm")
-    {
+    while registered(&client).await.iter().any(|id| id == "remote-tm") {
         tokio::time::sleep(Duration::from_micros(200)).await;
     }
     let remote_kill_to_removed = killed.elapsed();
     let _ = remote.wait();
-    endpoint.shutdown();
+    client.endpoint.shutdown();
     drop(jm);
     Round {
         start_to_two_registered,
