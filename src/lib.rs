@@ -53,6 +53,7 @@ pub mod directory;
 pub mod drivers;
 pub mod env;
 pub mod events;
+pub mod executor;
 pub mod exchange;
 pub mod job;
 pub mod messages;
@@ -61,6 +62,7 @@ pub mod node;
 pub mod operators;
 pub mod process;
 pub mod run;
+pub mod sim;
 pub mod transport;
 
 #[cfg(test)]

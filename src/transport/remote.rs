@@ -54,9 +54,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use actix::dev::{MessageResponse, OneshotSender};
-use actix::{Actor, Arbiter, ArbiterHandle, Context, Handler, Message};
+use actix::{Actor, Context, Handler, Message};
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
 
 use super::connection::{
@@ -66,10 +65,12 @@ use super::connection::{
 use super::envelope::{Answer, Envelope, EnvelopeKind, Payload, PayloadKind, Reply, ReplyError};
 use super::frame::DEFAULT_MAX_FRAME;
 use super::handshake::{HandshakeConfig, Secret};
+use super::network::{BoxStream, Listener, Network, TcpNetwork};
 use super::tls::{Tls, TlsError};
 use crate::backoff::ExponentialBackoff;
 use crate::directory::{LocalActor, LocalDirectory, Resolver};
 use crate::env::NodeRng;
+use crate::executor::NodeExecutor;
 use crate::messages::ActorAddress;
 use crate::messages::ids::ClusterId;
 use crate::messages::job_manager::{JobManagerGateway, JobManagerMessage};
@@ -263,8 +264,10 @@ type Pending = Pin<Box<dyn Future<Output = Result<Reply, RemoteError>>>>;
 struct Inner {
     config: EndpointConfig,
     local_node: String,
-    /// Where connections are dialled and served: the arbiter `bind` ran on.
-    arbiter: ArbiterHandle,
+    /// Where byte streams come from: TCP, or the simulated network.
+    network: Arc<dyn Network>,
+    /// Where connections are dialled and served: the node's loop (the arbiter `bind` ran on).
+    executor: NodeExecutor,
     directory: LocalDirectory,
     peers: Mutex<BTreeMap<String, PeerSlot>>,
     /// Gateways of remote actors handed out, by address: one proxy per remote actor.
@@ -343,8 +346,9 @@ impl Inner {
                 _ => {
                     let (done, outcome) = watch::channel(None);
                     peers.insert(peer.to_owned(), PeerSlot::Dialing(outcome.clone()));
-                    let dial = Arc::clone(self).dial(peer.to_owned(), done);
-                    if !self.arbiter.spawn(dial) {
+                    let endpoint = Arc::clone(self);
+                    let target = peer.to_owned();
+                    if !self.executor.spawn(move || endpoint.dial(target, done)) {
                         peers.remove(peer);
                         return Err(RemoteError::ShutDown);
                     }
@@ -429,15 +433,10 @@ impl Inner {
     }
 
     async fn dial_once(self: &Arc<Self>, peer: &str) -> Result<(u64, Connection), DialError> {
-        let timeout = self.config.handshake_timeout;
-        let stream = tokio::time::timeout(timeout, TcpStream::connect(peer))
-            .await
-            .map_err(|_| DialError::ConnectTimeout(timeout))?
-            .map_err(DialError::Connect)?;
-        // Small envelopes (heartbeats, acks) must not wait for Nagle; the writer batches.
-        if let Err(error) = stream.set_nodelay(true) {
-            log::debug!("cannot set TCP_NODELAY towards {peer}: {error}");
-        }
+        let stream = self
+            .network
+            .connect(peer, self.config.handshake_timeout)
+            .await?;
         let (id, connection) = self.open(stream, Side::Initiator, peer).await?;
         if connection.peer() != peer {
             log::warn!(
@@ -453,7 +452,7 @@ impl Inner {
     /// [`establish`](Self::establish)es the connection on it.
     async fn open(
         self: &Arc<Self>,
-        stream: TcpStream,
+        stream: BoxStream,
         side: Side,
         peer: &str,
     ) -> Result<(u64, Connection), DialError> {
@@ -638,7 +637,7 @@ impl Inner {
     }
 
     /// Accepts connections until the endpoint shuts down.
-    async fn accept_loop(self: Arc<Self>, listener: TcpListener) {
+    async fn accept_loop(self: Arc<Self>, mut listener: Box<dyn Listener>) {
         let mut shutdown = self.shutdown.subscribe();
         loop {
             let accepted = tokio::select! {
@@ -662,14 +661,9 @@ impl Inner {
                 );
                 continue;
             }
-            if let Err(error) = stream.set_nodelay(true) {
-                log::debug!("cannot set TCP_NODELAY towards {from}: {error}");
-            }
             let endpoint = Arc::clone(&self);
             tokio::task::spawn_local(async move {
-                let established = endpoint
-                    .open(stream, Side::Acceptor, &from.to_string())
-                    .await;
+                let established = endpoint.open(stream, Side::Acceptor, &from).await;
                 endpoint.accepting.fetch_sub(1, Ordering::Relaxed);
                 match established {
                     Ok((id, connection)) => {
@@ -776,18 +770,19 @@ impl NodeEndpoint {
     pub async fn bind(
         config: EndpointConfig,
     ) -> Result<(NodeEndpoint, Arc<RemoteResolver>), EndpointError> {
-        let listener =
-            TcpListener::bind(config.bind)
-                .await
-                .map_err(|source| EndpointError::Bind {
-                    address: config.bind,
-                    source,
-                })?;
-        let bound = listener.local_addr().map_err(EndpointError::LocalAddress)?;
-        let local_node = match &config.advertised_host {
-            Some(host) => format!("{host}:{}", bound.port()),
-            None => bound.to_string(),
-        };
+        Self::bind_on(config, Arc::new(TcpNetwork), NodeExecutor::current_arbiter()).await
+    }
+
+    /// Like [`bind`](Self::bind), on any [`Network`], with the node's background work on
+    /// `executor` (the simulation gives each node its own network handle and `LocalSet`).
+    pub async fn bind_on(
+        config: EndpointConfig,
+        network: Arc<dyn Network>,
+        executor: NodeExecutor,
+    ) -> Result<(NodeEndpoint, Arc<RemoteResolver>), EndpointError> {
+        let (local_node, listener) = network
+            .bind(config.bind, config.advertised_host.clone())
+            .await?;
         if config.secret.is_insecure() {
             log::warn!(
                 "{}: the cluster secret is empty: any peer that can connect is trusted",
@@ -797,7 +792,8 @@ impl NodeEndpoint {
         let rng = NodeRng::seed_from_u64(config.seed);
         let inner = Arc::new(Inner {
             local_node,
-            arbiter: Arbiter::current(),
+            network,
+            executor,
             directory: LocalDirectory::new(),
             peers: Mutex::new(BTreeMap::new()),
             proxies: Mutex::new(BTreeMap::new()),
@@ -808,11 +804,12 @@ impl NodeEndpoint {
             config,
         });
         log::info!(
-            "{}: listening on {bound} as {}",
+            "{}: listening on {} as {}",
             inner.config.node_name,
+            inner.config.bind,
             inner.local_node
         );
-        actix::spawn(Arc::clone(&inner).accept_loop(listener));
+        tokio::task::spawn_local(Arc::clone(&inner).accept_loop(listener));
         let resolver = Arc::new(RemoteResolver {
             inner: Arc::clone(&inner),
         });

@@ -1,0 +1,60 @@
+//! The simulation's worker driver: the resource manager asks it for workers exactly as it asks
+//! the process drivers, and the simulation boots (or fails to boot) TaskManager nodes.
+
+use tokio::sync::mpsc;
+
+use crate::drivers::{DriverError, WorkerDriver, WorkerRequest};
+use crate::messages::ids::ResourceId;
+use crate::messages::resource_manager::ResourceManagerGateway;
+
+/// What the driver asks of the simulation.
+#[derive(Debug)]
+pub enum DriverCommand {
+    /// The resource manager's gateway, for the outcome of starts.
+    Initialize(ResourceManagerGateway),
+    /// Start a worker.
+    Start(WorkerRequest),
+    /// Stop a worker (or cancel its start).
+    Release(ResourceId),
+}
+
+/// A [`WorkerDriver`] whose workers are simulated nodes.
+#[derive(Debug)]
+pub struct SimDriver(mpsc::UnboundedSender<DriverCommand>);
+
+impl SimDriver {
+    /// A driver and the commands it sends.
+    pub fn new() -> (Self, mpsc::UnboundedReceiver<DriverCommand>) {
+        let (sender, receiver) = mpsc::unbounded_channel();
+        (Self(sender), receiver)
+    }
+}
+
+impl WorkerDriver for SimDriver {
+    fn name(&self) -> &'static str {
+        "sim"
+    }
+
+    fn initialize(&mut self, resource_manager: ResourceManagerGateway) {
+        let _ = self.0.send(DriverCommand::Initialize(resource_manager));
+    }
+
+    fn can_start_workers(&self) -> bool {
+        true
+    }
+
+    fn adopts_unknown_workers(&self) -> bool {
+        false
+    }
+
+    fn request_worker(&mut self, request: WorkerRequest) -> Result<(), DriverError> {
+        let _ = self.0.send(DriverCommand::Start(request));
+        Ok(())
+    }
+
+    fn release_worker(&mut self, resource_id: &ResourceId) {
+        let _ = self.0.send(DriverCommand::Release(resource_id.clone()));
+    }
+
+    fn shutdown(&mut self) {}
+}

@@ -1,0 +1,134 @@
+//! What must hold in every simulated run: safety after every event, liveness once the quiet
+//! phase has had its time. Each check reads snapshots the actors answered (asked back to back,
+//! so one actor's answers describe one moment) and returns what is wrong, in words.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use crate::job::states::{ExecutionState, JobStatus};
+use crate::messages::ids::ResourceId;
+use crate::messages::job_manager::{JobDetails, JobManagerStatus};
+use crate::messages::resource_manager::ResourceManagerStatus;
+
+/// What the JobManager node said at one moment.
+#[derive(Debug, Clone)]
+pub struct JobManagerSnapshot {
+    /// The resource manager's status.
+    pub pool: ResourceManagerStatus,
+    /// The JobManager's status.
+    pub cluster: JobManagerStatus,
+    /// Every job's details (asked right after the status).
+    pub jobs: Vec<JobDetails>,
+}
+
+/// The pool never holds more than it was asked for, beyond workers it is releasing: pending
+/// workers only ever fill a gap (started + pending ≤ max(designated, started)).
+pub fn pool_within_bounds(pool: &ResourceManagerStatus) -> Result<(), String> {
+    let started = pool.started.len() as u32;
+    let pending = pool.pending_requests + pool.pending_registration;
+    let allowed = pool.designated_pool_size.saturating_sub(started);
+    if pending > allowed {
+        return Err(format!(
+            "pool over its designated size: {started} started + {} requested + {} registering, designated {}",
+            pool.pending_requests, pool.pending_registration, pool.designated_pool_size
+        ));
+    }
+    Ok(())
+}
+
+/// Slots: no TaskManager has more allocated than it has, and every task the JobManager places
+/// (deploying or running) is on a TaskManager registered right now.
+pub fn slots_consistent(snapshot: &JobManagerSnapshot) -> Result<(), String> {
+    let registered: BTreeSet<&ResourceId> = snapshot
+        .cluster
+        .task_managers
+        .iter()
+        .map(|tm| &tm.resource_id)
+        .collect();
+    for tm in &snapshot.cluster.task_managers {
+        if tm.slots_free > tm.slots_total {
+            return Err(format!(
+                "{} has {} free slots of {}",
+                tm.resource_id, tm.slots_free, tm.slots_total
+            ));
+        }
+    }
+    let mut used: BTreeMap<&ResourceId, u32> = BTreeMap::new();
+    for job in &snapshot.jobs {
+        for vertex in &job.vertices {
+            for subtask in &vertex.subtasks {
+                let placed = matches!(
+                    subtask.state,
+                    ExecutionState::Deploying | ExecutionState::Running
+                );
+                if !placed {
+                    continue;
+                }
+                let Some(resource_id) = &subtask.resource_id else {
+                    return Err(format!(
+                        "job {} {}[{}] is {:?} without a TaskManager",
+                        job.summary.job_id, vertex.name, subtask.subtask, subtask.state
+                    ));
+                };
+                if !registered.contains(resource_id) {
+                    return Err(format!(
+                        "job {} {}[{}] is {:?} on {resource_id}, which is not registered",
+                        job.summary.job_id, vertex.name, subtask.subtask, subtask.state
+                    ));
+                }
+                *used.entry(resource_id).or_default() += 1;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Liveness of the pool: at the designated size, nothing pending, and the JobManager knows
+/// exactly the started workers.
+pub fn pool_converged(snapshot: &JobManagerSnapshot) -> Result<(), String> {
+    let pool = &snapshot.pool;
+    let started: BTreeSet<&ResourceId> = pool.started.iter().collect();
+    let registered: BTreeSet<&ResourceId> = snapshot
+        .cluster
+        .task_managers
+        .iter()
+        .map(|tm| &tm.resource_id)
+        .collect();
+    if pool.started.len() as u32 != pool.designated_pool_size
+        || pool.pending_requests + pool.pending_registration > 0
+    {
+        return Err(format!(
+            "pool not converged: designated {}, started {}, requested {}, registering {}",
+            pool.designated_pool_size,
+            pool.started.len(),
+            pool.pending_requests,
+            pool.pending_registration
+        ));
+    }
+    if started != registered {
+        return Err(format!(
+            "the resource manager counts {started:?} as started but the JobManager has {registered:?}"
+        ));
+    }
+    Ok(())
+}
+
+/// Liveness of jobs: every job ended, a failed one with a reason.
+pub fn jobs_ended(jobs: &[JobDetails]) -> Result<(), String> {
+    for job in jobs {
+        let status = job.summary.status;
+        if !status.is_globally_terminal() {
+            return Err(format!("job {} is still {status:?}", job.summary.job_id));
+        }
+        if status == JobStatus::Failed && job.failure.is_none() {
+            return Err(format!("job {} FAILED without a reason", job.summary.job_id));
+        }
+    }
+    Ok(())
+}
+
+/// How long a TaskManager may keep running tasks after the JobManager dropped it: it notices by
+/// its own heartbeat timeout, and one more interval covers the heartbeat in flight.
+pub fn orphan_grace(interval: Duration, timeout: Duration) -> Duration {
+    timeout + interval * 2
+}

@@ -1,0 +1,187 @@
+//! The jobs a scenario submits, and how a finished one is checked.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use super::scenario::JobKind;
+use crate::env::NodeRng;
+use crate::job::graph::{DistributionPattern, ExchangeMode, JobGraph, RestartStrategyConfig};
+use crate::operators::OperatorRegistry;
+use crate::operators::builtin::{
+    COUNT_BY_KEY, FAIL_ONCE, FILE_SINK, NOOP, SLEEP, TEXT_SOURCE, TOKENIZE, sequential_word_count,
+};
+
+/// Words the generated texts are made of (mixed case and punctuation, as real text is).
+const WORDS: [&str; 12] = [
+    "Flink", "actor", "slot", "heartbeat", "the", "a", "TaskManager", "job", "region", "pool",
+    "x1", "Über",
+];
+
+/// A job as submitted, with what is needed to check its result.
+#[derive(Debug, Clone)]
+pub struct JobSpec {
+    /// What it runs.
+    pub kind: JobKind,
+    /// The graph.
+    pub graph: JobGraph,
+    /// WordCount's input and output directory.
+    pub files: Option<(PathBuf, PathBuf)>,
+}
+
+fn restarts() -> RestartStrategyConfig {
+    RestartStrategyConfig::FixedDelay {
+        attempts: 4,
+        delay: Duration::from_millis(200),
+    }
+}
+
+/// Builds a job of `kind`; WordCount's text is generated from `rng` into `dir`.
+pub fn build(
+    kind: JobKind,
+    parallelism: u32,
+    rng: &mut NodeRng,
+    dir: &Path,
+) -> std::io::Result<JobSpec> {
+    let registry = OperatorRegistry::with_builtins();
+    let knows = |op: &str| registry.contains(op);
+    let p = parallelism.max(1);
+    let mut builder = JobGraph::builder(format!("{kind:?}").to_lowercase());
+    builder.restart_strategy(restarts());
+    let mut files = None;
+    match kind {
+        JobKind::WordCount => {
+            fs::create_dir_all(dir)?;
+            let input = dir.join("input.txt");
+            let output = dir.join("out");
+            let lines = 5 + rng.next_u64() % 40;
+            let mut text = String::new();
+            for _ in 0..lines {
+                let words = 1 + rng.next_u64() % 12;
+                for i in 0..words {
+                    if i > 0 {
+                        text.push(if rng.next_u64() % 5 == 0 { ',' } else { ' ' });
+                    }
+                    text.push_str(WORDS[(rng.next_u64() % WORDS.len() as u64) as usize]);
+                }
+                text.push('\n');
+            }
+            fs::write(&input, text)?;
+            let source = builder
+                .vertex("source", TEXT_SOURCE, p)
+                .config("path", input.display().to_string())
+                .index();
+            let tokenize = builder.vertex("tokenize", TOKENIZE, p).index();
+            let count = builder.vertex("count", COUNT_BY_KEY, p).index();
+            let sink = builder
+                .vertex("sink", FILE_SINK, p)
+                .config("path", output.display().to_string())
+                .index();
+            let pipelined = ExchangeMode::Pipelined;
+            builder.edge(source, tokenize, DistributionPattern::Forward, pipelined);
+            builder.edge(tokenize, count, DistributionPattern::AllToAll, pipelined);
+            builder.edge(count, sink, DistributionPattern::Forward, pipelined);
+            files = Some((input, output));
+        }
+        JobKind::Noop => {
+            let source = builder
+                .vertex("generate", NOOP, p)
+                .config("count", (rng.next_u64() % 5_000).to_string())
+                .index();
+            let sink = builder.vertex("pass", NOOP, p).index();
+            builder.edge(
+                source,
+                sink,
+                DistributionPattern::AllToAll,
+                ExchangeMode::Pipelined,
+            );
+        }
+        JobKind::Sleep => {
+            let source = builder
+                .vertex("generate", NOOP, p)
+                .config("count", "100")
+                .co_location_group("pair")
+                .index();
+            let sleep = builder
+                .vertex("sleep", SLEEP, p)
+                .config("ms", (50 + rng.next_u64() % 3_000).to_string())
+                .co_location_group("pair")
+                .index();
+            let sink = builder
+                .vertex("sink", NOOP, 1)
+                .slot_sharing_group("sinks")
+                .index();
+            builder.edge(
+                source,
+                sleep,
+                DistributionPattern::Forward,
+                ExchangeMode::Pipelined,
+            );
+            builder.edge(
+                sleep,
+                sink,
+                DistributionPattern::AllToAll,
+                ExchangeMode::Blocking,
+            );
+        }
+        JobKind::FailOnce => {
+            let source = builder
+                .vertex("generate", NOOP, p)
+                .config("count", "1000")
+                .index();
+            let fail = builder.vertex("fail-once", FAIL_ONCE, p).index();
+            builder.edge(
+                source,
+                fail,
+                DistributionPattern::Forward,
+                ExchangeMode::Pipelined,
+            );
+        }
+    }
+    let graph = builder
+        .build(knows)
+        .map_err(|error| std::io::Error::other(error.to_string()))?;
+    Ok(JobSpec { kind, graph, files })
+}
+
+/// Compares a finished WordCount's output with the sequential count of its input; `Err` says
+/// how they differ.
+pub fn check_word_count(input: &Path, output: &Path) -> Result<(), String> {
+    let expected =
+        sequential_word_count(input).map_err(|e| format!("cannot read the input: {e}"))?;
+    let mut actual: BTreeMap<String, u64> = BTreeMap::new();
+    let entries = fs::read_dir(output).map_err(|e| format!("cannot list the output: {e}"))?;
+    let mut names: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("part-"))
+        })
+        .collect();
+    names.sort();
+    for path in names {
+        let text = fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        for line in text.lines() {
+            let (word, count) = line
+                .split_once('\t')
+                .ok_or_else(|| format!("{}: bad line {line:?}", path.display()))?;
+            let count: u64 = count
+                .parse()
+                .map_err(|_| format!("{}: bad count in {line:?}", path.display()))?;
+            if actual.insert(word.to_owned(), count).is_some() {
+                return Err(format!("`{word}` is counted in two places"));
+            }
+        }
+    }
+    if actual == expected {
+        Ok(())
+    } else {
+        Err(format!(
+            "the counts differ from the sequential count: {} words expected, {} written",
+            expected.len(),
+            actual.len()
+        ))
+    }
+}

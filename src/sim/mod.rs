@@ -1,0 +1,565 @@
+//! Deterministic simulation of the whole cluster (DESIGN §8).
+//!
+//! One seed is one run: a JobManager node and the TaskManager nodes its resource manager asks
+//! for, all in one actix System on a paused current-thread tokio runtime, each node in its own
+//! `LocalSet` ([`host`]) with its own endpoint on a [`network::SimNetwork`] that delays, loses,
+//! reorders and cuts the real frames of the real transport. Everything a node does that is not
+//! deterministic comes from its `NodeEnv`: an RNG seeded per node and incarnation, the
+//! simulation's clock, and the [`lockstep`](crate::lockstep) task runner, under which task code
+//! runs on its own thread but strictly in turn with the simulation, sleeping in virtual time.
+//!
+//! ```text
+//!  seed ─▶ Scenario (pool sizes, jobs, cancels, crashes, restarts, pauses, cuts, resets,
+//!          stale-leader messages, driver start failures) ─▶ fault phase ─▶ quiet phase
+//!  after every cluster event, action and 50 ms: safety checks     at the end: liveness checks
+//!  everything recorded in a Trace ─▶ digest (same seed, same digest)
+//! ```
+//!
+//! `FLINT_SIM_SEED=n cargo test --test simulation -- --nocapture` replays seed `n` and prints
+//! its trace; `FLINT_SIM_SEEDS=100000` runs a longer sweep.
+
+pub mod cluster;
+pub mod driver;
+pub mod host;
+pub mod invariants;
+pub mod jobs;
+pub mod network;
+pub mod scenario;
+pub mod trace;
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::rc::Rc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use self::cluster::{JOB_MANAGER_NODE, SimCluster};
+use self::invariants::JobManagerSnapshot;
+use self::jobs::JobSpec;
+use self::network::{NetStats, SimNetwork};
+use self::scenario::{Action, JobKind, Scenario, Shape, Target};
+use self::trace::Trace;
+use crate::config::ClusterConfig;
+use crate::env::NodeRng;
+use crate::events::EventSink;
+use crate::job::states::JobStatus;
+use crate::messages::RemovalReason;
+use crate::messages::ids::{JobId, LeaderSessionId, ResourceId};
+use crate::messages::job_manager::{CancelJob, GetJobManagerStatus, RequestJobStatus, SubmitJob};
+use crate::messages::resource_manager::{
+    GetResourceManagerStatus, RemoveResource, SetWorkerPoolSize,
+};
+use crate::messages::task_manager::GetTaskManagerStatus;
+
+/// How one run is shaped.
+#[derive(Debug, Clone)]
+pub struct SimOptions {
+    /// The seed everything derives from.
+    pub seed: u64,
+    /// How big the scenario may get.
+    pub shape: Shape,
+    /// Keep the trace's lines (to print a replay).
+    pub keep_trace: bool,
+    /// How long the quiet phase may take to converge before liveness fails.
+    pub quiet_deadline: Duration,
+}
+
+impl SimOptions {
+    /// The defaults for `seed`.
+    pub fn new(seed: u64) -> Self {
+        Self {
+            seed,
+            shape: Shape::default(),
+            keep_trace: false,
+            quiet_deadline: Duration::from_secs(180),
+        }
+    }
+}
+
+/// What one run did.
+#[derive(Debug, Clone)]
+pub struct SimReport {
+    /// The seed.
+    pub seed: u64,
+    /// The trace's digest.
+    pub digest: String,
+    /// Invariants that failed, in order.
+    pub violations: Vec<String>,
+    /// The trace's lines, if kept.
+    pub trace: Vec<String>,
+    /// Trace lines recorded.
+    pub trace_len: u64,
+    /// Virtual time simulated.
+    pub simulated: Duration,
+    /// Nodes booted (incarnations included).
+    pub nodes: u32,
+    /// Each submitted job's kind and final status.
+    pub jobs: Vec<(JobKind, Option<JobStatus>)>,
+    /// The network's counters.
+    pub network: NetStats,
+}
+
+impl SimReport {
+    /// Whether every invariant held.
+    pub fn passed(&self) -> bool {
+        self.violations.is_empty()
+    }
+}
+
+/// Runs one seed on a fresh paused runtime on this thread.
+///
+/// # Panics
+///
+/// If the runtime cannot be built (out of resources).
+pub fn run_seed(options: &SimOptions) -> SimReport {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .expect("a current-thread runtime");
+    let system = actix::System::with_tokio_rt(move || runtime);
+    system.block_on(simulate(options.clone()))
+}
+
+/// The cluster configuration of a run: Flink's defaults, with heartbeats and timeouts scaled so
+/// a run sees several of each within seconds of virtual time.
+pub fn sim_config(scenario: &Scenario, seed: u64) -> ClusterConfig {
+    let mut config = ClusterConfig::default();
+    config.heartbeat.interval = Duration::from_secs(1);
+    config.heartbeat.timeout = Duration::from_secs(5);
+    config.resourcemanager.pool_size = scenario.initial_pool;
+    config.resourcemanager.max_pool_size = scenario.max_pool.max(scenario.initial_pool);
+    config.resourcemanager.taskmanager_registration.timeout = Duration::from_secs(20);
+    config.taskmanager.slots = scenario.slots;
+    config.taskmanager.spill_threshold = 1 << 30;
+    config.slot.request_timeout = Duration::from_secs(30);
+    config.seed = Some(seed);
+    config
+}
+
+fn scratch_dir(seed: u64) -> PathBuf {
+    let shm = std::path::Path::new("/dev/shm");
+    let base = if shm.is_dir() {
+        shm.to_path_buf()
+    } else {
+        std::env::temp_dir()
+    };
+    base.join(format!("flint-sim-{}-{seed}", std::process::id()))
+}
+
+/// A job the run submitted.
+struct Submitted {
+    spec: JobSpec,
+    id: Option<JobId>,
+    /// Whether the JobManager answered the submission (a refused job has no id).
+    answered: bool,
+}
+
+struct Run {
+    cluster: SimCluster,
+    jobs: Rc<RefCell<Vec<Submitted>>>,
+    violations: Vec<String>,
+    rng: NodeRng,
+    /// Since when (virtual) each worker has been missing from the JobManager's registrations.
+    unregistered_since: BTreeMap<ResourceId, Duration>,
+}
+
+async fn simulate(options: SimOptions) -> SimReport {
+    let start = Instant::now();
+    let trace = Trace::new(options.keep_trace);
+    let mut rng = NodeRng::seed_from_u64(options.seed);
+    let scenario = Scenario::generate(&mut rng.fork(), options.shape);
+    trace.record(format!(
+        "scenario pool {} (max {}), {} slots, {:?}",
+        scenario.initial_pool, scenario.max_pool, scenario.slots, scenario.net
+    ));
+    let network = SimNetwork::new(rng.fork(), scenario.net, trace.clone());
+    tokio::task::spawn_local(network.clone().run());
+    let events = EventSink::new(4096);
+    let mut event_stream = events.subscribe().expect("an enabled sink");
+    let scratch = scratch_dir(options.seed);
+    let cluster = SimCluster::new(
+        options.seed,
+        sim_config(&scenario, options.seed),
+        network.clone(),
+        trace.clone(),
+        events,
+        scratch.clone(),
+    );
+    cluster.boot_job_manager().await;
+    let mut run = Run {
+        cluster: cluster.clone(),
+        jobs: Rc::new(RefCell::new(Vec::new())),
+        violations: Vec::new(),
+        rng: rng.fork(),
+        unregistered_since: BTreeMap::new(),
+    };
+
+    // The fault phase: actions at their times, a safety check after each, after every cluster
+    // event and every 50 ms.
+    let check_every = Duration::from_millis(50);
+    let fault_end = start + scenario.fault_phase;
+    let mut next_check = start + check_every;
+    let mut steps = scenario.steps.iter().peekable();
+    loop {
+        let next_step = steps.peek().map_or(fault_end, |s| start + s.at);
+        let wake = next_step.min(next_check).min(fault_end);
+        tokio::select! {
+            biased;
+            event = event_stream.recv() => {
+                match event {
+                    Ok(event) => trace.record(format!("event {event}")),
+                    Err(error) => trace.record(format!("event stream: {error}")),
+                }
+                run.check_safety().await;
+                continue;
+            }
+            () = tokio::time::sleep_until(wake) => {}
+        }
+        let now = Instant::now();
+        if now >= fault_end {
+            break;
+        }
+        while let Some(step) = steps.next_if(|s| start + s.at <= now) {
+            run.apply(&step.action).await;
+            run.check_safety().await;
+        }
+        if now >= next_check {
+            run.check_safety().await;
+            next_check = now + check_every;
+        }
+    }
+
+    // The quiet phase: faults off; the cluster must converge and every job end.
+    cluster.quiet();
+    let deadline = Instant::now() + options.quiet_deadline;
+    let mut last_failure;
+    loop {
+        tokio::select! {
+            biased;
+            event = event_stream.recv() => {
+                if let Ok(event) = event {
+                    trace.record(format!("event {event}"));
+                }
+                continue;
+            }
+            () = tokio::time::sleep(Duration::from_millis(500)) => {}
+        }
+        run.check_safety().await;
+        match run.check_liveness().await {
+            Ok(()) => break,
+            Err(failure) => last_failure = failure,
+        }
+        if Instant::now() >= deadline {
+            run.violation(format!(
+                "liveness: not converged {:?} after the faults stopped: {last_failure}",
+                options.quiet_deadline
+            ));
+            break;
+        }
+    }
+    run.check_outputs().await;
+    let jobs = run.final_statuses().await;
+
+    let simulated = start.elapsed();
+    trace.record("end");
+    let report = SimReport {
+        seed: options.seed,
+        digest: trace.digest(),
+        violations: run.violations.clone(),
+        trace: trace.lines(),
+        trace_len: trace.len(),
+        simulated,
+        nodes: cluster.nodes_booted(),
+        jobs,
+        network: network.stats(),
+    };
+    cluster.tear_down();
+    let _ = std::fs::remove_dir_all(&scratch);
+    report
+}
+
+impl Run {
+    fn violation(&mut self, what: String) {
+        let line = format!("VIOLATION at {:?}: {what}", self.cluster.now());
+        self.cluster.trace.record(&line);
+        if self.violations.len() < 20 {
+            self.violations.push(line);
+        }
+    }
+
+    async fn apply(&mut self, action: &Action) {
+        let cluster = self.cluster.clone();
+        let handles = cluster.job_manager();
+        match action {
+            Action::SetPoolSize(size) => {
+                cluster.trace.record(format!("action pool size {size}"));
+                let rm = handles.resource_manager.clone();
+                let trace = cluster.trace.clone();
+                let size = *size;
+                tokio::task::spawn_local(async move {
+                    let answer = rm.send(SetWorkerPoolSize { size }).await;
+                    trace.record(format!("answer pool size {size}: {answer:?}"));
+                });
+            }
+            Action::Submit { kind, parallelism } => {
+                let index = self.jobs.borrow().len();
+                let dir = cluster.scratch.join(format!("job-{index}"));
+                let spec = match jobs::build(*kind, *parallelism, &mut self.rng, &dir) {
+                    Ok(spec) => spec,
+                    Err(error) => {
+                        self.violation(format!("cannot build a {kind:?} job: {error}"));
+                        return;
+                    }
+                };
+                cluster
+                    .trace
+                    .record(format!("action submit {kind:?} x{parallelism} as job {index}"));
+                let graph = spec.graph.clone();
+                self.jobs.borrow_mut().push(Submitted {
+                    spec,
+                    id: None,
+                    answered: false,
+                });
+                let jm = handles.job_manager.clone();
+                let jobs = Rc::clone(&self.jobs);
+                let trace = cluster.trace.clone();
+                tokio::task::spawn_local(async move {
+                    let answer = jm.send(SubmitJob { job_graph: graph }).await;
+                    trace.record(format!("answer submit job {index}: {answer:?}"));
+                    let mut jobs = jobs.borrow_mut();
+                    jobs[index].answered = answer.is_ok();
+                    if let Ok(Ok(id)) = answer {
+                        jobs[index].id = Some(id);
+                    }
+                });
+            }
+            Action::Cancel(index) => {
+                let ids: Vec<JobId> = self.jobs.borrow().iter().filter_map(|j| j.id).collect();
+                if ids.is_empty() {
+                    return;
+                }
+                let id = ids[(index % ids.len() as u64) as usize];
+                cluster.trace.record(format!("action cancel {id}"));
+                let jm = handles.job_manager.clone();
+                let trace = cluster.trace.clone();
+                tokio::task::spawn_local(async move {
+                    let answer = jm.send(CancelJob { job_id: id }).await;
+                    trace.record(format!("answer cancel {id}: {answer:?}"));
+                });
+            }
+            Action::Crash { target, kind } => cluster.crash(*target, *kind),
+            Action::Restart(index) => cluster.restart(*index).await,
+            Action::Pause { target, duration } => {
+                let target = match target {
+                    Target::JobManager => None,
+                    Target::TaskManager(index) => Some(*index),
+                };
+                cluster.pause(target, *duration);
+            }
+            Action::Partition {
+                target,
+                both,
+                towards_job_manager,
+                duration,
+            } => cluster.partition(*target, *both, *towards_job_manager, *duration),
+            Action::ResetConnection(index) => {
+                if let Some((a, b)) = cluster.network.reset_connection(*index) {
+                    cluster.trace.record(format!("fault reset {a} <-> {b}"));
+                }
+            }
+            Action::StaleLeader(index) => self.stale_leader(*index).await,
+            Action::StartFailures(share) => {
+                cluster.trace.record(format!("fault start failures {share}"));
+                cluster.set_start_failures(*share);
+            }
+        }
+    }
+
+    /// A message from a leader session that is not the current one must change nothing: the
+    /// resource manager is asked for its status, told by a stale leader to release a started
+    /// worker, and asked again, all in one burst (its mailbox handles them back to back).
+    async fn stale_leader(&mut self, index: u64) {
+        let handles = self.cluster.job_manager();
+        if handles.host.is_paused() {
+            return;
+        }
+        let stale = LeaderSessionId::generate(&mut self.rng);
+        let rm = &handles.resource_manager;
+        let Ok(before) = rm.send(GetResourceManagerStatus).await else {
+            return;
+        };
+        if before.started.is_empty() {
+            return;
+        }
+        let victim = before.started[(index % before.started.len() as u64) as usize].clone();
+        self.cluster
+            .trace
+            .record(format!("fault stale leader RemoveResource {victim}"));
+        let first = rm.send(GetResourceManagerStatus);
+        let removal = rm.send(RemoveResource {
+            leader_session_id: stale,
+            resource_id: victim.clone(),
+            reason: RemovalReason::HeartbeatTimeout,
+        });
+        let after = rm.send(GetResourceManagerStatus);
+        let (first, _, after) = tokio::join!(first, removal, after);
+        if let (Ok(first), Ok(after)) = (first, after)
+            && first.started.contains(&victim)
+            && !after.started.contains(&victim)
+        {
+            self.violation(format!(
+                "a stale leader's RemoveResource released {victim} at the resource manager"
+            ));
+        }
+    }
+
+    /// The JobManager node's view, asked in one burst: the resource manager's status, then the
+    /// JobManager's status and every known job's details back to back.
+    async fn snapshot(&self) -> Option<JobManagerSnapshot> {
+        let handles = self.cluster.job_manager();
+        if handles.host.is_paused() {
+            return None;
+        }
+        let ids: Vec<JobId> = self.jobs.borrow().iter().filter_map(|j| j.id).collect();
+        let pool = handles.resource_manager.send(GetResourceManagerStatus);
+        let status = handles.job_manager.send(GetJobManagerStatus);
+        let details: Vec<_> = ids
+            .iter()
+            .map(|id| handles.job_manager.send(RequestJobStatus { job_id: *id }))
+            .collect();
+        let pool = pool.await.ok()?;
+        let cluster = status.await.ok()?;
+        let mut jobs = Vec::new();
+        for answer in details {
+            if let Ok(Ok(details)) = answer.await {
+                jobs.push(details);
+            }
+        }
+        Some(JobManagerSnapshot {
+            pool,
+            cluster,
+            jobs,
+        })
+    }
+
+    async fn check_safety(&mut self) {
+        let Some(snapshot) = self.snapshot().await else {
+            return;
+        };
+        if let Err(what) = invariants::pool_within_bounds(&snapshot.pool) {
+            self.violation(what);
+        }
+        if let Err(what) = invariants::slots_consistent(&snapshot) {
+            self.violation(what);
+        }
+        self.check_orphans(&snapshot).await;
+    }
+
+    /// No TaskManager keeps work the JobManager gave up on: one that has been running, yet not
+    /// registered at the JobManager, for longer than its heartbeat timeout (and an interval)
+    /// must hold no slots.
+    async fn check_orphans(&mut self, snapshot: &JobManagerSnapshot) {
+        let now = self.cluster.now();
+        let heartbeat = self.cluster.config.heartbeat;
+        let grace = invariants::orphan_grace(heartbeat.interval, heartbeat.timeout);
+        let registered: Vec<&ResourceId> = snapshot
+            .cluster
+            .task_managers
+            .iter()
+            .map(|tm| &tm.resource_id)
+            .collect();
+        let running = self.cluster.running_task_managers();
+        self.unregistered_since
+            .retain(|id, _| running.iter().any(|(r, _, _)| r == id));
+        for (id, task_manager, running_since) in running {
+            if registered.contains(&&id) {
+                self.unregistered_since.remove(&id);
+                continue;
+            }
+            let since = *self.unregistered_since.entry(id.clone()).or_insert(now);
+            if now.saturating_sub(since.max(running_since)) <= grace {
+                continue;
+            }
+            if let Ok(status) = task_manager.send(GetTaskManagerStatus).await
+                && status.slots_free < status.slots_total
+            {
+                self.violation(format!(
+                    "{id} holds {} slots {:?} after the JobManager dropped it",
+                    status.slots_total - status.slots_free,
+                    now.saturating_sub(since)
+                ));
+            }
+        }
+    }
+
+    async fn check_liveness(&mut self) -> Result<(), String> {
+        let snapshot = self
+            .snapshot()
+            .await
+            .ok_or("the JobManager does not answer")?;
+        invariants::pool_converged(&snapshot)?;
+        let pending = self.jobs.borrow().iter().filter(|j| !j.answered).count();
+        if pending > 0 {
+            return Err(format!("{pending} submissions unanswered"));
+        }
+        invariants::jobs_ended(&snapshot.jobs)
+    }
+
+    /// Every FINISHED WordCount wrote exactly the sequential count of its input.
+    async fn check_outputs(&mut self) {
+        let handles = self.cluster.job_manager();
+        let jobs: Vec<(JobId, Option<(PathBuf, PathBuf)>)> = self
+            .jobs
+            .borrow()
+            .iter()
+            .filter_map(|j| Some((j.id?, j.spec.files.clone())))
+            .collect();
+        for (id, files) in jobs {
+            let Some((input, output)) = files else {
+                continue;
+            };
+            let Ok(Ok(details)) = handles.job_manager.send(RequestJobStatus { job_id: id }).await
+            else {
+                continue;
+            };
+            if details.summary.status == JobStatus::Finished
+                && let Err(what) = jobs::check_word_count(&input, &output)
+            {
+                self.violation(format!("WordCount job {id}: {what}"));
+            }
+        }
+    }
+
+    async fn final_statuses(&self) -> Vec<(JobKind, Option<JobStatus>)> {
+        let handles = self.cluster.job_manager();
+        let jobs: Vec<(JobKind, Option<JobId>)> = self
+            .jobs
+            .borrow()
+            .iter()
+            .map(|j| (j.spec.kind, j.id))
+            .collect();
+        let mut out = Vec::new();
+        for (kind, id) in jobs {
+            let status = match id {
+                Some(id) => match handles.job_manager.send(RequestJobStatus { job_id: id }).await {
+                    Ok(Ok(details)) => Some(details.summary.status),
+                    _ => None,
+                },
+                None => None,
+            };
+            self.cluster
+                .trace
+                .record(format!("job {kind:?} {id:?}: {status:?}"));
+            out.push((kind, status));
+        }
+        out
+    }
+}
+
+/// The JobManager node's id, for tests that inspect the network.
+pub fn job_manager_node() -> &'static str {
+    JOB_MANAGER_NODE
+}

@@ -1,0 +1,237 @@
+//! What happens in one simulated run, drawn from its seed: the cluster's shape, the network's
+//! weather, and a timed list of operator actions and faults. A quiet phase (faults off, links
+//! healed, paused nodes resumed) follows the list.
+
+use std::time::Duration;
+
+use super::network::{CrashKind, NetParams};
+use crate::env::NodeRng;
+
+/// The kinds of job a scenario submits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobKind {
+    /// WordCount over a small generated text (source → tokenize → count → sink).
+    WordCount,
+    /// A generating source and a pass-through, in one slot-sharing group.
+    Noop,
+    /// Source → sleep → sink, the sleep co-located with the source.
+    Sleep,
+    /// A pass-through that fails its first attempt (restarts).
+    FailOnce,
+}
+
+/// Which node a fault hits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    /// The JobManager's node.
+    JobManager,
+    /// A TaskManager, chosen at the time of the fault as `index` modulo those eligible.
+    TaskManager(u64),
+}
+
+/// One scenario action.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Action {
+    /// `SetWorkerPoolSize`.
+    SetPoolSize(u32),
+    /// Submit a job.
+    Submit {
+        /// What it runs.
+        kind: JobKind,
+        /// Subtasks per vertex.
+        parallelism: u32,
+    },
+    /// Cancel the `index`-th submitted job (modulo their number).
+    Cancel(u64),
+    /// Crash a TaskManager node.
+    Crash {
+        /// Which.
+        target: u64,
+        /// Process (peers see the connection close) or machine (silence).
+        kind: CrashKind,
+    },
+    /// Restart a crashed TaskManager node as a new incarnation.
+    Restart(u64),
+    /// Hang a node for a while.
+    Pause {
+        /// Which node.
+        target: Target,
+        /// For how long.
+        duration: Duration,
+    },
+    /// Cut the links between the JobManager and a TaskManager for a while.
+    Partition {
+        /// Which TaskManager.
+        target: u64,
+        /// Whether both directions are cut (else only JobManager → TaskManager or the
+        /// reverse, chosen by `towards_job_manager`).
+        both: bool,
+        /// For a one-way cut: the TaskManager → JobManager direction.
+        towards_job_manager: bool,
+        /// For how long.
+        duration: Duration,
+    },
+    /// Reset one open connection.
+    ResetConnection(u64),
+    /// Send leader-only messages with a stale leader session to the RM and a TaskManager.
+    StaleLeader(u64),
+    /// The driver now fails this share of worker starts.
+    StartFailures(f64),
+}
+
+/// An action at a time.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Step {
+    /// Virtual time since the start.
+    pub at: Duration,
+    /// What happens.
+    pub action: Action,
+}
+
+/// A whole run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Scenario {
+    /// The pool size the cluster starts with.
+    pub initial_pool: u32,
+    /// The largest pool size the scenario asks for.
+    pub max_pool: u32,
+    /// Slots per TaskManager.
+    pub slots: u32,
+    /// The links during the fault phase.
+    pub net: NetParams,
+    /// How long faults are injected.
+    pub fault_phase: Duration,
+    /// The actions, by time.
+    pub steps: Vec<Step>,
+}
+
+/// How big a scenario may get.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shape {
+    /// The most TaskManagers the pool is ever asked for.
+    pub max_task_managers: u32,
+    /// How long the fault phase lasts.
+    pub fault_phase: Duration,
+    /// Actions in the fault phase, at most.
+    pub max_steps: u32,
+}
+
+impl Default for Shape {
+    fn default() -> Self {
+        Self {
+            max_task_managers: 6,
+            fault_phase: Duration::from_secs(8),
+            max_steps: 12,
+        }
+    }
+}
+
+fn below(rng: &mut NodeRng, n: u64) -> u64 {
+    if n == 0 { 0 } else { rng.next_u64() % n }
+}
+
+fn chance(rng: &mut NodeRng, percent: u64) -> bool {
+    below(rng, 100) < percent
+}
+
+fn millis(rng: &mut NodeRng, low: u64, high: u64) -> Duration {
+    Duration::from_millis(low + below(rng, high - low + 1))
+}
+
+impl Scenario {
+    /// Draws a scenario from `rng`.
+    pub fn generate(rng: &mut NodeRng, shape: Shape) -> Self {
+        let max_pool = 1 + below(rng, u64::from(shape.max_task_managers)) as u32;
+        let initial_pool = 1 + below(rng, u64::from(max_pool)) as u32;
+        let slots = 1 + below(rng, 3) as u32;
+        let net = NetParams {
+            base_latency: millis(rng, 1, 5),
+            tail_latency: millis(rng, 20, 400),
+            tail_probability: below(rng, 5) as f64 / 100.0,
+            loss: if chance(rng, 50) {
+                below(rng, 30) as f64 / 1000.0
+            } else {
+                0.0
+            },
+            reorder: if chance(rng, 30) {
+                below(rng, 50) as f64 / 1000.0
+            } else {
+                0.0
+            },
+            link_capacity: 64 + below(rng, 512) as usize,
+        };
+        let fault_ms = shape.fault_phase.as_millis() as u64;
+        let count = 2 + below(rng, u64::from(shape.max_steps.max(2) - 1));
+        let mut steps: Vec<Step> = (0..count)
+            .map(|_| Step {
+                at: Duration::from_millis(below(rng, fault_ms)),
+                action: Self::action(rng, max_pool),
+            })
+            .collect();
+        // Every run submits at least one job, early enough to run into the faults.
+        let kind = Self::job_kind(rng);
+        steps.push(Step {
+            at: millis(rng, 0, fault_ms / 4),
+            action: Action::Submit {
+                kind,
+                parallelism: 1 + below(rng, 2) as u32,
+            },
+        });
+        steps.sort_by_key(|step| step.at);
+        Self {
+            initial_pool,
+            max_pool,
+            slots,
+            net,
+            fault_phase: shape.fault_phase,
+            steps,
+        }
+    }
+
+    fn job_kind(rng: &mut NodeRng) -> JobKind {
+        match below(rng, 4) {
+            0 => JobKind::WordCount,
+            1 => JobKind::Noop,
+            2 => JobKind::Sleep,
+            _ => JobKind::FailOnce,
+        }
+    }
+
+    fn action(rng: &mut NodeRng, max_pool: u32) -> Action {
+        let target = rng.next_u64();
+        match below(rng, 100) {
+            0..15 => Action::SetPoolSize(below(rng, u64::from(max_pool) + 1) as u32),
+            15..35 => Action::Submit {
+                kind: Self::job_kind(rng),
+                parallelism: 1 + below(rng, 3) as u32,
+            },
+            35..40 => Action::Cancel(target),
+            40..52 => Action::Crash {
+                target,
+                kind: if chance(rng, 50) {
+                    CrashKind::Process
+                } else {
+                    CrashKind::Machine
+                },
+            },
+            52..60 => Action::Restart(target),
+            60..70 => Action::Pause {
+                target: if chance(rng, 25) {
+                    Target::JobManager
+                } else {
+                    Target::TaskManager(target)
+                },
+                duration: millis(rng, 50, 4_000),
+            },
+            70..82 => Action::Partition {
+                target,
+                both: chance(rng, 50),
+                towards_job_manager: chance(rng, 50),
+                duration: millis(rng, 100, 6_000),
+            },
+            82..88 => Action::ResetConnection(target),
+            88..94 => Action::StaleLeader(target),
+            _ => Action::StartFailures(below(rng, 40) as f64 / 100.0),
+        }
+    }
+}

@@ -1,0 +1,117 @@
+//! The cut below the handshake: where a node's byte streams come from (DESIGN §8).
+//!
+//! Everything from the handshake up — framing, envelopes, correlated asks and their timeouts,
+//! `PeerDown`, dispatch, proxies, fencing — is the same code in production and in the
+//! deterministic simulation. Only this is swapped: [`TcpNetwork`] dials and accepts real sockets;
+//! the simulator's network (`crate::sim`) hands out in-memory streams whose frames it delays,
+//! loses, reorders and cuts. Cutting here rather than at the envelope (as DESIGN §8 first
+//! sketched) means the simulation also exercises the handshake and the frame reader on every
+//! connection, and a lost or reordered frame reaches the real connection code.
+//!
+//! TLS, when configured, is put on top of whatever stream a network yields, by the endpoint.
+
+use std::fmt;
+use std::io;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use futures_util::future::LocalBoxFuture;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::{TcpListener, TcpStream};
+
+use super::remote::{DialError, EndpointError};
+
+/// A connected byte stream of any network.
+pub trait ByteStream: AsyncRead + AsyncWrite + Unpin {}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> ByteStream for S {}
+
+/// A stream as a network yields it.
+pub type BoxStream = Box<dyn ByteStream>;
+
+/// Where a node listens and how it connects out.
+pub trait Network: Send + Sync + fmt::Debug {
+    /// Starts listening at `bind`. Returns the node id peers reach this node at (`host:port`:
+    /// `advertised_host` if given, else the bound address) and the listener.
+    fn bind(
+        &self,
+        bind: SocketAddr,
+        advertised_host: Option<String>,
+    ) -> LocalBoxFuture<'static, Result<(String, Box<dyn Listener>), EndpointError>>;
+
+    /// Connects to the node `peer` (`host:port`), giving up after `timeout`.
+    fn connect(
+        &self,
+        peer: &str,
+        timeout: Duration,
+    ) -> LocalBoxFuture<'static, Result<BoxStream, DialError>>;
+}
+
+/// A bound listener.
+pub trait Listener {
+    /// The next accepted stream and where it came from (for logs).
+    fn accept(&mut self) -> LocalBoxFuture<'_, io::Result<(BoxStream, String)>>;
+}
+
+/// Real TCP sockets (production).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct TcpNetwork;
+
+impl Network for TcpNetwork {
+    fn bind(
+        &self,
+        bind: SocketAddr,
+        advertised_host: Option<String>,
+    ) -> LocalBoxFuture<'static, Result<(String, Box<dyn Listener>), EndpointError>> {
+        Box::pin(async move {
+            let listener = TcpListener::bind(bind)
+                .await
+                .map_err(|source| EndpointError::Bind {
+                    address: bind,
+                    source,
+                })?;
+            let bound = listener.local_addr().map_err(EndpointError::LocalAddress)?;
+            let node = match advertised_host {
+                Some(host) => format!("{host}:{}", bound.port()),
+                None => bound.to_string(),
+            };
+            Ok((node, Box::new(TcpAcceptor(listener)) as Box<dyn Listener>))
+        })
+    }
+
+    fn connect(
+        &self,
+        peer: &str,
+        timeout: Duration,
+    ) -> LocalBoxFuture<'static, Result<BoxStream, DialError>> {
+        let peer = peer.to_owned();
+        Box::pin(async move {
+            let stream = tokio::time::timeout(timeout, TcpStream::connect(&peer))
+                .await
+                .map_err(|_| DialError::ConnectTimeout(timeout))?
+                .map_err(DialError::Connect)?;
+            no_delay(&stream, &peer);
+            Ok(Box::new(stream) as BoxStream)
+        })
+    }
+}
+
+struct TcpAcceptor(TcpListener);
+
+impl Listener for TcpAcceptor {
+    fn accept(&mut self) -> LocalBoxFuture<'_, io::Result<(BoxStream, String)>> {
+        Box::pin(async move {
+            let (stream, from) = self.0.accept().await?;
+            let from = from.to_string();
+            no_delay(&stream, &from);
+            Ok((Box::new(stream) as BoxStream, from))
+        })
+    }
+}
+
+/// Small envelopes (heartbeats, acks) must not wait for Nagle; the connection's writer batches.
+fn no_delay(stream: &TcpStream, peer: &str) {
+    if let Err(error) = stream.set_nodelay(true) {
+        log::debug!("cannot set TCP_NODELAY towards {peer}: {error}");
+    }
+}
