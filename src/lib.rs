@@ -15,6 +15,7 @@
 //! src/drivers/         how the resource manager gets workers (in_process, standalone)
 //! src/directory.rs     actor address -> gateway (the seam the transport plugs into)
 //! src/env.rs           NodeEnv: clock, seeded RNG, spawner, resolver (the determinism seams)
+//! src/task_blocking.rs how task code waits (TaskBlocker): production parks the task thread
 //! src/codec.rs         the one place values become bytes (bincode 2, size-limited)
 //! src/config.rs        ClusterConfig: Flink's keys and defaults, validated
 //! src/minicluster.rs   the embedded cluster
@@ -61,6 +62,7 @@ pub mod node;
 pub mod operators;
 pub mod process;
 pub mod run;
+pub mod task_blocking;
 pub mod transport;
 
 #[cfg(test)]
