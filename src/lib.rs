@@ -16,6 +16,7 @@
 //! src/directory.rs     actor address -> gateway (the seam the transport plugs into)
 //! src/env.rs           NodeEnv: clock, seeded RNG, spawner, resolver (the determinism seams)
 //! src/task_blocking.rs how task code waits (TaskBlocker): production parks the task thread
+//! src/lockstep.rs      the simulation's task runner: task threads in lock-step, virtual time
 //! src/codec.rs         the one place values become bytes (bincode 2, size-limited)
 //! src/config.rs        ClusterConfig: Flink's keys and defaults, validated
 //! src/minicluster.rs   the embedded cluster
@@ -56,6 +57,7 @@ pub mod env;
 pub mod events;
 pub mod exchange;
 pub mod job;
+pub mod lockstep;
 pub mod messages;
 pub mod minicluster;
 pub mod node;
