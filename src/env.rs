@@ -8,8 +8,11 @@
 //! (`clippy.toml` enforces it; the few production-only exceptions are marked).
 
 use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use actix::{Arbiter, ArbiterHandle};
 use rand_chacha::ChaCha8Rng;
@@ -17,6 +20,7 @@ use rand_core::{RngCore, SeedableRng};
 
 use crate::directory::Resolver;
 use crate::events::EventSink;
+use crate::task_blocking::ThreadBlocker;
 
 /// Wall-clock time in milliseconds since the Unix epoch, for timestamps shown to people.
 /// Timers and timeouts never use it: they go through `tokio::time`, which tests can pause.
@@ -162,8 +166,24 @@ impl Spawner for CurrentArbiterSpawner {
 
 /// Where task code runs: never on an actor's thread, so a busy TaskManager still heartbeats.
 pub trait TaskRunner: Send + Sync + fmt::Debug {
-    /// Runs `task` to its end somewhere else.
-    fn run(&self, name: String, task: Box<dyn FnOnce() + Send>);
+    /// Runs `task` to its end somewhere else; the task blocks only through the [`TaskBlocker`]
+    /// it is given.
+    fn run(&self, name: String, task: TaskBody);
+}
+
+/// Task code as a [`TaskRunner`] takes it: it waits only through the blocker it is called with.
+pub type TaskBody = Box<dyn FnOnce(&dyn TaskBlocker) + Send>;
+
+/// Every point where task code waits, supplied by its [`TaskRunner`]: production parks the task
+/// thread, the simulation ([`crate::lockstep`]) runs the wait on its own thread in virtual time.
+/// Helpers: [`block_on`](crate::task_blocking::block_on) for futures with an output.
+pub trait TaskBlocker {
+    /// Waits until `future` completes (production: parks this thread; simulation: the future
+    /// runs on the simulation's thread in virtual time). Returns false if the runner is gone
+    /// (node crashed): the task must then stop (treat as cancelled).
+    fn wait(&self, future: Pin<Box<dyn Future<Output = ()> + Send + 'static>>) -> bool;
+    /// Sleeps `duration` (virtual time in simulation). Returns false if the runner is gone.
+    fn sleep(&self, duration: Duration) -> bool;
 }
 
 /// One OS thread per running task (production). The TaskManager bounds how many run: one per
@@ -173,8 +193,11 @@ pub struct ThreadTaskRunner;
 
 impl TaskRunner for ThreadTaskRunner {
     #[allow(clippy::disallowed_methods)] // production-only: the task runner is where task threads start
-    fn run(&self, name: String, task: Box<dyn FnOnce() + Send>) {
-        if let Err(error) = std::thread::Builder::new().name(name.clone()).spawn(task) {
+    fn run(&self, name: String, task: TaskBody) {
+        let spawned = std::thread::Builder::new()
+            .name(name.clone())
+            .spawn(move || task(&ThreadBlocker));
+        if let Err(error) = spawned {
             log::error!("cannot start a thread for task {name}: {error}");
         }
     }

@@ -15,6 +15,8 @@
 //! src/drivers/         how the resource manager gets workers (in_process, standalone)
 //! src/directory.rs     actor address -> gateway (the seam the transport plugs into)
 //! src/env.rs           NodeEnv: clock, seeded RNG, spawner, resolver (the determinism seams)
+//! src/task_blocking.rs how task code waits (TaskBlocker): production parks the task thread
+//! src/lockstep.rs      the simulation's task runner: task threads in lock-step, virtual time
 //! src/codec.rs         the one place values become bytes (bincode 2, size-limited)
 //! src/config.rs        ClusterConfig: Flink's keys and defaults, validated
 //! src/minicluster.rs   the embedded cluster
@@ -56,6 +58,7 @@ pub mod events;
 pub mod executor;
 pub mod exchange;
 pub mod job;
+pub mod lockstep;
 pub mod messages;
 pub mod minicluster;
 pub mod node;
@@ -63,6 +66,7 @@ pub mod operators;
 pub mod process;
 pub mod run;
 pub mod sim;
+pub mod task_blocking;
 pub mod transport;
 
 #[cfg(test)]

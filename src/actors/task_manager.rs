@@ -21,7 +21,7 @@ use super::slot_table::SlotTable;
 use super::task_runtime::{TaskEnvironment, TaskOutcome, create_outputs, run_task, serve_fetch};
 use crate::config::{HeartbeatConfig, RegistrationConfig};
 use crate::directory::LocalActor;
-use crate::env::NodeEnv;
+use crate::env::{NodeEnv, TaskBlocker};
 use crate::events::ClusterEvent;
 use crate::exchange::partition::PartitionStore;
 use crate::job::states::ExecutionState;
@@ -391,8 +391,8 @@ impl TaskManager {
         let done = ctx.address().recipient::<TaskEnded>();
         self.env.task_runner.run(
             name,
-            Box::new(move || {
-                let outcome = run_task(environment);
+            Box::new(move |blocker: &dyn TaskBlocker| {
+                let outcome = run_task(environment, blocker);
                 done.do_send(TaskEnded { attempt, outcome });
             }),
         );

@@ -8,17 +8,18 @@
 //! TaskManager (a long poll), so the transport can carry the same exchange between processes.
 //! Producers never wait for consumers (partitions spill to disk instead), so reading channels in
 //! order cannot deadlock. A panic in operator code is caught and reported as a failed task.
+//!
+//! Every wait (a remote fetch, a local long poll, the pause while a producer is being deployed,
+//! [`TaskIo::sleep`]) goes through the task's [`TaskBlocker`], never the thread directly, so the
+//! simulation can run tasks in virtual time; a blocker whose runner is gone cancels the task.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::future::Future;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::pin::pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
 
-use crate::env::fnv1a;
+use crate::env::{TaskBlocker, fnv1a};
 use crate::exchange::partition::{Fetch, PartitionStore};
 use crate::job::graph::DistributionPattern;
 use crate::job::states::ExecutionState;
@@ -27,6 +28,7 @@ use crate::messages::deployment::{OutputPartition, TaskDeploymentDescriptor};
 use crate::messages::task_manager::{FetchResponse, FetchSubpartition, TaskManagerGateway};
 use crate::operators::registry::OperatorSpec;
 use crate::operators::{OperatorError, OperatorRegistry, Record, TaskIo};
+use crate::task_blocking::block_on;
 
 /// Records per output batch.
 pub const BATCH_RECORDS: usize = 1024;
@@ -64,11 +66,12 @@ pub struct TaskEnvironment {
     pub cancelled: Arc<AtomicBool>,
 }
 
-/// Runs the task to its end. Never panics: operator panics become a FAILED outcome.
-pub fn run_task(env: TaskEnvironment) -> TaskOutcome {
+/// Runs the task to its end, waiting only through `blocker`. Never panics: operator panics
+/// become a FAILED outcome; a blocker whose runner is gone, a CANCELED one.
+pub fn run_task(env: TaskEnvironment, blocker: &dyn TaskBlocker) -> TaskOutcome {
     let outputs = env.descriptor.outputs.clone();
     let partitions = env.partitions.clone();
-    let result = catch_unwind(AssertUnwindSafe(|| run(env)));
+    let result = catch_unwind(AssertUnwindSafe(|| run(env, blocker)));
     let outcome = match result {
         Ok(Ok(())) => TaskOutcome {
             state: ExecutionState::Finished,
@@ -120,7 +123,7 @@ pub fn create_outputs(
     Ok(())
 }
 
-fn run(env: TaskEnvironment) -> Result<(), OperatorError> {
+fn run(env: TaskEnvironment, blocker: &dyn TaskBlocker) -> Result<(), OperatorError> {
     let d = &env.descriptor;
     let spec = OperatorSpec {
         name: &d.operator,
@@ -129,7 +132,7 @@ fn run(env: TaskEnvironment) -> Result<(), OperatorError> {
         parallelism: d.parallelism,
     };
     let mut operator = env.registry.create(&spec)?;
-    let mut io = Io::new(&env);
+    let mut io = Io::new(&env, blocker);
     operator.run(&mut io)?;
     io.flush()?;
     for output in &env.descriptor.outputs {
@@ -153,13 +156,14 @@ struct Channel {
 
 struct Io<'a> {
     env: &'a TaskEnvironment,
+    blocker: &'a dyn TaskBlocker,
     channels: VecDeque<Channel>,
     pending: VecDeque<Record>,
     buffers: Vec<Vec<Vec<Record>>>,
 }
 
 impl<'a> Io<'a> {
-    fn new(env: &'a TaskEnvironment) -> Self {
+    fn new(env: &'a TaskEnvironment, blocker: &'a dyn TaskBlocker) -> Self {
         let channels = env
             .descriptor
             .inputs
@@ -183,6 +187,7 @@ impl<'a> Io<'a> {
             .collect();
         Self {
             env,
+            blocker,
             channels,
             pending: VecDeque::new(),
             buffers,
@@ -204,7 +209,12 @@ impl<'a> Io<'a> {
                 return Err(OperatorError::Cancelled);
             }
             let response = if channel.task_manager == self.env.local_address {
-                fetch_local(&self.env.partitions, channel, &self.env.cancelled)?
+                fetch_local(
+                    &self.env.partitions,
+                    channel,
+                    &self.env.cancelled,
+                    self.blocker,
+                )?
             } else {
                 let gateway = self.env.peers.get(&channel.task_manager).ok_or_else(|| {
                     OperatorError::InputUnavailable(format!(
@@ -212,17 +222,19 @@ impl<'a> Io<'a> {
                         channel.task_manager
                     ))
                 })?;
-                block_on(gateway.fetch_subpartition.send(FetchSubpartition {
+                let request = gateway.fetch_subpartition.send(FetchSubpartition {
                     partition: channel.partition,
                     subpartition: channel.subpartition,
                     from_batch: channel.next_batch,
-                }))
-                .map_err(|e| {
-                    OperatorError::InputUnavailable(format!(
-                        "TaskManager {} holding {} is gone: {e}",
-                        channel.task_manager, channel.partition
-                    ))
-                })?
+                });
+                block_on(self.blocker, request)
+                    .ok_or(OperatorError::Cancelled)?
+                    .map_err(|e| {
+                        OperatorError::InputUnavailable(format!(
+                            "TaskManager {} holding {} is gone: {e}",
+                            channel.task_manager, channel.partition
+                        ))
+                    })?
             };
             match response {
                 FetchResponse::Data {
@@ -248,7 +260,9 @@ impl<'a> Io<'a> {
                 }
                 FetchResponse::Unknown if channel.waited < PARTITION_REQUEST_TIMEOUT => {
                     // Its producer is being deployed right now: ask again shortly.
-                    std::thread::sleep(channel.backoff);
+                    if !self.blocker.sleep(channel.backoff) {
+                        return Err(OperatorError::Cancelled);
+                    }
                     channel.waited += channel.backoff;
                     channel.backoff = (channel.backoff * 2).min(Duration::from_millis(100));
                 }
@@ -357,7 +371,9 @@ impl TaskIo for Io<'_> {
         while !left.is_zero() {
             self.check_cancelled()?;
             let now = left.min(step);
-            std::thread::sleep(now);
+            if !self.blocker.sleep(now) {
+                return Err(OperatorError::Cancelled);
+            }
             left -= now;
         }
         self.check_cancelled()
@@ -368,6 +384,7 @@ fn fetch_local(
     store: &PartitionStore,
     channel: &Channel,
     cancelled: &AtomicBool,
+    blocker: &dyn TaskBlocker,
 ) -> Result<FetchResponse, OperatorError> {
     loop {
         match answer(store.fetch(
@@ -378,9 +395,9 @@ fn fetch_local(
         )) {
             Ok(response) => return Ok(response),
             Err(wake) => {
-                // Woken by the producer's next append, finish or failure.
-                let _ = block_on(wake);
-                if cancelled.load(Ordering::Relaxed) {
+                // Woken by the producer's next append, finish or failure (a dropped sender
+                // wakes it too: the next fetch tells which).
+                if block_on(blocker, wake).is_none() || cancelled.load(Ordering::Relaxed) {
                     return Err(OperatorError::Cancelled);
                 }
             }
@@ -421,25 +438,5 @@ fn answer(fetch: Fetch) -> Result<FetchResponse, tokio::sync::oneshot::Receiver<
         Fetch::Pending(wake) => Err(wake),
         Fetch::Failed(reason) => Ok(FetchResponse::Failed(reason)),
         Fetch::Unknown => Ok(FetchResponse::Unknown),
-    }
-}
-
-/// Runs a future to completion on this (task) thread, parking it between wake-ups. Task threads
-/// have no async runtime; actix mailboxes and oneshot channels need none to make progress.
-pub fn block_on<F: Future>(future: F) -> F::Output {
-    struct ThreadWaker(std::thread::Thread);
-    impl Wake for ThreadWaker {
-        fn wake(self: Arc<Self>) {
-            self.0.unpark();
-        }
-    }
-    let waker = Waker::from(Arc::new(ThreadWaker(std::thread::current())));
-    let mut context = Context::from_waker(&waker);
-    let mut future = pin!(future);
-    loop {
-        match future.as_mut().poll(&mut context) {
-            Poll::Ready(output) => return output,
-            Poll::Pending => std::thread::park(),
-        }
     }
 }

@@ -211,7 +211,9 @@ impl SimCluster {
             resolver,
             self.events.clone(),
         );
-        env.task_runner = Arc::new(crate::env::ThreadTaskRunner); // LOCKSTEP
+        env.task_runner = Arc::new(crate::lockstep::LockstepTaskRunner::new(
+            Duration::from_millis(1 + seed % 20),
+        ));
         env
     }
 

@@ -77,6 +77,7 @@ impl TaskIo for TestIo {
         self.cancelled.load(Ordering::SeqCst)
     }
 
+    #[allow(clippy::disallowed_methods)] // the canceller test needs real time to pass
     fn sleep(&mut self, duration: Duration) -> Result<(), OperatorError> {
         let step = Duration::from_millis(1);
         while self.slept < duration {
