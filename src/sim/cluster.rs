@@ -464,12 +464,12 @@ impl SimCluster {
         }
     }
 
-    /// Restarts a crashed TaskManager node as a new incarnation.
+    /// Restarts a TaskManager node whose machine crashed, as a new incarnation.
     pub async fn restart(&self, index: u64) {
-        let crashed = [
-            WorkerPhase::Crashed(CrashKind::Process),
-            WorkerPhase::Crashed(CrashKind::Machine),
-        ];
+        // A machine that comes back starts its TaskManager again, with its old identity. A
+        // process crash was reported to the driver, which (as the process drivers) does not
+        // restart it: the resource manager replaces it instead.
+        let crashed = [WorkerPhase::Crashed(CrashKind::Machine)];
         let Some(id) = self.pick(&crashed, index) else {
             return;
         };
