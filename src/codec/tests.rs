@@ -103,6 +103,24 @@ pub(crate) fn job_manager_status() -> JobManagerStatus {
     }
 }
 
+/// A TaskManager running one task in slot 1 of 3.
+pub(crate) fn task_manager_status(registration: RegistrationPhase) -> TaskManagerStatus {
+    TaskManagerStatus {
+        resource_id: resource(1),
+        registration,
+        registration_attempts: 4,
+        slots_total: 3,
+        slots_free: 2,
+        leader_session_id: Some(session()),
+        slots: vec![None, Some(AllocationId::from_u128(9)), None],
+        running: vec![RunningTaskInfo {
+            attempt: ExecutionAttemptId::from_u128(8),
+            job_id: JobId::from_u128(5),
+            allocation_id: AllocationId::from_u128(9),
+        }],
+    }
+}
+
 pub(crate) fn resource_manager_samples() -> Vec<ResourceManagerMessage> {
     vec![
         CheckAndAllocateContainers.into(),
@@ -505,14 +523,15 @@ fn every_answer_round_trips() {
             instance_id: InstanceId::from_u128(8),
         },
     ] {
-        round_trip(&TaskManagerStatus {
-            resource_id: resource(1),
-            registration,
-            registration_attempts: 4,
-            slots_total: 2,
-            slots_free: 2,
-        });
+        round_trip(&task_manager_status(registration));
     }
+    round_trip(&TaskManagerStatus {
+        leader_session_id: None,
+        slots: vec![None; 3],
+        running: Vec::new(),
+        slots_free: 3,
+        ..task_manager_status(RegistrationPhase::NoLeader)
+    });
 }
 
 #[test]
