@@ -98,6 +98,28 @@ pub(crate) fn job_manager_status() -> JobManagerStatus {
             slots_free: 1,
             registered_at_ms: 1_700_000_000_000,
             last_heartbeat_ms: 1_700_000_001_000,
+            allocated_slots: vec![AllocatedSlotInfo {
+                allocation_id: AllocationId::from_u128(9),
+                tasks: vec![
+                    SlotTaskInfo {
+                        job_id: JobId::from_u128(5),
+                        vertex: 0,
+                        subtask: 1,
+                        attempt: Some(SlotTaskAttempt {
+                            vertex_name: "source".into(),
+                            attempt_number: 1,
+                            attempt: ExecutionAttemptId::from_u128(7),
+                            state: ExecutionState::Running,
+                        }),
+                    },
+                    SlotTaskInfo {
+                        job_id: JobId::from_u128(5),
+                        vertex: 1,
+                        subtask: 1,
+                        attempt: None,
+                    },
+                ],
+            }],
         }],
         heartbeat_timeouts: 1,
     }
