@@ -744,3 +744,125 @@ async fn status_lists_each_task_managers_allocations_with_their_tasks_until_rele
     );
     assert_eq!(status.free_slots(), 4);
 }
+
+#[actix::test]
+async fn job_manager_and_task_manager_statuses_agree_on_slots_and_running_attempts() {
+    use crate::actors::registration::Leader;
+    use crate::actors::task_manager::{TaskManager, TaskManagerSettings, TaskManagerSpec};
+    use crate::config::RegistrationConfig;
+
+    let f = start().await;
+    let spec = TaskManagerSpec {
+        cluster_id: ClusterId::new("test"),
+        slots: 2,
+        hostname: "host-a".into(),
+        hardware: HardwareDescription {
+            cpu_cores: 2,
+            physical_memory_bytes: 0,
+        },
+        registration: RegistrationConfig {
+            initial_timeout: Duration::from_millis(100),
+            max_timeout: Duration::from_millis(400),
+            refused_registration_delay: Duration::from_secs(3),
+            error_delay: Duration::from_secs(1),
+        },
+        heartbeat: HeartbeatConfig {
+            interval: INTERVAL,
+            timeout: TIMEOUT,
+        },
+        registry: crate::operators::OperatorRegistry::with_builtins(),
+        working_dir: std::env::temp_dir().join("flint-unit-tests"),
+        spill_threshold_bytes: 1 << 20,
+    };
+    let task_managers: Vec<Addr<TaskManager>> = ["tm-1", "tm-2"]
+        .into_iter()
+        .map(|name| {
+            TaskManager::new(
+                TaskManagerSettings {
+                    resource_id: ResourceId::new(name),
+                    job_manager: Some(Leader {
+                        address: f.env.address_of(NAME),
+                        retrieved_session: Some(SESSION),
+                    }),
+                    spec: spec.clone(),
+                },
+                f.env.clone(),
+            )
+            .start()
+        })
+        .collect();
+    settle().await;
+    assert_eq!(f.status().await.task_managers.len(), 2);
+    let job_id = ask(
+        &f.jm,
+        SubmitJob {
+            job_graph: pipelined_job(3, 60_000),
+        },
+    )
+    .await
+    .expect("accepted");
+    settle().await;
+
+    // Three shared slots over two TaskManagers: both views agree, TaskManager by TaskManager.
+    let jm_status = f.status().await;
+    assert_slot_counts_agree(&jm_status);
+    assert_eq!(jm_status.free_slots(), 1);
+    for (info, tm) in jm_status.task_managers.iter().zip(&task_managers) {
+        let tm_status = ask(tm, GetTaskManagerStatus).await;
+        assert_eq!(tm_status.resource_id, info.resource_id);
+        assert_eq!(tm_status.instance_id(), Some(info.instance_id));
+        assert_eq!(tm_status.leader_session_id, Some(SESSION));
+        assert_eq!(tm_status.slots.len() as u32, info.slots_total);
+        assert_eq!(tm_status.slots_free, info.slots_free);
+        let held: BTreeSet<AllocationId> = tm_status.slots.iter().flatten().copied().collect();
+        let listed: BTreeSet<AllocationId> = info
+            .allocated_slots
+            .iter()
+            .map(|s| s.allocation_id)
+            .collect();
+        assert_eq!(held, listed, "{}", info.resource_id);
+        let running: BTreeSet<(ExecutionAttemptId, AllocationId)> = tm_status
+            .running
+            .iter()
+            .map(|r| {
+                assert_eq!(r.job_id, job_id);
+                (r.attempt, r.allocation_id)
+            })
+            .collect();
+        let placed: BTreeSet<(ExecutionAttemptId, AllocationId)> = info
+            .allocated_slots
+            .iter()
+            .flat_map(|s| {
+                s.tasks
+                    .iter()
+                    .map(|t| (t.attempt.as_ref().unwrap().attempt, s.allocation_id))
+            })
+            .collect();
+        assert_eq!(running, placed, "{}", info.resource_id);
+    }
+
+    // Cancelled: the task threads stop (real time), the TaskManagers report it, and both views
+    // show every slot free.
+    ask(&f.jm, CancelJob { job_id }).await.expect("cancelled");
+    let mut freed = false;
+    for _ in 0..1_000 {
+        settle().await;
+        let all_free = f
+            .status()
+            .await
+            .task_managers
+            .iter()
+            .all(|tm| tm.allocated_slots.is_empty() && tm.slots_free == tm.slots_total);
+        if all_free {
+            freed = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    assert!(freed, "{:#?}", f.status().await);
+    for tm in &task_managers {
+        let tm_status = ask(tm, GetTaskManagerStatus).await;
+        assert_eq!(tm_status.slots, [None, None]);
+        assert!(tm_status.running.is_empty());
+    }
+}
