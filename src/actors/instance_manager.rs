@@ -58,6 +58,8 @@ impl InstanceManager {
                 slots_free: slots,
                 registered_at_ms: now_ms,
                 last_heartbeat_ms: now_ms,
+                // Filled from the scheduler when a status is built: it owns the placements.
+                allocated_slots: Vec::new(),
             },
             sequence: self.next_sequence,
         };

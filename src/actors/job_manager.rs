@@ -24,12 +24,14 @@ use super::Shutdown;
 use super::heartbeat_monitor::HeartbeatMonitor;
 use super::instance_manager::InstanceManager;
 use super::job_master::JobMaster;
-use super::scheduler::Scheduler;
+use super::scheduler::{Scheduler, TaskRef};
 use crate::config::HeartbeatConfig;
 use crate::directory::LocalActor;
 use crate::env::{NodeEnv, NodeRng};
 use crate::events::ClusterEvent;
-use crate::messages::ids::{ClusterId, InstanceId, JobId, LeaderSessionId, ResourceId};
+use crate::messages::ids::{
+    AllocationId, ClusterId, InstanceId, JobId, LeaderSessionId, ResourceId,
+};
 use crate::messages::job_manager::*;
 use crate::messages::resource_manager::{
     NotifyResourceStarted, RegisterResourceManagerSuccessful, RemoveResource,
@@ -358,21 +360,60 @@ impl JobManager {
     }
 
     fn status(&self) -> JobManagerStatus {
+        let mut shared_slots = self.scheduler.shared_slots();
+        let task_managers = self
+            .instances
+            .infos()
+            .into_iter()
+            .map(|mut info| {
+                // The scheduler's view of slots is the authoritative one.
+                let used = self.scheduler.used_slots(&info.resource_id);
+                info.slots_free = info.slots_total.saturating_sub(used);
+                info.allocated_slots = shared_slots
+                    .remove(&info.resource_id)
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|(allocation_id, tasks)| self.allocated_slot(allocation_id, tasks))
+                    .collect();
+                info
+            })
+            .collect();
+        // Unregistering a TaskManager removes it from the scheduler too; slots left here would
+        // be invisible in the status, so say so.
+        for (resource_id, slots) in shared_slots {
+            log::error!(
+                "job manager: the scheduler holds {} slots on {resource_id}, which is not registered",
+                slots.len()
+            );
+        }
         JobManagerStatus {
             leader_session_id: self.leader_session_id,
             resource_manager_connected: self.resource_manager.is_some(),
-            task_managers: self
-                .instances
-                .infos()
-                .into_iter()
-                .map(|mut info| {
-                    // The scheduler's view of slots is the authoritative one.
-                    let used = self.scheduler.used_slots(&info.resource_id);
-                    info.slots_free = info.slots_total.saturating_sub(used);
-                    info
-                })
-                .collect(),
+            task_managers,
             heartbeat_timeouts: self.heartbeat_timeouts,
+        }
+    }
+
+    fn allocated_slot(
+        &self,
+        allocation_id: AllocationId,
+        tasks: Vec<TaskRef>,
+    ) -> AllocatedSlotInfo {
+        let tasks = tasks
+            .into_iter()
+            .map(|task| SlotTaskInfo {
+                job_id: task.job,
+                vertex: task.vertex as u32,
+                subtask: task.subtask,
+                attempt: self
+                    .jobs
+                    .get(&task.job)
+                    .and_then(|job| job.slot_task_attempt(&task)),
+            })
+            .collect();
+        AllocatedSlotInfo {
+            allocation_id,
+            tasks,
         }
     }
 }

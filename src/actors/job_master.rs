@@ -32,7 +32,9 @@ use crate::job::regions::{
 use crate::job::restart::{RestartBackoff, RestartDecision};
 use crate::job::states::{ExecutionState, JobStatus, Tracked};
 use crate::messages::ids::{ExecutionAttemptId, JobId, ResourceId};
-use crate::messages::job_manager::{JobDetails, JobSummary, SubtaskDetails, VertexDetails};
+use crate::messages::job_manager::{
+    JobDetails, JobSummary, SlotTaskAttempt, SubtaskDetails, VertexDetails,
+};
 use crate::messages::{
     ActorAddress, ResultPartitionId,
     deployment::{InputGate, OutputPartition, ProducerLocation, TaskDeploymentDescriptor},
@@ -949,6 +951,21 @@ impl JobMaster {
                 })
                 .collect(),
         }
+    }
+
+    /// The current attempt of `task`, for the slot view of the status API; `None` for a task
+    /// this job does not have.
+    pub fn slot_task_attempt(&self, task: &TaskRef) -> Option<SlotTaskAttempt> {
+        let ev = self
+            .tasks
+            .get(task.vertex)?
+            .get(usize::try_from(task.subtask).ok()?)?;
+        Some(SlotTaskAttempt {
+            vertex_name: self.graph.vertices.get(task.vertex)?.name.clone(),
+            attempt_number: ev.attempt_number,
+            attempt: ev.attempt,
+            state: ev.state.state(),
+        })
     }
 
     /// Slots this job needs at once at most: per slot sharing group, the largest parallelism.

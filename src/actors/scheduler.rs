@@ -410,6 +410,20 @@ impl Scheduler {
             })
     }
 
+    /// The shared slots of every TaskManager, each with the tasks placed in it, by allocation id.
+    /// One pass over all slots, so a status report stays linear in the cluster's size.
+    pub fn shared_slots(&self) -> BTreeMap<&ResourceId, Vec<(AllocationId, Vec<TaskRef>)>> {
+        let mut by_task_manager: BTreeMap<&ResourceId, Vec<(AllocationId, Vec<TaskRef>)>> =
+            BTreeMap::new();
+        for (allocation_id, slot) in &self.shared {
+            by_task_manager
+                .entry(&slot.resource_id)
+                .or_default()
+                .push((*allocation_id, self.tasks_in(allocation_id)));
+        }
+        by_task_manager
+    }
+
     fn try_place(&mut self, request: &SlotRequest) -> Option<SlotAssignment> {
         let task = request.task;
         if self.assignments.contains_key(&task) {

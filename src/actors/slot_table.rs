@@ -41,6 +41,11 @@ impl SlotTable {
         self.slots.iter().filter(|slot| slot.is_none()).count() as u32
     }
 
+    /// Every slot in index order: its allocation, or `None` if free.
+    pub fn slots(&self) -> &[Option<AllocationId>] {
+        &self.slots
+    }
+
     /// Gives the first free slot to `allocation`; returns its index.
     pub fn allocate(&mut self, allocation: AllocationId) -> Result<usize, SlotError> {
         if self.slots.contains(&Some(allocation)) {
@@ -94,5 +99,6 @@ mod tests {
         assert!(!table.release(a));
         assert_eq!(table.allocate(c), Ok(0));
         assert_eq!(table.free(), 0);
+        assert_eq!(table.slots(), [Some(c), Some(b)]);
     }
 }

@@ -445,6 +445,17 @@ impl TaskManager {
             registration_attempts: self.registration.attempts(),
             slots_total: self.slots.total(),
             slots_free: self.slots.free(),
+            leader_session_id: self.registration.session(),
+            slots: self.slots.slots().to_vec(),
+            running: self
+                .running
+                .iter()
+                .map(|(attempt, task)| RunningTaskInfo {
+                    attempt: *attempt,
+                    job_id: task.job_id,
+                    allocation_id: task.allocation_id,
+                })
+                .collect(),
         }
     }
 }

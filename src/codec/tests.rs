@@ -98,8 +98,48 @@ pub(crate) fn job_manager_status() -> JobManagerStatus {
             slots_free: 1,
             registered_at_ms: 1_700_000_000_000,
             last_heartbeat_ms: 1_700_000_001_000,
+            allocated_slots: vec![AllocatedSlotInfo {
+                allocation_id: AllocationId::from_u128(9),
+                tasks: vec![
+                    SlotTaskInfo {
+                        job_id: JobId::from_u128(5),
+                        vertex: 0,
+                        subtask: 1,
+                        attempt: Some(SlotTaskAttempt {
+                            vertex_name: "source".into(),
+                            attempt_number: 1,
+                            attempt: ExecutionAttemptId::from_u128(7),
+                            state: ExecutionState::Running,
+                        }),
+                    },
+                    SlotTaskInfo {
+                        job_id: JobId::from_u128(5),
+                        vertex: 1,
+                        subtask: 1,
+                        attempt: None,
+                    },
+                ],
+            }],
         }],
         heartbeat_timeouts: 1,
+    }
+}
+
+/// A TaskManager running one task in slot 1 of 3.
+pub(crate) fn task_manager_status(registration: RegistrationPhase) -> TaskManagerStatus {
+    TaskManagerStatus {
+        resource_id: resource(1),
+        registration,
+        registration_attempts: 4,
+        slots_total: 3,
+        slots_free: 2,
+        leader_session_id: Some(session()),
+        slots: vec![None, Some(AllocationId::from_u128(9)), None],
+        running: vec![RunningTaskInfo {
+            attempt: ExecutionAttemptId::from_u128(8),
+            job_id: JobId::from_u128(5),
+            allocation_id: AllocationId::from_u128(9),
+        }],
     }
 }
 
@@ -505,14 +545,15 @@ fn every_answer_round_trips() {
             instance_id: InstanceId::from_u128(8),
         },
     ] {
-        round_trip(&TaskManagerStatus {
-            resource_id: resource(1),
-            registration,
-            registration_attempts: 4,
-            slots_total: 2,
-            slots_free: 2,
-        });
+        round_trip(&task_manager_status(registration));
     }
+    round_trip(&TaskManagerStatus {
+        leader_session_id: None,
+        slots: vec![None; 3],
+        running: Vec::new(),
+        slots_free: 3,
+        ..task_manager_status(RegistrationPhase::NoLeader)
+    });
 }
 
 #[test]

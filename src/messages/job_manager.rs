@@ -13,7 +13,9 @@ use serde::{Deserialize, Serialize};
 use super::common::{
     Acknowledge, ActorAddress, HardwareDescription, RemovalReason, TaskManagerLocation,
 };
-use super::ids::{ClusterId, ExecutionAttemptId, InstanceId, JobId, LeaderSessionId, ResourceId};
+use super::ids::{
+    AllocationId, ClusterId, ExecutionAttemptId, InstanceId, JobId, LeaderSessionId, ResourceId,
+};
 use super::protocol;
 use super::resource_manager::RegisterResourceManagerSuccessful;
 use crate::actors::scheduler::Locality;
@@ -301,12 +303,54 @@ pub struct TaskManagerInfo {
     pub hardware: HardwareDescription,
     /// Slots it has.
     pub slots_total: u32,
-    /// Slots not allocated.
+    /// Slots not allocated (`slots_total` minus `allocated_slots.len()`).
     pub slots_free: u32,
     /// Wall-clock time of registration (ms since the epoch).
     pub registered_at_ms: u64,
     /// Wall-clock time of the last heartbeat (ms since the epoch).
     pub last_heartbeat_ms: u64,
+    /// The slots the scheduler has given out here, by allocation id. Listed by allocation, not
+    /// by slot index: the TaskManager picks the index (its first free slot) and never tells the
+    /// JobManager, so an index here would be made up. Compare with the TaskManager's own
+    /// [`TaskManagerStatus::slots`](super::task_manager::TaskManagerStatus::slots).
+    pub allocated_slots: Vec<AllocatedSlotInfo>,
+}
+
+/// One slot of a TaskManager held by an allocation (a shared slot of one slot sharing group of
+/// one job), as the JobManager's scheduler placed it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AllocatedSlotInfo {
+    /// The allocation (the id the TaskManager's slot table holds).
+    pub allocation_id: AllocationId,
+    /// The subtasks sharing it, at most one per vertex, by vertex index.
+    pub tasks: Vec<SlotTaskInfo>,
+}
+
+/// One subtask placed in a slot.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SlotTaskInfo {
+    /// The job.
+    pub job_id: JobId,
+    /// The vertex's index in the job graph.
+    pub vertex: u32,
+    /// The subtask index.
+    pub subtask: u32,
+    /// Its current attempt; `None` if the JobManager no longer keeps the job (the placement is
+    /// the scheduler's, the attempt the job's, and the two are reported as found, not guessed).
+    pub attempt: Option<SlotTaskAttempt>,
+}
+
+/// The current attempt of a subtask placed in a slot.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SlotTaskAttempt {
+    /// The vertex's name.
+    pub vertex_name: String,
+    /// The attempt number (0 first).
+    pub attempt_number: u32,
+    /// The attempt.
+    pub attempt: ExecutionAttemptId,
+    /// Its state as the JobManager last heard it.
+    pub state: ExecutionState,
 }
 
 impl fmt::Display for RegistrationResponse {

@@ -10,7 +10,9 @@ use serde::{Deserialize, Serialize};
 
 use super::common::{NewLeaderAvailable, RemovalReason, ResultPartitionId};
 use super::deployment::TaskDeploymentDescriptor;
-use super::ids::{ExecutionAttemptId, InstanceId, JobId, LeaderSessionId, ResourceId};
+use super::ids::{
+    AllocationId, ExecutionAttemptId, InstanceId, JobId, LeaderSessionId, ResourceId,
+};
 use super::protocol;
 use crate::operators::Record;
 
@@ -66,6 +68,36 @@ pub struct TaskManagerStatus {
     pub slots_total: u32,
     /// Slots not allocated.
     pub slots_free: u32,
+    /// The leader session fenced messages must carry: the registration's once registered,
+    /// before that the one leader retrieval named (if it named one).
+    pub leader_session_id: Option<LeaderSessionId>,
+    /// Every slot in index order: the allocation holding it, or `None` if free.
+    pub slots: Vec<Option<AllocationId>>,
+    /// The attempts whose task code was started here and has not ended, by attempt id. After a
+    /// disconnect they are dropped at once (cancelled), although their threads may take a
+    /// moment to notice.
+    pub running: Vec<RunningTaskInfo>,
+}
+
+impl TaskManagerStatus {
+    /// The registration, if registered.
+    pub fn instance_id(&self) -> Option<InstanceId> {
+        match self.registration {
+            RegistrationPhase::Registered { instance_id } => Some(instance_id),
+            _ => None,
+        }
+    }
+}
+
+/// One task attempt running on a TaskManager.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunningTaskInfo {
+    /// The attempt.
+    pub attempt: ExecutionAttemptId,
+    /// Its job.
+    pub job_id: JobId,
+    /// The allocation whose slot it runs in.
+    pub allocation_id: AllocationId,
 }
 
 /// Where a TaskManager's registration stands.

@@ -446,6 +446,9 @@ mod tests {
                 registration_attempts: 4,
                 slots_total: 2,
                 slots_free: 2,
+                leader_session_id: None,
+                slots: vec![None, None],
+                running: Vec::new(),
             }
             .into_reply(),
             Result::<(), TaskSubmissionError>::Err(TaskSubmissionError::Duplicate(

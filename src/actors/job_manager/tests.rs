@@ -5,6 +5,7 @@ use std::time::Duration;
 use actix::prelude::*;
 
 use super::*;
+use crate::messages::ids::ExecutionAttemptId;
 use crate::messages::resource_manager::ResourceManagerMessage;
 use crate::messages::task_manager::TaskManagerMessage;
 use crate::messages::{HardwareDescription, TaskManagerLocation};
@@ -583,4 +584,285 @@ async fn a_task_manager_that_leaves_is_unregistered_at_once_and_reported() {
             reason: RemovalReason::Left
         }]
     );
+}
+
+/// `source` → `sink`, forward and pipelined, in one slot sharing group: each of the
+/// `parallelism` shared slots holds one source and one sink subtask. Both sleep (cancellably)
+/// for `ms`, so on real TaskManagers they hold their slots until cancelled.
+fn pipelined_job(parallelism: u32, ms: u64) -> crate::job::graph::JobGraph {
+    use crate::job::graph::{DistributionPattern, ExchangeMode, JobGraph};
+    let mut builder = JobGraph::builder("slots");
+    let source = builder
+        .vertex("source", "sleep", parallelism)
+        .config("ms", ms.to_string())
+        .index();
+    let sink = builder
+        .vertex("sink", "sleep", parallelism)
+        .config("ms", ms.to_string())
+        .index();
+    builder.edge(
+        source,
+        sink,
+        DistributionPattern::Forward,
+        ExchangeMode::Pipelined,
+    );
+    builder.build(|_| true).expect("a valid graph")
+}
+
+/// Per allocation: (vertex name, subtask, attempt), as a TaskManager was sent them or as the
+/// JobManager lists them, to compare the two.
+type SlotContents = BTreeMap<AllocationId, Vec<(String, u32, ExecutionAttemptId)>>;
+
+fn deployed_to(tm: &TaskManagerProbeHandle) -> SlotContents {
+    let mut slots = SlotContents::new();
+    for submit in tm.received.filter(|m| match m {
+        TaskManagerMessage::SubmitTask(s) => Some(s.descriptor.clone()),
+        _ => None,
+    }) {
+        slots.entry(submit.allocation_id).or_default().push((
+            submit.vertex_name,
+            submit.subtask,
+            submit.attempt,
+        ));
+    }
+    slots.values_mut().for_each(|tasks| tasks.sort());
+    slots
+}
+
+fn listed_on(info: &TaskManagerInfo) -> SlotContents {
+    info.allocated_slots
+        .iter()
+        .map(|slot| {
+            let mut tasks: Vec<_> = slot
+                .tasks
+                .iter()
+                .map(|t| {
+                    let attempt = t.attempt.as_ref().expect("the job is known");
+                    (attempt.vertex_name.clone(), t.subtask, attempt.attempt)
+                })
+                .collect();
+            tasks.sort();
+            (slot.allocation_id, tasks)
+        })
+        .collect()
+}
+
+/// The invariant the status promises: the free count and the allocation list agree.
+fn assert_slot_counts_agree(status: &JobManagerStatus) {
+    for info in &status.task_managers {
+        assert_eq!(
+            info.slots_free as usize + info.allocated_slots.len(),
+            info.slots_total as usize,
+            "{info:#?}"
+        );
+    }
+}
+
+#[actix::test]
+async fn status_lists_each_task_managers_allocations_with_their_tasks_until_released() {
+    let f = start().await;
+    let mut probes = Vec::new();
+    for name in ["tm-1", "tm-2"] {
+        let (probe, registration) = f.task_manager(name);
+        f.register(&registration).await;
+        probes.push(probe);
+    }
+    let job_id = ask(
+        &f.jm,
+        SubmitJob {
+            job_graph: pipelined_job(2, 60_000),
+        },
+    )
+    .await
+    .expect("accepted");
+    settle().await;
+    let status = f.status().await;
+    assert_slot_counts_agree(&status);
+    // New slots spread over the TaskManagers: one shared slot each, with source i and sink i.
+    for (info, probe) in status.task_managers.iter().zip(&probes) {
+        assert_eq!(info.location.address, probe.address);
+        let sent = deployed_to(probe);
+        assert_eq!(sent.len(), 1, "{sent:?}");
+        assert_eq!(
+            listed_on(info),
+            sent,
+            "the JobManager lists what it sent there"
+        );
+        let tasks = &info.allocated_slots[0].tasks;
+        assert!(tasks.iter().all(|t| t.job_id == job_id));
+        assert_eq!(
+            tasks
+                .iter()
+                .map(|t| (t.vertex, t.subtask))
+                .collect::<Vec<_>>(),
+            [(0, tasks[0].subtask), (1, tasks[0].subtask)]
+        );
+        assert!(
+            tasks.iter().all(|t| t.attempt.as_ref().unwrap().state
+                == crate::job::states::ExecutionState::Deploying)
+        );
+    }
+    assert_eq!(status.free_slots(), 2);
+
+    // Every task runs, then finishes: each shared slot is free again after its last task.
+    let attempts: Vec<ExecutionAttemptId> = probes
+        .iter()
+        .flat_map(|p| deployed_to(p).into_values().flatten())
+        .map(|(_, _, attempt)| attempt)
+        .collect();
+    for state in [
+        crate::job::states::ExecutionState::Running,
+        crate::job::states::ExecutionState::Finished,
+    ] {
+        for attempt in &attempts {
+            f.jm.do_send(UpdateTaskExecutionState {
+                job_id,
+                attempt: *attempt,
+                state,
+                error: None,
+            });
+        }
+        settle().await;
+        let status = f.status().await;
+        assert_slot_counts_agree(&status);
+        if state == crate::job::states::ExecutionState::Running {
+            assert!(status.task_managers.iter().all(|tm| {
+                tm.allocated_slots
+                    .iter()
+                    .flat_map(|s| &s.tasks)
+                    .all(|t| t.attempt.as_ref().unwrap().state == state)
+            }));
+        }
+    }
+    let status = f.status().await;
+    assert!(
+        status
+            .task_managers
+            .iter()
+            .all(|tm| tm.allocated_slots.is_empty()),
+        "{status:#?}"
+    );
+    assert_eq!(status.free_slots(), 4);
+}
+
+#[actix::test]
+async fn job_manager_and_task_manager_statuses_agree_on_slots_and_running_attempts() {
+    use crate::actors::registration::Leader;
+    use crate::actors::task_manager::{TaskManager, TaskManagerSettings, TaskManagerSpec};
+    use crate::config::RegistrationConfig;
+
+    let f = start().await;
+    let spec = TaskManagerSpec {
+        cluster_id: ClusterId::new("test"),
+        slots: 2,
+        hostname: "host-a".into(),
+        hardware: HardwareDescription {
+            cpu_cores: 2,
+            physical_memory_bytes: 0,
+        },
+        registration: RegistrationConfig {
+            initial_timeout: Duration::from_millis(100),
+            max_timeout: Duration::from_millis(400),
+            refused_registration_delay: Duration::from_secs(3),
+            error_delay: Duration::from_secs(1),
+        },
+        heartbeat: HeartbeatConfig {
+            interval: INTERVAL,
+            timeout: TIMEOUT,
+        },
+        registry: crate::operators::OperatorRegistry::with_builtins(),
+        working_dir: std::env::temp_dir().join("flint-unit-tests"),
+        spill_threshold_bytes: 1 << 20,
+    };
+    let task_managers: Vec<Addr<TaskManager>> = ["tm-1", "tm-2"]
+        .into_iter()
+        .map(|name| {
+            TaskManager::new(
+                TaskManagerSettings {
+                    resource_id: ResourceId::new(name),
+                    job_manager: Some(Leader {
+                        address: f.env.address_of(NAME),
+                        retrieved_session: Some(SESSION),
+                    }),
+                    spec: spec.clone(),
+                },
+                f.env.clone(),
+            )
+            .start()
+        })
+        .collect();
+    settle().await;
+    assert_eq!(f.status().await.task_managers.len(), 2);
+    let job_id = ask(
+        &f.jm,
+        SubmitJob {
+            job_graph: pipelined_job(3, 60_000),
+        },
+    )
+    .await
+    .expect("accepted");
+    settle().await;
+
+    // Three shared slots over two TaskManagers: both views agree, TaskManager by TaskManager.
+    let jm_status = f.status().await;
+    assert_slot_counts_agree(&jm_status);
+    assert_eq!(jm_status.free_slots(), 1);
+    for (info, tm) in jm_status.task_managers.iter().zip(&task_managers) {
+        let tm_status = ask(tm, GetTaskManagerStatus).await;
+        assert_eq!(tm_status.resource_id, info.resource_id);
+        assert_eq!(tm_status.instance_id(), Some(info.instance_id));
+        assert_eq!(tm_status.leader_session_id, Some(SESSION));
+        assert_eq!(tm_status.slots.len() as u32, info.slots_total);
+        assert_eq!(tm_status.slots_free, info.slots_free);
+        let held: BTreeSet<AllocationId> = tm_status.slots.iter().flatten().copied().collect();
+        let listed: BTreeSet<AllocationId> = info
+            .allocated_slots
+            .iter()
+            .map(|s| s.allocation_id)
+            .collect();
+        assert_eq!(held, listed, "{}", info.resource_id);
+        let running: BTreeSet<(ExecutionAttemptId, AllocationId)> = tm_status
+            .running
+            .iter()
+            .map(|r| {
+                assert_eq!(r.job_id, job_id);
+                (r.attempt, r.allocation_id)
+            })
+            .collect();
+        let placed: BTreeSet<(ExecutionAttemptId, AllocationId)> = info
+            .allocated_slots
+            .iter()
+            .flat_map(|s| {
+                s.tasks
+                    .iter()
+                    .map(|t| (t.attempt.as_ref().unwrap().attempt, s.allocation_id))
+            })
+            .collect();
+        assert_eq!(running, placed, "{}", info.resource_id);
+    }
+
+    // Cancelled: the task threads stop (real time), the TaskManagers report it, and both views
+    // show every slot free.
+    ask(&f.jm, CancelJob { job_id }).await.expect("cancelled");
+    let mut freed = false;
+    for _ in 0..1_000 {
+        settle().await;
+        let all_free = f
+            .status()
+            .await
+            .task_managers
+            .iter()
+            .all(|tm| tm.allocated_slots.is_empty() && tm.slots_free == tm.slots_total);
+        if all_free {
+            freed = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    assert!(freed, "{:#?}", f.status().await);
+    for tm in &task_managers {
+        let tm_status = ask(tm, GetTaskManagerStatus).await;
+        assert_eq!(tm_status.slots, [None, None]);
+        assert!(tm_status.running.is_empty());
+    }
 }

@@ -322,3 +322,38 @@ fn a_new_local_slot_beats_an_existing_shared_slot_elsewhere() {
     );
     assert_ne!(placed.allocation_id, source.allocation_id);
 }
+
+#[test]
+fn shared_slots_list_each_task_managers_slots_with_their_tasks_and_match_the_counts() {
+    let mut cluster = TestCluster::new(2, 2);
+    let sources: Vec<_> = (0..3).map(|i| cluster.assigned(request(0, i))).collect();
+    let sink = cluster.assigned(request(1, 0));
+    let slots = cluster.scheduler.shared_slots();
+    for n in 0..2 {
+        let listed = slots.get(&tm(n)).map_or(0, Vec::len) as u32;
+        assert_eq!(listed, cluster.scheduler.used_slots(&tm(n)), "tm-{n}");
+    }
+    let (_, tasks) = slots[&sink.resource_id]
+        .iter()
+        .find(|(id, _)| *id == sink.allocation_id)
+        .expect("the sink's slot is listed on its TaskManager");
+    let joined = sources
+        .iter()
+        .position(|s| s.allocation_id == sink.allocation_id)
+        .expect("the sink joined a source's slot") as u32;
+    assert_eq!(*tasks, [task(0, joined), task(1, 0)]);
+    // A slot whose last task is released is no longer listed.
+    let alone = (0..3).find(|i| *i != joined).unwrap();
+    assert_eq!(
+        cluster.scheduler.release(&task(0, alone)),
+        Some(sources[alone as usize].allocation_id)
+    );
+    let listed: usize = cluster
+        .scheduler
+        .shared_slots()
+        .values()
+        .map(Vec::len)
+        .sum();
+    assert_eq!(listed, 2);
+    assert_eq!(cluster.scheduler.free_slots(), 2);
+}

@@ -513,3 +513,47 @@ async fn a_graceful_stop_tells_the_job_manager_it_leaves() {
     settle().await;
     assert!(!f.tm.connected());
 }
+
+#[actix::test]
+async fn status_shows_each_slots_allocation_and_the_running_attempts_until_disconnected() {
+    use crate::messages::ids::{AllocationId, ExecutionAttemptId, JobId};
+    let f = start(Some(SESSION), |_| {}).await;
+    let status = ask(&f.tm, GetTaskManagerStatus).await;
+    assert_eq!(status.slots, [None, None, None]);
+    assert!(status.running.is_empty());
+    assert_eq!(status.instance_id(), Some(InstanceId::from_u128(1)));
+    assert_eq!(status.leader_session_id, Some(SESSION));
+    // Attempts 1 and 3 share allocation 1; attempt 2 has allocation 2.
+    for (attempt, allocation) in [(1, 1), (2, 2), (3, 1)] {
+        let answer = ask(
+            &f.tm,
+            SubmitTask {
+                leader_session_id: SESSION,
+                descriptor: sleeping_task(attempt, allocation),
+            },
+        )
+        .await;
+        assert_eq!(answer, Ok(()));
+    }
+    let status = ask(&f.tm, GetTaskManagerStatus).await;
+    let (a1, a2) = (AllocationId::from_u128(1), AllocationId::from_u128(2));
+    assert_eq!(status.slots, [Some(a1), Some(a2), None]);
+    assert_eq!(status.slots_free, 1);
+    let running = |attempt, allocation_id| RunningTaskInfo {
+        attempt: ExecutionAttemptId::from_u128(attempt),
+        job_id: JobId::from_u128(1),
+        allocation_id,
+    };
+    assert_eq!(
+        status.running,
+        [running(1, a1), running(2, a2), running(3, a1)]
+    );
+    f.tm.do_send(Disconnect {
+        leader_session_id: SESSION,
+        reason: RemovalReason::HeartbeatTimeout,
+    });
+    settle().await;
+    let status = ask(&f.tm, GetTaskManagerStatus).await;
+    assert_eq!(status.slots, [None, None, None]);
+    assert!(status.running.is_empty(), "cancelled and forgotten");
+}
