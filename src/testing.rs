@@ -249,12 +249,16 @@ scripted!(
     ResourceManagerHeartbeat,
     resource_manager_heartbeat
 );
-recorded!(
-    JobManagerProbe,
-    JobManagerMessage,
-    ResourceRemoved,
-    UpdateTaskExecutionState
-);
+recorded!(JobManagerProbe, JobManagerMessage, ResourceRemoved);
+
+impl Handler<UpdateTaskExecutionState> for JobManagerProbe {
+    type Result = MessageResult<UpdateTaskExecutionState>;
+
+    fn handle(&mut self, msg: UpdateTaskExecutionState, _: &mut Context<Self>) -> Self::Result {
+        self.received.push(JobManagerMessage::from(msg));
+        MessageResult(crate::messages::Acknowledge)
+    }
+}
 
 impl Handler<SubmitJob> for JobManagerProbe {
     type Result = Result<crate::messages::ids::JobId, JobError>;

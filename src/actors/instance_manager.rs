@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::messages::ids::{InstanceId, ResourceId};
+use crate::messages::ids::{InstanceId, ResourceId, TaskManagerSessionId};
 use crate::messages::job_manager::{HeartbeatReport, TaskManagerInfo};
 use crate::messages::{HardwareDescription, TaskManagerLocation};
 
@@ -15,6 +15,8 @@ pub struct Instance {
     pub info: TaskManagerInfo,
     /// Registration order, for choosing which idle TaskManager to release.
     sequence: u64,
+    /// The run of the TaskManager that registered (a restart brings a new one).
+    pub session: TaskManagerSessionId,
 }
 
 impl Instance {
@@ -45,6 +47,7 @@ impl InstanceManager {
         hardware: HardwareDescription,
         slots: u32,
         now_ms: u64,
+        session: TaskManagerSessionId,
     ) -> &Instance {
         self.next_sequence += 1;
         let resource_id = location.resource_id.clone();
@@ -62,6 +65,7 @@ impl InstanceManager {
                 allocated_slots: Vec::new(),
             },
             sequence: self.next_sequence,
+            session,
         };
         self.instances.insert(resource_id.clone(), instance);
         &self.instances[&resource_id]
@@ -176,8 +180,8 @@ mod tests {
     #[test]
     fn counts_slots_and_tracks_heartbeats_per_registration() {
         let mut instances = InstanceManager::new();
-        instances.register(InstanceId::from_u128(1), location(1), HW, 2, 10);
-        instances.register(InstanceId::from_u128(2), location(2), HW, 3, 10);
+        instances.register(InstanceId::from_u128(1), location(1), HW, 2, 10, TaskManagerSessionId::from_u128(0));
+        instances.register(InstanceId::from_u128(2), location(2), HW, 3, 10, TaskManagerSessionId::from_u128(0));
         assert_eq!((instances.total_slots(), instances.free_slots()), (5, 5));
         let tm1 = ResourceId::new("tm-1");
         let report = HeartbeatReport {
@@ -204,7 +208,7 @@ mod tests {
     fn idle_release_picks_the_newest_idle_only() {
         let mut instances = InstanceManager::new();
         for n in 1..=4 {
-            instances.register(InstanceId::from_u128(n.into()), location(n), HW, 1, 0);
+            instances.register(InstanceId::from_u128(n.into()), location(n), HW, 1, 0, TaskManagerSessionId::from_u128(0));
         }
         // tm-3 is busy.
         let busy = HeartbeatReport {

@@ -167,7 +167,9 @@ impl JobManager {
             });
         }
         if let Some(existing) = self.instances.get(&resource_id) {
-            if existing.info.location.address == msg.location.address {
+            if existing.info.location.address == msg.location.address
+                && existing.session == msg.session
+            {
                 log::debug!("job manager: TaskManager {resource_id} is registered already");
                 let instance_id = existing.info.instance_id;
                 self.heartbeats.record(resource_id.clone(), Instant::now());
@@ -179,7 +181,8 @@ impl JobManager {
                 });
             }
             log::info!(
-                "job manager: TaskManager {resource_id} registers from a new address {}; dropping the old instance",
+                "job manager: TaskManager {resource_id} registers anew (session {}, address {}); dropping the old instance",
+                msg.session,
                 msg.location.address
             );
             self.unregister(&resource_id, RemovalReason::Replaced, ctx);
@@ -201,6 +204,7 @@ impl JobManager {
             msg.hardware,
             slots,
             self.env.clock.now_millis(),
+            msg.session,
         );
         self.gateways.insert(resource_id.clone(), gateway);
         self.heartbeats.record(resource_id.clone(), Instant::now());

@@ -28,7 +28,7 @@ use crate::job::states::ExecutionState;
 use crate::messages::ResultPartitionId;
 use crate::messages::deployment::TaskDeploymentDescriptor;
 use crate::messages::ids::{AllocationId, ExecutionAttemptId, JobId, LeaderSessionId};
-use crate::messages::ids::{ClusterId, InstanceId, ResourceId};
+use crate::messages::ids::{ClusterId, InstanceId, ResourceId, TaskManagerSessionId};
 use crate::messages::job_manager::{DisconnectTaskManager, UpdateTaskExecutionState};
 use crate::messages::job_manager::{
     Heartbeat, HeartbeatReport, HeartbeatResponse, JobManagerGateway, RegisterTaskManager,
@@ -101,6 +101,41 @@ pub struct TaskManager {
     cancelled_early: VecDeque<ExecutionAttemptId>,
     /// When the JobManager last acknowledged a heartbeat (or the registration).
     last_acknowledged: Instant,
+    /// This run of the TaskManager, sent with every registration (see `TaskManagerSessionId`).
+    session: TaskManagerSessionId,
+}
+
+/// Times a task's state update is sent before the TaskManager gives up on it (by then the
+/// JobManager has surely dropped this TaskManager, which drops all its work).
+const UPDATE_ATTEMPTS: u32 = 8;
+
+/// Sends a task's state update until the JobManager acknowledges it, with a growing pause
+/// (100 ms, doubling, at most 5 s). A repeat the JobManager already has changes nothing there.
+async fn deliver_update(
+    gateway: Recipient<UpdateTaskExecutionState>,
+    update: UpdateTaskExecutionState,
+    resource_id: ResourceId,
+) {
+    let mut backoff = crate::backoff::ExponentialBackoff::new(
+        std::time::Duration::from_millis(100),
+        std::time::Duration::from_secs(5),
+    );
+    for attempt in 1..=UPDATE_ATTEMPTS {
+        match gateway.send(update.clone()).await {
+            Ok(_) => return,
+            Err(error) => log::debug!(
+                "task manager {resource_id}: update {} {} not acknowledged (try {attempt}): {error}",
+                update.attempt,
+                update.state
+            ),
+        }
+        tokio::time::sleep(backoff.next_delay()).await;
+    }
+    log::warn!(
+        "task manager {resource_id}: gave up telling the JobManager that {} is {}",
+        update.attempt,
+        update.state
+    );
 }
 
 impl TaskManager {
@@ -110,6 +145,7 @@ impl TaskManager {
             .spec
             .working_dir
             .join(settings.resource_id.as_str());
+        let mut env_rng = env.rng("task-manager-session");
         Self {
             address: env.address_of(&Self::name_of(&settings.resource_id)),
             registration: Registration::new(settings.spec.registration),
@@ -126,6 +162,7 @@ impl TaskManager {
             env,
             job_manager: None,
             last_acknowledged: Instant::now(),
+            session: TaskManagerSessionId::generate(&mut env_rng),
         }
     }
 
@@ -215,6 +252,7 @@ impl TaskManager {
             },
             hardware: self.settings.spec.hardware,
             number_of_slots: self.slots.total(),
+            session: self.session,
         };
         gateway
             .register_task_manager
@@ -298,14 +336,19 @@ impl TaskManager {
         error: Option<String>,
     ) {
         match &self.job_manager {
-            Some(jm) => jm
-                .update_task_execution_state
-                .do_send(UpdateTaskExecutionState {
+            Some(jm) => {
+                let update = UpdateTaskExecutionState {
                     job_id,
                     attempt,
                     state,
                     error,
-                }),
+                };
+                actix::spawn(deliver_update(
+                    jm.update_task_execution_state.clone(),
+                    update,
+                    self.settings.resource_id.clone(),
+                ));
+            }
             None => log::warn!(
                 "task manager {}: no JobManager to tell that {attempt} is {state}",
                 self.settings.resource_id

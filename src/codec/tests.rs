@@ -215,6 +215,7 @@ pub(crate) fn job_manager_samples() -> Vec<JobManagerMessage> {
             location: location(),
             hardware: hardware(),
             number_of_slots: 4,
+            session: TaskManagerSessionId::from_u128(11),
         }
         .into(),
         RegisterResourceManager {

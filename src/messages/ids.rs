@@ -176,6 +176,13 @@ id_type!(
     InstanceId: random
 );
 id_type!(
+    /// One run of a TaskManager process. A restarted TaskManager keeps its resource id (the
+    /// driver chose it) but draws a new session, so the JobManager replaces the old
+    /// registration, failing the tasks that died with it, instead of taking the new one for a
+    /// retry of the old.
+    TaskManagerSessionId: random
+);
+id_type!(
     /// A submitted job.
     JobId: random
 );

@@ -15,6 +15,7 @@ use super::common::{
 };
 use super::ids::{
     AllocationId, ClusterId, ExecutionAttemptId, InstanceId, JobId, LeaderSessionId, ResourceId,
+    TaskManagerSessionId,
 };
 use super::protocol;
 use super::resource_manager::RegisterResourceManagerSuccessful;
@@ -74,6 +75,8 @@ pub struct RegisterTaskManager {
     pub hardware: HardwareDescription,
     /// How many slots it offers (1 to [`MAX_SLOTS_PER_TASK_MANAGER`]).
     pub number_of_slots: u32,
+    /// This run of the TaskManager (new on every start, the same for every retry).
+    pub session: TaskManagerSessionId,
 }
 
 /// The JobManager's answer to `RegisterTaskManager`.
@@ -399,9 +402,12 @@ pub struct RequestJobStatus {
 #[rtype(result = "Vec<JobSummary>")]
 pub struct ListJobs;
 
-/// A task's new state, from the TaskManager running it.
+/// A task's new state, from the TaskManager running it. Acknowledged, so the TaskManager can
+/// send it again until it arrives: a lost final state would leave the task RUNNING at the
+/// JobManager forever. Repeats and late arrivals are harmless (a state the task has passed, or
+/// any state after a terminal one, changes nothing).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Message)]
-#[rtype(result = "()")]
+#[rtype(result = "Acknowledge")]
 pub struct UpdateTaskExecutionState {
     /// The job.
     pub job_id: JobId,

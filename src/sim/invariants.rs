@@ -118,7 +118,23 @@ pub fn jobs_ended(jobs: &[JobDetails]) -> Result<(), String> {
     for job in jobs {
         let status = job.summary.status;
         if !status.is_globally_terminal() {
-            return Err(format!("job {} is still {status:?}", job.summary.job_id));
+            let subtasks: Vec<String> = job
+                .vertices
+                .iter()
+                .flat_map(|v| {
+                    v.subtasks.iter().map(move |s| {
+                        format!(
+                            "{}[{}]#{} {:?} on {:?}",
+                            v.name, s.subtask, s.attempt_number, s.state, s.resource_id
+                        )
+                    })
+                })
+                .collect();
+            return Err(format!(
+                "job {} is still {status:?}: {}",
+                job.summary.job_id,
+                subtasks.join(", ")
+            ));
         }
         if status == JobStatus::Failed && job.failure.is_none() {
             return Err(format!("job {} FAILED without a reason", job.summary.job_id));

@@ -1355,7 +1355,7 @@ mod tests {
         let (_a, a_resolver) = endpoint("a", b"secret", 1).await;
         // A port that was free a moment ago: nothing listens there now.
         let port = {
-            let listener = TcpListener::bind("127.0.0.1:0").await.expect("binds");
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("binds");
             listener.local_addr().expect("an address").port()
         };
         let address = ActorAddress::new(format!("127.0.0.1:{port}"), "jobmanager");

@@ -463,12 +463,13 @@ impl Handler<ListJobs> for JobManager {
 }
 
 impl Handler<UpdateTaskExecutionState> for JobManager {
-    type Result = ();
+    type Result = MessageResult<UpdateTaskExecutionState>;
 
-    fn handle(&mut self, msg: UpdateTaskExecutionState, ctx: &mut Context<Self>) {
+    fn handle(&mut self, msg: UpdateTaskExecutionState, ctx: &mut Context<Self>) -> Self::Result {
         log::debug!("job manager <- {msg:?}");
         self.with_job(msg.job_id, ctx, |job, cx| {
             job.update(msg.attempt, msg.state, msg.error, cx)
         });
+        MessageResult(crate::messages::Acknowledge)
     }
 }

@@ -5,7 +5,7 @@ use std::time::Duration;
 use actix::prelude::*;
 
 use super::*;
-use crate::messages::ids::ExecutionAttemptId;
+use crate::messages::ids::{ExecutionAttemptId, TaskManagerSessionId};
 use crate::messages::resource_manager::ResourceManagerMessage;
 use crate::messages::task_manager::TaskManagerMessage;
 use crate::messages::{HardwareDescription, TaskManagerLocation};
@@ -67,6 +67,7 @@ impl Fixture {
                 physical_memory_bytes: 1 << 30,
             },
             number_of_slots: 2,
+            session: TaskManagerSessionId::from_u128(1),
         };
         (probe, registration)
     }
@@ -219,6 +220,32 @@ async fn a_task_manager_registering_from_a_new_address_replaces_its_old_instance
     assert_eq!(status.task_managers.len(), 1);
     assert_eq!(status.task_managers[0].instance_id, new_instance);
     // The old instance's heartbeats are no longer accepted.
+    assert_eq!(
+        f.heartbeat("tm-1", old_instance, 2).await,
+        HeartbeatResponse::UnknownTaskManager
+    );
+}
+
+/// Found by the simulation (seed 1043 of the first sweep): a TaskManager restarted on the same
+/// machine comes back with the same resource id and address. Taken for a retry of the old
+/// registration, it kept the dead run's tasks RUNNING at the JobManager forever.
+#[actix::test]
+async fn a_restarted_task_manager_with_a_new_session_replaces_its_old_instance() {
+    let f = start().await;
+    let (_tm, registration) = f.task_manager("tm-1");
+    let old_instance = f.register(&registration).await;
+    // A retry of the same run is the same registration.
+    assert!(matches!(
+        ask(&f.jm, registration.clone()).await,
+        RegistrationResponse::AlreadyRegistered(already) if already.instance_id == old_instance
+    ));
+    let mut restarted = registration.clone();
+    restarted.session = TaskManagerSessionId::from_u128(2);
+    let new_instance = f.register(&restarted).await;
+    assert_ne!(old_instance, new_instance);
+    let status = f.status().await;
+    assert_eq!(status.task_managers.len(), 1);
+    assert_eq!(status.task_managers[0].instance_id, new_instance);
     assert_eq!(
         f.heartbeat("tm-1", old_instance, 2).await,
         HeartbeatResponse::UnknownTaskManager
