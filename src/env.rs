@@ -158,6 +158,8 @@ pub struct CurrentArbiterSpawner;
 impl Spawner for CurrentArbiterSpawner {
     fn place(&self, _name: &str) -> Placement {
         Placement {
+            // Tests and the in-process cluster: everything on the caller's arbiter, on purpose.
+            #[allow(clippy::disallowed_methods)]
             handle: Arbiter::current(),
             owned: None,
         }

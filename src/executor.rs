@@ -35,6 +35,7 @@ impl fmt::Debug for NodeExecutor {
 
 impl NodeExecutor {
     /// The arbiter the caller runs on (production: the node's main arbiter).
+    #[allow(clippy::disallowed_methods)] // production: the node's loop is the arbiter it starts on
     pub fn current_arbiter() -> Self {
         Self(Kind::Arbiter(actix::Arbiter::current()))
     }

@@ -66,6 +66,7 @@ impl LockstepTaskRunner {
             let Some(thread) = TaskThread::start(name, task) else {
                 return;
             };
+            thread.resume();
             loop {
                 // Blocks the simulation thread while the task thread runs: only one runs.
                 match thread.next_step() {
@@ -108,7 +109,13 @@ impl TaskThread {
         #[allow(clippy::disallowed_methods)] // the one place the simulation starts task threads
         let spawned = std::thread::Builder::new()
             .name(name.clone())
-            .spawn(move || task(&blocker));
+            // The thread waits for its first turn, so not even its first steps overlap the
+            // simulation thread.
+            .spawn(move || {
+                if blocker.resume.recv().is_ok() {
+                    task(&blocker);
+                }
+            });
         match spawned {
             Ok(handle) => Some(Self {
                 name,

@@ -180,8 +180,22 @@ mod tests {
     #[test]
     fn counts_slots_and_tracks_heartbeats_per_registration() {
         let mut instances = InstanceManager::new();
-        instances.register(InstanceId::from_u128(1), location(1), HW, 2, 10, TaskManagerSessionId::from_u128(0));
-        instances.register(InstanceId::from_u128(2), location(2), HW, 3, 10, TaskManagerSessionId::from_u128(0));
+        instances.register(
+            InstanceId::from_u128(1),
+            location(1),
+            HW,
+            2,
+            10,
+            TaskManagerSessionId::from_u128(0),
+        );
+        instances.register(
+            InstanceId::from_u128(2),
+            location(2),
+            HW,
+            3,
+            10,
+            TaskManagerSessionId::from_u128(0),
+        );
         assert_eq!((instances.total_slots(), instances.free_slots()), (5, 5));
         let tm1 = ResourceId::new("tm-1");
         let report = HeartbeatReport {
@@ -208,7 +222,14 @@ mod tests {
     fn idle_release_picks_the_newest_idle_only() {
         let mut instances = InstanceManager::new();
         for n in 1..=4 {
-            instances.register(InstanceId::from_u128(n.into()), location(n), HW, 1, 0, TaskManagerSessionId::from_u128(0));
+            instances.register(
+                InstanceId::from_u128(n.into()),
+                location(n),
+                HW,
+                1,
+                0,
+                TaskManagerSessionId::from_u128(0),
+            );
         }
         // tm-3 is busy.
         let busy = HeartbeatReport {

@@ -57,6 +57,12 @@ impl SimClock {
     }
 }
 
+impl Default for SimClock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl Clock for SimClock {
     fn now_millis(&self) -> u64 {
         Self::EPOCH_MS + self.start.elapsed().as_millis() as u64
@@ -186,7 +192,9 @@ impl SimCluster {
 
     /// A seed for one incarnation of one node: distinct per node and per restart.
     fn node_seed(&self, node: &str, incarnation: u32) -> u64 {
-        self.seed ^ fnv1a(node.as_bytes()) ^ u64::from(incarnation).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+        self.seed
+            ^ fnv1a(node.as_bytes())
+            ^ u64::from(incarnation).wrapping_mul(0x9e37_79b9_7f4a_7c15)
     }
 
     fn endpoint_config(&self, name: &str, seed: u64) -> EndpointConfig {
@@ -257,7 +265,9 @@ impl SimCluster {
     async fn serve_driver(self, mut commands: mpsc::UnboundedReceiver<DriverCommand>) {
         while let Some(command) = commands.recv().await {
             match command {
-                DriverCommand::Initialize(gateway) => self.state.borrow_mut().gateway = Some(gateway),
+                DriverCommand::Initialize(gateway) => {
+                    self.state.borrow_mut().gateway = Some(gateway)
+                }
                 DriverCommand::Start(request) => self.request_worker(request),
                 DriverCommand::Release(resource_id) => self.release_worker(&resource_id),
             }
@@ -313,7 +323,8 @@ impl SimCluster {
             if let Some(worker) = self.state.borrow_mut().workers.get_mut(&resource_id) {
                 worker.phase = WorkerPhase::Released;
             }
-            self.trace.record(format!("driver start of {resource_id} failed"));
+            self.trace
+                .record(format!("driver start of {resource_id} failed"));
             if let Some(gateway) = gateway {
                 gateway.worker_failed.do_send(WorkerFailed {
                     resource_id,
@@ -324,7 +335,9 @@ impl SimCluster {
         }
         self.boot_task_manager(&resource_id).await;
         if let Some(gateway) = gateway {
-            gateway.worker_started.do_send(WorkerStarted { resource_id });
+            gateway
+                .worker_started
+                .do_send(WorkerStarted { resource_id });
         }
     }
 
@@ -336,7 +349,11 @@ impl SimCluster {
                 return;
             };
             worker.incarnation += 1;
-            (worker.node.clone(), worker.incarnation, worker.request.clone())
+            (
+                worker.node.clone(),
+                worker.incarnation,
+                worker.request.clone(),
+            )
         };
         self.network.node_up(&node);
         let seed = self.node_seed(&node, incarnation);
@@ -387,8 +404,9 @@ impl SimCluster {
             worker.phase = WorkerPhase::Up;
             worker.running_since = now;
         }
-        self.trace
-            .record(format!("boot {node} ({resource_id}) incarnation {incarnation}"));
+        self.trace.record(format!(
+            "boot {node} ({resource_id}) incarnation {incarnation}"
+        ));
     }
 
     fn release_worker(&self, resource_id: &ResourceId) {
@@ -408,8 +426,9 @@ impl SimCluster {
         if let Some(host) = host {
             host.crash();
         }
-        self.trace
-            .record(format!("driver release {resource_id} ({node}, was {was:?})"));
+        self.trace.record(format!(
+            "driver release {resource_id} ({node}, was {was:?})"
+        ));
     }
 
     /// The driver now fails this share of starts.
@@ -451,7 +470,8 @@ impl SimCluster {
         if let Some(host) = host {
             host.crash();
         }
-        self.trace.record(format!("fault crash {node} ({id}) {kind:?}"));
+        self.trace
+            .record(format!("fault crash {node} ({id}) {kind:?}"));
         if kind == CrashKind::Process {
             // The driver watches its workers' processes, as the process drivers do.
             let gateway = self.state.borrow().gateway.clone();
@@ -503,7 +523,8 @@ impl SimCluster {
             return;
         }
         host.pause();
-        self.trace.record(format!("fault pause {label} for {duration:?}"));
+        self.trace
+            .record(format!("fault pause {label} for {duration:?}"));
         let cluster = self.clone();
         tokio::task::spawn_local(async move {
             tokio::time::sleep(duration).await;

@@ -137,7 +137,10 @@ pub fn jobs_ended(jobs: &[JobDetails]) -> Result<(), String> {
             ));
         }
         if status == JobStatus::Failed && job.failure.is_none() {
-            return Err(format!("job {} FAILED without a reason", job.summary.job_id));
+            return Err(format!(
+                "job {} FAILED without a reason",
+                job.summary.job_id
+            ));
         }
     }
     Ok(())

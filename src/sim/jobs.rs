@@ -15,8 +15,18 @@ use crate::operators::builtin::{
 
 /// Words the generated texts are made of (mixed case and punctuation, as real text is).
 const WORDS: [&str; 12] = [
-    "Flink", "actor", "slot", "heartbeat", "the", "a", "TaskManager", "job", "region", "pool",
-    "x1", "Über",
+    "Flink",
+    "actor",
+    "slot",
+    "heartbeat",
+    "the",
+    "a",
+    "TaskManager",
+    "job",
+    "region",
+    "pool",
+    "x1",
+    "Über",
 ];
 
 /// A job as submitted, with what is needed to check its result.
@@ -61,7 +71,11 @@ pub fn build(
                 let words = 1 + rng.next_u64() % 12;
                 for i in 0..words {
                     if i > 0 {
-                        text.push(if rng.next_u64() % 5 == 0 { ',' } else { ' ' });
+                        text.push(if rng.next_u64().is_multiple_of(5) {
+                            ','
+                        } else {
+                            ' '
+                        });
                     }
                     text.push_str(WORDS[(rng.next_u64() % WORDS.len() as u64) as usize]);
                 }

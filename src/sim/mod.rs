@@ -314,9 +314,9 @@ impl Run {
                         return;
                     }
                 };
-                cluster
-                    .trace
-                    .record(format!("action submit {kind:?} x{parallelism} as job {index}"));
+                cluster.trace.record(format!(
+                    "action submit {kind:?} x{parallelism} as job {index}"
+                ));
                 let graph = spec.graph.clone();
                 self.jobs.borrow_mut().push(Submitted {
                     spec,
@@ -372,7 +372,9 @@ impl Run {
             }
             Action::StaleLeader(index) => self.stale_leader(*index).await,
             Action::StartFailures(share) => {
-                cluster.trace.record(format!("fault start failures {share}"));
+                cluster
+                    .trace
+                    .record(format!("fault start failures {share}"));
                 cluster.set_start_failures(*share);
             }
         }
@@ -521,7 +523,10 @@ impl Run {
             let Some((input, output)) = files else {
                 continue;
             };
-            let Ok(Ok(details)) = handles.job_manager.send(RequestJobStatus { job_id: id }).await
+            let Ok(Ok(details)) = handles
+                .job_manager
+                .send(RequestJobStatus { job_id: id })
+                .await
             else {
                 continue;
             };
@@ -544,7 +549,11 @@ impl Run {
         let mut out = Vec::new();
         for (kind, id) in jobs {
             let status = match id {
-                Some(id) => match handles.job_manager.send(RequestJobStatus { job_id: id }).await {
+                Some(id) => match handles
+                    .job_manager
+                    .send(RequestJobStatus { job_id: id })
+                    .await
+                {
                     Ok(Ok(details)) => Some(details.summary.status),
                     _ => None,
                 },

@@ -38,8 +38,8 @@ use tokio::time::Instant;
 
 use super::trace::Trace;
 use crate::env::NodeRng;
-use crate::transport::network::{BoxStream, Listener, Network};
-use crate::transport::remote::{DialError, EndpointError};
+use crate::transport::network::{Bound, BoxStream, Listener, Network};
+use crate::transport::remote::DialError;
 
 /// How the links behave. Latency is drawn per frame: usually `base`, with a long tail.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -145,9 +145,21 @@ enum Ending {
 }
 
 enum Event {
-    Frame { connection: u64, to: usize, frame: Bytes },
-    End { connection: u64, to: usize, ending: Ending },
-    Accept { node: String, stream: SimStream, from: String },
+    Frame {
+        connection: u64,
+        to: usize,
+        frame: Bytes,
+    },
+    End {
+        connection: u64,
+        to: usize,
+        ending: Ending,
+    },
+    Accept {
+        node: String,
+        stream: SimStream,
+        from: String,
+    },
 }
 
 fn lock(shared: &Shared) -> MutexGuard<'_, State> {
@@ -437,8 +449,10 @@ impl State {
         };
         if lost {
             self.frames_lost += 1;
-            self.trace
-                .record(format!("net lost {src}->{dst} #{connection} {}B", frame.len()));
+            self.trace.record(format!(
+                "net lost {src}->{dst} #{connection} {}B",
+                frame.len()
+            ));
             return;
         }
         let latency = self.latency();
@@ -500,11 +514,7 @@ impl fmt::Debug for SimNodeNetwork {
 }
 
 impl Network for SimNodeNetwork {
-    fn bind(
-        &self,
-        _bind: SocketAddr,
-        _advertised_host: Option<String>,
-    ) -> LocalBoxFuture<'static, Result<(String, Box<dyn Listener>), EndpointError>> {
+    fn bind(&self, _bind: SocketAddr, _advertised_host: Option<String>) -> Bound {
         let (sender, receiver) = mpsc::unbounded_channel();
         {
             let mut state = lock(&self.network.shared);

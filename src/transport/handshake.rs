@@ -920,6 +920,7 @@ mod tests {
         for role in [Role::Initiator, Role::Acceptor] {
             let (ours, silent) = duplex(PIPE);
             let start = tokio::time::Instant::now();
+            #[allow(clippy::disallowed_methods)] // a test task, not node code
             let task = tokio::spawn(side(role, ours, config("me"), rng(1)));
             tokio::time::sleep(TIMEOUT - Duration::from_millis(1)).await;
             assert!(!task.is_finished(), "{role:?} gave up early");

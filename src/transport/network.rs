@@ -29,15 +29,14 @@ impl<S: AsyncRead + AsyncWrite + Unpin> ByteStream for S {}
 /// A stream as a network yields it.
 pub type BoxStream = Box<dyn ByteStream>;
 
+/// What binding yields: the node id peers reach this node at, and the listener.
+pub type Bound = LocalBoxFuture<'static, Result<(String, Box<dyn Listener>), EndpointError>>;
+
 /// Where a node listens and how it connects out.
 pub trait Network: Send + Sync + fmt::Debug {
     /// Starts listening at `bind`. Returns the node id peers reach this node at (`host:port`:
     /// `advertised_host` if given, else the bound address) and the listener.
-    fn bind(
-        &self,
-        bind: SocketAddr,
-        advertised_host: Option<String>,
-    ) -> LocalBoxFuture<'static, Result<(String, Box<dyn Listener>), EndpointError>>;
+    fn bind(&self, bind: SocketAddr, advertised_host: Option<String>) -> Bound;
 
     /// Connects to the node `peer` (`host:port`), giving up after `timeout`.
     fn connect(
@@ -58,11 +57,7 @@ pub trait Listener {
 pub struct TcpNetwork;
 
 impl Network for TcpNetwork {
-    fn bind(
-        &self,
-        bind: SocketAddr,
-        advertised_host: Option<String>,
-    ) -> LocalBoxFuture<'static, Result<(String, Box<dyn Listener>), EndpointError>> {
+    fn bind(&self, bind: SocketAddr, advertised_host: Option<String>) -> Bound {
         Box::pin(async move {
             let listener = TcpListener::bind(bind)
                 .await

@@ -770,7 +770,12 @@ impl NodeEndpoint {
     pub async fn bind(
         config: EndpointConfig,
     ) -> Result<(NodeEndpoint, Arc<RemoteResolver>), EndpointError> {
-        Self::bind_on(config, Arc::new(TcpNetwork), NodeExecutor::current_arbiter()).await
+        Self::bind_on(
+            config,
+            Arc::new(TcpNetwork),
+            NodeExecutor::current_arbiter(),
+        )
+        .await
     }
 
     /// Like [`bind`](Self::bind), on any [`Network`], with the node's background work on
@@ -1355,7 +1360,9 @@ mod tests {
         let (_a, a_resolver) = endpoint("a", b"secret", 1).await;
         // A port that was free a moment ago: nothing listens there now.
         let port = {
-            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("binds");
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+                .await
+                .expect("binds");
             listener.local_addr().expect("an address").port()
         };
         let address = ActorAddress::new(format!("127.0.0.1:{port}"), "jobmanager");

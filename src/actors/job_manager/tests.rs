@@ -884,6 +884,8 @@ async fn job_manager_and_task_manager_statuses_agree_on_slots_and_running_attemp
             freed = true;
             break;
         }
+        #[allow(clippy::disallowed_methods)]
+        // polls real task threads (a bounded loop), not a stand-in for an event
         std::thread::sleep(Duration::from_millis(2));
     }
     assert!(freed, "{:#?}", f.status().await);
