@@ -2,6 +2,8 @@
 //! second, for clusters of about 7 and about 21 nodes (`cargo bench --bench simulation`).
 //! One thread; medians over the seeds.
 
+#![allow(clippy::disallowed_methods)] // a benchmark measures wall time
+
 use std::time::{Duration, Instant};
 
 use flint::sim::scenario::Shape;
