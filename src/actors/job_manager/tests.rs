@@ -801,6 +801,9 @@ async fn job_manager_and_task_manager_statuses_agree_on_slots_and_running_attemp
         working_dir: std::env::temp_dir().join("flint-unit-tests"),
         spill_threshold_bytes: 1 << 20,
     };
+    // Task threads in lock-step with the paused clock: cancellation is seen in virtual time.
+    let mut tm_env = f.env.clone();
+    tm_env.task_runner = std::sync::Arc::new(crate::lockstep::LockstepTaskRunner::default());
     let task_managers: Vec<Addr<TaskManager>> = ["tm-1", "tm-2"]
         .into_iter()
         .map(|name| {
@@ -813,7 +816,7 @@ async fn job_manager_and_task_manager_statuses_agree_on_slots_and_running_attemp
                     }),
                     spec: spec.clone(),
                 },
-                f.env.clone(),
+                tm_env.clone(),
             )
             .start()
         })
@@ -868,8 +871,8 @@ async fn job_manager_and_task_manager_statuses_agree_on_slots_and_running_attemp
         assert_eq!(running, placed, "{}", info.resource_id);
     }
 
-    // Cancelled: the task threads stop (real time), the TaskManagers report it, and both views
-    // show every slot free.
+    // Cancelled: the tasks stop at their next sleep step, the TaskManagers report it, and both
+    // views show every slot free.
     ask(&f.jm, CancelJob { job_id }).await.expect("cancelled");
     let mut freed = false;
     for _ in 0..1_000 {
@@ -884,9 +887,6 @@ async fn job_manager_and_task_manager_statuses_agree_on_slots_and_running_attemp
             freed = true;
             break;
         }
-        #[allow(clippy::disallowed_methods)]
-        // polls real task threads (a bounded loop), not a stand-in for an event
-        std::thread::sleep(Duration::from_millis(2));
     }
     assert!(freed, "{:#?}", f.status().await);
     for tm in &task_managers {
