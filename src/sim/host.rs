@@ -34,14 +34,12 @@ impl Future for Hosted {
         if state.paused {
             return Poll::Pending;
         }
-        match state.set.as_mut() {
-            // A node whose every task ended stays as it is; only a crash removes it.
-            Some(set) => match Pin::new(set).poll(cx) {
-                Poll::Ready(()) => Poll::Pending,
-                Poll::Pending => Poll::Pending,
-            },
-            None => Poll::Ready(()),
-        }
+        let Some(set) = state.set.as_mut() else {
+            return Poll::Ready(());
+        };
+        // A node whose every task ended stays as it is; only a crash removes it.
+        let _ = Pin::new(set).poll(cx);
+        Poll::Pending
     }
 }
 

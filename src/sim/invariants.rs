@@ -2,7 +2,7 @@
 //! phase has had its time. Each check reads snapshots the actors answered (asked back to back,
 //! so one actor's answers describe one moment) and returns what is wrong, in words.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use crate::job::states::{ExecutionState, JobStatus};
@@ -19,6 +19,17 @@ pub struct JobManagerSnapshot {
     pub cluster: JobManagerStatus,
     /// Every job's details (asked right after the status).
     pub jobs: Vec<JobDetails>,
+}
+
+impl JobManagerSnapshot {
+    /// The TaskManagers registered at the JobManager.
+    pub fn registered(&self) -> BTreeSet<&ResourceId> {
+        self.cluster
+            .task_managers
+            .iter()
+            .map(|tm| &tm.resource_id)
+            .collect()
+    }
 }
 
 /// The pool never holds more than it was asked for, beyond workers it is releasing: pending
@@ -39,12 +50,7 @@ pub fn pool_within_bounds(pool: &ResourceManagerStatus) -> Result<(), String> {
 /// Slots: no TaskManager has more allocated than it has, and every task the JobManager places
 /// (deploying or running) is on a TaskManager registered right now.
 pub fn slots_consistent(snapshot: &JobManagerSnapshot) -> Result<(), String> {
-    let registered: BTreeSet<&ResourceId> = snapshot
-        .cluster
-        .task_managers
-        .iter()
-        .map(|tm| &tm.resource_id)
-        .collect();
+    let registered = snapshot.registered();
     for tm in &snapshot.cluster.task_managers {
         if tm.slots_free > tm.slots_total {
             return Err(format!(
@@ -53,7 +59,6 @@ pub fn slots_consistent(snapshot: &JobManagerSnapshot) -> Result<(), String> {
             ));
         }
     }
-    let mut used: BTreeMap<&ResourceId, u32> = BTreeMap::new();
     for job in &snapshot.jobs {
         for vertex in &job.vertices {
             for subtask in &vertex.subtasks {
@@ -76,7 +81,6 @@ pub fn slots_consistent(snapshot: &JobManagerSnapshot) -> Result<(), String> {
                         job.summary.job_id, vertex.name, subtask.subtask, subtask.state
                     ));
                 }
-                *used.entry(resource_id).or_default() += 1;
             }
         }
     }
@@ -88,12 +92,7 @@ pub fn slots_consistent(snapshot: &JobManagerSnapshot) -> Result<(), String> {
 pub fn pool_converged(snapshot: &JobManagerSnapshot) -> Result<(), String> {
     let pool = &snapshot.pool;
     let started: BTreeSet<&ResourceId> = pool.started.iter().collect();
-    let registered: BTreeSet<&ResourceId> = snapshot
-        .cluster
-        .task_managers
-        .iter()
-        .map(|tm| &tm.resource_id)
-        .collect();
+    let registered = snapshot.registered();
     if pool.started.len() as u32 != pool.designated_pool_size
         || pool.pending_requests + pool.pending_registration > 0
     {

@@ -35,7 +35,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use self::cluster::{JOB_MANAGER_NODE, SimCluster};
+use self::cluster::SimCluster;
 use self::invariants::JobManagerSnapshot;
 use self::jobs::JobSpec;
 use self::network::{NetStats, SimNetwork};
@@ -260,7 +260,6 @@ async fn simulate(options: SimOptions) -> SimReport {
             break;
         }
     }
-    run.check_outputs().await;
     let jobs = run.final_statuses().await;
 
     let simulated = start.elapsed();
@@ -467,17 +466,12 @@ impl Run {
         let now = self.cluster.now();
         let heartbeat = self.cluster.config.heartbeat;
         let grace = invariants::orphan_grace(heartbeat.interval, heartbeat.timeout);
-        let registered: Vec<&ResourceId> = snapshot
-            .cluster
-            .task_managers
-            .iter()
-            .map(|tm| &tm.resource_id)
-            .collect();
+        let registered = snapshot.registered();
         let running = self.cluster.running_task_managers();
         self.unregistered_since
             .retain(|id, _| running.iter().any(|(r, _, _)| r == id));
         for (id, task_manager, running_since) in running {
-            if registered.contains(&&id) {
+            if registered.contains(&id) {
                 self.unregistered_since.remove(&id);
                 continue;
             }
@@ -510,44 +504,18 @@ impl Run {
         invariants::jobs_ended(&snapshot.jobs)
     }
 
-    /// Every FINISHED WordCount wrote exactly the sequential count of its input.
-    async fn check_outputs(&mut self) {
+    /// Each job's final status (asked once per job), and for every FINISHED WordCount that it
+    /// wrote exactly the sequential count of its input.
+    async fn final_statuses(&mut self) -> Vec<(JobKind, Option<JobStatus>)> {
         let handles = self.cluster.job_manager();
-        let jobs: Vec<(JobId, Option<(PathBuf, PathBuf)>)> = self
+        let jobs: Vec<(Option<JobId>, JobSpec)> = self
             .jobs
             .borrow()
             .iter()
-            .filter_map(|j| Some((j.id?, j.spec.files.clone())))
-            .collect();
-        for (id, files) in jobs {
-            let Some((input, output)) = files else {
-                continue;
-            };
-            let Ok(Ok(details)) = handles
-                .job_manager
-                .send(RequestJobStatus { job_id: id })
-                .await
-            else {
-                continue;
-            };
-            if details.summary.status == JobStatus::Finished
-                && let Err(what) = jobs::check_word_count(&input, &output)
-            {
-                self.violation(format!("WordCount job {id}: {what}"));
-            }
-        }
-    }
-
-    async fn final_statuses(&self) -> Vec<(JobKind, Option<JobStatus>)> {
-        let handles = self.cluster.job_manager();
-        let jobs: Vec<(JobKind, Option<JobId>)> = self
-            .jobs
-            .borrow()
-            .iter()
-            .map(|j| (j.spec.kind, j.id))
+            .map(|j| (j.id, j.spec.clone()))
             .collect();
         let mut out = Vec::new();
-        for (kind, id) in jobs {
+        for (id, JobSpec { kind, files, .. }) in jobs {
             let status = match id {
                 Some(id) => match handles
                     .job_manager
@@ -562,13 +530,14 @@ impl Run {
             self.cluster
                 .trace
                 .record(format!("job {kind:?} {id:?}: {status:?}"));
+            if status == Some(JobStatus::Finished)
+                && let Some((input, output)) = files
+                && let Err(what) = jobs::check_word_count(&input, &output)
+            {
+                self.violation(format!("WordCount job {id:?}: {what}"));
+            }
             out.push((kind, status));
         }
         out
     }
-}
-
-/// The JobManager node's id, for tests that inspect the network.
-pub fn job_manager_node() -> &'static str {
-    JOB_MANAGER_NODE
 }

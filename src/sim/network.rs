@@ -375,21 +375,22 @@ impl SimNetwork {
                         Some(listener) => listener.send((stream, from)).err().map(|e| e.0.0),
                         None => Some(stream),
                     };
-                    if let Some(stream) = refused {
-                        // Nobody listens: the dialler reads a reset.
-                        let c = stream.connection;
-                        drop(state);
-                        drop(stream);
-                        let mut state = lock(&self.shared);
+                    if let Some(mut stream) = refused {
+                        // Nobody listens: the dialler reads a reset, not an orderly end (the
+                        // dropped end must not send one).
+                        stream.shut = true;
                         let at = now + state.latency();
                         state.schedule(
                             at,
                             Event::End {
-                                connection: c,
+                                connection: stream.connection,
                                 to: 0,
                                 ending: Ending::Reset,
                             },
                         );
+                        // Its drop takes the lock.
+                        drop(state);
+                        drop(stream);
                     }
                 }
             }
