@@ -71,6 +71,8 @@ pub struct ClusterConfig {
     pub slot: SlotConfig,
     /// `[transport]`: how nodes talk to each other.
     pub transport: TransportConfig,
+    /// `[rest]`: the JobManager's REST API and dashboard (and where clients find it).
+    pub rest: RestConfig,
     /// Seed of every node's RNG; `None` draws one from the OS. Set it to replay a run.
     pub seed: Option<u64>,
 }
@@ -299,6 +301,30 @@ impl Default for TaskManagerConfig {
 pub struct TransportConfig {
     /// `[transport.tls]`: TLS under the handshake when set (`cert`, `key`, `ca` PEM paths).
     pub tls: Option<crate::transport::tls::TlsConfig>,
+}
+
+/// `[rest]`: the JobManager's HTTP endpoint (REST API, dashboard, metrics). Clients (`flint list`,
+/// ...) find the JobManager here too, as Flink's CLI does.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
+pub struct RestConfig {
+    /// `rest.address`: the host the REST endpoint binds to (and clients connect to).
+    pub address: String,
+    /// `rest.port`: its port; 0 picks a free one (printed at start).
+    pub port: u16,
+    /// `rest.token`: the bearer token the endpoints that change anything require. Required when
+    /// `rest.address` is not a loopback address; unset on loopback means no token is asked for.
+    pub token: Option<String>,
+}
+
+impl Default for RestConfig {
+    fn default() -> Self {
+        Self {
+            address: "127.0.0.1".to_owned(),
+            port: 8081,
+            token: None,
+        }
+    }
 }
 
 /// `[slot]`.
