@@ -58,6 +58,7 @@ pub mod events;
 pub mod exchange;
 pub mod executor;
 pub mod job;
+pub mod latch;
 pub mod lockstep;
 pub mod messages;
 pub mod minicluster;

@@ -103,16 +103,19 @@ fn seed_1043_restarted_task_manager_and_lost_task_update() {
     assert!(report.passed(), "{:#?}", report.violations);
 }
 
-/// Known gap (issue #6 stays open): 3 of these 40 seeds still give two different traces from
-/// run to run; the traces first differ in the order a TaskManager's queued messages leave
-/// after a reconnection. Run it with `cargo test --test simulation -- --ignored`.
+/// A sample of seeds, run twice, gives the same digests. Seeds 15841, 55436 and 110869 are kept:
+/// they replayed differently until the transport stopped using tokio's `watch` (which wakes its
+/// waiters in a random order): a TaskManager reconnecting after a partition wrote its queued
+/// messages in a different order each run. See `flint::latch`.
 #[test]
-#[ignore = "known nondeterminism in ~7% of seeds, under investigation (see the issue note)"]
 fn the_same_seed_gives_the_same_trace() {
     if env_u64("FLINT_SIM_SEED").is_some() {
         return;
     }
-    let seeds: Vec<u64> = (0..40).map(|i| i * 7919 + 3).collect();
+    let seeds: Vec<u64> = (0..100)
+        .map(|i| i * 7919 + 3)
+        .chain([15841, 55436, 110869])
+        .collect();
     let first = sweep(seeds.clone().into_iter());
     let second = sweep(seeds.into_iter());
     let differing: Vec<u64> = first

@@ -55,7 +55,7 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use futures_util::StreamExt;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tokio_util::codec::{Encoder, FramedRead};
 
@@ -64,6 +64,7 @@ use super::frame::{DEFAULT_MAX_FRAME, FrameCodec, FrameError};
 use super::handshake::{self, HandshakeConfig, HandshakeError};
 use crate::codec::CodecError;
 use crate::env::NodeRng;
+use crate::latch::Latch;
 use crate::messages::ActorAddress;
 
 /// Which end of the connection this node is: the side that connected out shakes hands as the
@@ -323,7 +324,7 @@ where
 
     let capacity = config.outbound_queue.max(1);
     let (outbound, queue) = mpsc::channel(capacity);
-    let (closed, _) = watch::channel(None);
+    let closed = Latch::new();
     let shared = Arc::new(Shared {
         peer,
         codec: FrameCodec::new(config.max_frame),
@@ -440,8 +441,8 @@ impl Connection {
     /// Resolves with the reason once the connection has ended (at once if it has), so an owner
     /// (the peer's session actor) can deregister and reconnect.
     pub fn closed(&self) -> impl Future<Output = CloseReason> + 'static + use<> {
-        let mut signal = self.shared.closed.subscribe();
-        async move { closing(&mut signal).await }
+        let signal = self.shared.closed.clone();
+        async move { closing(&signal).await }
     }
 
     /// Why the connection ended, or `None` while it is up.
@@ -526,7 +527,7 @@ struct Shared {
     state: Mutex<State>,
     /// Publishes the close reason: the tasks stop on it, [`Connection::closed`] waits for it.
     /// `State::closed` is the truth; this follows it.
-    closed: watch::Sender<Option<CloseReason>>,
+    closed: Latch<CloseReason>,
 }
 
 /// What changes under the lock: the open asks and whether the connection has ended. One lock
@@ -613,7 +614,7 @@ impl Shared {
             // An asker that already gave up has dropped its receiver; nothing to tell it.
             drop(waiter.send(Err(reason.clone())));
         }
-        self.closed.send_replace(Some(reason.clone()));
+        self.closed.set(reason.clone());
         reason
     }
 }
@@ -632,13 +633,9 @@ impl Drop for PendingAsk {
 }
 
 /// Waits until the connection has ended (at once if it has) and returns why.
-async fn closing(signal: &mut watch::Receiver<Option<CloseReason>>) -> CloseReason {
-    match signal.wait_for(Option::is_some).await {
-        Ok(reason) => reason.clone().unwrap_or(CloseReason::Released),
-        // The sender lives in `Shared`, which the caller holds, so it cannot be gone; if it
-        // were, nobody could use the connection any more.
-        Err(_) => CloseReason::Released,
-    }
+async fn closing(signal: &Latch<CloseReason>) -> CloseReason {
+    // Never abandoned: only `Shared::shut_down` settles it, with a reason.
+    signal.wait().await.unwrap_or(CloseReason::Released)
 }
 
 /// Frames in, envelopes out: replies to their asks, asks and tells to `inbound`. Ends on the
@@ -650,11 +647,11 @@ async fn read_loop<R: AsyncRead + Unpin>(
     inbound: mpsc::Sender<Inbound>,
 ) {
     let mut frames = FramedRead::new(reader, shared.codec);
-    let mut signal = shared.closed.subscribe();
+    let signal = shared.closed.clone();
     let ended = loop {
         let frame = tokio::select! {
             biased;
-            reason = closing(&mut signal) => break reason,
+            reason = closing(&signal) => break reason,
             frame = frames.next() => frame,
         };
         let envelope = match frame {
@@ -685,7 +682,7 @@ async fn read_loop<R: AsyncRead + Unpin>(
         };
         tokio::select! {
             biased;
-            reason = closing(&mut signal) => break reason,
+            reason = closing(&signal) => break reason,
             sent = inbound.send(item) => {
                 if sent.is_err() {
                     break CloseReason::DispatcherGone;
@@ -712,12 +709,12 @@ async fn write_loop<W: AsyncWrite + Unpin>(
     mut writer: W,
     mut queue: mpsc::Receiver<Bytes>,
 ) {
-    let mut signal = shared.closed.subscribe();
+    let signal = shared.closed.clone();
     let mut batch = BytesMut::new();
     let ended = loop {
         let first = tokio::select! {
             biased;
-            reason = closing(&mut signal) => break reason,
+            reason = closing(&signal) => break reason,
             frame = queue.recv() => match frame {
                 Some(frame) => frame,
                 // Every handle is gone and everything they queued has been written.
@@ -734,7 +731,7 @@ async fn write_loop<W: AsyncWrite + Unpin>(
         }
         tokio::select! {
             biased;
-            reason = closing(&mut signal) => break reason,
+            reason = closing(&signal) => break reason,
             written = write_batch(&mut writer, &batch, &queue) => {
                 if let Err(error) = written {
                     break CloseReason::Write(Arc::new(error));

@@ -56,7 +56,7 @@ use std::time::Duration;
 use actix::dev::{MessageResponse, OneshotSender};
 use actix::{Actor, Context, Handler, Message};
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 
 use super::connection::{
     self, Connection, ConnectionConfig, ConnectionError, DEFAULT_ASK_TIMEOUT,
@@ -71,6 +71,7 @@ use crate::backoff::ExponentialBackoff;
 use crate::directory::{LocalActor, LocalDirectory, Resolver};
 use crate::env::NodeRng;
 use crate::executor::NodeExecutor;
+use crate::latch::Latch;
 use crate::messages::ActorAddress;
 use crate::messages::ids::ClusterId;
 use crate::messages::job_manager::{JobManagerGateway, JobManagerMessage};
@@ -247,7 +248,17 @@ impl fmt::Display for Chain<'_> {
 }
 
 /// A dial in progress, or its outcome (`None` until it ends). Waiters share one attempt.
-type DialOutcome = watch::Receiver<Option<Result<Connection, RemoteError>>>;
+type DialOutcome = Latch<Result<Connection, RemoteError>>;
+
+/// Abandons a dial's outcome if the dial task is dropped unfinished (its node's loop stopped),
+/// so its waiters stop waiting and the next request dials again.
+struct AbandonOnDrop(DialOutcome);
+
+impl Drop for AbandonOnDrop {
+    fn drop(&mut self) {
+        self.0.abandon();
+    }
+}
 
 /// What this node has with one peer.
 enum PeerSlot {
@@ -276,7 +287,7 @@ struct Inner {
     rng: Mutex<NodeRng>,
     next_connection: AtomicU64,
     accepting: AtomicUsize,
-    shutdown: watch::Sender<bool>,
+    shutdown: Latch<()>,
 }
 
 impl fmt::Debug for Inner {
@@ -296,7 +307,7 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl Inner {
     fn is_shut_down(&self) -> bool {
-        *self.shutdown.borrow()
+        self.shutdown.is_settled()
     }
 
     fn connection_config(&self) -> ConnectionConfig {
@@ -330,7 +341,7 @@ impl Inner {
         if self.is_shut_down() {
             return Err(RemoteError::ShutDown);
         }
-        let mut outcome = {
+        let outcome = {
             let mut peers = lock(&self.peers);
             match peers.get(peer) {
                 Some(PeerSlot::Connected { connection, .. })
@@ -340,11 +351,10 @@ impl Inner {
                 }
                 // A dial whose task still runs (a task that was dropped unfinished, with its
                 // arbiter, has dropped its sender: dial again).
-                Some(PeerSlot::Dialing(outcome)) if outcome.has_changed().is_ok() => {
-                    outcome.clone()
-                }
+                Some(PeerSlot::Dialing(outcome)) if !outcome.is_settled() => outcome.clone(),
                 _ => {
-                    let (done, outcome) = watch::channel(None);
+                    let outcome = Latch::new();
+                    let done = AbandonOnDrop(outcome.clone());
                     peers.insert(peer.to_owned(), PeerSlot::Dialing(outcome.clone()));
                     let endpoint = Arc::clone(self);
                     let target = peer.to_owned();
@@ -356,23 +366,18 @@ impl Inner {
                 }
             }
         };
-        match outcome.wait_for(Option::is_some).await {
-            Ok(result) => result.clone().unwrap_or(Err(RemoteError::ShutDown)),
+        match outcome.wait().await {
+            Some(result) => result,
             // The dial task was dropped unfinished: its arbiter (the endpoint's) stopped.
-            Err(_) => Err(RemoteError::ShutDown),
+            None => Err(RemoteError::ShutDown),
         }
     }
 
     /// Dials `peer` with backoff, records the outcome and tells the waiters.
-    async fn dial(
-        self: Arc<Self>,
-        peer: String,
-        done: watch::Sender<Option<Result<Connection, RemoteError>>>,
-    ) {
-        let mut shutdown = self.shutdown.subscribe();
+    async fn dial(self: Arc<Self>, peer: String, done: AbandonOnDrop) {
         let result = tokio::select! {
             biased;
-            _ = shutdown.wait_for(|down| *down) => Err(RemoteError::ShutDown),
+            _ = self.shutdown.wait() => Err(RemoteError::ShutDown),
             result = self.dial_with_backoff(&peer) => result,
         };
         {
@@ -401,7 +406,7 @@ impl Inner {
                 Chain(error)
             );
         }
-        done.send_replace(Some(result.map(|(_, connection)| connection)));
+        done.0.set(result.map(|(_, connection)| connection));
     }
 
     async fn dial_with_backoff(
@@ -509,12 +514,11 @@ impl Inner {
         connection: Connection,
         mut inbound: mpsc::Receiver<Inbound>,
     ) {
-        let mut shutdown = self.shutdown.subscribe();
         let mut closing = false;
         loop {
             let item = tokio::select! {
                 biased;
-                _ = shutdown.wait_for(|down| *down), if !closing => {
+                _ = self.shutdown.wait(), if !closing => {
                     closing = true;
                     connection.close("the endpoint shut down");
                     continue;
@@ -638,11 +642,10 @@ impl Inner {
 
     /// Accepts connections until the endpoint shuts down.
     async fn accept_loop(self: Arc<Self>, mut listener: Box<dyn Listener>) {
-        let mut shutdown = self.shutdown.subscribe();
         loop {
             let accepted = tokio::select! {
                 biased;
-                _ = shutdown.wait_for(|down| *down) => break,
+                _ = self.shutdown.wait() => break,
                 accepted = listener.accept() => accepted,
             };
             let (stream, from) = match accepted {
@@ -693,7 +696,7 @@ impl Inner {
     }
 
     fn shut_down(&self) {
-        if self.shutdown.send_replace(true) {
+        if !self.shutdown.set(()) {
             return;
         }
         let peers = std::mem::take(&mut *lock(&self.peers));
@@ -805,7 +808,7 @@ impl NodeEndpoint {
             rng: Mutex::new(rng),
             next_connection: AtomicU64::new(1),
             accepting: AtomicUsize::new(0),
-            shutdown: watch::Sender::new(false),
+            shutdown: Latch::new(),
             config,
         });
         log::info!(
