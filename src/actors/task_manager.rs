@@ -497,7 +497,13 @@ impl TaskManager {
                     attempt: *attempt,
                     job_id: task.job_id,
                     allocation_id: task.allocation_id,
+                    cancel_requested: task.cancelled.load(Ordering::Relaxed),
                 })
+                .collect(),
+            job_partitions: self
+                .job_partitions
+                .iter()
+                .map(|(job, partitions)| (*job, partitions.len() as u32))
                 .collect(),
         }
     }

@@ -139,7 +139,9 @@ pub(crate) fn task_manager_status(registration: RegistrationPhase) -> TaskManage
             attempt: ExecutionAttemptId::from_u128(8),
             job_id: JobId::from_u128(5),
             allocation_id: AllocationId::from_u128(9),
+            cancel_requested: true,
         }],
+        job_partitions: vec![(JobId::from_u128(5), 2)],
     }
 }
 
@@ -552,6 +554,7 @@ fn every_answer_round_trips() {
         leader_session_id: None,
         slots: vec![None; 3],
         running: Vec::new(),
+        job_partitions: Vec::new(),
         slots_free: 3,
         ..task_manager_status(RegistrationPhase::NoLeader)
     });

@@ -77,6 +77,8 @@ pub struct TaskManagerStatus {
     /// disconnect they are dropped at once (cancelled), although their threads may take a
     /// moment to notice.
     pub running: Vec<RunningTaskInfo>,
+    /// Result partitions held, per job (until the leader releases them with the job).
+    pub job_partitions: Vec<(JobId, u32)>,
 }
 
 impl TaskManagerStatus {
@@ -98,6 +100,8 @@ pub struct RunningTaskInfo {
     pub job_id: JobId,
     /// The allocation whose slot it runs in.
     pub allocation_id: AllocationId,
+    /// The leader asked to cancel it; it stops at its next check.
+    pub cancel_requested: bool,
 }
 
 /// Where a TaskManager's registration stands.

@@ -20,6 +20,7 @@
 
 pub mod cluster;
 pub mod driver;
+pub mod fencing;
 pub mod host;
 pub mod invariants;
 pub mod jobs;
@@ -45,12 +46,9 @@ use crate::config::ClusterConfig;
 use crate::env::NodeRng;
 use crate::events::EventSink;
 use crate::job::states::JobStatus;
-use crate::messages::RemovalReason;
 use crate::messages::ids::{JobId, LeaderSessionId, ResourceId};
 use crate::messages::job_manager::{CancelJob, GetJobManagerStatus, RequestJobStatus, SubmitJob};
-use crate::messages::resource_manager::{
-    GetResourceManagerStatus, RemoveResource, SetWorkerPoolSize,
-};
+use crate::messages::resource_manager::{GetResourceManagerStatus, SetWorkerPoolSize};
 use crate::messages::task_manager::GetTaskManagerStatus;
 
 /// How one run is shaped.
@@ -379,41 +377,31 @@ impl Run {
         }
     }
 
-    /// A message from a leader session that is not the current one must change nothing: the
-    /// resource manager is asked for its status, told by a stale leader to release a started
-    /// worker, and asked again, all in one burst (its mailbox handles them back to back).
+    /// A message from a leader session that is not the current one must change nothing: probe
+    /// the resource manager and one running TaskManager (see [`fencing`]).
     async fn stale_leader(&mut self, index: u64) {
         let handles = self.cluster.job_manager();
-        if handles.host.is_paused() {
+        if !handles.host.is_paused() {
+            let stale = LeaderSessionId::generate(&mut self.rng);
+            match fencing::probe_resource_manager(&handles.resource_manager, stale, index).await {
+                Some(Ok(victim)) => self
+                    .cluster
+                    .trace
+                    .record(format!("fault stale leader RemoveResource {victim}")),
+                Some(Err(violation)) => self.violation(violation),
+                None => {}
+            }
+        }
+        let task_managers = self.cluster.running_task_managers();
+        if task_managers.is_empty() {
             return;
         }
-        let stale = LeaderSessionId::generate(&mut self.rng);
-        let rm = &handles.resource_manager;
-        let Ok(before) = rm.send(GetResourceManagerStatus).await else {
-            return;
-        };
-        if before.started.is_empty() {
-            return;
-        }
-        let victim = before.started[(index % before.started.len() as u64) as usize].clone();
-        self.cluster
-            .trace
-            .record(format!("fault stale leader RemoveResource {victim}"));
-        let first = rm.send(GetResourceManagerStatus);
-        let removal = rm.send(RemoveResource {
-            leader_session_id: stale,
-            resource_id: victim.clone(),
-            reason: RemovalReason::HeartbeatTimeout,
-        });
-        let after = rm.send(GetResourceManagerStatus);
-        let (first, _, after) = tokio::join!(first, removal, after);
-        if let (Ok(first), Ok(after)) = (first, after)
-            && first.started.contains(&victim)
-            && !after.started.contains(&victim)
-        {
-            self.violation(format!(
-                "a stale leader's RemoveResource released {victim} at the resource manager"
-            ));
+        let (id, tm, _) = &task_managers[(index % task_managers.len() as u64) as usize];
+        self.cluster.trace.record(format!(
+            "fault stale leader SubmitTask/CancelTask/ReleaseJobPartitions {id}"
+        ));
+        if let Err(violation) = fencing::probe_task_manager(tm, id, &mut self.rng).await {
+            self.violation(violation);
         }
     }
 
@@ -461,7 +449,7 @@ impl Run {
 
     /// No TaskManager keeps work the JobManager gave up on: one that has been running, yet not
     /// registered at the JobManager, for longer than its heartbeat timeout (and an interval)
-    /// must hold no slots.
+    /// must run no task attempt and hold no slots.
     async fn check_orphans(&mut self, snapshot: &JobManagerSnapshot) {
         let now = self.cluster.now();
         let heartbeat = self.cluster.config.heartbeat;
@@ -479,9 +467,17 @@ impl Run {
             if now.saturating_sub(since.max(running_since)) <= grace {
                 continue;
             }
-            if let Ok(status) = task_manager.send(GetTaskManagerStatus).await
-                && status.slots_free < status.slots_total
-            {
+            let Ok(status) = task_manager.send(GetTaskManagerStatus).await else {
+                continue;
+            };
+            if let Some(task) = status.running.first() {
+                self.violation(format!(
+                    "{id} still runs {} (and {} more) {:?} after the JobManager dropped it",
+                    task.attempt,
+                    status.running.len() - 1,
+                    now.saturating_sub(since)
+                ));
+            } else if status.slots_free < status.slots_total {
                 self.violation(format!(
                     "{id} holds {} slots {:?} after the JobManager dropped it",
                     status.slots_total - status.slots_free,

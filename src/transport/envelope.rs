@@ -449,6 +449,7 @@ mod tests {
                 leader_session_id: None,
                 slots: vec![None, None],
                 running: Vec::new(),
+                job_partitions: Vec::new(),
             }
             .into_reply(),
             Result::<(), TaskSubmissionError>::Err(TaskSubmissionError::Duplicate(

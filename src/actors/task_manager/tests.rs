@@ -543,6 +543,7 @@ async fn status_shows_each_slots_allocation_and_the_running_attempts_until_disco
         attempt: ExecutionAttemptId::from_u128(attempt),
         job_id: JobId::from_u128(1),
         allocation_id,
+        cancel_requested: false,
     };
     assert_eq!(
         status.running,

@@ -1,0 +1,137 @@
+//! The stale-leader invariant: a message fenced with a leader session that is not the current
+//! one changes nothing. Each probe sends the leader-only messages of one actor with a session
+//! drawn at random (a stale leader's), between two status asks, all in one burst: the actor's
+//! mailbox handles them back to back, so any difference between the two answers is the stale
+//! messages' doing.
+
+use actix::Addr;
+
+use crate::actors::resource_manager::FlinkResourceManager;
+use crate::actors::task_manager::TaskManager;
+use crate::env::NodeRng;
+use crate::messages::RemovalReason;
+use crate::messages::deployment::TaskDeploymentDescriptor;
+use crate::messages::ids::{AllocationId, ExecutionAttemptId, JobId, LeaderSessionId, ResourceId};
+use crate::messages::resource_manager::{GetResourceManagerStatus, RemoveResource};
+use crate::messages::task_manager::{
+    CancelTask, GetTaskManagerStatus, ReleaseJobPartitions, SubmitTask, TaskSubmissionError,
+};
+
+/// A stale `RemoveResource` of the started worker picked by `index`: the resource manager must
+/// still count it as started. `None` if there was nothing to probe or nothing changed; the
+/// returned text names the victim otherwise.
+pub async fn probe_resource_manager(
+    rm: &Addr<FlinkResourceManager>,
+    stale: LeaderSessionId,
+    index: u64,
+) -> Option<Result<ResourceId, String>> {
+    let before = rm.send(GetResourceManagerStatus).await.ok()?;
+    if before.started.is_empty() {
+        return None;
+    }
+    let victim = before.started[(index % before.started.len() as u64) as usize].clone();
+    let first = rm.send(GetResourceManagerStatus);
+    let removal = rm.send(RemoveResource {
+        leader_session_id: stale,
+        resource_id: victim.clone(),
+        reason: RemovalReason::HeartbeatTimeout,
+    });
+    let after = rm.send(GetResourceManagerStatus);
+    let (first, _, after) = tokio::join!(first, removal, after);
+    match (first, after) {
+        (Ok(first), Ok(after))
+            if first.started.contains(&victim) && !after.started.contains(&victim) =>
+        {
+            Some(Err(format!(
+                "a stale leader's RemoveResource released {victim} at the resource manager"
+            )))
+        }
+        _ => Some(Ok(victim)),
+    }
+}
+
+/// A stale `SubmitTask` (of a new attempt in a new allocation), `CancelTask` (of a running
+/// attempt) and `ReleaseJobPartitions` (of a job with partitions) to one TaskManager: the
+/// submission must be refused as stale, and its slots, running attempts, cancel flags and held
+/// partitions must stay as they were. `Err` describes what changed.
+pub async fn probe_task_manager(
+    tm: &Addr<TaskManager>,
+    resource_id: &ResourceId,
+    rng: &mut NodeRng,
+) -> Result<(), String> {
+    let stale = LeaderSessionId::generate(rng);
+    let Ok(before) = tm.send(GetTaskManagerStatus).await else {
+        return Ok(());
+    };
+    let first = tm.send(GetTaskManagerStatus);
+    let submit = tm.send(SubmitTask {
+        leader_session_id: stale,
+        descriptor: stray_task(
+            ExecutionAttemptId::generate(rng),
+            AllocationId::generate(rng),
+        ),
+    });
+    if let Some(task) = before.running.first() {
+        tm.do_send(CancelTask {
+            leader_session_id: stale,
+            attempt: task.attempt,
+        });
+    }
+    if let Some((job_id, _)) = before.job_partitions.first() {
+        tm.do_send(ReleaseJobPartitions {
+            leader_session_id: stale,
+            job_id: *job_id,
+        });
+    }
+    let after = tm.send(GetTaskManagerStatus);
+    let (first, submit, after) = tokio::join!(first, submit, after);
+    let (Ok(first), Ok(after)) = (first, after) else {
+        return Ok(());
+    };
+    if let Ok(answer) = submit
+        && answer != Err(TaskSubmissionError::StaleLeader)
+    {
+        return Err(format!(
+            "{resource_id} answered a stale leader's SubmitTask with {answer:?}"
+        ));
+    }
+    if first.slots != after.slots {
+        return Err(format!(
+            "a stale leader's messages changed {resource_id}'s slots: {:?} -> {:?}",
+            first.slots, after.slots
+        ));
+    }
+    if first.running != after.running {
+        return Err(format!(
+            "a stale leader's messages changed {resource_id}'s running tasks: {:?} -> {:?}",
+            first.running, after.running
+        ));
+    }
+    if first.job_partitions != after.job_partitions {
+        return Err(format!(
+            "a stale leader's ReleaseJobPartitions changed {resource_id}'s partitions: {:?} -> {:?}",
+            first.job_partitions, after.job_partitions
+        ));
+    }
+    Ok(())
+}
+
+/// A task no job of the run has: if a TaskManager took it, it would hold a slot for it.
+fn stray_task(
+    attempt: ExecutionAttemptId,
+    allocation_id: AllocationId,
+) -> TaskDeploymentDescriptor {
+    TaskDeploymentDescriptor {
+        job_id: JobId::from_u128(u128::MAX),
+        attempt,
+        attempt_number: 0,
+        vertex_name: "stale".into(),
+        subtask: 0,
+        parallelism: 1,
+        operator: "sleep".into(),
+        config: [("ms".to_owned(), "1000".to_owned())].into(),
+        allocation_id,
+        inputs: Vec::new(),
+        outputs: Vec::new(),
+    }
+}
