@@ -758,8 +758,8 @@ async fn write_batch<W: AsyncWrite + Unpin>(
     Ok(())
 }
 
-/// An error and its sources on one line, for the close log.
-struct Chain<'a>(&'a (dyn std::error::Error + 'static));
+/// An error and its sources on one line, for the transport's logs.
+pub(crate) struct Chain<'a>(pub(crate) &'a (dyn std::error::Error + 'static));
 
 impl fmt::Display for Chain<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -59,7 +59,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::mpsc;
 
 use super::connection::{
-    self, Connection, ConnectionConfig, ConnectionError, DEFAULT_ASK_TIMEOUT,
+    self, Chain, Connection, ConnectionConfig, ConnectionError, DEFAULT_ASK_TIMEOUT,
     DEFAULT_MAX_PENDING_ASKS, DEFAULT_OUTBOUND_QUEUE, Inbound, Side,
 };
 use super::envelope::{Answer, Envelope, EnvelopeKind, Payload, PayloadKind, Reply, ReplyError};
@@ -229,21 +229,6 @@ pub enum RemoteError {
 impl From<ConnectionError> for RemoteError {
     fn from(error: ConnectionError) -> Self {
         Self::Connection(Arc::new(error))
-    }
-}
-
-/// Formats an error with its whole `source` chain, for one log line.
-struct Chain<'a>(&'a dyn std::error::Error);
-
-impl fmt::Display for Chain<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.0)?;
-        let mut source = self.0.source();
-        while let Some(error) = source {
-            write!(f, ": {error}")?;
-            source = error.source();
-        }
-        Ok(())
     }
 }
 
