@@ -54,6 +54,7 @@ pub mod demo;
 pub mod directory;
 pub mod drivers;
 pub mod env;
+pub mod error_chain;
 pub mod events;
 pub mod exchange;
 pub mod executor;

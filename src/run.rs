@@ -39,6 +39,7 @@ use tokio::time::Instant;
 
 use crate::actors::job_master::JobMaster;
 use crate::config::{ClusterConfig, ConfigError};
+use crate::error_chain::ErrorChain;
 use crate::job::file::{JobFileError, read_job_file};
 use crate::job::graph::JobGraph;
 use crate::job::states::{ExecutionState, JobStatus};
@@ -677,22 +678,6 @@ pub fn progress_line(elapsed: Duration, status: JobStatus, finished: u32, total:
         elapsed.as_secs_f64(),
         status.as_str()
     )
-}
-
-/// Shows an error with its sources, `outer: inner: innermost`, for log lines (the binary uses
-/// anyhow's `{:#}` for the same; anyhow stays out of the library).
-struct ErrorChain<'a>(&'a dyn std::error::Error);
-
-impl std::fmt::Display for ErrorChain<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}", self.0)?;
-        let mut source = self.0.source();
-        while let Some(error) = source {
-            write!(f, ": {error}")?;
-            source = error.source();
-        }
-        Ok(())
-    }
 }
 
 #[cfg(test)]

@@ -64,6 +64,7 @@ use super::frame::{DEFAULT_MAX_FRAME, FrameCodec, FrameError};
 use super::handshake::{self, HandshakeConfig, HandshakeError};
 use crate::codec::CodecError;
 use crate::env::NodeRng;
+use crate::error_chain::ErrorChain as Chain;
 use crate::latch::Latch;
 use crate::messages::ActorAddress;
 
@@ -756,21 +757,6 @@ async fn write_batch<W: AsyncWrite + Unpin>(
         writer.flush().await?;
     }
     Ok(())
-}
-
-/// An error and its sources on one line, for the transport's logs.
-pub(crate) struct Chain<'a>(pub(crate) &'a (dyn std::error::Error + 'static));
-
-impl fmt::Display for Chain<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.0)?;
-        let mut source = self.0.source();
-        while let Some(error) = source {
-            write!(f, ": {error}")?;
-            source = error.source();
-        }
-        Ok(())
-    }
 }
 
 #[cfg(test)]

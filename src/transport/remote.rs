@@ -59,7 +59,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::mpsc;
 
 use super::connection::{
-    self, Chain, Connection, ConnectionConfig, ConnectionError, DEFAULT_ASK_TIMEOUT,
+    self, Connection, ConnectionConfig, ConnectionError, DEFAULT_ASK_TIMEOUT,
     DEFAULT_MAX_PENDING_ASKS, DEFAULT_OUTBOUND_QUEUE, Inbound, Side,
 };
 use super::envelope::{Answer, Envelope, EnvelopeKind, Payload, PayloadKind, Reply, ReplyError};
@@ -70,6 +70,7 @@ use super::tls::{Tls, TlsError};
 use crate::backoff::ExponentialBackoff;
 use crate::directory::{LocalActor, LocalDirectory, Resolver};
 use crate::env::NodeRng;
+use crate::error_chain::ErrorChain as Chain;
 use crate::executor::NodeExecutor;
 use crate::latch::Latch;
 use crate::messages::ActorAddress;
