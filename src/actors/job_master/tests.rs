@@ -47,6 +47,23 @@ fn pipeline(
     b.build(|_| true).expect("a valid graph")
 }
 
+/// `source` → `sink`, forward, each vertex in its own slot sharing group (so a sink never shares
+/// its source's slot), restarting once.
+fn split(parallelism: u32, exchange: ExchangeMode) -> JobGraph {
+    let mut b = JobGraph::builder("split");
+    let source = b
+        .vertex("source", "numbers", parallelism)
+        .slot_sharing_group("produce")
+        .index();
+    let sink = b
+        .vertex("sink", "collect", parallelism)
+        .slot_sharing_group("consume")
+        .index();
+    b.edge(source, sink, DistributionPattern::Forward, exchange);
+    b.restart_strategy(fixed_delay(1));
+    b.build(|_| true).expect("a valid graph")
+}
+
 /// Forward, pipelined: one region per (source i, sink i) pair.
 fn pairs(parallelism: u32, restart: RestartStrategyConfig) -> JobGraph {
     pipeline(
@@ -843,23 +860,7 @@ fn a_lost_task_manager_reruns_finished_producers_only_for_unfinished_consumers()
 #[test]
 fn a_lost_task_manager_whose_results_were_all_consumed_restarts_nothing() {
     // Sources and sinks in separate sharing groups: sink i lands beside source i's result.
-    let mut g = JobGraph::builder("split");
-    let source = g
-        .vertex("source", "numbers", 2)
-        .slot_sharing_group("produce")
-        .index();
-    let sink = g
-        .vertex("sink", "collect", 2)
-        .slot_sharing_group("consume")
-        .index();
-    g.edge(
-        source,
-        sink,
-        DistributionPattern::Forward,
-        ExchangeMode::Blocking,
-    );
-    g.restart_strategy(fixed_delay(1));
-    let mut h = Harness::new(g.build(|_| true).expect("valid"), &[1, 1]);
+    let mut h = Harness::new(split(2, ExchangeMode::Blocking), &[1, 1]);
     h.start();
     h.run_all(&[("source", 0), ("source", 1)]);
     assert_eq!(
@@ -891,23 +892,7 @@ fn a_lost_task_manager_whose_results_were_all_consumed_restarts_nothing() {
 #[test]
 fn losing_a_task_manager_while_its_task_cancels_for_a_restart_is_no_new_failure() {
     // Separate sharing groups put the sink on its own TaskManager.
-    let mut b = JobGraph::builder("split");
-    let source = b
-        .vertex("source", "numbers", 1)
-        .slot_sharing_group("a")
-        .index();
-    let sink = b
-        .vertex("sink", "collect", 1)
-        .slot_sharing_group("b")
-        .index();
-    b.edge(
-        source,
-        sink,
-        DistributionPattern::Forward,
-        ExchangeMode::Pipelined,
-    );
-    b.restart_strategy(fixed_delay(1));
-    let mut h = Harness::new(b.build(|_| true).expect("valid"), &[1, 1]);
+    let mut h = Harness::new(split(1, ExchangeMode::Pipelined), &[1, 1]);
     assert_eq!(
         deployments(&h.start()),
         [deployed("source", 0, 0), deployed("sink", 0, 1)]
