@@ -49,6 +49,16 @@ struct Fixture {
 }
 
 impl Fixture {
+    /// The JobManager probe answers `ReleaseIdleTaskManagers` with `released`, from `session`.
+    fn answer_idle_release(&self, session: LeaderSessionId, released: Vec<ResourceId>) {
+        self.jm.script(|s| {
+            s.release_idle_task_managers = Script::Answer(IdleTaskManagersReleased {
+                leader_session_id: session,
+                released,
+            })
+        });
+    }
+
     async fn status(&self) -> ResourceManagerStatus {
         ask(&self.rm, GetResourceManagerStatus).await
     }
@@ -712,12 +722,7 @@ async fn shrinking_releases_only_the_idle_workers_the_job_manager_names() {
     f.register_all_requested().await;
     let ids = f.driver.requested();
     // The JobManager finds only one of the two surplus workers idle.
-    f.jm.script(|s| {
-        s.release_idle_task_managers = Script::Answer(IdleTaskManagersReleased {
-            leader_session_id: SESSION,
-            released: vec![ids[3].clone()],
-        })
-    });
+    f.answer_idle_release(SESSION, vec![ids[3].clone()]);
     f.rm.send(SetWorkerPoolSize { size: 2 })
         .await
         .unwrap()
@@ -731,12 +736,7 @@ async fn shrinking_releases_only_the_idle_workers_the_job_manager_names() {
     assert_eq!(f.driver.released(), [ids[3].clone()]);
     assert_eq!(f.counts().await, (3, 0, 0), "the busy one stays");
     // Next check: one surplus left; the JobManager now has none idle.
-    f.jm.script(|s| {
-        s.release_idle_task_managers = Script::Answer(IdleTaskManagersReleased {
-            leader_session_id: SESSION,
-            released: vec![],
-        })
-    });
+    f.answer_idle_release(SESSION, vec![]);
     f.rm.do_send(CheckAndAllocateContainers);
     settle().await;
     assert_eq!(f.driver.released().len(), 1);
@@ -748,12 +748,7 @@ async fn an_idle_release_answer_from_a_stale_session_releases_nothing() {
     let f = start(config(2), true).await;
     f.register_all_requested().await;
     let ids = f.driver.requested();
-    f.jm.script(|s| {
-        s.release_idle_task_managers = Script::Answer(IdleTaskManagersReleased {
-            leader_session_id: STALE,
-            released: vec![ids[0].clone()],
-        })
-    });
+    f.answer_idle_release(STALE, vec![ids[0].clone()]);
     f.rm.send(SetWorkerPoolSize { size: 1 })
         .await
         .unwrap()
