@@ -49,6 +49,16 @@ struct Fixture {
 }
 
 impl Fixture {
+    /// Sets the designated pool size, which must be accepted.
+    async fn set_pool_size(&self, size: u32) {
+        let answer = ask(&self.rm, SetWorkerPoolSize { size }).await;
+        assert_eq!(
+            answer,
+            Ok(Acknowledge),
+            "SetWorkerPoolSize {{ size: {size} }}"
+        );
+    }
+
     /// The JobManager probe answers `ReleaseIdleTaskManagers` with `released`, from `session`.
     fn answer_idle_release(&self, session: LeaderSessionId, released: Vec<ResourceId>) {
         self.jm.script(|s| {
@@ -182,10 +192,7 @@ async fn the_pool_is_checked_on_its_timer() {
     let f = start(config, true).await;
     f.register_all_requested().await;
     // Shrink while the JobManager says every worker is busy: only the timer asks again.
-    f.rm.send(SetWorkerPoolSize { size: 1 })
-        .await
-        .unwrap()
-        .unwrap();
+    f.set_pool_size(1).await;
     settle().await;
     let asks = || {
         f.jm.received
@@ -483,10 +490,7 @@ async fn messages_from_a_stale_leader_session_change_nothing() {
         resource_id: ids[0].clone(),
         reason: RemovalReason::HeartbeatTimeout,
     });
-    f.rm.send(SetWorkerPoolSize { size: 3 })
-        .await
-        .unwrap()
-        .unwrap();
+    f.set_pool_size(3).await;
     let third = f.driver.requested()[2].clone();
     f.rm.do_send(WorkerStarted {
         resource_id: third.clone(),
@@ -690,10 +694,7 @@ async fn shrinking_cancels_pending_workers_before_touching_registered_ones() {
     f.rm.do_send(WorkerStarted {
         resource_id: ids[2].clone(),
     });
-    f.rm.send(SetWorkerPoolSize { size: 2 })
-        .await
-        .unwrap()
-        .unwrap();
+    f.set_pool_size(2).await;
     settle().await;
     let mut released = f.driver.released();
     released.sort();
@@ -723,10 +724,7 @@ async fn shrinking_releases_only_the_idle_workers_the_job_manager_names() {
     let ids = f.driver.requested();
     // The JobManager finds only one of the two surplus workers idle.
     f.answer_idle_release(SESSION, vec![ids[3].clone()]);
-    f.rm.send(SetWorkerPoolSize { size: 2 })
-        .await
-        .unwrap()
-        .unwrap();
+    f.set_pool_size(2).await;
     settle().await;
     let asked = f.jm.received.filter(|m| match m {
         JobManagerMessage::ReleaseIdleTaskManagers(r) => Some(r.count),
@@ -749,10 +747,7 @@ async fn an_idle_release_answer_from_a_stale_session_releases_nothing() {
     f.register_all_requested().await;
     let ids = f.driver.requested();
     f.answer_idle_release(STALE, vec![ids[0].clone()]);
-    f.rm.send(SetWorkerPoolSize { size: 1 })
-        .await
-        .unwrap()
-        .unwrap();
+    f.set_pool_size(1).await;
     settle().await;
     assert!(f.driver.released().is_empty());
 }
@@ -818,10 +813,7 @@ async fn every_release_is_reported_to_the_job_manager() {
     let ids = f.driver.requested();
     f.start_and_register(&ids[0]).await;
     // Cancelled while pending: the JobManager may have it registered already.
-    f.rm.send(SetWorkerPoolSize { size: 1 })
-        .await
-        .unwrap()
-        .unwrap();
+    f.set_pool_size(1).await;
     settle().await;
     let mut reported: Vec<_> = removed(&f.jm)
         .into_iter()
@@ -957,10 +949,7 @@ async fn an_idle_release_answered_after_a_leader_change_does_not_double_release(
     let ids = f.driver.requested();
     let held = Held::default();
     f.jm.script(|s| s.release_idle_task_managers = Script::Hold(held.clone()));
-    f.rm.send(SetWorkerPoolSize { size: 2 })
-        .await
-        .unwrap()
-        .unwrap();
+    f.set_pool_size(2).await;
     settle().await;
     assert_eq!(held.len(), 1);
     // Leader change while the ask is in flight; the new leader is asked once.
