@@ -18,7 +18,7 @@
 //! src/task_blocking.rs how task code waits (TaskBlocker): production parks the task thread
 //! src/lockstep.rs      the simulation's task runner: task threads in lock-step, virtual time
 //! src/codec.rs         the one place values become bytes (bincode 2, size-limited)
-//! src/config.rs        ClusterConfig: Flink's keys and defaults, validated
+//! src/config/          ClusterConfig: Flink's keys (one registry), layered sources, validated
 //! src/minicluster.rs   the embedded cluster
 //! src/bin/demo.rs      the guided tour
 //! ```

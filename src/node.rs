@@ -47,7 +47,7 @@ pub fn start_job_manager_node(
             cluster_id: config.cluster.id.clone(),
             heartbeat: config.heartbeat,
             ask_timeout: ASK_TIMEOUT,
-            slot_request_timeout: config.slot.request_timeout,
+            slot_request_timeout: config.slot.request.timeout,
             slots_per_task_manager: config.taskmanager.slots,
             taskmanager_timeout: config.resourcemanager.taskmanager_timeout,
             registry,

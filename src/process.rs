@@ -3,8 +3,8 @@
 //!
 //! The JobManager process runs the JobManager and the resource manager; its `local_process`
 //! driver starts `flint taskmanager` children, handing them the effective configuration (a TOML
-//! file in the working directory) and the cluster secret (in the environment, never on the
-//! command line). A TaskManager process only needs the JobManager's `host:port`.
+//! file in the working directory, read with `--ignore-env`; `rest.token` left out) and the
+//! cluster secret (in the environment, never on the command line). A TaskManager process only needs the JobManager's `host:port`.
 //!
 //! Security: a node without a secret binds only loopback addresses unless started with
 //! `--insecure` (then anyone who can reach the port can join the cluster).
@@ -186,10 +186,11 @@ pub async fn run_job_manager(
         source,
     })?;
     let child_config = dir.join("taskmanager.toml");
-    let text = toml::to_string(&config).unwrap_or_default();
-    std::fs::write(&child_config, text).map_err(|source| ProcessError::ChildConfig {
-        path: child_config.clone(),
-        source,
+    std::fs::write(&child_config, config.to_toml_without_secrets()).map_err(|source| {
+        ProcessError::ChildConfig {
+            path: child_config.clone(),
+            source,
+        }
     })?;
     let driver: Box<dyn WorkerDriver> = match config.resourcemanager.driver {
         DriverKind::Standalone => Box::new(StandaloneDriver),
@@ -210,9 +211,13 @@ pub async fn run_job_manager(
                         options.program,
                         config.taskmanager.slots,
                     );
-                    template
-                        .args
-                        .extend(["--config".to_owned(), child_config.display().to_string()]);
+                    // The file is the whole configuration: the children inherit this process's
+                    // environment, whose FLINT_* variables must not override its flags.
+                    template.args.extend([
+                        "--config".to_owned(),
+                        child_config.display().to_string(),
+                        "--ignore-env".to_owned(),
+                    ]);
                     template
                 }
             };

@@ -3,12 +3,12 @@
 //!
 //! A run goes through four steps, and each can only fail in its own way:
 //!
-//! 1. **Check.** The configuration file is read, the job file is read with its parameters and
-//!    validated against the built-in operators, the flags are applied and the result validated,
-//!    and the job is checked to fit the largest pool allowed. Any problem here is reported before
+//! 1. **Check.** The configuration is loaded (file, `FLINT_*` variables, flags: see
+//!    [`crate::config`]), the job file is read with its parameters and validated against the
+//!    built-in operators, and the job is checked to fit the largest pool allowed. Any problem here is reported before
 //!    a single actor starts.
 //! 2. **Start.** A [`MiniCluster`] starts with the resolved configuration. Unless set by a flag or
-//!    the configuration file, the pool holds just enough TaskManagers for the job's peak slots
+//!    the configuration, the pool holds just enough TaskManagers for the job's peak slots
 //!    (`ceil(peak_slots / slots)`) and each TaskManager offers [`DEFAULT_SLOTS`] slots.
 //! 3. **Watch.** Once the pool is up, the job is submitted and its status polled every
 //!    [`POLL_INTERVAL`]; a progress line is printed whenever its status or its number of
@@ -32,13 +32,13 @@
 
 use std::collections::BTreeMap;
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 use crate::actors::job_master::JobMaster;
-use crate::config::{ClusterConfig, ConfigError};
+use crate::config::{ClusterConfig, ConfigError, ConfigSources, FlagOverride};
 use crate::error_chain::ErrorChain;
 use crate::job::file::{JobFileError, read_job_file};
 use crate::job::graph::JobGraph;
@@ -82,8 +82,12 @@ pub struct RunOptions {
     /// Slots per TaskManager; `None`: the configuration file's `taskmanager.slots`, or else
     /// [`DEFAULT_SLOTS`].
     pub slots: Option<u32>,
-    /// A cluster configuration file (TOML, see [`crate::config`]).
+    /// A cluster configuration file (TOML, see [`crate::config`]); `None`: `FLINT_CONFIG`, if set.
     pub config: Option<PathBuf>,
+    /// The environment the `FLINT_*` configuration variables are read from.
+    pub env: Vec<(String, String)>,
+    /// Flags that set configuration keys (`-D key=value`); `pool_size` and `slots` win over them.
+    pub overrides: Vec<FlagOverride>,
     /// How long the cluster's bring-up and the job together may take; a job still running then
     /// is cancelled and the run fails with [`RunError::TimedOut`].
     pub timeout: Duration,
@@ -131,25 +135,8 @@ pub enum RunError {
     /// The command line is wrong. Not retryable.
     #[error(transparent)]
     Usage(#[from] UsageError),
-    /// The configuration file could not be read. Not retryable as is.
-    #[error("cannot read configuration file {}", .path.display())]
-    ConfigRead {
-        /// The file.
-        path: PathBuf,
-        /// Why.
-        #[source]
-        source: std::io::Error,
-    },
-    /// The configuration file is malformed or has an invalid value. Not retryable.
-    #[error("cannot use configuration file {}", .path.display())]
-    ConfigFile {
-        /// The file.
-        path: PathBuf,
-        /// What is wrong (names the key, or points at the line).
-        #[source]
-        source: ConfigError,
-    },
-    /// The configuration after applying the flags is invalid (`--slots 0`). Not retryable.
+    /// The configuration cannot be read or is invalid (names the key, the value and its
+    /// source: the file, a variable, a flag such as `--slots 0`). Not retryable.
     #[error(transparent)]
     Config(ConfigError),
     /// The job file cannot be turned into a job. Not retryable: the file or the parameters
@@ -205,12 +192,9 @@ impl RunError {
     /// [`EXIT_CLUSTER`] otherwise.
     pub fn exit_code(&self) -> u8 {
         match self {
-            Self::Usage(_)
-            | Self::ConfigRead { .. }
-            | Self::ConfigFile { .. }
-            | Self::Config(_)
-            | Self::JobFile(_)
-            | Self::TooLarge { .. } => EXIT_USAGE,
+            Self::Usage(_) | Self::Config(_) | Self::JobFile(_) | Self::TooLarge { .. } => {
+                EXIT_USAGE
+            }
             Self::Cluster(_) | Self::TimedOut { .. } | Self::Output(_) => EXIT_CLUSTER,
         }
     }
@@ -456,54 +440,51 @@ struct ExplicitKeys {
     slots: bool,
 }
 
-/// Reads the configuration file, or the defaults without one.
-fn load_config(path: Option<&Path>) -> Result<(ClusterConfig, ExplicitKeys), RunError> {
-    let Some(path) = path else {
-        return Ok((ClusterConfig::default(), ExplicitKeys::default()));
-    };
-    let text = std::fs::read_to_string(path).map_err(|source| RunError::ConfigRead {
-        path: path.to_owned(),
-        source,
-    })?;
-    let file_error = |source| RunError::ConfigFile {
-        path: path.to_owned(),
-        source,
-    };
-    let config = ClusterConfig::from_toml_str(&text).map_err(file_error)?;
-    let table: toml::Table =
-        toml::from_str(&text).map_err(|e| file_error(ConfigError::Parse(Box::new(e))))?;
-    let has = |section: &str, key: &str| {
-        table
-            .get(section)
-            .and_then(|s| s.as_table())
-            .is_some_and(|s| s.contains_key(key))
-    };
+/// Loads the configuration from the file, the environment and the flags (`--pool-size` and
+/// `--slots` last), and says which of the two keys the run's defaults must leave alone.
+fn load_config(options: &RunOptions) -> Result<(ClusterConfig, ExplicitKeys), RunError> {
+    let mut flags = options.overrides.clone();
+    if let Some(size) = options.pool_size {
+        flags.push(FlagOverride::new(
+            "resourcemanager.pool-size",
+            size.to_string(),
+            "--pool-size",
+        ));
+    }
+    if let Some(slots) = options.slots {
+        flags.push(FlagOverride::new(
+            "taskmanager.slots",
+            slots.to_string(),
+            "--slots",
+        ));
+    }
+    let loaded = ConfigSources {
+        file: options.config.clone(),
+        env: options.env.clone(),
+        flags,
+    }
+    .load()
+    .map_err(RunError::Config)?;
+    for warning in &loaded.warnings {
+        log::warn!("{warning}");
+    }
     let explicit = ExplicitKeys {
-        pool_size: has("resourcemanager", "pool-size"),
-        slots: has("taskmanager", "slots"),
+        pool_size: loaded.is_set("resourcemanager.pool-size"),
+        slots: loaded.is_set("taskmanager.slots"),
     };
-    Ok((config, explicit))
+    Ok((loaded.config, explicit))
 }
 
-/// Applies the flags and the run's defaults (flags over the file over the defaults) and checks
-/// that the job fits the largest pool allowed.
+/// Applies the run's defaults to the keys no source set (slots: [`DEFAULT_SLOTS`]; the pool:
+/// just enough for the job's peak slots) and checks that the job fits the largest pool allowed.
 fn resolve_config(
     mut config: ClusterConfig,
     explicit: ExplicitKeys,
-    pool_size: Option<u32>,
-    slots: Option<u32>,
     peak_slots: u64,
 ) -> Result<ClusterConfig, RunError> {
-    if let Some(slots) = slots {
-        config.taskmanager.slots = slots;
-    } else if !explicit.slots {
+    if !explicit.slots {
         config.taskmanager.slots = DEFAULT_SLOTS;
     }
-    if let Some(size) = pool_size {
-        config.resourcemanager.pool_size = size;
-    }
-    // Validated before the pool size is derived from the slots, so `--slots 0` is named as such.
-    config.validate().map_err(RunError::Config)?;
     let slots = config.taskmanager.slots;
     let max_pool = config.resourcemanager.max_pool_size;
     let offered = u64::from(max_pool) * u64::from(slots);
@@ -515,7 +496,7 @@ fn resolve_config(
             slots,
         });
     }
-    if pool_size.is_none() && !explicit.pool_size {
+    if !explicit.pool_size {
         // Fits in u32: peak_slots <= max_pool * slots, so the quotient is <= max_pool.
         config.resourcemanager.pool_size =
             u32::try_from(peak_slots.div_ceil(u64::from(slots))).unwrap_or(max_pool);
@@ -542,18 +523,12 @@ pub async fn run_embedded(
     out: &mut impl Write,
 ) -> Result<RunReport, RunError> {
     let registry = OperatorRegistry::with_builtins();
-    let (config, explicit) = load_config(options.config.as_deref())?;
+    let (config, explicit) = load_config(&options)?;
     let graph = read_job_file(&options.job_file, &options.params, |op| {
         registry.contains(op)
     })?;
     let peak_slots = JobMaster::peak_slots(&graph);
-    let config = resolve_config(
-        config,
-        explicit,
-        options.pool_size,
-        options.slots,
-        peak_slots,
-    )?;
+    let config = resolve_config(config, explicit, peak_slots)?;
     let outputs = sink_outputs(&graph);
     let tasks: u64 = graph
         .vertices
@@ -728,60 +703,67 @@ mod tests {
         );
     }
 
+    fn options(pool_size: Option<u32>, slots: Option<u32>, env: &[(&str, &str)]) -> RunOptions {
+        RunOptions {
+            job_file: PathBuf::from("job.toml"),
+            params: BTreeMap::new(),
+            pool_size,
+            slots,
+            config: None,
+            env: env
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+            overrides: Vec::new(),
+            timeout: Duration::from_secs(1),
+        }
+    }
+
+    fn resolved(options: &RunOptions, peak_slots: u64) -> Result<ClusterConfig, RunError> {
+        let (config, explicit) = load_config(options)?;
+        resolve_config(config, explicit, peak_slots)
+    }
+
     #[test]
     fn default_pool_holds_the_peak_slots() {
-        let config = resolve_config(
-            ClusterConfig::default(),
-            ExplicitKeys::default(),
-            None,
-            None,
-            5,
-        )
-        .unwrap();
+        let config = resolved(&options(None, None, &[]), 5).unwrap();
         assert_eq!(config.taskmanager.slots, DEFAULT_SLOTS);
         assert_eq!(config.resourcemanager.pool_size, 3);
     }
 
     #[test]
-    fn flags_win_over_the_file_and_the_file_over_the_defaults() {
-        let mut file = ClusterConfig::default();
-        file.taskmanager.slots = 4;
-        file.resourcemanager.pool_size = 7;
-        let explicit = ExplicitKeys {
-            pool_size: true,
-            slots: true,
-        };
-        let from_file = resolve_config(file.clone(), explicit, None, None, 8).unwrap();
-        assert_eq!(from_file.taskmanager.slots, 4);
-        assert_eq!(from_file.resourcemanager.pool_size, 7);
-        let from_flags = resolve_config(file.clone(), explicit, Some(1), Some(1), 8).unwrap();
+    fn flags_win_over_the_environment_and_any_source_over_the_runs_defaults() {
+        let env = [
+            ("FLINT_TASKMANAGER_SLOTS", "4"),
+            ("FLINT_RESOURCEMANAGER_POOL_SIZE", "7"),
+        ];
+        let from_env = resolved(&options(None, None, &env), 8).unwrap();
+        assert_eq!(from_env.taskmanager.slots, 4);
+        assert_eq!(from_env.resourcemanager.pool_size, 7);
+        let from_flags = resolved(&options(Some(1), Some(1), &env), 8).unwrap();
         assert_eq!(from_flags.taskmanager.slots, 1);
         assert_eq!(from_flags.resourcemanager.pool_size, 1);
-        // A file that sets neither key: the run's defaults.
-        let defaults = resolve_config(file, ExplicitKeys::default(), None, None, 8).unwrap();
+        // Set by neither: the run's defaults.
+        let defaults = resolved(&options(None, None, &[]), 8).unwrap();
         assert_eq!(defaults.taskmanager.slots, DEFAULT_SLOTS);
         assert_eq!(defaults.resourcemanager.pool_size, 4);
     }
 
     #[test]
-    fn zero_slots_names_the_key_instead_of_dividing_by_zero() {
-        let err = resolve_config(
-            ClusterConfig::default(),
-            ExplicitKeys::default(),
-            None,
-            Some(0),
-            4,
-        )
-        .unwrap_err();
+    fn zero_slots_names_the_key_and_the_flag_instead_of_dividing_by_zero() {
+        let err = resolved(&options(None, Some(0), &[]), 4).unwrap_err();
         assert_eq!(err.exit_code(), EXIT_USAGE);
-        assert!(err.to_string().contains("taskmanager.slots"), "{err}");
+        let text = err.to_string();
+        assert!(
+            text.contains("taskmanager.slots = \"0\" (from flag --slots)"),
+            "{text}"
+        );
     }
 
     #[test]
     fn a_job_larger_than_the_largest_pool_is_refused_up_front() {
-        let mut config = ClusterConfig::default();
-        config.resourcemanager.max_pool_size = 2;
-        let err = resolve_config(config, ExplicitKeys::default(), None, Some(2), 5).unwrap_err();
+        let env = [("FLINT_RESOURCEMANAGER_MAX_POOL_SIZE", "2")];
+        let err = resolved(&options(None, Some(2), &env), 5).unwrap_err();
         assert!(
             matches!(
                 err,

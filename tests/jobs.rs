@@ -270,7 +270,7 @@ async fn parallelism_beyond_what_the_pool_may_ever_reach_is_refused_before_runni
 async fn a_request_no_slot_can_serve_in_time_fails_with_no_resource_available() {
     let mut config = config(1, 2);
     config.resourcemanager.max_pool_size = 1;
-    config.slot.request_timeout = Duration::from_millis(300);
+    config.slot.request.timeout = Duration::from_millis(300);
     let cluster = MiniCluster::start(config).unwrap();
     cluster.wait_for_pool(1, DEADLINE).await.unwrap();
     let hog = cluster

@@ -9,6 +9,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand};
 use flint::ClusterConfig;
+use flint::config::{ConfigSources, FlagOverride, LoadedConfig};
 use flint::messages::ids::ResourceId;
 use flint::run::{RunError, RunOptions, UsageError};
 
@@ -55,18 +56,123 @@ enum Command {
     ///
     /// Example: FLINT_SECRET=... flint taskmanager --jobmanager 10.0.0.5:6123 --slots 4
     Taskmanager(TaskManagerArgs),
+    /// Print the effective configuration: every key, its value and where the value came from.
+    ///
+    /// Sources, later wins: defaults < --config FILE (else FLINT_CONFIG) < FLINT_<KEY> variables
+    /// (e.g. FLINT_HEARTBEAT_INTERVAL=5s) < flags (--slots, --pool-size, -D KEY=VALUE).
+    ///
+    /// Example: FLINT_HEARTBEAT_INTERVAL=5s flint config --show --config flint.toml --slots 4
+    Config(ConfigCommandArgs),
+}
+
+/// Where the configuration comes from (every command that needs one).
+#[derive(Debug, Args)]
+struct ConfigArgs {
+    /// A cluster configuration file (TOML; flint.toml documents every key) [default: the file
+    /// the FLINT_CONFIG variable names, else none]. FLINT_<KEY> variables and flags override it.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+
+    /// Set a configuration key, as Flink's -D (repeatable), e.g. -D heartbeat.interval=5s.
+    #[arg(short = 'D', value_name = "KEY=VALUE", value_parser = parse_define)]
+    define: Vec<(String, String)>,
+
+    /// Ignore the FLINT_<KEY> variables (and FLINT_CONFIG): --config and the flags are the whole
+    /// configuration. The JobManager starts its TaskManager children so.
+    #[arg(long)]
+    ignore_env: bool,
+}
+
+/// `-D KEY=VALUE`.
+fn parse_define(arg: &str) -> Result<(String, String), String> {
+    match arg.split_once('=') {
+        Some((key, value)) if !key.trim().is_empty() => {
+            Ok((key.trim().to_owned(), value.to_owned()))
+        }
+        _ => Err(format!(
+            "`{arg}` is not KEY=VALUE, e.g. heartbeat.interval=5s"
+        )),
+    }
+}
+
+impl ConfigArgs {
+    /// The process's environment, unless ignored (the only place it is read for configuration).
+    fn env(&self) -> Vec<(String, String)> {
+        if self.ignore_env {
+            return Vec::new();
+        }
+        std::env::vars_os()
+            .map(|(k, v)| {
+                (
+                    k.to_string_lossy().into_owned(),
+                    v.to_string_lossy().into_owned(),
+                )
+            })
+            .collect()
+    }
+
+    /// The -D flags.
+    fn overrides(&self) -> Vec<FlagOverride> {
+        self.define
+            .iter()
+            .map(|(key, value)| FlagOverride::new(key, value, "-D"))
+            .collect()
+    }
+
+    /// Loads the configuration with `flags` after the -D ones; warns of what the environment
+    /// had that is not configuration.
+    fn load(&self, flags: Vec<FlagOverride>) -> anyhow::Result<LoadedConfig> {
+        let mut all = self.overrides();
+        all.extend(flags);
+        let sources = ConfigSources {
+            file: self.config.clone(),
+            env: self.env(),
+            flags: all,
+        };
+        // Printed whatever RUST_LOG says, and before an error it may explain: a mistyped
+        // variable must not go unnoticed.
+        for warning in sources.warnings() {
+            eprintln!("flint: warning: {warning}");
+        }
+        Ok(sources.load()?)
+    }
+}
+
+/// The flags that set a key.
+fn key_flags(slots: Option<&String>, pool_size: Option<&String>) -> Vec<FlagOverride> {
+    let slots = slots.map(|v| FlagOverride::new("taskmanager.slots", v, "--slots"));
+    let pool = pool_size.map(|v| FlagOverride::new("resourcemanager.pool-size", v, "--pool-size"));
+    slots.into_iter().chain(pool).collect()
+}
+
+#[derive(Debug, Args)]
+struct ConfigCommandArgs {
+    /// Print every key as `key = value  # origin`: itself a valid configuration file (secrets
+    /// show as "***").
+    #[arg(long, required = true)]
+    show: bool,
+
+    /// Slots per TaskManager (taskmanager.slots), as the processes take it.
+    #[arg(long, value_name = "S")]
+    slots: Option<String>,
+
+    /// TaskManagers to keep running (resourcemanager.pool-size), as `flint jobmanager` takes it.
+    #[arg(long, value_name = "N")]
+    pool_size: Option<String>,
+
+    #[command(flatten)]
+    source: ConfigArgs,
 }
 
 /// Options both processes share.
 #[derive(Debug, Args)]
 struct NodeArgs {
-    /// A cluster configuration file (TOML); the flags override it.
-    #[arg(long, value_name = "FILE")]
-    config: Option<PathBuf>,
+    #[command(flatten)]
+    source: ConfigArgs,
 
-    /// Slots per TaskManager [default: from --config, else 1].
+    /// Slots per TaskManager (taskmanager.slots) [default: the configuration's, else 1].
     #[arg(long, value_name = "S")]
-    slots: Option<u32>,
+    slots: Option<String>,
 
     /// Read the cluster secret from this file [default: the FLINT_SECRET variable].
     #[arg(long, value_name = "FILE")]
@@ -88,9 +194,10 @@ struct JobManagerArgs {
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:6123")]
     bind: SocketAddr,
 
-    /// TaskManagers to keep running [default: from --config, else 1].
+    /// TaskManagers to keep running (resourcemanager.pool-size) [default: the configuration's,
+    /// else 1].
     #[arg(long, value_name = "N")]
-    pool_size: Option<u32>,
+    pool_size: Option<String>,
 
     #[command(flatten)]
     node: NodeArgs,
@@ -115,21 +222,11 @@ struct TaskManagerArgs {
 }
 
 impl NodeArgs {
-    fn config(&self) -> anyhow::Result<ClusterConfig> {
-        let mut config = match &self.config {
-            Some(path) => {
-                let text = std::fs::read_to_string(path).with_context(|| {
-                    format!("cannot read the configuration file {}", path.display())
-                })?;
-                ClusterConfig::from_toml_str(&text)
-                    .with_context(|| format!("in the configuration file {}", path.display()))?
-            }
-            None => ClusterConfig::default(),
-        };
-        if let Some(slots) = self.slots {
-            config.taskmanager.slots = slots;
-        }
-        Ok(config)
+    /// The validated configuration, with `--slots` and `pool_size` (the JobManager's
+    /// `--pool-size`) over every other source.
+    fn config(&self, pool_size: Option<&String>) -> anyhow::Result<ClusterConfig> {
+        let flags = key_flags(self.slots.as_ref(), pool_size);
+        Ok(self.source.load(flags)?.config)
     }
 }
 
@@ -149,11 +246,7 @@ async fn stop_signal() {
 }
 
 async fn job_manager(args: JobManagerArgs) -> anyhow::Result<()> {
-    let mut config = args.node.config()?;
-    if let Some(size) = args.pool_size {
-        config.resourcemanager.pool_size = size;
-    }
-    config.validate()?;
+    let config = args.node.config(args.pool_size.as_ref())?;
     let secret = flint::process::load_secret(
         args.node.secret_file.as_ref(),
         args.node.insecure,
@@ -181,8 +274,7 @@ async fn job_manager(args: JobManagerArgs) -> anyhow::Result<()> {
 }
 
 async fn task_manager(args: TaskManagerArgs) -> anyhow::Result<()> {
-    let config = args.node.config()?;
-    config.validate()?;
+    let config = args.node.config(None)?;
     let secret = flint::process::load_secret(
         args.node.secret_file.as_ref(),
         args.node.insecure,
@@ -228,9 +320,8 @@ struct RunArgs {
     #[arg(long, value_name = "S")]
     slots: Option<u32>,
 
-    /// A cluster configuration file (TOML); the flags above override it.
-    #[arg(long, value_name = "FILE")]
-    config: Option<PathBuf>,
+    #[command(flatten)]
+    source: ConfigArgs,
 
     /// Cancel the job and exit with 3 if it has not ended this long after the cluster started
     /// (e.g. 90s, 10min).
@@ -248,7 +339,9 @@ impl RunArgs {
             params: flint::run::collect_params(self.params)?,
             pool_size: self.pool_size,
             slots: self.slots,
-            config: self.config,
+            config: self.source.config.clone(),
+            env: self.source.env(),
+            overrides: self.source.overrides(),
             timeout: self.timeout,
         })
     }
@@ -262,6 +355,7 @@ async fn main() -> ExitCode {
         Command::Run(args) => run(args).await,
         Command::Jobmanager(args) => return report(job_manager(args).await),
         Command::Taskmanager(args) => return report(task_manager(args).await),
+        Command::Config(args) => return report(show_config(&args)),
     };
     match result {
         Ok(code) => ExitCode::from(code),
@@ -271,6 +365,16 @@ async fn main() -> ExitCode {
             ExitCode::from(code)
         }
     }
+}
+
+/// `flint config --show`.
+fn show_config(args: &ConfigCommandArgs) -> anyhow::Result<()> {
+    let flags = key_flags(args.slots.as_ref(), args.pool_size.as_ref());
+    let loaded = args.source.load(flags)?;
+    if args.show {
+        print!("{}", loaded.show());
+    }
+    Ok(())
 }
 
 /// Exit code 2 and the whole error chain for a process that could not run.

@@ -132,7 +132,7 @@ pub fn sim_config(scenario: &Scenario, seed: u64) -> ClusterConfig {
     config.resourcemanager.taskmanager_registration.timeout = Duration::from_secs(20);
     config.taskmanager.slots = scenario.slots;
     config.taskmanager.spill_threshold = 1 << 30;
-    config.slot.request_timeout = Duration::from_secs(30);
+    config.slot.request.timeout = Duration::from_secs(30);
     config.seed = Some(seed);
     config
 }

@@ -1,0 +1,400 @@
+//! The key registry: every configuration key, once, with its dotted name (Flink's), what it
+//! accepts, its one-line doc and where its value lives in [`ClusterConfig`].
+//!
+//! Everything that deals in keys goes through this table — reading the file, the `FLINT_*`
+//! variables and the flags, the error messages, `flint config --show`, the child TaskManagers'
+//! configuration file and the test that `flint.toml` documents every key — so a key added here
+//! is known everywhere, and a key missing here is read nowhere.
+
+use std::path::PathBuf;
+
+use super::kind::{Field, Kind};
+use super::{ClusterConfig, DriverKind, POOL_SIZE_LIMIT};
+use crate::messages::ids::ClusterId;
+use crate::messages::job_manager::MAX_SLOTS_PER_TASK_MANAGER;
+use crate::transport::tls::TlsConfig;
+
+/// The prefix of every configuration variable: `FLINT_` + the key upper-cased, `.` and `-` as `_`.
+pub const ENV_PREFIX: &str = "FLINT_";
+
+/// One configuration key.
+pub struct Key {
+    /// The dotted name, as in the file (`heartbeat.interval`).
+    pub name: &'static str,
+    /// What the key does, in one line.
+    pub doc: &'static str,
+    /// Whether its value is a secret: never printed, never written to the TaskManagers' file.
+    pub secret: bool,
+    pub(crate) kind: Kind,
+}
+
+impl std::fmt::Debug for Key {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Key")
+            .field("name", &self.name)
+            .field("kind", &self.kind.name())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Key {
+    /// The environment variable that sets it: `FLINT_HEARTBEAT_INTERVAL`.
+    pub fn env_var(&self) -> String {
+        let mut var = String::from(ENV_PREFIX);
+        var.extend(self.name.chars().map(|c| match c {
+            '.' | '-' => '_',
+            c => c.to_ascii_uppercase(),
+        }));
+        var
+    }
+
+    /// The kind of value: `duration`, `integer`, `size`, `port`, `string`, `path`, `enum`, `list`.
+    pub fn kind_name(&self) -> &'static str {
+        self.kind.name()
+    }
+
+    /// What it accepts, e.g. `a whole number from 1 to 4096`.
+    pub fn accepts(&self) -> String {
+        self.kind.describe()
+    }
+
+    /// Whether it may be unset (it has no default value).
+    pub fn is_optional(&self) -> bool {
+        self.kind.is_optional()
+    }
+
+    /// Its value in `config`, in TOML syntax (secrets included); `None` when unset.
+    pub fn value(&self, config: &ClusterConfig) -> Option<String> {
+        self.kind.render(config)
+    }
+
+    /// Its default, in TOML syntax; `None` for an optional key.
+    pub fn default_value(&self) -> Option<String> {
+        self.value(&ClusterConfig::default())
+    }
+}
+
+/// Every key, grouped by section, in the order `flint config --show` prints them.
+pub fn keys() -> &'static [Key] {
+    &KEYS
+}
+
+/// The key named `name` (dotted, as in the file).
+pub fn find(name: &str) -> Option<&'static Key> {
+    KEYS.iter().find(|key| key.name == name)
+}
+
+/// The key the environment variable `var` sets (`FLINT_HEARTBEAT_INTERVAL`).
+pub fn find_env(var: &str) -> Option<&'static Key> {
+    KEYS.iter().find(|key| key.env_var() == var)
+}
+
+/// Whether `path` is a section: a prefix of keys, written as a TOML table (`heartbeat`,
+/// `resourcemanager.start-worker`).
+pub(crate) fn is_section(path: &str) -> bool {
+    KEYS.iter().any(|key| {
+        key.name
+            .strip_prefix(path)
+            .is_some_and(|rest| rest.starts_with('.'))
+    })
+}
+
+/// Every section name (`cluster`, `cluster.registration`, ...), for suggestions.
+pub(crate) fn sections() -> impl Iterator<Item = &'static str> {
+    let mut names: Vec<&'static str> = KEYS
+        .iter()
+        .flat_map(|key| key.name.match_indices('.').map(|(at, _)| &key.name[..at]))
+        .collect();
+    names.sort_unstable();
+    names.dedup();
+    names.into_iter()
+}
+
+/// A `u32` field's value from a checked range (whose bounds fit `u32`, as a test proves).
+fn narrow(value: u64) -> u32 {
+    u32::try_from(value).unwrap_or(u32::MAX)
+}
+
+/// `[transport.tls]`, made on the first of its keys; an empty path marks a file not given (the
+/// rule that all three go together names it).
+fn tls(config: &mut ClusterConfig) -> &mut TlsConfig {
+    config.transport.tls.get_or_insert_with(|| TlsConfig {
+        cert: PathBuf::new(),
+        key: PathBuf::new(),
+        ca: PathBuf::new(),
+    })
+}
+
+/// A `[transport.tls]` file as an optional key: unset when TLS is off or the path is empty.
+fn tls_path(config: &ClusterConfig, pick: fn(&TlsConfig) -> &PathBuf) -> Option<PathBuf> {
+    let path = pick(config.transport.tls.as_ref()?);
+    (!path.as_os_str().is_empty()).then(|| path.clone())
+}
+
+/// A duration key over a field path of `ClusterConfig`.
+macro_rules! duration {
+    ($($field:ident).+) => {
+        Kind::Duration(Field {
+            get: |c| c.$($field).+,
+            set: |c, v| c.$($field).+ = v,
+        })
+    };
+}
+
+static KEYS: [Key; 30] = [
+    // [cluster]
+    Key {
+        name: "cluster.id",
+        doc: "The cluster's name: TaskManagers of another cluster are refused.",
+        secret: false,
+        kind: Kind::Text(Field {
+            get: |c| c.cluster.id.as_str().to_owned(),
+            set: |c, v| c.cluster.id = ClusterId::new(v),
+        }),
+    },
+    Key {
+        name: "cluster.registration.initial-timeout",
+        doc: "A TaskManager's first registration attempt times out after this; each timeout doubles it.",
+        secret: false,
+        kind: duration!(cluster.registration.initial_timeout),
+    },
+    Key {
+        name: "cluster.registration.max-timeout",
+        doc: "The cap of that doubling.",
+        secret: false,
+        kind: duration!(cluster.registration.max_timeout),
+    },
+    Key {
+        name: "cluster.registration.refused-registration-delay",
+        doc: "A TaskManager the JobManager refused tries again after this.",
+        secret: false,
+        kind: duration!(cluster.registration.refused_registration_delay),
+    },
+    Key {
+        name: "cluster.registration.error-delay",
+        doc: "A TaskManager that could not reach the JobManager tries again after this.",
+        secret: false,
+        kind: duration!(cluster.registration.error_delay),
+    },
+    // [heartbeat]
+    Key {
+        name: "heartbeat.interval",
+        doc: "How often a TaskManager (and the resource manager) reports to the JobManager.",
+        secret: false,
+        kind: duration!(heartbeat.interval),
+    },
+    Key {
+        name: "heartbeat.timeout",
+        doc: "Silence after which a peer counts as lost (its tasks fail over, its worker is replaced).",
+        secret: false,
+        kind: duration!(heartbeat.timeout),
+    },
+    // [resourcemanager]
+    Key {
+        name: "resourcemanager.pool-size",
+        doc: "The designated number of TaskManagers the resource manager keeps running.",
+        secret: false,
+        kind: Kind::Integer {
+            min: 0,
+            max: POOL_SIZE_LIMIT as u64,
+            field: Field {
+                get: |c| c.resourcemanager.pool_size.into(),
+                set: |c, v| c.resourcemanager.pool_size = narrow(v),
+            },
+        },
+    },
+    Key {
+        name: "resourcemanager.max-pool-size",
+        doc: "No request (a job's demand, the CLI, the REST API) may take the pool beyond this.",
+        secret: false,
+        kind: Kind::Integer {
+            min: 1,
+            max: POOL_SIZE_LIMIT as u64,
+            field: Field {
+                get: |c| c.resourcemanager.max_pool_size.into(),
+                set: |c, v| c.resourcemanager.max_pool_size = narrow(v),
+            },
+        },
+    },
+    Key {
+        name: "resourcemanager.check-interval",
+        doc: "How often the pool is compared with its designated size.",
+        secret: false,
+        kind: duration!(resourcemanager.check_interval),
+    },
+    Key {
+        name: "resourcemanager.taskmanager-registration.timeout",
+        doc: "A started worker that has not registered by then is released and replaced.",
+        secret: false,
+        kind: duration!(resourcemanager.taskmanager_registration.timeout),
+    },
+    Key {
+        name: "resourcemanager.start-worker.initial-backoff",
+        doc: "The pause after a worker failed to start; it doubles with each failure in a row.",
+        secret: false,
+        kind: duration!(resourcemanager.start_worker.initial_backoff),
+    },
+    Key {
+        name: "resourcemanager.start-worker.max-backoff",
+        doc: "The cap of that doubling.",
+        secret: false,
+        kind: duration!(resourcemanager.start_worker.max_backoff),
+    },
+    Key {
+        name: "resourcemanager.registration.initial-backoff",
+        doc: "The resource manager retries registering at the JobManager after this, doubling.",
+        secret: false,
+        kind: duration!(resourcemanager.registration.initial_backoff),
+    },
+    Key {
+        name: "resourcemanager.registration.max-backoff",
+        doc: "The cap of that doubling.",
+        secret: false,
+        kind: duration!(resourcemanager.registration.max_backoff),
+    },
+    Key {
+        name: "resourcemanager.taskmanager-timeout",
+        doc: "After the pool grew for a job's demand, how long extra TaskManagers may idle before they go.",
+        secret: false,
+        kind: duration!(resourcemanager.taskmanager_timeout),
+    },
+    Key {
+        name: "resourcemanager.driver",
+        doc: "How `flint jobmanager` gets workers: child processes, a command over hosts, or none.",
+        secret: false,
+        kind: Kind::Choice {
+            values: &DriverKind::NAMES,
+            field: Field {
+                get: |c| c.resourcemanager.driver.name(),
+                set: |c, v| {
+                    if let Some(driver) = DriverKind::from_name(v) {
+                        c.resourcemanager.driver = driver;
+                    }
+                },
+            },
+        },
+    },
+    Key {
+        name: "resourcemanager.command.template",
+        doc: "The `command` driver's program and arguments; {host}, {jobmanager}, {resource_id}, {slots} are filled in.",
+        secret: false,
+        kind: Kind::List(Field {
+            get: |c| c.resourcemanager.command.template.clone(),
+            set: |c, v| c.resourcemanager.command.template = v,
+        }),
+    },
+    Key {
+        name: "resourcemanager.command.hosts",
+        doc: "The hosts the `command` driver starts workers on, in turn.",
+        secret: false,
+        kind: Kind::List(Field {
+            get: |c| c.resourcemanager.command.hosts.clone(),
+            set: |c, v| c.resourcemanager.command.hosts = v,
+        }),
+    },
+    // [taskmanager]
+    Key {
+        name: "taskmanager.slots",
+        doc: "Slots each TaskManager offers: how many tasks (or slot-sharing groups) it runs at once.",
+        secret: false,
+        kind: Kind::Integer {
+            min: 1,
+            max: MAX_SLOTS_PER_TASK_MANAGER as u64,
+            field: Field {
+                get: |c| c.taskmanager.slots.into(),
+                set: |c, v| c.taskmanager.slots = narrow(v),
+            },
+        },
+    },
+    Key {
+        name: "taskmanager.working-dir",
+        doc: "Where TaskManagers spill result partitions (and the JobManager writes its children's config); default: the system temp directory.",
+        secret: false,
+        kind: Kind::OptionalPath(Field {
+            get: |c| c.taskmanager.working_dir.clone(),
+            set: |c, v| c.taskmanager.working_dir = v,
+        }),
+    },
+    Key {
+        name: "taskmanager.spill-threshold",
+        doc: "A result partition larger than this spills to disk.",
+        secret: false,
+        kind: Kind::Bytes(Field {
+            get: |c| c.taskmanager.spill_threshold,
+            set: |c, v| c.taskmanager.spill_threshold = v,
+        }),
+    },
+    // [slot]
+    Key {
+        name: "slot.request.timeout",
+        doc: "A task that waited this long for a slot fails with NoResourceAvailable.",
+        secret: false,
+        kind: duration!(slot.request.timeout),
+    },
+    // [transport.tls]
+    Key {
+        name: "transport.tls.cert",
+        doc: "This node's certificate chain (PEM); with key and ca, every connection runs TLS.",
+        secret: false,
+        kind: Kind::OptionalPath(Field {
+            get: |c| tls_path(c, |t| &t.cert),
+            set: |c, v| tls(c).cert = v.unwrap_or_default(),
+        }),
+    },
+    Key {
+        name: "transport.tls.key",
+        doc: "Its private key (PEM).",
+        secret: false,
+        kind: Kind::OptionalPath(Field {
+            get: |c| tls_path(c, |t| &t.key),
+            set: |c, v| tls(c).key = v.unwrap_or_default(),
+        }),
+    },
+    Key {
+        name: "transport.tls.ca",
+        doc: "The CA certificate(s) (PEM) peers' certificates must chain to.",
+        secret: false,
+        kind: Kind::OptionalPath(Field {
+            get: |c| tls_path(c, |t| &t.ca),
+            set: |c, v| tls(c).ca = v.unwrap_or_default(),
+        }),
+    },
+    // [rest]
+    Key {
+        name: "rest.address",
+        doc: "The host the REST API and dashboard bind to, and clients connect to.",
+        secret: false,
+        kind: Kind::Text(Field {
+            get: |c| c.rest.address.clone(),
+            set: |c, v| c.rest.address = v,
+        }),
+    },
+    Key {
+        name: "rest.port",
+        doc: "The REST API's port; 0 picks a free one.",
+        secret: false,
+        kind: Kind::Port(Field {
+            get: |c| c.rest.port,
+            set: |c, v| c.rest.port = v,
+        }),
+    },
+    Key {
+        name: "rest.token",
+        doc: "The bearer token the REST endpoints that change anything require (required off loopback).",
+        secret: true,
+        kind: Kind::OptionalText(Field {
+            get: |c| c.rest.token.clone(),
+            set: |c, v| c.rest.token = v,
+        }),
+    },
+    // top level
+    Key {
+        name: "seed",
+        doc: "Seed of every node's random numbers; unset draws one. Set it to replay a run.",
+        secret: false,
+        kind: Kind::OptionalInteger(Field {
+            get: |c| c.seed,
+            set: |c, v| c.seed = v,
+        }),
+    },
+];

@@ -1,0 +1,482 @@
+//! Cluster configuration: Flink's key names and defaults, from one TOML file, `FLINT_*`
+//! environment variables and flags, validated before anything starts.
+//!
+//! - [`keys`]: the registry — every key once, with its kind, default and doc. Parsing, errors,
+//!   `flint config --show`, the environment variables' names and the tests all go through it.
+//! - `kind`: what each kind of key accepts, read alike from every source.
+//! - `sources`: layered loading, later wins: defaults < the file (`--config`, else
+//!   `FLINT_CONFIG`) < `FLINT_<KEY>` variables < flags ([`ConfigSources`] → [`LoadedConfig`],
+//!   with each value's [`Origin`]).
+//! - `show`: a configuration written back as TOML (`flint config --show`, and the file the
+//!   JobManager hands its TaskManager children).
+//! - `error`, `suggest`: the messages, and the closest known name to a mistyped one.
+//!
+//! In the file, keys are dotted names, written in sections or as dotted keys alike:
+//!
+//! ```toml
+//! slot.request.timeout = "5min"   # a dotted key (before the first section)
+//! [heartbeat]
+//! interval = "10s"                # heartbeat.interval
+//! timeout = 50000                 # milliseconds
+//! [resourcemanager]
+//! pool-size = 4
+//! ```
+//!
+//! `flint.toml` at the repository root lists every key with its default. Durations are integers
+//! (milliseconds, as Flink writes them) or text with a unit (`"500ms"`, `"10s"`, `"5min"`); sizes
+//! are bytes or text with a unit (`"64mb"`). An environment variable or a flag is written as the
+//! file's value would be (`FLINT_HEARTBEAT_INTERVAL=10s`). An invalid value is a
+//! [`ConfigError`] naming the key, the value, its source and what the key accepts; an unknown key
+//! names the closest known one.
+//!
+//! [`ClusterConfig`] itself is plain data: code builds one from [`ClusterConfig::default`] and
+//! field updates and checks it with [`ClusterConfig::validate`]. It has no serde derives on
+//! purpose: the registry is the one reader and writer of its text form.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::messages::ids::ClusterId;
+
+mod error;
+pub mod keys;
+mod kind;
+mod show;
+mod sources;
+mod suggest;
+
+pub use error::{ConfigError, ConfigWarning, InvalidValue, Origin};
+pub use show::{Secrets, render};
+pub use sources::{
+    CONFIG_FILE_ENV, ConfigSources, FlagOverride, LoadedConfig, NOT_CONFIG_PREFIXES,
+    NOT_CONFIG_VARS,
+};
+
+/// The largest pool size accepted at all: beyond it a value is surely a typo.
+pub const POOL_SIZE_LIMIT: u32 = 100_000;
+
+/// Everything a cluster is started with.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ClusterConfig {
+    /// `[cluster]`: identity and TaskManager registration.
+    pub cluster: ClusterSection,
+    /// `[heartbeat]`: liveness between JobManager and TaskManagers.
+    pub heartbeat: HeartbeatConfig,
+    /// `[resourcemanager]`: the worker pool.
+    pub resourcemanager: ResourceManagerConfig,
+    /// `[taskmanager]`: each worker.
+    pub taskmanager: TaskManagerConfig,
+    /// `[slot]`: slot requests.
+    pub slot: SlotConfig,
+    /// `[transport]`: how nodes talk to each other.
+    pub transport: TransportConfig,
+    /// `[rest]`: the JobManager's REST API and dashboard (and where clients find it).
+    pub rest: RestConfig,
+    /// Seed of every node's RNG; `None` draws one from the OS. Set it to replay a run.
+    pub seed: Option<u64>,
+}
+
+/// `[cluster]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClusterSection {
+    /// `cluster.id`: TaskManagers of another cluster are refused.
+    pub id: ClusterId,
+    /// `[cluster.registration]`.
+    pub registration: RegistrationConfig,
+}
+
+impl Default for ClusterSection {
+    fn default() -> Self {
+        Self {
+            id: ClusterId::new("default"),
+            registration: RegistrationConfig::default(),
+        }
+    }
+}
+
+/// `[cluster.registration]`: how a TaskManager retries registration (Flink's defaults).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RegistrationConfig {
+    /// `cluster.registration.initial-timeout`: the first attempt's timeout; each timed-out
+    /// attempt doubles it.
+    pub initial_timeout: Duration,
+    /// `cluster.registration.max-timeout`: the cap of that doubling.
+    pub max_timeout: Duration,
+    /// `cluster.registration.refused-registration-delay`: the pause after a refusal.
+    pub refused_registration_delay: Duration,
+    /// `cluster.registration.error-delay`: the pause after an error (the JobManager unreachable).
+    pub error_delay: Duration,
+}
+
+impl Default for RegistrationConfig {
+    fn default() -> Self {
+        Self {
+            initial_timeout: Duration::from_millis(100),
+            max_timeout: Duration::from_secs(30),
+            refused_registration_delay: Duration::from_secs(30),
+            error_delay: Duration::from_secs(10),
+        }
+    }
+}
+
+/// `[heartbeat]` (Flink's defaults: 10 s interval, 50 s timeout).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct HeartbeatConfig {
+    /// `heartbeat.interval`: how often a TaskManager reports.
+    pub interval: Duration,
+    /// `heartbeat.timeout`: silence after which a peer counts as lost.
+    pub timeout: Duration,
+}
+
+impl Default for HeartbeatConfig {
+    fn default() -> Self {
+        Self {
+            interval: Duration::from_secs(10),
+            timeout: Duration::from_secs(50),
+        }
+    }
+}
+
+/// `[resourcemanager]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResourceManagerConfig {
+    /// `resourcemanager.pool-size`: the designated number of TaskManagers.
+    pub pool_size: u32,
+    /// `resourcemanager.max-pool-size`: no request may take the pool beyond it.
+    pub max_pool_size: u32,
+    /// `resourcemanager.check-interval`: how often the pool is compared with its size.
+    pub check_interval: Duration,
+    /// `resourcemanager.taskmanager-registration`.
+    pub taskmanager_registration: WorkerRegistrationConfig,
+    /// `resourcemanager.start-worker`.
+    pub start_worker: StartWorkerConfig,
+    /// `resourcemanager.registration`: how the RM retries registering at the JobManager.
+    pub registration: BackoffConfig,
+    /// `resourcemanager.taskmanager-timeout` (Flink's, 30 s): after the pool grew for demand,
+    /// how long TaskManagers beyond the configured pool size may sit idle before they go.
+    pub taskmanager_timeout: Duration,
+    /// `resourcemanager.driver`: how the `flint jobmanager` process gets workers (the embedded
+    /// cluster always runs them in-process).
+    pub driver: DriverKind,
+    /// `[resourcemanager.command]`: the `command` driver's template and hosts.
+    pub command: CommandConfig,
+}
+
+/// `resourcemanager.driver`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DriverKind {
+    /// `local_process`: `flint taskmanager` children on the JobManager's machine.
+    #[default]
+    LocalProcess,
+    /// `command`: a command template run over a host list, round-robin (`ssh {host} flint
+    /// taskmanager ...`).
+    Command,
+    /// `standalone`: nothing is started; TaskManagers started elsewhere register themselves.
+    Standalone,
+}
+
+impl DriverKind {
+    /// Every driver, in the order of [`NAMES`](Self::NAMES).
+    pub const ALL: [DriverKind; 3] = [Self::LocalProcess, Self::Command, Self::Standalone];
+    /// Their names in the configuration.
+    pub const NAMES: [&'static str; 3] = ["local_process", "command", "standalone"];
+
+    /// Its name in the configuration.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::LocalProcess => Self::NAMES[0],
+            Self::Command => Self::NAMES[1],
+            Self::Standalone => Self::NAMES[2],
+        }
+    }
+
+    /// The driver named `name` (as in the configuration).
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|kind| kind.name() == name)
+    }
+}
+
+/// `[resourcemanager.command]`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct CommandConfig {
+    /// The program and its arguments, with `{host}`, `{jobmanager}`, `{resource_id}` and
+    /// `{slots}` filled in per worker, e.g.
+    /// `["ssh", "{host}", "flint", "taskmanager", "--jobmanager", "{jobmanager}", "--resource-id",
+    /// "{resource_id}", "--slots", "{slots}"]`.
+    pub template: Vec<String>,
+    /// The hosts `{host}` takes in turn.
+    pub hosts: Vec<String>,
+}
+
+impl Default for ResourceManagerConfig {
+    fn default() -> Self {
+        Self {
+            pool_size: 1,
+            max_pool_size: 10_000,
+            check_interval: Duration::from_secs(1),
+            taskmanager_registration: WorkerRegistrationConfig::default(),
+            start_worker: StartWorkerConfig::default(),
+            registration: BackoffConfig {
+                initial_backoff: Duration::from_millis(100),
+                max_backoff: Duration::from_secs(10),
+            },
+            taskmanager_timeout: Duration::from_secs(30),
+            driver: DriverKind::default(),
+            command: CommandConfig::default(),
+        }
+    }
+}
+
+/// `[resourcemanager.taskmanager-registration]`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct WorkerRegistrationConfig {
+    /// `resourcemanager.taskmanager-registration.timeout`: a started worker that has not
+    /// registered by then is released and replaced (Flink: 5 min).
+    pub timeout: Duration,
+}
+
+impl Default for WorkerRegistrationConfig {
+    fn default() -> Self {
+        Self {
+            timeout: Duration::from_secs(300),
+        }
+    }
+}
+
+/// `[resourcemanager.start-worker]`: the backoff after workers fail to start.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StartWorkerConfig {
+    /// `resourcemanager.start-worker.initial-backoff`: the pause after the first failure; it
+    /// doubles with each consecutive failure.
+    pub initial_backoff: Duration,
+    /// `resourcemanager.start-worker.max-backoff`: the cap of that doubling.
+    pub max_backoff: Duration,
+}
+
+impl Default for StartWorkerConfig {
+    fn default() -> Self {
+        Self {
+            initial_backoff: Duration::from_millis(200),
+            max_backoff: Duration::from_secs(30),
+        }
+    }
+}
+
+/// An exponential backoff: `initial-backoff`, doubling to `max-backoff`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BackoffConfig {
+    /// The first pause.
+    pub initial_backoff: Duration,
+    /// The cap.
+    pub max_backoff: Duration,
+}
+
+/// `[taskmanager]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TaskManagerConfig {
+    /// `taskmanager.slots`: slots each TaskManager offers.
+    pub slots: u32,
+    /// `taskmanager.working-dir`: where TaskManagers spill result partitions (each in its own
+    /// subdirectory). Default: the system temp directory.
+    pub working_dir: Option<PathBuf>,
+    /// `taskmanager.spill-threshold`: a result partition above this many bytes spills to disk.
+    pub spill_threshold: u64,
+}
+
+impl Default for TaskManagerConfig {
+    fn default() -> Self {
+        Self {
+            slots: 1,
+            working_dir: None,
+            spill_threshold: 64 << 20,
+        }
+    }
+}
+
+/// `[transport]`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct TransportConfig {
+    /// `[transport.tls]`: TLS under the handshake when set (`cert`, `key`, `ca` PEM paths).
+    pub tls: Option<crate::transport::tls::TlsConfig>,
+}
+
+/// `[rest]`: the JobManager's HTTP endpoint (REST API, dashboard, metrics). Clients (`flint list`,
+/// ...) find the JobManager here too, as Flink's CLI does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RestConfig {
+    /// `rest.address`: the host the REST endpoint binds to (and clients connect to).
+    pub address: String,
+    /// `rest.port`: its port; 0 picks a free one (printed at start).
+    pub port: u16,
+    /// `rest.token`: the bearer token the endpoints that change anything require. Required when
+    /// `rest.address` is not a loopback address; unset on loopback means no token is asked for.
+    pub token: Option<String>,
+}
+
+impl Default for RestConfig {
+    fn default() -> Self {
+        Self {
+            address: "127.0.0.1".to_owned(),
+            port: 8081,
+            token: None,
+        }
+    }
+}
+
+/// `[slot]`.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct SlotConfig {
+    /// `[slot.request]`.
+    pub request: SlotRequestConfig,
+}
+
+/// `[slot.request]`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SlotRequestConfig {
+    /// `slot.request.timeout` (Flink's, 5 min): a task that waited this long for a slot fails
+    /// with NoResourceAvailable.
+    pub timeout: Duration,
+}
+
+impl Default for SlotRequestConfig {
+    fn default() -> Self {
+        Self {
+            timeout: Duration::from_secs(300),
+        }
+    }
+}
+
+impl ClusterConfig {
+    /// Reads and validates a TOML configuration over the defaults (no environment, no flags:
+    /// [`ConfigSources`] layers those).
+    pub fn from_toml_str(text: &str) -> Result<Self, ConfigError> {
+        let mut layers = sources::Layers::new();
+        layers
+            .apply_file(text, std::path::Path::new("(text)"))
+            .map_err(ConfigError::without_origin)?;
+        layers.config.validate()?;
+        Ok(layers.config)
+    }
+
+    /// The configuration as a TOML file that reads back as the same configuration, secrets left
+    /// out: what the JobManager hands its TaskManager children, which serve no REST API.
+    pub fn to_toml_without_secrets(&self) -> String {
+        render(self, None, Secrets::Omit)
+    }
+
+    /// Checks every value against what its key accepts, then the rules across keys.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        for key in keys::keys() {
+            if key.kind.check(self).is_err() {
+                let value = key.value(self).unwrap_or_default();
+                return Err(ConfigError::invalid(key.name, value, key.accepts()));
+            }
+        }
+        let rm = &self.resourcemanager;
+        if rm.pool_size > rm.max_pool_size {
+            return Err(ConfigError::invalid(
+                "resourcemanager.pool-size",
+                rm.pool_size.to_string(),
+                format!(
+                    "a whole number from 0 to resourcemanager.max-pool-size ({})",
+                    rm.max_pool_size
+                ),
+            )
+            .because_of("resourcemanager.max-pool-size"));
+        }
+        if self.heartbeat.timeout <= self.heartbeat.interval {
+            return Err(ConfigError::invalid(
+                "heartbeat.timeout",
+                show(self.heartbeat.timeout),
+                format!(
+                    "more than heartbeat.interval ({})",
+                    show(self.heartbeat.interval)
+                ),
+            )
+            .because_of("heartbeat.interval"));
+        }
+        if rm.driver == DriverKind::Command {
+            if rm.command.template.is_empty() {
+                return Err(ConfigError::invalid(
+                    "resourcemanager.command.template",
+                    "[]",
+                    "the program and its arguments when resourcemanager.driver is \"command\", \
+                     e.g. [\"ssh\", \"{host}\", \"flint\", \"taskmanager\", ...]",
+                )
+                .because_of("resourcemanager.driver"));
+            }
+            if rm.command.hosts.is_empty() {
+                return Err(ConfigError::invalid(
+                    "resourcemanager.command.hosts",
+                    "[]",
+                    "at least one host when resourcemanager.driver is \"command\"",
+                )
+                .because_of("resourcemanager.driver"));
+            }
+        }
+        ordered(
+            "resourcemanager.start-worker.initial-backoff",
+            "resourcemanager.start-worker.max-backoff",
+            rm.start_worker.initial_backoff,
+            rm.start_worker.max_backoff,
+        )?;
+        ordered(
+            "resourcemanager.registration.initial-backoff",
+            "resourcemanager.registration.max-backoff",
+            rm.registration.initial_backoff,
+            rm.registration.max_backoff,
+        )?;
+        ordered(
+            "cluster.registration.initial-timeout",
+            "cluster.registration.max-timeout",
+            self.cluster.registration.initial_timeout,
+            self.cluster.registration.max_timeout,
+        )?;
+        if let Some(tls) = &self.transport.tls {
+            let files = [
+                ("transport.tls.cert", &tls.cert),
+                ("transport.tls.key", &tls.key),
+                ("transport.tls.ca", &tls.ca),
+            ];
+            let given = files.iter().find(|(_, p)| !p.as_os_str().is_empty());
+            if let Some((missing, _)) = files.iter().find(|(_, p)| p.as_os_str().is_empty()) {
+                let error = ConfigError::invalid(
+                    missing,
+                    "(not set)",
+                    "a path: transport.tls.cert, transport.tls.key and transport.tls.ca go together",
+                );
+                return Err(match given {
+                    Some((given, _)) => error.because_of(given),
+                    None => error,
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A duration as the file writes it.
+fn show(duration: Duration) -> String {
+    kind::quote(&kind::format_duration(duration))
+}
+
+/// A backoff's cap is at least its first pause.
+fn ordered(
+    initial_key: &'static str,
+    max_key: &'static str,
+    initial: Duration,
+    max: Duration,
+) -> Result<(), ConfigError> {
+    if max < initial {
+        return Err(ConfigError::invalid(
+            max_key,
+            show(max),
+            format!("at least {initial_key} ({})", show(initial)),
+        )
+        .because_of(initial_key));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;
