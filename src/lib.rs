@@ -20,6 +20,8 @@
 //! src/codec.rs         the one place values become bytes (bincode 2, size-limited)
 //! src/config.rs        ClusterConfig: Flink's keys and defaults, validated
 //! src/minicluster.rs   the embedded cluster
+//! src/run.rs           `flint run --embedded`: a job file on an embedded cluster, its report
+//! src/client/          the CLI's client commands over the JobManager's REST API
 //! src/bin/demo.rs      the guided tour
 //! ```
 //!
@@ -48,6 +50,7 @@
 
 pub mod actors;
 pub mod backoff;
+pub mod client;
 pub mod codec;
 pub mod config;
 pub mod demo;
