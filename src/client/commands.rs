@@ -269,7 +269,8 @@ impl Client {
             let job = match self.rest.job(job_id) {
                 Ok(job) => job,
                 Err(source) => {
-                    bars.finish();
+                    // Left as last seen: how far the job got before it was lost.
+                    bars.abandon();
                     return Err(ClientError::Watch { job_id, source });
                 }
             };
@@ -278,6 +279,8 @@ impl Client {
                 break job;
             }
             if interrupt.wait(POLL_INTERVAL) {
+                // Cleared rather than left: the terminal may have dropped the frame in flight
+                // when Ctrl-C flushed its output, so a left frame would be drawn askew.
                 bars.finish();
                 return Err(ClientError::Interrupted {
                     job_id,

@@ -38,7 +38,7 @@ impl JobProgress {
             .map(|v| v.name.chars().count())
             .max()
             .unwrap_or(0);
-        let template = format!("  {{prefix:<{width}}} [{{bar:30}}] {{pos:>4}}/{{len:<4}} {{msg}}");
+        let template = format!("  {{prefix:<{width}}} [{{bar:30}}] {{pos:>3}}/{{len:<3}} {{msg}}");
         let vertex_style = ProgressStyle::with_template(&template)
             .unwrap_or_else(|_| ProgressStyle::default_bar())
             .progress_chars("=> ");
@@ -79,6 +79,15 @@ impl JobProgress {
         }
         self.job.finish_and_clear();
         let _ = self.multi.clear();
+    }
+
+    /// Leaves the bars as they are, with the last known progress (the command stops waiting
+    /// while the job goes on).
+    pub fn abandon(&self) {
+        self.job.abandon();
+        for bar in &self.vertices {
+            bar.abandon();
+        }
     }
 
     /// Whether nothing is drawn (the target is not a terminal).

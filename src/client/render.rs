@@ -130,7 +130,11 @@ pub fn task_managers(list: &TaskManagerList) -> String {
             .slots
             .iter()
             .flat_map(|slot| &slot.tasks)
-            .map(|t| format!("{}#{} {}", t.vertex_name, t.subtask, t.state))
+            .map(|t| match (&t.vertex_name, t.state) {
+                (Some(vertex), Some(state)) => format!("{vertex}#{} {state}", t.subtask),
+                // A task of a job the JobManager no longer keeps.
+                _ => format!("{}#{}", t.job_id, t.subtask),
+            })
             .collect();
         table.row([
             tm.id.to_string(),
