@@ -20,6 +20,8 @@
 //! src/codec.rs         the one place values become bytes (bincode 2, size-limited)
 //! src/config/          ClusterConfig: Flink's keys (one registry), layered sources, validated
 //! src/minicluster.rs   the embedded cluster
+//! src/run.rs           `flint run --embedded`: a job file on an embedded cluster, its report
+//! src/client/          the CLI's client commands over the JobManager's REST API
 //! src/bin/demo.rs      the guided tour
 //! ```
 //!
@@ -48,6 +50,7 @@
 
 pub mod actors;
 pub mod backoff;
+pub mod client;
 pub mod codec;
 pub mod config;
 pub mod demo;
@@ -62,10 +65,12 @@ pub mod job;
 pub mod latch;
 pub mod lockstep;
 pub mod messages;
+pub mod metrics;
 pub mod minicluster;
 pub mod node;
 pub mod operators;
 pub mod process;
+pub mod rest;
 pub mod run;
 pub mod sim;
 pub mod task_blocking;

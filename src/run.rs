@@ -1,5 +1,6 @@
 //! `flint run --embedded JOB_FILE`: runs one job file on an embedded cluster and reports how it
 //! went. The library side of the command; `src/bin/flint.rs` only parses the command line.
+//! `flint run` against a running cluster ([`crate::client`]) shares the report ([`RunReport`]).
 //!
 //! A run goes through four steps, and each can only fail in its own way:
 //!
@@ -121,12 +122,6 @@ pub enum UsageError {
         /// The second value.
         second: String,
     },
-    /// `run` without `--embedded`.
-    #[error(
-        "only embedded runs exist yet: add --embedded to run the job on a cluster inside this \
-         process (submitting to a running cluster is not implemented)"
-    )]
-    NotEmbedded,
 }
 
 /// Why a run did not produce a report. [`exit_code`](Self::exit_code) says which class it is.
@@ -505,8 +500,9 @@ fn resolve_config(
     Ok(config)
 }
 
-/// The directories the job's `file-sink`s write to.
-fn sink_outputs(graph: &JobGraph) -> Vec<PathBuf> {
+/// The directories the job's `file-sink`s write to (the report's output paths; shared with
+/// `flint run` against a cluster, [`crate::client`]).
+pub fn sink_outputs(graph: &JobGraph) -> Vec<PathBuf> {
     graph
         .vertices
         .iter()

@@ -369,13 +369,10 @@ fn unusable_tls_files_stop_a_node_before_it_listens() {
 }
 
 #[test]
-fn run_without_embedded_says_only_embedded_runs_exist() {
-    usage_error(
-        &[
-            "run", WORDCOUNT, "--param", "input=a", "--param", "output=b",
-        ],
-        &["only embedded runs", "--embedded"],
-    );
+fn embedded_only_flags_need_embedded() {
+    let run = flint(&["run", WORDCOUNT, "--slots", "2"]);
+    assert_eq!(run.code, Some(2), "{run:?}");
+    assert!(run.stderr.contains("--embedded"), "{run:?}");
 }
 
 #[test]

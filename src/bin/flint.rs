@@ -7,27 +7,70 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 use flint::ClusterConfig;
+use flint::client::{Client, ClientError, Interrupt, OutputFormat, SubmitOptions};
 use flint::config::{ConfigSources, FlagOverride, LoadedConfig};
 use flint::messages::ids::ResourceId;
-use flint::run::{RunError, RunOptions, UsageError};
+use flint::run::{RunError, RunOptions};
+use indicatif::ProgressDrawTarget;
 
-/// The exit codes, as `flint::run` documents them (`--help` of both `flint` and `flint run`).
+/// The exit codes, as `flint::run` and `flint::client::exit` document them (`--help` of `flint`
+/// and of every command).
 macro_rules! exit_codes {
     () => {
         "Exit codes:
-  0  the job FINISHED
-  1  the job FAILED or was CANCELED
-  2  usage, configuration or job file error (nothing was started)
-  3  cluster error (it stopped answering, or the job did not end within --timeout)"
+  0    success (run: the job FINISHED)
+  1    run: the job FAILED or was CANCELED
+  2    usage, configuration or job file error, or a request the JobManager refused as invalid
+       (nothing changed)
+  3    cluster error (a server error or no answer in time; run --embedded: the job did not end
+       within --timeout)
+  4    the JobManager could not be reached
+  5    the JobManager refused the token (set FLINT_REST_TOKEN or rest.token)
+  6    no such job
+  7    conflict: the job already ended, or the cluster is stopping
+  130  interrupted (Ctrl-C) while run waited; the job keeps running"
+    };
+}
+
+/// Where the client commands find the JobManager (`--help` of each).
+macro_rules! finding_the_jobmanager {
+    () => {
+        "The JobManager's REST address comes from --jobmanager, else FLINT_JOBMANAGER, else
+rest.address and rest.port of --config FILE (or FLINT_CONFIG), else 127.0.0.1:8081. Requests
+that change something send the token from FLINT_REST_TOKEN, else rest.token."
+    };
+}
+
+/// `--help` text after a command's options: its example, where the JobManager is, exit codes.
+macro_rules! client_help {
+    ($example:literal) => {
+        concat!(
+            "Example:\n",
+            $example,
+            "\n\n",
+            finding_the_jobmanager!(),
+            "\n\n",
+            exit_codes!()
+        )
     };
 }
 
 const RUN_HELP: &str = concat!(
-    "Example:
+    "Examples:
+  flint run examples/wordcount.toml --param input=/data/in.txt --param output=/data/counts
+  JOB=$(flint run --detach examples/wordcount.toml --param input=in.txt --param output=out)
   flint run --embedded examples/wordcount.toml \\
       --param input=README.md --param output=/tmp/wordcount
+
+Without --embedded the job file is read and checked here, submitted to the JobManager's REST API
+and followed with a progress bar per vertex (on stderr, when it is a terminal); Ctrl-C stops
+waiting and leaves the job running. --detach prints the job id and returns at once.
+
+",
+    finding_the_jobmanager!(),
+    "
 
 ",
     exit_codes!(),
@@ -46,8 +89,30 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Run a job file and wait for it to end (for now on an embedded cluster: --embedded).
+    /// Run a job file on a running cluster (or in this process: --embedded) and wait for it.
     Run(RunArgs),
+    /// List the cluster's jobs, oldest first.
+    #[command(after_help = client_help!("  flint list --jobmanager http://10.0.0.5:8081"))]
+    List(ClientArgs),
+    /// Show one job: its state, timings, vertices and subtasks.
+    #[command(after_help = client_help!(
+        "  flint status 3f2a0c1e-9b7d-4e21-8c55-0d1e2f3a4b5c --output json"
+    ))]
+    Status(JobArgs),
+    /// Cancel a job (it ends CANCELED; `flint status` shows when).
+    #[command(after_help = client_help!("  flint cancel 3f2a0c1e-9b7d-4e21-8c55-0d1e2f3a4b5c"))]
+    Cancel(JobArgs),
+    /// List the registered TaskManagers with their slots and tasks.
+    #[command(after_help = client_help!("  FLINT_JOBMANAGER=10.0.0.5:8081 flint taskmanagers"))]
+    Taskmanagers(ClientArgs),
+    /// Show the worker pool (designated, started, pending), or set its designated size.
+    #[command(after_help = client_help!(
+        "  flint pool-size        # show\n  flint pool-size 5      # keep 5 TaskManagers"
+    ))]
+    PoolSize(PoolSizeArgs),
+    /// Stop the cluster: release every TaskManager and stop the JobManager.
+    #[command(after_help = client_help!("  flint stop --config /etc/flint/flint.toml"))]
+    Stop(ClientArgs),
     /// Run the JobManager and its resource manager (which starts TaskManager processes).
     ///
     /// Example: FLINT_SECRET=... flint jobmanager --bind 0.0.0.0:6123 --pool-size 3
@@ -188,6 +253,78 @@ struct NodeArgs {
     advertise: Option<String>,
 }
 
+/// How `--output` prints answers.
+#[derive(Debug, Clone, Copy, Default, ValueEnum)]
+enum Output {
+    /// Aligned tables, for people.
+    #[default]
+    Table,
+    /// The REST API's JSON answer as is, for scripts.
+    Json,
+}
+
+impl From<Output> for OutputFormat {
+    fn from(output: Output) -> Self {
+        match output {
+            Output::Table => OutputFormat::Table,
+            Output::Json => OutputFormat::Json,
+        }
+    }
+}
+
+/// Options every client command shares.
+#[derive(Debug, Args)]
+struct ClientArgs {
+    /// The JobManager's REST address: http://HOST:PORT, or HOST:PORT.
+    #[arg(long, value_name = "URL")]
+    jobmanager: Option<String>,
+
+    /// A configuration file to take rest.address, rest.port and rest.token from [default: the
+    /// FLINT_CONFIG variable].
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+
+    /// How to print the answer.
+    #[arg(long, value_enum, default_value_t = Output::Table)]
+    output: Output,
+}
+
+impl ClientArgs {
+    fn client(&self) -> Result<Client, ClientError> {
+        Client::from_environment(
+            self.jobmanager.as_deref(),
+            self.config.as_deref(),
+            self.output.into(),
+        )
+    }
+}
+
+#[derive(Debug, Args)]
+struct JobArgs {
+    /// The job's id (as `flint list` shows it).
+    job_id: String,
+
+    #[command(flatten)]
+    client: ClientArgs,
+}
+
+#[derive(Debug, Args)]
+struct PoolSizeArgs {
+    /// The designated pool size to set [default: show the pool].
+    #[arg(value_name = "N", value_parser = parse_pool_size, allow_negative_numbers = true)]
+    size: Option<u32>,
+
+    #[command(flatten)]
+    client: ClientArgs,
+}
+
+/// A pool size: a whole number, 0 or more (the JobManager checks the maximum).
+fn parse_pool_size(text: &str) -> Result<u32, String> {
+    text.parse().map_err(|_| {
+        format!("the pool size is a whole number of TaskManagers, 0 or more, not `{text}`")
+    })
+}
+
 #[derive(Debug, Args)]
 struct JobManagerArgs {
     /// Where to listen.
@@ -198,6 +335,11 @@ struct JobManagerArgs {
     /// else 1].
     #[arg(long, value_name = "N")]
     pool_size: Option<String>,
+
+    /// Where the REST API and dashboard listen (port 0: any free port) [default: rest.address
+    /// and rest.port from --config, else 127.0.0.1:8081].
+    #[arg(long, value_name = "ADDR:PORT", value_parser = flint::rest::parse_address)]
+    rest: Option<(String, u16)>,
 
     #[command(flatten)]
     node: NodeArgs,
@@ -222,10 +364,15 @@ struct TaskManagerArgs {
 }
 
 impl NodeArgs {
-    /// The validated configuration, with `--slots` and `pool_size` (the JobManager's
-    /// `--pool-size`) over every other source.
-    fn config(&self, pool_size: Option<&String>) -> anyhow::Result<ClusterConfig> {
-        let flags = key_flags(self.slots.as_ref(), pool_size);
+    /// The validated configuration, with `--slots`, `pool_size` (the JobManager's
+    /// `--pool-size`) and `more` flags over every other source.
+    fn config(
+        &self,
+        pool_size: Option<&String>,
+        more: Vec<FlagOverride>,
+    ) -> anyhow::Result<ClusterConfig> {
+        let mut flags = key_flags(self.slots.as_ref(), pool_size);
+        flags.extend(more);
         Ok(self.source.load(flags)?.config)
     }
 }
@@ -246,7 +393,12 @@ async fn stop_signal() {
 }
 
 async fn job_manager(args: JobManagerArgs) -> anyhow::Result<()> {
-    let config = args.node.config(args.pool_size.as_ref())?;
+    let mut flags = Vec::new();
+    if let Some((address, port)) = &args.rest {
+        flags.push(FlagOverride::new("rest.address", address, "--rest"));
+        flags.push(FlagOverride::new("rest.port", port.to_string(), "--rest"));
+    }
+    let config = args.node.config(args.pool_size.as_ref(), flags)?;
     let secret = flint::process::load_secret(
         args.node.secret_file.as_ref(),
         args.node.insecure,
@@ -263,9 +415,15 @@ async fn job_manager(args: JobManagerArgs) -> anyhow::Result<()> {
     };
     flint::process::run_job_manager(
         options,
-        |address| {
-            println!("flint jobmanager listening on {address}");
-            let _ = std::io::Write::flush(&mut std::io::stdout());
+        |ready| {
+            // One write for both lines: a reader that stops after the first still gets both.
+            let lines = format!(
+                "flint jobmanager listening on {}\nflint REST API and dashboard at {}\n",
+                ready.address, ready.rest_url
+            );
+            let mut stdout = std::io::stdout().lock();
+            let _ = std::io::Write::write_all(&mut stdout, lines.as_bytes());
+            let _ = std::io::Write::flush(&mut stdout);
         },
         stop_signal(),
     )
@@ -274,7 +432,7 @@ async fn job_manager(args: JobManagerArgs) -> anyhow::Result<()> {
 }
 
 async fn task_manager(args: TaskManagerArgs) -> anyhow::Result<()> {
-    let config = args.node.config(None)?;
+    let config = args.node.config(None, Vec::new())?;
     let secret = flint::process::load_secret(
         args.node.secret_file.as_ref(),
         args.node.insecure,
@@ -304,7 +462,7 @@ struct RunArgs {
     /// The job file (TOML; see examples/wordcount.toml).
     job_file: PathBuf,
 
-    /// Run on an embedded cluster inside this process (required: the only mode so far).
+    /// Run on an embedded cluster inside this process instead of a running cluster.
     #[arg(long)]
     embedded: bool,
 
@@ -312,28 +470,39 @@ struct RunArgs {
     #[arg(long = "param", value_name = "NAME=VALUE", value_parser = flint::run::parse_param)]
     params: Vec<(String, String)>,
 
-    /// TaskManagers to start [default: from --config, else enough for the job's peak slots].
-    #[arg(long, value_name = "N")]
+    /// Print the job id and return without waiting for the job.
+    #[arg(long, conflicts_with = "embedded")]
+    detach: bool,
+
+    /// The JobManager's REST address: http://HOST:PORT, or HOST:PORT.
+    #[arg(long, value_name = "URL", conflicts_with = "embedded")]
+    jobmanager: Option<String>,
+
+    /// How to print the job id and the final report (json: the REST API's answers as is).
+    #[arg(long, value_enum, default_value_t = Output::Table, conflicts_with = "embedded")]
+    output: Output,
+
+    /// --embedded: TaskManagers to start [default: from --config, else enough for the job's
+    /// peak slots].
+    #[arg(long, value_name = "N", requires = "embedded")]
     pool_size: Option<u32>,
 
-    /// Slots per TaskManager [default: from --config, else 2].
-    #[arg(long, value_name = "S")]
+    /// --embedded: slots per TaskManager [default: from --config, else 2].
+    #[arg(long, value_name = "S", requires = "embedded")]
     slots: Option<u32>,
 
+    /// The configuration: the embedded cluster's, or where to find the JobManager (rest.*).
     #[command(flatten)]
     source: ConfigArgs,
 
-    /// Cancel the job and exit with 3 if it has not ended this long after the cluster started
-    /// (e.g. 90s, 10min).
-    #[arg(long, value_name = "DURATION", default_value = "1h", value_parser = humantime::parse_duration)]
+    /// --embedded: cancel the job and exit with 3 if it has not ended this long after the
+    /// cluster started (e.g. 90s, 10min).
+    #[arg(long, value_name = "DURATION", default_value = "1h", value_parser = humantime::parse_duration, requires = "embedded")]
     timeout: Duration,
 }
 
 impl RunArgs {
     fn into_options(self) -> Result<RunOptions, RunError> {
-        if !self.embedded {
-            return Err(UsageError::NotEmbedded.into());
-        }
         Ok(RunOptions {
             job_file: self.job_file,
             params: flint::run::collect_params(self.params)?,
@@ -347,16 +516,61 @@ impl RunArgs {
     }
 }
 
-#[actix::main]
-async fn main() -> ExitCode {
+/// The client commands run without an actor system (they only make HTTP requests); the
+/// processes and the embedded run start one.
+fn main() -> ExitCode {
     let cli = Cli::parse();
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
-    let result = match cli.command {
-        Command::Run(args) => run(args).await,
-        Command::Jobmanager(args) => return report(job_manager(args).await),
-        Command::Taskmanager(args) => return report(task_manager(args).await),
-        Command::Config(args) => return report(show_config(&args)),
-    };
+    // Unlocked: the JobManager's ready line is printed from its own threads.
+    let mut out = std::io::stdout();
+    match cli.command {
+        Command::Run(args) if args.embedded => finish(actix::System::new().block_on(run(args))),
+        Command::Run(args) => finish(run_on_cluster(args, &mut out)),
+        Command::List(args) => finish(args.client().and_then(|c| c.list(&mut out))),
+        Command::Status(args) => finish(
+            args.client
+                .client()
+                .and_then(|c| c.status(&args.job_id, &mut out)),
+        ),
+        Command::Cancel(args) => finish(
+            args.client
+                .client()
+                .and_then(|c| c.cancel(&args.job_id, &mut out)),
+        ),
+        Command::Taskmanagers(args) => {
+            finish(args.client().and_then(|c| c.task_managers(&mut out)))
+        }
+        Command::PoolSize(args) => finish(
+            args.client
+                .client()
+                .and_then(|c| c.pool_size(args.size, &mut out)),
+        ),
+        Command::Stop(args) => finish(args.client().and_then(|c| c.stop(&mut out))),
+        Command::Jobmanager(args) => report(actix::System::new().block_on(job_manager(args))),
+        Command::Taskmanager(args) => report(actix::System::new().block_on(task_manager(args))),
+        Command::Config(args) => report(show_config(&args)),
+    }
+}
+
+/// An error that knows the exit code it ends the process with.
+trait ExitCodeOf: std::error::Error + Send + Sync + 'static {
+    fn exit_code(&self) -> u8;
+}
+
+impl ExitCodeOf for RunError {
+    fn exit_code(&self) -> u8 {
+        RunError::exit_code(self)
+    }
+}
+
+impl ExitCodeOf for ClientError {
+    fn exit_code(&self) -> u8 {
+        ClientError::exit_code(self)
+    }
+}
+
+/// The exit code of a command, and its error's whole chain on stderr.
+fn finish<E: ExitCodeOf>(result: Result<u8, E>) -> ExitCode {
     match result {
         Ok(code) => ExitCode::from(code),
         Err(error) => {
@@ -393,4 +607,30 @@ async fn run(args: RunArgs) -> Result<u8, RunError> {
     let mut out = std::io::stdout().lock();
     let report = flint::run::run_embedded(options, &mut out).await?;
     Ok(report.exit_code())
+}
+
+/// `flint run` against a running cluster: progress on stderr, Ctrl-C leaves the job running.
+fn run_on_cluster(args: RunArgs, out: &mut impl std::io::Write) -> Result<u8, ClientError> {
+    let params = flint::run::collect_params(args.params)?;
+    let client = Client::from_environment(
+        args.jobmanager.as_deref(),
+        args.source.config.as_deref(),
+        args.output.into(),
+    )?;
+    let options = SubmitOptions {
+        job_file: args.job_file,
+        params,
+        detach: args.detach,
+    };
+    let interrupt = match Interrupt::from_signals() {
+        Ok(interrupt) => interrupt,
+        Err(error) => {
+            log::warn!(
+                "{:#}; Ctrl-C will end flint without a word",
+                anyhow::Error::new(error)
+            );
+            Interrupt::new()
+        }
+    };
+    client.run(&options, ProgressDrawTarget::stderr(), &interrupt, out)
 }

@@ -1,0 +1,385 @@
+//! Where the client commands find the JobManager's REST API, and with which token.
+//!
+//! The address comes from the first of: `--jobmanager URL`, the `FLINT_JOBMANAGER` variable, the
+//! configuration file's `rest.address` and `rest.port` (the file from `--config` or
+//! `FLINT_CONFIG`), and the default `127.0.0.1:8081` (Flink's). The token for the endpoints that
+//! change anything comes from `FLINT_REST_TOKEN`, else from the file's `rest.token` — the
+//! variable wins, as every `FLINT_*` variable wins over the file; there is deliberately no flag,
+//! since a command line is visible to every user of the machine.
+//!
+//! This module only resolves; it never connects. The environment is passed in as a lookup
+//! function, so the precedence is tested without touching the process's variables.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+use crate::config::{ClusterConfig, ConfigError, ConfigSources, keys};
+
+/// The variable naming the JobManager's REST address.
+pub const ENV_JOBMANAGER: &str = "FLINT_JOBMANAGER";
+/// The variable naming the configuration file.
+pub const ENV_CONFIG: &str = "FLINT_CONFIG";
+/// The variable holding the REST token.
+pub const ENV_TOKEN: &str = "FLINT_REST_TOKEN";
+
+/// Why the JobManager's address or the configuration cannot be used. Not retryable: the flag,
+/// variable or file must change.
+#[derive(Debug, thiserror::Error)]
+pub enum EndpointError {
+    /// A URL or `HOST:PORT` that cannot be used.
+    #[error("{source_name} `{given}` is not a JobManager address: {reason}")]
+    BadUrl {
+        /// Where it came from (`--jobmanager`, `FLINT_JOBMANAGER`, the file's keys).
+        source_name: String,
+        /// What was given.
+        given: String,
+        /// What is wrong, and what is accepted.
+        reason: &'static str,
+    },
+    /// The configuration (file or `FLINT_REST_*` variables) cannot be used; the error names
+    /// the key, the value and where it came from.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+}
+
+/// A JobManager's REST base URL: `http://HOST[:PORT][/PREFIX]`, without a trailing slash.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobManagerUrl(String);
+
+impl JobManagerUrl {
+    /// The URL of `path` (which starts with `/`) on this JobManager.
+    pub fn join(&self, path: &str) -> String {
+        format!("{}{path}", self.0)
+    }
+
+    /// The base URL.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// `http://host:port` for a configured `rest.address` and `rest.port`. A wildcard address
+    /// (the JobManager listening everywhere) is reached on loopback.
+    fn from_address(address: &str, port: u16) -> Result<Self, &'static str> {
+        let host = match address {
+            "0.0.0.0" => "127.0.0.1",
+            "::" | "[::]" => "[::1]",
+            other => other,
+        };
+        let host = if host.contains(':') && !host.starts_with('[') {
+            format!("[{host}]")
+        } else {
+            host.to_owned()
+        };
+        format!("http://{host}:{port}").parse()
+    }
+}
+
+impl fmt::Display for JobManagerUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl FromStr for JobManagerUrl {
+    type Err = &'static str;
+
+    /// Accepts `http://HOST[:PORT][/PREFIX]` and a bare `HOST:PORT` (taken as http).
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        const ACCEPTED: &str = "expected http://HOST:PORT or HOST:PORT";
+        let text = text.trim();
+        if text.starts_with("https://") {
+            return Err(
+                "https is not supported: the JobManager's REST API speaks plain HTTP \
+                 (put a TLS proxy in front and give its http address, or use http://)",
+            );
+        }
+        let (rest, bare) = match text.strip_prefix("http://") {
+            Some(rest) => (rest, false),
+            None if text.contains("://") => return Err(ACCEPTED),
+            None => (text, true),
+        };
+        let (authority, path) = match rest.find('/') {
+            Some(at) => rest.split_at(at),
+            None => (rest, ""),
+        };
+        if authority.is_empty() || authority.contains(['@', '?', '#', ' ']) {
+            return Err(ACCEPTED);
+        }
+        if bare && !path.is_empty() {
+            return Err("a path needs the http:// form: http://HOST:PORT/PATH");
+        }
+        // The port: after the last `:` that is not inside an IPv6 literal's brackets.
+        let port = match authority.rfind(':') {
+            Some(at) if !authority[at..].contains(']') => Some(&authority[at + 1..]),
+            _ => None,
+        };
+        let host = port.map_or(authority, |p| &authority[..authority.len() - p.len() - 1]);
+        if host.is_empty() || (host.contains(':') && !host.starts_with('[')) {
+            return Err(ACCEPTED);
+        }
+        match port {
+            Some(port) if port.parse::<u16>().is_err() => {
+                return Err("the port is not a number from 0 to 65535");
+            }
+            None if bare => return Err("no port: expected HOST:PORT, e.g. 127.0.0.1:8081"),
+            _ => {}
+        }
+        Ok(Self(format!(
+            "http://{authority}{}",
+            path.trim_end_matches('/')
+        )))
+    }
+}
+
+/// Where the JobManager's address came from, to say so when it cannot be reached.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EndpointSource {
+    /// `--jobmanager`.
+    Flag,
+    /// `FLINT_JOBMANAGER`.
+    Env,
+    /// `rest.address`/`rest.port` of this configuration file.
+    Config(PathBuf),
+    /// Neither: the default `rest.address`/`rest.port`.
+    Default,
+}
+
+impl fmt::Display for EndpointSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Flag => f.write_str("from --jobmanager"),
+            Self::Env => write!(f, "from {ENV_JOBMANAGER}"),
+            Self::Config(path) => write!(f, "from rest.address/rest.port in {}", path.display()),
+            Self::Default => f.write_str("the default"),
+        }
+    }
+}
+
+/// The JobManager a client command talks to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Endpoint {
+    /// Its REST base URL.
+    pub url: JobManagerUrl,
+    /// Where that came from.
+    pub source: EndpointSource,
+    /// The bearer token for the endpoints that change anything, if one is configured.
+    pub token: Option<String>,
+}
+
+impl Endpoint {
+    /// Resolves the JobManager from the flag, the environment (`env` looks a variable up) and
+    /// the configuration file (`config`, else `FLINT_CONFIG`), as the module docs say.
+    pub fn resolve(
+        flag: Option<&str>,
+        config: Option<&Path>,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<Self, EndpointError> {
+        let config_path = config
+            .map(Path::to_owned)
+            .or_else(|| env(ENV_CONFIG).filter(|v| !v.is_empty()).map(PathBuf::from));
+        let rest = load_client_config(config_path.as_deref(), &env)?.rest;
+        let bad = |source_name: String, given: &str, reason| EndpointError::BadUrl {
+            source_name,
+            given: given.to_owned(),
+            reason,
+        };
+        let env_url = env(ENV_JOBMANAGER).filter(|v| !v.is_empty());
+        let (url, source) = if let Some(flag) = flag {
+            let url = flag
+                .parse()
+                .map_err(|reason| bad("--jobmanager".to_owned(), flag, reason))?;
+            (url, EndpointSource::Flag)
+        } else if let Some(value) = env_url {
+            let url = value
+                .parse()
+                .map_err(|reason| bad(ENV_JOBMANAGER.to_owned(), &value, reason))?;
+            (url, EndpointSource::Env)
+        } else {
+            let url = JobManagerUrl::from_address(&rest.address, rest.port).map_err(|reason| {
+                bad(
+                    "rest.address/rest.port".to_owned(),
+                    &format!("{}:{}", rest.address, rest.port),
+                    reason,
+                )
+            })?;
+            let source = match config_path {
+                Some(path) => EndpointSource::Config(path),
+                None => EndpointSource::Default,
+            };
+            (url, source)
+        };
+        let token = env(ENV_TOKEN).filter(|t| !t.is_empty()).or(rest.token);
+        Ok(Self { url, source, token })
+    }
+}
+
+/// The configuration the client takes `rest.*` from: the cluster's loader over the file (if
+/// any) and the `FLINT_REST_*` variables (`env` looks one up), so a client reads the same keys,
+/// with the same precedence and errors, as the JobManager it talks to.
+pub fn load_client_config(
+    path: Option<&Path>,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<ClusterConfig, EndpointError> {
+    let env = keys::keys()
+        .iter()
+        .filter(|key| key.name.starts_with("rest."))
+        .filter_map(|key| {
+            let name = key.env_var();
+            env(&name).map(|value| (name, value))
+        })
+        .collect();
+    let sources = ConfigSources {
+        file: path.map(Path::to_owned),
+        env,
+        flags: Vec::new(),
+    };
+    Ok(sources.load()?.config)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+
+    fn url(text: &str) -> Result<String, &'static str> {
+        text.parse::<JobManagerUrl>().map(|u| u.0)
+    }
+
+    #[test]
+    fn urls_and_bare_host_ports_are_accepted() {
+        assert_eq!(url("http://10.0.0.5:8081").unwrap(), "http://10.0.0.5:8081");
+        assert_eq!(
+            url("http://10.0.0.5:8081/").unwrap(),
+            "http://10.0.0.5:8081"
+        );
+        assert_eq!(url("10.0.0.5:8081").unwrap(), "http://10.0.0.5:8081");
+        assert_eq!(url(" localhost:1 ").unwrap(), "http://localhost:1");
+        assert_eq!(url("[::1]:8081").unwrap(), "http://[::1]:8081");
+        assert_eq!(url("http://jm.example").unwrap(), "http://jm.example");
+        assert_eq!(
+            url("http://proxy:80/flint/").unwrap(),
+            "http://proxy:80/flint"
+        );
+    }
+
+    #[test]
+    fn unusable_addresses_say_what_is_accepted() {
+        assert!(url("https://jm:8081").unwrap_err().contains("plain HTTP"));
+        assert!(
+            url("ftp://jm:8081")
+                .unwrap_err()
+                .contains("http://HOST:PORT")
+        );
+        assert!(url("jm").unwrap_err().contains("no port"));
+        assert!(url("jm:http").unwrap_err().contains("port"));
+        assert!(url("jm:99999").unwrap_err().contains("65535"));
+        assert!(url("").is_err());
+        assert!(url("http://").is_err());
+        assert!(url("::1:8081").is_err());
+        assert!(url("jm:8081/x").unwrap_err().contains("http://"));
+    }
+
+    fn resolve(
+        flag: Option<&str>,
+        config: Option<&Path>,
+        vars: &[(&str, &str)],
+    ) -> Result<Endpoint, EndpointError> {
+        let vars: BTreeMap<String, String> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Endpoint::resolve(flag, config, |k| vars.get(k).cloned())
+    }
+
+    /// A configuration file in the temp directory, removed when dropped.
+    struct ConfigFile(PathBuf);
+
+    impl ConfigFile {
+        fn new(name: &str, text: &str) -> Self {
+            let path = std::env::temp_dir().join(format!(
+                "flint-client-endpoint-{name}-{}.toml",
+                std::process::id()
+            ));
+            std::fs::write(&path, text).unwrap();
+            Self(path)
+        }
+    }
+
+    impl Drop for ConfigFile {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+
+    #[test]
+    fn the_flag_wins_over_the_variable_over_the_file_over_the_default() {
+        let file = ConfigFile::new(
+            "precedence",
+            "[rest]\naddress = \"10.1.1.1\"\nport = 9000\ntoken = \"from-file\"\n",
+        );
+        let path = Some(file.0.as_path());
+        let vars = [(ENV_JOBMANAGER, "10.2.2.2:9001")];
+
+        let e = resolve(Some("10.3.3.3:9002"), path, &vars).unwrap();
+        assert_eq!(e.url.as_str(), "http://10.3.3.3:9002");
+        assert_eq!(e.source, EndpointSource::Flag);
+        let e = resolve(None, path, &vars).unwrap();
+        assert_eq!(e.url.as_str(), "http://10.2.2.2:9001");
+        assert_eq!(e.source, EndpointSource::Env);
+        let e = resolve(None, path, &[]).unwrap();
+        assert_eq!(e.url.as_str(), "http://10.1.1.1:9000");
+        assert_eq!(e.source, EndpointSource::Config(file.0.clone()));
+        assert_eq!(e.token.as_deref(), Some("from-file"));
+        let e = resolve(None, None, &[]).unwrap();
+        assert_eq!(e.url.as_str(), "http://127.0.0.1:8081");
+        assert_eq!(e.source, EndpointSource::Default);
+        assert_eq!(e.token, None);
+    }
+
+    #[test]
+    fn flint_config_names_the_file_and_the_token_variable_wins_over_it() {
+        let file = ConfigFile::new(
+            "env-config",
+            "[rest]\naddress = \"0.0.0.0\"\nport = 9100\ntoken = \"from-file\"\n",
+        );
+        let config = file.0.display().to_string();
+        let e = resolve(
+            None,
+            None,
+            &[(ENV_CONFIG, &config), (ENV_TOKEN, "from-env")],
+        )
+        .unwrap();
+        // A JobManager listening on every address is reached on loopback.
+        assert_eq!(e.url.as_str(), "http://127.0.0.1:9100");
+        assert_eq!(e.token.as_deref(), Some("from-env"));
+        assert!(e.source.to_string().contains(&config), "{}", e.source);
+    }
+
+    #[test]
+    fn rest_variables_count_as_configuration() {
+        let endpoint = resolve(None, None, &[("FLINT_REST_PORT", "9999")]).expect("resolves");
+        assert!(endpoint.url.to_string().contains(":9999"), "{}", endpoint.url);
+        let err = resolve(None, None, &[("FLINT_REST_PORT", "http")]).unwrap_err();
+        assert!(err.to_string().contains("rest.port"), "{err}");
+        assert!(err.to_string().contains("FLINT_REST_PORT"), "{err}");
+    }
+
+    #[test]
+    fn a_bad_address_or_config_is_named() {
+        let err = resolve(Some("jm"), None, &[]).unwrap_err();
+        assert!(err.to_string().contains("--jobmanager `jm`"), "{err}");
+        let err = resolve(None, None, &[(ENV_JOBMANAGER, "https://jm:1")]).unwrap_err();
+        assert!(err.to_string().contains(ENV_JOBMANAGER), "{err}");
+
+        let file = ConfigFile::new("bad", "[rest]\nprot = 1\n");
+        let err = resolve(None, Some(&file.0), &[]).unwrap_err();
+        assert!(matches!(err, EndpointError::Config(_)), "{err:?}");
+        assert!(err.to_string().contains("prot"), "{err}");
+        let missing = std::env::temp_dir().join("flint-client-no-such-config.toml");
+        let err = resolve(None, Some(&missing), &[]).unwrap_err();
+        assert!(matches!(err, EndpointError::Config(_)), "{err:?}");
+        assert!(err.to_string().contains("no-such-config"), "{err}");
+    }
+}

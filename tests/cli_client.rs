@@ -1,0 +1,512 @@
+//! The client commands end to end: a real `flint jobmanager` process (REST API on a free port,
+//! TaskManager child processes) driven only through the `flint` binary — run (waiting and
+//! detached), list, status, cancel, taskmanagers, pool-size, stop — and the errors with their
+//! exit codes and messages.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdout, Command, Output, Stdio};
+use std::time::Duration;
+
+use flint::operators::builtin::sequential_word_count;
+use serde_json::Value;
+
+mod common;
+use common::{read_counts, scratch, write_text};
+
+const WORDCOUNT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/wordcount.toml");
+const DEADLINE: Duration = Duration::from_secs(60);
+
+/// The CLI's result, with its output as text.
+struct Run {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+impl std::fmt::Debug for Run {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "exit {:?}\n--- stdout\n{}--- stderr\n{}",
+            self.code, self.stdout, self.stderr
+        )
+    }
+}
+
+impl Run {
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.stdout).unwrap_or_else(|e| panic!("{e}: {self:?}"))
+    }
+}
+
+/// `flint` with a clean environment (none of the client's variables) plus `env`.
+fn command(args: &[&str], env: &[(&str, &str)]) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_flint"));
+    command.args(args);
+    for name in [
+        "RUST_LOG",
+        "FLINT_JOBMANAGER",
+        "FLINT_CONFIG",
+        "FLINT_REST_TOKEN",
+        "FLINT_SECRET",
+    ] {
+        command.env_remove(name);
+    }
+    command.envs(env.iter().copied());
+    command
+}
+
+fn flint(args: &[&str], env: &[(&str, &str)]) -> Run {
+    let Output {
+        status,
+        stdout,
+        stderr,
+    } = command(args, env).output().expect("the flint binary runs");
+    Run {
+        code: status.code(),
+        stdout: String::from_utf8_lossy(&stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&stderr).into_owned(),
+    }
+}
+
+/// Polls `probe` until it gives a value; fails the test with `what` after [`DEADLINE`].
+#[allow(clippy::disallowed_methods)] // a test waits for real processes in real time
+fn poll<T>(what: &str, mut probe: impl FnMut() -> Result<T, String>) -> T {
+    let began = std::time::Instant::now();
+    loop {
+        match probe() {
+            Ok(value) => return value,
+            Err(last) if began.elapsed() > DEADLINE => panic!("{what}; last seen: {last}"),
+            Err(_) => std::thread::sleep(Duration::from_millis(50)),
+        }
+    }
+}
+
+/// A port nothing listens on (bound, then released).
+fn closed_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn arg(path: &Path) -> String {
+    path.display().to_string()
+}
+
+/// A running `flint jobmanager` with its REST API; stopped with SIGTERM when dropped.
+struct Cluster {
+    child: Child,
+    /// The REST API's URL, from the process's ready lines.
+    url: String,
+    dir: PathBuf,
+    /// Kept open so the process never writes to a closed pipe.
+    _stdout: BufReader<ChildStdout>,
+}
+
+impl Cluster {
+    /// A JobManager keeping `pool_size` TaskManagers of 2 slots, with `extra` appended to its
+    /// configuration file.
+    fn start(name: &str, pool_size: u32, extra: &str) -> Self {
+        let dir = scratch(&format!("cli-client-{name}"));
+        let config = dir.join("flint.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "[heartbeat]\ninterval = \"200ms\"\ntimeout = \"5s\"\n\
+                 [taskmanager]\nworking-dir = \"{}\"\n{extra}",
+                arg(&dir.join("work"))
+            ),
+        )
+        .unwrap();
+        let pool = pool_size.to_string();
+        let mut child = command(
+            &[
+                "jobmanager",
+                "--bind",
+                "127.0.0.1:0",
+                "--rest",
+                "127.0.0.1:0",
+                "--pool-size",
+                &pool,
+                "--slots",
+                "2",
+                "--config",
+                &arg(&config),
+            ],
+            &[],
+        )
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("flint jobmanager starts");
+        let mut stdout = BufReader::new(child.stdout.take().expect("its stdout"));
+        let mut seen = String::new();
+        let url = loop {
+            let mut line = String::new();
+            let read = stdout.read_line(&mut line).expect("ready lines");
+            assert!(
+                read > 0,
+                "the JobManager exited before its REST API was up: {seen}"
+            );
+            seen.push_str(&line);
+            if let Some(url) = line.split_whitespace().find(|w| w.starts_with("http://")) {
+                break url.trim_end_matches('/').to_owned();
+            }
+        };
+        Self {
+            child,
+            url,
+            dir,
+            _stdout: stdout,
+        }
+    }
+
+    /// `flint COMMAND ARGS... --jobmanager URL`, with `env`.
+    fn flint_env(&self, args: &[&str], env: &[(&str, &str)]) -> Run {
+        let mut all = args.to_vec();
+        all.extend(["--jobmanager", &self.url]);
+        flint(&all, env)
+    }
+
+    fn flint(&self, args: &[&str]) -> Run {
+        self.flint_env(args, &[])
+    }
+
+    /// Polls `flint status JOB --output json` until the job's state is `state`.
+    fn wait_for_state(&self, job: &str, state: &str) -> Value {
+        poll(&format!("job {job} never {state}"), || {
+            let run = self.flint(&["status", job, "--output", "json"]);
+            if run.code != Some(0) {
+                return Err(format!("{run:?}"));
+            }
+            let json = run.json();
+            if json["state"] == state {
+                Ok(json)
+            } else {
+                Err(format!("{json}"))
+            }
+        })
+    }
+
+    /// Polls `flint taskmanagers --output json` until `n` TaskManagers are registered.
+    fn wait_for_task_managers(&self, n: usize) -> Value {
+        poll(&format!("never {n} TaskManagers"), || {
+            let run = self.flint(&["taskmanagers", "--output", "json"]);
+            if run.code != Some(0) {
+                return Err(format!("{run:?}"));
+            }
+            let json = run.json();
+            match json["taskmanagers"].as_array() {
+                Some(tms) if tms.len() == n => Ok(json),
+                _ => Err(format!("{json}")),
+            }
+        })
+    }
+
+    /// A job file that sleeps `ms` in one task.
+    fn slow_job(&self, ms: u64) -> PathBuf {
+        let path = self.dir.join(format!("slow-{ms}.toml"));
+        std::fs::write(
+            &path,
+            format!(
+                "name = \"slow\"\n[[vertex]]\nname = \"wait\"\noperator = \"sleep\"\n\
+                 config.ms = \"{ms}\"\n"
+            ),
+        )
+        .unwrap();
+        path
+    }
+
+    /// Waits for the JobManager process to exit; its exit status.
+    #[allow(clippy::disallowed_methods)] // a test waits for a real process in real time
+    fn wait_for_exit(&mut self) -> std::process::ExitStatus {
+        let began = std::time::Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(began.elapsed() < DEADLINE, "the JobManager never exited");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            let _ = Command::new("kill")
+                .args(["-TERM", &self.child.id().to_string()])
+                .status();
+            let _ = self.child.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[test]
+fn a_cluster_is_run_watched_scaled_and_stopped_from_the_cli() {
+    let mut cluster = Cluster::start("lifecycle", 1, "");
+
+    // The pool: one TaskManager of two slots.
+    let tms = cluster.wait_for_task_managers(1);
+    assert_eq!(tms["taskmanagers"][0]["slots-number"], 2, "{tms}");
+    let run = cluster.flint(&["taskmanagers"]);
+    assert_eq!(run.code, Some(0), "{run:?}");
+    assert!(run.stdout.starts_with("ID "), "{run:?}");
+    assert!(run.stdout.contains("127.0.0.1:"), "{run:?}");
+    let run = cluster.flint(&["pool-size"]);
+    assert_eq!(run.code, Some(0), "{run:?}");
+    assert!(run.stdout.contains("Designated pool size  1"), "{run:?}");
+
+    // run, waiting: progress (not drawn: stderr is no terminal), the report, the exact count.
+    let input = cluster.dir.join("input.txt");
+    write_text(&input, 3_000);
+    let output = cluster.dir.join("out");
+    let (input_param, output_param) = (
+        format!("input={}", arg(&input)),
+        format!("output={}", arg(&output)),
+    );
+    let run = cluster.flint(&[
+        "run",
+        WORDCOUNT,
+        "--param",
+        &input_param,
+        "--param",
+        &output_param,
+    ]);
+    assert_eq!(run.code, Some(0), "{run:?}");
+    let waited_id = run
+        .stdout
+        .lines()
+        .next()
+        .and_then(|l| l.strip_prefix("Submitted job `wordcount` as "))
+        .unwrap_or_else(|| panic!("no job id: {run:?}"))
+        .to_owned();
+    assert!(run.stdout.contains("FINISHED"), "{run:?}");
+    assert!(run.stdout.contains("8/8 tasks finished"), "{run:?}");
+    assert!(
+        run.stdout.contains(&format!("Output: {}", arg(&output))),
+        "{run:?}"
+    );
+    for vertex in ["source", "tokenize", "count", "sink"] {
+        assert!(run.stdout.contains(vertex), "{vertex}: {run:?}");
+    }
+    assert!(
+        !run.stderr.contains('\u{1b}'),
+        "no escape codes off a terminal: {run:?}"
+    );
+    assert_eq!(read_counts(&output), sequential_word_count(&input).unwrap());
+
+    // run --detach: the id alone; the job finishes on its own.
+    let output = cluster.dir.join("out-detached");
+    let output_param = format!("output={}", arg(&output));
+    let run = cluster.flint(&[
+        "run",
+        "--detach",
+        WORDCOUNT,
+        "--param",
+        &input_param,
+        "--param",
+        &output_param,
+    ]);
+    assert_eq!(run.code, Some(0), "{run:?}");
+    let detached_id = run.stdout.trim().to_owned();
+    assert_eq!(detached_id.len(), 36, "only the id: {run:?}");
+    let job = cluster.wait_for_state(&detached_id, "FINISHED");
+    assert_eq!(job["tasks-finished"], 8, "{job}");
+    assert_eq!(read_counts(&output), sequential_word_count(&input).unwrap());
+
+    // list and status.
+    let run = cluster.flint(&["list"]);
+    assert_eq!(run.code, Some(0), "{run:?}");
+    let lines: Vec<&str> = run.stdout.lines().collect();
+    assert!(lines[0].starts_with("JOB ID"), "{run:?}");
+    assert!(
+        lines[1].starts_with(&waited_id) && lines[1].contains("FINISHED"),
+        "{run:?}"
+    );
+    assert!(lines[2].starts_with(&detached_id), "oldest first: {run:?}");
+    let json = cluster.flint(&["list", "--output", "json"]).json();
+    assert_eq!(json["jobs"].as_array().map(Vec::len), Some(2), "{json}");
+    let run = cluster.flint(&["status", &waited_id]);
+    assert_eq!(run.code, Some(0), "{run:?}");
+    assert!(run.stdout.contains("State      FINISHED"), "{run:?}");
+    assert!(run.stdout.contains("text-source"), "{run:?}");
+    assert!(run.stdout.contains("LOCALITY"), "{run:?}");
+
+    // cancel a job that runs long enough; cancelling it again is a conflict.
+    let slow = cluster.slow_job(60_000);
+    let run = cluster.flint(&["run", "--detach", &arg(&slow)]);
+    assert_eq!(run.code, Some(0), "{run:?}");
+    let slow_id = run.stdout.trim().to_owned();
+    cluster.wait_for_state(&slow_id, "RUNNING");
+    let run = cluster.flint(&["cancel", &slow_id]);
+    assert_eq!(run.code, Some(0), "{run:?}");
+    assert!(
+        run.stdout.starts_with(&format!("Cancelling job {slow_id}")),
+        "{run:?}"
+    );
+    cluster.wait_for_state(&slow_id, "CANCELED");
+    let run = cluster.flint(&["cancel", &slow_id]);
+    assert_eq!(run.code, Some(7), "{run:?}");
+    assert!(run.stderr.starts_with("flint: "), "{run:?}");
+
+    // pool-size: set, then the pool converges.
+    let run = cluster.flint(&["pool-size", "2"]);
+    assert_eq!(run.code, Some(0), "{run:?}");
+    assert_eq!(run.stdout, "Designated pool size set to 2\n");
+    cluster.wait_for_task_managers(2);
+    let json = cluster.flint(&["pool-size", "--output", "json"]).json();
+    assert_eq!(json["size"], 2, "{json}");
+
+    // stop: the JobManager goes away, and the client says it cannot reach it.
+    let run = cluster.flint(&["stop"]);
+    assert_eq!(run.code, Some(0), "{run:?}");
+    assert!(run.stdout.contains("Stopped"), "{run:?}");
+    cluster.wait_for_exit();
+    let run = cluster.flint(&["list"]);
+    assert_eq!(run.code, Some(4), "{run:?}");
+}
+
+#[test]
+fn errors_name_the_problem_and_exit_with_their_codes() {
+    let cluster = Cluster::start(
+        "errors",
+        1,
+        "[resourcemanager]\nmax-pool-size = 4\n[rest]\ntoken = \"t0ken\"\n",
+    );
+    let token = [("FLINT_REST_TOKEN", "t0ken")];
+    let unknown = "0123abcd-0000-4000-8000-000000000000";
+
+    // An unknown job: the server's message, exit 6.
+    let run = cluster.flint(&["status", unknown]);
+    assert_eq!(run.code, Some(6), "{run:?}");
+    assert!(run.stderr.starts_with("flint: "), "{run:?}");
+    assert!(run.stderr.contains("no job"), "{run:?}");
+    let run = cluster.flint_env(&["cancel", unknown], &token);
+    assert_eq!(run.code, Some(6), "{run:?}");
+
+    // Not an id at all: a usage error before anything is asked.
+    let run = cluster.flint(&["status", "3f2a"]);
+    assert_eq!(run.code, Some(2), "{run:?}");
+    assert!(
+        run.stderr.contains("`3f2a` is not a valid JobId"),
+        "{run:?}"
+    );
+
+    // Changing requests without the token: exit 5, saying where the token goes.
+    for args in [
+        &["cancel", unknown][..],
+        &["pool-size", "2"],
+        &["run", "--detach", &arg(&cluster.slow_job(1))],
+        &["stop"],
+    ] {
+        let run = cluster.flint(args);
+        assert_eq!(run.code, Some(5), "{args:?}: {run:?}");
+        assert!(run.stderr.contains("FLINT_REST_TOKEN"), "{run:?}");
+    }
+    let run = cluster.flint_env(&["pool-size", "2"], &[("FLINT_REST_TOKEN", "wrong")]);
+    assert_eq!(run.code, Some(5), "{run:?}");
+    assert!(run.stderr.contains("refused the token"), "{run:?}");
+
+    // Over the maximum: refused, exit 2, naming the key; the pool is unchanged.
+    let run = cluster.flint_env(&["pool-size", "5"], &token);
+    assert_eq!(run.code, Some(2), "{run:?}");
+    assert!(
+        run.stderr.contains("resourcemanager.max-pool-size"),
+        "{run:?}"
+    );
+    let json = cluster.flint(&["pool-size", "--output", "json"]).json();
+    assert_eq!(json["size"], 1, "{json}");
+
+    // A bad job file: named, exit 2, nothing submitted.
+    let bad = cluster.dir.join("bad.toml");
+    std::fs::write(&bad, "name = \"bad\"\n[[vertex]\nname = \"x\"\n").unwrap();
+    let run = cluster.flint_env(&["run", &arg(&bad)], &token);
+    assert_eq!(run.code, Some(2), "{run:?}");
+    assert!(run.stderr.contains("line 2"), "{run:?}");
+    let run = cluster.flint_env(&["run", WORDCOUNT, "--param", "input=x"], &token);
+    assert_eq!(run.code, Some(2), "{run:?}");
+    assert!(run.stderr.contains("${output}"), "{run:?}");
+    let json = cluster.flint(&["list", "--output", "json"]).json();
+    assert_eq!(json["jobs"], Value::Array(Vec::new()), "{json}");
+
+    // An unreachable JobManager: the URL tried, where it came from, how to point elsewhere.
+    let port = closed_port();
+    let address = format!("127.0.0.1:{port}");
+    let run = flint(&["list", "--jobmanager", &address], &[]);
+    assert_eq!(run.code, Some(4), "{run:?}");
+    for needle in [
+        &format!("http://{address}")[..],
+        "from --jobmanager",
+        "FLINT_JOBMANAGER",
+    ] {
+        assert!(run.stderr.contains(needle), "`{needle}`: {run:?}");
+    }
+    let run = flint(&["taskmanagers"], &[("FLINT_JOBMANAGER", &address)]);
+    assert_eq!(run.code, Some(4), "{run:?}");
+    assert!(run.stderr.contains("from FLINT_JOBMANAGER"), "{run:?}");
+
+    // The configuration file names the JobManager and holds the token.
+    let port = cluster.url.rsplit(':').next().unwrap();
+    let client_config = cluster.dir.join("client.toml");
+    std::fs::write(
+        &client_config,
+        format!("[rest]\naddress = \"127.0.0.1\"\nport = {port}\ntoken = \"t0ken\"\n"),
+    )
+    .unwrap();
+    let run = flint(&["list", "--config", &arg(&client_config)], &[]);
+    assert_eq!(run.code, Some(0), "{run:?}");
+    assert_eq!(run.stdout, "No jobs.\n");
+    let run = flint(
+        &["pool-size", "1"],
+        &[("FLINT_CONFIG", &arg(&client_config))],
+    );
+    assert_eq!(run.code, Some(0), "the token from the file: {run:?}");
+}
+
+#[test]
+fn ctrl_c_leaves_the_job_running_and_says_how_to_cancel_it() {
+    let cluster = Cluster::start("ctrl-c", 1, "");
+    let slow = cluster.slow_job(60_000);
+    let mut child = command(&["run", &arg(&slow), "--jobmanager", &cluster.url], &[])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The id line comes once the job is submitted and the command is waiting.
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    stdout.read_line(&mut line).unwrap();
+    let id = line
+        .trim()
+        .strip_prefix("Submitted job `slow` as ")
+        .unwrap_or_else(|| panic!("not the id line: {line:?}"))
+        .to_owned();
+    cluster.wait_for_state(&id, "RUNNING");
+
+    assert!(
+        Command::new("kill")
+            .args(["-INT", &child.id().to_string()])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(130), "{stderr}");
+    assert!(stderr.contains("keeps running"), "{stderr}");
+    assert!(
+        stderr.contains(&format!("flint cancel {id} --jobmanager {}", cluster.url)),
+        "{stderr}"
+    );
+
+    // Still running; the suggested command cancels it.
+    let job = cluster.flint(&["status", &id, "--output", "json"]).json();
+    assert_eq!(job["state"], "RUNNING", "{job}");
+    let run = cluster.flint(&["cancel", &id]);
+    assert_eq!(run.code, Some(0), "{run:?}");
+    cluster.wait_for_state(&id, "CANCELED");
+}
