@@ -536,6 +536,7 @@
     }));
     const listed = new Set(jobs.map((job) => String(job.id)));
     for (const id of ui.endedDetails.keys()) if (!listed.has(id)) ui.endedDetails.delete(id);
+    for (const id of ui.vertexListOpen.keys()) if (!listed.has(id)) ui.vertexListOpen.delete(id);
     return byId;
   }
 
@@ -552,7 +553,9 @@
     $('main').classList.remove('stale');
     const live = $('live');
     live.className = 'live ok';
-    setText('live-text', 'Live · updated ' + formatTime(ui.lastOk.getTime()));
+    // Only the state is a live region: the time changes every second and is not announced.
+    setText('live-text', 'Live');
+    setText('live-updated', '· updated ' + formatTime(ui.lastOk.getTime()));
   }
 
   function disconnected(error) {
@@ -560,10 +563,11 @@
     setText('banner-detail', error.status
       ? 'It answered ' + error.status + ': ' + error.message + '.'
       : 'The request failed: ' + error.message + '.');
-    setText('banner-since', ui.lastOk ? formatTime(ui.lastOk.getTime()) : 'before any answer');
+    setText('banner-since', ui.lastOk ? formatTime(ui.lastOk.getTime()) : 'page load (no answer yet)');
     $('main').classList.add('stale');
     $('live').className = 'live down';
     setText('live-text', 'JobManager unreachable');
+    setText('live-updated', '');
   }
 
   async function poll() {
