@@ -58,6 +58,7 @@ async fn round(config: &std::path::Path, client_seed: u64) -> Round {
     let mut command = Command::new(env!("CARGO_BIN_EXE_flint"));
     command
         .args(["jobmanager", "--bind", "127.0.0.1:0", "--pool-size", "2"])
+        .args(["--rest", "127.0.0.1:0"])
         .arg("--config")
         .arg(config)
         .env_remove("FLINT_SECRET")

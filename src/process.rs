@@ -28,9 +28,11 @@ use crate::env::{ArbiterSpawner, NodeEnv, NodeRng, SystemClock};
 use crate::events::EventSink;
 use crate::messages::ActorAddress;
 use crate::messages::ids::ResourceId;
-use crate::messages::resource_manager::StopCluster;
+use crate::messages::job_manager::JobManagerGateway;
+use crate::messages::resource_manager::{ResourceManagerGateway, StopCluster};
 use crate::node::{start_job_manager_node, task_manager_spec};
 use crate::operators::OperatorRegistry;
+use crate::rest::{RestError, RestListener, RestState};
 use crate::transport::handshake::Secret;
 use crate::transport::remote::{EndpointConfig, EndpointError, NodeEndpoint};
 
@@ -67,6 +69,9 @@ pub enum ProcessError {
     /// The transport endpoint could not start.
     #[error("cannot start the transport endpoint")]
     Endpoint(#[from] EndpointError),
+    /// The REST API could not start (`[rest]`).
+    #[error("cannot start the REST API")]
+    Rest(#[from] RestError),
     /// The configuration could not be handed to the TaskManager children.
     #[error("cannot write the TaskManagers' configuration to {path}")]
     ChildConfig {
@@ -145,15 +150,27 @@ pub struct JobManagerOptions {
     pub program: PathBuf,
 }
 
-/// Runs the JobManager process until `shutdown` resolves; `ready` is called with the address
-/// others reach it at once it listens.
+/// Where a started JobManager process can be reached.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobManagerReady {
+    /// The `host:port` TaskManagers and transport clients reach it at.
+    pub address: String,
+    /// The base URL of its REST API and dashboard (`http://ADDR:PORT`).
+    pub rest_url: String,
+}
+
+/// Runs the JobManager process until `shutdown` resolves or a client stops the cluster through
+/// the REST API (`DELETE /cluster`); `ready` is called once it listens. Either way the resource
+/// manager releases every worker before this returns.
 pub async fn run_job_manager(
     options: JobManagerOptions,
-    ready: impl FnOnce(&str),
+    ready: impl FnOnce(&JobManagerReady),
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ProcessError> {
     let config = options.config;
     config.validate()?;
+    // Bound first: a bad [rest] must refuse to start before any worker is.
+    let rest = RestListener::bind(&config.rest)?;
     let seed = config
         .seed
         .unwrap_or_else(|| NodeRng::from_entropy().next_u64());
@@ -228,11 +245,24 @@ pub async fn run_job_manager(
         }
     };
     let node = start_job_manager_node(&config, OperatorRegistry::with_builtins(), env, driver);
-    ready(&endpoint.local_node());
-    shutdown.await;
-    log::info!("jobmanager: shutting down");
+    let state = RestState::new(
+        JobManagerGateway::of(&node.job_manager),
+        ResourceManagerGateway::of(&node.resource_manager),
+        config.resourcemanager.max_pool_size,
+    );
+    let mut rest = rest.serve(state)?;
+    ready(&JobManagerReady {
+        address: endpoint.local_node(),
+        rest_url: rest.url(),
+    });
+    tokio::select! {
+        biased;
+        () = shutdown => log::info!("jobmanager: shutting down"),
+        () = rest.stop_requested() => log::info!("jobmanager: stopping the cluster (REST request)"),
+    }
     let _ = node.resource_manager.send(StopCluster).await;
     let _ = node.job_manager.send(Shutdown).await;
+    rest.stop().await;
     endpoint.shutdown();
     Ok(())
 }

@@ -145,6 +145,8 @@ async fn start_cluster(dir: &Path) -> Cluster {
             &POOL.to_string(),
             "--slots",
             "1",
+            "--rest",
+            "127.0.0.1:0",
         ])
         .arg("--config")
         .arg(&config)

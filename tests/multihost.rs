@@ -186,6 +186,7 @@ async fn a_cluster_across_network_namespaces_survives_a_cut_link() {
     command
         .args(["netns", "exec", &network.namespace(JOB_MANAGER_HOST), flint])
         .args(["jobmanager", "--bind", &jm_bind, "--pool-size", "2"])
+        .args(["--rest", "127.0.0.1:0"])
         .arg("--config")
         .arg(&config)
         .env("FLINT_SECRET", SECRET);

@@ -32,6 +32,7 @@ async fn a_process_cluster_keeps_its_pool_through_kill_9_and_runs_wordcount() {
     let mut command = Command::new(env!("CARGO_BIN_EXE_flint"));
     command
         .args(["jobmanager", "--bind", "127.0.0.1:0", "--pool-size", "3"])
+        .args(["--rest", "127.0.0.1:0"])
         .args(["--slots", "2"])
         .arg("--config")
         .arg(&config)

@@ -56,6 +56,7 @@ async fn a_cluster_over_tls_runs_wordcount_and_refuses_plain_or_untrusted_peers(
     let mut command = Command::new(env!("CARGO_BIN_EXE_flint"));
     command
         .args(["jobmanager", "--bind", "127.0.0.1:0", "--pool-size", "2"])
+        .args(["--rest", "127.0.0.1:0"])
         .args(["--slots", "2"])
         .arg("--config")
         .arg(&config)

@@ -80,6 +80,8 @@ pub struct JobManager {
     probing: BTreeSet<ResourceId>,
     resource_manager: Option<ConnectedResourceManager>,
     heartbeat_timeouts: u64,
+    /// Task attempts restarted by failover, over all jobs (kept here: ended jobs are forgotten).
+    task_restarts: u64,
     scheduler: Scheduler,
     jobs: BTreeMap<JobId, JobMaster>,
     pool: jobs::PoolView,
@@ -112,6 +114,7 @@ impl JobManager {
             probing: BTreeSet::new(),
             resource_manager: None,
             heartbeat_timeouts: 0,
+            task_restarts: 0,
             jobs: BTreeMap::new(),
             pool: jobs::PoolView::default(),
         }
@@ -395,6 +398,7 @@ impl JobManager {
             resource_manager_connected: self.resource_manager.is_some(),
             task_managers,
             heartbeat_timeouts: self.heartbeat_timeouts,
+            task_restarts: self.task_restarts,
         }
     }
 

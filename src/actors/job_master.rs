@@ -131,6 +131,8 @@ pub struct JobMaster {
     restart_due: bool,
     backoff: RestartBackoff,
     restarts: u32,
+    /// Tasks started again as new attempts, over all restarts.
+    restarted_tasks: u64,
     failure: Option<String>,
     /// Every TaskManager a task of this job was deployed to (their partitions to release).
     used_task_managers: BTreeSet<ResourceId>,
@@ -209,6 +211,7 @@ impl JobMaster {
             restart_due: false,
             backoff,
             restarts: 0,
+            restarted_tasks: 0,
             failure: None,
             used_task_managers: BTreeSet::new(),
             gates: BTreeMap::new(),
@@ -722,6 +725,7 @@ impl JobMaster {
     ) {
         // New producer attempts: the shared producer lists name the old ones.
         self.gates.clear();
+        self.restarted_tasks += members.len() as u64;
         for task in members {
             let old = self.task(&task).attempt;
             self.attempts.remove(&old);
@@ -741,6 +745,12 @@ impl JobMaster {
         self.restarting_active = 0;
         self.restart_due = false;
         self.schedule_ready_regions(cx, actions);
+    }
+
+    /// Tasks started again as new attempts so far: each task of a restarted region counts
+    /// once per restart (the JobManager adds these up for `flint_task_restarts_total`).
+    pub fn restarted_tasks(&self) -> u64 {
+        self.restarted_tasks
     }
 
     /// The restart delay `generation` passed.

@@ -92,6 +92,11 @@ struct JobManagerArgs {
     #[arg(long, value_name = "N")]
     pool_size: Option<u32>,
 
+    /// Where the REST API and dashboard listen (port 0: any free port) [default: rest.address
+    /// and rest.port from --config, else 127.0.0.1:8081].
+    #[arg(long, value_name = "ADDR:PORT", value_parser = flint::rest::parse_address)]
+    rest: Option<(String, u16)>,
+
     #[command(flatten)]
     node: NodeArgs,
 }
@@ -153,6 +158,10 @@ async fn job_manager(args: JobManagerArgs) -> anyhow::Result<()> {
     if let Some(size) = args.pool_size {
         config.resourcemanager.pool_size = size;
     }
+    if let Some((address, port)) = args.rest {
+        config.rest.address = address;
+        config.rest.port = port;
+    }
     config.validate()?;
     let secret = flint::process::load_secret(
         args.node.secret_file.as_ref(),
@@ -170,9 +179,15 @@ async fn job_manager(args: JobManagerArgs) -> anyhow::Result<()> {
     };
     flint::process::run_job_manager(
         options,
-        |address| {
-            println!("flint jobmanager listening on {address}");
-            let _ = std::io::Write::flush(&mut std::io::stdout());
+        |ready| {
+            // One write for both lines: a reader that stops after the first still gets both.
+            let lines = format!(
+                "flint jobmanager listening on {}\nflint REST API and dashboard at {}\n",
+                ready.address, ready.rest_url
+            );
+            let mut stdout = std::io::stdout().lock();
+            let _ = std::io::Write::write_all(&mut stdout, lines.as_bytes());
+            let _ = std::io::Write::flush(&mut stdout);
         },
         stop_signal(),
     )

@@ -122,6 +122,7 @@ pub(crate) fn job_manager_status() -> JobManagerStatus {
             }],
         }],
         heartbeat_timeouts: 1,
+        task_restarts: 2,
     }
 }
 

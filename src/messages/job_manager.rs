@@ -273,6 +273,9 @@ pub struct JobManagerStatus {
     pub task_managers: Vec<TaskManagerInfo>,
     /// TaskManagers removed because their heartbeat timed out, since start.
     pub heartbeat_timeouts: u64,
+    /// Task attempts started again by failover since start: each task of a restarted region
+    /// counts once per restart (for `flint_task_restarts_total`).
+    pub task_restarts: u64,
 }
 
 impl JobManagerStatus {

@@ -83,8 +83,10 @@ impl JobManager {
             address_of: &address_of,
             slots_freed: false,
         };
+        let restarted_before = job.restarted_tasks();
         let actions = f(job, &mut cx);
         let freed = cx.slots_freed;
+        self.task_restarts += job.restarted_tasks() - restarted_before;
         self.carry_out(job_id, actions, ctx);
         freed
     }

@@ -547,7 +547,17 @@ fn a_failed_task_restarts_its_region_as_new_attempts_after_the_delay() {
 
     // The delay passed, but the sink has not stopped yet: nothing runs.
     assert_eq!(h.restart_due(1), []);
+    assert_eq!(
+        h.master.restarted_tasks(),
+        0,
+        "nothing runs again before the region stopped"
+    );
     let actions = h.update(old_sink, ExecutionState::Canceled, None);
+    assert_eq!(
+        h.master.restarted_tasks(),
+        2,
+        "the region's source and sink"
+    );
     assert_eq!(
         deployments(&actions),
         [deployed("source", 0, 0), deployed("sink", 0, 0)]
@@ -625,6 +635,7 @@ fn only_the_failed_pipeline_restarts_and_a_stale_timer_is_ignored() {
         (c_attempt, d_attempt)
     );
     assert_eq!(h.restart_due(1), [], "the same timer twice");
+    assert_eq!(h.master.restarted_tasks(), 2, "a and b, once");
     for (vertex, subtask) in [("a", 0), ("b", 0), ("c", 0)] {
         h.finish(vertex, subtask);
     }

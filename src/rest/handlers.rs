@@ -1,0 +1,271 @@
+//! One function per endpoint. Each asks the actors when called (never a cached view), turns
+//! the answers into the JSON of [`views`](super::views) and every refusal into an
+//! [`ApiError`]. An actor that does not answer within the ask timeout, or is gone, is a 503.
+
+use actix::{Message, Recipient};
+use actix_web::http::StatusCode;
+use actix_web::{HttpResponse, web};
+
+use super::RestState;
+use super::auth::Authorized;
+use super::error::ApiError;
+use super::prometheus::{CONTENT_TYPE, MetricsSnapshot};
+use super::views;
+use crate::job::graph::JobGraph;
+use crate::messages::ids::{JobId, ResourceId};
+use crate::messages::job_manager::{
+    CancelJob, GetJobManagerStatus, JobManagerStatus, JobSummary, ListJobs, RequestJobStatus,
+    SubmitJob,
+};
+use crate::messages::resource_manager::{
+    GetResourceManagerStatus, ResourceManagerStatus, SetWorkerPoolSize,
+};
+
+/// Which actor an ask goes to, for the 503 message.
+const JOB_MANAGER: &str = "JobManager";
+const RESOURCE_MANAGER: &str = "resource manager";
+
+type Answer = Result<HttpResponse, ApiError>;
+
+/// Asks `recipient` and waits at most the state's ask timeout.
+async fn ask<M>(
+    state: &RestState,
+    recipient: &Recipient<M>,
+    actor: &'static str,
+    message: M,
+) -> Result<M::Result, ApiError>
+where
+    M: Message + Send + 'static,
+    M::Result: Send,
+{
+    recipient
+        .send(message)
+        .timeout(state.ask_timeout)
+        .await
+        .map_err(|source| ApiError::Unavailable { actor, source })
+}
+
+async fn job_manager_status(state: &RestState) -> Result<JobManagerStatus, ApiError> {
+    ask(
+        state,
+        &state.job_manager.get_status,
+        JOB_MANAGER,
+        GetJobManagerStatus,
+    )
+    .await
+}
+
+async fn resource_manager_status(state: &RestState) -> Result<ResourceManagerStatus, ApiError> {
+    ask(
+        state,
+        &state.resource_manager.get_status,
+        RESOURCE_MANAGER,
+        GetResourceManagerStatus,
+    )
+    .await
+}
+
+async fn list_jobs(state: &RestState) -> Result<Vec<JobSummary>, ApiError> {
+    ask(state, &state.job_manager.list_jobs, JOB_MANAGER, ListJobs).await
+}
+
+fn ok<T: serde::Serialize>(body: &T) -> Answer {
+    Ok(HttpResponse::Ok().json(body))
+}
+
+/// `GET /overview`.
+pub async fn overview(state: web::Data<RestState>) -> Answer {
+    let rm = resource_manager_status(&state).await?;
+    let jm = job_manager_status(&state).await?;
+    let jobs = list_jobs(&state).await?;
+    ok(&views::overview(&rm, &jm, &jobs, state.max_pool_size))
+}
+
+/// `GET /taskmanagers`.
+pub async fn task_managers(state: web::Data<RestState>) -> Answer {
+    let jm = job_manager_status(&state).await?;
+    ok(&views::task_managers(&jm, state.clock.now_millis()))
+}
+
+/// `GET /taskmanagers/{id}`.
+pub async fn task_manager(state: web::Data<RestState>, id: web::Path<String>) -> Answer {
+    let id = ResourceId::new(id.into_inner());
+    let jm = job_manager_status(&state).await?;
+    let info = jm
+        .task_managers
+        .iter()
+        .find(|tm| tm.resource_id == id)
+        .ok_or(ApiError::UnknownTaskManager(id))?;
+    ok(&views::task_manager(info, state.clock.now_millis()))
+}
+
+/// `GET /jobs`.
+pub async fn jobs(state: web::Data<RestState>) -> Answer {
+    let jobs = list_jobs(&state).await?;
+    ok(&views::job_list(&jobs))
+}
+
+/// `GET /jobs/{id}`.
+pub async fn job(state: web::Data<RestState>, id: web::Path<String>) -> Answer {
+    let job_id: JobId = id.parse()?;
+    let details = ask(
+        &state,
+        &state.job_manager.request_job_status,
+        JOB_MANAGER,
+        RequestJobStatus { job_id },
+    )
+    .await??;
+    ok(&views::job(&details))
+}
+
+/// `POST /jobs`: a job graph as JSON.
+pub async fn submit_job(
+    _: Authorized,
+    state: web::Data<RestState>,
+    graph: web::Json<JobGraph>,
+) -> Answer {
+    let job_graph = graph.into_inner();
+    let name = job_graph.name.clone();
+    let id = ask(
+        &state,
+        &state.job_manager.submit_job,
+        JOB_MANAGER,
+        SubmitJob { job_graph },
+    )
+    .await??;
+    log::info!("REST: submitted job {id} ({name})");
+    Ok(HttpResponse::Accepted().json(views::JobSubmitted { id }))
+}
+
+/// `DELETE /jobs/{id}`: cancels the job.
+pub async fn cancel_job(
+    _: Authorized,
+    state: web::Data<RestState>,
+    id: web::Path<String>,
+) -> Answer {
+    let job_id: JobId = id.parse()?;
+    let status = ask(
+        &state,
+        &state.job_manager.cancel_job,
+        JOB_MANAGER,
+        CancelJob { job_id },
+    )
+    .await??;
+    log::info!("REST: cancelled job {job_id}");
+    Ok(HttpResponse::Accepted().json(views::JobCancelled {
+        id: job_id,
+        state: status.to_string(),
+    }))
+}
+
+/// `GET /cluster/pool-size`.
+pub async fn pool_size(state: web::Data<RestState>) -> Answer {
+    let rm = resource_manager_status(&state).await?;
+    ok(&views::PoolSize {
+        size: rm.designated_pool_size,
+        max: state.max_pool_size,
+    })
+}
+
+/// `PUT /cluster/pool-size` with `{"size": N}`.
+pub async fn set_pool_size(
+    _: Authorized,
+    state: web::Data<RestState>,
+    body: web::Json<serde_json::Value>,
+) -> Answer {
+    let size = requested_pool_size(&body, state.max_pool_size)?;
+    ask(
+        &state,
+        &state.resource_manager.set_worker_pool_size,
+        RESOURCE_MANAGER,
+        SetWorkerPoolSize { size },
+    )
+    .await??;
+    log::info!("REST: pool size set to {size}");
+    ok(&views::PoolSizeSet { size })
+}
+
+/// The size of a `{"size": N}` body: a whole number from 0 to `u32::MAX` (the resource
+/// manager checks it against `resourcemanager.max-pool-size`, the one authority on it).
+fn requested_pool_size(body: &serde_json::Value, max: u32) -> Result<u32, ApiError> {
+    let shape = || ApiError::MalformedJson {
+        detail: format!("expected {{\"size\": N}}, got {body}"),
+    };
+    let object = body.as_object().ok_or_else(shape)?;
+    if object.len() != 1 {
+        return Err(shape());
+    }
+    let value = object.get("size").ok_or_else(shape)?;
+    value
+        .as_u64()
+        .and_then(|size| u32::try_from(size).ok())
+        .ok_or_else(|| ApiError::InvalidPoolSize {
+            value: value.to_string(),
+            max,
+        })
+}
+
+/// `DELETE /cluster`: asks the process to stop the cluster; answered before it stops.
+pub async fn stop_cluster(_: Authorized, state: web::Data<RestState>) -> Answer {
+    log::info!("REST: cluster stop requested");
+    state.request_stop();
+    // Closing this connection after the answer lets the server stop without waiting for it.
+    Ok(HttpResponse::build(StatusCode::ACCEPTED)
+        .force_close()
+        .json(views::Message {
+            message: "stopping".to_owned(),
+        }))
+}
+
+/// `GET /metrics`.
+pub async fn metrics(state: web::Data<RestState>) -> Answer {
+    let rm = resource_manager_status(&state).await?;
+    let jm = job_manager_status(&state).await?;
+    let jobs = list_jobs(&state).await?;
+    let snapshot = MetricsSnapshot::collect(&rm, &jm, &jobs, &state.transport);
+    Ok(HttpResponse::Ok()
+        .content_type(CONTENT_TYPE)
+        .body(snapshot.render()))
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn a_pool_size_is_a_whole_non_negative_number() {
+        assert_eq!(requested_pool_size(&json!({"size": 3}), 10).unwrap(), 3);
+        assert_eq!(requested_pool_size(&json!({"size": 0}), 10).unwrap(), 0);
+        // Above the maximum is the resource manager's refusal, with its own message.
+        assert_eq!(requested_pool_size(&json!({"size": 11}), 10).unwrap(), 11);
+        for bad in [
+            json!({"size": -1}),
+            json!({"size": 2.5}),
+            json!({"size": "3"}),
+        ] {
+            let error = requested_pool_size(&bad, 10).unwrap_err();
+            assert!(
+                matches!(error, ApiError::InvalidPoolSize { max: 10, .. }),
+                "{bad}: {error:?}"
+            );
+        }
+        let error = requested_pool_size(&json!({"size": 1u64 << 40}), 10).unwrap_err();
+        assert!(error.to_string().contains("1099511627776"), "{error}");
+        for shape in [
+            json!(3),
+            json!({}),
+            json!({"size": 1, "extra": 2}),
+            json!({"n": 1}),
+        ] {
+            assert!(
+                matches!(
+                    requested_pool_size(&shape, 10),
+                    Err(ApiError::MalformedJson { .. })
+                ),
+                "{shape}"
+            );
+        }
+    }
+}

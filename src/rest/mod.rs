@@ -1,0 +1,325 @@
+//! The JobManager's HTTP endpoint: the REST API of docs/rest.md, `/metrics`, and (added by the
+//! dashboard) the web page at `/`.
+//!
+//! ```text
+//!  RestListener::bind(&config.rest)   resolve rest.address, refuse a non-loopback address
+//!        │                            without rest.token, bind (before anything else starts)
+//!        ▼
+//!  .serve(RestState)  ── actix-web HttpServer, one worker thread ──▶ configure(): the routes
+//!        │                handlers ask the actors through their gateways on every request
+//!        ▼
+//!  RestServer   url(), stop_requested() (DELETE /cluster), stop()
+//! ```
+//!
+//! This module owns HTTP only: it never keeps a copy of the cluster's state (every answer is
+//! asked of the actors when requested), never stops the cluster itself (`DELETE /cluster` asks
+//! its owner, [`run_job_manager`](crate::process::run_job_manager), through
+//! [`RestServer::stop_requested`]), and never logs a token. Production-only code: the server
+//! runs on actix-web's own threads, outside any simulation.
+
+mod auth;
+mod error;
+mod handlers;
+pub mod prometheus;
+pub mod views;
+
+use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix_web::dev::ServerHandle;
+use actix_web::{App, HttpRequest, HttpServer, web};
+use tokio::sync::watch;
+
+pub use auth::{AuthError, Token};
+pub use error::ApiError;
+
+use crate::config::RestConfig;
+use crate::env::{Clock, SystemClock};
+use crate::messages::job_manager::JobManagerGateway;
+use crate::messages::resource_manager::ResourceManagerGateway;
+use crate::metrics::TransportMetrics;
+
+/// The largest request body (a job graph), as docs/rest.md promises: 16 MiB.
+pub const BODY_LIMIT: usize = 16 << 20;
+
+/// How long a stopping server waits for open connections (a browser's keep-alive ones) before
+/// closing them.
+const SHUTDOWN_TIMEOUT_SECS: u64 = 1;
+
+/// Why the REST endpoint could not start. Not retryable without changing `[rest]` (or freeing
+/// the port).
+#[derive(Debug, thiserror::Error)]
+pub enum RestError {
+    /// `rest.address` does not resolve.
+    #[error("rest.address `{address}` does not resolve to an IP address")]
+    Resolve {
+        /// `rest.address:rest.port`.
+        address: String,
+        /// Why, if the resolver said.
+        #[source]
+        source: Option<std::io::Error>,
+    },
+    /// Bound beyond loopback, the endpoints that change anything need a token.
+    #[error(
+        "the REST API would listen on {address}, which is not a loopback address, without \
+         rest.token: set rest.token (clients then send `Authorization: Bearer <token>`) or \
+         bind rest.address to 127.0.0.1"
+    )]
+    TokenRequired {
+        /// The address asked for.
+        address: SocketAddr,
+    },
+    /// `rest.token` is set but empty.
+    #[error("rest.token is empty: set a non-empty token, or remove the key on a loopback address")]
+    EmptyToken,
+    /// The address could not be bound (in use, not ours).
+    #[error("cannot listen on {address} for the REST API (rest.address, rest.port)")]
+    Bind {
+        /// The address asked for.
+        address: SocketAddr,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// What the handlers share: how to reach the actors, and the few settings they need. Holds
+/// gateways, not state: every request asks the actors afresh.
+pub struct RestState {
+    job_manager: JobManagerGateway,
+    resource_manager: ResourceManagerGateway,
+    max_pool_size: u32,
+    transport: TransportMetrics,
+    clock: Arc<dyn Clock>,
+    ask_timeout: Duration,
+    token: Option<Token>,
+    stop: watch::Sender<bool>,
+}
+
+impl RestState {
+    /// The state for a JobManager and its resource manager. `max_pool_size` is
+    /// `resourcemanager.max-pool-size` (for `GET /cluster/pool-size` and error messages).
+    pub fn new(
+        job_manager: JobManagerGateway,
+        resource_manager: ResourceManagerGateway,
+        max_pool_size: u32,
+    ) -> Self {
+        Self {
+            job_manager,
+            resource_manager,
+            max_pool_size,
+            transport: TransportMetrics::new(),
+            clock: Arc::new(SystemClock),
+            ask_timeout: crate::node::ASK_TIMEOUT,
+            token: None,
+            stop: watch::Sender::new(false),
+        }
+    }
+
+    /// Reports these transport counters at `/metrics` (without, they stay at zero: an embedded
+    /// cluster has no transport).
+    pub fn with_transport_metrics(mut self, transport: TransportMetrics) -> Self {
+        self.transport = transport;
+        self
+    }
+
+    /// Reads wall time (for `time-since-last-heartbeat`) from `clock`.
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Waits at most `timeout` for an actor's answer (then 503).
+    pub fn with_ask_timeout(mut self, timeout: Duration) -> Self {
+        self.ask_timeout = timeout;
+        self
+    }
+
+    /// Asks the owner to stop the cluster (`DELETE /cluster`).
+    fn request_stop(&self) {
+        self.stop.send_replace(true);
+    }
+}
+
+/// Every route of the JobManager's HTTP endpoint, with JSON errors for everything actix-web
+/// refuses by itself. The handlers find their [`RestState`] as `web::Data<RestState>`.
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    use actix_web::web::{delete, get, post, put};
+    cfg.app_data(
+        web::JsonConfig::default()
+            .limit(BODY_LIMIT)
+            // `curl -d` sends a form content type: read every body as JSON and say what is
+            // wrong with it instead of refusing the media type.
+            .content_type(|_| true)
+            .error_handler(|error, _| ApiError::from_json(error).into()),
+    )
+    .app_data(web::PayloadConfig::default().limit(BODY_LIMIT))
+    .app_data(
+        web::PathConfig::default().error_handler(|error, _| ApiError::from_path(error).into()),
+    )
+    .service(resource("/overview", "GET").route(get().to(handlers::overview)))
+    .service(resource("/taskmanagers", "GET").route(get().to(handlers::task_managers)))
+    .service(resource("/taskmanagers/{id}", "GET").route(get().to(handlers::task_manager)))
+    .service(
+        resource("/jobs", "GET, POST")
+            .route(get().to(handlers::jobs))
+            .route(post().to(handlers::submit_job)),
+    )
+    .service(
+        resource("/jobs/{id}", "GET, DELETE")
+            .route(get().to(handlers::job))
+            .route(delete().to(handlers::cancel_job)),
+    )
+    .service(
+        resource("/cluster/pool-size", "GET, PUT")
+            .route(get().to(handlers::pool_size))
+            .route(put().to(handlers::set_pool_size)),
+    )
+    .service(resource("/cluster", "DELETE").route(delete().to(handlers::stop_cluster)))
+    .service(resource("/metrics", "GET").route(get().to(handlers::metrics)))
+    .default_service(web::to(error::unknown_path));
+}
+
+/// A path whose other methods are answered with 405 and an `Allow: allowed` header.
+fn resource(path: &str, allowed: &'static str) -> actix_web::Resource {
+    web::resource(path).default_service(web::to(move |req: HttpRequest| async move {
+        Err::<actix_web::HttpResponse, _>(error::method_not_allowed(&req, allowed))
+    }))
+}
+
+/// `ADDR:PORT` as `--rest` takes it: a host name or IP (IPv6 in brackets) and a port.
+pub fn parse_address(text: &str) -> Result<(String, u16), String> {
+    let (host, port) = text
+        .rsplit_once(':')
+        .ok_or_else(|| format!("`{text}` is not ADDR:PORT (e.g. 127.0.0.1:8081)"))?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    if host.is_empty() {
+        return Err(format!("`{text}` has no address (e.g. 127.0.0.1:8081)"));
+    }
+    let port = port
+        .parse()
+        .map_err(|_| format!("`{port}` in `{text}` is not a port (0 to 65535)"))?;
+    Ok((host.to_owned(), port))
+}
+
+/// The REST endpoint's socket, bound and checked but not serving yet: binding first lets a
+/// JobManager refuse a bad `[rest]` before it starts any worker.
+#[derive(Debug)]
+pub struct RestListener {
+    listener: TcpListener,
+    address: SocketAddr,
+    token: Option<Token>,
+}
+
+impl RestListener {
+    /// Resolves `rest.address` (the first address it names), refuses a non-loopback one
+    /// without `rest.token`, and binds `rest.port` (0: any free port).
+    pub fn bind(config: &RestConfig) -> Result<Self, RestError> {
+        let shown = format!("{}:{}", config.address, config.port);
+        let address = (config.address.as_str(), config.port)
+            .to_socket_addrs()
+            .map_err(|source| RestError::Resolve {
+                address: shown.clone(),
+                source: Some(source),
+            })?
+            .next()
+            .ok_or(RestError::Resolve {
+                address: shown,
+                source: None,
+            })?;
+        let token = match config.token.as_deref() {
+            Some("") => return Err(RestError::EmptyToken),
+            Some(token) => Some(Token::new(token)),
+            None if address.ip().is_loopback() => None,
+            None => return Err(RestError::TokenRequired { address }),
+        };
+        let listener =
+            TcpListener::bind(address).map_err(|source| RestError::Bind { address, source })?;
+        let address = listener
+            .local_addr()
+            .map_err(|source| RestError::Bind { address, source })?;
+        Ok(Self {
+            listener,
+            address,
+            token,
+        })
+    }
+
+    /// The address it listens on (the real port when `rest.port` was 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.address
+    }
+
+    /// Starts serving `state` on actix-web's worker thread; the server's own task runs on the
+    /// current arbiter (it must be inside an actix System).
+    pub fn serve(self, mut state: RestState) -> Result<RestServer, RestError> {
+        state.token = self.token;
+        let stop_requested = state.stop.subscribe();
+        let state = web::Data::new(state);
+        let address = self.address;
+        let server =
+            HttpServer::new(move || App::new().app_data(state.clone()).configure(configure))
+                .workers(1)
+                // Stopping is the JobManager process's decision, not actix-web's signal handler's.
+                .disable_signals()
+                .shutdown_timeout(SHUTDOWN_TIMEOUT_SECS)
+                .listen(self.listener)
+                .map_err(|source| RestError::Bind { address, source })?
+                .run();
+        let handle = server.handle();
+        let task = actix::spawn(async move {
+            if let Err(error) = server.await {
+                log::error!("REST: the server stopped with an error: {error}");
+            }
+        });
+        log::info!("REST API listening on http://{address}");
+        Ok(RestServer {
+            address,
+            handle,
+            task,
+            stop_requested,
+        })
+    }
+}
+
+/// A running REST endpoint. Dropping it without [`stop`](Self::stop) leaves it serving until
+/// its arbiter stops.
+#[derive(Debug)]
+pub struct RestServer {
+    address: SocketAddr,
+    handle: ServerHandle,
+    task: tokio::task::JoinHandle<()>,
+    stop_requested: watch::Receiver<bool>,
+}
+
+impl RestServer {
+    /// The address it listens on.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.address
+    }
+
+    /// `http://ADDR:PORT`, the base URL of the API and the dashboard.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.address)
+    }
+
+    /// Resolves once `DELETE /cluster` asked the cluster to stop (at once if it has).
+    pub async fn stop_requested(&mut self) {
+        // The sender lives in the server's state, which lives until the server task ends: an
+        // error means the server is gone, and then nobody can ask any more.
+        if self.stop_requested.wait_for(|stop| *stop).await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+
+    /// Stops serving: no new connections, requests in progress are answered, open connections
+    /// get [`SHUTDOWN_TIMEOUT_SECS`] to finish.
+    pub async fn stop(self) {
+        self.handle.stop(true).await;
+        // The server future ends right after its handle's stop; nothing to report if it
+        // panicked (it logged) or was cancelled with its arbiter.
+        let _ = self.task.await;
+        log::info!("REST API on http://{} stopped", self.address);
+    }
+}

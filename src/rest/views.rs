@@ -1,0 +1,457 @@
+//! The JSON the REST API answers with (docs/rest.md), and how each is made from the actors'
+//! answers.
+//!
+//! Pure functions of the status messages, so every shape is tested without a server. Field names
+//! follow Flink's REST API where it has the field, kebab-case otherwise. Every type is also
+//! `Deserialize`, so clients (the CLI, tests) decode exactly what the server encodes.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::job::states::{ExecutionState, JobStatus};
+use crate::messages::ids::{AllocationId, InstanceId, JobId};
+use crate::messages::job_manager::{
+    AllocatedSlotInfo, JobDetails, JobManagerStatus, JobSummary, SubtaskDetails, TaskManagerInfo,
+    VertexDetails,
+};
+use crate::messages::resource_manager::ResourceManagerStatus;
+
+/// Every error: `{"status": 404, "error": "Not Found", "message": "no job ..."}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    /// The HTTP status.
+    pub status: u16,
+    /// Its reason phrase.
+    pub error: String,
+    /// What went wrong, for people.
+    pub message: String,
+}
+
+/// `GET /overview`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct Overview {
+    /// Flint's version (Flink's field name).
+    pub flink_version: String,
+    /// The resource manager's pool.
+    pub pool: PoolView,
+    /// Registered TaskManagers.
+    pub taskmanagers: u32,
+    /// Slots over all registered TaskManagers.
+    pub slots_total: u64,
+    /// Of those, not allocated.
+    pub slots_available: u64,
+    /// Jobs the JobManager keeps, by status (every status, zeros included).
+    pub jobs: BTreeMap<String, u32>,
+    /// Jobs not ended yet (any status but FINISHED, FAILED, CANCELED).
+    pub jobs_running: u32,
+    /// FINISHED jobs.
+    pub jobs_finished: u32,
+    /// CANCELED jobs.
+    pub jobs_cancelled: u32,
+    /// FAILED jobs.
+    pub jobs_failed: u32,
+}
+
+/// The pool part of the overview.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct PoolView {
+    /// The size the pool is kept at.
+    pub designated: u32,
+    /// `resourcemanager.max-pool-size`.
+    pub max: u32,
+    /// Workers registered at the JobManager.
+    pub started: u32,
+    /// Workers asked of the driver, not started yet.
+    pub pending_requests: u32,
+    /// Workers started, not registered yet.
+    pub pending_registration: u32,
+    /// Worker start failures since the resource manager started.
+    pub start_failures: u64,
+}
+
+/// `GET /taskmanagers`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskManagerList {
+    /// Sorted by id.
+    pub taskmanagers: Vec<TaskManagerView>,
+}
+
+/// One registered TaskManager (`GET /taskmanagers/{id}`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct TaskManagerView {
+    /// Its resource id.
+    pub id: String,
+    /// Its registration.
+    pub instance_id: InstanceId,
+    /// The transport address (`host:port`) it is reached at.
+    pub address: String,
+    /// The host it runs on (for locality).
+    pub hostname: String,
+    /// Slots it has.
+    pub slots_number: u32,
+    /// Slots not allocated.
+    pub free_slots: u32,
+    /// When it registered (ms since the epoch).
+    pub registered_at: u64,
+    /// Its last heartbeat (ms since the epoch).
+    pub last_heartbeat: u64,
+    /// Milliseconds since then, when asked.
+    pub time_since_last_heartbeat: u64,
+    /// Its machine.
+    pub hardware: HardwareView,
+    /// The allocated slots, by allocation (the others are free).
+    pub slots: Vec<SlotView>,
+}
+
+/// A TaskManager's machine.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct HardwareView {
+    /// CPU cores visible to it.
+    pub cpu_cores: u32,
+    /// Physical memory in bytes (0 if unknown).
+    pub physical_memory: u64,
+}
+
+/// An allocated slot.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct SlotView {
+    /// The allocation holding it.
+    pub allocation_id: AllocationId,
+    /// The subtasks sharing it.
+    pub tasks: Vec<SlotTaskView>,
+}
+
+/// A subtask in a slot.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct SlotTaskView {
+    /// Its job.
+    pub job_id: JobId,
+    /// The vertex's index in the job graph.
+    pub vertex: u32,
+    /// The vertex's name (`null` if the job is no longer kept).
+    pub vertex_name: Option<String>,
+    /// The subtask index.
+    pub subtask: u32,
+    /// Its attempt number (`null` as `vertex-name`).
+    pub attempt: Option<u32>,
+    /// Its state (`null` as `vertex-name`).
+    pub state: Option<String>,
+}
+
+/// `GET /jobs`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobList {
+    /// Oldest first.
+    pub jobs: Vec<JobSummaryView>,
+}
+
+/// One line of the job list.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct JobSummaryView {
+    /// The job.
+    pub id: JobId,
+    /// Its name.
+    pub name: String,
+    /// Its status (`RUNNING`, ...).
+    pub state: String,
+    /// Subtasks finished.
+    pub tasks_finished: u32,
+    /// All subtasks.
+    pub tasks_total: u32,
+    /// Submission time (ms since the epoch).
+    pub start_time: u64,
+}
+
+/// `GET /jobs/{id}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct JobView {
+    /// The job.
+    pub id: JobId,
+    /// Its name.
+    pub name: String,
+    /// Its status.
+    pub state: String,
+    /// Submission time (ms since the epoch).
+    pub start_time: u64,
+    /// When it ended; `null` while it runs.
+    pub end_time: Option<u64>,
+    /// `end-time - start-time`; `null` while it runs.
+    pub duration: Option<u64>,
+    /// When each status was last entered.
+    pub timestamps: BTreeMap<String, u64>,
+    /// Why it failed, if it did.
+    pub failure: Option<String>,
+    /// Region restarts so far.
+    pub restarts: u32,
+    /// Subtasks finished.
+    pub tasks_finished: u32,
+    /// All subtasks.
+    pub tasks_total: u32,
+    /// In job graph order.
+    pub vertices: Vec<VertexView>,
+}
+
+/// One vertex of a job.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct VertexView {
+    /// Its name.
+    pub name: String,
+    /// Its operator.
+    pub operator: String,
+    /// Its subtasks.
+    pub parallelism: u32,
+    /// Subtasks by state (every state, zeros included).
+    pub tasks: BTreeMap<String, u32>,
+    /// Each subtask's current attempt.
+    pub subtasks: Vec<SubtaskView>,
+}
+
+/// One subtask's current attempt.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct SubtaskView {
+    /// The subtask index.
+    pub subtask: u32,
+    /// The attempt number (0 first).
+    pub attempt: u32,
+    /// Its state.
+    pub state: String,
+    /// Where it runs or ran; `null` if not placed yet.
+    pub taskmanager_id: Option<String>,
+    /// `LOCAL`, `NON_LOCAL`, `UNCONSTRAINED`, or `null` if not placed yet.
+    pub locality: Option<String>,
+    /// When each state was last entered.
+    pub timestamps: BTreeMap<String, u64>,
+    /// Why it failed, if it did.
+    pub failure: Option<String>,
+}
+
+/// `POST /jobs` accepted a job.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobSubmitted {
+    /// Its id.
+    pub id: JobId,
+}
+
+/// `DELETE /jobs/{id}` cancelled a job.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobCancelled {
+    /// The job.
+    pub id: JobId,
+    /// Its status right after the cancel (`CANCELLING`, or `CANCELED` if nothing ran).
+    pub state: String,
+}
+
+/// `GET /cluster/pool-size`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolSize {
+    /// The designated pool size.
+    pub size: u32,
+    /// `resourcemanager.max-pool-size`.
+    pub max: u32,
+}
+
+/// `PUT /cluster/pool-size`'s answer: the size now designated.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolSizeSet {
+    /// The designated pool size.
+    pub size: u32,
+}
+
+/// A plain answer (`DELETE /cluster`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Message {
+    /// What happens now.
+    pub message: String,
+}
+
+/// Jobs by status, every status present.
+pub fn jobs_by_status(jobs: &[JobSummary]) -> BTreeMap<JobStatus, u32> {
+    let mut counts: BTreeMap<JobStatus, u32> = JobStatus::ALL.iter().map(|&s| (s, 0)).collect();
+    for job in jobs {
+        *counts.entry(job.status).or_default() += 1;
+    }
+    counts
+}
+
+/// The overview from the resource manager's and the JobManager's answers.
+pub fn overview(
+    rm: &ResourceManagerStatus,
+    jm: &JobManagerStatus,
+    jobs: &[JobSummary],
+    max_pool_size: u32,
+) -> Overview {
+    let by_status = jobs_by_status(jobs);
+    let count = |status: JobStatus| by_status.get(&status).copied().unwrap_or(0);
+    Overview {
+        flink_version: env!("CARGO_PKG_VERSION").to_owned(),
+        pool: PoolView {
+            designated: rm.designated_pool_size,
+            max: max_pool_size,
+            started: rm.started.len() as u32,
+            pending_requests: rm.pending_requests,
+            pending_registration: rm.pending_registration,
+            start_failures: rm.start_failures,
+        },
+        taskmanagers: jm.task_managers.len() as u32,
+        slots_total: jm.total_slots(),
+        slots_available: jm.free_slots(),
+        jobs_running: jobs
+            .iter()
+            .filter(|job| !job.status.is_globally_terminal())
+            .count() as u32,
+        jobs_finished: count(JobStatus::Finished),
+        jobs_cancelled: count(JobStatus::Canceled),
+        jobs_failed: count(JobStatus::Failed),
+        jobs: by_status
+            .into_iter()
+            .map(|(status, n)| (status.to_string(), n))
+            .collect(),
+    }
+}
+
+/// One TaskManager, with the time since its last heartbeat as of `now_ms`.
+pub fn task_manager(info: &TaskManagerInfo, now_ms: u64) -> TaskManagerView {
+    TaskManagerView {
+        id: info.resource_id.to_string(),
+        instance_id: info.instance_id,
+        address: info.location.address.node.clone(),
+        hostname: info.location.hostname.clone(),
+        slots_number: info.slots_total,
+        free_slots: info.slots_free,
+        registered_at: info.registered_at_ms,
+        last_heartbeat: info.last_heartbeat_ms,
+        time_since_last_heartbeat: now_ms.saturating_sub(info.last_heartbeat_ms),
+        hardware: HardwareView {
+            cpu_cores: info.hardware.cpu_cores,
+            physical_memory: info.hardware.physical_memory_bytes,
+        },
+        slots: info.allocated_slots.iter().map(slot).collect(),
+    }
+}
+
+/// Every registered TaskManager, sorted by id.
+pub fn task_managers(jm: &JobManagerStatus, now_ms: u64) -> TaskManagerList {
+    let mut taskmanagers: Vec<TaskManagerView> = jm
+        .task_managers
+        .iter()
+        .map(|info| task_manager(info, now_ms))
+        .collect();
+    taskmanagers.sort_by(|a, b| a.id.cmp(&b.id));
+    TaskManagerList { taskmanagers }
+}
+
+fn slot(slot: &AllocatedSlotInfo) -> SlotView {
+    SlotView {
+        allocation_id: slot.allocation_id,
+        tasks: slot
+            .tasks
+            .iter()
+            .map(|task| SlotTaskView {
+                job_id: task.job_id,
+                vertex: task.vertex,
+                vertex_name: task.attempt.as_ref().map(|a| a.vertex_name.clone()),
+                subtask: task.subtask,
+                attempt: task.attempt.as_ref().map(|a| a.attempt_number),
+                state: task.attempt.as_ref().map(|a| a.state.to_string()),
+            })
+            .collect(),
+    }
+}
+
+/// One line of the job list.
+pub fn job_summary(job: &JobSummary) -> JobSummaryView {
+    JobSummaryView {
+        id: job.job_id,
+        name: job.name.clone(),
+        state: job.status.to_string(),
+        tasks_finished: job.tasks_finished,
+        tasks_total: job.tasks_total,
+        start_time: job.submitted_at_ms,
+    }
+}
+
+/// The job list, oldest first.
+pub fn job_list(jobs: &[JobSummary]) -> JobList {
+    let mut jobs: Vec<JobSummaryView> = jobs.iter().map(job_summary).collect();
+    jobs.sort_by_key(|job| job.start_time);
+    JobList { jobs }
+}
+
+/// Everything about one job.
+pub fn job(details: &JobDetails) -> JobView {
+    let summary = &details.summary;
+    let end_time = summary
+        .status
+        .is_globally_terminal()
+        .then(|| {
+            details
+                .status_timestamps
+                .iter()
+                .rev()
+                .find(|(status, _)| *status == summary.status)
+                .map(|&(_, at)| at)
+        })
+        .flatten();
+    JobView {
+        id: summary.job_id,
+        name: summary.name.clone(),
+        state: summary.status.to_string(),
+        start_time: summary.submitted_at_ms,
+        end_time,
+        duration: end_time.map(|end| end.saturating_sub(summary.submitted_at_ms)),
+        timestamps: details
+            .status_timestamps
+            .iter()
+            .map(|(status, at)| (status.to_string(), *at))
+            .collect(),
+        failure: details.failure.clone(),
+        restarts: details.restarts,
+        tasks_finished: summary.tasks_finished,
+        tasks_total: summary.tasks_total,
+        vertices: details.vertices.iter().map(vertex).collect(),
+    }
+}
+
+fn vertex(vertex: &VertexDetails) -> VertexView {
+    let mut tasks: BTreeMap<String, u32> = ExecutionState::ALL
+        .iter()
+        .map(|state| (state.to_string(), 0))
+        .collect();
+    for subtask in &vertex.subtasks {
+        *tasks.entry(subtask.state.to_string()).or_default() += 1;
+    }
+    VertexView {
+        name: vertex.name.clone(),
+        operator: vertex.operator.clone(),
+        parallelism: vertex.subtasks.len() as u32,
+        tasks,
+        subtasks: vertex.subtasks.iter().map(subtask).collect(),
+    }
+}
+
+fn subtask(subtask: &SubtaskDetails) -> SubtaskView {
+    SubtaskView {
+        subtask: subtask.subtask,
+        attempt: subtask.attempt_number,
+        state: subtask.state.to_string(),
+        taskmanager_id: subtask.resource_id.as_ref().map(ToString::to_string),
+        locality: subtask.locality.map(|l| l.to_string()),
+        timestamps: subtask
+            .timestamps
+            .iter()
+            .map(|(state, at)| (state.to_string(), *at))
+            .collect(),
+        failure: subtask.error.clone(),
+    }
+}
