@@ -52,13 +52,13 @@ const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; \
      style-src 'self'; connect-src 'self'; img-src 'self' data:; base-uri 'none'; \
      form-action 'none'; frame-ancestors 'none'";
 
-/// Adds the dashboard's routes (`GET`/`HEAD` of `/`, `/dashboard.css`, `/dashboard.js`) to the
-/// REST server's app.
+/// Adds the dashboard's routes (`GET`/`HEAD` of `/`, `/dashboard.css`, `/dashboard.js`; other
+/// methods get the API's JSON 405) to the REST server's app.
 pub fn configure(cfg: &mut web::ServiceConfig) {
     for asset in &ASSETS {
         let serve = move || async move { response(asset) };
         cfg.service(
-            web::resource(asset.path)
+            super::resource(asset.path, "GET, HEAD")
                 .route(web::get().to(serve))
                 .route(web::head().to(serve)),
         );
@@ -109,7 +109,11 @@ mod tests {
             let value = |name| headers.get(name).and_then(|v| v.to_str().ok());
             assert_eq!(value(header::CONTENT_TYPE), Some(content_type), "{path}");
             assert_eq!(value(header::CACHE_CONTROL), Some("no-cache"), "{path}");
-            assert_eq!(value(header::X_CONTENT_TYPE_OPTIONS), Some("nosniff"), "{path}");
+            assert_eq!(
+                value(header::X_CONTENT_TYPE_OPTIONS),
+                Some("nosniff"),
+                "{path}"
+            );
             assert_eq!(
                 headers.contains_key(header::CONTENT_SECURITY_POLICY),
                 path == "/",
@@ -137,6 +141,9 @@ mod tests {
         let request = test::TestRequest::post().uri("/").to_request();
         let answer = test::call_service(&app, request).await;
         assert_eq!(answer.status(), StatusCode::METHOD_NOT_ALLOWED);
+        assert_eq!(answer.headers().get(header::ALLOW).unwrap(), "GET, HEAD");
+        let body: serde_json::Value = test::read_body_json(answer).await;
+        assert_eq!(body["status"], 405, "{body}");
     }
 
     /// The page loads nothing from elsewhere: every `src`/`href` is one of the served files, an
@@ -150,7 +157,10 @@ mod tests {
                 let ok = target.starts_with('#')
                     || target.starts_with("data:")
                     || ASSETS.iter().any(|asset| asset.path == target);
-                assert!(ok, "index.html refers to {target}, which is not served here");
+                assert!(
+                    ok,
+                    "index.html refers to {target}, which is not served here"
+                );
             }
         }
         for asset in &ASSETS {
@@ -181,6 +191,9 @@ mod tests {
             );
             ids += 1;
         }
-        assert!(ids > 20, "only {ids} lookups found: has the script changed its helper?");
+        assert!(
+            ids > 20,
+            "only {ids} lookups found: has the script changed its helper?"
+        );
     }
 }

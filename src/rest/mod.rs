@@ -18,6 +18,7 @@
 //! runs on actix-web's own threads, outside any simulation.
 
 mod auth;
+mod dashboard;
 mod error;
 mod handlers;
 pub mod prometheus;
@@ -178,6 +179,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     )
     .service(resource("/cluster", "DELETE").route(delete().to(handlers::stop_cluster)))
     .service(resource("/metrics", "GET").route(get().to(handlers::metrics)))
+    .configure(dashboard::configure)
     .default_service(web::to(error::unknown_path));
 }
 
