@@ -111,9 +111,9 @@ async fn the_page_shows_the_pool_the_taskmanagers_and_the_running_job() {
         "a blank screenshot? {} bytes",
         bytes.len()
     );
-    eprintln!("dashboard screenshot: {}", png.display());
     if let Ok(keep) = std::env::var("FLINT_DASHBOARD_SCREENSHOT") {
         std::fs::copy(&png, &keep).expect("copying the screenshot");
+        eprintln!("dashboard screenshot: {keep}");
     }
 
     drop(cluster);

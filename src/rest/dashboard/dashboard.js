@@ -157,8 +157,20 @@
     });
   }
 
+  /** The open token prompt, shared by changes refused at the same time. */
+  let tokenPrompt = null;
+
   /** Asks for the bearer token; resolves with it, or null if the user cancels. */
-  async function askForToken(reason) {
+  function askForToken(reason) {
+    if (!tokenPrompt) {
+      tokenPrompt = promptForToken(reason).finally(() => {
+        tokenPrompt = null;
+      });
+    }
+    return tokenPrompt;
+  }
+
+  async function promptForToken(reason) {
     const input = $('token-input');
     input.value = '';
     $('token-reason').textContent = 'The JobManager answered: ' + reason;
