@@ -219,8 +219,9 @@
     return Math.floor(m / 60) + ' h ' + pad(m % 60) + ' min';
   }
 
+  /** Memory in GiB or MiB; null when unknown (the API reports 0 then). */
   function formatBytes(bytes) {
-    if (typeof bytes !== 'number') return null;
+    if (typeof bytes !== 'number' || bytes <= 0) return null;
     const gib = bytes / (1024 * 1024 * 1024);
     return gib >= 1 ? gib.toFixed(1) + ' GiB' : Math.round(bytes / (1024 * 1024)) + ' MiB';
   }
@@ -401,7 +402,8 @@
       let body = '';
       for (const task of tasks) {
         const jobName = ui.jobNames.get(task['job-id']) || 'job';
-        body += '<div class="slot-task">' + badge(task.state) + '<span>' +
+        // `state` is null once the JobManager no longer keeps the job.
+        body += '<div class="slot-task">' + badge(task.state || 'UNKNOWN') + '<span>' +
           esc(subtaskName(task, detailsById)) + '</span>' +
           (task.attempt > 0 ? '<span class="count">attempt ' + esc(task.attempt) + '</span>' : '') +
           '<span class="job-ref">' + esc(jobName) + ' <span class="mono" title="' +
