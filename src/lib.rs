@@ -19,6 +19,8 @@
 //! src/lockstep.rs      the simulation's task runner: task threads in lock-step, virtual time
 //! src/codec.rs         the one place values become bytes (bincode 2, size-limited)
 //! src/config/          ClusterConfig: Flink's keys (one registry), layered sources, validated
+//! src/rest/            the JobManager's HTTP endpoint: REST API, /metrics (docs/rest.md)
+//! src/metrics.rs       counters the REST API reports (transport traffic)
 //! src/minicluster.rs   the embedded cluster
 //! src/run.rs           `flint run --embedded`: a job file on an embedded cluster, its report
 //! src/client/          the CLI's client commands over the JobManager's REST API

@@ -23,11 +23,12 @@ use crate::job::graph::JobGraph;
 use crate::job::states::JobStatus;
 use crate::messages::ids::{JobId, LeaderSessionId, ResourceId};
 use crate::messages::job_manager::{
-    CancelJob, GetJobManagerStatus, JobDetails, JobError, JobSummary, ListJobs, RequestJobStatus,
-    SubmitJob, TaskManagerInfo,
+    CancelJob, GetJobManagerStatus, JobDetails, JobError, JobManagerGateway, JobSummary, ListJobs,
+    RequestJobStatus, SubmitJob, TaskManagerInfo,
 };
 use crate::messages::resource_manager::{
-    GetResourceManagerStatus, SetPoolSizeError, SetWorkerPoolSize, StopCluster,
+    GetResourceManagerStatus, ResourceManagerGateway, SetPoolSizeError, SetWorkerPoolSize,
+    StopCluster,
 };
 use crate::node::{start_job_manager_node, task_manager_spec};
 use crate::operators::OperatorRegistry;
@@ -222,6 +223,17 @@ impl MiniCluster {
     /// The JobManager's leader session.
     pub fn leader_session_id(&self) -> LeaderSessionId {
         self.leader_session_id
+    }
+
+    /// The JobManager's gateway: for a REST server
+    /// ([`RestState`](crate::rest::RestState)) or any other client in this process.
+    pub fn job_manager(&self) -> JobManagerGateway {
+        JobManagerGateway::of(&self.job_manager)
+    }
+
+    /// The resource manager's gateway, as [`job_manager`](Self::job_manager).
+    pub fn resource_manager(&self) -> ResourceManagerGateway {
+        ResourceManagerGateway::of(&self.resource_manager)
     }
 
     /// Every cluster event from now on (a timeline for people, something to wait on for tests).

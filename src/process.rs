@@ -254,7 +254,8 @@ pub async fn run_job_manager(
         JobManagerGateway::of(&node.job_manager),
         ResourceManagerGateway::of(&node.resource_manager),
         config.resourcemanager.max_pool_size,
-    );
+    )
+    .with_transport_metrics(endpoint.metrics());
     let mut rest = rest.serve(state)?;
     ready(&JobManagerReady {
         address: endpoint.local_node(),

@@ -18,6 +18,7 @@
 //! runs on actix-web's own threads, outside any simulation.
 
 mod auth;
+mod dashboard;
 mod error;
 mod handlers;
 pub mod prometheus;
@@ -149,8 +150,9 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.app_data(
         web::JsonConfig::default()
             .limit(BODY_LIMIT)
-            // `curl -d` sends a form content type: read every body as JSON and say what is
-            // wrong with it instead of refusing the media type.
+            // `curl -d` sends a form content type, some clients none: read every body as JSON
+            // and say what is wrong with it instead of refusing the media type.
+            .content_type_required(false)
             .content_type(|_| true)
             .error_handler(|error, _| ApiError::from_json(error).into()),
     )
@@ -178,6 +180,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     )
     .service(resource("/cluster", "DELETE").route(delete().to(handlers::stop_cluster)))
     .service(resource("/metrics", "GET").route(get().to(handlers::metrics)))
+    .configure(dashboard::configure)
     .default_service(web::to(error::unknown_path));
 }
 
@@ -318,5 +321,27 @@ impl RestServer {
         // panicked (it logged) or was cancelled with its arbiter.
         let _ = self.task.await;
         log::info!("REST API on http://{} stopped", self.address);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rest_addresses_are_host_and_port() {
+        assert_eq!(
+            parse_address("127.0.0.1:8081"),
+            Ok(("127.0.0.1".to_owned(), 8081))
+        );
+        assert_eq!(
+            parse_address("localhost:0"),
+            Ok(("localhost".to_owned(), 0))
+        );
+        assert_eq!(parse_address("[::1]:9000"), Ok(("::1".to_owned(), 9000)));
+        for bad in ["127.0.0.1", ":8081", "host:port", "host:70000"] {
+            let error = parse_address(bad).expect_err(bad);
+            assert!(error.contains(bad) || error.contains("port"), "{error}");
+        }
     }
 }

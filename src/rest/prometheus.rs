@@ -299,6 +299,61 @@ mod tests {
     }
 
     #[test]
+    fn a_snapshot_reads_each_value_from_its_source() {
+        use crate::codec::tests::{job_manager_status, job_summary, resource};
+        let rm = ResourceManagerStatus {
+            designated_pool_size: 3,
+            started: vec![resource(1), resource(2)],
+            pending_requests: 1,
+            pending_registration: 4,
+            start_failures: 5,
+            consecutive_start_failures: 0,
+            connected_to_job_manager: true,
+            driver: "in_process".into(),
+        };
+        let transport = TransportMetrics::new();
+        transport.messages_in.add(6);
+        transport.messages_out.add(7);
+        transport.bytes_in.add(8);
+        transport.bytes_out.add(9);
+        transport.rejected_connections.add(10);
+        let jm = job_manager_status();
+        let snapshot = MetricsSnapshot::collect(&rm, &jm, &[job_summary()], &transport);
+        assert_eq!(
+            (
+                snapshot.pool_designated,
+                snapshot.pool_started,
+                snapshot.pool_pending_requests,
+                snapshot.pool_pending_registration,
+                snapshot.worker_start_failures
+            ),
+            (3, 2, 1, 4, 5)
+        );
+        assert_eq!(
+            (
+                snapshot.taskmanagers_registered,
+                snapshot.slots_total,
+                snapshot.slots_free
+            ),
+            (1, 2, 1)
+        );
+        assert_eq!(snapshot.heartbeat_timeouts, jm.heartbeat_timeouts);
+        assert_eq!(snapshot.task_restarts, jm.task_restarts);
+        assert_eq!(snapshot.jobs[&JobStatus::Running], 1);
+        assert_eq!(snapshot.jobs.len(), JobStatus::ALL.len());
+        assert_eq!(
+            (
+                snapshot.messages_in,
+                snapshot.messages_out,
+                snapshot.bytes_in,
+                snapshot.bytes_out,
+                snapshot.rejected_connections
+            ),
+            (6, 7, 8, 9, 10)
+        );
+    }
+
+    #[test]
     fn help_and_label_values_are_escaped() {
         assert_eq!(escape_help("a\\b\nc"), "a\\\\b\\nc");
         assert_eq!(escape_label("say \"hi\""), "say \\\"hi\\\"");

@@ -60,13 +60,14 @@ use tokio::time::Instant;
 use tokio_util::codec::{Encoder, FramedRead};
 
 use super::envelope::{Envelope, EnvelopeError, EnvelopeKind, Payload, Reply};
-use super::frame::{DEFAULT_MAX_FRAME, FrameCodec, FrameError};
+use super::frame::{DEFAULT_MAX_FRAME, FrameCodec, FrameError, HEADER_LEN};
 use super::handshake::{self, HandshakeConfig, HandshakeError};
 use crate::codec::CodecError;
 use crate::env::NodeRng;
 use crate::error_chain::ErrorChain as Chain;
 use crate::latch::Latch;
 use crate::messages::ActorAddress;
+use crate::metrics::TransportMetrics;
 
 /// Which end of the connection this node is: the side that connected out shakes hands as the
 /// initiator, the side that accepted as the acceptor. It is the handshake's [`Role`]
@@ -107,6 +108,9 @@ pub struct ConnectionConfig {
     /// Asks that may wait for replies at once. Beyond it an ask fails with
     /// [`ConnectionError::QueueFull`], so a peer that never answers cannot grow the map.
     pub max_pending_asks: usize,
+    /// The counters this connection adds its envelopes and frame bytes to (the endpoint's,
+    /// shared by all its connections, for `/metrics`).
+    pub metrics: TransportMetrics,
 }
 
 impl ConnectionConfig {
@@ -120,6 +124,7 @@ impl ConnectionConfig {
             outbound_queue: DEFAULT_OUTBOUND_QUEUE,
             ask_timeout: DEFAULT_ASK_TIMEOUT,
             max_pending_asks: DEFAULT_MAX_PENDING_ASKS,
+            metrics: TransportMetrics::new(),
         }
     }
 }
@@ -332,6 +337,7 @@ where
         outbound_capacity: capacity,
         max_pending_asks: config.max_pending_asks,
         ask_timeout: config.ask_timeout,
+        metrics: config.metrics,
         state: Mutex::new(State {
             pending: BTreeMap::new(),
             next_correlation: 1,
@@ -501,8 +507,13 @@ impl Connection {
                 peer: shared.peer.clone(),
                 source,
             })?;
+        let bytes = frame.len() as u64;
         self.outbound
             .try_send(frame.freeze())
+            .map(|()| {
+                shared.metrics.messages_out.increment();
+                shared.metrics.bytes_out.add(bytes);
+            })
             .map_err(|error| match error {
                 mpsc::error::TrySendError::Full(_) => ConnectionError::QueueFull {
                     peer: shared.peer.clone(),
@@ -525,6 +536,7 @@ struct Shared {
     outbound_capacity: usize,
     max_pending_asks: usize,
     ask_timeout: Duration,
+    metrics: TransportMetrics,
     state: Mutex<State>,
     /// Publishes the close reason: the tasks stop on it, [`Connection::closed`] waits for it.
     /// `State::closed` is the truth; this follows it.
@@ -658,10 +670,19 @@ async fn read_loop<R: AsyncRead + Unpin>(
         let envelope = match frame {
             None => break CloseReason::PeerClosed,
             Some(Err(error)) => break CloseReason::Read(Arc::new(error)),
-            Some(Ok(bytes)) => match Envelope::decode(&bytes) {
-                Ok(envelope) => envelope,
-                Err(error) => break CloseReason::Envelope(Arc::new(error)),
-            },
+            Some(Ok(bytes)) => {
+                shared
+                    .metrics
+                    .bytes_in
+                    .add((HEADER_LEN + bytes.len()) as u64);
+                match Envelope::decode(&bytes) {
+                    Ok(envelope) => {
+                        shared.metrics.messages_in.increment();
+                        envelope
+                    }
+                    Err(error) => break CloseReason::Envelope(Arc::new(error)),
+                }
+            }
         };
         if envelope.kind == EnvelopeKind::Reply {
             match envelope.payload {
@@ -966,6 +987,51 @@ mod tests {
     }
 
     // ---- asks and tells ----
+
+    #[actix::test]
+    async fn envelopes_and_frame_bytes_are_counted_on_both_sides() {
+        tokio::time::pause();
+        let (a_metrics, b_metrics) = (TransportMetrics::new(), TransportMetrics::new());
+        let (a, b) = establish_pair(
+            ConnectionConfig {
+                metrics: a_metrics.clone(),
+                ..config("a")
+            },
+            ConnectionConfig {
+                metrics: b_metrics.clone(),
+                ..config("b")
+            },
+        )
+        .await;
+        let (a, mut b) = (a.expect("a established"), b.expect("b established"));
+        assert_eq!(
+            a_metrics.messages_out.get(),
+            0,
+            "handshakes are not envelopes"
+        );
+
+        a.conn.tell(tell_of(1)).expect("queued");
+        let asked = ask_of(&a.conn, 2);
+        b.next_envelope().await;
+        let ask = b.next_envelope().await;
+        b.conn.reply(ask.correlation, answer(2)).expect("queued");
+        assert_eq!(answered(&asked.await.expect("the reply")), 2);
+
+        let frame = |envelope: &Envelope| (HEADER_LEN + envelope.encode().unwrap().len()) as u64;
+        let sent = frame(&tell_of(1)) + frame(&ask);
+        assert_eq!(
+            (a_metrics.messages_out.get(), a_metrics.bytes_out.get()),
+            (2, sent)
+        );
+        assert_eq!(
+            (b_metrics.messages_in.get(), b_metrics.bytes_in.get()),
+            (2, sent)
+        );
+        assert_eq!(b_metrics.messages_out.get(), 1, "the reply");
+        assert_eq!(a_metrics.messages_in.get(), 1, "the reply");
+        assert_eq!(a_metrics.bytes_in.get(), b_metrics.bytes_out.get());
+        assert!(a_metrics.bytes_in.get() > HEADER_LEN as u64);
+    }
 
     #[actix::test]
     async fn an_ask_reaches_the_remote_actor_and_its_reply_comes_back() {

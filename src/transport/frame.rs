@@ -28,7 +28,7 @@ pub const DEFAULT_MAX_FRAME: usize = 16 * 1024 * 1024;
 const _: () = assert!(DEFAULT_MAX_FRAME <= MAX_MESSAGE_SIZE);
 
 /// Bytes in the length prefix.
-const HEADER_LEN: usize = 4;
+pub(crate) const HEADER_LEN: usize = 4;
 
 /// Why a frame could not be read or written.
 ///

@@ -78,6 +78,7 @@ use crate::messages::ids::ClusterId;
 use crate::messages::job_manager::{JobManagerGateway, JobManagerMessage};
 use crate::messages::resource_manager::{ResourceManagerGateway, ResourceManagerMessage};
 use crate::messages::task_manager::{TaskManagerGateway, TaskManagerMessage};
+use crate::metrics::TransportMetrics;
 
 /// Tries to connect to a peer per need (an ask or tell that finds no live connection). Bounded,
 /// so an unreachable peer fails the ask instead of hanging it.
@@ -274,6 +275,8 @@ struct Inner {
     next_connection: AtomicU64,
     accepting: AtomicUsize,
     shutdown: Latch<()>,
+    /// What every connection carried, and the connections refused (for `/metrics`).
+    metrics: TransportMetrics,
 }
 
 impl fmt::Debug for Inner {
@@ -309,6 +312,7 @@ impl Inner {
             outbound_queue: config.outbound_queue,
             ask_timeout: config.ask_timeout,
             max_pending_asks: DEFAULT_MAX_PENDING_ASKS,
+            metrics: self.metrics.clone(),
         }
     }
 
@@ -644,6 +648,7 @@ impl Inner {
             };
             if self.accepting.fetch_add(1, Ordering::Relaxed) >= MAX_ACCEPTING {
                 self.accepting.fetch_sub(1, Ordering::Relaxed);
+                self.metrics.rejected_connections.increment();
                 log::warn!(
                     "{}: {MAX_ACCEPTING} handshakes in progress; dropped the connection from {from}",
                     self.config.node_name
@@ -670,11 +675,14 @@ impl Inner {
                             );
                         }
                     }
-                    Err(error) => log::warn!(
-                        "{}: refused a connection from {from}: {}",
-                        endpoint.config.node_name,
-                        Chain(&error)
-                    ),
+                    Err(error) => {
+                        endpoint.metrics.rejected_connections.increment();
+                        log::warn!(
+                            "{}: refused a connection from {from}: {}",
+                            endpoint.config.node_name,
+                            Chain(&error)
+                        );
+                    }
                 }
             });
         }
@@ -795,6 +803,7 @@ impl NodeEndpoint {
             next_connection: AtomicU64::new(1),
             accepting: AtomicUsize::new(0),
             shutdown: Latch::new(),
+            metrics: TransportMetrics::new(),
             config,
         });
         log::info!(
@@ -820,6 +829,12 @@ impl NodeEndpoint {
     /// Idempotent.
     pub fn shutdown(&self) {
         self.inner.shut_down();
+    }
+
+    /// The endpoint's counters: envelopes and bytes over all its connections, and refused
+    /// inbound connections. Clones share the counters, so the REST API reads them live.
+    pub fn metrics(&self) -> TransportMetrics {
+        self.inner.metrics.clone()
     }
 
     /// The peers this node has a live connection to, for status and tests.
@@ -1224,6 +1239,16 @@ mod tests {
         assert!(a_resolver.task_manager(&tm_address).is_some());
         assert_eq!(a.connected_peers(), vec![b.local_node()]);
         assert_eq!(b.connected_peers(), vec![a.local_node()]);
+
+        // Both endpoints counted the traffic (registration, heartbeats, the asks above), and
+        // nothing was refused.
+        let (a_metrics, b_metrics) = (a.metrics(), b.metrics());
+        for metrics in [&a_metrics, &b_metrics] {
+            assert!(metrics.messages_in.get() >= 3, "{metrics:?}");
+            assert!(metrics.messages_out.get() >= 3, "{metrics:?}");
+            assert!(metrics.bytes_in.get() > metrics.messages_in.get() * 4);
+            assert_eq!(metrics.rejected_connections.get(), 0);
+        }
     }
 
     #[actix::test]
@@ -1253,6 +1278,12 @@ mod tests {
         let status = jm.send(GetJobManagerStatus).await.expect("answers");
         assert!(status.task_managers.is_empty());
         assert!(a.connected_peers().is_empty());
+        // A counted the connections it refused, and no envelope got through.
+        eventually("A counts the refused handshakes", || async {
+            (a.metrics().rejected_connections.get() >= 1).then_some(())
+        })
+        .await;
+        assert_eq!(a.metrics().messages_in.get(), 0);
     }
 
     /// A TaskManager stand-in that takes every message and never answers.

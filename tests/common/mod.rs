@@ -3,6 +3,7 @@
 #![allow(dead_code)] // each test binary uses its own subset
 
 pub mod process;
+pub mod rest;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -1,0 +1,277 @@
+//! `GET /metrics`: parsed with a Prometheus text parser, every metric of docs/rest.md with its
+//! type, and values that follow the cluster: the pool, slots, jobs by state and task restarts on
+//! an embedded cluster; the transport's traffic, refused connections and
+//! worker start failures on real `flint jobmanager` processes.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+
+use prometheus_parse::{Scrape, Value};
+
+mod common;
+use common::rest::{RestCluster, agent, config, failing_once_job, poll, request, sleeping_job};
+use common::scratch;
+
+/// Every metric of the contract and its type.
+const CONTRACT: [(&str, &str); 14] = [
+    ("flint_pool_designated", "gauge"),
+    ("flint_pool_started", "gauge"),
+    ("flint_pool_pending_requests", "gauge"),
+    ("flint_pool_pending_registration", "gauge"),
+    ("flint_worker_start_failures_total", "counter"),
+    ("flint_taskmanagers_registered", "gauge"),
+    ("flint_slots_total", "gauge"),
+    ("flint_slots_free", "gauge"),
+    ("flint_jobs", "gauge"),
+    ("flint_task_restarts_total", "counter"),
+    ("flint_heartbeat_timeouts_total", "counter"),
+    ("flint_transport_messages_total", "counter"),
+    ("flint_transport_bytes_total", "counter"),
+    ("flint_transport_rejected_connections_total", "counter"),
+];
+
+/// One parsed scrape.
+struct Metrics(Scrape);
+
+impl Metrics {
+    /// Scrapes `url/metrics` and checks the format: the content type, HELP for every family
+    /// and each sample typed as the contract says.
+    fn scrape(agent: &ureq::Agent, url: &str) -> Self {
+        let answer = request(agent, "GET", &format!("{url}/metrics"), None, None).expect(200);
+        assert!(
+            answer.content_type.starts_with("text/plain; version=0.0.4"),
+            "{}",
+            answer.content_type
+        );
+        let lines = answer.body.lines().map(|line| Ok(line.to_owned()));
+        let scrape = Scrape::parse(lines).expect("a Prometheus text exposition");
+        for (name, kind) in CONTRACT {
+            assert!(
+                scrape.docs.get(name).is_some_and(|help| !help.is_empty()),
+                "no HELP for {name}"
+            );
+            let samples: Vec<_> = scrape.samples.iter().filter(|s| s.metric == name).collect();
+            assert!(!samples.is_empty(), "no sample of {name}");
+            for sample in samples {
+                let typed = matches!(
+                    (&sample.value, kind),
+                    (Value::Gauge(_), "gauge") | (Value::Counter(_), "counter")
+                );
+                assert!(typed, "{name} is not a {kind}: {:?}", sample.value);
+            }
+        }
+        Self(scrape)
+    }
+
+    /// The value of `name` whose label `key` is `value` (or the unlabelled one).
+    fn value(&self, name: &str, label: Option<(&str, &str)>) -> f64 {
+        let samples: Vec<f64> = self
+            .0
+            .samples
+            .iter()
+            .filter(|s| s.metric == name)
+            .filter(|s| match label {
+                Some((key, value)) => s.labels.get(key) == Some(value),
+                None => true,
+            })
+            .map(|s| match s.value {
+                Value::Gauge(v) | Value::Counter(v) | Value::Untyped(v) => v,
+                ref other => panic!("{name}: {other:?}"),
+            })
+            .collect();
+        assert_eq!(samples.len(), 1, "{name} {label:?}: {samples:?}");
+        samples[0]
+    }
+
+    fn get(&self, name: &str) -> f64 {
+        self.value(name, None)
+    }
+
+    fn jobs(&self, state: &str) -> f64 {
+        self.value("flint_jobs", Some(("state", state)))
+    }
+
+    fn transport(&self, name: &str, direction: &str) -> f64 {
+        self.value(name, Some(("direction", direction)))
+    }
+}
+
+#[test]
+fn the_metrics_parse_and_follow_the_embedded_cluster() {
+    let cluster = RestCluster::start(config(2, 2));
+    let agent = agent();
+    let scrape = || Metrics::scrape(&agent, &cluster.url);
+
+    let idle = scrape();
+    assert_eq!(idle.get("flint_pool_designated"), 2.0);
+    assert_eq!(idle.get("flint_pool_started"), 2.0);
+    assert_eq!(idle.get("flint_pool_pending_requests"), 0.0);
+    assert_eq!(idle.get("flint_pool_pending_registration"), 0.0);
+    assert_eq!(idle.get("flint_worker_start_failures_total"), 0.0);
+    assert_eq!(idle.get("flint_taskmanagers_registered"), 2.0);
+    assert_eq!(idle.get("flint_slots_total"), 4.0);
+    assert_eq!(idle.get("flint_slots_free"), 4.0);
+    for state in [
+        "CREATED",
+        "RUNNING",
+        "FAILING",
+        "FAILED",
+        "CANCELLING",
+        "CANCELED",
+        "FINISHED",
+        "RESTARTING",
+    ] {
+        assert_eq!(idle.jobs(state), 0.0, "{state}");
+    }
+    assert_eq!(idle.get("flint_task_restarts_total"), 0.0);
+    assert_eq!(idle.get("flint_heartbeat_timeouts_total"), 0.0);
+    // An embedded cluster has no transport.
+    for name in [
+        "flint_transport_messages_total",
+        "flint_transport_bytes_total",
+    ] {
+        assert_eq!(idle.transport(name, "in"), 0.0);
+        assert_eq!(idle.transport(name, "out"), 0.0);
+    }
+
+    // Every first attempt fails: each task restarts once, as the job's attempts show.
+    let id = cluster.submit(&failing_once_job());
+    let job = cluster.wait_for_job(&id, "the job finishes after its restarts", |j| {
+        j["state"] == "FINISHED"
+    });
+    let attempts: u64 = job["vertices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|v| v["subtasks"].as_array().unwrap())
+        .map(|s| s["attempt"].as_u64().unwrap())
+        .sum();
+    assert_eq!(attempts, 4, "{job}");
+    let after = scrape();
+    assert_eq!(after.get("flint_task_restarts_total"), attempts as f64);
+    assert_eq!(after.jobs("FINISHED"), 1.0);
+    assert_eq!(after.get("flint_slots_free"), 4.0);
+
+    // A running job holds a slot.
+    let sleeper = cluster.submit(&sleeping_job(60_000));
+    cluster.wait_for_job(&sleeper, "the sleeper runs", |j| j["state"] == "RUNNING");
+    let running = scrape();
+    assert_eq!(running.jobs("RUNNING"), 1.0);
+    assert_eq!(running.get("flint_slots_free"), 3.0);
+}
+
+/// A `flint jobmanager` with a one-TaskManager pool and `extra` configuration; returns it with
+/// its transport address and REST URL.
+fn jobmanager(name: &str, extra: &str) -> (Child, String, String) {
+    let dir = scratch(name);
+    let config = dir.join("flint.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[heartbeat]\ninterval = \"100ms\"\ntimeout = \"1s\"\n[taskmanager]\nworking-dir = \"{}\"\n{extra}",
+            dir.join("work").display()
+        ),
+    )
+    .unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_flint"))
+        .args([
+            "jobmanager",
+            "--bind",
+            "127.0.0.1:0",
+            "--rest",
+            "127.0.0.1:0",
+        ])
+        .args(["--pool-size", "1"])
+        .arg("--config")
+        .arg(&config)
+        .env_remove("FLINT_SECRET")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("flint jobmanager starts");
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let (mut first, mut second) = (String::new(), String::new());
+    stdout.read_line(&mut first).unwrap();
+    stdout.read_line(&mut second).unwrap();
+    let last_word = |line: &str| {
+        line.trim()
+            .rsplit(' ')
+            .next()
+            .unwrap_or_default()
+            .to_owned()
+    };
+    (child, last_word(&first), last_word(&second))
+}
+
+/// Stops the cluster through the API and waits for the process to end.
+fn stop(mut child: Child, agent: &ureq::Agent, url: &str) {
+    request(agent, "DELETE", &format!("{url}/cluster"), None, None).expect(202);
+    let status = poll("the JobManager exits", || child.try_wait().expect("waits"));
+    assert!(status.success(), "{status}");
+}
+
+#[test]
+fn a_jobmanager_process_counts_its_transport_traffic_and_refused_connections() {
+    let (child, address, url) = jobmanager("metrics-transport", "");
+    let agent = agent();
+    let registered = poll("the TaskManager registers over the transport", || {
+        let now = Metrics::scrape(&agent, &url);
+        (now.get("flint_taskmanagers_registered") == 1.0).then_some(now)
+    });
+    let messages_in = registered.transport("flint_transport_messages_total", "in");
+    let messages_out = registered.transport("flint_transport_messages_total", "out");
+    assert!(messages_in >= 1.0, "the registration");
+    assert!(messages_out >= 1.0, "its acknowledgement");
+    let bytes_in = registered.transport("flint_transport_bytes_total", "in");
+    assert!(
+        bytes_in > 4.0 * messages_in,
+        "a frame is its 4-byte prefix and more"
+    );
+    assert!(registered.transport("flint_transport_bytes_total", "out") > 4.0 * messages_out);
+    assert_eq!(
+        registered.get("flint_transport_rejected_connections_total"),
+        0.0
+    );
+
+    // Heartbeats keep flowing: the counters only grow.
+    let later = poll("more heartbeats arrive", || {
+        let now = Metrics::scrape(&agent, &url);
+        (now.transport("flint_transport_messages_total", "in") > messages_in).then_some(now)
+    });
+    assert!(later.transport("flint_transport_bytes_total", "in") > bytes_in);
+
+    // Something that is not a Flint node connects and fails the handshake.
+    let mut stranger = TcpStream::connect(&address).expect("connects");
+    stranger
+        .write_all(b"GET / HTTP/1.1\r\nHost: flint\r\n\r\n")
+        .unwrap();
+    poll("the refused connection is counted", || {
+        let now = Metrics::scrape(&agent, &url);
+        (now.get("flint_transport_rejected_connections_total") == 1.0).then_some(())
+    });
+    drop(stranger);
+    stop(child, &agent, &url);
+}
+
+#[test]
+fn worker_start_failures_are_counted() {
+    let (child, _, url) = jobmanager(
+        "metrics-start-failures",
+        "[resourcemanager]\ndriver = \"command\"\n\
+         [resourcemanager.command]\ntemplate = [\"/nonexistent/flint-taskmanager\"]\nhosts = [\"localhost\"]\n",
+    );
+    let agent = agent();
+    let failing = poll("a worker fails to start", || {
+        let now = Metrics::scrape(&agent, &url);
+        (now.get("flint_worker_start_failures_total") >= 1.0).then_some(now)
+    });
+    assert_eq!(failing.get("flint_pool_started"), 0.0);
+    assert_eq!(failing.get("flint_taskmanagers_registered"), 0.0);
+    assert_eq!(failing.get("flint_pool_designated"), 1.0);
+    let overview = request(&agent, "GET", &format!("{url}/overview"), None, None)
+        .expect(200)
+        .json();
+    assert!(overview["pool"]["start-failures"].as_u64().unwrap() >= 1);
+    stop(child, &agent, &url);
+}

@@ -1,0 +1,611 @@
+//! The REST API's contract (docs/rest.md): every endpoint and every documented error, with the
+//! status, the JSON shape and, for a refused request, proof that nothing changed in the cluster.
+//!
+//! Most tests serve an embedded cluster on 127.0.0.1:0 (fast); the last ones run a real
+//! `flint jobmanager` process, read the URL it prints and stop it with `DELETE /cluster`.
+
+use std::collections::BTreeSet;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use flint::config::RestConfig;
+use flint::job::graph::JobGraph;
+use flint::rest::views::{JobList, JobView, Overview, PoolSize, TaskManagerList, TaskManagerView};
+use flint::rest::{RestError, RestListener};
+
+mod common;
+use common::process::task_managers_of;
+use common::rest::{Ended, RestCluster, agent, config, poll, quick_job, request, sleeping_job};
+use common::scratch;
+
+const EVERY_JOB_STATUS: [&str; 8] = [
+    "CANCELED",
+    "CANCELLING",
+    "CREATED",
+    "FAILED",
+    "FAILING",
+    "FINISHED",
+    "RESTARTING",
+    "RUNNING",
+];
+
+fn overview(cluster: &RestCluster) -> Overview {
+    cluster.get("/overview").expect(200).decode()
+}
+
+/// `GET /jobs`.
+fn job_list(cluster: &RestCluster) -> JobList {
+    cluster.get("/jobs").expect(200).decode()
+}
+
+#[test]
+fn overview_task_managers_and_pool_size_answer_the_documented_shapes() {
+    let cluster = RestCluster::start(config(2, 2));
+
+    let raw = cluster.get_json("/overview");
+    assert_eq!(raw["flink-version"], env!("CARGO_PKG_VERSION"));
+    let keys: BTreeSet<&str> = raw["jobs"]
+        .as_object()
+        .expect("jobs by status")
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(keys, BTreeSet::from(EVERY_JOB_STATUS));
+    let overview = overview(&cluster);
+    assert_eq!(
+        (overview.pool.designated, overview.pool.max),
+        (2, 5),
+        "{overview:?}"
+    );
+    assert_eq!(overview.pool.started, 2);
+    assert_eq!(
+        (
+            overview.pool.pending_requests,
+            overview.pool.pending_registration
+        ),
+        (0, 0)
+    );
+    assert_eq!(overview.pool.start_failures, 0);
+    assert_eq!(overview.taskmanagers, 2);
+    assert_eq!((overview.slots_total, overview.slots_available), (4, 4));
+    assert!(overview.jobs.values().all(|n| *n == 0));
+    assert_eq!(overview.jobs_running, 0);
+
+    let list: TaskManagerList = cluster.get("/taskmanagers").expect(200).decode();
+    assert_eq!(list.taskmanagers.len(), 2);
+    let ids: Vec<&str> = list.taskmanagers.iter().map(|tm| tm.id.as_str()).collect();
+    let mut sorted = ids.clone();
+    sorted.sort();
+    assert_eq!(ids, sorted, "sorted by id");
+    for tm in &list.taskmanagers {
+        assert_eq!((tm.slots_number, tm.free_slots), (2, 2));
+        assert!(tm.slots.is_empty());
+        assert!(tm.hardware.cpu_cores >= 1);
+        assert!(tm.registered_at > 1_600_000_000_000, "ms since the epoch");
+        assert!(tm.last_heartbeat >= tm.registered_at);
+        assert!(tm.time_since_last_heartbeat < 60_000);
+        assert!(!tm.address.is_empty());
+    }
+    let raw = cluster.get_json("/taskmanagers");
+    for key in [
+        "id",
+        "instance-id",
+        "address",
+        "slots-number",
+        "free-slots",
+        "registered-at",
+        "last-heartbeat",
+        "time-since-last-heartbeat",
+        "hardware",
+        "slots",
+    ] {
+        assert!(raw["taskmanagers"][0].get(key).is_some(), "{key} in {raw}");
+    }
+
+    let first = &list.taskmanagers[0];
+    let one: TaskManagerView = cluster
+        .get(&format!("/taskmanagers/{}", first.id))
+        .expect(200)
+        .decode();
+    assert_eq!(
+        (&one.id, one.instance_id, one.registered_at),
+        (&first.id, first.instance_id, first.registered_at)
+    );
+    cluster
+        .get("/taskmanagers/tm-9")
+        .expect_error(404, "no TaskManager tm-9");
+
+    let pool: PoolSize = cluster.get("/cluster/pool-size").expect(200).decode();
+    assert_eq!(pool, PoolSize { size: 2, max: 5 });
+}
+
+#[test]
+fn a_job_submitted_as_json_runs_to_the_end_and_its_details_follow_it() {
+    let cluster = RestCluster::start(config(2, 2));
+    let id = cluster.submit(&quick_job("quick", 2));
+    let job: JobView = serde_json::from_value(
+        cluster.wait_for_job(&id, "the job finishes", |j| j["state"] == "FINISHED"),
+    )
+    .expect("a job view");
+    assert_eq!(job.id.to_string(), id);
+    assert_eq!(job.name, "quick");
+    assert_eq!((job.tasks_finished, job.tasks_total), (4, 4));
+    let end = job.end_time.expect("an end time once FINISHED");
+    assert!(end >= job.start_time);
+    assert_eq!(job.duration, Some(end - job.start_time));
+    for status in ["CREATED", "RUNNING", "FINISHED"] {
+        assert!(job.timestamps.contains_key(status), "{:?}", job.timestamps);
+    }
+    assert_eq!(job.timestamps["FINISHED"], end);
+    assert_eq!((job.failure.as_deref(), job.restarts), (None, 0));
+    let registered: BTreeSet<String> = cluster
+        .get("/taskmanagers")
+        .decode::<TaskManagerList>()
+        .taskmanagers
+        .into_iter()
+        .map(|tm| tm.id)
+        .collect();
+    let names: Vec<&str> = job.vertices.iter().map(|v| v.name.as_str()).collect();
+    assert_eq!(names, ["numbers", "sink"]);
+    for vertex in &job.vertices {
+        assert_eq!((vertex.operator.as_str(), vertex.parallelism), ("noop", 2));
+        assert_eq!(vertex.tasks.len(), 8, "every execution state");
+        assert_eq!(vertex.tasks["FINISHED"], 2);
+        assert_eq!(vertex.tasks.values().sum::<u32>(), 2);
+        for (n, subtask) in vertex.subtasks.iter().enumerate() {
+            assert_eq!((subtask.subtask, subtask.attempt), (n as u32, 0));
+            assert_eq!(subtask.state, "FINISHED");
+            let tm = subtask.taskmanager_id.as_ref().expect("placed");
+            assert!(registered.contains(tm), "{tm} not in {registered:?}");
+            let locality = subtask.locality.as_deref().expect("placed");
+            assert!(
+                ["LOCAL", "NON_LOCAL", "UNCONSTRAINED"].contains(&locality),
+                "{locality}"
+            );
+            assert!(subtask.timestamps.contains_key("FINISHED"));
+            assert!(subtask.failure.is_none());
+        }
+    }
+    // The raw JSON uses the documented names, `null`s included.
+    let raw = cluster.get_json(&format!("/jobs/{id}"));
+    assert!(raw["failure"].is_null());
+    assert!(raw["vertices"][0]["subtasks"][0]["taskmanager-id"].is_string());
+
+    // A second job lists after the first: oldest first.
+    let second = cluster.submit(&quick_job("second", 1));
+    let jobs = job_list(&cluster);
+    let ids: Vec<String> = jobs.jobs.iter().map(|j| j.id.to_string()).collect();
+    assert_eq!(ids, [id.clone(), second.clone()]);
+    assert_eq!(jobs.jobs[0].state, "FINISHED");
+    assert_eq!(jobs.jobs[0].name, "quick");
+    assert_eq!(
+        (jobs.jobs[0].tasks_finished, jobs.jobs[0].tasks_total),
+        (4, 4)
+    );
+    cluster.wait_for_job(&second, "the second job finishes", |j| {
+        j["state"] == "FINISHED"
+    });
+    let overview = overview(&cluster);
+    assert_eq!(overview.jobs["FINISHED"], 2);
+    assert_eq!((overview.jobs_finished, overview.jobs_running), (2, 0));
+    assert_eq!(overview.slots_available, 4, "every slot is free again");
+
+    // An ended job cannot be cancelled; it stays FINISHED.
+    cluster
+        .send("DELETE", &format!("/jobs/{id}"), None)
+        .expect_error(409, "already");
+    assert_eq!(
+        cluster.get_json(&format!("/jobs/{id}"))["state"],
+        "FINISHED"
+    );
+}
+
+#[test]
+fn a_running_job_shows_in_its_slot_and_is_cancelled_by_delete() {
+    let cluster = RestCluster::start(config(1, 2));
+    let id = cluster.submit(&sleeping_job(60_000));
+    cluster.wait_for_job(&id, "the sleeper runs", |j| {
+        j["vertices"][0]["subtasks"][0]["state"] == "RUNNING"
+    });
+
+    let list: TaskManagerList = cluster.get("/taskmanagers").decode();
+    let tm = &list.taskmanagers[0];
+    assert_eq!(tm.free_slots, 1);
+    assert_eq!(tm.slots.len(), 1, "{tm:?}");
+    let task = &tm.slots[0].tasks[0];
+    assert_eq!(task.job_id.to_string(), id);
+    assert_eq!(
+        (task.vertex, task.vertex_name.as_deref(), task.subtask),
+        (0, Some("sleep"), 0)
+    );
+    assert_eq!(
+        (task.attempt, task.state.as_deref()),
+        (Some(0), Some("RUNNING"))
+    );
+    let running = overview(&cluster);
+    assert_eq!((running.jobs_running, running.slots_available), (1, 1));
+
+    let answer = cluster
+        .send("DELETE", &format!("/jobs/{id}"), None)
+        .expect(202);
+    let cancelled = answer.json();
+    assert_eq!(cancelled["id"], id.as_str());
+    assert!(
+        ["CANCELLING", "CANCELED"].contains(&cancelled["state"].as_str().unwrap()),
+        "{cancelled}"
+    );
+    cluster.wait_for_job(&id, "the job is cancelled", |j| j["state"] == "CANCELED");
+    poll("the slot is free again", || {
+        (overview(&cluster).slots_available == 2).then_some(())
+    });
+    assert_eq!(overview(&cluster).jobs_cancelled, 1);
+    cluster
+        .send("DELETE", &format!("/jobs/{id}"), None)
+        .expect_error(409, "already");
+}
+
+#[test]
+fn refused_job_requests_change_nothing() {
+    let cluster = RestCluster::start(config(1, 1));
+    let post = |body: &str| cluster.send("POST", "/jobs", Some(body));
+
+    post(r#"{"name": "#).expect_error(400, "line 1 column 9");
+    post("").expect_error(400, "malformed JSON");
+    post(r#"{"name": "x"}"#).expect_error(400, "missing field");
+    post("not json at all").expect_error(400, "expected");
+    // Valid JSON, but a graph the JobManager refuses.
+    let mut unknown = JobGraph::builder("typo");
+    unknown.vertex("source", "no-such-operator", 1);
+    let unknown = serde_json::to_string(&unknown.build(|_| true).unwrap()).unwrap();
+    post(&unknown).expect_error(400, "no-such-operator");
+    let mut cyclic = serde_json::to_value(quick_job("cyclic", 1)).unwrap();
+    cyclic["edges"][0]["target"] = 0.into();
+    post(&cyclic.to_string()).expect_error(400, "must be acyclic");
+    let mut empty = serde_json::to_value(quick_job("empty", 1)).unwrap();
+    empty["vertices"][1]["parallelism"] = 0.into();
+    post(&empty.to_string()).expect_error(400, "parallelism 0");
+
+    cluster
+        .get("/jobs/not-an-id")
+        .expect_error(400, "not a valid JobId");
+    cluster
+        .send("DELETE", "/jobs/not-an-id", None)
+        .expect_error(400, "not a valid JobId");
+    let unknown_id = "3f2a0000-0000-0000-0000-000000000001";
+    cluster
+        .get(&format!("/jobs/{unknown_id}"))
+        .expect_error(404, &format!("no job {unknown_id}"));
+    cluster
+        .send("DELETE", &format!("/jobs/{unknown_id}"), None)
+        .expect_error(404, "no job");
+
+    assert!(job_list(&cluster).jobs.is_empty());
+    let overview = overview(&cluster);
+    assert!(overview.jobs.values().all(|n| *n == 0));
+    assert_eq!(overview.slots_available, 1);
+}
+
+#[test]
+fn the_pool_size_is_set_by_put_and_refused_sizes_change_nothing() {
+    let cluster = RestCluster::start(config(1, 1));
+    let put = |body: &str| cluster.send("PUT", "/cluster/pool-size", Some(body));
+
+    assert_eq!(put(r#"{"size": 3}"#).expect(200).json()["size"], 3);
+    poll("the pool grows to 3", || {
+        let o = overview(&cluster);
+        (o.pool.started == 3 && o.taskmanagers == 3).then_some(())
+    });
+
+    put(r#"{"size": -1}"#).expect_error(400, "resourcemanager.max-pool-size (5)");
+    put(r#"{"size": 6}"#).expect_error(400, "resourcemanager.max-pool-size (5)");
+    put(r#"{"size": 2.5}"#).expect_error(400, "whole number");
+    put(r#"{"size": "2"}"#).expect_error(400, "whole number");
+    put(r#"{"size": 99999999999}"#).expect_error(400, "resourcemanager.max-pool-size");
+    put(r#"{"size": "#).expect_error(400, "malformed JSON");
+    put(r#"{"pool": 2}"#).expect_error(400, r#"{"size": N}"#);
+    let pool: PoolSize = cluster.get("/cluster/pool-size").decode();
+    assert_eq!(pool, PoolSize { size: 3, max: 5 });
+    let o = overview(&cluster);
+    assert_eq!(
+        (o.pool.designated, o.pool.started, o.taskmanagers),
+        (3, 3, 3)
+    );
+
+    assert_eq!(put(r#"{"size": 1}"#).expect(200).json()["size"], 1);
+    poll("the pool shrinks to 1", || {
+        let o = overview(&cluster);
+        (o.pool.started == 1 && o.taskmanagers == 1).then_some(())
+    });
+}
+
+#[test]
+fn unknown_paths_and_wrong_methods_are_json_errors() {
+    let cluster = RestCluster::start(config(1, 1));
+    cluster.get("/nope").expect_error(404, "no endpoint /nope");
+    cluster.get("/jobs/1/2").expect_error(404, "no endpoint");
+    for (method, path, allowed) in [
+        ("PATCH", "/jobs", "GET, POST"),
+        ("POST", "/overview", "GET"),
+        ("GET", "/cluster", "DELETE"),
+        ("DELETE", "/metrics", "GET"),
+        ("POST", "/cluster/pool-size", "GET, PUT"),
+        (
+            "PUT",
+            "/jobs/3f2a0000-0000-0000-0000-000000000001",
+            "GET, DELETE",
+        ),
+        ("DELETE", "/taskmanagers", "GET"),
+    ] {
+        let answer = cluster.send(method, path, Some("{}"));
+        answer.expect_error(405, &format!("does not take {method}"));
+        assert_eq!(answer.allow.as_deref(), Some(allowed), "{method} {path}");
+    }
+    // None of those did anything.
+    let o = overview(&cluster);
+    assert_eq!((o.pool.designated, o.taskmanagers), (1, 1));
+    assert!(job_list(&cluster).jobs.is_empty());
+}
+
+#[test]
+fn a_body_over_16_mib_is_refused_with_413() {
+    let cluster = RestCluster::start(config(1, 1));
+    let address = cluster.url.trim_start_matches("http://");
+    let mut stream = TcpStream::connect(address).expect("connects");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    write!(
+        stream,
+        "POST /jobs HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n",
+        (16 << 20) + 1
+    )
+    .unwrap();
+    stream.write_all(b"{\"name\": \"").unwrap();
+    let mut reader = BufReader::new(stream);
+    let mut status_line = String::new();
+    reader.read_line(&mut status_line).unwrap();
+    assert!(status_line.starts_with("HTTP/1.1 413"), "{status_line}");
+    let mut rest = String::new();
+    let _ = reader.read_to_string(&mut rest);
+    let body = rest.split("\r\n\r\n").nth(1).unwrap_or_default();
+    let json: serde_json::Value = serde_json::from_str(body).expect("a JSON body");
+    assert_eq!(json["status"], 413);
+    assert!(json["message"].as_str().unwrap().contains("16777216"));
+    assert!(job_list(&cluster).jobs.is_empty());
+}
+
+#[test]
+fn with_rest_token_set_changing_endpoints_need_the_bearer_token() {
+    let mut config = config(1, 2);
+    config.rest.token = Some("s3cret".to_owned());
+    let cluster = RestCluster::start(config);
+
+    // Reading stays open.
+    for path in [
+        "/overview",
+        "/taskmanagers",
+        "/jobs",
+        "/cluster/pool-size",
+        "/metrics",
+    ] {
+        cluster.request("GET", path, None, None).expect(200);
+    }
+    let job = serde_json::to_string(&sleeping_job(60_000)).unwrap();
+    for authorization in [
+        None,
+        Some("Bearer wrong"),
+        Some("Basic czNjcmV0"),
+        Some("s3cret"),
+    ] {
+        let refused = cluster.request("POST", "/jobs", Some(&job), authorization);
+        refused.expect_error(401, "");
+        assert_eq!(refused.www_authenticate.as_deref(), Some("Bearer"));
+        cluster
+            .request(
+                "PUT",
+                "/cluster/pool-size",
+                Some(r#"{"size": 2}"#),
+                authorization,
+            )
+            .expect_error(401, "");
+        cluster
+            .request("DELETE", "/cluster", None, authorization)
+            .expect_error(401, "");
+    }
+    // The token is checked before the body: a malformed body without it is still a 401.
+    cluster
+        .request("POST", "/jobs", Some("{"), None)
+        .expect_error(401, "rest.token");
+    assert!(job_list(&cluster).jobs.is_empty());
+    assert_eq!(cluster.get_json("/cluster/pool-size")["size"], 1);
+
+    // With it, everything works; a cancel with a wrong token does not cancel.
+    let id = cluster.submit(&sleeping_job(60_000));
+    cluster
+        .request(
+            "DELETE",
+            &format!("/jobs/{id}"),
+            None,
+            Some("Bearer s3cret!"),
+        )
+        .expect_error(401, "wrong bearer token");
+    cluster.wait_for_job(&id, "the sleeper runs", |j| j["state"] == "RUNNING");
+    cluster
+        .request(
+            "DELETE",
+            &format!("/jobs/{id}"),
+            None,
+            Some("bearer s3cret"),
+        )
+        .expect(202);
+    cluster.wait_for_job(&id, "the job is cancelled", |j| j["state"] == "CANCELED");
+
+    // The cluster is still up after the refused stops; the right token stops it.
+    assert_eq!(overview(&cluster).taskmanagers, 1);
+    let stopping = cluster.send("DELETE", "/cluster", None).expect(202);
+    assert_eq!(stopping.json()["message"], "stopping");
+    assert_eq!(cluster.join(), Ended::ByRest);
+}
+
+#[test]
+fn an_actor_that_cannot_answer_is_a_503() {
+    let cluster = RestCluster::start(config(1, 1));
+    cluster.stop_actors();
+    for path in [
+        "/overview",
+        "/taskmanagers",
+        "/jobs",
+        "/cluster/pool-size",
+        "/metrics",
+    ] {
+        cluster.get(path).expect_error(503, "did not answer");
+    }
+    cluster
+        .send("PUT", "/cluster/pool-size", Some(r#"{"size": 2}"#))
+        .expect_error(503, "resource manager did not answer");
+    let job = serde_json::to_string(&quick_job("late", 1)).unwrap();
+    cluster
+        .send("POST", "/jobs", Some(&job))
+        .expect_error(503, "JobManager did not answer");
+}
+
+#[test]
+fn a_non_loopback_rest_address_needs_a_token() {
+    let public = |token: Option<&str>| RestConfig {
+        address: "0.0.0.0".to_owned(),
+        port: 0,
+        token: token.map(str::to_owned),
+    };
+    let error = RestListener::bind(&public(None)).expect_err("refused");
+    assert!(
+        matches!(error, RestError::TokenRequired { .. }),
+        "{error:?}"
+    );
+    assert!(error.to_string().contains("rest.token"), "{error}");
+    let error = RestListener::bind(&public(Some(""))).expect_err("refused");
+    assert!(matches!(error, RestError::EmptyToken), "{error:?}");
+    // Loopback needs none.
+    let local = RestListener::bind(&RestConfig {
+        address: "127.0.0.1".to_owned(),
+        port: 0,
+        token: None,
+    })
+    .expect("binds");
+    assert!(local.local_addr().ip().is_loopback());
+    assert_ne!(local.local_addr().port(), 0);
+}
+
+/// Spawns `flint jobmanager ARGS` and returns it with the two lines it prints when ready.
+fn jobmanager(args: &[&str], dir: &std::path::Path) -> (std::process::Child, String, String) {
+    let config = dir.join("flint.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[heartbeat]\ninterval = \"100ms\"\ntimeout = \"1s\"\n[taskmanager]\nworking-dir = \"{}\"\n",
+            dir.join("work").display()
+        ),
+    )
+    .unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_flint"))
+        .arg("jobmanager")
+        .args(args)
+        .arg("--config")
+        .arg(&config)
+        .env_remove("FLINT_SECRET")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("flint jobmanager starts");
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let (mut first, mut second) = (String::new(), String::new());
+    stdout.read_line(&mut first).unwrap();
+    stdout.read_line(&mut second).unwrap();
+    (child, first, second)
+}
+
+/// Waits for `child` to exit by itself; fails the test at the deadline.
+fn wait_for_exit(child: &mut std::process::Child) -> std::process::ExitStatus {
+    poll("the process exits", || child.try_wait().expect("waits"))
+}
+
+#[test]
+fn flint_jobmanager_prints_its_rest_url_serves_it_and_stops_on_delete_cluster() {
+    let dir = scratch("rest-process");
+    let (mut child, first, second) = jobmanager(
+        &[
+            "--bind",
+            "127.0.0.1:0",
+            "--rest",
+            "127.0.0.1:0",
+            "--pool-size",
+            "2",
+        ],
+        &dir,
+    );
+    assert!(
+        first.starts_with("flint jobmanager listening on 127.0.0.1:"),
+        "{first}"
+    );
+    let url = second
+        .trim()
+        .strip_prefix("flint REST API and dashboard at ")
+        .unwrap_or_else(|| panic!("not the REST line: {second:?}"))
+        .to_owned();
+    assert!(url.starts_with("http://127.0.0.1:"), "{url}");
+    let port: u16 = url.rsplit(':').next().unwrap().parse().expect("a port");
+    assert_ne!(port, 0);
+
+    let agent = agent();
+    let overview: Overview = poll("two TaskManager processes register", || {
+        let overview: Overview = request(&agent, "GET", &format!("{url}/overview"), None, None)
+            .expect(200)
+            .decode();
+        (overview.taskmanagers == 2).then_some(overview)
+    });
+    assert_eq!((overview.pool.designated, overview.pool.started), (2, 2));
+    let workers = task_managers_of(child.id());
+    assert_eq!(workers.len(), 2, "{workers:?}");
+
+    let answer = request(&agent, "DELETE", &format!("{url}/cluster"), None, None).expect(202);
+    assert_eq!(answer.json()["message"], "stopping");
+    let status = wait_for_exit(&mut child);
+    assert!(status.success(), "{status}");
+    for (pid, id) in workers {
+        poll(&format!("TaskManager {id} ({pid}) is gone"), || {
+            (!std::path::Path::new(&format!("/proc/{pid}")).exists()).then_some(())
+        });
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn flint_jobmanager_refuses_a_public_rest_address_without_a_token() {
+    let dir = scratch("rest-public");
+    let (mut child, first, _) = jobmanager(
+        &[
+            "--bind",
+            "127.0.0.1:0",
+            "--rest",
+            "0.0.0.0:0",
+            "--pool-size",
+            "1",
+        ],
+        &dir,
+    );
+    assert_eq!(first, "", "nothing started");
+    let status = wait_for_exit(&mut child);
+    assert_eq!(status.code(), Some(2));
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    assert!(stderr.contains("rest.token"), "{stderr}");
+    assert!(stderr.contains("0.0.0.0"), "{stderr}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
