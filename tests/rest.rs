@@ -12,8 +12,10 @@ use std::time::Duration;
 
 use flint::config::RestConfig;
 use flint::job::graph::JobGraph;
+use flint::messages::job_manager::JobManagerGateway;
+use flint::messages::resource_manager::ResourceManagerGateway;
 use flint::rest::views::{JobList, JobView, Overview, PoolSize, TaskManagerList, TaskManagerView};
-use flint::rest::{RestError, RestListener};
+use flint::rest::{RestError, RestListener, RestState};
 
 mod common;
 use common::process::task_managers_of;
@@ -472,6 +474,66 @@ fn an_actor_that_cannot_answer_is_a_503() {
         .expect_error(503, "JobManager did not answer");
 }
 
+/// A stand-in for the JobManager and the resource manager that takes every message and never
+/// answers (an overloaded or hung actor).
+struct Silent;
+
+impl actix::Actor for Silent {
+    type Context = actix::Context<Self>;
+}
+
+impl<M: actix::Message + 'static> actix::Handler<M> for Silent {
+    type Result = actix::ResponseFuture<M::Result>;
+
+    fn handle(&mut self, _: M, _: &mut actix::Context<Self>) -> Self::Result {
+        Box::pin(std::future::pending())
+    }
+}
+
+#[test]
+fn an_actor_that_does_not_answer_in_time_is_a_503() {
+    let (url_tx, url_rx) = std::sync::mpsc::channel();
+    let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();
+    #[allow(clippy::disallowed_methods)] // the server's own System: the test blocks on HTTP
+    let server = std::thread::spawn(move || {
+        actix::System::new().block_on(async move {
+            use actix::Actor;
+            let silent = Silent.start();
+            let state = RestState::new(
+                JobManagerGateway::of(&silent),
+                ResourceManagerGateway::of(&silent),
+                5,
+            )
+            .with_ask_timeout(Duration::from_millis(100));
+            let server = RestListener::bind(&config(1, 1).rest)
+                .expect("binds")
+                .serve(state)
+                .expect("serves");
+            url_tx.send(server.url()).unwrap();
+            let _ = done_rx.await;
+            server.stop().await;
+        })
+    });
+    let url = url_rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("serves");
+    let agent = agent();
+    for path in ["/overview", "/jobs", "/cluster/pool-size", "/metrics"] {
+        request(&agent, "GET", &format!("{url}{path}"), None, None)
+            .expect_error(503, "did not answer");
+    }
+    request(
+        &agent,
+        "PUT",
+        &format!("{url}/cluster/pool-size"),
+        Some(r#"{"size": 1}"#),
+        None,
+    )
+    .expect_error(503, "resource manager did not answer");
+    done_tx.send(()).unwrap();
+    server.join().unwrap();
+}
+
 #[test]
 fn a_non_loopback_rest_address_needs_a_token() {
     let public = |token: Option<&str>| RestConfig {
@@ -578,6 +640,29 @@ fn flint_jobmanager_prints_its_rest_url_serves_it_and_stops_on_delete_cluster() 
             (!std::path::Path::new(&format!("/proc/{pid}")).exists()).then_some(())
         });
     }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn flint_jobmanager_refuses_a_rest_port_in_use() {
+    let dir = scratch("rest-in-use");
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let rest = taken.local_addr().unwrap().to_string();
+    let (mut child, first, _) = jobmanager(
+        &["--bind", "127.0.0.1:0", "--rest", &rest, "--pool-size", "1"],
+        &dir,
+    );
+    assert_eq!(first, "", "nothing started");
+    assert_eq!(wait_for_exit(&mut child).code(), Some(2));
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    assert!(stderr.contains(&rest), "{stderr}");
+    assert!(stderr.contains("rest.port"), "{stderr}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
