@@ -3,14 +3,15 @@
 //! an embedded cluster; the transport's traffic, refused connections and
 //! worker start failures on real `flint jobmanager` processes.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
 
 use prometheus_parse::{Scrape, Value};
 
 mod common;
-use common::rest::{RestCluster, agent, config, failing_once_job, poll, request, sleeping_job};
+use common::rest::{
+    JobManagerChild, RestCluster, agent, config, failing_once_job, poll, request, sleeping_job,
+};
 use common::scratch;
 
 /// Every metric of the contract and its type.
@@ -161,62 +162,43 @@ fn the_metrics_parse_and_follow_the_embedded_cluster() {
     assert_eq!(running.get("flint_slots_free"), 3.0);
 }
 
-/// A `flint jobmanager` with a one-TaskManager pool and `extra` configuration; returns it with
-/// its transport address and REST URL.
-fn jobmanager(name: &str, extra: &str) -> (Child, String, String) {
-    let dir = scratch(name);
-    let config = dir.join("flint.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[heartbeat]\ninterval = \"100ms\"\ntimeout = \"1s\"\n[taskmanager]\nworking-dir = \"{}\"\n{extra}",
-            dir.join("work").display()
-        ),
-    )
-    .unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_flint"))
-        .args([
-            "jobmanager",
-            "--bind",
-            "127.0.0.1:0",
-            "--rest",
-            "127.0.0.1:0",
-        ])
-        .args(["--pool-size", "1"])
-        .arg("--config")
-        .arg(&config)
-        .env_remove("FLINT_SECRET")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("flint jobmanager starts");
-    let mut stdout = BufReader::new(child.stdout.take().unwrap());
-    let (mut first, mut second) = (String::new(), String::new());
-    stdout.read_line(&mut first).unwrap();
-    stdout.read_line(&mut second).unwrap();
-    let last_word = |line: &str| {
-        line.trim()
-            .rsplit(' ')
-            .next()
-            .unwrap_or_default()
-            .to_owned()
-    };
-    (child, last_word(&first), last_word(&second))
+/// A `flint jobmanager` with a one-TaskManager pool and `extra` configuration.
+fn jobmanager(name: &str, extra: &str) -> JobManagerChild {
+    let args = [
+        "--bind",
+        "127.0.0.1:0",
+        "--rest",
+        "127.0.0.1:0",
+        "--pool-size",
+        "1",
+    ];
+    JobManagerChild::start(&args, &scratch(name), extra)
+}
+
+fn scrape(agent: &ureq::Agent, jm: &JobManagerChild) -> Metrics {
+    Metrics::scrape(agent, &jm.url())
 }
 
 /// Stops the cluster through the API and waits for the process to end.
-fn stop(mut child: Child, agent: &ureq::Agent, url: &str) {
-    request(agent, "DELETE", &format!("{url}/cluster"), None, None).expect(202);
-    let status = poll("the JobManager exits", || child.try_wait().expect("waits"));
-    assert!(status.success(), "{status}");
+fn stop(mut jm: JobManagerChild, agent: &ureq::Agent) {
+    request(
+        agent,
+        "DELETE",
+        &format!("{}/cluster", jm.url()),
+        None,
+        None,
+    )
+    .expect(202);
+    let status = jm.wait_for_exit();
+    assert!(status.success(), "{status}; its log:\n{}", jm.log());
 }
 
 #[test]
 fn a_jobmanager_process_counts_its_transport_traffic_and_refused_connections() {
-    let (child, address, url) = jobmanager("metrics-transport", "");
+    let jm = jobmanager("metrics-transport", "");
     let agent = agent();
     let registered = poll("the TaskManager registers over the transport", || {
-        let now = Metrics::scrape(&agent, &url);
+        let now = scrape(&agent, &jm);
         (now.get("flint_taskmanagers_registered") == 1.0).then_some(now)
     });
     let messages_in = registered.transport("flint_transport_messages_total", "in");
@@ -236,42 +218,42 @@ fn a_jobmanager_process_counts_its_transport_traffic_and_refused_connections() {
 
     // Heartbeats keep flowing: the counters only grow.
     let later = poll("more heartbeats arrive", || {
-        let now = Metrics::scrape(&agent, &url);
+        let now = scrape(&agent, &jm);
         (now.transport("flint_transport_messages_total", "in") > messages_in).then_some(now)
     });
     assert!(later.transport("flint_transport_bytes_total", "in") > bytes_in);
 
     // Something that is not a Flint node connects and fails the handshake.
-    let mut stranger = TcpStream::connect(&address).expect("connects");
+    let mut stranger = TcpStream::connect(jm.address()).expect("connects");
     stranger
         .write_all(b"GET / HTTP/1.1\r\nHost: flint\r\n\r\n")
         .unwrap();
     poll("the refused connection is counted", || {
-        let now = Metrics::scrape(&agent, &url);
+        let now = scrape(&agent, &jm);
         (now.get("flint_transport_rejected_connections_total") == 1.0).then_some(())
     });
     drop(stranger);
-    stop(child, &agent, &url);
+    stop(jm, &agent);
 }
 
 #[test]
 fn worker_start_failures_are_counted() {
-    let (child, _, url) = jobmanager(
+    let jm = jobmanager(
         "metrics-start-failures",
         "[resourcemanager]\ndriver = \"command\"\n\
          [resourcemanager.command]\ntemplate = [\"/nonexistent/flint-taskmanager\"]\nhosts = [\"localhost\"]\n",
     );
     let agent = agent();
     let failing = poll("a worker fails to start", || {
-        let now = Metrics::scrape(&agent, &url);
+        let now = scrape(&agent, &jm);
         (now.get("flint_worker_start_failures_total") >= 1.0).then_some(now)
     });
     assert_eq!(failing.get("flint_pool_started"), 0.0);
     assert_eq!(failing.get("flint_taskmanagers_registered"), 0.0);
     assert_eq!(failing.get("flint_pool_designated"), 1.0);
-    let overview = request(&agent, "GET", &format!("{url}/overview"), None, None)
+    let overview = request(&agent, "GET", &format!("{}/overview", jm.url()), None, None)
         .expect(200)
         .json();
     assert!(overview["pool"]["start-failures"].as_u64().unwrap() >= 1);
-    stop(child, &agent, &url);
+    stop(jm, &agent);
 }

@@ -7,17 +7,20 @@
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use flint::config::RestConfig;
 use flint::job::graph::JobGraph;
+use flint::messages::job_manager::JobManagerGateway;
+use flint::messages::resource_manager::ResourceManagerGateway;
 use flint::rest::views::{JobList, JobView, Overview, PoolSize, TaskManagerList, TaskManagerView};
-use flint::rest::{RestError, RestListener};
+use flint::rest::{RestError, RestListener, RestState};
 
 mod common;
 use common::process::task_managers_of;
-use common::rest::{Ended, RestCluster, agent, config, poll, quick_job, request, sleeping_job};
+use common::rest::{
+    Ended, JobManagerChild, RestCluster, agent, config, poll, quick_job, request, sleeping_job,
+};
 use common::scratch;
 
 const EVERY_JOB_STATUS: [&str; 8] = [
@@ -472,6 +475,66 @@ fn an_actor_that_cannot_answer_is_a_503() {
         .expect_error(503, "JobManager did not answer");
 }
 
+/// A stand-in for the JobManager and the resource manager that takes every message and never
+/// answers (an overloaded or hung actor).
+struct Silent;
+
+impl actix::Actor for Silent {
+    type Context = actix::Context<Self>;
+}
+
+impl<M: actix::Message + 'static> actix::Handler<M> for Silent {
+    type Result = actix::ResponseFuture<M::Result>;
+
+    fn handle(&mut self, _: M, _: &mut actix::Context<Self>) -> Self::Result {
+        Box::pin(std::future::pending())
+    }
+}
+
+#[test]
+fn an_actor_that_does_not_answer_in_time_is_a_503() {
+    let (url_tx, url_rx) = std::sync::mpsc::channel();
+    let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();
+    #[allow(clippy::disallowed_methods)] // the server's own System: the test blocks on HTTP
+    let server = std::thread::spawn(move || {
+        actix::System::new().block_on(async move {
+            use actix::Actor;
+            let silent = Silent.start();
+            let state = RestState::new(
+                JobManagerGateway::of(&silent),
+                ResourceManagerGateway::of(&silent),
+                5,
+            )
+            .with_ask_timeout(Duration::from_millis(100));
+            let server = RestListener::bind(&config(1, 1).rest)
+                .expect("binds")
+                .serve(state)
+                .expect("serves");
+            url_tx.send(server.url()).unwrap();
+            let _ = done_rx.await;
+            server.stop().await;
+        })
+    });
+    let url = url_rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("serves");
+    let agent = agent();
+    for path in ["/overview", "/jobs", "/cluster/pool-size", "/metrics"] {
+        request(&agent, "GET", &format!("{url}{path}"), None, None)
+            .expect_error(503, "did not answer");
+    }
+    request(
+        &agent,
+        "PUT",
+        &format!("{url}/cluster/pool-size"),
+        Some(r#"{"size": 1}"#),
+        None,
+    )
+    .expect_error(503, "resource manager did not answer");
+    done_tx.send(()).unwrap();
+    server.join().unwrap();
+}
+
 #[test]
 fn a_non_loopback_rest_address_needs_a_token() {
     let public = |token: Option<&str>| RestConfig {
@@ -498,62 +561,25 @@ fn a_non_loopback_rest_address_needs_a_token() {
     assert_ne!(local.local_addr().port(), 0);
 }
 
-/// Spawns `flint jobmanager ARGS` and returns it with the two lines it prints when ready.
-fn jobmanager(args: &[&str], dir: &std::path::Path) -> (std::process::Child, String, String) {
-    let config = dir.join("flint.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[heartbeat]\ninterval = \"100ms\"\ntimeout = \"1s\"\n[taskmanager]\nworking-dir = \"{}\"\n",
-            dir.join("work").display()
-        ),
-    )
-    .unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_flint"))
-        .arg("jobmanager")
-        .args(args)
-        .arg("--config")
-        .arg(&config)
-        .env_remove("FLINT_SECRET")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("flint jobmanager starts");
-    let mut stdout = BufReader::new(child.stdout.take().unwrap());
-    let (mut first, mut second) = (String::new(), String::new());
-    stdout.read_line(&mut first).unwrap();
-    stdout.read_line(&mut second).unwrap();
-    (child, first, second)
-}
-
-/// Waits for `child` to exit by itself; fails the test at the deadline.
-fn wait_for_exit(child: &mut std::process::Child) -> std::process::ExitStatus {
-    poll("the process exits", || child.try_wait().expect("waits"))
-}
-
 #[test]
 fn flint_jobmanager_prints_its_rest_url_serves_it_and_stops_on_delete_cluster() {
     let dir = scratch("rest-process");
-    let (mut child, first, second) = jobmanager(
-        &[
-            "--bind",
-            "127.0.0.1:0",
-            "--rest",
-            "127.0.0.1:0",
-            "--pool-size",
-            "2",
-        ],
-        &dir,
-    );
+    let args = [
+        "--bind",
+        "127.0.0.1:0",
+        "--rest",
+        "127.0.0.1:0",
+        "--pool-size",
+        "2",
+    ];
+    let mut jm = JobManagerChild::start(&args, &dir, "");
     assert!(
-        first.starts_with("flint jobmanager listening on 127.0.0.1:"),
-        "{first}"
+        jm.first
+            .starts_with("flint jobmanager listening on 127.0.0.1:"),
+        "{}",
+        jm.first
     );
-    let url = second
-        .trim()
-        .strip_prefix("flint REST API and dashboard at ")
-        .unwrap_or_else(|| panic!("not the REST line: {second:?}"))
-        .to_owned();
+    let url = jm.url();
     assert!(url.starts_with("http://127.0.0.1:"), "{url}");
     let port: u16 = url.rsplit(':').next().unwrap().parse().expect("a port");
     assert_ne!(port, 0);
@@ -566,13 +592,13 @@ fn flint_jobmanager_prints_its_rest_url_serves_it_and_stops_on_delete_cluster() 
         (overview.taskmanagers == 2).then_some(overview)
     });
     assert_eq!((overview.pool.designated, overview.pool.started), (2, 2));
-    let workers = task_managers_of(child.id());
+    let workers = task_managers_of(jm.child.id());
     assert_eq!(workers.len(), 2, "{workers:?}");
 
     let answer = request(&agent, "DELETE", &format!("{url}/cluster"), None, None).expect(202);
     assert_eq!(answer.json()["message"], "stopping");
-    let status = wait_for_exit(&mut child);
-    assert!(status.success(), "{status}");
+    let status = jm.wait_for_exit();
+    assert!(status.success(), "{status}; its log:\n{}", jm.log());
     for (pid, id) in workers {
         poll(&format!("TaskManager {id} ({pid}) is gone"), || {
             (!std::path::Path::new(&format!("/proc/{pid}")).exists()).then_some(())
@@ -581,31 +607,31 @@ fn flint_jobmanager_prints_its_rest_url_serves_it_and_stops_on_delete_cluster() 
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Starts `flint jobmanager` with `--rest rest` and asserts it refuses to start with exit code
+/// 2, its message containing every one of `says`, before starting anything.
+fn refuses_to_start(name: &str, rest: &str, says: &[&str]) {
+    let dir = scratch(name);
+    let args = ["--bind", "127.0.0.1:0", "--rest", rest, "--pool-size", "1"];
+    let mut jm = JobManagerChild::start(&args, &dir, "");
+    assert_eq!(jm.first, "", "nothing started");
+    let pid = jm.child.id();
+    assert_eq!(jm.wait_for_exit().code(), Some(2));
+    assert!(task_managers_of(pid).is_empty());
+    let log = jm.log();
+    for expected in says {
+        assert!(log.contains(expected), "`{expected}` not in {log}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn flint_jobmanager_refuses_a_rest_port_in_use() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let rest = taken.local_addr().unwrap().to_string();
+    refuses_to_start("rest-in-use", &rest, &[&rest, "rest.port"]);
+}
+
 #[test]
 fn flint_jobmanager_refuses_a_public_rest_address_without_a_token() {
-    let dir = scratch("rest-public");
-    let (mut child, first, _) = jobmanager(
-        &[
-            "--bind",
-            "127.0.0.1:0",
-            "--rest",
-            "0.0.0.0:0",
-            "--pool-size",
-            "1",
-        ],
-        &dir,
-    );
-    assert_eq!(first, "", "nothing started");
-    let status = wait_for_exit(&mut child);
-    assert_eq!(status.code(), Some(2));
-    let mut stderr = String::new();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut stderr)
-        .unwrap();
-    assert!(stderr.contains("rest.token"), "{stderr}");
-    assert!(stderr.contains("0.0.0.0"), "{stderr}");
-    let _ = std::fs::remove_dir_all(&dir);
+    refuses_to_start("rest-public", "0.0.0.0:0", &["rest.token", "0.0.0.0"]);
 }

@@ -373,3 +373,102 @@ pub fn failing_once_job() -> JobGraph {
     });
     b.build(|_| true).expect("a valid graph")
 }
+
+/// A `flint jobmanager` process started by a test, with what it printed when ready and its log.
+/// Dropping it stops it with SIGTERM (it stops its TaskManagers first) unless it has ended.
+pub struct JobManagerChild {
+    pub child: std::process::Child,
+    /// Its first line (`flint jobmanager listening on HOST:PORT`), empty if it did not start.
+    pub first: String,
+    /// Its second line (`flint REST API and dashboard at URL`).
+    pub second: String,
+    /// Its stderr.
+    pub log: std::path::PathBuf,
+}
+
+impl JobManagerChild {
+    /// `flint jobmanager ARGS --config dir/flint.toml` with fast heartbeats, its TaskManagers
+    /// working in `dir/work` and `extra` appended to the configuration.
+    pub fn start(args: &[&str], dir: &std::path::Path, extra: &str) -> Self {
+        use std::io::BufRead;
+        let config = dir.join("flint.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "[heartbeat]\ninterval = \"100ms\"\ntimeout = \"1s\"\n[taskmanager]\nworking-dir = \"{}\"\n{extra}",
+                dir.join("work").display()
+            ),
+        )
+        .unwrap();
+        let log = dir.join("jobmanager.log");
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_flint"))
+            .arg("jobmanager")
+            .args(args)
+            .arg("--config")
+            .arg(&config)
+            .env_remove("FLINT_SECRET")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::fs::File::create(&log).expect("a log file"))
+            .spawn()
+            .expect("flint jobmanager starts");
+        let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+        let (mut first, mut second) = (String::new(), String::new());
+        stdout.read_line(&mut first).unwrap();
+        stdout.read_line(&mut second).unwrap();
+        Self {
+            child,
+            first,
+            second,
+            log,
+        }
+    }
+
+    /// Its transport address, from the first line.
+    pub fn address(&self) -> String {
+        self.first
+            .trim()
+            .rsplit(' ')
+            .next()
+            .unwrap_or_default()
+            .to_owned()
+    }
+
+    /// Its REST URL, from the second line; fails the test (with the log) if it is not there.
+    pub fn url(&self) -> String {
+        self.second
+            .trim()
+            .strip_prefix("flint REST API and dashboard at ")
+            .unwrap_or_else(|| {
+                panic!(
+                    "not ready: {:?} {:?}; its log:\n{}",
+                    self.first,
+                    self.second,
+                    self.log()
+                )
+            })
+            .to_owned()
+    }
+
+    /// What it logged so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Waits for it to exit by itself; fails the test at the deadline.
+    pub fn wait_for_exit(&mut self) -> std::process::ExitStatus {
+        poll("the JobManager exits", || {
+            self.child.try_wait().expect("waits")
+        })
+    }
+}
+
+impl Drop for JobManagerChild {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = std::process::Command::new("kill")
+                .args(["-TERM", &self.child.id().to_string()])
+                .status();
+            let _ = self.child.wait();
+        }
+    }
+}
