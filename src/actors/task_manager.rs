@@ -103,6 +103,11 @@ pub struct TaskManager {
     last_acknowledged: Instant,
     /// This run of the TaskManager, sent with every registration (see `TaskManagerSessionId`).
     session: TaskManagerSessionId,
+    /// `SubmitTask`s that arrived while a registration attempt was in flight and no leader
+    /// session was known yet: each waits for the registration to settle, then is fenced.
+    /// (The JobManager deploys right after it acknowledges a registration, and the task can be
+    /// handled before the acknowledgement, which is an ask's reply, not a mailbox message.)
+    awaiting_registration: Vec<tokio::sync::oneshot::Sender<()>>,
 }
 
 /// Times a task's state update is sent before the TaskManager gives up on it (by then the
@@ -163,6 +168,7 @@ impl TaskManager {
             job_manager: None,
             last_acknowledged: Instant::now(),
             session: TaskManagerSessionId::generate(&mut env_rng),
+            awaiting_registration: Vec::new(),
         }
     }
 
@@ -184,6 +190,13 @@ impl TaskManager {
         let action = self.registration.handle(event);
         if was_registered && self.registration.instance_id().is_none() {
             self.drop_all_work();
+        }
+        if self.registration.session().is_some() || !self.registering_without_session() {
+            // Settled one way or the other: the deferred submissions are fenced now.
+            for waiter in self.awaiting_registration.drain(..) {
+                // A submission whose asker gave up has dropped its end: nothing to tell.
+                let _ = waiter.send(());
+            }
         }
         match action {
             RegistrationAction::Send { attempt, timeout } => {
@@ -547,10 +560,41 @@ impl Handler<TaskEnded> for TaskManager {
 }
 
 impl Handler<SubmitTask> for TaskManager {
-    type Result = Result<(), TaskSubmissionError>;
+    type Result = ResponseActFuture<Self, Result<(), TaskSubmissionError>>;
 
     fn handle(&mut self, msg: SubmitTask, ctx: &mut Context<Self>) -> Self::Result {
         log::debug!("task manager <- SubmitTask {}", msg.descriptor.attempt);
+        if self.registering_without_session() {
+            // Probably the acknowledgement's leader, whose reply is not handled yet: decide
+            // once the registration settles (bounded by the attempt's timeout).
+            let (settled, waiter) = tokio::sync::oneshot::channel();
+            self.awaiting_registration.push(settled);
+            return Box::pin(
+                async move { drop(waiter.await) }
+                    .into_actor(self)
+                    .map(move |(), act, ctx| act.fenced_submit(msg, ctx)),
+            );
+        }
+        Box::pin(fut::ready(self.fenced_submit(msg, ctx)))
+    }
+}
+
+impl TaskManager {
+    /// A registration attempt is in flight and no leader session is known (leader retrieval
+    /// named only an address).
+    fn registering_without_session(&self) -> bool {
+        self.registration.session().is_none()
+            && matches!(
+                self.registration.phase(),
+                RegistrationPhase::Registering { .. }
+            )
+    }
+
+    fn fenced_submit(
+        &mut self,
+        msg: SubmitTask,
+        ctx: &mut Context<Self>,
+    ) -> Result<(), TaskSubmissionError> {
         if !self.fenced(msg.leader_session_id, "SubmitTask") {
             return Err(TaskSubmissionError::StaleLeader);
         }

@@ -360,7 +360,11 @@ mod tests {
     #[test]
     fn rest_variables_count_as_configuration() {
         let endpoint = resolve(None, None, &[("FLINT_REST_PORT", "9999")]).expect("resolves");
-        assert!(endpoint.url.to_string().contains(":9999"), "{}", endpoint.url);
+        assert!(
+            endpoint.url.to_string().contains(":9999"),
+            "{}",
+            endpoint.url
+        );
         let err = resolve(None, None, &[("FLINT_REST_PORT", "http")]).unwrap_err();
         assert!(err.to_string().contains("rest.port"), "{err}");
         assert!(err.to_string().contains("FLINT_REST_PORT"), "{err}");

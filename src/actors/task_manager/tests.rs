@@ -558,3 +558,36 @@ async fn status_shows_each_slots_allocation_and_the_running_attempts_until_disco
     assert_eq!(status.slots, [None, None, None]);
     assert!(status.running.is_empty(), "cancelled and forgotten");
 }
+
+/// The JobManager deploys right after it acknowledges a registration, and the acknowledgement
+/// (an ask's reply) can be handled after the `SubmitTask` behind it. A TaskManager that knew no
+/// leader session yet used to drop that task as stale, and the job restarted; now the task
+/// waits for the registration to settle and is fenced then.
+#[actix::test]
+async fn a_task_that_overtakes_the_registration_acknowledgement_waits_for_it() {
+    let held = Held::default();
+    let f = start(None, |s| {
+        s.register_task_manager = Script::Hold(held.clone());
+    })
+    .await;
+    assert_eq!(held.len(), 1, "one registration attempt in flight");
+    let early = f.tm.send(SubmitTask {
+        leader_session_id: SESSION,
+        descriptor: sleeping_task(7, 1),
+    });
+    let stale = f.tm.send(SubmitTask {
+        leader_session_id: STALE,
+        descriptor: sleeping_task(8, 2),
+    });
+    settle().await;
+    assert!(ask(&f.tm, GetTaskManagerStatus).await.running.is_empty());
+    held.answer(0, ack(1, SESSION));
+    assert_eq!(early.await.expect("answered"), Ok(()));
+    assert_eq!(
+        stale.await.expect("answered"),
+        Err(TaskSubmissionError::StaleLeader)
+    );
+    let status = ask(&f.tm, GetTaskManagerStatus).await;
+    let running: Vec<_> = status.running.iter().map(|t| t.attempt).collect();
+    assert_eq!(running, [ExecutionAttemptId::from_u128(7)]);
+}
