@@ -11,6 +11,8 @@ use std::time::Duration;
 
 use flint::config::RestConfig;
 use flint::job::graph::JobGraph;
+use flint::job::states::{ExecutionState, JobStatus};
+use flint::messages::ids::ResourceId;
 use flint::messages::job_manager::JobManagerGateway;
 use flint::messages::resource_manager::ResourceManagerGateway;
 use flint::rest::views::{JobList, JobView, Overview, PoolSize, TaskManagerList, TaskManagerView};
@@ -138,12 +140,12 @@ fn a_job_submitted_as_json_runs_to_the_end_and_its_details_follow_it() {
     let end = job.end_time.expect("an end time once FINISHED");
     assert!(end >= job.start_time);
     assert_eq!(job.duration, Some(end - job.start_time));
-    for status in ["CREATED", "RUNNING", "FINISHED"] {
-        assert!(job.timestamps.contains_key(status), "{:?}", job.timestamps);
+    for status in [JobStatus::Created, JobStatus::Running, JobStatus::Finished] {
+        assert!(job.timestamps.contains_key(&status), "{:?}", job.timestamps);
     }
-    assert_eq!(job.timestamps["FINISHED"], end);
+    assert_eq!(job.timestamps[&JobStatus::Finished], end);
     assert_eq!((job.failure.as_deref(), job.restarts), (None, 0));
-    let registered: BTreeSet<String> = cluster
+    let registered: BTreeSet<ResourceId> = cluster
         .get("/taskmanagers")
         .decode::<TaskManagerList>()
         .taskmanagers
@@ -155,11 +157,11 @@ fn a_job_submitted_as_json_runs_to_the_end_and_its_details_follow_it() {
     for vertex in &job.vertices {
         assert_eq!((vertex.operator.as_str(), vertex.parallelism), ("noop", 2));
         assert_eq!(vertex.tasks.len(), 8, "every execution state");
-        assert_eq!(vertex.tasks["FINISHED"], 2);
+        assert_eq!(vertex.tasks[&ExecutionState::Finished], 2);
         assert_eq!(vertex.tasks.values().sum::<u32>(), 2);
         for (n, subtask) in vertex.subtasks.iter().enumerate() {
             assert_eq!((subtask.subtask, subtask.attempt), (n as u32, 0));
-            assert_eq!(subtask.state, "FINISHED");
+            assert_eq!(subtask.state, ExecutionState::Finished);
             let tm = subtask.taskmanager_id.as_ref().expect("placed");
             assert!(registered.contains(tm), "{tm} not in {registered:?}");
             let locality = subtask.locality.as_deref().expect("placed");
@@ -167,7 +169,7 @@ fn a_job_submitted_as_json_runs_to_the_end_and_its_details_follow_it() {
                 ["LOCAL", "NON_LOCAL", "UNCONSTRAINED"].contains(&locality),
                 "{locality}"
             );
-            assert!(subtask.timestamps.contains_key("FINISHED"));
+            assert!(subtask.timestamps.contains_key(&ExecutionState::Finished));
             assert!(subtask.failure.is_none());
         }
     }
@@ -181,7 +183,7 @@ fn a_job_submitted_as_json_runs_to_the_end_and_its_details_follow_it() {
     let jobs = job_list(&cluster);
     let ids: Vec<String> = jobs.jobs.iter().map(|j| j.id.to_string()).collect();
     assert_eq!(ids, [id.clone(), second.clone()]);
-    assert_eq!(jobs.jobs[0].state, "FINISHED");
+    assert_eq!(jobs.jobs[0].state, JobStatus::Finished);
     assert_eq!(jobs.jobs[0].name, "quick");
     assert_eq!(
         (jobs.jobs[0].tasks_finished, jobs.jobs[0].tasks_total),
@@ -191,7 +193,7 @@ fn a_job_submitted_as_json_runs_to_the_end_and_its_details_follow_it() {
         j["state"] == "FINISHED"
     });
     let overview = overview(&cluster);
-    assert_eq!(overview.jobs["FINISHED"], 2);
+    assert_eq!(overview.jobs[&JobStatus::Finished], 2);
     assert_eq!((overview.jobs_finished, overview.jobs_running), (2, 0));
     assert_eq!(overview.slots_available, 4, "every slot is free again");
 
@@ -224,8 +226,8 @@ fn a_running_job_shows_in_its_slot_and_is_cancelled_by_delete() {
         (0, Some("sleep"), 0)
     );
     assert_eq!(
-        (task.attempt, task.state.as_deref()),
-        (Some(0), Some("RUNNING"))
+        (task.attempt, task.state),
+        (Some(0), Some(ExecutionState::Running))
     );
     let running = overview(&cluster);
     assert_eq!((running.jobs_running, running.slots_available), (1, 1));

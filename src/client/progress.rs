@@ -8,7 +8,7 @@
 
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use super::api::{JobDetails, VertexInfo};
+use super::api::{JobView, VertexView};
 use crate::job::graph::JobGraph;
 use crate::job::states::ExecutionState;
 use crate::messages::ids::JobId;
@@ -61,7 +61,7 @@ impl JobProgress {
     }
 
     /// Shows the job as `details` describes it.
-    pub fn update(&self, details: &JobDetails) {
+    pub fn update(&self, details: &JobView) {
         self.job.set_message(job_line(details));
         self.job.tick();
         for (bar, vertex) in self.vertices.iter().zip(&details.vertices) {
@@ -102,7 +102,7 @@ impl JobProgress {
 }
 
 /// The job line: `RUNNING, 3/8 tasks finished, 1 restart`.
-pub fn job_line(details: &JobDetails) -> String {
+pub fn job_line(details: &JobView) -> String {
     let mut line = format!(
         "{}, {}/{} tasks finished",
         details.state, details.tasks_finished, details.tasks_total
@@ -117,7 +117,7 @@ pub fn job_line(details: &JobDetails) -> String {
 
 /// A vertex's bar: subtasks finished, all subtasks, and the states of the others
 /// (`1 RUNNING, 1 SCHEDULED`), or `done`.
-pub fn vertex_line(vertex: &VertexInfo) -> (u64, u64, String) {
+pub fn vertex_line(vertex: &VertexView) -> (u64, u64, String) {
     let finished = vertex.finished();
     let others: Vec<String> = ExecutionState::ALL
         .iter()
@@ -139,7 +139,7 @@ pub fn vertex_line(vertex: &VertexInfo) -> (u64, u64, String) {
 mod tests {
     use super::*;
 
-    fn running() -> JobDetails {
+    fn running() -> JobView {
         serde_json::from_str(include_str!("testdata/job_running.json")).unwrap()
     }
 
@@ -151,7 +151,7 @@ mod tests {
             vertex_line(&job.vertices[0]),
             (1, 3, "1 SCHEDULED, 1 RUNNING".to_owned())
         );
-        let finished: JobDetails =
+        let finished: JobView =
             serde_json::from_str(include_str!("testdata/job_finished.json")).unwrap();
         assert_eq!(job_line(&finished), "FINISHED, 4/4 tasks finished");
         assert_eq!(

@@ -7,7 +7,7 @@
 use std::fmt::Write as _;
 use std::time::{Duration, UNIX_EPOCH};
 
-use super::api::{JobDetails, JobList, Overview, PoolSize, TaskManagerList};
+use super::api::{JobList, JobView, Overview, PoolSize, TaskManagerList};
 use super::table::{Align, Table};
 
 /// `flint list`.
@@ -35,7 +35,7 @@ pub fn job_list(list: &JobList) -> String {
 }
 
 /// `flint status JOB_ID`: the job, its vertices and its subtasks.
-pub fn job_details(job: &JobDetails) -> String {
+pub fn job_details(job: &JobView) -> String {
     let mut out = String::new();
     let restarts = match job.restarts {
         1 => " (1 restart)".to_owned(),
@@ -153,7 +153,7 @@ pub fn task_managers(list: &TaskManagerList) -> String {
 /// `flint pool-size`: the designated size and how far the pool is from it.
 pub fn pool(size: &PoolSize, overview: &Overview) -> String {
     let pool = &overview.pool;
-    let max = size.max.unwrap_or(pool.max);
+    let max = size.max;
     format!(
         "Designated pool size  {} (max {max})\n\
          Started               {}\n\
@@ -266,7 +266,7 @@ mod tests {
         let text = pool(
             &PoolSize {
                 size: 3,
-                max: Some(10_000),
+                max: 10_000,
             },
             &overview,
         );

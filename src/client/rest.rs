@@ -20,8 +20,8 @@ use serde::de::DeserializeOwned;
 use ureq::Agent;
 
 use super::api::{
-    Cancelled, ErrorBody, JobDetails, JobList, Overview, PoolSize, SetPoolSize, Stopping,
-    Submitted, TaskManagerList,
+    ErrorBody, JobCancelled, JobList, JobSubmitted, JobView, Message, Overview, PoolSize,
+    PoolSizeSet, TaskManagerList,
 };
 use super::endpoint::Endpoint;
 use super::exit;
@@ -220,17 +220,17 @@ impl RestClient {
     }
 
     /// `GET /jobs/{id}`.
-    pub fn job(&self, id: JobId) -> Result<Answer<JobDetails>, RestError> {
+    pub fn job(&self, id: JobId) -> Result<Answer<JobView>, RestError> {
         self.call(Request::Get, &format!("/jobs/{id}"))
     }
 
     /// `POST /jobs`: submits `graph`.
-    pub fn submit(&self, graph: &JobGraph) -> Result<Answer<Submitted>, RestError> {
+    pub fn submit(&self, graph: &JobGraph) -> Result<Answer<JobSubmitted>, RestError> {
         self.call(Request::Post(&to_json(graph)), "/jobs")
     }
 
     /// `DELETE /jobs/{id}`: cancels the job.
-    pub fn cancel(&self, id: JobId) -> Result<Answer<Cancelled>, RestError> {
+    pub fn cancel(&self, id: JobId) -> Result<Answer<JobCancelled>, RestError> {
         self.call(Request::Delete, &format!("/jobs/{id}"))
     }
 
@@ -240,13 +240,13 @@ impl RestClient {
     }
 
     /// `PUT /cluster/pool-size`: sets the designated pool size.
-    pub fn set_pool_size(&self, size: u32) -> Result<Answer<PoolSize>, RestError> {
-        let body = to_json(&SetPoolSize { size });
+    pub fn set_pool_size(&self, size: u32) -> Result<Answer<PoolSizeSet>, RestError> {
+        let body = to_json(&PoolSizeSet { size });
         self.call(Request::Put(&body), "/cluster/pool-size")
     }
 
     /// `DELETE /cluster`: stops the cluster.
-    pub fn stop_cluster(&self) -> Result<Answer<Stopping>, RestError> {
+    pub fn stop_cluster(&self) -> Result<Answer<Message>, RestError> {
         self.call(Request::Delete, "/cluster")
     }
 

@@ -154,7 +154,7 @@ pub async fn cancel_job(
     log::info!("REST: cancelled job {job_id}");
     Ok(HttpResponse::Accepted().json(views::JobCancelled {
         id: job_id,
-        state: status.to_string(),
+        state: status,
     }))
 }
 

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::job::states::{ExecutionState, JobStatus};
-use crate::messages::ids::{AllocationId, InstanceId, JobId};
+use crate::messages::ids::{AllocationId, InstanceId, JobId, ResourceId};
 use crate::messages::job_manager::{
     AllocatedSlotInfo, JobDetails, JobManagerStatus, JobSummary, SubtaskDetails, TaskManagerInfo,
     VertexDetails,
@@ -43,7 +43,7 @@ pub struct Overview {
     /// Of those, not allocated.
     pub slots_available: u64,
     /// Jobs the JobManager keeps, by status (every status, zeros included).
-    pub jobs: BTreeMap<String, u32>,
+    pub jobs: BTreeMap<JobStatus, u32>,
     /// Jobs not ended yet (any status but FINISHED, FAILED, CANCELED).
     pub jobs_running: u32,
     /// FINISHED jobs.
@@ -84,7 +84,7 @@ pub struct TaskManagerList {
 #[serde(rename_all = "kebab-case")]
 pub struct TaskManagerView {
     /// Its resource id.
-    pub id: String,
+    pub id: ResourceId,
     /// Its registration.
     pub instance_id: InstanceId,
     /// The transport address (`host:port`) it is reached at.
@@ -142,7 +142,7 @@ pub struct SlotTaskView {
     /// Its attempt number (`null` as `vertex-name`).
     pub attempt: Option<u32>,
     /// Its state (`null` as `vertex-name`).
-    pub state: Option<String>,
+    pub state: Option<ExecutionState>,
 }
 
 /// `GET /jobs`.
@@ -161,7 +161,7 @@ pub struct JobSummaryView {
     /// Its name.
     pub name: String,
     /// Its status (`RUNNING`, ...).
-    pub state: String,
+    pub state: JobStatus,
     /// Subtasks finished.
     pub tasks_finished: u32,
     /// All subtasks.
@@ -179,7 +179,7 @@ pub struct JobView {
     /// Its name.
     pub name: String,
     /// Its status.
-    pub state: String,
+    pub state: JobStatus,
     /// Submission time (ms since the epoch).
     pub start_time: u64,
     /// When it ended; `null` while it runs.
@@ -187,7 +187,7 @@ pub struct JobView {
     /// `end-time - start-time`; `null` while it runs.
     pub duration: Option<u64>,
     /// When each status was last entered.
-    pub timestamps: BTreeMap<String, u64>,
+    pub timestamps: BTreeMap<JobStatus, u64>,
     /// Why it failed, if it did.
     pub failure: Option<String>,
     /// Region restarts so far.
@@ -211,7 +211,7 @@ pub struct VertexView {
     /// Its subtasks.
     pub parallelism: u32,
     /// Subtasks by state (every state, zeros included).
-    pub tasks: BTreeMap<String, u32>,
+    pub tasks: BTreeMap<ExecutionState, u32>,
     /// Each subtask's current attempt.
     pub subtasks: Vec<SubtaskView>,
 }
@@ -225,13 +225,13 @@ pub struct SubtaskView {
     /// The attempt number (0 first).
     pub attempt: u32,
     /// Its state.
-    pub state: String,
+    pub state: ExecutionState,
     /// Where it runs or ran; `null` if not placed yet.
-    pub taskmanager_id: Option<String>,
+    pub taskmanager_id: Option<ResourceId>,
     /// `LOCAL`, `NON_LOCAL`, `UNCONSTRAINED`, or `null` if not placed yet.
     pub locality: Option<String>,
     /// When each state was last entered.
-    pub timestamps: BTreeMap<String, u64>,
+    pub timestamps: BTreeMap<ExecutionState, u64>,
     /// Why it failed, if it did.
     pub failure: Option<String>,
 }
@@ -249,7 +249,7 @@ pub struct JobCancelled {
     /// The job.
     pub id: JobId,
     /// Its status right after the cancel (`CANCELLING`, or `CANCELED` if nothing ran).
-    pub state: String,
+    pub state: JobStatus,
 }
 
 /// `GET /cluster/pool-size`.
@@ -313,17 +313,14 @@ pub fn overview(
         jobs_finished: count(JobStatus::Finished),
         jobs_cancelled: count(JobStatus::Canceled),
         jobs_failed: count(JobStatus::Failed),
-        jobs: by_status
-            .into_iter()
-            .map(|(status, n)| (status.to_string(), n))
-            .collect(),
+        jobs: by_status,
     }
 }
 
 /// One TaskManager, with the time since its last heartbeat as of `now_ms`.
 pub fn task_manager(info: &TaskManagerInfo, now_ms: u64) -> TaskManagerView {
     TaskManagerView {
-        id: info.resource_id.to_string(),
+        id: info.resource_id.clone(),
         instance_id: info.instance_id,
         address: info.location.address.node.clone(),
         hostname: info.location.hostname.clone(),
@@ -363,7 +360,7 @@ fn slot(slot: &AllocatedSlotInfo) -> SlotView {
                 vertex_name: task.attempt.as_ref().map(|a| a.vertex_name.clone()),
                 subtask: task.subtask,
                 attempt: task.attempt.as_ref().map(|a| a.attempt_number),
-                state: task.attempt.as_ref().map(|a| a.state.to_string()),
+                state: task.attempt.as_ref().map(|a| a.state),
             })
             .collect(),
     }
@@ -374,7 +371,7 @@ pub fn job_summary(job: &JobSummary) -> JobSummaryView {
     JobSummaryView {
         id: job.job_id,
         name: job.name.clone(),
-        state: job.status.to_string(),
+        state: job.status,
         tasks_finished: job.tasks_finished,
         tasks_total: job.tasks_total,
         start_time: job.submitted_at_ms,
@@ -406,15 +403,11 @@ pub fn job(details: &JobDetails) -> JobView {
     JobView {
         id: summary.job_id,
         name: summary.name.clone(),
-        state: summary.status.to_string(),
+        state: summary.status,
         start_time: summary.submitted_at_ms,
         end_time,
         duration: end_time.map(|end| end.saturating_sub(summary.submitted_at_ms)),
-        timestamps: details
-            .status_timestamps
-            .iter()
-            .map(|(status, at)| (status.to_string(), *at))
-            .collect(),
+        timestamps: details.status_timestamps.iter().copied().collect(),
         failure: details.failure.clone(),
         restarts: details.restarts,
         tasks_finished: summary.tasks_finished,
@@ -424,12 +417,12 @@ pub fn job(details: &JobDetails) -> JobView {
 }
 
 fn vertex(vertex: &VertexDetails) -> VertexView {
-    let mut tasks: BTreeMap<String, u32> = ExecutionState::ALL
+    let mut tasks: BTreeMap<ExecutionState, u32> = ExecutionState::ALL
         .iter()
-        .map(|state| (state.to_string(), 0))
+        .map(|&state| (state, 0))
         .collect();
     for subtask in &vertex.subtasks {
-        *tasks.entry(subtask.state.to_string()).or_default() += 1;
+        *tasks.entry(subtask.state).or_default() += 1;
     }
     VertexView {
         name: vertex.name.clone(),
@@ -444,14 +437,10 @@ fn subtask(subtask: &SubtaskDetails) -> SubtaskView {
     SubtaskView {
         subtask: subtask.subtask,
         attempt: subtask.attempt_number,
-        state: subtask.state.to_string(),
-        taskmanager_id: subtask.resource_id.as_ref().map(ToString::to_string),
+        state: subtask.state,
+        taskmanager_id: subtask.resource_id.clone(),
         locality: subtask.locality.map(|l| l.to_string()),
-        timestamps: subtask
-            .timestamps
-            .iter()
-            .map(|(state, at)| (state.to_string(), *at))
-            .collect(),
+        timestamps: subtask.timestamps.iter().copied().collect(),
         failure: subtask.error.clone(),
     }
 }
@@ -499,7 +488,18 @@ mod tests {
             (1, 2, 1)
         );
         assert_eq!(view.jobs.len(), JobStatus::ALL.len());
-        assert_eq!((view.jobs["RUNNING"], view.jobs["FINISHED"]), (1, 1));
+        assert_eq!(
+            (
+                view.jobs[&JobStatus::Running],
+                view.jobs[&JobStatus::Finished]
+            ),
+            (1, 1)
+        );
+        let json = serde_json::to_value(&view).unwrap();
+        assert_eq!(
+            json["jobs"]["RUNNING"], 1,
+            "states are keys in capitals: {json}"
+        );
         assert_eq!((view.jobs_running, view.jobs_finished), (1, 1));
         assert_eq!((view.jobs_cancelled, view.jobs_failed), (0, 0));
         let json = serde_json::to_value(&view).unwrap();
@@ -519,7 +519,7 @@ mod tests {
         let status = job_manager_status();
         let info = &status.task_managers[0];
         let view = task_manager(info, info.last_heartbeat_ms + 1200);
-        assert_eq!(view.id, "tm-1");
+        assert_eq!(view.id.as_str(), "tm-1");
         assert_eq!(view.address, "10.0.0.7:6123");
         assert_eq!(view.hostname, "worker-1");
         assert_eq!((view.slots_number, view.free_slots), (2, 1));
@@ -528,8 +528,8 @@ mod tests {
         let tasks = &view.slots[0].tasks;
         assert_eq!(tasks[0].vertex_name.as_deref(), Some("source"));
         assert_eq!(
-            (tasks[0].attempt, tasks[0].state.as_deref()),
-            (Some(1), Some("RUNNING"))
+            (tasks[0].attempt, tasks[0].state),
+            (Some(1), Some(ExecutionState::Running))
         );
         // The job is no longer kept: reported as found, not guessed.
         assert_eq!(
@@ -547,13 +547,19 @@ mod tests {
     fn a_running_job_has_no_end_and_an_ended_one_has_its_duration() {
         let running = job(&job_details());
         assert_eq!((running.end_time, running.duration), (None, None));
-        assert_eq!(running.timestamps["RUNNING"], 2);
+        assert_eq!(running.timestamps[&JobStatus::Running], 2);
         let vertex = &running.vertices[0];
-        assert_eq!((vertex.parallelism, vertex.tasks["RUNNING"]), (1, 1));
+        assert_eq!(
+            (vertex.parallelism, vertex.tasks[&ExecutionState::Running]),
+            (1, 1)
+        );
         assert_eq!(vertex.tasks.len(), ExecutionState::ALL.len());
         let subtask = &vertex.subtasks[0];
         assert_eq!(subtask.locality.as_deref(), Some("LOCAL"));
-        assert_eq!(subtask.taskmanager_id.as_deref(), Some("tm-1"));
+        assert_eq!(
+            subtask.taskmanager_id.as_ref().map(ResourceId::as_str),
+            Some("tm-1")
+        );
 
         let mut details = job_details();
         details.summary.status = JobStatus::Finished;
