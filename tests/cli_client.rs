@@ -5,34 +5,18 @@
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdout, Command, Output, Stdio};
+use std::process::{Child, ChildStdout, Command, Stdio};
 use std::time::Duration;
 
 use flint::operators::builtin::sequential_word_count;
 use serde_json::Value;
 
 mod common;
+use common::cli::Run;
 use common::{read_counts, scratch, write_text};
 
 const WORDCOUNT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/wordcount.toml");
 const DEADLINE: Duration = Duration::from_secs(60);
-
-/// The CLI's result, with its output as text.
-struct Run {
-    code: Option<i32>,
-    stdout: String,
-    stderr: String,
-}
-
-impl std::fmt::Debug for Run {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "exit {:?}\n--- stdout\n{}--- stderr\n{}",
-            self.code, self.stdout, self.stderr
-        )
-    }
-}
 
 impl Run {
     fn json(&self) -> Value {
@@ -58,16 +42,10 @@ fn command(args: &[&str], env: &[(&str, &str)]) -> Command {
 }
 
 fn flint(args: &[&str], env: &[(&str, &str)]) -> Run {
-    let Output {
-        status,
-        stdout,
-        stderr,
-    } = command(args, env).output().expect("the flint binary runs");
-    Run {
-        code: status.code(),
-        stdout: String::from_utf8_lossy(&stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&stderr).into_owned(),
-    }
+    command(args, env)
+        .output()
+        .expect("the flint binary runs")
+        .into()
 }
 
 /// Polls `probe` until it gives a value; fails the test with `what` after [`DEADLINE`].

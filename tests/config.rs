@@ -6,42 +6,15 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::Command;
-use std::sync::atomic::{AtomicU32, Ordering};
 
 use flint::ClusterConfig;
 use flint::config::keys::{self, Key};
 use flint::config::{ConfigError, ConfigSources, ConfigWarning, FlagOverride, Origin};
 
+mod common;
+use common::cli::Scratch;
+
 const EXAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/flint.toml");
-
-/// A temporary directory, unique per test and process, removed when dropped.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(name: &str) -> Self {
-        static NEXT: AtomicU32 = AtomicU32::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "flint-config-{name}-{}-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        Self(dir)
-    }
-
-    fn write(&self, name: &str, text: &str) -> PathBuf {
-        let path = self.0.join(name);
-        std::fs::write(&path, text).unwrap();
-        path
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
     pairs

@@ -2,6 +2,7 @@
 
 #![allow(dead_code)] // each test binary uses its own subset
 
+pub mod cli;
 pub mod process;
 pub mod rest;
 
