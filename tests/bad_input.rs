@@ -160,7 +160,7 @@ async fn start_cluster(dir: &Path) -> Cluster {
     let process = JobManagerProcess(Some(child), log);
     let mut line = String::new();
     BufReader::new(stdout).read_line(&mut line).unwrap();
-    let address = line.trim().rsplit(' ').next().unwrap().to_owned();
+    let address = common::process::address_in(&line);
     assert!(address.starts_with("127.0.0.1:"), "{line}");
 
     let good = client(&address, "good-client", Secret::from_bytes(SECRET), 1).await;

@@ -213,12 +213,7 @@ impl Cluster {
 
 impl Drop for Cluster {
     fn drop(&mut self) {
-        if self.child.try_wait().ok().flatten().is_none() {
-            let _ = Command::new("kill")
-                .args(["-TERM", &self.child.id().to_string()])
-                .status();
-            let _ = self.child.wait();
-        }
+        common::process::terminate(&mut self.child);
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }

@@ -431,10 +431,7 @@ impl Cluster {
 
 impl Drop for Cluster {
     fn drop(&mut self) {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
-        let _ = self.child.wait();
+        common::process::terminate(&mut self.child);
     }
 }
 

@@ -36,12 +36,7 @@ impl JobManagerProcess {
         BufReader::new(stdout)
             .read_line(&mut line)
             .expect("a ready line");
-        let address = line
-            .trim()
-            .rsplit(' ')
-            .next()
-            .unwrap_or_default()
-            .to_owned();
+        let address = address_in(&line);
         assert!(address.contains(':'), "not a ready line: {line:?}");
         Self { child, address }
     }
@@ -53,10 +48,28 @@ impl JobManagerProcess {
 
 impl Drop for JobManagerProcess {
     fn drop(&mut self) {
+        terminate(&mut self.child);
+    }
+}
+
+/// The address at the end of a `flint jobmanager listening on HOST:PORT` line.
+pub fn address_in(ready_line: &str) -> String {
+    ready_line
+        .trim()
+        .rsplit(' ')
+        .next()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// Stops a `flint` process with SIGTERM (a JobManager stops its TaskManager children first) and
+/// waits for it, unless it has exited already.
+pub fn terminate(child: &mut Child) {
+    if let Ok(None) = child.try_wait() {
         let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
+            .args(["-TERM", &child.id().to_string()])
             .status();
-        let _ = self.child.wait();
+        let _ = child.wait();
     }
 }
 

@@ -425,12 +425,7 @@ impl JobManagerChild {
 
     /// Its transport address, from the first line.
     pub fn address(&self) -> String {
-        self.first
-            .trim()
-            .rsplit(' ')
-            .next()
-            .unwrap_or_default()
-            .to_owned()
+        super::process::address_in(&self.first)
     }
 
     /// Its REST URL, from the second line; fails the test (with the log) if it is not there.
@@ -464,11 +459,6 @@ impl JobManagerChild {
 
 impl Drop for JobManagerChild {
     fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = std::process::Command::new("kill")
-                .args(["-TERM", &self.child.id().to_string()])
-                .status();
-            let _ = self.child.wait();
-        }
+        super::process::terminate(&mut self.child);
     }
 }
