@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use flint::actors::job_master::{JobAction, JobContext, JobMaster};
-use flint::actors::scheduler::{Scheduler, SlotRequest, TaskRef};
+use flint::actors::scheduler::{BulkId, Scheduler, SlotRequest, TaskRef};
 use flint::env::NodeRng;
 use flint::job::file::parse_job_file;
 use flint::job::graph::{DistributionPattern, ExchangeMode, JobGraph, RestartStrategyConfig};
@@ -68,6 +68,20 @@ struct Phases {
     failover: Vec<f64>,
 }
 
+/// What the JobManager does after every job call: serve the slot queue's head.
+fn serve(job: &mut JobMaster, cx: &mut JobContext<'_>) -> Vec<JobAction> {
+    let mut actions = Vec::new();
+    loop {
+        let (placed, _) = cx.scheduler.serve(usize::MAX);
+        if placed.is_empty() {
+            return actions;
+        }
+        for (bulk, tasks) in placed {
+            actions.extend(job.bulk_assigned(bulk, tasks, cx));
+        }
+    }
+}
+
 /// One round of the scheduler benchmark on the JobMaster and the scheduler.
 fn scheduler_round(parallelism: u32, exchange: ExchangeMode, phases: &mut Phases) {
     let graph = source_sink(parallelism, exchange);
@@ -78,23 +92,28 @@ fn scheduler_round(parallelism: u32, exchange: ExchangeMode, phases: &mut Phases
     // Allocating every slot, alone (the scheduler's part of deployment).
     let mut scheduler = cluster_scheduler(100, 100);
     let started = Instant::now();
-    for vertex in 0..2 {
-        for subtask in 0..parallelism {
-            scheduler.request(
-                SlotRequest {
-                    task: TaskRef {
-                        job: JobId::from_u128(9),
-                        vertex,
-                        subtask,
-                    },
-                    sharing_group: "default".into(),
-                    co_location_group: None,
-                    preferred: Vec::new(),
+    for subtask in 0..parallelism {
+        let requests = (0..2)
+            .map(|vertex| SlotRequest {
+                task: TaskRef {
+                    job: JobId::from_u128(9),
+                    vertex,
+                    subtask,
                 },
-                now,
-            );
-        }
+                sharing_group: "default".into(),
+                co_location_group: None,
+                preferred: Vec::new(),
+                preferred_tasks: Vec::new(),
+            })
+            .collect();
+        let bulk = BulkId {
+            job: JobId::from_u128(9),
+            region: subtask as usize,
+        };
+        scheduler.request_bulk(bulk, requests, now);
     }
+    let (placed, _) = scheduler.serve(usize::MAX);
+    assert_eq!(placed.len(), parallelism as usize);
     phases.allocate.push(ms(started.elapsed()));
 
     // Execution graph and regions.
@@ -114,6 +133,7 @@ fn scheduler_round(parallelism: u32, exchange: ExchangeMode, phases: &mut Phases
     };
     let started = Instant::now();
     let mut actions = job.start(&mut cx);
+    actions.extend(serve(&mut job, &mut cx));
     let mut deploy_time = started.elapsed();
     let mut finish_time = Duration::ZERO;
     let mut failed_once = false;
@@ -167,6 +187,7 @@ fn scheduler_round(parallelism: u32, exchange: ExchangeMode, phases: &mut Phases
             // edges: every task).
             let redeploy = Instant::now();
             next.extend(job.restart_due(generation, &mut cx));
+            next.extend(serve(&mut job, &mut cx));
             deploy_time = deploy_time.max(redeploy.elapsed());
             to_finish.retain(|a| *a != deployed[0] && !cancelled.contains(a));
         }
@@ -174,6 +195,7 @@ fn scheduler_round(parallelism: u32, exchange: ExchangeMode, phases: &mut Phases
         for attempt in &to_finish {
             next.extend(job.update(*attempt, ExecutionState::Finished, None, &mut cx));
         }
+        next.extend(serve(&mut job, &mut cx));
         finish_time += finishing.elapsed();
         let _ = started;
         actions = next;

@@ -84,6 +84,12 @@ pub struct JobManager {
     task_restarts: u64,
     scheduler: Scheduler,
     jobs: BTreeMap<JobId, JobMaster>,
+    /// Ended jobs still kept, oldest submission first (the next to forget).
+    ended: BTreeSet<(u64, JobId)>,
+    /// The jobs that deployed to each TaskManager and did not end: who loses what with it.
+    jobs_on: BTreeMap<ResourceId, BTreeSet<JobId>>,
+    /// A [`jobs::ServeQueue`] is on its way (the last serve used its budget).
+    serve_pending: bool,
     pool: jobs::PoolView,
 }
 
@@ -116,6 +122,9 @@ impl JobManager {
             heartbeat_timeouts: 0,
             task_restarts: 0,
             jobs: BTreeMap::new(),
+            ended: BTreeSet::new(),
+            jobs_on: BTreeMap::new(),
+            serve_pending: false,
             pool: jobs::PoolView::default(),
         }
     }

@@ -21,8 +21,8 @@ use std::time::Duration;
 use actix::clock::Instant;
 
 use super::scheduler::{
-    MAX_PREFERRED_LOCATIONS, NoResourceAvailable, Placement, Scheduler, SlotAssignment,
-    SlotRequest, TaskRef,
+    BulkId, MAX_PREFERRED_LOCATIONS, NoResourceAvailable, Scheduler, SlotAssignment, SlotRequest,
+    TaskRef,
 };
 use crate::env::NodeRng;
 use crate::job::graph::{DistributionPattern, ExchangeMode, JobGraph};
@@ -136,6 +136,14 @@ pub struct JobMaster {
     failure: Option<String>,
     /// Every TaskManager a task of this job was deployed to (their partitions to release).
     used_task_managers: BTreeSet<ResourceId>,
+    /// Tasks whose current attempt is placed on each TaskManager (running, or finished with
+    /// results there), so losing one touches only its own tasks.
+    placed_on: BTreeMap<ResourceId, BTreeSet<TaskRef>>,
+    /// Slots each region needs at once (after slot sharing).
+    region_slots: Vec<u64>,
+    /// Tasks whose current attempt finished (the summary's count, kept, not counted).
+    finished_tasks: u32,
+    tasks_total: u32,
     /// Attempts a heartbeat of a TaskManager did not list although they run there (by this
     /// job's account): failed if the next heartbeat does not list them either.
     suspects: BTreeMap<ResourceId, BTreeSet<ExecutionAttemptId>>,
@@ -195,6 +203,11 @@ impl JobMaster {
             })
             .collect();
         let backoff = RestartBackoff::new(graph.restart_strategy);
+        let region_slots = region_members
+            .iter()
+            .map(|members| slots_needed(&graph, members))
+            .collect();
+        let tasks_total = graph.vertices.iter().map(|v| v.parallelism).sum();
         let mut master = Self {
             job_id,
             unfinished: vec![0; regions.regions.len()],
@@ -214,6 +227,10 @@ impl JobMaster {
             restarted_tasks: 0,
             failure: None,
             used_task_managers: BTreeSet::new(),
+            placed_on: BTreeMap::new(),
+            region_slots,
+            finished_tasks: 0,
+            tasks_total,
             gates: BTreeMap::new(),
             suspects: BTreeMap::new(),
             rng,
@@ -245,17 +262,22 @@ impl JobMaster {
         self.status.state()
     }
 
+    /// When the job was submitted (wall clock, ms).
+    pub fn submitted_at_ms(&self) -> u64 {
+        self.submitted_at_ms
+    }
+
     /// The job graph.
     pub fn graph(&self) -> &JobGraph {
         &self.graph
     }
 
-    /// Starts the job: its source regions ask for slots.
+    /// Starts the job: its source regions ask for slots (deployed once the JobManager serves
+    /// their bulks).
     pub fn start(&mut self, cx: &mut JobContext<'_>) -> Vec<JobAction> {
-        let mut actions = Vec::new();
         self.set_status(JobStatus::Running, cx.now_ms);
-        self.schedule_ready_regions(cx, &mut actions);
-        actions
+        self.schedule_ready_regions(cx);
+        Vec::new()
     }
 
     fn set_status(&mut self, to: JobStatus, now_ms: u64) {
@@ -312,30 +334,39 @@ impl JobMaster {
         }
         if to == ExecutionState::Finished {
             self.unfinished[region.0] = self.unfinished[region.0].saturating_sub(1);
+            self.finished_tasks += 1;
         }
         true
     }
 
-    fn schedule_ready_regions(&mut self, cx: &mut JobContext<'_>, actions: &mut Vec<JobAction>) {
+    fn schedule_ready_regions(&mut self, cx: &mut JobContext<'_>) {
         if self.status() != JobStatus::Running {
             return;
         }
         for region in self.progress.take_ready() {
             self.unfinished[region.0] = self.region_members[region.0].len();
-            for task in self.members(region) {
-                let request = self.slot_request(&task);
-                self.set_state(&task, ExecutionState::Scheduled, cx.now_ms);
-                if let Placement::Assigned(assignment) = cx.scheduler.request(request, cx.now) {
-                    self.task_mut(&task).placement = Some(assignment);
-                }
+            let members = self.members(region);
+            let mut requests = Vec::with_capacity(members.len());
+            for task in &members {
+                requests.push(self.slot_request(task));
+                self.set_state(task, ExecutionState::Scheduled, cx.now_ms);
             }
-            self.try_deploy(region, cx, actions);
+            cx.scheduler
+                .request_bulk(self.bulk(region), requests, cx.now);
+        }
+    }
+
+    fn bulk(&self, region: RegionId) -> BulkId {
+        BulkId {
+            job: self.job_id,
+            region: region.0,
         }
     }
 
     fn slot_request(&self, task: &TaskRef) -> SlotRequest {
         let vertex = &self.graph.vertices[task.vertex];
         let mut preferred = Vec::new();
+        let mut preferred_tasks = Vec::new();
         for edge in self.graph.edges.iter().filter(|e| e.target == task.vertex) {
             let producers: Vec<u32> = match edge.pattern {
                 DistributionPattern::Forward => vec![task.subtask],
@@ -352,8 +383,14 @@ impl JobMaster {
                 }
             };
             for p in producers {
-                if let Some(placement) = &self.tasks[edge.source][p as usize].placement {
-                    preferred.push(placement.resource_id.clone());
+                match &self.tasks[edge.source][p as usize].placement {
+                    Some(placement) => preferred.push(placement.resource_id.clone()),
+                    // Not placed yet: a producer of the same region, placed before it.
+                    None => preferred_tasks.push(TaskRef {
+                        job: self.job_id,
+                        vertex: edge.source,
+                        subtask: p,
+                    }),
                 }
             }
         }
@@ -362,28 +399,54 @@ impl JobMaster {
             sharing_group: vertex.slot_sharing_group.clone(),
             co_location_group: vertex.co_location_group.clone(),
             preferred,
+            preferred_tasks,
         }
     }
 
-    /// A queued slot request was served.
-    pub fn slot_assigned(
+    /// A region's bulk was served: every task of it has a slot. Deploys the region.
+    pub fn bulk_assigned(
         &mut self,
-        task: TaskRef,
-        assignment: SlotAssignment,
+        bulk: BulkId,
+        placed: Vec<(TaskRef, SlotAssignment)>,
         cx: &mut JobContext<'_>,
     ) -> Vec<JobAction> {
         let mut actions = Vec::new();
-        if self.task(&task).state.state() != ExecutionState::Scheduled {
-            // Cancelled or restarted while it waited: give the slot back.
-            if cx.scheduler.release(&task).is_some() {
-                cx.slots_freed = true;
+        let current = self.status() == JobStatus::Running
+            && placed
+                .iter()
+                .all(|(t, _)| self.task(t).state.state() == ExecutionState::Scheduled);
+        if !current {
+            // Cancelled or restarted while it waited: give the slots back.
+            for (task, _) in &placed {
+                self.free_slot(task, cx);
             }
             return actions;
         }
-        self.task_mut(&task).placement = Some(assignment);
-        let region = self.region_of(&task);
-        self.try_deploy(region, cx, &mut actions);
+        for (task, assignment) in placed {
+            self.place(task, assignment);
+        }
+        self.try_deploy(RegionId(bulk.region), cx, &mut actions);
         actions
+    }
+
+    /// Records where `task`'s current attempt runs.
+    fn place(&mut self, task: TaskRef, assignment: SlotAssignment) {
+        self.placed_on
+            .entry(assignment.resource_id.clone())
+            .or_default()
+            .insert(task);
+        if let Some(old) = self.task_mut(&task).placement.replace(assignment) {
+            self.unplace(&task, &old.resource_id);
+        }
+    }
+
+    fn unplace(&mut self, task: &TaskRef, resource_id: &ResourceId) {
+        if let Some(tasks) = self.placed_on.get_mut(resource_id) {
+            tasks.remove(task);
+            if tasks.is_empty() {
+                self.placed_on.remove(resource_id);
+            }
+        }
     }
 
     /// Deploys a region once every task of it has a slot.
@@ -587,7 +650,7 @@ impl JobMaster {
             self.end(actions);
             return;
         }
-        self.schedule_ready_regions(cx, actions);
+        self.schedule_ready_regions(cx);
     }
 
     fn end(&mut self, actions: &mut Vec<JobAction>) {
@@ -661,7 +724,7 @@ impl JobMaster {
         match self.task(&task).state.state() {
             ExecutionState::Created | ExecutionState::Scheduled => {
                 self.set_state(&task, ExecutionState::Canceled, now_ms);
-                cx.scheduler.cancel_request(&task);
+                cx.scheduler.cancel_bulk(&self.bulk(self.region_of(&task)));
                 self.free_slot(&task, cx);
             }
             ExecutionState::Deploying | ExecutionState::Running => {
@@ -711,18 +774,13 @@ impl JobMaster {
                     .iter()
                     .flat_map(|r| self.region_members[r.0].iter().copied())
                     .collect();
-                self.restart_regions(members, cx, actions);
+                self.restart_regions(members, cx);
             }
             _ => {}
         }
     }
 
-    fn restart_regions(
-        &mut self,
-        members: Vec<TaskRef>,
-        cx: &mut JobContext<'_>,
-        actions: &mut Vec<JobAction>,
-    ) {
+    fn restart_regions(&mut self, members: Vec<TaskRef>, cx: &mut JobContext<'_>) {
         // New producer attempts: the shared producer lists name the old ones.
         self.gates.clear();
         self.restarted_tasks += members.len() as u64;
@@ -732,11 +790,17 @@ impl JobMaster {
             let attempt = ExecutionAttemptId::generate(&mut self.rng);
             let now_ms = cx.now_ms;
             let ev = self.task_mut(&task);
+            let was_finished = ev.state.state() == ExecutionState::Finished;
             ev.attempt = attempt;
             ev.attempt_number += 1;
             ev.state = Tracked::new(ExecutionState::Created, now_ms);
-            ev.placement = None;
             ev.error = None;
+            if let Some(old) = ev.placement.take() {
+                self.unplace(&task, &old.resource_id);
+            }
+            if was_finished {
+                self.finished_tasks -= 1;
+            }
             self.attempts.insert(attempt, task);
         }
         for region in std::mem::take(&mut self.restarting) {
@@ -744,7 +808,7 @@ impl JobMaster {
         }
         self.restarting_active = 0;
         self.restart_due = false;
-        self.schedule_ready_regions(cx, actions);
+        self.schedule_ready_regions(cx);
     }
 
     /// Tasks started again as new attempts so far: each task of a restarted region counts
@@ -775,15 +839,10 @@ impl JobMaster {
         let reason = format!("TaskManager {resource_id} was lost");
         let mut failed = Vec::new();
         let on_lost: Vec<TaskRef> = self
-            .attempts
-            .values()
-            .copied()
-            .filter(|t| {
-                self.task(t)
-                    .placement
-                    .as_ref()
-                    .is_some_and(|p| p.resource_id == *resource_id)
-            })
+            .placed_on
+            .remove(resource_id)
+            .unwrap_or_default()
+            .into_iter()
             .collect();
         for task in on_lost {
             let now_ms = cx.now_ms;
@@ -829,16 +888,18 @@ impl JobMaster {
         running: &BTreeSet<ExecutionAttemptId>,
         cx: &mut JobContext<'_>,
     ) -> Vec<JobAction> {
+        // Only this job's tasks placed there: O(those tasks), whatever the job's size.
         let candidates: BTreeMap<ExecutionAttemptId, (TaskRef, ExecutionState)> = self
-            .attempts
-            .iter()
-            .filter(|(attempt, _)| !running.contains(attempt))
-            .filter_map(|(attempt, task)| {
+            .placed_on
+            .get(resource_id)
+            .into_iter()
+            .flatten()
+            .filter_map(|task| {
                 let ev = self.task(task);
-                let here = ev.placement.as_ref()?.resource_id == *resource_id;
                 let state = ev.state.state();
-                (here && matches!(state, ExecutionState::Running | ExecutionState::Canceling))
-                    .then_some((*attempt, (*task, state)))
+                (!running.contains(&ev.attempt)
+                    && matches!(state, ExecutionState::Running | ExecutionState::Canceling))
+                .then_some((ev.attempt, (*task, state)))
             })
             .collect();
         let suspected = self.suspects.remove(resource_id).unwrap_or_default();
@@ -873,21 +934,26 @@ impl JobMaster {
         actions
     }
 
-    /// A queued slot request waited too long.
+    /// A region's bulk could not be served for the slot request timeout: its tasks fail.
     pub fn slot_request_failed(
         &mut self,
-        task: TaskRef,
+        tasks: &[TaskRef],
         error: &NoResourceAvailable,
         cx: &mut JobContext<'_>,
     ) -> Vec<JobAction> {
         let mut actions = Vec::new();
-        if self.task(&task).state.state() != ExecutionState::Scheduled {
-            return actions;
+        let mut failed = Vec::new();
+        for task in tasks {
+            if self.task(task).state.state() != ExecutionState::Scheduled {
+                continue;
+            }
+            self.set_state(task, ExecutionState::Failed, cx.now_ms);
+            self.task_mut(task).error = Some(error.to_string());
+            failed.push((*task, error.to_string()));
         }
-        self.set_state(&task, ExecutionState::Failed, cx.now_ms);
-        self.task_mut(&task).error = Some(error.to_string());
-        if self.status() == JobStatus::Running {
-            self.failover(vec![(task, error.to_string())], cx, &mut actions);
+        if !failed.is_empty() && self.status() == JobStatus::Running {
+            failed.truncate(1);
+            self.failover(failed, cx, &mut actions);
         }
         self.after_stop(cx, &mut actions);
         actions
@@ -916,16 +982,12 @@ impl JobMaster {
 
     /// The summary line.
     pub fn summary(&self) -> JobSummary {
-        let all = self.tasks.iter().flatten();
         JobSummary {
             job_id: self.job_id,
             name: self.graph.name.clone(),
             status: self.status(),
-            tasks_finished: all
-                .clone()
-                .filter(|t| t.state.state() == ExecutionState::Finished)
-                .count() as u32,
-            tasks_total: all.count() as u32,
+            tasks_finished: self.finished_tasks,
+            tasks_total: self.tasks_total,
             submitted_at_ms: self.submitted_at_ms,
         }
     }
@@ -989,6 +1051,49 @@ impl JobMaster {
         }
         groups.values().map(|p| u64::from(*p)).sum()
     }
+
+    /// Slots the job's largest pipelined region needs at once: what the pool must be able to
+    /// offer for the job to run (its regions run in waves as slots free).
+    pub fn largest_region_slots(&self) -> u64 {
+        self.region_slots.iter().copied().max().unwrap_or(0)
+    }
+
+    /// The region needing [`largest_region_slots`](Self::largest_region_slots), described for
+    /// an error message: its number and its first subtask.
+    pub fn largest_region(&self) -> Option<(RegionId, String)> {
+        let (index, _) = self
+            .region_slots
+            .iter()
+            .enumerate()
+            .max_by_key(|(i, slots)| (**slots, std::cmp::Reverse(*i)))?;
+        let first = self.region_members[index].first()?;
+        let vertex = &self.graph.vertices[first.vertex];
+        let described = format!(
+            "region {index} ({} subtasks, from {} {}/{})",
+            self.region_members[index].len(),
+            vertex.name,
+            first.subtask + 1,
+            vertex.parallelism
+        );
+        Some((RegionId(index), described))
+    }
+}
+
+/// Slots a set of subtasks needs at once: per slot sharing group, the vertex with the most
+/// subtasks among them (a shared slot holds one subtask of each vertex of its group).
+pub fn slots_needed(graph: &JobGraph, members: &[TaskRef]) -> u64 {
+    let mut per_vertex: BTreeMap<usize, u64> = BTreeMap::new();
+    for task in members {
+        *per_vertex.entry(task.vertex).or_default() += 1;
+    }
+    let mut per_group: BTreeMap<&str, u64> = BTreeMap::new();
+    for (vertex, count) in per_vertex {
+        let largest = per_group
+            .entry(graph.vertices[vertex].slot_sharing_group.as_str())
+            .or_default();
+        *largest = (*largest).max(count);
+    }
+    per_group.values().sum()
 }
 
 #[cfg(test)]

@@ -1,26 +1,40 @@
-//! Slot allocation for tasks: slot sharing, co-location, locality, a queue, timeouts.
+//! Slot allocation for tasks: bulks per pipelined region, slot sharing, co-location, locality, a
+//! FIFO queue, and timeouts.
 //!
-//! Pure data, driven by the JobManager. A task asks for a slot with its slot sharing group, its
-//! co-location group and its preferred locations (the TaskManagers of its producers). A *shared
-//! slot* is one physical TaskManager slot holding at most one subtask of each vertex of one slot
-//! sharing group of one job. The answer is a slot now — `LOCAL` (on a preferred TaskManager),
-//! `NON_LOCAL` (preferences could not be met) or `UNCONSTRAINED` (no preference) — or a queued
-//! request, completed by [`Scheduler::new_slot_available`] when a slot frees or a TaskManager
-//! registers, or failed by [`Scheduler::expire`] with [`NoResourceAvailable`] after the slot
-//! request timeout, counted from the request.
+//! Pure data, driven by the JobManager. A job asks for the slots of one pipelined region at a
+//! time, as one bulk (Flink's `PhysicalSlotRequestBulk`): every task of the region gets a slot, or
+//! none does, so two jobs can never deadlock each holding part of what it needs.
+//! [`Scheduler::request_bulk`] only queues; [`Scheduler::serve`] places bulks from the head of
+//! the queue while they fit, and is called after anything that may free a slot (a release, a new
+//! TaskManager, a new bulk: Flink's `newSlotAvailable`).
 //!
-//! Choices, in Flink's order: a shared slot on a preferred TaskManager, else a new slot there,
-//! else any shared slot, else a new slot on the TaskManager with the most free slots (ties by
-//! resource id) so one crash takes few tasks; as
-//! Flink does, more than [`MAX_PREFERRED_LOCATIONS`] distinct producer locations mean no
-//! preference. Co-location locks subtask i of every vertex of a co-location group to the shared
-//! slot the first of them got; after that slot is gone the lock keeps its TaskManager as the
-//! preferred location.
+//! **Fairness**: the queue is ordered by job submission, then by region — FIFO, one region at a
+//! time. The head blocks the bulks behind it until it fits (no small bulk overtakes a large
+//! one, so a large region can never starve).
 //!
-//! Every lookup is indexed (per group, vertex and TaskManager), so placing P subtasks costs
-//! O(P log P) even when they all share slots.
+//! **Timeouts** (Flink's batch semantics): a bulk waiting because slots are busy waits as long
+//! as it takes. Only a bulk the cluster could not serve even with every slot free (it needs
+//! more slots than are registered) fails, with [`NoResourceAvailable`], once it has been in that
+//! state for the slot request timeout.
+//!
+//! **Placement** of one task, in Flink's order: a shared slot on a preferred TaskManager, else a
+//! new slot there, else any shared slot, else a new slot on the TaskManager with the most free
+//! slots (ties by resource id) so one crash takes few tasks. More than
+//! [`MAX_PREFERRED_LOCATIONS`] distinct producer locations mean no preference. A *shared slot*
+//! is one physical slot holding at most one subtask of each vertex of one slot sharing group of
+//! one job. Co-location locks subtask i of every vertex of a co-location group to the shared slot
+//! the first of them got; after that slot is gone the lock keeps its TaskManager as the preferred
+//! location. When locality spent a slot the bulk needed, the bulk is placed again without
+//! preferences (the exact slot count check below guarantees that this fits).
+//!
+//! **Costs** (counted in [`SchedulerCounters`], asserted by tests): every lookup is indexed —
+//! TaskManagers by free slots, shared slots per group, vertex and TaskManager, slots and
+//! co-location locks per allocation — so serving the head of the queue is O(log Q + bulk size ·
+//! log T), placing one task O(log T), releasing one O(log n), and losing a TaskManager touches
+//! only its own slots. Queued demand and free slots are kept as running totals.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::time::Duration;
 
@@ -44,6 +58,21 @@ pub struct TaskRef {
     pub subtask: u32,
 }
 
+/// One bulk: the slot requests of one pipelined region of one job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct BulkId {
+    /// The job.
+    pub job: JobId,
+    /// The region's index in the job's pipelined regions.
+    pub region: usize,
+}
+
+impl fmt::Display for BulkId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "region {} of job {}", self.region, self.job)
+    }
+}
+
 /// A task's request for a slot.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SlotRequest {
@@ -53,8 +82,11 @@ pub struct SlotRequest {
     pub sharing_group: String,
     /// Its vertex's co-location group, if any.
     pub co_location_group: Option<String>,
-    /// The TaskManagers of its producers (empty: no preference).
+    /// The TaskManagers of its producers placed already (empty: no preference).
     pub preferred: Vec<ResourceId>,
+    /// Producers in the same bulk: their TaskManagers count as preferred once they are placed
+    /// (the bulk places producers first).
+    pub preferred_tasks: Vec<TaskRef>,
 }
 
 /// How well a placement met the request's preferences.
@@ -89,39 +121,42 @@ pub struct SlotAssignment {
     pub locality: Locality,
 }
 
-/// The answer to a request.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Placement {
-    /// A slot now.
-    Assigned(SlotAssignment),
-    /// No slot now; the request waits in the queue.
-    Queued,
-}
+/// A bulk placed: every task of it with its slot, in the order of its requests.
+pub type PlacedBulk = (BulkId, Vec<(TaskRef, SlotAssignment)>);
 
-/// A request that waited longer than the slot request timeout.
+/// A bulk the cluster could not serve, even with every slot free, for the slot request timeout.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "NoResourceAvailable: no slot for subtask {subtask} of vertex {vertex} (job {job}) within {waited:?}; \
-     the cluster has {task_managers} TaskManagers with {total_slots} slots, {free_slots} free, \
-     and {queued} requests waiting"
+    "NoResourceAvailable: {bulk} needs {slots_needed} slots at once for its {tasks} subtasks and \
+     waited {waited:?} for them; the cluster has {task_managers} TaskManagers with {total_slots} \
+     slots, and the pool at its maximum offers {max_slots}"
 )]
 pub struct NoResourceAvailable {
-    /// The job.
-    pub job: JobId,
-    /// The vertex index.
-    pub vertex: usize,
-    /// The subtask.
-    pub subtask: u32,
-    /// How long it waited.
+    /// The region's bulk.
+    pub bulk: BulkId,
+    /// Its subtasks.
+    pub tasks: usize,
+    /// The slots it needs at once (after slot sharing).
+    pub slots_needed: u64,
+    /// How long it could not be served.
     pub waited: Duration,
     /// Registered TaskManagers when it gave up.
     pub task_managers: usize,
     /// Their slots.
     pub total_slots: u64,
-    /// Free ones.
-    pub free_slots: u64,
-    /// Requests still queued (including this one).
-    pub queued: usize,
+    /// Slots of the largest pool the resource manager may start.
+    pub max_slots: u64,
+}
+
+/// Work counted by the scheduler: tests bound it to prove the costs in the module docs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SchedulerCounters {
+    /// Queue entries looked at (serving, expiring, cancelling).
+    pub queue_visits: u64,
+    /// TaskManager entries looked at while choosing where to open a slot.
+    pub task_manager_visits: u64,
+    /// Shared slots looked at (initialising an index, losing a TaskManager).
+    pub slot_visits: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -130,8 +165,17 @@ struct TaskManagerSlots {
     used: u32,
 }
 
+impl TaskManagerSlots {
+    fn free(&self) -> u32 {
+        self.total - self.used
+    }
+}
+
 /// Key of a slot sharing group instance.
 type GroupKey = (JobId, String);
+
+/// Key of a co-location lock: subtask i of one co-location group of one job.
+type LockKey = (JobId, String, u32);
 
 #[derive(Debug, Clone)]
 struct SharedSlot {
@@ -147,28 +191,82 @@ struct CoLocationLock {
     resource_id: ResourceId,
 }
 
-#[derive(Debug, Clone)]
-struct Queued {
-    request: SlotRequest,
-    since: Instant,
+/// Shared slots of one group that still lack a given vertex, by TaskManager, and their number.
+#[derive(Debug, Clone, Default)]
+struct Available {
+    by_task_manager: BTreeMap<ResourceId, BTreeSet<AllocationId>>,
+    len: u64,
 }
 
-/// Shared slots of one group that still lack a given vertex, by TaskManager.
-type Available = BTreeMap<ResourceId, BTreeSet<AllocationId>>;
+impl Available {
+    fn insert(&mut self, resource_id: &ResourceId, allocation_id: AllocationId) {
+        if self
+            .by_task_manager
+            .entry(resource_id.clone())
+            .or_default()
+            .insert(allocation_id)
+        {
+            self.len += 1;
+        }
+    }
+
+    fn remove(&mut self, resource_id: &ResourceId, allocation_id: AllocationId) {
+        if let Some(set) = self.by_task_manager.get_mut(resource_id) {
+            if set.remove(&allocation_id) {
+                self.len -= 1;
+            }
+            if set.is_empty() {
+                self.by_task_manager.remove(resource_id);
+            }
+        }
+    }
+}
+
+/// Queue order: job submission (the order jobs first asked), then region.
+type QueueKey = (u64, usize);
+
+#[derive(Debug, Clone)]
+struct QueuedBulk {
+    id: BulkId,
+    requests: Vec<SlotRequest>,
+    /// Tasks per (sharing group, vertex): what the exact slot count is computed from.
+    per_vertex: Vec<(GroupKey, usize, u64)>,
+    /// Slots it needs with no shared slot of its groups open: Σ over groups of the largest
+    /// vertex count.
+    need: u64,
+    /// Since when the registered slots could not serve it even if all were free.
+    unfulfillable_since: Option<Instant>,
+}
 
 /// See the module docs.
 #[derive(Debug)]
 pub struct Scheduler {
     rng: NodeRng,
     task_managers: BTreeMap<ResourceId, TaskManagerSlots>,
+    /// TaskManagers with a free slot, by free slots (most last), ties by smallest id last.
+    by_free: BTreeSet<(u32, Reverse<ResourceId>)>,
+    total_slots: u64,
+    free_slots: u64,
     shared: BTreeMap<AllocationId, SharedSlot>,
+    /// Every shared slot of a TaskManager.
+    slots_on: BTreeMap<ResourceId, BTreeSet<AllocationId>>,
     /// Every shared slot of a group.
     groups: BTreeMap<GroupKey, BTreeSet<AllocationId>>,
     /// Per group and vertex: shared slots without that vertex (initialised on first use).
     available: BTreeMap<(GroupKey, usize), Available>,
     assignments: BTreeMap<TaskRef, AllocationId>,
-    co_location: BTreeMap<(JobId, String, u32), CoLocationLock>,
-    queue: VecDeque<Queued>,
+    co_location: BTreeMap<LockKey, CoLocationLock>,
+    /// The locks that point at each shared slot.
+    locks_on: BTreeMap<AllocationId, BTreeSet<LockKey>>,
+    /// Each job's place in the queue order, from its first bulk.
+    job_order: BTreeMap<JobId, u64>,
+    next_job_order: u64,
+    queue: BTreeMap<QueueKey, QueuedBulk>,
+    /// Queued bulks by the slots they need, for the timeout sweep.
+    by_need: BTreeSet<(u64, QueueKey)>,
+    queued_tasks: usize,
+    queued_need: u64,
+    counters: SchedulerCounters,
 }
 
 impl Scheduler {
@@ -177,39 +275,74 @@ impl Scheduler {
         Self {
             rng,
             task_managers: BTreeMap::new(),
+            by_free: BTreeSet::new(),
+            total_slots: 0,
+            free_slots: 0,
             shared: BTreeMap::new(),
+            slots_on: BTreeMap::new(),
             groups: BTreeMap::new(),
             available: BTreeMap::new(),
             assignments: BTreeMap::new(),
             co_location: BTreeMap::new(),
-            queue: VecDeque::new(),
+            locks_on: BTreeMap::new(),
+            job_order: BTreeMap::new(),
+            next_job_order: 0,
+            queue: BTreeMap::new(),
+            by_need: BTreeSet::new(),
+            queued_tasks: 0,
+            queued_need: 0,
+            counters: SchedulerCounters::default(),
         }
     }
 
-    /// A TaskManager with `slots` slots joined; call [`new_slot_available`](Self::new_slot_available)
-    /// after to serve the queue.
+    /// The work counted so far.
+    pub fn counters(&self) -> SchedulerCounters {
+        self.counters
+    }
+
+    /// A TaskManager with `slots` slots joined; call [`serve`](Self::serve) after to serve the
+    /// queue.
     pub fn add_task_manager(&mut self, resource_id: ResourceId, slots: u32) {
-        self.task_managers
-            .entry(resource_id)
-            .or_insert(TaskManagerSlots {
+        if self.task_managers.contains_key(&resource_id) {
+            return;
+        }
+        let before = self.total_slots;
+        self.task_managers.insert(
+            resource_id.clone(),
+            TaskManagerSlots {
                 total: slots,
                 used: 0,
-            });
+            },
+        );
+        if slots > 0 {
+            self.by_free.insert((slots, Reverse(resource_id)));
+        }
+        self.total_slots += u64::from(slots);
+        self.free_slots += u64::from(slots);
+        // Bulks the cluster can serve now stop counting towards their timeout.
+        let became_fulfillable: Vec<QueueKey> = self
+            .by_need
+            .range((before + 1, (0, 0))..(self.total_slots + 1, (0, 0)))
+            .map(|(_, key)| *key)
+            .collect();
+        for key in became_fulfillable {
+            self.counters.queue_visits += 1;
+            if let Some(bulk) = self.queue.get_mut(&key) {
+                bulk.unfulfillable_since = None;
+            }
+        }
     }
 
     /// A TaskManager left: its shared slots are gone. Returns the tasks that were placed there.
     pub fn remove_task_manager(&mut self, resource_id: &ResourceId) -> Vec<TaskRef> {
-        if self.task_managers.remove(resource_id).is_none() {
+        let Some(slots) = self.task_managers.remove(resource_id) else {
             return Vec::new();
-        }
-        let gone: Vec<AllocationId> = self
-            .shared
-            .iter()
-            .filter(|(_, slot)| slot.resource_id == *resource_id)
-            .map(|(id, _)| *id)
-            .collect();
+        };
+        self.by_free
+            .remove(&(slots.free(), Reverse(resource_id.clone())));
         let mut lost = Vec::new();
-        for allocation_id in gone {
+        for allocation_id in self.slots_on.remove(resource_id).unwrap_or_default() {
+            self.counters.slot_visits += 1;
             if let Some(slot) = self.drop_shared_slot(allocation_id) {
                 let job = slot.group.0;
                 for (vertex, subtask) in slot.tasks {
@@ -223,22 +356,181 @@ impl Scheduler {
                 }
             }
         }
+        // Dropping its shared slots freed nothing (it was no longer indexed): its slots go.
+        self.total_slots -= u64::from(slots.total);
+        self.free_slots -= u64::from(slots.free());
         lost.sort();
         lost
     }
 
-    /// Asks for a slot at `now`.
-    pub fn request(&mut self, request: SlotRequest, now: Instant) -> Placement {
-        match self.try_place(&request) {
-            Some(assignment) => Placement::Assigned(assignment),
-            None => {
-                self.queue.push_back(Queued {
-                    request,
-                    since: now,
-                });
-                Placement::Queued
+    /// Queues the slot requests of one region as one bulk. Nothing is placed until
+    /// [`serve`](Self::serve). Asking again for a bulk already queued changes nothing.
+    pub fn request_bulk(&mut self, id: BulkId, requests: Vec<SlotRequest>, now: Instant) {
+        let next = &mut self.next_job_order;
+        let order = *self.job_order.entry(id.job).or_insert_with(|| {
+            *next += 1;
+            *next
+        });
+        let key = (order, id.region);
+        if self.queue.contains_key(&key) || requests.is_empty() {
+            return;
+        }
+        let mut counts: BTreeMap<(GroupKey, usize), u64> = BTreeMap::new();
+        for request in &requests {
+            *counts
+                .entry(((id.job, request.sharing_group.clone()), request.task.vertex))
+                .or_default() += 1;
+        }
+        let mut per_group: BTreeMap<&GroupKey, u64> = BTreeMap::new();
+        for ((group, _), count) in &counts {
+            let largest = per_group.entry(group).or_default();
+            *largest = (*largest).max(*count);
+        }
+        let need = per_group.values().sum();
+        let per_vertex = counts
+            .into_iter()
+            .map(|((group, vertex), count)| (group, vertex, count))
+            .collect();
+        self.queued_tasks += requests.len();
+        self.queued_need += need;
+        self.by_need.insert((need, key));
+        let unfulfillable_since = (need > self.total_slots).then_some(now);
+        self.queue.insert(
+            key,
+            QueuedBulk {
+                id,
+                requests,
+                per_vertex,
+                need,
+                unfulfillable_since,
+            },
+        );
+    }
+
+    /// Places bulks from the head of the queue while they fit, until `max_tasks` tasks were
+    /// placed (at least one bulk, if the head fits). Returns what was placed and whether the
+    /// head fits still (the caller serves again later, so that one call stays short).
+    pub fn serve(&mut self, max_tasks: usize) -> (Vec<PlacedBulk>, bool) {
+        let mut placed = Vec::new();
+        let mut tasks = 0;
+        while let Some((&key, _)) = self.queue.first_key_value() {
+            self.counters.queue_visits += 1;
+            if tasks >= max_tasks.max(1) {
+                return (placed, self.head_fits());
+            }
+            let Some(assignments) = self.try_place_head(key) else {
+                break;
+            };
+            let bulk = self.dequeue(key);
+            tasks += assignments.len();
+            placed.push((bulk.id, assignments));
+        }
+        (placed, false)
+    }
+
+    fn head_fits(&mut self) -> bool {
+        let Some((&key, _)) = self.queue.first_key_value() else {
+            return false;
+        };
+        self.new_slots_needed(key) <= self.free_slots
+    }
+
+    /// Places every request of the head bulk, or none.
+    fn try_place_head(&mut self, key: QueueKey) -> Option<Vec<(TaskRef, SlotAssignment)>> {
+        if self.new_slots_needed(key) > self.free_slots {
+            return None;
+        }
+        let requests = self.queue.get(&key)?.requests.clone();
+        for with_preferences in [true, false] {
+            if let Some(placed) = self.place_all(&requests, with_preferences) {
+                return Some(placed);
             }
         }
+        // Only a co-location lock onto a slot this bulk cannot use gets here; the bulk waits
+        // for that slot to go.
+        log::debug!(
+            "scheduler: {} fits by count but could not be placed",
+            self.queue.get(&key)?.id
+        );
+        None
+    }
+
+    /// New shared slots the queued bulk `key` needs: per group, the vertex lacking the most
+    /// slots decides (a new slot serves one subtask of every vertex of its group).
+    fn new_slots_needed(&mut self, key: QueueKey) -> u64 {
+        let Some(bulk) = self.queue.get_mut(&key) else {
+            return 0;
+        };
+        // Sorted by group, then vertex (built from a BTreeMap): one group after the other.
+        let per_vertex = std::mem::take(&mut bulk.per_vertex);
+        let (mut total, mut largest) = (0, 0);
+        let mut current: Option<&GroupKey> = None;
+        for (group, vertex, count) in &per_vertex {
+            if current != Some(group) {
+                total += largest;
+                largest = 0;
+                current = Some(group);
+            }
+            let open = self.available_index(group, *vertex).len;
+            largest = largest.max(count.saturating_sub(open));
+        }
+        total += largest;
+        if let Some(bulk) = self.queue.get_mut(&key) {
+            bulk.per_vertex = per_vertex;
+        }
+        total
+    }
+
+    /// The index of `group`'s shared slots lacking `vertex`, built on first use (one pass over
+    /// the group's slots) and kept up to date from then on.
+    fn available_index(&mut self, group: &GroupKey, vertex: usize) -> &Available {
+        let key = (group.clone(), vertex);
+        if !self.available.contains_key(&key) {
+            let mut available = Available::default();
+            for allocation_id in self.groups.get(group).into_iter().flatten() {
+                self.counters.slot_visits += 1;
+                let slot = &self.shared[allocation_id];
+                if !slot.tasks.contains_key(&vertex) {
+                    available.insert(&slot.resource_id, *allocation_id);
+                }
+            }
+            self.available.insert(key.clone(), available);
+        }
+        &self.available[&key]
+    }
+
+    /// Places every request, or undoes what it placed and returns `None`.
+    fn place_all(
+        &mut self,
+        requests: &[SlotRequest],
+        with_preferences: bool,
+    ) -> Option<Vec<(TaskRef, SlotAssignment)>> {
+        let mut placed = Vec::with_capacity(requests.len());
+        let mut new_locks = Vec::new();
+        for request in requests {
+            match self.try_place(request, with_preferences, &mut new_locks) {
+                Some(assignment) => placed.push((request.task, assignment)),
+                None => {
+                    for (task, _) in &placed {
+                        self.release(task);
+                    }
+                    for key in new_locks {
+                        self.remove_lock(&key);
+                    }
+                    return None;
+                }
+            }
+        }
+        Some(placed)
+    }
+
+    fn dequeue(&mut self, key: QueueKey) -> QueuedBulk {
+        // Called with a key just read from the queue.
+        let bulk = self.queue.remove(&key).expect("the key was just looked up");
+        self.by_need.remove(&(bulk.need, key));
+        self.queued_tasks -= bulk.requests.len();
+        self.queued_need -= bulk.need;
+        bulk
     }
 
     /// A task no longer needs its slot (it finished, failed or was cancelled). Returns the
@@ -254,83 +546,110 @@ impl Scheduler {
         );
         if empty {
             self.drop_shared_slot(allocation_id);
+            if let Some(on) = self.slots_on.get_mut(&resource_id) {
+                on.remove(&allocation_id);
+            }
             return Some(allocation_id);
         }
         if let Some(available) = self.available.get_mut(&(group, task.vertex)) {
-            available
-                .entry(resource_id)
-                .or_default()
-                .insert(allocation_id);
+            available.insert(&resource_id, allocation_id);
         }
         None
     }
 
-    /// Serves queued requests in order while slots allow (after a release or a new
-    /// TaskManager: Flink's `new_slot_available`). Returns what was placed.
-    pub fn new_slot_available(&mut self) -> Vec<(TaskRef, SlotAssignment)> {
-        let mut placed = Vec::new();
-        let mut waiting = VecDeque::with_capacity(self.queue.len());
-        while let Some(queued) = self.queue.pop_front() {
-            match self.try_place(&queued.request) {
-                Some(assignment) => placed.push((queued.request.task, assignment)),
-                None => waiting.push_back(queued),
-            }
-        }
-        self.queue = waiting;
-        placed
-    }
-
-    /// Fails queued requests older than `timeout` at `now`.
+    /// Fails the queued bulks the registered slots could not serve even if all were free, once
+    /// they have been so for `timeout`. `max_slots` is what the pool at its maximum offers (for
+    /// the error). Looks only at those bulks.
     pub fn expire(
         &mut self,
         now: Instant,
         timeout: Duration,
-    ) -> Vec<(SlotRequest, NoResourceAvailable)> {
-        let (total_slots, free_slots) = (self.total_slots(), self.free_slots());
-        let queued = self.queue.len();
+        max_slots: u64,
+    ) -> Vec<(BulkId, Vec<TaskRef>, NoResourceAvailable)> {
+        let unfulfillable: Vec<QueueKey> = self
+            .by_need
+            .range((self.total_slots + 1, (0, 0))..)
+            .map(|(_, key)| *key)
+            .collect();
         let mut expired = Vec::new();
-        self.queue.retain(|q| {
-            let waited = now.saturating_duration_since(q.since);
+        for key in unfulfillable {
+            self.counters.queue_visits += 1;
+            let Some(bulk) = self.queue.get_mut(&key) else {
+                continue;
+            };
+            let since = *bulk.unfulfillable_since.get_or_insert(now);
+            let waited = now.saturating_duration_since(since);
             if waited < timeout {
-                return true;
+                continue;
             }
-            let task = q.request.task;
-            expired.push((
-                q.request.clone(),
-                NoResourceAvailable {
-                    job: task.job,
-                    vertex: task.vertex,
-                    subtask: task.subtask,
-                    waited,
-                    task_managers: self.task_managers.len(),
-                    total_slots,
-                    free_slots,
-                    queued,
-                },
-            ));
-            false
-        });
+            let bulk = self.dequeue(key);
+            let error = NoResourceAvailable {
+                bulk: bulk.id,
+                tasks: bulk.requests.len(),
+                slots_needed: bulk.need,
+                waited,
+                task_managers: self.task_managers.len(),
+                total_slots: self.total_slots,
+                max_slots,
+            };
+            let tasks = bulk.requests.iter().map(|r| r.task).collect();
+            expired.push((bulk.id, tasks, error));
+        }
         expired
     }
 
-    /// Withdraws a queued request (its task was cancelled while it waited).
-    pub fn cancel_request(&mut self, task: &TaskRef) {
-        self.queue.retain(|q| q.request.task != *task);
+    /// Withdraws a queued bulk (its region was cancelled while it waited). True if it was
+    /// queued.
+    pub fn cancel_bulk(&mut self, id: &BulkId) -> bool {
+        let Some(order) = self.job_order.get(&id.job) else {
+            return false;
+        };
+        let key = (*order, id.region);
+        self.counters.queue_visits += 1;
+        if self.queue.contains_key(&key) {
+            self.dequeue(key);
+            true
+        } else {
+            false
+        }
     }
 
-    /// Forgets every queued request and co-location lock of `job` (it ended); returns the
-    /// queued tasks dropped.
+    /// Forgets every queued bulk, co-location lock and index of `job` (it ended); returns the
+    /// queued tasks dropped. Touches only the job's own entries.
     pub fn forget_job(&mut self, job: JobId) -> Vec<TaskRef> {
         let mut dropped = Vec::new();
-        self.queue.retain(|q| {
-            let keep = q.request.task.job != job;
-            if !keep {
-                dropped.push(q.request.task);
+        if let Some(order) = self.job_order.remove(&job) {
+            let keys: Vec<QueueKey> = self
+                .queue
+                .range((order, 0)..=(order, usize::MAX))
+                .map(|(key, _)| *key)
+                .collect();
+            for key in keys {
+                self.counters.queue_visits += 1;
+                let bulk = self.dequeue(key);
+                dropped.extend(bulk.requests.iter().map(|r| r.task));
             }
-            keep
-        });
-        self.co_location.retain(|(j, _, _), _| *j != job);
-        self.available.retain(|((j, _), _), _| *j != job);
+        }
+        let lock_start: LockKey = (job, String::new(), 0);
+        let locks: Vec<LockKey> = self
+            .co_location
+            .range(lock_start..)
+            .take_while(|(key, _)| key.0 == job)
+            .map(|(key, _)| key.clone())
+            .collect();
+        for key in locks {
+            self.remove_lock(&key);
+        }
+        let start = ((job, String::new()), 0);
+        let indexes: Vec<(GroupKey, usize)> = self
+            .available
+            .range(start..)
+            .take_while(|(((j, _), _), _)| *j == job)
+            .map(|(key, _)| key.clone())
+            .collect();
+        for key in indexes {
+            self.available.remove(&key);
+        }
         dropped
     }
 
@@ -340,53 +659,30 @@ impl Scheduler {
         Some((allocation_id, &self.shared.get(&allocation_id)?.resource_id))
     }
 
-    /// Slots the queued requests still need beyond what is free: each shared slot holds one
-    /// subtask per vertex, so per group the vertex with the most queued subtasks decides.
+    /// Slots the queued bulks need beyond what is free (each bulk counted as if no shared slot
+    /// of its groups were open). A running total: O(1).
     pub fn queued_slot_demand(&self) -> u64 {
-        let mut per_vertex: BTreeMap<(&GroupKey, usize), u64> = BTreeMap::new();
-        let keys: Vec<(GroupKey, usize)> = self
-            .queue
-            .iter()
-            .map(|q| {
-                (
-                    (q.request.task.job, q.request.sharing_group.clone()),
-                    q.request.task.vertex,
-                )
-            })
-            .collect();
-        for (group, vertex) in &keys {
-            *per_vertex.entry((group, *vertex)).or_default() += 1;
-        }
-        let mut per_group: BTreeMap<&GroupKey, u64> = BTreeMap::new();
-        for ((group, _), count) in per_vertex {
-            let entry = per_group.entry(group).or_default();
-            *entry = (*entry).max(count);
-        }
-        per_group
-            .values()
-            .sum::<u64>()
-            .saturating_sub(self.free_slots())
+        self.queued_need.saturating_sub(self.free_slots)
     }
 
-    /// Queued requests.
+    /// Tasks in queued bulks.
     pub fn queued(&self) -> usize {
+        self.queued_tasks
+    }
+
+    /// Queued bulks.
+    pub fn queued_bulks(&self) -> usize {
         self.queue.len()
     }
 
     /// Slots of every TaskManager.
     pub fn total_slots(&self) -> u64 {
-        self.task_managers
-            .values()
-            .map(|t| u64::from(t.total))
-            .sum()
+        self.total_slots
     }
 
     /// Slots not holding a shared slot.
     pub fn free_slots(&self) -> u64 {
-        self.task_managers
-            .values()
-            .map(|t| u64::from(t.total - t.used))
-            .sum()
+        self.free_slots
     }
 
     /// Used slots of one TaskManager (for the instance manager's view and status).
@@ -410,6 +706,16 @@ impl Scheduler {
             })
     }
 
+    /// Tasks placed on one TaskManager: O(its slots), whatever the cluster's size.
+    pub fn tasks_on(&self, resource_id: &ResourceId) -> Vec<TaskRef> {
+        self.slots_on
+            .get(resource_id)
+            .into_iter()
+            .flatten()
+            .flat_map(|allocation_id| self.tasks_in(allocation_id))
+            .collect()
+    }
+
     /// The shared slots of every TaskManager, each with the tasks placed in it, by allocation id.
     /// One pass over all slots, so a status report stays linear in the cluster's size.
     pub fn shared_slots(&self) -> BTreeMap<&ResourceId, Vec<(AllocationId, Vec<TaskRef>)>> {
@@ -424,15 +730,27 @@ impl Scheduler {
         by_task_manager
     }
 
-    fn try_place(&mut self, request: &SlotRequest) -> Option<SlotAssignment> {
+    fn try_place(
+        &mut self,
+        request: &SlotRequest,
+        with_preferences: bool,
+        new_locks: &mut Vec<LockKey>,
+    ) -> Option<SlotAssignment> {
         let task = request.task;
+        let mut wanted = request.preferred.clone();
+        wanted.extend(
+            request
+                .preferred_tasks
+                .iter()
+                .filter_map(|t| self.assignment(t).map(|(_, tm)| tm.clone())),
+        );
         if self.assignments.contains_key(&task) {
             // Asked twice: the existing placement stands.
             let (allocation_id, resource_id) = self.assignment(&task)?;
             return Some(SlotAssignment {
                 allocation_id,
                 resource_id: resource_id.clone(),
-                locality: locality(&request.preferred, resource_id),
+                locality: locality(&wanted, resource_id),
             });
         }
         let lock_key = request
@@ -443,15 +761,21 @@ impl Scheduler {
             .as_ref()
             .and_then(|key| self.co_location.get(key))
             .cloned();
-        let mut preferred = distinct_preferences(&request.preferred);
+        let mut preferred = if with_preferences {
+            distinct_preferences(&wanted)
+        } else {
+            Vec::new()
+        };
         if let Some(lock) = &lock {
             if let Some(allocation_id) = lock.allocation_id
                 && self.shared.contains_key(&allocation_id)
             {
-                return self.place_in(allocation_id, task, &request.preferred);
+                return self.place_in(allocation_id, task, &wanted);
             }
             // The locked slot is gone: its TaskManager is the one preference.
-            preferred = vec![lock.resource_id.clone()];
+            if with_preferences {
+                preferred = vec![lock.resource_id.clone()];
+            }
         }
         let group = (task.job, request.sharing_group.clone());
         // Flink's order: locality first (a shared slot there, else a new slot there), then any
@@ -461,17 +785,41 @@ impl Scheduler {
             .or_else(|| self.new_shared_slot(&group, Some(&preferred)))
             .or_else(|| self.shared_slot_for(&group, task.vertex, None))
             .or_else(|| self.new_shared_slot(&group, None))?;
-        let assignment = self.place_in(allocation_id, task, &request.preferred)?;
+        let assignment = self.place_in(allocation_id, task, &wanted)?;
         if let Some(key) = lock_key {
-            self.co_location.insert(
-                key,
-                CoLocationLock {
-                    allocation_id: Some(allocation_id),
-                    resource_id: assignment.resource_id.clone(),
-                },
-            );
+            if lock.is_none() {
+                new_locks.push(key.clone());
+            }
+            self.set_lock(key, allocation_id, assignment.resource_id.clone());
         }
         Some(assignment)
+    }
+
+    fn set_lock(&mut self, key: LockKey, allocation_id: AllocationId, resource_id: ResourceId) {
+        if let Some(old) = self.co_location.insert(
+            key.clone(),
+            CoLocationLock {
+                allocation_id: Some(allocation_id),
+                resource_id,
+            },
+        ) && let Some(old_allocation) = old.allocation_id
+            && let Some(holders) = self.locks_on.get_mut(&old_allocation)
+        {
+            holders.remove(&key);
+        }
+        self.locks_on.entry(allocation_id).or_default().insert(key);
+    }
+
+    fn remove_lock(&mut self, key: &LockKey) {
+        if let Some(lock) = self.co_location.remove(key)
+            && let Some(allocation_id) = lock.allocation_id
+            && let Some(holders) = self.locks_on.get_mut(&allocation_id)
+        {
+            holders.remove(key);
+            if holders.is_empty() {
+                self.locks_on.remove(&allocation_id);
+            }
+        }
     }
 
     /// An existing shared slot of `group` without `vertex`: on one of `on` (in order), or
@@ -482,26 +830,13 @@ impl Scheduler {
         vertex: usize,
         on: Option<&[ResourceId]>,
     ) -> Option<AllocationId> {
-        let key = (group.clone(), vertex);
-        if !self.available.contains_key(&key) {
-            let mut available = Available::new();
-            for allocation_id in self.groups.get(group).into_iter().flatten() {
-                let slot = &self.shared[allocation_id];
-                if !slot.tasks.contains_key(&vertex) {
-                    available
-                        .entry(slot.resource_id.clone())
-                        .or_default()
-                        .insert(*allocation_id);
-                }
-            }
-            self.available.insert(key.clone(), available);
-        }
-        let available = self.available.get(&key)?;
+        let available = &self.available_index(group, vertex).by_task_manager;
         match on {
             Some(preferred) => preferred
                 .iter()
                 .find_map(|tm| available.get(tm).and_then(|set| set.first())),
-            None => available.values().find_map(|set| set.first()),
+            // Empty sets are removed, so the first entry has a slot.
+            None => available.values().next().and_then(|set| set.first()),
         }
         .copied()
     }
@@ -513,26 +848,20 @@ impl Scheduler {
         group: &GroupKey,
         on: Option<&[ResourceId]>,
     ) -> Option<AllocationId> {
-        let has_free = |t: &TaskManagerSlots| t.used < t.total;
         let resource_id = match on {
-            Some(preferred) => preferred
-                .iter()
-                .find(|tm| self.task_managers.get(*tm).is_some_and(has_free))
-                .cloned(),
-            None => self
-                .task_managers
-                .iter()
-                .filter(|(_, t)| has_free(t))
-                .max_by(|(a_id, a), (b_id, b)| {
-                    (a.total - a.used)
-                        .cmp(&(b.total - b.used))
-                        .then_with(|| b_id.cmp(a_id))
-                })
-                .map(|(id, _)| id.clone()),
+            Some(preferred) => {
+                self.counters.task_manager_visits += preferred.len() as u64;
+                preferred
+                    .iter()
+                    .find(|tm| self.task_managers.get(*tm).is_some_and(|t| t.free() > 0))
+                    .cloned()
+            }
+            None => {
+                self.counters.task_manager_visits += 1;
+                self.by_free.last().map(|(_, Reverse(id))| id.clone())
+            }
         }?;
-        if let Some(slots) = self.task_managers.get_mut(&resource_id) {
-            slots.used += 1;
-        }
+        self.use_slot(&resource_id);
         let allocation_id = AllocationId::generate(&mut self.rng);
         self.shared.insert(
             allocation_id,
@@ -542,6 +871,10 @@ impl Scheduler {
                 tasks: BTreeMap::new(),
             },
         );
+        self.slots_on
+            .entry(resource_id.clone())
+            .or_default()
+            .insert(allocation_id);
         self.groups
             .entry(group.clone())
             .or_default()
@@ -550,12 +883,38 @@ impl Scheduler {
             if g != group {
                 break;
             }
-            available
-                .entry(resource_id.clone())
-                .or_default()
-                .insert(allocation_id);
+            available.insert(&resource_id, allocation_id);
         }
         Some(allocation_id)
+    }
+
+    /// One more used slot on `resource_id`, in every index.
+    fn use_slot(&mut self, resource_id: &ResourceId) {
+        if let Some(slots) = self.task_managers.get_mut(resource_id) {
+            self.by_free
+                .remove(&(slots.free(), Reverse(resource_id.clone())));
+            slots.used += 1;
+            if slots.free() > 0 {
+                self.by_free
+                    .insert((slots.free(), Reverse(resource_id.clone())));
+            }
+            self.free_slots -= 1;
+        }
+    }
+
+    /// One less used slot on `resource_id`, in every index.
+    fn free_slot(&mut self, resource_id: &ResourceId) {
+        if let Some(slots) = self.task_managers.get_mut(resource_id) {
+            if slots.used == 0 {
+                return;
+            }
+            self.by_free
+                .remove(&(slots.free(), Reverse(resource_id.clone())));
+            slots.used -= 1;
+            self.by_free
+                .insert((slots.free(), Reverse(resource_id.clone())));
+            self.free_slots += 1;
+        }
     }
 
     fn place_in(
@@ -570,13 +929,8 @@ impl Scheduler {
         }
         slot.tasks.insert(task.vertex, task.subtask);
         let resource_id = slot.resource_id.clone();
-        if let Some(available) = self.available.get_mut(&(slot.group.clone(), task.vertex))
-            && let Some(set) = available.get_mut(&resource_id)
-        {
-            set.remove(&allocation_id);
-            if set.is_empty() {
-                available.remove(&resource_id);
-            }
+        if let Some(available) = self.available.get_mut(&(slot.group.clone(), task.vertex)) {
+            available.remove(&resource_id, allocation_id);
         }
         self.assignments.insert(task, allocation_id);
         Some(SlotAssignment {
@@ -586,11 +940,10 @@ impl Scheduler {
         })
     }
 
+    /// Removes a shared slot from every index but `slots_on` (the caller's) and frees its slot.
     fn drop_shared_slot(&mut self, allocation_id: AllocationId) -> Option<SharedSlot> {
         let slot = self.shared.remove(&allocation_id)?;
-        if let Some(slots) = self.task_managers.get_mut(&slot.resource_id) {
-            slots.used = slots.used.saturating_sub(1);
-        }
+        self.free_slot(&slot.resource_id);
         if let Some(members) = self.groups.get_mut(&slot.group) {
             members.remove(&allocation_id);
             if members.is_empty() {
@@ -602,15 +955,10 @@ impl Scheduler {
             if *g != group {
                 break;
             }
-            if let Some(set) = available.get_mut(&slot.resource_id) {
-                set.remove(&allocation_id);
-                if set.is_empty() {
-                    available.remove(&slot.resource_id);
-                }
-            }
+            available.remove(&slot.resource_id, allocation_id);
         }
-        for lock in self.co_location.values_mut() {
-            if lock.allocation_id == Some(allocation_id) {
+        for key in self.locks_on.remove(&allocation_id).unwrap_or_default() {
+            if let Some(lock) = self.co_location.get_mut(&key) {
                 lock.allocation_id = None;
             }
         }

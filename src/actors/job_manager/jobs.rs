@@ -10,7 +10,6 @@ use actix::prelude::*;
 
 use super::JobManager;
 use crate::actors::job_master::{JobAction, JobContext, JobMaster};
-use crate::actors::scheduler::TaskRef;
 use crate::messages::RemovalReason;
 use crate::messages::ids::{JobId, ResourceId};
 use crate::messages::job_manager::*;
@@ -34,31 +33,50 @@ pub(super) struct PoolView {
 }
 
 impl JobManager {
-    /// Runs `f` on a job, carries out its actions, then serves the slot queue if slots were
-    /// freed and grows the pool if demand exceeds it.
+    /// Runs `f` on a job, carries out its actions, then serves the slot queue and grows the
+    /// pool if demand exceeds it.
     pub(super) fn with_job(
         &mut self,
         job_id: JobId,
         ctx: &mut Context<Self>,
         f: impl FnOnce(&mut JobMaster, &mut JobContext<'_>) -> Vec<JobAction>,
     ) {
-        if self.run_job(job_id, ctx, f) {
-            self.serve_queue(ctx);
-        }
+        // Slots may have freed, or the job may have asked for a region's slots: serving looks
+        // at the head of the queue only, so it costs O(log Q) when nothing fits.
+        self.run_job(job_id, ctx, f);
+        self.serve_queue(ctx);
         self.grow_pool_for_demand();
     }
 
-    /// Gives queued requests the slots that became free, until none can be served.
+    /// Gives the head of the slot queue the slots that are free, bulk by bulk, while it fits.
+    /// At most [`SERVE_BUDGET`] tasks are placed (and deployed) in one message: the rest is
+    /// served by a [`ServeQueue`] sent to ourselves, behind the messages already waiting (a
+    /// heartbeat never waits for a whole wave of deployments).
     pub(super) fn serve_queue(&mut self, ctx: &mut Context<Self>) {
+        if self.serve_pending {
+            return;
+        }
+        let mut placed_tasks = 0;
         loop {
-            let placed = self.scheduler.new_slot_available();
+            let budget = SERVE_BUDGET.saturating_sub(placed_tasks);
+            let (placed, more) = self.scheduler.serve(budget);
             if placed.is_empty() {
                 return;
             }
-            for (task, assignment) in placed {
-                self.run_job(task.job, ctx, move |job, cx| {
-                    job.slot_assigned(task, assignment, cx)
+            let mut freed = false;
+            for (bulk, assignments) in placed {
+                placed_tasks += assignments.len();
+                freed |= self.run_job(bulk.job, ctx, move |job, cx| {
+                    job.bulk_assigned(bulk, assignments, cx)
                 });
+            }
+            if more || placed_tasks >= SERVE_BUDGET {
+                self.serve_pending = true;
+                ctx.notify(ServeQueue);
+                return;
+            }
+            if !freed {
+                return;
             }
         }
     }
@@ -99,6 +117,10 @@ impl JobManager {
                     descriptor,
                 } => {
                     let attempt = descriptor.attempt;
+                    self.jobs_on
+                        .entry(resource_id.clone())
+                        .or_default()
+                        .insert(job_id);
                     let Some(gateway) = self.gateways.get(&resource_id) else {
                         let error = format!("TaskManager {resource_id} is not registered");
                         ctx.notify(DeploymentFailed {
@@ -189,6 +211,12 @@ impl JobManager {
                 }
                 JobAction::ReleasePartitions { resource_ids } => {
                     for resource_id in resource_ids {
+                        if let Some(jobs) = self.jobs_on.get_mut(&resource_id) {
+                            jobs.remove(&job_id);
+                            if jobs.is_empty() {
+                                self.jobs_on.remove(&resource_id);
+                            }
+                        }
                         if let Some(gateway) = self.gateways.get(&resource_id) {
                             gateway
                                 .release_job_partitions
@@ -203,6 +231,9 @@ impl JobManager {
                     log::info!("job manager: job {job_id} is {status}");
                     self.scheduler.forget_job(job_id);
                     self.forget_ended_jobs(super::ENDED_JOBS_KEPT, job_id);
+                    if let Some(job) = self.jobs.get(&job_id) {
+                        self.ended.insert((job.submitted_at_ms(), job_id));
+                    }
                     self.env
                         .events
                         .emit(crate::events::ClusterEvent::JobTerminated { job_id, status });
@@ -218,7 +249,8 @@ impl JobManager {
         ctx: &mut Context<Self>,
     ) {
         self.scheduler.remove_task_manager(resource_id);
-        let jobs: Vec<JobId> = self.jobs.keys().copied().collect();
+        // Only the jobs that deployed there: the others have nothing on it.
+        let jobs = self.jobs_on.remove(resource_id).unwrap_or_default();
         for job_id in jobs {
             self.with_job(job_id, ctx, |job, cx| {
                 job.task_manager_lost(resource_id, cx)
@@ -226,16 +258,20 @@ impl JobManager {
         }
     }
 
-    /// Fails the requests that waited longer than the slot request timeout.
+    /// Fails the bulks the cluster could not serve, even with every slot free, for the slot
+    /// request timeout (bulks waiting for busy slots wait as long as it takes).
     pub(super) fn expire_slot_requests(&mut self, ctx: &mut Context<Self>) {
-        let expired = self
-            .scheduler
-            .expire(Instant::now(), self.settings.slot_request_timeout);
-        for (request, error) in expired {
+        let slots = u64::from(self.settings.slots_per_task_manager);
+        let max_slots = (u64::from(self.pool.max) * slots).max(self.scheduler.total_slots());
+        let expired = self.scheduler.expire(
+            Instant::now(),
+            self.settings.slot_request_timeout,
+            max_slots,
+        );
+        for (bulk, tasks, error) in expired {
             log::warn!("job manager: {error}");
-            let task: TaskRef = request.task;
-            self.with_job(task.job, ctx, |job, cx| {
-                job.slot_request_failed(task, &error, cx)
+            self.with_job(bulk.job, ctx, |job, cx| {
+                job.slot_request_failed(&tasks, &error, cx)
             });
         }
         // Demand may predate the resource manager's connection: look again every sweep.
@@ -327,21 +363,26 @@ impl JobManager {
         graph
             .validate(|op| registry.contains(op))
             .map_err(|e| JobError::Rejected(e.to_string()))?;
-        let needed = JobMaster::peak_slots(&graph);
-        let slots = u64::from(self.settings.slots_per_task_manager);
-        let max_pool = u64::from(self.pool.max.max(self.instances.len() as u32));
-        let reachable = (max_pool * slots).max(self.scheduler.total_slots());
-        if self.resource_manager.is_some() && needed > reachable {
-            return Err(JobError::Rejected(format!(
-                "the job needs {needed} slots at once but the pool can never offer more than {reachable} \
-                 ({max_pool} TaskManagers × {slots} slots; raise resourcemanager.max-pool-size or lower the parallelism)"
-            )));
-        }
         let job_id = JobId::generate(&mut self.rng);
         let now_ms = self.env.clock.now_millis();
         let name = graph.name.clone();
         let job = JobMaster::new(job_id, graph, self.rng.fork(), now_ms)
             .map_err(|e| JobError::Rejected(e.to_string()))?;
+        // A job runs region by region as slots free: it only has to fit its largest region.
+        let needed = job.largest_region_slots();
+        let slots = u64::from(self.settings.slots_per_task_manager);
+        let max_pool = u64::from(self.pool.max.max(self.instances.len() as u32));
+        let reachable = (max_pool * slots).max(self.scheduler.total_slots());
+        if self.resource_manager.is_some() && needed > reachable {
+            let region = job
+                .largest_region()
+                .map(|(_, described)| format!(" (its largest pipelined region: {described})"))
+                .unwrap_or_default();
+            return Err(JobError::Rejected(format!(
+                "the job needs {needed} slots at once but the pool can never offer more than {reachable} \
+                 ({max_pool} TaskManagers × {slots} slots; raise resourcemanager.max-pool-size or lower the parallelism){region}"
+            )));
+        }
         log::info!("job manager: job {job_id} ({name}) submitted");
         self.jobs.insert(job_id, job);
         self.with_job(job_id, ctx, |job, cx| job.start(cx));
@@ -356,11 +397,12 @@ impl JobManager {
         running: &std::collections::BTreeSet<crate::messages::ids::ExecutionAttemptId>,
         ctx: &mut Context<Self>,
     ) {
-        let jobs: Vec<JobId> = self
-            .jobs
-            .iter()
-            .filter(|(_, j)| !j.status().is_globally_terminal())
-            .map(|(id, _)| *id)
+        // The jobs with a task holding a slot there: O(its slots), not O(jobs).
+        let jobs: std::collections::BTreeSet<JobId> = self
+            .scheduler
+            .tasks_on(resource_id)
+            .into_iter()
+            .map(|t| t.job)
             .collect();
         for job_id in jobs {
             self.with_job(job_id, ctx, |job, cx| {
@@ -376,19 +418,34 @@ impl JobManager {
 
     /// Forgets the oldest ended jobs beyond the newest `keep`, so the job list stays bounded.
     /// The oldest by submission time go first; the job that just ended is never among them
-    /// (a client is about to ask for it).
+    /// (a client is about to ask for it). O(log J) per job forgotten.
     pub(super) fn forget_ended_jobs(&mut self, keep: usize, just_ended: JobId) {
-        let mut ended: Vec<(u64, JobId)> = self
-            .jobs
-            .iter()
-            .filter(|(id, j)| j.status().is_globally_terminal() && **id != just_ended)
-            .map(|(id, j)| (j.summary().submitted_at_ms, *id))
-            .collect();
-        ended.sort();
-        let excess = (ended.len() + 1).saturating_sub(keep);
-        for (_, job_id) in ended.into_iter().take(excess) {
-            self.jobs.remove(&job_id);
+        while self.ended.len() + 1 > keep {
+            let Some((_, job_id)) = self.ended.pop_first() else {
+                return;
+            };
+            if job_id != just_ended {
+                self.jobs.remove(&job_id);
+            }
         }
+    }
+}
+
+/// Tasks placed (and deployed) by one [`JobManager::serve_queue`] call at most.
+pub(super) const SERVE_BUDGET: usize = 256;
+
+/// Serve the slot queue again (the previous turn used its budget).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(super) struct ServeQueue;
+
+impl Handler<ServeQueue> for JobManager {
+    type Result = ();
+
+    fn handle(&mut self, _: ServeQueue, ctx: &mut Context<Self>) {
+        self.serve_pending = false;
+        self.serve_queue(ctx);
+        self.grow_pool_for_demand();
     }
 }
 

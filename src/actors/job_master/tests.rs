@@ -121,8 +121,19 @@ impl Harness {
         }
     }
 
-    /// Runs one job master call with a fresh context and records what it asks for.
+    /// Runs one job master call, then serves the slot queue as the JobManager does after every
+    /// call; returns every action of both.
     fn call(
+        &mut self,
+        f: impl FnOnce(&mut JobMaster, &mut JobContext<'_>) -> Vec<JobAction>,
+    ) -> Vec<JobAction> {
+        let mut actions = self.call_once(f);
+        actions.extend(self.serve_bulks());
+        actions
+    }
+
+    /// Runs one job master call with a fresh context and records what it asks for.
+    fn call_once(
         &mut self,
         f: impl FnOnce(&mut JobMaster, &mut JobContext<'_>) -> Vec<JobAction>,
     ) -> Vec<JobAction> {
@@ -206,12 +217,21 @@ impl Harness {
     /// hand each placement to the job master.
     fn serve_queue(&mut self) -> Vec<JobAction> {
         self.slots_freed = false;
-        let placed = self.scheduler.new_slot_available();
+        self.serve_bulks()
+    }
+
+    /// Serves the queue's head while it fits, handing each bulk to the job master.
+    fn serve_bulks(&mut self) -> Vec<JobAction> {
         let mut actions = Vec::new();
-        for (task, assignment) in placed {
-            actions.extend(self.call(|m, cx| m.slot_assigned(task, assignment, cx)));
+        loop {
+            let (placed, _) = self.scheduler.serve(usize::MAX);
+            if placed.is_empty() {
+                return actions;
+            }
+            for (bulk, assignments) in placed {
+                actions.extend(self.call_once(|m, cx| m.bulk_assigned(bulk, assignments, cx)));
+            }
         }
-        actions
     }
 
     fn restart_due(&mut self, generation: u64) -> Vec<JobAction> {
@@ -524,15 +544,15 @@ fn queued_regions_deploy_once_a_finished_task_frees_a_slot() {
     h.run_all(&[("source", 0), ("sink", 0)]);
     assert_eq!(h.finish("source", 0), []);
     assert!(!h.slots_freed, "the sink still holds the shared slot");
-    assert_eq!(h.finish("sink", 0), []);
-    assert!(h.slots_freed, "the shared slot is empty");
-    assert_eq!(h.scheduler.free_slots(), 1);
-
-    let actions = h.serve_queue();
+    // The shared slot is empty: the queued region gets it (the JobManager serves the queue
+    // after every call).
+    let actions = h.finish("sink", 0);
+    assert!(h.slots_freed);
     assert_eq!(
         deployments(&actions),
         [deployed("source", 1, 0), deployed("sink", 1, 0)]
     );
+    assert_eq!(h.scheduler.free_slots(), 0);
     assert_eq!(h.scheduler.queued(), 0);
     h.run_all(&[("source", 1), ("sink", 1)]);
     assert_eq!(h.finish("source", 1), []);
@@ -925,7 +945,7 @@ fn losing_a_task_manager_while_its_task_cancels_for_a_restart_is_no_new_failure(
 }
 
 #[test]
-fn an_expired_slot_request_fails_the_job_without_restarts() {
+fn a_region_waiting_only_for_busy_slots_never_expires() {
     let mut b = JobGraph::builder("wide");
     b.vertex("source", "numbers", 2);
     b.restart_strategy(RestartStrategyConfig::None);
@@ -933,24 +953,53 @@ fn an_expired_slot_request_fails_the_job_without_restarts() {
     assert_eq!(deployments(&h.start()), [deployed("source", 0, 0)]);
     h.run("source", 0);
     let timeout = Duration::from_secs(300);
-    let expired = h.scheduler.expire(h.now + timeout, timeout);
-    assert_eq!(expired.len(), 1);
-    let (request, error) = expired.into_iter().next().expect("one");
-    assert_eq!((request.task.vertex, request.task.subtask), (0, 1));
+    let later = h.now + timeout * 10;
+    assert_eq!(h.scheduler.expire(later, timeout, 1), []);
+    assert_eq!(
+        h.scheduler.queued(),
+        1,
+        "the second region waits for the busy slot"
+    );
+    assert_eq!(
+        deployments(&h.finish("source", 0)),
+        [deployed("source", 1, 0)],
+        "and gets it when it frees"
+    );
+}
 
-    let actions = h.call(|m, cx| m.slot_request_failed(request.task, &error, cx));
-    assert_eq!(actions, [cancel(0, h.attempt("source", 0))]);
-    assert_eq!(h.status(), JobStatus::Failing);
-    assert_eq!(h.state("source", 1), ExecutionState::Failed);
-    assert_eq!(h.canceled("source", 0), released(&[0], JobStatus::Failed));
+#[test]
+fn a_region_larger_than_the_cluster_expires_and_fails_the_job_without_restarts() {
+    // One region of 2 slots (separate sharing groups) on a cluster of 1 slot.
+    let mut h = Harness::new(split(1, ExchangeMode::Pipelined), &[1]);
+    h.master.backoff = RestartBackoff::new(RestartStrategyConfig::None);
+    assert_eq!(deployments(&h.start()), []);
+    let timeout = Duration::from_secs(300);
+    assert_eq!(h.scheduler.expire(h.now + timeout / 2, timeout, 1), []);
+    let expired = h.scheduler.expire(h.now + timeout, timeout, 1);
+    assert_eq!(expired.len(), 1);
+    let (bulk, tasks, error) = expired.into_iter().next().expect("one");
+    assert_eq!((bulk.job, bulk.region, tasks.len()), (JOB, 0, 2));
+    assert_eq!(h.scheduler.queued(), 0);
+
+    let actions = h.call(|m, cx| m.slot_request_failed(&tasks, &error, cx));
+    assert_eq!(actions, released(&[], JobStatus::Failed));
     let failure = h.master.details().failure.expect("a failure");
     assert!(
-        failure.starts_with("source (2/2): NoResourceAvailable: no slot for subtask 1 of vertex 0"),
+        failure.starts_with(&format!(
+            "source (1/1): NoResourceAvailable: region 0 of job {JOB} needs 2 slots at once \
+             for its 2 subtasks"
+        )),
+        "{failure}"
+    );
+    assert!(
+        failure.contains(
+            "the cluster has 1 TaskManagers with 1 slots, and the pool at its maximum offers 1"
+        ),
         "{failure}"
     );
     assert!(failure.ends_with(&format!("({REASON_NONE})")), "{failure}");
     assert_eq!(
-        h.subtask("source", 1).error.as_deref(),
+        h.subtask("sink", 0).error.as_deref(),
         Some(error.to_string().as_str())
     );
 }

@@ -10,6 +10,15 @@ const JOB: JobId = JobId::from_u128(1);
 struct TestCluster {
     scheduler: Scheduler,
     start: Instant,
+    /// The region number of the next one-task bulk.
+    next_region: usize,
+}
+
+/// What became of one task's request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Placement {
+    Assigned(SlotAssignment),
+    Queued,
 }
 
 fn tm(n: usize) -> ResourceId {
@@ -30,6 +39,7 @@ fn request(vertex: usize, subtask: u32) -> SlotRequest {
         sharing_group: "default".into(),
         co_location_group: None,
         preferred: Vec::new(),
+        preferred_tasks: Vec::new(),
     }
 }
 
@@ -42,11 +52,37 @@ impl TestCluster {
         Self {
             scheduler,
             start: Instant::now(),
+            next_region: 0,
         }
     }
 
+    /// Queues `requests` as one bulk (a region of its own).
+    fn bulk(&mut self, requests: Vec<SlotRequest>) -> BulkId {
+        let id = BulkId {
+            job: requests[0].task.job,
+            region: self.next_region,
+        };
+        self.next_region += 1;
+        self.scheduler.request_bulk(id, requests, self.start);
+        id
+    }
+
+    /// Every task placed by serving the queue.
+    fn serve(&mut self) -> Vec<(TaskRef, SlotAssignment)> {
+        let (placed, more) = self.scheduler.serve(usize::MAX);
+        assert!(!more, "an unlimited budget serves all that fits");
+        placed.into_iter().flat_map(|(_, tasks)| tasks).collect()
+    }
+
+    /// One task as a bulk of its own, then the queue served.
     fn place(&mut self, request: SlotRequest) -> Placement {
-        self.scheduler.request(request, self.start)
+        let task = request.task;
+        self.bulk(vec![request]);
+        let served = self.serve();
+        match served.into_iter().find(|(t, _)| *t == task) {
+            Some((_, assignment)) => Placement::Assigned(assignment),
+            None => Placement::Queued,
+        }
     }
 
     fn assigned(&mut self, request: SlotRequest) -> SlotAssignment {
@@ -62,7 +98,7 @@ impl TestCluster {
 
     fn add_worker(&mut self, n: usize, slots: u32) -> Vec<(TaskRef, SlotAssignment)> {
         self.scheduler.add_task_manager(tm(n), slots);
-        self.scheduler.new_slot_available()
+        self.serve()
     }
 }
 
@@ -187,7 +223,7 @@ fn queued_requests_are_served_when_a_slot_frees_or_a_task_manager_registers() {
     assert_eq!(cluster.scheduler.queued(), 2);
     // A slot frees: the oldest request gets it.
     assert!(cluster.scheduler.release(&task(0, 0)).is_some());
-    let served = cluster.scheduler.new_slot_available();
+    let served = cluster.serve();
     assert_eq!(served.len(), 1);
     assert_eq!(served[0].0, task(0, 1));
     // A TaskManager registers: the rest is served.
@@ -201,28 +237,158 @@ fn queued_requests_are_served_when_a_slot_frees_or_a_task_manager_registers() {
 }
 
 #[test]
-fn a_request_still_queued_after_the_timeout_fails_with_no_resource_available() {
+fn a_bulk_the_cluster_cannot_serve_fails_after_the_timeout_counted_from_when_it_could_not() {
     let mut cluster = TestCluster::new(1, 1);
+    let timeout = Duration::from_secs(300);
+    // Waiting for a busy slot: never expires.
     cluster.assigned(request(0, 0));
-    let late = cluster.start + Duration::from_secs(100);
-    cluster.scheduler.request(request(0, 1), cluster.start);
-    cluster.scheduler.request(request(0, 2), late);
-    // Counted from each request, not from cluster start.
-    let expired = cluster.scheduler.expire(
-        cluster.start + Duration::from_secs(300),
-        Duration::from_secs(300),
+    cluster.bulk(vec![request(0, 1)]);
+    // Two slots at once on a one-slot cluster: cannot be served even with every slot free.
+    let mut wide = vec![request(1, 0)];
+    wide.push(SlotRequest {
+        sharing_group: "other".into(),
+        ..request(2, 0)
+    });
+    let wide_bulk = cluster.bulk(wide);
+    assert_eq!(
+        cluster
+            .scheduler
+            .expire(cluster.start + timeout / 2, timeout, 4),
+        []
     );
+    // A second TaskManager registers for a while: the wide bulk could be served then (once
+    // the slots free), so its clock starts again when that TaskManager is lost.
+    cluster.scheduler.add_task_manager(tm(1), 1);
+    let lost_at = cluster.start + timeout;
+    assert_eq!(cluster.scheduler.expire(lost_at, timeout, 4), []);
+    cluster.scheduler.remove_task_manager(&tm(1));
+    assert_eq!(cluster.scheduler.expire(lost_at, timeout, 4), []);
+    assert_eq!(
+        cluster.scheduler.expire(lost_at + timeout / 2, timeout, 4),
+        []
+    );
+    let expired = cluster.scheduler.expire(lost_at + timeout, timeout, 4);
     assert_eq!(expired.len(), 1);
-    let (failed, error) = &expired[0];
-    assert_eq!(failed.task, task(0, 1));
+    let (bulk, tasks, error) = &expired[0];
+    assert_eq!(
+        (*bulk, tasks.clone()),
+        (wide_bulk, vec![task(1, 0), task(2, 0)])
+    );
     let text = error.to_string();
-    assert!(text.contains("NoResourceAvailable"), "{text}");
-    assert!(text.contains("subtask 1 of vertex 0"), "{text}");
     assert!(
-        text.contains("1 TaskManagers with 1 slots, 0 free"),
+        text.starts_with(&format!(
+            "NoResourceAvailable: region 2 of job {JOB} needs 2 slots at once for its 2 subtasks"
+        )),
         "{text}"
     );
-    assert_eq!(cluster.scheduler.queued(), 1);
+    assert!(
+        text.ends_with(
+            "the cluster has 1 TaskManagers with 1 slots, and the pool at its maximum offers 4"
+        ),
+        "{text}"
+    );
+    assert_eq!(cluster.scheduler.queued(), 1, "the narrow bulk still waits");
+    assert_eq!(
+        cluster.scheduler.expire(lost_at + timeout * 9, timeout, 4),
+        []
+    );
+}
+
+#[test]
+fn a_bulk_gets_every_slot_or_none_and_the_queue_is_first_in_first_out() {
+    // Two regions of 3 slots each on 4 slots: one runs, the other holds nothing (no deadlock).
+    let mut cluster = TestCluster::new(2, 2);
+    let first = cluster.bulk((0..3).map(|i| request(0, i)).collect());
+    let second = cluster.bulk(
+        (0..3)
+            .map(|i| request(1, i))
+            .map(|r| SlotRequest {
+                sharing_group: "other".into(),
+                ..r
+            })
+            .collect(),
+    );
+    let (placed, _) = cluster.scheduler.serve(usize::MAX);
+    assert_eq!(placed.len(), 1);
+    assert_eq!((placed[0].0, placed[0].1.len()), (first, 3));
+    assert_eq!(
+        cluster.scheduler.free_slots(),
+        1,
+        "the second bulk holds nothing"
+    );
+    // A one-slot bulk behind it waits too: first in, first out.
+    cluster.bulk(vec![SlotRequest {
+        sharing_group: "third".into(),
+        ..request(2, 0)
+    }]);
+    assert_eq!(cluster.serve(), []);
+    cluster.scheduler.release(&task(0, 0));
+    assert_eq!(cluster.serve(), [], "two free slots are not three");
+    cluster.scheduler.release(&task(0, 1));
+    let served = cluster.serve();
+    assert_eq!(
+        served.iter().map(|(t, _)| *t).collect::<Vec<_>>(),
+        [task(1, 0), task(1, 1), task(1, 2)]
+    );
+    cluster.scheduler.release(&task(0, 2));
+    assert_eq!(cluster.serve().len(), 1, "then the one-slot bulk");
+    assert!(!cluster.scheduler.cancel_bulk(&second), "served already");
+}
+
+#[test]
+fn a_consumer_in_the_same_bulk_prefers_its_producers_slot() {
+    let mut cluster = TestCluster::new(4, 1);
+    // source → sink forward in separate groups: the sink prefers where its source lands.
+    let source = request(0, 0);
+    let sink = SlotRequest {
+        sharing_group: "sinks".into(),
+        preferred_tasks: vec![task(0, 0)],
+        ..request(1, 0)
+    };
+    cluster.bulk(vec![source, sink]);
+    let served = cluster.serve();
+    assert_eq!(served.len(), 2);
+    assert_eq!(
+        served[1].1.locality,
+        Locality::NonLocal,
+        "one slot per TaskManager"
+    );
+    let mut cluster = TestCluster::new(2, 2);
+    let sink = SlotRequest {
+        sharing_group: "sinks".into(),
+        preferred_tasks: vec![task(0, 0)],
+        ..request(1, 0)
+    };
+    cluster.bulk(vec![request(0, 0), sink]);
+    let served = cluster.serve();
+    assert_eq!(served[1].1.locality, Locality::Local);
+    assert_eq!(served[0].1.resource_id, served[1].1.resource_id);
+}
+
+#[test]
+fn a_bulk_that_fits_only_without_locality_is_placed_without_it() {
+    // tm-0 has one free slot, tm-1 one slot holding a shared slot of group "default" without
+    // vertex 1. The bulk: vertex 1 preferring tm-0 (a new slot there), and vertex 2 in another
+    // group (needs a new slot). Locality would spend tm-0's slot on vertex 1 and leave vertex 2
+    // without one; placed without preferences, vertex 1 joins the shared slot on tm-1.
+    let mut cluster = TestCluster::new(0, 0);
+    cluster.scheduler.add_task_manager(tm(1), 1);
+    cluster.assigned(request(0, 0));
+    cluster.scheduler.add_task_manager(tm(0), 1);
+    let consumer = SlotRequest {
+        preferred: vec![tm(0)],
+        ..request(1, 0)
+    };
+    let isolated = SlotRequest {
+        sharing_group: "isolated".into(),
+        ..request(2, 0)
+    };
+    cluster.bulk(vec![consumer, isolated]);
+    let served = cluster.serve();
+    assert_eq!(served.len(), 2, "{served:?}");
+    assert_eq!(served[0].1.resource_id, tm(1));
+    assert_eq!(served[1].1.resource_id, tm(0));
+    assert_eq!(cluster.scheduler.free_slots(), 0);
 }
 
 #[test]
@@ -269,14 +435,15 @@ fn releasing_every_task_frees_every_slot() {
 fn queued_demand_counts_shared_slots_not_tasks() {
     let mut cluster = TestCluster::new(1, 1);
     cluster.assigned(request(0, 0));
+    // Four regions of a source and a sink sharing one slot each wait for 4 slots.
     for i in 1..5 {
-        cluster.place(request(0, i));
-        cluster.place(request(1, i));
+        cluster.bulk(vec![request(0, i), request(1, i)]);
     }
-    // The first sink joins source 0's slot; 4 sources and 3 sinks wait for 4 shared slots.
-    assert_eq!(cluster.scheduler.queued(), 7);
+    assert_eq!(cluster.serve(), []);
+    assert_eq!(cluster.scheduler.queued(), 8);
+    assert_eq!(cluster.scheduler.queued_bulks(), 4);
     assert_eq!(cluster.scheduler.queued_slot_demand(), 4);
-    cluster.add_worker(1, 2);
+    assert_eq!(cluster.add_worker(1, 2).len(), 4, "two regions placed");
     assert_eq!(cluster.scheduler.queued_slot_demand(), 2);
 }
 
@@ -287,17 +454,59 @@ fn forgetting_a_job_drops_its_queue() {
     cluster.place(request(0, 1));
     assert_eq!(cluster.scheduler.forget_job(JOB), [task(0, 1)]);
     assert_eq!(cluster.scheduler.queued(), 0);
+    assert_eq!(cluster.scheduler.queued_slot_demand(), 0);
 }
 
+/// Q = 10,000 one-task regions queued behind 8 busy slots, then every slot freed and served
+/// one at a time: each freed slot looks at the head of the queue only, O(1) entries (each
+/// lookup O(log Q) in the tree), and a placement at one TaskManager entry. A queue served by a
+/// walk (the scheduler before bulks) visits Q entries per freed slot and fails this.
 #[test]
-fn ten_thousand_shared_subtasks_place_without_quadratic_cost() {
-    // 100 TaskManagers × 100 slots, source → sink all-to-all, P = 10,000.
-    let mut cluster = TestCluster::new(100, 100);
-    for vertex in 0..2 {
-        for subtask in 0..10_000 {
-            cluster.assigned(request(vertex, subtask));
+fn serving_a_freed_slot_visits_the_head_of_the_queue_only() {
+    const Q: u32 = 10_000;
+    let mut cluster = TestCluster::new(2, 4);
+    for i in 0..Q {
+        cluster.bulk(vec![request(0, i)]);
+    }
+    assert_eq!(cluster.serve().len(), 8);
+    let before = cluster.scheduler.counters();
+    let mut running: Vec<TaskRef> = (0..8).map(|i| task(0, i)).collect();
+    let mut served = 8;
+    while let Some(done) = running.pop() {
+        cluster.scheduler.release(&done);
+        for (placed, _) in cluster.serve() {
+            running.push(placed);
+            served += 1;
         }
     }
+    assert_eq!(served, Q);
+    let after = cluster.scheduler.counters();
+    let per_slot = |total: u64| total as f64 / f64::from(Q);
+    let queue = per_slot(after.queue_visits - before.queue_visits);
+    let task_managers = per_slot(after.task_manager_visits - before.task_manager_visits);
+    assert!(queue <= 2.0, "{queue} queue entries visited per freed slot");
+    assert!(
+        task_managers <= 1.0,
+        "{task_managers} TaskManagers visited per placement"
+    );
+}
+
+/// Losing one of 100 TaskManagers, with 10,000 tasks placed, touches only its own slots.
+#[test]
+fn losing_a_task_manager_touches_only_its_own_slots() {
+    let mut cluster = TestCluster::new(100, 100);
+    for i in 0..10_000 {
+        cluster.bulk(vec![request(0, i)]);
+    }
+    assert_eq!(cluster.serve().len(), 10_000);
+    let before = cluster.scheduler.counters();
+    assert_eq!(cluster.lose_worker(7).len(), 100);
+    let visits = cluster.scheduler.counters().slot_visits - before.slot_visits;
+    assert!(
+        visits <= 100,
+        "{visits} slots visited for a TaskManager of 100"
+    );
+    assert_eq!(cluster.scheduler.total_slots(), 9_900);
     assert_eq!(cluster.scheduler.free_slots(), 0);
 }
 
