@@ -259,7 +259,12 @@ async fn a_region_wider_than_the_pool_may_ever_reach_is_refused_before_running()
     let mut b = JobGraph::builder("wide region");
     let source = b.vertex("source", "noop", 5).index();
     let sink = b.vertex("sink", "noop", 5).index();
-    b.edge(source, sink, DistributionPattern::AllToAll, ExchangeMode::Pipelined);
+    b.edge(
+        source,
+        sink,
+        DistributionPattern::AllToAll,
+        ExchangeMode::Pipelined,
+    );
     b.restart_strategy(RestartStrategyConfig::None);
     let error = cluster
         .submit_job(b.build(|_| true).unwrap())
@@ -268,7 +273,10 @@ async fn a_region_wider_than_the_pool_may_ever_reach_is_refused_before_running()
     let text = error.to_string();
     assert!(text.contains("needs 5 slots"), "{text}");
     assert!(text.contains("max-pool-size"), "{text}");
-    assert!(text.contains("largest pipelined region: region 0 (10 subtasks"), "{text}");
+    assert!(
+        text.contains("largest pipelined region: region 0 (10 subtasks"),
+        "{text}"
+    );
     assert!(cluster.list_jobs().await.unwrap().is_empty(), "nothing ran");
     cluster.shutdown().await.unwrap();
 }
@@ -315,7 +323,10 @@ async fn a_job_wider_than_the_pool_runs_in_waves_never_more_than_its_slots_at_on
     assert_eq!(details.summary.status, JobStatus::Finished);
     assert_eq!(details.summary.tasks_finished, 12);
     let most = most_at_once(&details);
-    assert!((1..=2).contains(&most), "{most} subtasks held slots at once");
+    assert!(
+        (1..=2).contains(&most),
+        "{most} subtasks held slots at once"
+    );
     cluster.shutdown().await.unwrap();
 }
 

@@ -1,5 +1,5 @@
-//! `GET /metrics`: parsed with a Prometheus text parser, every metric of docs/rest.md with its
-//! type, and values that follow the cluster: the pool, slots, jobs by state and task restarts on
+//! `GET /metrics`: OpenMetrics text (encoded by prometheus-client), parsed with a Prometheus
+//! text parser; every metric of docs/rest.md with its type, and values that follow the cluster: the pool, slots, jobs by state and task restarts on
 //! an embedded cluster; the transport's traffic, refused connections and
 //! worker start failures on real `flint jobmanager` processes.
 
@@ -15,7 +15,7 @@ use common::rest::{
 use common::scratch;
 
 /// Every metric of the contract and its type.
-const CONTRACT: [(&str, &str); 14] = [
+const CONTRACT: [(&str, &str); 19] = [
     ("flint_pool_designated", "gauge"),
     ("flint_pool_started", "gauge"),
     ("flint_pool_pending_requests", "gauge"),
@@ -30,6 +30,11 @@ const CONTRACT: [(&str, &str); 14] = [
     ("flint_transport_messages_total", "counter"),
     ("flint_transport_bytes_total", "counter"),
     ("flint_transport_rejected_connections_total", "counter"),
+    ("flint_jobmanager_mailbox_max_handle_ms", "gauge"),
+    ("flint_jobmanager_mailbox_delay_ms", "gauge"),
+    ("flint_jobmanager_mailbox_max_delay_ms", "gauge"),
+    ("flint_slot_requests_queued", "gauge"),
+    ("flint_slot_request_bulks_queued", "gauge"),
 ];
 
 /// One parsed scrape.
@@ -41,25 +46,42 @@ impl Metrics {
     fn scrape(agent: &ureq::Agent, url: &str) -> Self {
         let answer = request(agent, "GET", &format!("{url}/metrics"), None, None).expect(200);
         assert!(
-            answer.content_type.starts_with("text/plain; version=0.0.4"),
+            answer
+                .content_type
+                .starts_with("application/openmetrics-text; version=1.0.0"),
             "{}",
             answer.content_type
         );
+        assert!(answer.body.ends_with("# EOF\n"), "{}", answer.body);
         let lines = answer.body.lines().map(|line| Ok(line.to_owned()));
         let scrape = Scrape::parse(lines).expect("a Prometheus text exposition");
         for (name, kind) in CONTRACT {
+            // OpenMetrics names a counter's family without the `_total` of its sample.
+            let family = match kind {
+                "counter" => name
+                    .strip_suffix("_total")
+                    .expect("a counter ends in _total"),
+                _ => name,
+            };
             assert!(
-                scrape.docs.get(name).is_some_and(|help| !help.is_empty()),
-                "no HELP for {name}"
+                scrape.docs.get(family).is_some_and(|help| !help.is_empty()),
+                "no HELP for {family}"
+            );
+            assert!(
+                answer
+                    .body
+                    .lines()
+                    .any(|line| line == format!("# TYPE {family} {kind}")),
+                "{family} is not a {kind}"
             );
             let samples: Vec<_> = scrape.samples.iter().filter(|s| s.metric == name).collect();
             assert!(!samples.is_empty(), "no sample of {name}");
             for sample in samples {
-                let typed = matches!(
-                    (&sample.value, kind),
-                    (Value::Gauge(_), "gauge") | (Value::Counter(_), "counter")
+                let numeric = matches!(
+                    sample.value,
+                    Value::Gauge(_) | Value::Counter(_) | Value::Untyped(_)
                 );
-                assert!(typed, "{name} is not a {kind}: {:?}", sample.value);
+                assert!(numeric, "{name}: {:?}", sample.value);
             }
         }
         Self(scrape)

@@ -24,6 +24,7 @@ use super::Shutdown;
 use super::heartbeat_monitor::HeartbeatMonitor;
 use super::instance_manager::InstanceManager;
 use super::job_master::JobMaster;
+use super::mailbox_stats::MailboxStats;
 use super::scheduler::{Scheduler, TaskRef};
 use crate::config::HeartbeatConfig;
 use crate::directory::LocalActor;
@@ -90,6 +91,8 @@ pub struct JobManager {
     jobs_on: BTreeMap<ResourceId, BTreeSet<JobId>>,
     /// A [`jobs::ServeQueue`] is on its way (the last serve used its budget).
     serve_pending: bool,
+    /// How long messages take here (for `/metrics`).
+    mailbox: MailboxStats,
     pool: jobs::PoolView,
 }
 
@@ -125,6 +128,7 @@ impl JobManager {
             ended: BTreeSet::new(),
             jobs_on: BTreeMap::new(),
             serve_pending: false,
+            mailbox: MailboxStats::default(),
             pool: jobs::PoolView::default(),
         }
     }
@@ -408,6 +412,13 @@ impl JobManager {
             task_managers,
             heartbeat_timeouts: self.heartbeat_timeouts,
             task_restarts: self.task_restarts,
+            mailbox: MailboxFigures {
+                max_handle_us: self.mailbox.max_handle_us(),
+                last_delay_us: self.mailbox.last_delay_us(),
+                max_delay_us: self.mailbox.max_delay_us(),
+            },
+            slot_requests_queued: self.scheduler.queued() as u64,
+            slot_request_bulks_queued: self.scheduler.queued_bulks() as u64,
         }
     }
 
@@ -444,13 +455,21 @@ impl Actor for JobManager {
             LocalActor::JobManager(JobManagerGateway::of(&ctx.address())),
         );
         ctx.run_interval(self.settings.heartbeat.interval, |act, ctx| {
+            let _timed = act.mailbox.time();
             act.check_heartbeats(ctx);
+            // Through the mailbox, behind whatever waits there: how long a message waits.
+            ctx.address().do_send(MailboxProbe {
+                sent: Instant::now(),
+            });
         });
         let sweep = (self.settings.slot_request_timeout / 4).clamp(
             std::time::Duration::from_millis(10),
             std::time::Duration::from_secs(1),
         );
-        ctx.run_interval(sweep, |act, ctx| act.expire_slot_requests(ctx));
+        ctx.run_interval(sweep, |act, ctx| {
+            let _timed = act.mailbox.time();
+            act.expire_slot_requests(ctx);
+        });
         log::info!(
             "job manager started at {} (leader session {})",
             self.address,
@@ -468,6 +487,7 @@ impl Handler<RegisterTaskManager> for JobManager {
     type Result = MessageResult<RegisterTaskManager>;
 
     fn handle(&mut self, msg: RegisterTaskManager, ctx: &mut Context<Self>) -> Self::Result {
+        let _timed = self.mailbox.time();
         log::debug!("job manager <- {msg:?}");
         MessageResult(self.register_task_manager(msg, ctx))
     }
@@ -477,6 +497,7 @@ impl Handler<RegisterResourceManager> for JobManager {
     type Result = MessageResult<RegisterResourceManager>;
 
     fn handle(&mut self, msg: RegisterResourceManager, _: &mut Context<Self>) -> Self::Result {
+        let _timed = self.mailbox.time();
         log::debug!("job manager <- {msg:?}");
         match self.env.resolver.resource_manager(&msg.resource_manager) {
             Some(gateway) => {
@@ -509,6 +530,7 @@ impl Handler<ResourceRemoved> for JobManager {
     type Result = ();
 
     fn handle(&mut self, msg: ResourceRemoved, ctx: &mut Context<Self>) {
+        let _timed = self.mailbox.time();
         log::debug!("job manager <- {msg:?}");
         if !self.unregister(&msg.resource_id, msg.reason, ctx) {
             log::debug!(
@@ -523,6 +545,7 @@ impl Handler<Heartbeat> for JobManager {
     type Result = MessageResult<Heartbeat>;
 
     fn handle(&mut self, msg: Heartbeat, ctx: &mut Context<Self>) -> Self::Result {
+        let _timed = self.mailbox.time();
         log::debug!("job manager <- {msg:?}");
         let now_ms = self.env.clock.now_millis();
         let running: std::collections::BTreeSet<_> = msg.report.running.iter().copied().collect();
@@ -549,6 +572,7 @@ impl Handler<ReleaseIdleTaskManagers> for JobManager {
     type Result = MessageResult<ReleaseIdleTaskManagers>;
 
     fn handle(&mut self, msg: ReleaseIdleTaskManagers, ctx: &mut Context<Self>) -> Self::Result {
+        let _timed = self.mailbox.time();
         log::debug!("job manager <- {msg:?}");
         let released = self
             .instances
@@ -574,6 +598,7 @@ impl Handler<ResourceManagerHeartbeat> for JobManager {
     type Result = MessageResult<ResourceManagerHeartbeat>;
 
     fn handle(&mut self, msg: ResourceManagerHeartbeat, _: &mut Context<Self>) -> Self::Result {
+        let _timed = self.mailbox.time();
         log::debug!("job manager <- {msg:?}");
         match self.resource_manager.as_mut() {
             Some(rm) if rm.address == msg.resource_manager => {
@@ -594,6 +619,7 @@ impl Handler<GetJobManagerStatus> for JobManager {
     type Result = MessageResult<GetJobManagerStatus>;
 
     fn handle(&mut self, _: GetJobManagerStatus, _: &mut Context<Self>) -> Self::Result {
+        let _timed = self.mailbox.time();
         log::debug!("job manager <- GetJobManagerStatus");
         MessageResult(self.status())
     }
@@ -603,6 +629,7 @@ impl Handler<DisconnectTaskManager> for JobManager {
     type Result = MessageResult<DisconnectTaskManager>;
 
     fn handle(&mut self, msg: DisconnectTaskManager, ctx: &mut Context<Self>) -> Self::Result {
+        let _timed = self.mailbox.time();
         log::debug!("job manager <- {msg:?}");
         let current = self
             .instances
@@ -619,10 +646,26 @@ impl Handler<DisconnectTaskManager> for JobManager {
     }
 }
 
+/// Sent to ourselves through the mailbox to measure how long a message waits there.
+#[derive(Message)]
+#[rtype(result = "()")]
+struct MailboxProbe {
+    sent: Instant,
+}
+
+impl Handler<MailboxProbe> for JobManager {
+    type Result = ();
+
+    fn handle(&mut self, msg: MailboxProbe, _: &mut Context<Self>) {
+        self.mailbox.probe_arrived(msg.sent);
+    }
+}
+
 impl Handler<Shutdown> for JobManager {
     type Result = ();
 
     fn handle(&mut self, _: Shutdown, ctx: &mut Context<Self>) {
+        let _timed = self.mailbox.time();
         log::debug!("job manager <- Shutdown");
         ctx.stop();
     }

@@ -10,6 +10,7 @@ pub mod heartbeat_monitor;
 pub mod instance_manager;
 pub mod job_manager;
 pub mod job_master;
+pub mod mailbox_stats;
 pub mod registration;
 pub mod resource_manager;
 pub mod scheduler;

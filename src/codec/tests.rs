@@ -123,6 +123,13 @@ pub(crate) fn job_manager_status() -> JobManagerStatus {
         }],
         heartbeat_timeouts: 1,
         task_restarts: 2,
+        mailbox: MailboxFigures {
+            max_handle_us: 3,
+            last_delay_us: 4,
+            max_delay_us: 5,
+        },
+        slot_requests_queued: 6,
+        slot_request_bulks_queued: 7,
     }
 }
 

@@ -276,6 +276,23 @@ pub struct JobManagerStatus {
     /// Task attempts started again by failover since start: each task of a restarted region
     /// counts once per restart (for `flint_task_restarts_total`).
     pub task_restarts: u64,
+    /// How long the JobManager's messages take.
+    pub mailbox: MailboxFigures,
+    /// Tasks waiting for slots (in queued region bulks).
+    pub slot_requests_queued: u64,
+    /// Region bulks waiting for slots.
+    pub slot_request_bulks_queued: u64,
+}
+
+/// How long an actor's messages take (0 under a paused clock).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MailboxFigures {
+    /// The longest single message handled since start, in microseconds.
+    pub max_handle_us: u64,
+    /// How long the last mailbox probe waited to be handled, in microseconds.
+    pub last_delay_us: u64,
+    /// The longest any mailbox probe waited, in microseconds.
+    pub max_delay_us: u64,
 }
 
 impl JobManagerStatus {

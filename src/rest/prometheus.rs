@@ -1,13 +1,20 @@
-//! `GET /metrics`: the cluster's gauges and counters in the Prometheus text exposition format
-//! 0.0.4, written by hand (a few dozen lines, no registry to keep in step with the actors).
+//! `GET /metrics`: the cluster's gauges and counters in the OpenMetrics text format, encoded by
+//! `prometheus-client` (the Prometheus project's Rust crate).
 //!
 //! A scrape asks the actors, like every other endpoint: the pool and slot gauges, the jobs by
 //! state and the counters the actors own come from their status answers; only the transport's
-//! counters are read from the endpoint's [`TransportMetrics`]. Names and types are the contract
-//! in docs/rest.md.
+//! counters are read from the endpoint's [`TransportMetrics`]. Each scrape therefore builds a
+//! registry of constant metrics from one [`MetricsSnapshot`] — one source of truth per value,
+//! nothing kept in step with the actors. Names and types are the contract in docs/rest.md; a
+//! counter is registered without its `_total` suffix, which the encoder adds (OpenMetrics).
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
+
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
+use prometheus_client::registry::Registry;
 
 use crate::job::states::JobStatus;
 use crate::messages::job_manager::{JobManagerStatus, JobSummary};
@@ -15,7 +22,7 @@ use crate::messages::resource_manager::ResourceManagerStatus;
 use crate::metrics::TransportMetrics;
 
 /// The media type of the text format.
-pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// Every value one scrape reports, read at one moment.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -52,6 +59,16 @@ pub struct MetricsSnapshot {
     pub bytes_out: u64,
     /// `flint_transport_rejected_connections_total`.
     pub rejected_connections: u64,
+    /// `flint_jobmanager_mailbox_max_handle_ms`.
+    pub jm_max_handle_us: u64,
+    /// `flint_jobmanager_mailbox_delay_ms`.
+    pub jm_mailbox_delay_us: u64,
+    /// `flint_jobmanager_mailbox_max_delay_ms`.
+    pub jm_mailbox_max_delay_us: u64,
+    /// `flint_slot_requests_queued`.
+    pub slot_requests_queued: u64,
+    /// `flint_slot_request_bulks_queued`.
+    pub slot_request_bulks_queued: u64,
 }
 
 impl MetricsSnapshot {
@@ -79,146 +96,147 @@ impl MetricsSnapshot {
             bytes_in: transport.bytes_in.get(),
             bytes_out: transport.bytes_out.get(),
             rejected_connections: transport.rejected_connections.get(),
+            jm_max_handle_us: jm.mailbox.max_handle_us,
+            jm_mailbox_delay_us: jm.mailbox.last_delay_us,
+            jm_mailbox_max_delay_us: jm.mailbox.max_delay_us,
+            slot_requests_queued: jm.slot_requests_queued,
+            slot_request_bulks_queued: jm.slot_request_bulks_queued,
         }
     }
 
     /// The exposition text.
     pub fn render(&self) -> String {
-        let mut out = Exposition::default();
-        out.gauge(
-            "flint_pool_designated",
-            "TaskManagers the resource manager keeps the pool at.",
-            self.pool_designated,
-        );
-        out.gauge(
-            "flint_pool_started",
-            "Workers registered at the JobManager, as the resource manager counts them.",
-            self.pool_started,
-        );
-        out.gauge(
-            "flint_pool_pending_requests",
-            "Workers asked of the driver and not started yet.",
-            self.pool_pending_requests,
-        );
-        out.gauge(
-            "flint_pool_pending_registration",
-            "Workers started by the driver that have not registered yet.",
-            self.pool_pending_registration,
-        );
-        out.counter(
-            "flint_worker_start_failures_total",
-            "Workers the driver failed to start.",
-            self.worker_start_failures,
-        );
-        out.gauge(
-            "flint_taskmanagers_registered",
-            "TaskManagers registered at the JobManager.",
-            self.taskmanagers_registered,
-        );
-        out.gauge(
-            "flint_slots_total",
-            "Slots over all registered TaskManagers.",
-            self.slots_total,
-        );
-        out.gauge(
-            "flint_slots_free",
-            "Slots not allocated to any job.",
-            self.slots_free,
-        );
-        out.family(
-            "flint_jobs",
-            "gauge",
-            "Jobs the JobManager keeps, by status.",
-            self.jobs
-                .iter()
-                .map(|(status, n)| (Some(("state", status.as_str())), u64::from(*n))),
-        );
-        out.counter(
-            "flint_task_restarts_total",
-            "Task attempts started again by failover (each task of a restarted region).",
-            self.task_restarts,
-        );
-        out.counter(
-            "flint_heartbeat_timeouts_total",
-            "TaskManagers removed because their heartbeat timed out.",
-            self.heartbeat_timeouts,
-        );
-        out.family(
-            "flint_transport_messages_total",
-            "counter",
-            "Envelopes the JobManager's transport received (in) and sent (out).",
-            [
-                (Some(("direction", "in")), self.messages_in),
-                (Some(("direction", "out")), self.messages_out),
-            ],
-        );
-        out.family(
-            "flint_transport_bytes_total",
-            "counter",
-            "Envelope frame bytes the JobManager's transport received (in) and sent (out).",
-            [
-                (Some(("direction", "in")), self.bytes_in),
-                (Some(("direction", "out")), self.bytes_out),
-            ],
-        );
-        out.counter(
-            "flint_transport_rejected_connections_total",
-            "Inbound connections refused (failed handshake, or too many handshakes at once).",
-            self.rejected_connections,
-        );
-        out.0
-    }
-}
-
-/// The text being written.
-#[derive(Default)]
-struct Exposition(String);
-
-impl Exposition {
-    fn gauge(&mut self, name: &str, help: &str, value: impl Into<u64>) {
-        self.family(name, "gauge", help, [(None, value.into())]);
-    }
-
-    fn counter(&mut self, name: &str, help: &str, value: u64) {
-        self.family(name, "counter", help, [(None, value)]);
-    }
-
-    /// One metric family: its HELP and TYPE lines, then one line per sample.
-    fn family<'a>(
-        &mut self,
-        name: &str,
-        kind: &str,
-        help: &str,
-        samples: impl IntoIterator<Item = (Option<(&'a str, &'a str)>, u64)>,
-    ) {
-        // Writing to a String cannot fail.
-        let _ = writeln!(self.0, "# HELP {name} {}", escape_help(help));
-        let _ = writeln!(self.0, "# TYPE {name} {kind}");
-        for (label, value) in samples {
-            match label {
-                Some((key, label_value)) => {
-                    let _ = writeln!(
-                        self.0,
-                        "{name}{{{key}=\"{}\"}} {value}",
-                        escape_label(label_value)
-                    );
-                }
-                None => {
-                    let _ = writeln!(self.0, "{name} {value}");
-                }
-            }
+        let mut registry = Registry::default();
+        let gauges: [(&str, &str, u64); 9] = [
+            (
+                "flint_pool_designated",
+                "TaskManagers the resource manager keeps the pool at.",
+                self.pool_designated.into(),
+            ),
+            (
+                "flint_pool_started",
+                "Workers registered at the JobManager, as the resource manager counts them.",
+                self.pool_started.into(),
+            ),
+            (
+                "flint_pool_pending_requests",
+                "Workers asked of the driver and not started yet.",
+                self.pool_pending_requests.into(),
+            ),
+            (
+                "flint_pool_pending_registration",
+                "Workers started by the driver that have not registered yet.",
+                self.pool_pending_registration.into(),
+            ),
+            (
+                "flint_taskmanagers_registered",
+                "TaskManagers registered at the JobManager.",
+                self.taskmanagers_registered.into(),
+            ),
+            (
+                "flint_slots_total",
+                "Slots over all registered TaskManagers.",
+                self.slots_total,
+            ),
+            (
+                "flint_slots_free",
+                "Slots not allocated to any job.",
+                self.slots_free,
+            ),
+            (
+                "flint_slot_requests_queued",
+                "Tasks waiting for slots, in queued region bulks.",
+                self.slot_requests_queued,
+            ),
+            (
+                "flint_slot_request_bulks_queued",
+                "Region bulks waiting for slots (the slot queue's length).",
+                self.slot_request_bulks_queued,
+            ),
+        ];
+        for (name, help, value) in gauges {
+            registry.register(name, help, ConstGauge::new(value));
         }
+        let milliseconds: [(&str, &str, u64); 3] = [
+            (
+                "flint_jobmanager_mailbox_max_handle_ms",
+                "The longest single message the JobManager actor handled since start.",
+                self.jm_max_handle_us,
+            ),
+            (
+                "flint_jobmanager_mailbox_delay_ms",
+                "How long the last probe waited in the JobManager's mailbox.",
+                self.jm_mailbox_delay_us,
+            ),
+            (
+                "flint_jobmanager_mailbox_max_delay_ms",
+                "The longest any probe waited in the JobManager's mailbox since start.",
+                self.jm_mailbox_max_delay_us,
+            ),
+        ];
+        for (name, help, micros) in milliseconds {
+            registry.register(name, help, ConstGauge::new(micros as f64 / 1e3));
+        }
+        let counters: [(&str, &str, u64); 4] = [
+            (
+                "flint_worker_start_failures",
+                "Workers the driver failed to start.",
+                self.worker_start_failures,
+            ),
+            (
+                "flint_task_restarts",
+                "Task attempts started again by failover (each task of a restarted region).",
+                self.task_restarts,
+            ),
+            (
+                "flint_heartbeat_timeouts",
+                "TaskManagers removed because their heartbeat timed out.",
+                self.heartbeat_timeouts,
+            ),
+            (
+                "flint_transport_rejected_connections",
+                "Inbound connections refused (failed handshake, or too many handshakes at once).",
+                self.rejected_connections,
+            ),
+        ];
+        for (name, help, value) in counters {
+            registry.register(name, help, ConstCounter::new(value));
+        }
+        let jobs = Family::<Vec<(String, String)>, Gauge>::default();
+        for (status, count) in &self.jobs {
+            jobs.get_or_create(&label("state", status.as_str()))
+                .set(i64::from(*count));
+        }
+        registry.register("flint_jobs", "Jobs the JobManager keeps, by status.", jobs);
+        for (name, help, values) in [
+            (
+                "flint_transport_messages",
+                "Envelopes the JobManager's transport received (in) and sent (out).",
+                [self.messages_in, self.messages_out],
+            ),
+            (
+                "flint_transport_bytes",
+                "Envelope frame bytes the JobManager's transport received (in) and sent (out).",
+                [self.bytes_in, self.bytes_out],
+            ),
+        ] {
+            let family = Family::<Vec<(String, String)>, Counter>::default();
+            for (direction, value) in ["in", "out"].into_iter().zip(values) {
+                family
+                    .get_or_create(&label("direction", direction))
+                    .inc_by(value);
+            }
+            registry.register(name, help, family);
+        }
+        let mut text = String::new();
+        // Writing to a String cannot fail.
+        let _ = encode(&mut text, &registry);
+        text
     }
 }
 
-/// HELP text escapes backslashes and line feeds.
-fn escape_help(text: &str) -> String {
-    text.replace('\\', "\\\\").replace('\n', "\\n")
-}
-
-/// Label values also escape double quotes.
-fn escape_label(text: &str) -> String {
-    escape_help(text).replace('"', "\\\"")
+fn label(key: &str, value: &str) -> Vec<(String, String)> {
+    vec![(key.to_owned(), value.to_owned())]
 }
 
 #[cfg(test)]
@@ -246,6 +264,11 @@ mod tests {
             bytes_in: 900,
             bytes_out: 1000,
             rejected_connections: 11,
+            jm_max_handle_us: 12_500,
+            jm_mailbox_delay_us: 250,
+            jm_mailbox_max_delay_us: 4_000,
+            slot_requests_queued: 13,
+            slot_request_bulks_queued: 14,
         }
     }
 
@@ -262,8 +285,8 @@ mod tests {
                 assert!(lines[i + 1].starts_with(name), "{}", lines[i + 1]);
             }
         }
-        assert_eq!(families, 14);
-        assert!(text.ends_with('\n'));
+        assert_eq!(families, 19);
+        assert!(text.ends_with("# EOF\n"), "OpenMetrics ends with EOF");
     }
 
     #[test]
@@ -274,7 +297,7 @@ mod tests {
             "flint_pool_started 2",
             "flint_pool_pending_requests 1",
             "flint_pool_pending_registration 0",
-            "# TYPE flint_worker_start_failures_total counter",
+            "# TYPE flint_worker_start_failures counter",
             "flint_worker_start_failures_total 4",
             "flint_taskmanagers_registered 2",
             "flint_slots_total 4",
@@ -289,6 +312,11 @@ mod tests {
             "flint_transport_bytes_total{direction=\"in\"} 900",
             "flint_transport_bytes_total{direction=\"out\"} 1000",
             "flint_transport_rejected_connections_total 11",
+            "flint_jobmanager_mailbox_max_handle_ms 12.5",
+            "flint_jobmanager_mailbox_delay_ms 0.25",
+            "flint_jobmanager_mailbox_max_delay_ms 4.0",
+            "flint_slot_requests_queued 13",
+            "flint_slot_request_bulks_queued 14",
         ] {
             assert!(
                 text.lines().any(|line| line == expected),
@@ -354,8 +382,17 @@ mod tests {
     }
 
     #[test]
-    fn help_and_label_values_are_escaped() {
-        assert_eq!(escape_help("a\\b\nc"), "a\\\\b\\nc");
-        assert_eq!(escape_label("say \"hi\""), "say \\\"hi\\\"");
+    fn label_values_are_escaped() {
+        let mut snapshot = snapshot();
+        snapshot.jobs.clear();
+        let text = snapshot.render();
+        assert!(!text.contains("flint_jobs{"), "{text}");
+        let family = Family::<Vec<(String, String)>, Gauge>::default();
+        family.get_or_create(&label("state", "say \"hi\"")).set(1);
+        let mut registry = Registry::default();
+        registry.register("x", "y", family);
+        let mut out = String::new();
+        encode(&mut out, &registry).unwrap();
+        assert!(out.contains(r#"x{state="say \"hi\""} 1"#), "{out}");
     }
 }
