@@ -6,11 +6,13 @@
 //!
 //! 1. **Check.** The configuration is loaded (file, `FLINT_*` variables, flags: see
 //!    [`crate::config`]), the job file is read with its parameters and validated against the
-//!    built-in operators, and the job is checked to fit the largest pool allowed. Any problem here is reported before
-//!    a single actor starts.
+//!    built-in operators, and the job's largest pipelined region is checked to fit the largest
+//!    pool allowed (its regions run in waves as slots free). Any problem here is reported
+//!    before a single actor starts.
 //! 2. **Start.** A [`MiniCluster`] starts with the resolved configuration. Unless set by a flag or
-//!    the configuration, the pool holds just enough TaskManagers for the job's peak slots
-//!    (`ceil(peak_slots / slots)`) and each TaskManager offers [`DEFAULT_SLOTS`] slots.
+//!    the configuration, the pool holds just enough TaskManagers for the job's peak slots, up
+//!    to the largest pool allowed (`ceil(min(peak_slots, max_pool × slots) / slots)`), and each
+//!    TaskManager offers [`DEFAULT_SLOTS`] slots.
 //! 3. **Watch.** Once the pool is up, the job is submitted and its status polled every
 //!    [`POLL_INTERVAL`]; a progress line is printed whenever its status or its number of
 //!    finished tasks changes. A job still running when the timeout (counted from the cluster's
@@ -138,7 +140,8 @@ pub enum RunError {
     /// must change.
     #[error(transparent)]
     JobFile(#[from] JobFileError),
-    /// The job needs more slots at once than the largest allowed pool offers. Not retryable.
+    /// The job's largest pipelined region needs more slots at once than the largest allowed
+    /// pool offers. Not retryable.
     #[error(
         "the job needs {needed} slots at once but the pool can never offer more than {offered} \
          ({} × {}); raise --slots or resourcemanager.max-pool-size, or lower the parallelism",
@@ -146,7 +149,7 @@ pub enum RunError {
         count((*.slots).into(), "slot", "slots")
     )]
     TooLarge {
-        /// The job's peak slots.
+        /// The slots of the job's largest pipelined region.
         needed: u64,
         /// `max_pool × slots`.
         offered: u64,
@@ -470,12 +473,37 @@ fn load_config(options: &RunOptions) -> Result<(ClusterConfig, ExplicitKeys), Ru
     Ok((loaded.config, explicit))
 }
 
+/// How many slots a job needs: at its peak (every vertex at once) and for its largest pipelined
+/// region (what it cannot run without).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SlotNeeds {
+    /// Per slot sharing group, the largest parallelism, summed.
+    pub peak: u64,
+    /// The slots of the largest pipelined region.
+    pub largest_region: u64,
+}
+
+impl SlotNeeds {
+    /// The needs of a validated graph.
+    pub fn of(graph: &JobGraph) -> Self {
+        let peak = JobMaster::peak_slots(graph);
+        // The regions of a validated graph always compute; were they not to, the peak is the
+        // safe bound.
+        let largest_region = crate::actors::job_master::largest_region_slots(graph).unwrap_or(peak);
+        Self {
+            peak,
+            largest_region,
+        }
+    }
+}
+
 /// Applies the run's defaults to the keys no source set (slots: [`DEFAULT_SLOTS`]; the pool:
-/// just enough for the job's peak slots) and checks that the job fits the largest pool allowed.
+/// just enough for the job's peak slots, up to the largest pool allowed) and checks that the
+/// job's largest region fits the largest pool allowed.
 fn resolve_config(
     mut config: ClusterConfig,
     explicit: ExplicitKeys,
-    peak_slots: u64,
+    needs: SlotNeeds,
 ) -> Result<ClusterConfig, RunError> {
     if !explicit.slots {
         config.taskmanager.slots = DEFAULT_SLOTS;
@@ -483,18 +511,19 @@ fn resolve_config(
     let slots = config.taskmanager.slots;
     let max_pool = config.resourcemanager.max_pool_size;
     let offered = u64::from(max_pool) * u64::from(slots);
-    if peak_slots > offered {
+    if needs.largest_region > offered {
         return Err(RunError::TooLarge {
-            needed: peak_slots,
+            needed: needs.largest_region,
             offered,
             max_pool,
             slots,
         });
     }
     if !explicit.pool_size {
-        // Fits in u32: peak_slots <= max_pool * slots, so the quotient is <= max_pool.
+        // Fits in u32: the slots are at most max_pool * slots, so the quotient is <= max_pool.
+        let wanted = needs.peak.min(offered);
         config.resourcemanager.pool_size =
-            u32::try_from(peak_slots.div_ceil(u64::from(slots))).unwrap_or(max_pool);
+            u32::try_from(wanted.div_ceil(u64::from(slots))).unwrap_or(max_pool);
     }
     config.validate().map_err(RunError::Config)?;
     Ok(config)
@@ -523,8 +552,9 @@ pub async fn run_embedded(
     let graph = read_job_file(&options.job_file, &options.params, |op| {
         registry.contains(op)
     })?;
-    let peak_slots = JobMaster::peak_slots(&graph);
-    let config = resolve_config(config, explicit, peak_slots)?;
+    let needs = SlotNeeds::of(&graph);
+    let peak_slots = needs.peak;
+    let config = resolve_config(config, explicit, needs)?;
     let outputs = sink_outputs(&graph);
     let tasks: u64 = graph
         .vertices
@@ -715,9 +745,25 @@ mod tests {
         }
     }
 
-    fn resolved(options: &RunOptions, peak_slots: u64) -> Result<ClusterConfig, RunError> {
+    fn resolved(options: &RunOptions, slots: u64) -> Result<ClusterConfig, RunError> {
+        let needs = SlotNeeds {
+            peak: slots,
+            largest_region: slots,
+        };
         let (config, explicit) = load_config(options)?;
-        resolve_config(config, explicit, peak_slots)
+        resolve_config(config, explicit, needs)
+    }
+
+    #[test]
+    fn a_job_wider_than_the_largest_pool_gets_that_pool_and_runs_in_waves() {
+        let env = [("FLINT_RESOURCEMANAGER_MAX_POOL_SIZE", "2")];
+        let (config, explicit) = load_config(&options(None, Some(4), &env)).unwrap();
+        let needs = SlotNeeds {
+            peak: 10_000,
+            largest_region: 1,
+        };
+        let config = resolve_config(config, explicit, needs).unwrap();
+        assert_eq!(config.resourcemanager.pool_size, 2);
     }
 
     #[test]

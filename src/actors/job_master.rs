@@ -205,7 +205,7 @@ impl JobMaster {
         let backoff = RestartBackoff::new(graph.restart_strategy);
         let region_slots = region_members
             .iter()
-            .map(|members| slots_needed(&graph, members))
+            .map(|members| slots_needed(&graph, members.iter().map(|t| t.vertex)))
             .collect();
         let tasks_total = graph.vertices.iter().map(|v| v.parallelism).sum();
         let mut master = Self {
@@ -1079,12 +1079,24 @@ impl JobMaster {
     }
 }
 
+/// Slots the largest pipelined region of `graph` needs at once: what a pool must offer for the
+/// job to run at all (its regions run in waves as slots free).
+pub fn largest_region_slots(graph: &JobGraph) -> Result<u64, RegionError> {
+    let regions = PipelinedRegions::compute(graph)?;
+    Ok(regions
+        .regions
+        .iter()
+        .map(|region| slots_needed(graph, region.members.iter().map(|m| m.vertex)))
+        .max()
+        .unwrap_or(0))
+}
+
 /// Slots a set of subtasks needs at once: per slot sharing group, the vertex with the most
 /// subtasks among them (a shared slot holds one subtask of each vertex of its group).
-pub fn slots_needed(graph: &JobGraph, members: &[TaskRef]) -> u64 {
+pub fn slots_needed(graph: &JobGraph, vertices: impl IntoIterator<Item = usize>) -> u64 {
     let mut per_vertex: BTreeMap<usize, u64> = BTreeMap::new();
-    for task in members {
-        *per_vertex.entry(task.vertex).or_default() += 1;
+    for vertex in vertices {
+        *per_vertex.entry(vertex).or_default() += 1;
     }
     let mut per_group: BTreeMap<&str, u64> = BTreeMap::new();
     for (vertex, count) in per_vertex {

@@ -152,6 +152,11 @@ impl RestartStrategyConfig {
 /// own upper bound for max parallelism is 32 768; this leaves room without allowing nonsense).
 pub const MAX_PARALLELISM: u32 = 100_000;
 
+/// The most subtasks one job may have over all its vertices: the JobManager keeps a few hundred
+/// bytes per subtask, so this bounds one job's memory (and the time to build its execution
+/// graph) well under a second and a gigabyte.
+pub const MAX_SUBTASKS: u64 = 1_000_000;
+
 /// A job graph that cannot run. Not retryable: the graph (or the job file) must change.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum JobGraphError {
@@ -196,6 +201,17 @@ pub enum JobGraphError {
         vertex: String,
         /// The parallelism it asks for.
         parallelism: u32,
+    },
+    /// Over [`MAX_SUBTASKS`] subtasks in all.
+    #[error(
+        "job `{job}` has {subtasks} subtasks over all its vertices, over the limit of {MAX_SUBTASKS}; \
+         lower the parallelism or split the job"
+    )]
+    TooManySubtasks {
+        /// The job's name.
+        job: String,
+        /// Its subtasks in all.
+        subtasks: u64,
     },
     /// A vertex names an operator the registry does not have, so no task could run it.
     #[error("vertex `{vertex}` uses operator `{operator}`, which is not a known operator")]
@@ -484,6 +500,13 @@ impl JobGraph {
             });
         }
         self.validate_vertices(&knows_operator)?;
+        let subtasks: u64 = self.vertices.iter().map(|v| u64::from(v.parallelism)).sum();
+        if subtasks > MAX_SUBTASKS {
+            return Err(JobGraphError::TooManySubtasks {
+                job: self.name.clone(),
+                subtasks,
+            });
+        }
         self.validate_edges()?;
         self.validate_acyclic()?;
         self.validate_co_location()?;
@@ -1006,6 +1029,27 @@ mod tests {
             }
         );
         assert!(text.contains("`tokenize` has parallelism 0"), "{text}");
+    }
+
+    #[test]
+    fn ten_million_subtasks_are_refused_with_the_total_and_the_limit() {
+        let mut b = JobGraph::builder("huge");
+        for v in 0..100 {
+            b.vertex(&format!("v{v}"), "noop", MAX_PARALLELISM);
+        }
+        let (err, text) = match b.build(known) {
+            Err(err) => (err.clone(), err.to_string()),
+            Ok(_) => panic!("ten million subtasks were accepted"),
+        };
+        assert_eq!(
+            err,
+            JobGraphError::TooManySubtasks {
+                job: "huge".into(),
+                subtasks: 10_000_000
+            }
+        );
+        assert!(text.contains("10000000 subtasks"), "{text}");
+        assert!(text.contains("limit of 1000000"), "{text}");
     }
 
     #[test]
