@@ -4,8 +4,10 @@
 //! The timeline is printed by the same task that waits, so lines appear in the order things
 //! happened, and every wait has a deadline (a stuck cluster fails the demo instead of hanging).
 
+mod waves;
 mod wordcount;
 
+pub use waves::most_at_once;
 pub use wordcount::generate_text;
 
 use std::fmt::Write as _;
@@ -21,12 +23,13 @@ use crate::messages::RemovalReason;
 use crate::minicluster::{ClusterStatus, MiniCluster, MiniClusterError};
 
 /// How long any one step may take before the demo gives up.
-const STEP_DEADLINE: Duration = Duration::from_secs(20);
+pub(crate) const STEP_DEADLINE: Duration = Duration::from_secs(20);
 
-/// The demo's cluster: pool of 4, 2 slots each, heartbeats fast enough to watch.
+/// The demo's cluster: pool of 4 (at most 6), 2 slots each, heartbeats fast enough to watch.
 pub fn demo_config() -> ClusterConfig {
     let mut config = ClusterConfig::default();
     config.resourcemanager.pool_size = 4;
+    config.resourcemanager.max_pool_size = 6;
     config.resourcemanager.check_interval = Duration::from_millis(100);
     config.taskmanager.slots = 2;
     config.heartbeat.interval = Duration::from_millis(100);
@@ -183,7 +186,7 @@ pub async fn run(config: ClusterConfig, out: &mut impl Write) -> Result<(), Demo
     for (number, size, why) in [
         (3, target + 2, "more workers are started"),
         (
-            4,
+            5,
             target.saturating_sub(1),
             "idle workers are released through the JobManager",
         ),
@@ -198,13 +201,18 @@ pub async fn run(config: ClusterConfig, out: &mut impl Write) -> Result<(), Demo
             took: began.elapsed(),
             status,
         });
+        if number == 3 {
+            // The pool at its largest: a job wider than it still runs, in waves.
+            waves::run(&cluster, 4, timeline.out).await?;
+            timeline.drain_quietly();
+        }
     }
 
     wordcount::run(&cluster, timeline.out).await?;
     timeline.drain_quietly();
 
     timeline.heading("Summary")?;
-    let table = summary(&steps);
+    let table = summary(&steps, &cluster.status().await?);
     write!(timeline.out, "{table}")?;
     cluster.shutdown().await?;
     writeln!(
@@ -214,7 +222,8 @@ pub async fn run(config: ClusterConfig, out: &mut impl Write) -> Result<(), Demo
     Ok(())
 }
 
-fn summary(steps: &[Step]) -> String {
+/// The steps, then the TaskManagers as the cluster has them now (`end`).
+fn summary(steps: &[Step], end: &ClusterStatus) -> String {
     let mut table = String::new();
     let _ = writeln!(
         table,
@@ -233,9 +242,9 @@ fn summary(steps: &[Step]) -> String {
             step.status.total_slots
         );
     }
-    if let Some(last) = steps.last() {
-        let _ = writeln!(table, "\nTaskManagers at the end:");
-        for tm in &last.status.task_managers {
+    let _ = writeln!(table, "\nTaskManagers at the end:");
+    {
+        for tm in &end.task_managers {
             let _ = writeln!(
                 table,
                 "  {:<16} {}  {} slots ({} free)",

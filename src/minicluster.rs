@@ -243,6 +243,19 @@ impl MiniCluster {
             .expect("the mini-cluster always has an event channel")
     }
 
+    /// The JobManager's own status (its mailbox figures and slot queue included).
+    pub async fn job_manager_status(
+        &self,
+    ) -> Result<crate::messages::job_manager::JobManagerStatus, MiniClusterError> {
+        self.job_manager
+            .send(GetJobManagerStatus)
+            .await
+            .map_err(|source| MiniClusterError::Unreachable {
+                actor: "JobManager",
+                source,
+            })
+    }
+
     /// A fresh snapshot, asked of the resource manager and the JobManager.
     pub async fn status(&self) -> Result<ClusterStatus, MiniClusterError> {
         let rm = self

@@ -483,3 +483,55 @@ fn ctrl_c_leaves_the_job_running_and_says_how_to_cancel_it() {
     assert_eq!(run.code, Some(0), "{run:?}");
     cluster.wait_for_state(&id, "CANCELED");
 }
+
+/// Most subtasks between DEPLOYING and FINISHED at once, from the JobManager's timestamps (a
+/// slot is given again only after its last holder's end was recorded: half-open intervals).
+fn most_at_once(job: &flint::rest::views::JobView) -> usize {
+    use flint::job::states::ExecutionState;
+    let mut events: Vec<(u64, i32)> = Vec::new();
+    for subtask in job.vertices.iter().flat_map(|v| &v.subtasks) {
+        events.push((subtask.timestamps[&ExecutionState::Deploying], 1));
+        events.push((subtask.timestamps[&ExecutionState::Finished], -1));
+    }
+    events.sort();
+    let (mut now, mut most) = (0, 0);
+    for (_, delta) in events {
+        now += delta;
+        most = most.max(now);
+    }
+    most as usize
+}
+
+/// What Ray and Dask run as 10,000 tasks on 8 workers: one vertex of parallelism 10,000 on four
+/// TaskManager processes × 2 slots is 10,000 regions of one subtask, run in waves.
+#[test]
+fn flint_run_of_ten_thousand_subtasks_on_eight_slots_runs_in_waves() {
+    let cluster = Cluster::start("waves", 4, "[resourcemanager]\nmax-pool-size = 4\n");
+    cluster.wait_for_task_managers(4);
+    let job = cluster.dir.join("wide.toml");
+    std::fs::write(
+        &job,
+        "name = \"wide\"\n[[vertex]]\nname = \"nothing\"\noperator = \"noop\"\nparallelism = 10000\n",
+    )
+    .unwrap();
+    let run = cluster.flint(&["run", &arg(&job)]);
+    assert_eq!(run.code, Some(0), "{run:?}");
+    assert!(run.stdout.contains("FINISHED"), "{run:?}");
+    let id = run
+        .stdout
+        .lines()
+        .next()
+        .and_then(|l| l.strip_prefix("Submitted job `wide` as "))
+        .unwrap_or_else(|| panic!("no job id: {run:?}"))
+        .to_owned();
+    let status = cluster.flint(&["status", &id, "--output", "json"]);
+    assert_eq!(status.code, Some(0), "{status:?}");
+    let view: flint::rest::views::JobView =
+        serde_json::from_str(&status.stdout).expect("the job's details");
+    assert_eq!(view.tasks_finished, 10_000);
+    let most = most_at_once(&view);
+    assert!(
+        (1..=8).contains(&most),
+        "{most} subtasks held slots at once"
+    );
+}

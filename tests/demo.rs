@@ -20,6 +20,8 @@ fn the_demo_runs_its_tour_and_exits_cleanly() {
         "unreachable",
         "pool back at 4",
         "pool at 6",
+        "64 subtasks FINISHED",
+        "never more than the 12 slots",
         "idle while the pool shrinks",
         "pool at 3",
         "top 10 words",

@@ -330,6 +330,32 @@ async fn a_job_wider_than_the_pool_runs_in_waves_never_more_than_its_slots_at_on
     cluster.shutdown().await.unwrap();
 }
 
+/// What Ray and Dask run as 10,000 tasks on 8 workers: one `noop` vertex of parallelism 10,000
+/// on 2 TaskManagers × 4 slots.
+#[actix::test]
+async fn ten_thousand_subtasks_on_eight_slots_run_in_waves_to_the_end() {
+    let mut config = config(2, 4);
+    config.resourcemanager.max_pool_size = 2;
+    let cluster = MiniCluster::start(config).unwrap();
+    cluster.wait_for_pool(2, DEADLINE).await.unwrap();
+    let mut b = JobGraph::builder("wide");
+    b.vertex("nothing", "noop", 10_000);
+    b.restart_strategy(RestartStrategyConfig::None);
+    let job = cluster
+        .submit_job(b.build(|_| true).unwrap())
+        .await
+        .unwrap();
+    let details = cluster.wait_for_job(job, DEADLINE).await.unwrap();
+    assert_eq!(details.summary.status, JobStatus::Finished);
+    assert_eq!(details.summary.tasks_finished, 10_000);
+    let most = most_at_once(&details);
+    assert!(
+        (1..=8).contains(&most),
+        "{most} subtasks held slots at once"
+    );
+    cluster.shutdown().await.unwrap();
+}
+
 #[actix::test]
 async fn a_job_waiting_for_busy_slots_waits_past_the_slot_request_timeout() {
     let mut config = config(1, 2);

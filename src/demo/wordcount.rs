@@ -95,7 +95,7 @@ pub async fn run(cluster: &MiniCluster, out: &mut impl Write) -> Result<(), Demo
     let size = std::fs::metadata(&input)?.len();
     writeln!(
         out,
-        "\n== 5. WordCount (examples/wordcount.toml, parallelism 2) on a generated {:.1} MB text",
+        "\n== 6. WordCount (examples/wordcount.toml, parallelism 2) on a generated {:.1} MB text",
         size as f64 / 1e6
     )?;
     let expected = sequential_word_count(&input)?;
@@ -118,7 +118,7 @@ pub async fn run(cluster: &MiniCluster, out: &mut impl Write) -> Result<(), Demo
 
     writeln!(
         out,
-        "\n== 6. WordCount again, crashing a worker that runs its tasks while they run"
+        "\n== 7. WordCount again, crashing a worker that runs its tasks while they run"
     )?;
     let second = scratch.0.join("out-2");
     let (details, took) = run_once(cluster, &input, &second, Some(()), out).await?;
