@@ -413,7 +413,8 @@ impl JobManager {
             heartbeat_timeouts: self.heartbeat_timeouts,
             task_restarts: self.task_restarts,
             mailbox: MailboxFigures {
-                max_handle_us: self.mailbox.max_handle_us(),
+                max_handle_us: self.mailbox.longest_handler().0,
+                longest_handler: self.mailbox.longest_handler().1.to_owned(),
                 last_delay_us: self.mailbox.last_delay_us(),
                 max_delay_us: self.mailbox.max_delay_us(),
             },
@@ -455,7 +456,7 @@ impl Actor for JobManager {
             LocalActor::JobManager(JobManagerGateway::of(&ctx.address())),
         );
         ctx.run_interval(self.settings.heartbeat.interval, |act, ctx| {
-            let _timed = act.mailbox.time();
+            let _timed = act.mailbox.time("heartbeat check");
             act.check_heartbeats(ctx);
             // Through the mailbox, behind whatever waits there: how long a message waits.
             ctx.address().do_send(MailboxProbe {
@@ -467,7 +468,7 @@ impl Actor for JobManager {
             std::time::Duration::from_secs(1),
         );
         ctx.run_interval(sweep, |act, ctx| {
-            let _timed = act.mailbox.time();
+            let _timed = act.mailbox.time("slot request sweep");
             act.expire_slot_requests(ctx);
         });
         log::info!(
@@ -487,7 +488,7 @@ impl Handler<RegisterTaskManager> for JobManager {
     type Result = MessageResult<RegisterTaskManager>;
 
     fn handle(&mut self, msg: RegisterTaskManager, ctx: &mut Context<Self>) -> Self::Result {
-        let _timed = self.mailbox.time();
+        let _timed = self.mailbox.time("RegisterTaskManager");
         log::debug!("job manager <- {msg:?}");
         MessageResult(self.register_task_manager(msg, ctx))
     }
@@ -497,7 +498,7 @@ impl Handler<RegisterResourceManager> for JobManager {
     type Result = MessageResult<RegisterResourceManager>;
 
     fn handle(&mut self, msg: RegisterResourceManager, _: &mut Context<Self>) -> Self::Result {
-        let _timed = self.mailbox.time();
+        let _timed = self.mailbox.time("RegisterResourceManager");
         log::debug!("job manager <- {msg:?}");
         match self.env.resolver.resource_manager(&msg.resource_manager) {
             Some(gateway) => {
@@ -530,7 +531,7 @@ impl Handler<ResourceRemoved> for JobManager {
     type Result = ();
 
     fn handle(&mut self, msg: ResourceRemoved, ctx: &mut Context<Self>) {
-        let _timed = self.mailbox.time();
+        let _timed = self.mailbox.time("ResourceRemoved");
         log::debug!("job manager <- {msg:?}");
         if !self.unregister(&msg.resource_id, msg.reason, ctx) {
             log::debug!(
@@ -545,7 +546,7 @@ impl Handler<Heartbeat> for JobManager {
     type Result = MessageResult<Heartbeat>;
 
     fn handle(&mut self, msg: Heartbeat, ctx: &mut Context<Self>) -> Self::Result {
-        let _timed = self.mailbox.time();
+        let _timed = self.mailbox.time("Heartbeat");
         log::debug!("job manager <- {msg:?}");
         let now_ms = self.env.clock.now_millis();
         let running: std::collections::BTreeSet<_> = msg.report.running.iter().copied().collect();
@@ -572,7 +573,7 @@ impl Handler<ReleaseIdleTaskManagers> for JobManager {
     type Result = MessageResult<ReleaseIdleTaskManagers>;
 
     fn handle(&mut self, msg: ReleaseIdleTaskManagers, ctx: &mut Context<Self>) -> Self::Result {
-        let _timed = self.mailbox.time();
+        let _timed = self.mailbox.time("ReleaseIdleTaskManagers");
         log::debug!("job manager <- {msg:?}");
         let released = self
             .instances
@@ -598,7 +599,7 @@ impl Handler<ResourceManagerHeartbeat> for JobManager {
     type Result = MessageResult<ResourceManagerHeartbeat>;
 
     fn handle(&mut self, msg: ResourceManagerHeartbeat, _: &mut Context<Self>) -> Self::Result {
-        let _timed = self.mailbox.time();
+        let _timed = self.mailbox.time("ResourceManagerHeartbeat");
         log::debug!("job manager <- {msg:?}");
         match self.resource_manager.as_mut() {
             Some(rm) if rm.address == msg.resource_manager => {
@@ -619,7 +620,7 @@ impl Handler<GetJobManagerStatus> for JobManager {
     type Result = MessageResult<GetJobManagerStatus>;
 
     fn handle(&mut self, _: GetJobManagerStatus, _: &mut Context<Self>) -> Self::Result {
-        let _timed = self.mailbox.time();
+        let _timed = self.mailbox.time("GetJobManagerStatus");
         log::debug!("job manager <- GetJobManagerStatus");
         MessageResult(self.status())
     }
@@ -629,7 +630,7 @@ impl Handler<DisconnectTaskManager> for JobManager {
     type Result = MessageResult<DisconnectTaskManager>;
 
     fn handle(&mut self, msg: DisconnectTaskManager, ctx: &mut Context<Self>) -> Self::Result {
-        let _timed = self.mailbox.time();
+        let _timed = self.mailbox.time("DisconnectTaskManager");
         log::debug!("job manager <- {msg:?}");
         let current = self
             .instances
@@ -665,7 +666,7 @@ impl Handler<Shutdown> for JobManager {
     type Result = ();
 
     fn handle(&mut self, _: Shutdown, ctx: &mut Context<Self>) {
-        let _timed = self.mailbox.time();
+        let _timed = self.mailbox.time("Shutdown");
         log::debug!("job manager <- Shutdown");
         ctx.stop();
     }

@@ -40,6 +40,13 @@ use crate::messages::{
     deployment::{InputGate, OutputPartition, ProducerLocation, TaskDeploymentDescriptor},
 };
 
+/// Region bulks one job keeps in the scheduler's queue at most; more ready regions wait in the
+/// job and are queued as these are served. Bounds the work of one message (a job of 100,000
+/// independent subtasks does not build 100,000 bulks at submission) while keeping the queue's
+/// order: a JobManager turn places at most 256 tasks (its serve budget), fewer
+/// than this window, and each placement refills it before the next turn.
+pub const QUEUED_REGIONS_PER_JOB: usize = 512;
+
 /// Whether a task in this state holds or waits for a slot, or still runs.
 fn is_active(state: ExecutionState) -> bool {
     matches!(
@@ -143,6 +150,8 @@ pub struct JobMaster {
     region_slots: Vec<u64>,
     /// Tasks whose current attempt finished (the summary's count, kept, not counted).
     finished_tasks: u32,
+    /// This job's bulks in the scheduler's queue (at most [`QUEUED_REGIONS_PER_JOB`]).
+    queued_bulks: usize,
     tasks_total: u32,
     /// Attempts a heartbeat of a TaskManager did not list although they run there (by this
     /// job's account): failed if the next heartbeat does not list them either.
@@ -230,6 +239,7 @@ impl JobMaster {
             placed_on: BTreeMap::new(),
             region_slots,
             finished_tasks: 0,
+            queued_bulks: 0,
             tasks_total,
             gates: BTreeMap::new(),
             suspects: BTreeMap::new(),
@@ -343,7 +353,9 @@ impl JobMaster {
         if self.status() != JobStatus::Running {
             return;
         }
-        for region in self.progress.take_ready() {
+        let room = QUEUED_REGIONS_PER_JOB.saturating_sub(self.queued_bulks);
+        for region in self.progress.take_ready_up_to(room) {
+            self.queued_bulks += 1;
             self.unfinished[region.0] = self.region_members[region.0].len();
             let members = self.members(region);
             let mut requests = Vec::with_capacity(members.len());
@@ -411,6 +423,7 @@ impl JobMaster {
         cx: &mut JobContext<'_>,
     ) -> Vec<JobAction> {
         let mut actions = Vec::new();
+        self.queued_bulks = self.queued_bulks.saturating_sub(1);
         let current = self.status() == JobStatus::Running
             && placed
                 .iter()
@@ -426,6 +439,8 @@ impl JobMaster {
             self.place(task, assignment);
         }
         self.try_deploy(RegionId(bulk.region), cx, &mut actions);
+        // Room in the queue again: the next ready regions.
+        self.schedule_ready_regions(cx);
         actions
     }
 
@@ -724,7 +739,9 @@ impl JobMaster {
         match self.task(&task).state.state() {
             ExecutionState::Created | ExecutionState::Scheduled => {
                 self.set_state(&task, ExecutionState::Canceled, now_ms);
-                cx.scheduler.cancel_bulk(&self.bulk(self.region_of(&task)));
+                if cx.scheduler.cancel_bulk(&self.bulk(self.region_of(&task))) {
+                    self.queued_bulks = self.queued_bulks.saturating_sub(1);
+                }
                 self.free_slot(&task, cx);
             }
             ExecutionState::Deploying | ExecutionState::Running => {
@@ -942,6 +959,8 @@ impl JobMaster {
         cx: &mut JobContext<'_>,
     ) -> Vec<JobAction> {
         let mut actions = Vec::new();
+        // The scheduler dropped the bulk from its queue.
+        self.queued_bulks = self.queued_bulks.saturating_sub(1);
         let mut failed = Vec::new();
         for task in tasks {
             if self.task(task).state.state() != ExecutionState::Scheduled {
@@ -1094,8 +1113,15 @@ pub fn largest_region_slots(graph: &JobGraph) -> Result<u64, RegionError> {
 /// Slots a set of subtasks needs at once: per slot sharing group, the vertex with the most
 /// subtasks among them (a shared slot holds one subtask of each vertex of its group).
 pub fn slots_needed(graph: &JobGraph, vertices: impl IntoIterator<Item = usize>) -> u64 {
+    let mut vertices = vertices.into_iter().peekable();
+    let Some(first) = vertices.next() else {
+        return 0;
+    };
+    if vertices.peek().is_none() {
+        return 1; // one subtask, one slot: the common case of many independent regions
+    }
     let mut per_vertex: BTreeMap<usize, u64> = BTreeMap::new();
-    for vertex in vertices {
+    for vertex in std::iter::once(first).chain(vertices) {
         *per_vertex.entry(vertex).or_default() += 1;
     }
     let mut per_group: BTreeMap<&str, u64> = BTreeMap::new();

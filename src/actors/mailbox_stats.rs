@@ -5,15 +5,16 @@
 //! Measured with `tokio::time::Instant`, so under a paused clock (tests, the simulation) every
 //! figure is 0. The figures are shown, never used to decide anything.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use actix::clock::Instant;
 
 /// The figures of one actor, shared with whoever reports them.
 #[derive(Debug, Clone, Default)]
 pub struct MailboxStats {
-    max_handle_us: Arc<AtomicU64>,
+    /// The longest handler and the message it handled.
+    longest: Arc<Mutex<(u64, &'static str)>>,
     last_delay_us: Arc<AtomicU64>,
     max_delay_us: Arc<AtomicU64>,
 }
@@ -21,22 +22,28 @@ pub struct MailboxStats {
 /// Times one handler: records its duration when dropped.
 #[must_use = "the handler is timed until the guard is dropped"]
 pub struct HandleTimer {
-    max_handle_us: Arc<AtomicU64>,
+    longest: Arc<Mutex<(u64, &'static str)>>,
+    message: &'static str,
     started: Instant,
 }
 
 impl Drop for HandleTimer {
     fn drop(&mut self) {
         let took = micros(self.started.elapsed());
-        self.max_handle_us.fetch_max(took, Ordering::Relaxed);
+        // A poisoned lock only means a panic elsewhere mid-update of two plain values.
+        let mut longest = self.longest.lock().unwrap_or_else(PoisonError::into_inner);
+        if took > longest.0 {
+            *longest = (took, self.message);
+        }
     }
 }
 
 impl MailboxStats {
-    /// Starts timing a handler; call first thing in `handle`.
-    pub fn time(&self) -> HandleTimer {
+    /// Starts timing the handler of `message`; call first thing in `handle`.
+    pub fn time(&self, message: &'static str) -> HandleTimer {
         HandleTimer {
-            max_handle_us: self.max_handle_us.clone(),
+            longest: self.longest.clone(),
+            message,
             started: Instant::now(),
         }
     }
@@ -48,9 +55,9 @@ impl MailboxStats {
         self.max_delay_us.fetch_max(waited, Ordering::Relaxed);
     }
 
-    /// The longest handler so far, in microseconds.
-    pub fn max_handle_us(&self) -> u64 {
-        self.max_handle_us.load(Ordering::Relaxed)
+    /// The longest handler so far, in microseconds, and the message it handled.
+    pub fn longest_handler(&self) -> (u64, &'static str) {
+        *self.longest.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// How long the last probe waited in the mailbox, in microseconds.
@@ -77,14 +84,14 @@ mod tests {
         tokio::time::pause();
         let stats = MailboxStats::default();
         {
-            let _timed = stats.time();
+            let _timed = stats.time("Slow");
             tokio::time::advance(std::time::Duration::from_millis(7)).await;
         }
         {
-            let _timed = stats.time();
+            let _timed = stats.time("Quick");
             tokio::time::advance(std::time::Duration::from_millis(2)).await;
         }
-        assert_eq!(stats.max_handle_us(), 7_000);
+        assert_eq!(stats.longest_handler(), (7_000, "Slow"));
         let sent = Instant::now();
         tokio::time::advance(std::time::Duration::from_millis(3)).await;
         stats.probe_arrived(sent);

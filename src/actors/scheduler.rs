@@ -375,22 +375,14 @@ impl Scheduler {
         if self.queue.contains_key(&key) || requests.is_empty() {
             return;
         }
-        let mut counts: BTreeMap<(GroupKey, usize), u64> = BTreeMap::new();
-        for request in &requests {
-            *counts
-                .entry(((id.job, request.sharing_group.clone()), request.task.vertex))
-                .or_default() += 1;
-        }
-        let mut per_group: BTreeMap<&GroupKey, u64> = BTreeMap::new();
-        for ((group, _), count) in &counts {
-            let largest = per_group.entry(group).or_default();
-            *largest = (*largest).max(*count);
-        }
-        let need = per_group.values().sum();
-        let per_vertex = counts
-            .into_iter()
-            .map(|((group, vertex), count)| (group, vertex, count))
-            .collect();
+        let (per_vertex, need) = match requests.as_slice() {
+            // One task (independent subtasks: the common case of many regions): one slot.
+            [only] => (
+                vec![((id.job, only.sharing_group.clone()), only.task.vertex, 1)],
+                1,
+            ),
+            _ => bulk_shape(id.job, &requests),
+        };
         self.queued_tasks += requests.len();
         self.queued_need += need;
         self.by_need.insert((need, key));
@@ -964,6 +956,28 @@ impl Scheduler {
         }
         Some(slot)
     }
+}
+
+/// Tasks per (group, vertex), sorted, and the slots they need with no shared slot open: per
+/// group, the vertex with the most tasks.
+fn bulk_shape(job: JobId, requests: &[SlotRequest]) -> (Vec<(GroupKey, usize, u64)>, u64) {
+    let mut counts: BTreeMap<(GroupKey, usize), u64> = BTreeMap::new();
+    for request in requests {
+        *counts
+            .entry(((job, request.sharing_group.clone()), request.task.vertex))
+            .or_default() += 1;
+    }
+    let mut per_group: BTreeMap<&GroupKey, u64> = BTreeMap::new();
+    for ((group, _), count) in &counts {
+        let largest = per_group.entry(group).or_default();
+        *largest = (*largest).max(*count);
+    }
+    let need = per_group.values().sum();
+    let per_vertex = counts
+        .into_iter()
+        .map(|((group, vertex), count)| (group, vertex, count))
+        .collect();
+    (per_vertex, need)
 }
 
 fn distinct_preferences(preferred: &[ResourceId]) -> Vec<ResourceId> {

@@ -125,6 +125,7 @@ pub(crate) fn job_manager_status() -> JobManagerStatus {
         task_restarts: 2,
         mailbox: MailboxFigures {
             max_handle_us: 3,
+            longest_handler: "SubmitJob".into(),
             last_delay_us: 4,
             max_delay_us: 5,
         },

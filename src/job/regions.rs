@@ -371,11 +371,25 @@ impl RegionProgress {
 
     /// The regions ready to schedule, in order; they count as scheduled from now on.
     pub fn take_ready(&mut self) -> Vec<RegionId> {
-        let ready: Vec<RegionId> = std::mem::take(&mut self.ready).into_iter().collect();
-        for region in &ready {
+        self.take_ready_up_to(usize::MAX)
+    }
+
+    /// At most `limit` of the regions ready to schedule, first in order; the rest stay ready.
+    pub fn take_ready_up_to(&mut self, limit: usize) -> Vec<RegionId> {
+        let mut taken = Vec::new();
+        while taken.len() < limit {
+            let Some(region) = self.ready.pop_first() else {
+                break;
+            };
             self.state[region.0] = Progress::Scheduled;
+            taken.push(region);
         }
-        ready
+        taken
+    }
+
+    /// Whether some region is ready and not taken yet.
+    pub fn has_ready(&self) -> bool {
+        !self.ready.is_empty()
     }
 
     /// Every task of `region` finished: its consumers may become ready.

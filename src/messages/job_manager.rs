@@ -285,10 +285,12 @@ pub struct JobManagerStatus {
 }
 
 /// How long an actor's messages take (0 under a paused clock).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MailboxFigures {
     /// The longest single message handled since start, in microseconds.
     pub max_handle_us: u64,
+    /// Which message that was (empty before the first).
+    pub longest_handler: String,
     /// How long the last mailbox probe waited to be handled, in microseconds.
     pub last_delay_us: u64,
     /// The longest any mailbox probe waited, in microseconds.

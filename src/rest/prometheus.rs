@@ -9,6 +9,7 @@
 //! counter is registered without its `_total` suffix, which the encoder adds (OpenMetrics).
 
 use std::collections::BTreeMap;
+use std::sync::atomic::AtomicU64;
 
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::{ConstCounter, Counter};
@@ -61,6 +62,8 @@ pub struct MetricsSnapshot {
     pub rejected_connections: u64,
     /// `flint_jobmanager_mailbox_max_handle_ms`.
     pub jm_max_handle_us: u64,
+    /// Its `message` label: which message that was.
+    pub jm_longest_handler: String,
     /// `flint_jobmanager_mailbox_delay_ms`.
     pub jm_mailbox_delay_us: u64,
     /// `flint_jobmanager_mailbox_max_delay_ms`.
@@ -97,6 +100,7 @@ impl MetricsSnapshot {
             bytes_out: transport.bytes_out.get(),
             rejected_connections: transport.rejected_connections.get(),
             jm_max_handle_us: jm.mailbox.max_handle_us,
+            jm_longest_handler: jm.mailbox.longest_handler.clone(),
             jm_mailbox_delay_us: jm.mailbox.last_delay_us,
             jm_mailbox_max_delay_us: jm.mailbox.max_delay_us,
             slot_requests_queued: jm.slot_requests_queued,
@@ -157,12 +161,16 @@ impl MetricsSnapshot {
         for (name, help, value) in gauges {
             registry.register(name, help, ConstGauge::new(value));
         }
-        let milliseconds: [(&str, &str, u64); 3] = [
-            (
-                "flint_jobmanager_mailbox_max_handle_ms",
-                "The longest single message the JobManager actor handled since start.",
-                self.jm_max_handle_us,
-            ),
+        let longest = Family::<Vec<(String, String)>, Gauge<f64, AtomicU64>>::default();
+        longest
+            .get_or_create(&label("message", &self.jm_longest_handler))
+            .set(self.jm_max_handle_us as f64 / 1e3);
+        registry.register(
+            "flint_jobmanager_mailbox_max_handle_ms",
+            "The longest single message the JobManager actor handled since start (label: which).",
+            longest,
+        );
+        let milliseconds: [(&str, &str, u64); 2] = [
             (
                 "flint_jobmanager_mailbox_delay_ms",
                 "How long the last probe waited in the JobManager's mailbox.",
@@ -265,6 +273,7 @@ mod tests {
             bytes_out: 1000,
             rejected_connections: 11,
             jm_max_handle_us: 12_500,
+            jm_longest_handler: "SubmitJob".into(),
             jm_mailbox_delay_us: 250,
             jm_mailbox_max_delay_us: 4_000,
             slot_requests_queued: 13,
@@ -312,7 +321,7 @@ mod tests {
             "flint_transport_bytes_total{direction=\"in\"} 900",
             "flint_transport_bytes_total{direction=\"out\"} 1000",
             "flint_transport_rejected_connections_total 11",
-            "flint_jobmanager_mailbox_max_handle_ms 12.5",
+            "flint_jobmanager_mailbox_max_handle_ms{message=\"SubmitJob\"} 12.5",
             "flint_jobmanager_mailbox_delay_ms 0.25",
             "flint_jobmanager_mailbox_max_delay_ms 4.0",
             "flint_slot_requests_queued 13",

@@ -443,7 +443,7 @@ impl Handler<ServeQueue> for JobManager {
     type Result = ();
 
     fn handle(&mut self, _: ServeQueue, ctx: &mut Context<Self>) {
-        let _timed = self.mailbox.time();
+        let _timed = self.mailbox.time("ServeQueue");
         self.serve_pending = false;
         self.serve_queue(ctx);
         self.grow_pool_for_demand();
@@ -463,7 +463,7 @@ impl Handler<DeploymentFailed> for JobManager {
     type Result = ();
 
     fn handle(&mut self, msg: DeploymentFailed, ctx: &mut Context<Self>) {
-        let _timed = self.mailbox.time();
+        let _timed = self.mailbox.time("DeploymentFailed");
         self.with_job(msg.job_id, ctx, |job, cx| {
             job.deployment_failed(msg.attempt, msg.error, cx)
         });
@@ -474,7 +474,7 @@ impl Handler<SubmitJob> for JobManager {
     type Result = Result<JobId, JobError>;
 
     fn handle(&mut self, msg: SubmitJob, ctx: &mut Context<Self>) -> Self::Result {
-        let _timed = self.mailbox.time();
+        let _timed = self.mailbox.time("SubmitJob");
         log::debug!("job manager <- SubmitJob {}", msg.job_graph.name);
         self.submit(msg.job_graph, ctx)
     }
@@ -484,7 +484,7 @@ impl Handler<CancelJob> for JobManager {
     type Result = Result<crate::job::states::JobStatus, JobError>;
 
     fn handle(&mut self, msg: CancelJob, ctx: &mut Context<Self>) -> Self::Result {
-        let _timed = self.mailbox.time();
+        let _timed = self.mailbox.time("CancelJob");
         log::debug!("job manager <- {msg:?}");
         let job = self
             .jobs
@@ -508,7 +508,7 @@ impl Handler<RequestJobStatus> for JobManager {
     type Result = Result<JobDetails, JobError>;
 
     fn handle(&mut self, msg: RequestJobStatus, _: &mut Context<Self>) -> Self::Result {
-        let _timed = self.mailbox.time();
+        let _timed = self.mailbox.time("RequestJobStatus");
         self.jobs
             .get(&msg.job_id)
             .map(JobMaster::details)
@@ -520,7 +520,7 @@ impl Handler<ListJobs> for JobManager {
     type Result = MessageResult<ListJobs>;
 
     fn handle(&mut self, _: ListJobs, _: &mut Context<Self>) -> Self::Result {
-        let _timed = self.mailbox.time();
+        let _timed = self.mailbox.time("ListJobs");
         let mut jobs: Vec<JobSummary> = self.jobs.values().map(JobMaster::summary).collect();
         jobs.sort_by_key(|j| (j.submitted_at_ms, j.job_id));
         MessageResult(jobs)
@@ -531,7 +531,7 @@ impl Handler<UpdateTaskExecutionState> for JobManager {
     type Result = MessageResult<UpdateTaskExecutionState>;
 
     fn handle(&mut self, msg: UpdateTaskExecutionState, ctx: &mut Context<Self>) -> Self::Result {
-        let _timed = self.mailbox.time();
+        let _timed = self.mailbox.time("UpdateTaskExecutionState");
         log::debug!("job manager <- {msg:?}");
         self.with_job(msg.job_id, ctx, |job, cx| {
             job.update(msg.attempt, msg.state, msg.error, cx)

@@ -1200,3 +1200,24 @@ fn a_task_missing_from_two_heartbeats_in_a_row_has_failed() {
     }
     assert_eq!(other.state("source", 0), ExecutionState::Running);
 }
+
+#[test]
+fn a_job_keeps_a_bounded_window_of_regions_in_the_queue_and_refills_it() {
+    let many = QUEUED_REGIONS_PER_JOB as u32 * 2 + 3;
+    let mut b = JobGraph::builder("many");
+    b.vertex("source", "numbers", many);
+    b.restart_strategy(RestartStrategyConfig::None);
+    let mut h = Harness::new(b.build(|_| true).expect("valid"), &[1]);
+    assert_eq!(deployments(&h.start()), [deployed("source", 0, 0)]);
+    assert_eq!(h.scheduler.queued_bulks(), QUEUED_REGIONS_PER_JOB);
+    for i in 0..many {
+        h.run("source", i);
+        let next = deployments(&h.finish("source", i));
+        if i + 1 < many {
+            assert_eq!(next, [deployed("source", i + 1, 0)], "in order");
+        }
+        let waiting = (many.saturating_sub(i + 2) as usize).min(QUEUED_REGIONS_PER_JOB);
+        assert_eq!(h.scheduler.queued_bulks(), waiting, "after {i}");
+    }
+    assert_eq!(h.status(), JobStatus::Finished);
+}
