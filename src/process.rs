@@ -128,9 +128,11 @@ fn endpoint_config(
         node_name: name.to_owned(),
         secret,
         handshake_timeout: Duration::from_secs(5),
+        accept_timeout: crate::transport::remote::DEFAULT_ACCEPT_TIMEOUT,
         ask_timeout: crate::node::ASK_TIMEOUT,
         max_frame: crate::transport::frame::DEFAULT_MAX_FRAME,
         outbound_queue: 4096,
+        max_inbound_in_flight: crate::transport::remote::DEFAULT_MAX_INBOUND_IN_FLIGHT,
         seed,
         tls,
     })
