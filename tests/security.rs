@@ -26,6 +26,17 @@ const DEADLINE: Duration = Duration::from_secs(30);
 /// `flint jobmanager` on 127.0.0.1:0 with `args`, its temporary directory `tmp`, its log in
 /// `log`.
 fn job_manager(args: &[&str], tmp: &Path, log: &Path) -> JobManagerProcess {
+    job_manager_with_secret(args, tmp, log, SECRET.as_bytes())
+}
+
+/// As [`job_manager`], with the cluster secret `secret` (any bytes) in `FLINT_SECRET`.
+fn job_manager_with_secret(
+    args: &[&str],
+    tmp: &Path,
+    log: &Path,
+    secret: &[u8],
+) -> JobManagerProcess {
+    use std::os::unix::ffi::OsStringExt;
     let mut command = Command::new(env!("CARGO_BIN_EXE_flint"));
     command
         .args([
@@ -36,7 +47,10 @@ fn job_manager(args: &[&str], tmp: &Path, log: &Path) -> JobManagerProcess {
             "127.0.0.1:0",
         ])
         .args(args)
-        .env("FLINT_SECRET", SECRET)
+        .env(
+            "FLINT_SECRET",
+            std::ffi::OsString::from_vec(secret.to_vec()),
+        )
         .env("TMPDIR", tmp)
         .stderr(std::fs::File::create(log).expect("a log file"));
     JobManagerProcess::start(command)
@@ -249,5 +263,54 @@ async fn working_files_are_private_never_follow_a_planted_link_and_go_when_the_c
     assert!(status.success(), "{status}");
     // Nothing of the cluster is left: only the planted link remains.
     assert_eq!(flint_entries(&tmp), ["flint-0000000000000007"]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[actix::test]
+async fn a_secret_that_is_not_utf8_reaches_the_children_byte_for_byte() {
+    // Bytes a lossy conversion would change (and that `std::env::var` refuses outright).
+    let secret: &[u8] = b"\xff\xfe-not-utf8-\xc3\x28";
+    let dir = scratch("binary-secret");
+    let tmp = dir.join("tmp");
+    std::fs::create_dir_all(&tmp).unwrap();
+    let jm = job_manager_with_secret(
+        &["--pool-size", "1"],
+        &tmp,
+        &dir.join("jobmanager.log"),
+        secret,
+    );
+    // The child proved exactly this secret to the JobManager.
+    let client = Client::connect(
+        Client::loopback_config(Secret::from_bytes(secret), 3),
+        &jm.address,
+    )
+    .await;
+    client
+        .wait_for("the child registers with the same secret", DEADLINE, |s| {
+            s.task_managers.len() == 1
+        })
+        .await;
+    client.endpoint.shutdown();
+    // And the JobManager does not run without one: the lossy version of it is refused.
+    let (lossy, resolver) = flint::transport::remote::NodeEndpoint::bind(Client::loopback_config(
+        Secret::from_bytes(String::from_utf8_lossy(secret).into_owned()),
+        4,
+    ))
+    .await
+    .expect("binds");
+    let proxy = flint::directory::Resolver::job_manager(
+        &*resolver,
+        &flint::messages::ActorAddress::new(jm.address.clone(), "jobmanager"),
+    )
+    .expect("a proxy");
+    assert!(
+        proxy
+            .get_status
+            .send(flint::messages::job_manager::GetJobManagerStatus)
+            .await
+            .is_err()
+    );
+    lossy.shutdown();
+    drop(jm);
     let _ = std::fs::remove_dir_all(&dir);
 }

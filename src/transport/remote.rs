@@ -37,7 +37,18 @@
 //! part of its actors' addresses). Outgoing connections are made on the endpoint's arbiter (the
 //! one [`NodeEndpoint::bind`] ran on), so a proxy on a TaskManager's arbiter that stops does not
 //! take the connection with it. If two nodes dial each other at once both connections are kept
-//! and serve (a peer never has more than two); each side sends on the one it keeps in its map.
+//! and serve; each side sends on the one it keeps in its map. A peer never has more than two: a
+//! newer accepted connection under its node id closes the older one (a restarted peer's, or a
+//! peer that dials again), and this node dials at most one.
+//!
+//! # Before and after authentication
+//!
+//! An accepted stream is nobody until its handshake succeeds: it gets `accept_timeout` for TLS
+//! and the handshake, counts against [`MAX_ACCEPTING_PER_SOURCE`] and [`MAX_ACCEPTING`], and is
+//! the first to be dropped for a newcomer while it has sent nothing (so idle sockets cannot keep
+//! a talking peer out). An authenticated peer is still checked: an envelope naming another node
+//! as its sender, or a message only this process may send ([`local_only`]), closes the
+//! connection, and at most `max_inbound_in_flight` of its messages are handled at once.
 //! Every handshake draws its nonce from a generator forked (with a full 256-bit seed) from the
 //! endpoint's one long-lived [`NodeRng`], which the [`Network`] provides: the operating system's
 //! entropy over TCP, the node's seed only in the simulation.
@@ -1533,6 +1544,71 @@ mod tests {
         })
         .await;
         assert_eq!(a.metrics().messages_in.get(), 0);
+    }
+
+    /// The `Hello` a node at `address` opens a connection with.
+    async fn hello_of(address: &str) -> crate::transport::handshake::Hello {
+        use tokio::io::AsyncReadExt;
+        let mut stream = tokio::net::TcpStream::connect(address)
+            .await
+            .expect("connects");
+        let mut header = [0u8; 4];
+        stream.read_exact(&mut header).await.expect("a length");
+        let mut body = vec![0u8; u32::from_be_bytes(header) as usize];
+        stream.read_exact(&mut body).await.expect("a Hello");
+        match crate::codec::decode(&body).expect("decodes") {
+            crate::transport::handshake::HandshakeMessage::Hello(hello) => hello,
+            other => panic!("opened with {other:?}"),
+        }
+    }
+
+    #[actix::test]
+    async fn a_node_restarted_with_the_same_seed_does_not_repeat_its_nonces() {
+        // `seed` replays a run; over TCP it must not replay the handshake's nonces, or a
+        // handshake recorded before the restart would pass after it.
+        let (first, _) = endpoint("a", b"secret", 42).await;
+        let before = hello_of(&first.local_node()).await;
+        let again = hello_of(&first.local_node()).await;
+        first.shutdown();
+        let (second, _) = endpoint("a", b"secret", 42).await;
+        let after = hello_of(&second.local_node()).await;
+        assert_ne!(before.nonce, again.nonce);
+        assert_ne!(before.nonce, after.nonce);
+    }
+
+    #[actix::test]
+    async fn a_newer_connection_from_a_peer_replaces_the_older() {
+        use tokio::io::AsyncReadExt;
+        let (b, _) = endpoint("b", b"secret", 2).await;
+        let handshake = HandshakeConfig {
+            cluster_id: ClusterId::new("remote-test"),
+            node_id: "127.0.0.1:1".into(),
+            secret: Secret::from_bytes(b"secret".to_vec()),
+            timeout: Duration::from_secs(2),
+        };
+        let connect = || async {
+            let mut stream = tokio::net::TcpStream::connect(b.local_node())
+                .await
+                .expect("connects");
+            crate::transport::handshake::initiate(
+                &mut stream,
+                &handshake,
+                &mut NodeRng::from_entropy(),
+            )
+            .await
+            .expect("the right secret");
+            stream
+        };
+        let mut older = connect().await;
+        let _newer = connect().await;
+        // B closes the older one: the peer sees the end of the stream.
+        let mut rest = Vec::new();
+        let ended = tokio::time::timeout(DEADLINE, older.read_to_end(&mut rest)).await;
+        assert!(ended.is_ok(), "the older connection stayed open");
+        eventually("B keeps one connection to the peer", || async {
+            (b.connected_peers() == ["127.0.0.1:1"]).then_some(())
+        })
+        .await;
     }
 
     /// A TaskManager stand-in that takes every message and never answers.
