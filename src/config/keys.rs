@@ -308,7 +308,7 @@ static KEYS: [Key; 32] = [
     },
     Key {
         name: "taskmanager.working-dir",
-        doc: "Where TaskManagers spill result partitions (and the JobManager writes its children's config); default: the system temp directory.",
+        doc: "Where each process makes its private (0700) working directory: spilled partitions, the children's config; default: the system temp directory.",
         secret: false,
         kind: Kind::OptionalPath(Field {
             get: |c| c.taskmanager.working_dir.clone(),

@@ -276,8 +276,9 @@ pub struct BackoffConfig {
 pub struct TaskManagerConfig {
     /// `taskmanager.slots`: slots each TaskManager offers.
     pub slots: u32,
-    /// `taskmanager.working-dir`: where TaskManagers spill result partitions (each in its own
-    /// subdirectory). Default: the system temp directory.
+    /// `taskmanager.working-dir`: where each process makes its private working directory
+    /// ([`WorkingDir`](crate::working_dir::WorkingDir)), in which TaskManagers spill result
+    /// partitions. Default: the system temp directory.
     pub working_dir: Option<PathBuf>,
     /// `taskmanager.spill-threshold`: a result partition above this many bytes spills to disk.
     pub spill_threshold: u64,
