@@ -314,3 +314,19 @@ async fn a_secret_that_is_not_utf8_reaches_the_children_byte_for_byte() {
     drop(jm);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[actix::test]
+async fn an_embedded_cluster_works_in_a_private_directory_it_removes() {
+    let dir = scratch("mini-working-dir");
+    let mut config = flint::ClusterConfig::default();
+    config.taskmanager.working_dir = Some(dir.clone());
+    config.resourcemanager.pool_size = 1;
+    let cluster = flint::MiniCluster::start(config).expect("starts");
+    let working_dir = cluster.working_dir().to_owned();
+    assert!(working_dir.starts_with(&dir), "{}", working_dir.display());
+    assert_eq!(mode(&working_dir), 0o700);
+    cluster.shutdown().await.expect("stops");
+    assert!(!working_dir.exists(), "{} is left", working_dir.display());
+    assert!(flint_entries(&dir).is_empty(), "{:?}", flint_entries(&dir));
+    let _ = std::fs::remove_dir_all(&dir);
+}
