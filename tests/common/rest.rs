@@ -475,5 +475,11 @@ impl JobManagerChild {
 impl Drop for JobManagerChild {
     fn drop(&mut self) {
         super::process::terminate(&mut self.child);
+        // Its scratch directory goes with it, unless a failing test wants the log.
+        if !std::thread::panicking()
+            && let Some(dir) = self.log.parent()
+        {
+            let _ = std::fs::remove_dir_all(dir);
+        }
     }
 }
