@@ -97,6 +97,14 @@ impl NodeRng {
     pub fn fork(&mut self) -> Self {
         Self::seed_from_u64(self.next_u64())
     }
+
+    /// Like [`fork`](Self::fork), with a full 256-bit seed drawn from this one: a generator
+    /// seeded from the operating system stays as unpredictable through it (handshake nonces).
+    pub fn fork_wide(&mut self) -> Self {
+        let mut seed = [0u8; 32];
+        self.0.fill_bytes(&mut seed);
+        Self(ChaCha8Rng::from_seed(seed))
+    }
 }
 
 /// Where a node's actors run. Production gives each TaskManager its own arbiter (thread), so a

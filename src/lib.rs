@@ -22,6 +22,7 @@
 //! src/rest/            the JobManager's HTTP endpoint: REST API, /metrics (docs/rest.md)
 //! src/metrics.rs       counters the REST API reports (transport traffic)
 //! src/minicluster.rs   the embedded cluster
+//! src/working_dir.rs   a process's private working directory (0700) and private files (0600)
 //! src/run.rs           `flint run --embedded`: a job file on an embedded cluster, its report
 //! src/client/          the CLI's client commands over the JobManager's REST API
 //! src/bin/demo.rs      the guided tour
@@ -77,6 +78,7 @@ pub mod run;
 pub mod sim;
 pub mod task_blocking;
 pub mod transport;
+pub mod working_dir;
 
 #[cfg(test)]
 pub(crate) mod testing;

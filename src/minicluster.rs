@@ -42,6 +42,9 @@ pub enum MiniClusterError {
     /// The configuration is unusable; nothing was started.
     #[error(transparent)]
     Config(#[from] ConfigError),
+    /// The private working directory (spill files) could not be created.
+    #[error(transparent)]
+    WorkingDir(#[from] crate::working_dir::WorkingDirError),
     /// `start` was called outside a running actix System.
     #[error("the mini-cluster must be started inside a running actix System (e.g. #[actix::main])")]
     NoSystem,
@@ -158,6 +161,8 @@ pub struct MiniCluster {
     workers: InProcessWorkers,
     events: EventSink,
     leader_session_id: LeaderSessionId,
+    /// The TaskManagers' spill directory (0700), removed when the cluster is dropped.
+    working_dir: crate::working_dir::WorkingDir,
 }
 
 impl MiniCluster {
@@ -186,6 +191,10 @@ impl MiniCluster {
         let seed = config
             .seed
             .unwrap_or_else(|| NodeRng::from_entropy().next_u64());
+        let working_dir = crate::working_dir::WorkingDir::create(
+            &crate::node::working_dir_parent(&config),
+            "mini",
+        )?;
         let events = EventSink::new(EVENT_BUFFER);
         let env = NodeEnv::new(
             "jobmanager",
@@ -196,7 +205,12 @@ impl MiniCluster {
             events.clone(),
         );
         let driver = InProcessDriver::new(
-            task_manager_spec(&config, registry.clone(), "localhost", seed),
+            task_manager_spec(
+                &config,
+                registry.clone(),
+                "localhost",
+                working_dir.path().to_owned(),
+            ),
             env.clone(),
         );
         let workers = driver.workers();
@@ -217,7 +231,14 @@ impl MiniCluster {
             workers,
             events,
             leader_session_id,
+            working_dir,
         })
+    }
+
+    /// The TaskManagers' private working directory (their spill files), removed when the
+    /// cluster is dropped.
+    pub fn working_dir(&self) -> &std::path::Path {
+        self.working_dir.path()
     }
 
     /// The JobManager's leader session.

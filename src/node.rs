@@ -3,6 +3,7 @@
 //! [`MiniCluster`](crate::MiniCluster) and the `flint jobmanager` / `flint taskmanager` processes, so
 //! both wire the actors the same way.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use actix::{Actor, Addr};
@@ -79,12 +80,13 @@ pub fn start_job_manager_node(
     }
 }
 
-/// What every TaskManager of the cluster is started with.
+/// What every TaskManager of the cluster is started with; its spill files go under
+/// `working_dir` (a [`WorkingDir`](crate::working_dir::WorkingDir) of the caller's).
 pub fn task_manager_spec(
     config: &ClusterConfig,
     registry: OperatorRegistry,
     hostname: &str,
-    seed: u64,
+    working_dir: PathBuf,
 ) -> TaskManagerSpec {
     TaskManagerSpec {
         cluster_id: config.cluster.id.clone(),
@@ -94,14 +96,20 @@ pub fn task_manager_spec(
         registration: config.cluster.registration,
         heartbeat: config.heartbeat,
         registry,
-        working_dir: config
-            .taskmanager
-            .working_dir
-            .clone()
-            .unwrap_or_else(|| std::env::temp_dir().join(format!("flint-{seed:016x}"))),
+        working_dir,
         spill_threshold_bytes: usize::try_from(config.taskmanager.spill_threshold)
             .unwrap_or(usize::MAX),
     }
+}
+
+/// Where a process makes its [`WorkingDir`](crate::working_dir::WorkingDir):
+/// `taskmanager.working-dir` if set, else the system's temporary directory.
+pub fn working_dir_parent(config: &ClusterConfig) -> PathBuf {
+    config
+        .taskmanager
+        .working_dir
+        .clone()
+        .unwrap_or_else(std::env::temp_dir)
 }
 
 /// What this machine offers, for TaskManagers' registrations.

@@ -2,9 +2,15 @@
 //! cluster, on a [`NodeEndpoint`] so they reach each other over the authenticated transport.
 //!
 //! The JobManager process runs the JobManager and the resource manager; its `local_process`
-//! driver starts `flint taskmanager` children, handing them the effective configuration (a TOML
-//! file in the working directory, read with `--ignore-env`; `rest.token` left out) and the
-//! cluster secret (in the environment, never on the command line). A TaskManager process only needs the JobManager's `host:port`.
+//! driver starts `flint taskmanager` children, handing them the effective configuration (a 0600
+//! TOML file in the JobManager's private working directory, read with `--ignore-env`;
+//! `rest.token` left out) and the cluster secret (in the environment, byte for byte, never on
+//! the command line). A TaskManager process only needs the JobManager's `host:port`.
+//!
+//! Each process makes its own private working directory ([`WorkingDir`], 0700, a fresh
+//! unpredictable name): the JobManager's under `taskmanager.working-dir` (else the temporary
+//! directory), its children's inside the JobManager's. Each is removed when its process stops
+//! gracefully; a crashed one's is removed by the next process that starts there.
 //!
 //! Security: a node without a secret binds only loopback addresses unless started with
 //! `--insecure` (then anyone who can reach the port can join the cluster).
@@ -30,11 +36,12 @@ use crate::messages::ActorAddress;
 use crate::messages::ids::ResourceId;
 use crate::messages::job_manager::JobManagerGateway;
 use crate::messages::resource_manager::{ResourceManagerGateway, StopCluster};
-use crate::node::{start_job_manager_node, task_manager_spec};
+use crate::node::{start_job_manager_node, task_manager_spec, working_dir_parent};
 use crate::operators::OperatorRegistry;
 use crate::rest::{RestError, RestListener, RestState};
 use crate::transport::handshake::Secret;
 use crate::transport::remote::{EndpointConfig, EndpointError, NodeEndpoint};
+use crate::working_dir::{WorkingDir, WorkingDirError, write_private_file};
 
 /// The environment variable holding the cluster secret.
 pub const SECRET_ENV: &str = "FLINT_SECRET";
@@ -63,6 +70,9 @@ pub enum ProcessError {
         #[source]
         source: std::io::Error,
     },
+    /// The private working directory cannot be created.
+    #[error(transparent)]
+    WorkingDir(#[from] WorkingDirError),
     /// The TLS files of `[transport.tls]` are unusable.
     #[error("cannot set up TLS")]
     Tls(#[from] crate::transport::tls::TlsError),
@@ -97,7 +107,8 @@ pub fn load_secret(
                 source,
             })?,
         ),
-        None => std::env::var(SECRET_ENV).ok().map(String::into_bytes),
+        // As bytes: a secret that is not UTF-8 is still the secret, never "no secret".
+        None => std::env::var_os(SECRET_ENV).map(std::os::unix::ffi::OsStringExt::into_vec),
     };
     match secret {
         Some(bytes) if !bytes.is_empty() => Ok(Secret::from_bytes(bytes)),
@@ -128,9 +139,11 @@ fn endpoint_config(
         node_name: name.to_owned(),
         secret,
         handshake_timeout: Duration::from_secs(5),
+        accept_timeout: crate::transport::remote::DEFAULT_ACCEPT_TIMEOUT,
         ask_timeout: crate::node::ASK_TIMEOUT,
         max_frame: crate::transport::frame::DEFAULT_MAX_FRAME,
         outbound_queue: 4096,
+        max_inbound_in_flight: crate::transport::remote::DEFAULT_MAX_INBOUND_IN_FLIGHT,
         seed,
         tls,
     })
@@ -192,22 +205,19 @@ pub async fn run_job_manager(
         resolver,
         EventSink::disabled(),
     );
-    // The children get the effective configuration as a file next to their spill directories.
-    let dir = config
-        .taskmanager
-        .working_dir
-        .clone()
-        .unwrap_or_else(|| std::env::temp_dir().join(format!("flint-{seed:016x}")));
-    std::fs::create_dir_all(&dir).map_err(|source| ProcessError::ChildConfig {
-        path: dir.clone(),
+    // This process's private directory (0700): the children's configuration file (0600) and,
+    // inside it, each child's own working directory, all removed when this returns.
+    let dir = WorkingDir::create(&working_dir_parent(&config), "jm")?;
+    let child_config = dir.path().join("taskmanager.toml");
+    let mut for_children = config.clone();
+    for_children.taskmanager.working_dir = Some(dir.path().to_owned());
+    write_private_file(
+        &child_config,
+        for_children.to_toml_without_secrets().as_bytes(),
+    )
+    .map_err(|source| ProcessError::ChildConfig {
+        path: child_config.clone(),
         source,
-    })?;
-    let child_config = dir.join("taskmanager.toml");
-    std::fs::write(&child_config, config.to_toml_without_secrets()).map_err(|source| {
-        ProcessError::ChildConfig {
-            path: child_config.clone(),
-            source,
-        }
     })?;
     let driver: Box<dyn WorkerDriver> = match config.resourcemanager.driver {
         DriverKind::Standalone => Box::new(StandaloneDriver),
@@ -239,9 +249,10 @@ pub async fn run_job_manager(
                 }
             };
             if let Some(secret) = secret_for_children.expose() {
+                // Byte for byte: the children must prove exactly the parent's secret.
                 template.env.push((
                     SECRET_ENV.to_owned(),
-                    String::from_utf8_lossy(secret).into_owned(),
+                    std::os::unix::ffi::OsStringExt::from_vec(secret.to_vec()),
                 ));
             } else if kind == DriverKind::LocalProcess {
                 template.args.push("--insecure".to_owned());
@@ -270,7 +281,23 @@ pub async fn run_job_manager(
     let _ = node.job_manager.send(Shutdown).await;
     rest.stop().await;
     endpoint.shutdown();
+    remove_after_children(dir).await;
     Ok(())
+}
+
+/// Removes the JobManager's working directory once its children are gone: they were killed by
+/// `StopCluster`, but one may still be dying (and writing) for a moment, which would make a
+/// removal fail on a directory that is not empty yet.
+async fn remove_after_children(dir: WorkingDir) {
+    for _ in 0..20 {
+        match std::fs::remove_dir_all(dir.path()) {
+            Ok(()) => return,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => return,
+            Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    }
+    // The last try is the WorkingDir's own, which logs why it failed.
+    drop(dir);
 }
 
 /// What `flint taskmanager` runs with.
@@ -310,6 +337,7 @@ pub async fn run_task_manager(
     )?)
     .await?;
     let host = endpoint.local_node();
+    let dir = WorkingDir::create(&working_dir_parent(&config), "tm")?;
     let env = NodeEnv::new(
         name,
         seed,
@@ -326,7 +354,12 @@ pub async fn run_task_manager(
                 address: ActorAddress::new(options.job_manager, "jobmanager"),
                 retrieved_session: None,
             }),
-            spec: task_manager_spec(&config, OperatorRegistry::with_builtins(), &hostname, seed),
+            spec: task_manager_spec(
+                &config,
+                OperatorRegistry::with_builtins(),
+                &hostname,
+                dir.path().to_owned(),
+            ),
         },
         env,
     )
@@ -335,5 +368,6 @@ pub async fn run_task_manager(
     shutdown.await;
     let _ = task_manager.send(Shutdown).await;
     endpoint.shutdown();
+    drop(dir);
     Ok(())
 }

@@ -1,8 +1,11 @@
 //! Bad input at a real JobManager's port (DESIGN §4, the transport's "Bad input"): garbage,
 //! truncated and oversized frames before and after the handshake, a silent peer, a wrong secret,
 //! a wrong protocol version, an envelope for an actor that does not exist, and a flood of idle
-//! connections. After each, the JobManager has closed the offending connection and its cluster
-//! of two TaskManager processes is intact; at the end SIGTERM takes the children with it.
+//! connections, and the attacks of issue 15 on the handshake and on authenticated connections
+//! (a peer claiming the JobManager's own node id, an envelope claiming another sender, a
+//! `NewLeaderAvailable` from the network). After each, the JobManager has closed the offending
+//! connection and its cluster of two TaskManager processes is intact; at the end SIGTERM takes
+//! the children with it.
 //!
 //! One JobManager process serves every case, in order, so one case's damage would show in the
 //! next one's checks.
@@ -15,10 +18,10 @@ use std::time::Duration;
 
 use flint::directory::Resolver;
 use flint::env::NodeRng;
-use flint::messages::ActorAddress;
-use flint::messages::ids::ClusterId;
+use flint::messages::ids::{ClusterId, LeaderSessionId};
 use flint::messages::job_manager::{GetJobManagerStatus, JobManagerGateway};
 use flint::messages::task_manager::GetTaskManagerStatus;
+use flint::messages::{ActorAddress, NewLeaderAvailable};
 use flint::transport::envelope::{Envelope, EnvelopeKind, Payload, Reply};
 use flint::transport::handshake::{
     self, HandshakeConfig, HandshakeMessage, Hello, MAX_HANDSHAKE_MESSAGE, PROTOCOL_VERSION, Secret,
@@ -448,6 +451,80 @@ async fn unknown_actor(cluster: &Cluster) {
     }
 }
 
+async fn own_node_id(cluster: &Cluster) {
+    // Claims the JobManager's own id: the first step of a cross-connection reflection. The
+    // server must hang up without ever sending a proof.
+    let mut stream = connect(&cluster.address).await;
+    let theirs: HandshakeMessage =
+        flint::codec::decode(&read_frame(&mut stream).await.unwrap()).unwrap();
+    let HandshakeMessage::Hello(theirs) = theirs else {
+        panic!("the server opened with {theirs:?}");
+    };
+    let ours = HandshakeMessage::Hello(Hello {
+        node_id: cluster.address.clone(),
+        nonce: [9; 32],
+        ..theirs
+    });
+    stream
+        .write_all(&framed(&flint::codec::encode(&ours).unwrap()))
+        .await
+        .unwrap();
+    let sent = tokio::time::timeout(CLOSE_DEADLINE, async {
+        let mut sent = Vec::new();
+        while let Ok(frame) = read_frame(&mut stream).await {
+            sent.push(flint::codec::decode::<HandshakeMessage>(&frame));
+        }
+        sent
+    })
+    .await
+    .expect("the server closes a peer claiming its own id");
+    assert!(
+        !sent
+            .iter()
+            .any(|message| matches!(message, Ok(HandshakeMessage::Proof(_)))),
+        "the server proved itself to a peer claiming its own id: {sent:?}"
+    );
+}
+
+async fn spoofed_sender(cluster: &Cluster) {
+    let mut stream = handshaken(&cluster.address, "bad-input-spoofer", 81).await;
+    let envelope = Envelope {
+        sender: Some(ActorAddress::new(
+            cluster.task_managers[0].1.clone(),
+            "taskmanager/someone-else",
+        )),
+        ..ask_envelope(
+            "jobmanager",
+            1,
+            Payload::JobManager(GetJobManagerStatus.into()),
+        )
+    };
+    stream
+        .write_all(&framed(&envelope.encode().unwrap()))
+        .await
+        .unwrap();
+    assert_closed_by_server(&mut stream, "an envelope claiming another sender").await;
+}
+
+async fn leader_from_the_network(cluster: &Cluster) {
+    // Points the resource manager at a JobManager of the attacker's choosing: only leader
+    // retrieval, in the process, may say who leads.
+    let mut stream = handshaken(&cluster.address, "bad-input-leader", 91).await;
+    let fake = NewLeaderAvailable {
+        address: ActorAddress::new("127.0.0.1:1", "jobmanager"),
+        leader_session_id: LeaderSessionId::from_u128(7),
+    };
+    let envelope = Envelope {
+        kind: EnvelopeKind::Tell,
+        ..ask_envelope("resourcemanager", 0, Payload::ResourceManager(fake.into()))
+    };
+    stream
+        .write_all(&framed(&envelope.encode().unwrap()))
+        .await
+        .unwrap();
+    assert_closed_by_server(&mut stream, "a NewLeaderAvailable from the network").await;
+}
+
 async fn many_idle_connections(cluster: &Cluster) {
     const IDLE: usize = 200;
     let mut streams = Vec::with_capacity(IDLE);
@@ -497,6 +574,19 @@ async fn a_jobmanager_survives_bad_input_and_keeps_its_task_managers() {
 
     unknown_actor(&cluster).await;
     assert_serves(&cluster.good, "after an envelope for an unknown actor").await;
+
+    own_node_id(&cluster).await;
+    assert_serves(
+        &cluster.good,
+        "after a peer claiming the JobManager's own id",
+    )
+    .await;
+
+    spoofed_sender(&cluster).await;
+    assert_serves(&cluster.good, "after an envelope claiming another sender").await;
+
+    leader_from_the_network(&cluster).await;
+    assert_serves(&cluster.good, "after a NewLeaderAvailable from the network").await;
 
     many_idle_connections(&cluster).await;
     assert_serves(&cluster.good, "after 200 idle connections").await;

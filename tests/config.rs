@@ -785,7 +785,18 @@ fn the_jobmanager_hands_its_children_its_effective_configuration() {
         .read_line(&mut line)
         .unwrap();
     assert!(line.starts_with("flint jobmanager listening on"), "{line}");
-    let child_file = work.join("taskmanager.toml");
+    // In the JobManager's private working directory, made in the configured one.
+    let private: Vec<PathBuf> = std::fs::read_dir(&work)
+        .unwrap()
+        .flatten()
+        .map(|entry| entry.path())
+        .filter(|path| {
+            path.file_name()
+                .is_some_and(|name| name.to_string_lossy().starts_with("flint-jm-"))
+        })
+        .collect();
+    assert_eq!(private.len(), 1, "{private:?}");
+    let child_file = private[0].join("taskmanager.toml");
     let child_text = std::fs::read_to_string(&child_file).unwrap();
     drop(jm);
     assert!(!child_text.contains("hunter2"), "{child_text}");
@@ -801,6 +812,13 @@ fn the_jobmanager_hands_its_children_its_effective_configuration() {
         ],
     );
     assert_eq!(effective.remove("rest.token").unwrap().0, "\"***\"");
+    // The children work inside the JobManager's private directory.
+    let mut child = child;
+    assert_eq!(
+        child.remove("taskmanager.working-dir").unwrap().0,
+        format!("{:?}", private[0].display().to_string())
+    );
+    effective.remove("taskmanager.working-dir");
     assert_eq!(effective.len(), child.len());
     for (key, (value, _)) in &effective {
         assert_eq!(&child[key].0, value, "{key}");

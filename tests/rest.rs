@@ -543,6 +543,7 @@ fn a_non_loopback_rest_address_needs_a_token() {
         address: "0.0.0.0".to_owned(),
         port: 0,
         token: token.map(str::to_owned),
+        ..RestConfig::default()
     };
     let error = RestListener::bind(&public(None)).expect_err("refused");
     assert!(
@@ -557,6 +558,7 @@ fn a_non_loopback_rest_address_needs_a_token() {
         address: "127.0.0.1".to_owned(),
         port: 0,
         token: None,
+        ..RestConfig::default()
     })
     .expect("binds");
     assert!(local.local_addr().ip().is_loopback());
@@ -636,4 +638,215 @@ fn flint_jobmanager_refuses_a_rest_port_in_use() {
 #[test]
 fn flint_jobmanager_refuses_a_public_rest_address_without_a_token() {
     refuses_to_start("rest-public", "0.0.0.0:0", &["rest.token", "0.0.0.0"]);
+}
+
+// ---- browsers, slow clients and tokens kept off command lines (issue 15) ----
+
+/// Sends `head` (request line and headers, without the blank line) and `body` on a raw
+/// connection and returns the status and the body of the answer.
+fn raw(url: &str, head: &str, body: &[u8]) -> (u16, String) {
+    let address = url.trim_start_matches("http://");
+    let mut stream = TcpStream::connect(address).expect("connects");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    write!(stream, "{head}\r\nConnection: close\r\n\r\n").unwrap();
+    stream.write_all(body).unwrap();
+    let mut answer = String::new();
+    let _ = stream.read_to_string(&mut answer);
+    let status = answer
+        .split(' ')
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or_else(|| panic!("no status line: {answer:?}"));
+    let body = answer
+        .split("\r\n\r\n")
+        .nth(1)
+        .unwrap_or_default()
+        .to_owned();
+    (status, body)
+}
+
+#[test]
+fn a_cross_site_post_without_a_json_content_type_is_refused_with_415() {
+    let cluster = RestCluster::start(config(1, 1));
+    let address = cluster.url.trim_start_matches("http://").to_owned();
+    // What a page can send without a CORS preflight: text/plain (and form types), no token on
+    // loopback. Before issue 15 this was answered 202 and the job ran.
+    let job = serde_json::to_string(&sleeping_job(60_000)).unwrap();
+    for content_type in [
+        "text/plain",
+        "text/plain;charset=UTF-8",
+        "application/x-www-form-urlencoded",
+        "multipart/form-data; boundary=x",
+    ] {
+        let (status, body) = raw(
+            &cluster.url,
+            &format!(
+                "POST /jobs HTTP/1.1\r\nHost: {address}\r\nContent-Type: {content_type}\r\n\
+                 Content-Length: {}",
+                job.len()
+            ),
+            job.as_bytes(),
+        );
+        assert_eq!(status, 415, "{content_type}: {body}");
+        assert!(body.contains("application/json"), "{body}");
+    }
+    // No content type at all is refused too; a PUT of the pool size likewise.
+    let (status, _) = raw(
+        &cluster.url,
+        &format!(
+            "POST /jobs HTTP/1.1\r\nHost: {address}\r\nContent-Length: {}",
+            job.len()
+        ),
+        job.as_bytes(),
+    );
+    assert_eq!(status, 415);
+    let size = br#"{"size": 3}"#;
+    let (status, _) = raw(
+        &cluster.url,
+        &format!(
+            "PUT /cluster/pool-size HTTP/1.1\r\nHost: {address}\r\nContent-Type: text/plain\r\n\
+             Content-Length: {}",
+            size.len()
+        ),
+        size,
+    );
+    assert_eq!(status, 415);
+    // A JSON request from a page of another origin is refused as well (a preflighted request
+    // would never get this far in a browser; a non-browser cannot be stopped by this anyway).
+    let (status, body) = raw(
+        &cluster.url,
+        &format!(
+            "POST /jobs HTTP/1.1\r\nHost: {address}\r\nOrigin: http://evil.example\r\n\
+             Content-Type: application/json\r\nContent-Length: {}",
+            job.len()
+        ),
+        job.as_bytes(),
+    );
+    assert_eq!(status, 403, "{body}");
+    let (status, _) = raw(
+        &cluster.url,
+        &format!("DELETE /cluster HTTP/1.1\r\nHost: {address}\r\nOrigin: null"),
+        b"",
+    );
+    assert_eq!(status, 403);
+    // Nothing changed.
+    assert!(job_list(&cluster).jobs.is_empty());
+    assert_eq!(cluster.get_json("/cluster/pool-size")["size"], 1);
+    // The same request from the server's own origin (the dashboard) goes through.
+    let (status, body) = raw(
+        &cluster.url,
+        &format!(
+            "POST /jobs HTTP/1.1\r\nHost: {address}\r\nOrigin: http://{address}\r\n\
+             Content-Type: application/json\r\nContent-Length: {}",
+            job.len()
+        ),
+        job.as_bytes(),
+    );
+    assert_eq!(status, 202, "{body}");
+}
+
+#[test]
+fn a_request_for_a_foreign_host_name_is_refused() {
+    let mut config = config(1, 1);
+    config.rest.allowed_hosts = vec!["flint.example".to_owned()];
+    let cluster = RestCluster::start(config);
+    let address = cluster.url.trim_start_matches("http://").to_owned();
+    let port = address.rsplit(':').next().unwrap().to_owned();
+    // DNS rebinding: the page's own name, now pointing at 127.0.0.1.
+    for host in [
+        "rebind.evil.example".to_owned(),
+        format!("rebind.evil.example:{port}"),
+        format!("flint.example.evil.example:{port}"),
+    ] {
+        for path in ["/overview", "/", "/jobs"] {
+            let (status, body) = raw(
+                &cluster.url,
+                &format!("GET {path} HTTP/1.1\r\nHost: {host}"),
+                b"",
+            );
+            assert_eq!(status, 403, "{host} {path}: {body}");
+        }
+    }
+    let (status, body) = raw(
+        &cluster.url,
+        "GET /overview HTTP/1.1\r\nHost: rebind.evil.example",
+        b"",
+    );
+    assert_eq!(status, 403);
+    assert!(body.contains("rest.allowed-hosts"), "{body}");
+    // Its own names are served.
+    for host in [
+        address.clone(),
+        format!("localhost:{port}"),
+        format!("flint.example:{port}"),
+        "FLINT.example".to_owned(),
+    ] {
+        let (status, body) = raw(
+            &cluster.url,
+            &format!("GET /overview HTTP/1.1\r\nHost: {host}"),
+            b"",
+        );
+        assert_eq!(status, 200, "{host}: {body}");
+    }
+}
+
+#[test]
+fn a_body_that_does_not_arrive_in_time_is_a_408() {
+    let cluster =
+        RestCluster::start_with_body_timeout(config(1, 1), Some(Duration::from_millis(500)));
+    let address = cluster.url.trim_start_matches("http://").to_owned();
+    let mut stream = TcpStream::connect(&address).expect("connects");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    // Announces 1000 bytes, sends 10 and stalls (the socket stays open: no EOF).
+    write!(
+        stream,
+        "POST /jobs HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/json\r\n\
+         Content-Length: 1000\r\n\r\n{{\"name\": \""
+    )
+    .unwrap();
+    let mut reader = BufReader::new(&stream);
+    let mut status_line = String::new();
+    reader
+        .read_line(&mut status_line)
+        .expect("an answer, not a read timeout");
+    assert!(status_line.starts_with("HTTP/1.1 408"), "{status_line}");
+    assert!(job_list(&cluster).jobs.is_empty());
+}
+
+#[test]
+fn the_rest_token_can_come_from_a_file() {
+    let dir = scratch("rest-token-file");
+    let file = dir.join("token");
+    std::fs::write(&file, "from-a-file\n").unwrap();
+    let mut config = config(1, 1);
+    config.rest.token_file = Some(file.clone());
+    let cluster = RestCluster::start(config);
+    let size = Some(r#"{"size": 1}"#);
+    cluster
+        .request("PUT", "/cluster/pool-size", size, None)
+        .expect_error(401, "");
+    cluster
+        .request(
+            "PUT",
+            "/cluster/pool-size",
+            size,
+            Some("Bearer from-a-file"),
+        )
+        .expect(200);
+    // Both a token and a file: refused, rather than one silently winning.
+    let both = RestConfig {
+        port: 0,
+        token: Some("x".into()),
+        token_file: Some(file),
+        ..RestConfig::default()
+    };
+    assert!(matches!(
+        RestListener::bind(&both),
+        Err(RestError::TwoTokens)
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
 }

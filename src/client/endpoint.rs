@@ -3,9 +3,10 @@
 //! The address comes from the first of: `--jobmanager URL`, the `FLINT_JOBMANAGER` variable, the
 //! configuration file's `rest.address` and `rest.port` (the file from `--config` or
 //! `FLINT_CONFIG`), and the default `127.0.0.1:8081` (Flink's). The token for the endpoints that
-//! change anything comes from `FLINT_REST_TOKEN`, else from the file's `rest.token` — the
-//! variable wins, as every `FLINT_*` variable wins over the file; there is deliberately no flag,
-//! since a command line is visible to every user of the machine.
+//! change anything comes from `FLINT_REST_TOKEN`, else from the file's `rest.token`, else from
+//! the file its `rest.token-file` names — the variable wins, as every `FLINT_*` variable wins
+//! over the file; there is deliberately no flag, since a command line is visible to every user
+//! of the machine.
 //!
 //! This module only resolves; it never connects. The environment is passed in as a lookup
 //! function, so the precedence is tested without touching the process's variables.
@@ -41,6 +42,15 @@ pub enum EndpointError {
     /// the key, the value and where it came from.
     #[error(transparent)]
     Config(#[from] ConfigError),
+    /// `rest.token-file` cannot be read as a token (text).
+    #[error("cannot read the REST token from rest.token-file {path}")]
+    TokenFile {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// A JobManager's REST base URL: `http://HOST[:PORT][/PREFIX]`, without a trailing slash.
@@ -209,7 +219,26 @@ impl Endpoint {
             };
             (url, source)
         };
-        let token = env(ENV_TOKEN).filter(|t| !t.is_empty()).or(rest.token);
+        let token = match env(ENV_TOKEN).filter(|t| !t.is_empty()).or(rest.token) {
+            Some(token) => Some(token),
+            None => rest
+                .token_file
+                .as_deref()
+                .map(|path| {
+                    std::fs::read_to_string(path)
+                        .map(|text| {
+                            text.strip_suffix('\n')
+                                .unwrap_or(&text)
+                                .trim_end_matches('\r')
+                                .to_owned()
+                        })
+                        .map_err(|source| EndpointError::TokenFile {
+                            path: path.to_owned(),
+                            source,
+                        })
+                })
+                .transpose()?,
+        };
         Ok(Self { url, source, token })
     }
 }

@@ -201,4 +201,19 @@ pub enum ConfigWarning {
         /// The closest configuration variable and its key.
         suggestion: Option<(String, &'static str)>,
     },
+    /// A secret key given as a flag: every local user can read a process's command line
+    /// (`ps`, `/proc/<pid>/cmdline`). Used all the same (refusing would break a working setup),
+    /// named so the operator moves it.
+    #[error(
+        "{key} was given on the command line ({flag}), where every local user can read it; \
+         use {key}-file or the {var} variable instead"
+    )]
+    SecretOnCommandLine {
+        /// The key.
+        key: &'static str,
+        /// The flag that set it.
+        flag: String,
+        /// Its environment variable.
+        var: String,
+    },
 }

@@ -141,7 +141,7 @@ macro_rules! duration {
     };
 }
 
-static KEYS: [Key; 30] = [
+static KEYS: [Key; 32] = [
     // [cluster]
     Key {
         name: "cluster.id",
@@ -308,7 +308,7 @@ static KEYS: [Key; 30] = [
     },
     Key {
         name: "taskmanager.working-dir",
-        doc: "Where TaskManagers spill result partitions (and the JobManager writes its children's config); default: the system temp directory.",
+        doc: "Where each process makes its private (0700) working directory: spilled partitions, the children's config; default: the system temp directory.",
         secret: false,
         kind: Kind::OptionalPath(Field {
             get: |c| c.taskmanager.working_dir.clone(),
@@ -385,6 +385,24 @@ static KEYS: [Key; 30] = [
         kind: Kind::OptionalText(Field {
             get: |c| c.rest.token.clone(),
             set: |c, v| c.rest.token = v,
+        }),
+    },
+    Key {
+        name: "rest.token-file",
+        doc: "A file holding the REST token (one trailing newline ignored): keeps it off command lines and out of the environment.",
+        secret: false,
+        kind: Kind::OptionalPath(Field {
+            get: |c| c.rest.token_file.clone(),
+            set: |c, v| c.rest.token_file = v,
+        }),
+    },
+    Key {
+        name: "rest.allowed-hosts",
+        doc: "Host names clients may address the REST API by besides its bound address (a DNS name, a proxy's); any other Host header is refused.",
+        secret: false,
+        kind: Kind::List(Field {
+            get: |c| c.rest.allowed_hosts.clone(),
+            set: |c, v| c.rest.allowed_hosts = v,
         }),
     },
     // top level

@@ -276,8 +276,9 @@ pub struct BackoffConfig {
 pub struct TaskManagerConfig {
     /// `taskmanager.slots`: slots each TaskManager offers.
     pub slots: u32,
-    /// `taskmanager.working-dir`: where TaskManagers spill result partitions (each in its own
-    /// subdirectory). Default: the system temp directory.
+    /// `taskmanager.working-dir`: where each process makes its private working directory
+    /// ([`WorkingDir`](crate::working_dir::WorkingDir)), in which TaskManagers spill result
+    /// partitions. Default: the system temp directory.
     pub working_dir: Option<PathBuf>,
     /// `taskmanager.spill-threshold`: a result partition above this many bytes spills to disk.
     pub spill_threshold: u64,
@@ -311,6 +312,13 @@ pub struct RestConfig {
     /// `rest.token`: the bearer token the endpoints that change anything require. Required when
     /// `rest.address` is not a loopback address; unset on loopback means no token is asked for.
     pub token: Option<String>,
+    /// `rest.token-file`: a file holding the token instead (as `--secret-file` holds the
+    /// cluster secret), so it appears on no command line and in no environment.
+    pub token_file: Option<PathBuf>,
+    /// `rest.allowed-hosts`: the names a client may put in the `Host` header besides the bound
+    /// address (and `localhost` on loopback). Anything else is refused, so a web page cannot
+    /// reach the API by rebinding a name of its own to this address.
+    pub allowed_hosts: Vec<String>,
 }
 
 impl Default for RestConfig {
@@ -319,6 +327,8 @@ impl Default for RestConfig {
             address: "127.0.0.1".to_owned(),
             port: 8081,
             token: None,
+            token_file: None,
+            allowed_hosts: Vec::new(),
         }
     }
 }

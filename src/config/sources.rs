@@ -130,14 +130,23 @@ impl ConfigSources {
         })
     }
 
-    /// The `FLINT_*` variables that set nothing, each with the closest configuration variable
-    /// (known before loading, so they can be shown even when loading fails).
+    /// The `FLINT_*` variables that set nothing, each with the closest configuration variable,
+    /// and the secrets given as flags (known before loading, so they can be shown even when
+    /// loading fails).
     pub fn warnings(&self) -> Vec<ConfigWarning> {
         let names: Vec<(String, &'static str)> = keys::keys()
             .iter()
             .map(|key| (key.env_var(), key.name))
             .collect();
-        config_vars(&self.env)
+        let secret_flags = self.flags.iter().filter_map(|flag| {
+            let key = keys::find(&flag.key).filter(|key| key.secret)?;
+            Some(ConfigWarning::SecretOnCommandLine {
+                key: key.name,
+                flag: flag.flag.clone(),
+                var: key.env_var(),
+            })
+        });
+        let unknown_env = config_vars(&self.env)
             .into_iter()
             .filter(|(var, _)| keys::find_env(var).is_none())
             .map(|(var, _)| {
@@ -157,7 +166,8 @@ impl ConfigSources {
                     suggestion,
                 }
             })
-            .collect()
+            .collect::<Vec<_>>();
+        unknown_env.into_iter().chain(secret_flags).collect()
     }
 }
 

@@ -48,6 +48,8 @@ fn everything_changed() -> ClusterConfig {
     c.rest.address = "0.0.0.0".into();
     c.rest.port = 0;
     c.rest.token = Some("s3cret".into());
+    c.rest.token_file = Some("/etc/flint/rest-token".into());
+    c.rest.allowed_hosts = vec!["flint.example".into(), "proxy:8443".into()];
     c.seed = Some(u64::MAX);
     c
 }
@@ -384,4 +386,33 @@ fn a_secret_is_never_in_an_error() {
     let err = ClusterConfig::from_toml_str("[rest]\ntoken = 12345\n").unwrap_err();
     assert!(!err.to_string().contains("12345"), "{err}");
     assert!(err.to_string().contains("rest.token = \"***\""), "{err}");
+}
+
+#[test]
+fn a_secret_given_as_a_flag_is_a_warning_that_names_the_safe_ways() {
+    let sources = super::sources::ConfigSources {
+        file: None,
+        env: Vec::new(),
+        flags: vec![
+            super::sources::FlagOverride::new("rest.token", "s3cret", "-D"),
+            super::sources::FlagOverride::new("taskmanager.slots", "2", "--slots"),
+        ],
+    };
+    let warnings: Vec<String> = sources.warnings().iter().map(|w| w.to_string()).collect();
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    let warning = &warnings[0];
+    assert!(
+        warning.contains("rest.token was given on the command line (-D)"),
+        "{warning}"
+    );
+    assert!(warning.contains("rest.token-file"), "{warning}");
+    assert!(warning.contains("FLINT_REST_TOKEN"), "{warning}");
+    assert!(!warning.contains("s3cret"), "{warning}");
+    // The same token from the environment is no warning.
+    let from_env = super::sources::ConfigSources {
+        file: None,
+        env: vec![("FLINT_REST_TOKEN".into(), "s3cret".into())],
+        flags: Vec::new(),
+    };
+    assert!(from_env.warnings().is_empty());
 }

@@ -8,9 +8,16 @@
 //! heartbeat timeout. Releasing a worker kills its process and reports nothing (the resource
 //! manager forgot it already).
 //!
+//! A child's environment is explicit: the variables of [`INHERITED_ENV`] (where to find
+//! programs, the temporary directory, logging, locale) and the template's own (the cluster
+//! secret as `FLINT_SECRET`, as bytes: exactly the parent's), and nothing else of the parent's —
+//! no `FLINT_REST_TOKEN`, no other `FLINT_*` setting, no credential an operator happened to
+//! export.
+//!
 //! Production-only: this module starts OS processes (the simulation uses another driver).
 
 use std::collections::BTreeMap;
+use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::Stdio;
 
@@ -28,15 +35,32 @@ pub struct ProcessTemplate {
     pub program: PathBuf,
     /// Its arguments, with `{jobmanager}`, `{resource_id}` and `{slots}` filled in per worker.
     pub args: Vec<String>,
-    /// Extra environment variables (the cluster secret travels as `FLINT_SECRET`, never on the
-    /// command line where `ps` shows it).
-    pub env: Vec<(String, String)>,
+    /// The environment variables the child gets besides [`INHERITED_ENV`] (the cluster secret
+    /// travels as `FLINT_SECRET`, never on the command line where `ps` shows it). Values are
+    /// bytes (`OsString`): a secret is passed on exactly, whatever it contains.
+    pub env: Vec<(String, OsString)>,
     /// Slots each worker offers (fills `{slots}`).
     pub slots: u32,
     /// For the `command` driver: the hosts `{host}` takes in turn (round-robin). Empty: one
     /// machine, the `local_process` driver.
     pub hosts: Vec<String>,
 }
+
+/// The parent's variables a child inherits (when set): enough to find programs, write temporary
+/// files, log and speak the locale. Everything else of the parent's environment stays behind.
+pub const INHERITED_ENV: &[&str] = &[
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "TMPDIR",
+    "LANG",
+    "LC_ALL",
+    "TZ",
+    "RUST_LOG",
+    "RUST_LOG_STYLE",
+    "RUST_BACKTRACE",
+];
 
 impl ProcessTemplate {
     /// `program taskmanager --jobmanager {jobmanager} --resource-id {resource_id} --slots {slots}`.
@@ -137,6 +161,12 @@ impl WorkerDriver for LocalProcessDriver {
         let mut command = tokio::process::Command::new(&self.template.program);
         command
             .args(self.template.arguments(&request, &host))
+            .env_clear()
+            .envs(
+                INHERITED_ENV
+                    .iter()
+                    .filter_map(|name| Some((*name, std::env::var_os(name)?))),
+            )
             .envs(self.template.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .kill_on_drop(true);
@@ -213,7 +243,7 @@ mod tests {
         ProcessTemplate {
             program: PathBuf::from("/bin/sh"),
             args: vec!["-c".into(), script.into()],
-            env: vec![("FLINT_SECRET".into(), "s3cret".into())],
+            env: vec![("FLINT_SECRET".into(), OsString::from("s3cret"))],
             slots: 2,
             hosts: Vec::new(),
         }
@@ -312,6 +342,49 @@ mod tests {
             reason.contains("3"),
             "the secret reached the child by environment: {reason}"
         );
+    }
+
+    #[actix::test]
+    async fn a_child_gets_the_secret_byte_for_byte_and_none_of_the_parents_flint_variables() {
+        use std::os::unix::ffi::OsStringExt;
+        // Not UTF-8, with a newline: a lossy conversion would change it.
+        let secret = vec![0xff, b'a', b'\n', 0xc3, 0x28, b'z'];
+        let dir = std::env::temp_dir().join(format!("flint-lp-env-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let out = dir.join("env");
+        let mut template = shell(&format!(
+            "printf %s \"$FLINT_SECRET\" > {0}.secret; env > {0}",
+            out.display()
+        ));
+        template.env = vec![("FLINT_SECRET".into(), OsString::from_vec(secret.clone()))];
+        let env = env("node", 1);
+        let rm = ResourceManagerProbeHandle::start(&env);
+        let mut driver = LocalProcessDriver::new(template);
+        driver.initialize(rm.gateway.clone());
+        driver.request_worker(request("tm-1")).unwrap();
+        wait_for(&rm, |m| {
+            matches!(m, ResourceManagerMessage::WorkerTerminated(_)).then_some(())
+        })
+        .await;
+        let seen = std::fs::read(dir.join("env.secret")).unwrap();
+        assert_eq!(seen, secret);
+        // Bytes: the secret itself is not UTF-8.
+        let environment = String::from_utf8_lossy(&std::fs::read(&out).unwrap()).into_owned();
+        let names: Vec<&str> = environment
+            .lines()
+            .filter_map(|line| line.split_once('=').map(|(name, _)| name))
+            .collect();
+        for name in &names {
+            assert!(
+                INHERITED_ENV.contains(name)
+                    || *name == "FLINT_SECRET"
+                    || *name == "PWD"
+                    || *name == "SHLVL"
+                    || *name == "_",
+                "the child inherited {name}: {names:?}"
+            );
+        }
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// A driver whose worker `tm-1` is `sleep 60` (reporting to a probe resource manager), and

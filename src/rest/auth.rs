@@ -22,10 +22,10 @@ use super::error::ApiError;
 pub struct Token([u8; 32]);
 
 impl Token {
-    /// The token `secret` (non-empty: [`RestListener::bind`](super::RestListener::bind) refuses
-    /// an empty one).
-    pub fn new(secret: &str) -> Self {
-        Self(Sha256::digest(secret.as_bytes()).into())
+    /// The token `secret`, as bytes (non-empty: [`RestListener::bind`](super::RestListener::bind)
+    /// refuses an empty one).
+    pub fn new(secret: impl AsRef<[u8]>) -> Self {
+        Self(Sha256::digest(secret.as_ref()).into())
     }
 
     /// Whether `presented` is this token, in time independent of both values.

@@ -82,6 +82,35 @@ pub enum ApiError {
         /// The methods it takes, as the `Allow` header lists them.
         allowed: &'static str,
     },
+    /// The request addresses this server by a name that is not its own (DNS rebinding).
+    #[error(
+        "this server is not `{host}`: address it by its IP address or a name in rest.allowed-hosts"
+    )]
+    ForeignHost {
+        /// The `Host` header.
+        host: String,
+    },
+    /// A changing request made by a page of another origin.
+    #[error("a changing request from the web page at `{origin}` is refused")]
+    ForeignOrigin {
+        /// The `Origin` header.
+        origin: String,
+    },
+    /// A body that is not declared as JSON.
+    #[error(
+        "the request body must be sent as `Content-Type: application/json`, not {}",
+        content_type.as_deref().map_or_else(|| "without a content type".to_owned(), |t| format!("`{t}`"))
+    )]
+    UnsupportedMediaType {
+        /// The `Content-Type` header, if any.
+        content_type: Option<String>,
+    },
+    /// The body did not arrive in time.
+    #[error("the request body did not arrive within {after:?}")]
+    BodyTimeout {
+        /// The body deadline.
+        after: std::time::Duration,
+    },
     /// A changing endpoint without the right token.
     #[error(transparent)]
     Unauthorized(#[from] AuthError),
@@ -109,11 +138,20 @@ impl ApiError {
             JsonPayloadError::Payload(PayloadError::Overflow) => Self::TooLarge {
                 limit: super::BODY_LIMIT,
             },
+            JsonPayloadError::Payload(PayloadError::Io(error))
+                if error.kind() == std::io::ErrorKind::TimedOut =>
+            {
+                let after = error
+                    .get_ref()
+                    .and_then(|inner| inner.downcast_ref::<super::guard::BodyTimedOut>())
+                    .map_or(super::guard::DEFAULT_BODY_TIMEOUT, |timed_out| timed_out.0);
+                Self::BodyTimeout { after }
+            }
+            JsonPayloadError::ContentType => Self::UnsupportedMediaType { content_type: None },
             JsonPayloadError::Payload(error) => Self::Body {
                 detail: error.to_string(),
             },
-            // ContentType is unreachable (every content type is read as JSON); the rest are
-            // future variants of a non-exhaustive enum.
+            // Future variants of a non-exhaustive enum.
             other => Self::MalformedJson {
                 detail: other.to_string(),
             },
@@ -145,6 +183,9 @@ impl ResponseError for ApiError {
             Self::UnknownTaskManager(_) | Self::UnknownPath { .. } => StatusCode::NOT_FOUND,
             Self::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             Self::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            Self::ForeignHost { .. } | Self::ForeignOrigin { .. } => StatusCode::FORBIDDEN,
+            Self::UnsupportedMediaType { .. } => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            Self::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
             Self::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
@@ -236,6 +277,30 @@ mod tests {
             (ApiError::UnknownTaskManager(ResourceId::new("tm-9")), 404),
             (ApiError::Unauthorized(AuthError::Missing), 401),
             (ApiError::TooLarge { limit: 16 }, 413),
+            (
+                ApiError::ForeignHost {
+                    host: "rebind.evil.example".into(),
+                },
+                403,
+            ),
+            (
+                ApiError::ForeignOrigin {
+                    origin: "http://evil.example".into(),
+                },
+                403,
+            ),
+            (
+                ApiError::UnsupportedMediaType {
+                    content_type: Some("text/plain".into()),
+                },
+                415,
+            ),
+            (
+                ApiError::BodyTimeout {
+                    after: std::time::Duration::from_secs(10),
+                },
+                408,
+            ),
             (
                 ApiError::Unavailable {
                     actor: "JobManager",

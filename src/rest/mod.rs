@@ -20,6 +20,7 @@
 mod auth;
 mod dashboard;
 mod error;
+pub mod guard;
 mod handlers;
 pub mod prometheus;
 pub mod views;
@@ -27,6 +28,8 @@ pub mod views;
 use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
 use std::sync::Arc;
 use std::time::Duration;
+
+use std::path::PathBuf;
 
 use actix_web::dev::ServerHandle;
 use actix_web::{App, HttpRequest, HttpServer, web};
@@ -74,6 +77,18 @@ pub enum RestError {
     /// `rest.token` is set but empty.
     #[error("rest.token is empty: set a non-empty token, or remove the key on a loopback address")]
     EmptyToken,
+    /// `rest.token-file` cannot be read.
+    #[error("cannot read rest.token-file {path}")]
+    TokenFile {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Both `rest.token` and `rest.token-file` are set: which one holds is not a guess to make.
+    #[error("rest.token and rest.token-file are both set: keep one")]
+    TwoTokens,
     /// The address could not be bound (in use, not ours).
     #[error("cannot listen on {address} for the REST API (rest.address, rest.port)")]
     Bind {
@@ -95,6 +110,8 @@ pub struct RestState {
     clock: Arc<dyn Clock>,
     ask_timeout: Duration,
     token: Option<Token>,
+    allowed_hosts: guard::AllowedHosts,
+    body_timeout: Duration,
     stop: Latch<()>,
 }
 
@@ -114,6 +131,8 @@ impl RestState {
             clock: Arc::new(SystemClock),
             ask_timeout: crate::node::ASK_TIMEOUT,
             token: None,
+            allowed_hosts: guard::AllowedHosts::default(),
+            body_timeout: guard::DEFAULT_BODY_TIMEOUT,
             stop: Latch::new(),
         }
     }
@@ -137,6 +156,12 @@ impl RestState {
         self
     }
 
+    /// Gives a request body at most `timeout` to arrive (then 408).
+    pub fn with_body_timeout(mut self, timeout: Duration) -> Self {
+        self.body_timeout = timeout;
+        self
+    }
+
     /// Asks the owner to stop the cluster (`DELETE /cluster`).
     fn request_stop(&self) {
         self.stop.set(());
@@ -150,10 +175,9 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.app_data(
         web::JsonConfig::default()
             .limit(BODY_LIMIT)
-            // `curl -d` sends a form content type, some clients none: read every body as JSON
-            // and say what is wrong with it instead of refusing the media type.
-            .content_type_required(false)
-            .content_type(|_| true)
+            // Only JSON: a form or text body is what a cross-site page can send without a
+            // preflight (the guard refuses it first, with the same 415).
+            .content_type_required(true)
             .error_handler(|error, _| ApiError::from_json(error).into()),
     )
     .app_data(web::PayloadConfig::default().limit(BODY_LIMIT))
@@ -213,6 +237,7 @@ pub struct RestListener {
     listener: TcpListener,
     address: SocketAddr,
     token: Option<Token>,
+    allowed_hosts: guard::AllowedHosts,
 }
 
 impl RestListener {
@@ -231,9 +256,15 @@ impl RestListener {
                 address: shown,
                 source: None,
             })?;
-        let token = match config.token.as_deref() {
-            Some("") => return Err(RestError::EmptyToken),
-            Some(token) => Some(Token::new(token)),
+        let secret = match (&config.token, &config.token_file) {
+            (Some(_), Some(_)) => return Err(RestError::TwoTokens),
+            (Some(token), None) => Some(token.as_bytes().to_vec()),
+            (None, Some(path)) => Some(read_token_file(path)?),
+            (None, None) => None,
+        };
+        let token = match secret {
+            Some(secret) if secret.is_empty() => return Err(RestError::EmptyToken),
+            Some(secret) => Some(Token::new(&secret)),
             None if address.ip().is_loopback() => None,
             None => return Err(RestError::TokenRequired { address }),
         };
@@ -242,10 +273,13 @@ impl RestListener {
         let address = listener
             .local_addr()
             .map_err(|source| RestError::Bind { address, source })?;
+        let allowed_hosts =
+            guard::AllowedHosts::new(address, &config.address, &config.allowed_hosts);
         Ok(Self {
             listener,
             address,
             token,
+            allowed_hosts,
         })
     }
 
@@ -258,18 +292,23 @@ impl RestListener {
     /// current arbiter (it must be inside an actix System).
     pub fn serve(self, mut state: RestState) -> Result<RestServer, RestError> {
         state.token = self.token;
+        state.allowed_hosts = self.allowed_hosts;
         let stop_requested = state.stop.clone();
         let state = web::Data::new(state);
         let address = self.address;
-        let server =
-            HttpServer::new(move || App::new().app_data(state.clone()).configure(configure))
-                .workers(1)
-                // Stopping is the JobManager process's decision, not actix-web's signal handler's.
-                .disable_signals()
-                .shutdown_timeout(SHUTDOWN_TIMEOUT_SECS)
-                .listen(self.listener)
-                .map_err(|source| RestError::Bind { address, source })?
-                .run();
+        let server = HttpServer::new(move || {
+            App::new()
+                .app_data(state.clone())
+                .wrap(actix_web::middleware::from_fn(guard::guard))
+                .configure(configure)
+        })
+        .workers(1)
+        // Stopping is the JobManager process's decision, not actix-web's signal handler's.
+        .disable_signals()
+        .shutdown_timeout(SHUTDOWN_TIMEOUT_SECS)
+        .listen(self.listener)
+        .map_err(|source| RestError::Bind { address, source })?
+        .run();
         let handle = server.handle();
         let task = actix::spawn(async move {
             if let Err(error) = server.await {
@@ -284,6 +323,21 @@ impl RestListener {
             stop_requested,
         })
     }
+}
+
+/// The token in `path`: its bytes, without one trailing newline (`echo token > file`).
+fn read_token_file(path: &std::path::Path) -> Result<Vec<u8>, RestError> {
+    let mut bytes = std::fs::read(path).map_err(|source| RestError::TokenFile {
+        path: path.to_owned(),
+        source,
+    })?;
+    if bytes.ends_with(b"\n") {
+        bytes.pop();
+        if bytes.ends_with(b"\r") {
+            bytes.pop();
+        }
+    }
+    Ok(bytes)
 }
 
 /// A running REST endpoint. Dropping it without [`stop`](Self::stop) leaves it serving until

@@ -371,13 +371,12 @@ impl SimCluster {
                 .await
                 .expect("the simulated network always binds");
             let env = cluster.env(&name, seed, resolver);
-            let mut spec = task_manager_spec(
+            let spec = task_manager_spec(
                 &cluster.config,
                 OperatorRegistry::with_builtins(),
                 &hostname,
-                seed,
+                working_dir,
             );
-            spec.working_dir = working_dir;
             let task_manager = TaskManager::new(
                 TaskManagerSettings {
                     resource_id: id,

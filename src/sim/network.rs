@@ -528,6 +528,11 @@ impl Network for SimNodeNetwork {
         Box::pin(async move { Ok((node, Box::new(SimListener(receiver)) as Box<dyn Listener>)) })
     }
 
+    /// The node's seeded stream: a simulated run replays its handshakes with everything else.
+    fn nonce_rng(&self, node_seed: u64) -> NodeRng {
+        NodeRng::seed_from_u64(node_seed)
+    }
+
     fn connect(
         &self,
         peer: &str,

@@ -24,20 +24,28 @@
 //!      │   each: verify the peer's mac (constant time)            │
 //!  Established { node_id_a }                        Established { node_id_i }
 //!
-//!  mac_i = HMAC-SHA256(secret, "flint-handshake-v1" ‖ 'I' ‖ nonce_a ‖ nonce_i
-//!                              ‖ id(node_id_i) ‖ id(node_id_a) ‖ id(cluster_id))
-//!  mac_a = HMAC-SHA256(secret, "flint-handshake-v1" ‖ 'A' ‖ nonce_i ‖ nonce_a
-//!                              ‖ id(node_id_a) ‖ id(node_id_i) ‖ id(cluster_id))
+//!  mac_i = HMAC-SHA256(secret, "flint-handshake-v2" ‖ 'I' ‖ transcript)
+//!  mac_a = HMAC-SHA256(secret, "flint-handshake-v2" ‖ 'A' ‖ transcript)
+//!  transcript = id(node_id_i) ‖ id(node_id_a) ‖ nonce_i ‖ nonce_a ‖ id(cluster_id)
 //!  id(x) = x's length as 8 bytes big-endian ‖ x's UTF-8 bytes
 //! ```
 //!
-//! - The **role byte** makes an initiator's proof useless as an acceptor's, so a peer that echoes
-//!   our own `Hello` and `Proof` back (reflection) is refused.
+//! - The **transcript is in connection order** (initiator first, acceptor second), not in
+//!   prover/verifier order, and the **role byte** says which end proves. An initiator's proof is
+//!   therefore never an acceptor's proof, on this connection or any other.
+//! - A peer **claiming our own node id is refused** before any proof is made. Together with the
+//!   fixed order this stops cross-connection reflection: an attacker we dial (say, someone
+//!   holding the JobManager's port while it is down) who opens a second connection to us and
+//!   crosses the two nonces would need our proof as initiator `'I' ‖ id(us) ‖ id(them) ‖ …` to
+//!   equal the proof we expect as acceptor `'I' ‖ id(them) ‖ id(us) ‖ …`, which only holds when
+//!   `them` is `us`.
 //! - **Both nonces** make every proof specific to one connection: a proof recorded from another
-//!   handshake is refused as long as our nonce is fresh, which is why the [`NodeRng`] passed in
-//!   must be one long-lived stream per node, never re-created (re-seeded) per connection.
+//!   handshake is refused as long as our nonce is fresh. The nonces come from the network's nonce
+//!   source ([`Network::nonce_rng`](super::network::Network::nonce_rng)): the operating
+//!   system's entropy in production, never the configuration's `seed` (a replayed run would
+//!   replay its nonces); only the deterministic simulation draws them from its seeded generator.
 //! - The node ids and the cluster id are **length-prefixed** so no two different
-//!   `(node id, peer id, cluster)` triples hash the same bytes (`"ab" ‖ "c"` vs `"a" ‖ "bc"`).
+//!   `(initiator, acceptor, cluster)` triples hash the same bytes (`"ab" ‖ "c"` vs `"a" ‖ "bc"`).
 //!
 //! Each message travels in a tiny frame of its own: a 4-byte big-endian length, then the
 //! [`crate::codec`] encoding of a [`HandshakeMessage`]. A length over [`MAX_HANDSHAKE_MESSAGE`] is
@@ -68,7 +76,7 @@ use crate::messages::ids::ClusterId;
 
 /// The handshake protocol version this node speaks. A peer with another version is refused
 /// rather than guessed at: the envelopes that follow the handshake would not decode either.
-pub const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = 2;
 
 /// The largest handshake message, in bytes (after the length prefix). A `Hello` with a sensible
 /// node id is under 200 bytes; the limit stops a peer (or a stray HTTP client) from making us
@@ -77,7 +85,7 @@ pub const MAX_HANDSHAKE_MESSAGE: usize = 4096;
 
 /// The bytes every proof starts with, so a MAC made here can never be mistaken for a MAC of the
 /// same secret made for another purpose (or another version of this protocol).
-const DOMAIN: &[u8] = b"flint-handshake-v1";
+const DOMAIN: &[u8] = b"flint-handshake-v2";
 
 /// Bytes in a nonce.
 const NONCE_LEN: usize = 32;
@@ -244,6 +252,13 @@ pub enum HandshakeError {
         "peer's proof of the cluster secret is wrong (a different secret, or a replayed or reflected proof)"
     )]
     BadProof,
+    /// The peer claims this node's own node id: a reflection of our own side (or a second node
+    /// configured with our address). Not retryable.
+    #[error("peer claims this node's own node id `{node_id}`")]
+    OwnNodeId {
+        /// The id both sides claim.
+        node_id: String,
+    },
     /// The handshake did not finish in time (the peer is slow, stuck, or not a Flint node).
     /// Retryable.
     #[error("handshake did not finish within {after:?}")]
@@ -495,19 +510,29 @@ fn check_hello(own: &Hello, peer: &Hello) -> Result<(), HandshakeError> {
             theirs: peer.cluster_id.clone(),
         });
     }
+    if peer.node_id == own.node_id {
+        return Err(HandshakeError::OwnNodeId {
+            node_id: peer.node_id.clone(),
+        });
+    }
     Ok(())
 }
 
 /// The MAC `prover` (in `role`) must present to `verifier`, not yet finalized so the verifier
-/// can compare in constant time. Only called once the cluster ids are known to be equal.
+/// can compare in constant time. Only called once the cluster ids are known to be equal. The
+/// transcript is in connection order whoever proves (see the module docs for why).
 fn proof(secret: &Secret, role: Role, prover: &Hello, verifier: &Hello) -> HmacSha256 {
+    let (initiator, acceptor) = match role {
+        Role::Initiator => (prover, verifier),
+        Role::Acceptor => (verifier, prover),
+    };
     let mut mac = <HmacSha256 as KeyInit>::new(&secret.hmac_key().into());
     mac.update(DOMAIN);
     mac.update(&[role.byte()]);
-    mac.update(&verifier.nonce);
-    mac.update(&prover.nonce);
-    update_field(&mut mac, prover.node_id.as_bytes());
-    update_field(&mut mac, verifier.node_id.as_bytes());
+    update_field(&mut mac, initiator.node_id.as_bytes());
+    update_field(&mut mac, acceptor.node_id.as_bytes());
+    mac.update(&initiator.nonce);
+    mac.update(&acceptor.nonce);
     update_field(&mut mac, prover.cluster_id.as_str().as_bytes());
     mac
 }
@@ -883,7 +908,7 @@ mod tests {
             assert!(
                 matches!(
                     result,
-                    Err(HandshakeError::VersionMismatch { ours: 1, theirs: 2 })
+                    Err(HandshakeError::VersionMismatch { ours: 2, theirs: 3 })
                 ),
                 "{role:?}: {result:?}"
             );
@@ -1141,15 +1166,104 @@ mod tests {
     #[tokio::test]
     async fn a_reflected_hello_and_proof_are_refused() {
         // The peer echoes our own Hello (so both nonces and node ids are ours) and then our own
-        // proof. Only the role byte tells the two proofs apart.
+        // proof: refused for claiming our id. With another id, the echoed proof is still wrong
+        // (the role byte and the connection-ordered transcript tell the two proofs apart).
         for role in [Role::Initiator, Role::Acceptor] {
             let (ours, theirs) = duplex(PIPE);
             let mirror = scripted_peer(theirs, |hello| hello, |proof| proof);
             let (result, ()) = tokio::join!(side(role, ours, config("me"), rng(1)), mirror);
             assert!(
+                matches!(result, Err(HandshakeError::OwnNodeId { ref node_id }) if node_id == "me"),
+                "{role:?}: {result:?}"
+            );
+
+            let (ours, theirs) = duplex(PIPE);
+            let renamed = |hello: Hello| Hello {
+                node_id: "not-me".into(),
+                ..hello
+            };
+            let mirror = scripted_peer(theirs, renamed, |proof| proof);
+            let (result, ()) = tokio::join!(side(role, ours, config("me"), rng(1)), mirror);
+            assert!(
                 matches!(result, Err(HandshakeError::BadProof)),
                 "{role:?}: {result:?}"
             );
+        }
+    }
+
+    /// The attack of issue 15: a node `n` dials an attacker (connection 1, `n` initiates); the
+    /// attacker opens connection 2 to `n` (`n` accepts), crosses the nonces so that `n`'s own
+    /// proof on one connection is offered back as the attacker's proof on the other, whatever
+    /// node ids it claims on either. `n` must refuse every variant without the secret.
+    #[test]
+    fn a_cross_connection_reflection_is_refused() {
+        let node = config("n");
+        for claim_1 in ["n", "x"] {
+            for claim_2 in ["n", "x"] {
+                for (dialled_proves_first, swap_nonces) in
+                    [(true, true), (true, false), (false, true), (false, false)]
+                {
+                    let case = format!(
+                        "claims {claim_1}/{claim_2}, dialled first {dialled_proves_first}, crossed {swap_nonces}"
+                    );
+                    // n's two handshakes, with their own fresh nonces.
+                    let (mut dialled, HandshakeAction::Send(HandshakeMessage::Hello(hello_1))) =
+                        Handshake::new(Role::Initiator, &node, &mut rng(1))
+                    else {
+                        panic!("starts with a Hello");
+                    };
+                    let (mut accepted, HandshakeAction::Send(HandshakeMessage::Hello(hello_2))) =
+                        Handshake::new(Role::Acceptor, &node, &mut rng(2))
+                    else {
+                        panic!("starts with a Hello");
+                    };
+                    dialled.on(HandshakeEvent::HelloSent);
+                    accepted.on(HandshakeEvent::HelloSent);
+                    // The attacker answers each connection with the other's nonce (or its own).
+                    let nonce_for_1 = if swap_nonces {
+                        hello_2.nonce
+                    } else {
+                        [7; NONCE_LEN]
+                    };
+                    let nonce_for_2 = if swap_nonces {
+                        hello_1.nonce
+                    } else {
+                        [7; NONCE_LEN]
+                    };
+                    let attacker_1 = Hello {
+                        node_id: claim_1.into(),
+                        nonce: nonce_for_1,
+                        ..hello_1.clone()
+                    };
+                    let attacker_2 = Hello {
+                        node_id: claim_2.into(),
+                        nonce: nonce_for_2,
+                        ..hello_2.clone()
+                    };
+                    let mut machines = [(&mut dialled, attacker_1), (&mut accepted, attacker_2)];
+                    if !dialled_proves_first {
+                        machines.reverse();
+                    }
+                    let [(first, first_hello), (second, second_hello)] = machines;
+                    // The first connection's proof from n is what the attacker mirrors.
+                    let mirrored = match first.on(HandshakeEvent::HelloReceived(first_hello)) {
+                        HandshakeAction::Send(HandshakeMessage::Proof(proof)) => proof,
+                        HandshakeAction::Fail(HandshakeError::OwnNodeId { .. }) => continue,
+                        other => panic!("{case}: {other:?}"),
+                    };
+                    match second.on(HandshakeEvent::HelloReceived(second_hello)) {
+                        HandshakeAction::Send(HandshakeMessage::Proof(_)) => {}
+                        HandshakeAction::Fail(HandshakeError::OwnNodeId { .. }) => continue,
+                        other => panic!("{case}: {other:?}"),
+                    }
+                    second.on(HandshakeEvent::ProofSent);
+                    let result = second.on(HandshakeEvent::ProofReceived(mirrored));
+                    assert!(
+                        matches!(result, HandshakeAction::Fail(HandshakeError::BadProof)),
+                        "{case}: {result:?}"
+                    );
+                }
+            }
         }
     }
 
@@ -1301,7 +1415,7 @@ mod tests {
         assert_eq!(next, S::Failed);
         assert!(matches!(
             action,
-            HandshakeAction::Fail(HandshakeError::VersionMismatch { ours: 1, theirs: 9 })
+            HandshakeAction::Fail(HandshakeError::VersionMismatch { ours: 2, theirs: 9 })
         ));
 
         let foreign = Hello {
@@ -1449,6 +1563,13 @@ mod tests {
                 "proof of the cluster secret is wrong",
             ),
             (
+                HandshakeError::OwnNodeId {
+                    node_id: "me:1".into(),
+                },
+                false,
+                "claims this node's own node id `me:1`",
+            ),
+            (
                 HandshakeError::Timeout {
                     after: Duration::from_secs(5),
                 },
@@ -1483,5 +1604,78 @@ mod tests {
             assert_eq!(error.is_retryable(), retryable, "{error:?}");
             assert!(error.to_string().contains(text), "{error} / {text}");
         }
+    }
+
+    /// The decoder property test of the envelopes, for what a peer sends before it has proved
+    /// anything: arbitrary and mutated handshake messages, decoded alone and read from a stream,
+    /// are errors or valid messages, never a panic or an allocation past the limit.
+    #[tokio::test]
+    async fn arbitrary_and_mutated_handshake_messages_are_errors_never_panics() {
+        let mut random = NodeRng::seed_from_u64(0x4a11_0b0e);
+        let mut below = |n: usize| (random.next_u64() % n.max(1) as u64) as usize;
+        let valid: Vec<Vec<u8>> = [
+            HandshakeMessage::Hello(peer_hello("127.0.0.1:6123", 3)),
+            HandshakeMessage::Hello(peer_hello("", 0)),
+            HandshakeMessage::Proof(Proof { mac: [9; 32] }),
+        ]
+        .iter()
+        .map(|message| codec::encode(message).expect("encodes").to_vec())
+        .collect();
+        let mut decoded = 0;
+        for iteration in 0..20_000 {
+            let bytes: Vec<u8> = if iteration % 4 == 0 {
+                let len = below(200);
+                (0..len).map(|_| below(256) as u8).collect()
+            } else {
+                let mut bytes = valid[below(valid.len())].clone();
+                match below(4) {
+                    0 => {
+                        for _ in 0..=below(4) {
+                            let at = below(bytes.len());
+                            bytes[at] ^= 1 << below(8);
+                        }
+                    }
+                    1 => bytes.truncate(below(bytes.len())),
+                    2 => {
+                        for _ in 0..=below(8) {
+                            bytes.push(below(256) as u8);
+                        }
+                    }
+                    _ => {
+                        let at = below(bytes.len());
+                        bytes[at] = [0xfb, 0xfc, 0xfd, 0xfe, 0xff][below(5)];
+                    }
+                }
+                bytes
+            };
+            if let Ok(message) = codec::decode::<HandshakeMessage>(&bytes) {
+                decoded += 1;
+                let again = codec::encode(&message).expect("a decoded message encodes");
+                assert_eq!(codec::decode::<HandshakeMessage>(&again).unwrap(), message);
+            }
+            // As the handshake reads it: a length prefix (sometimes a lying one), then the body.
+            let claimed = match below(8) {
+                0 => below(u32::MAX as usize) as u32,
+                1 => (MAX_HANDSHAKE_MESSAGE + 1) as u32,
+                _ => bytes.len() as u32,
+            };
+            let mut stream = claimed.to_be_bytes().to_vec();
+            stream.extend_from_slice(&bytes);
+            match read_message(&mut stream.as_slice()).await {
+                Ok(message) => assert_eq!(
+                    codec::decode::<HandshakeMessage>(&codec::encode(&message).unwrap()).unwrap(),
+                    message
+                ),
+                Err(HandshakeError::TooLarge { length, .. }) => {
+                    assert!(length > MAX_HANDSHAKE_MESSAGE)
+                }
+                Err(HandshakeError::Malformed(_) | HandshakeError::Closed) => {}
+                Err(other) => panic!("unexpected {other:?}"),
+            }
+        }
+        assert!(
+            decoded > 0 && decoded < 20_000,
+            "{decoded} mutations decoded"
+        );
     }
 }

@@ -20,6 +20,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 
 use super::remote::{DialError, EndpointError};
+use crate::env::NodeRng;
 
 /// A connected byte stream of any network.
 pub trait ByteStream: AsyncRead + AsyncWrite + Unpin {}
@@ -37,6 +38,13 @@ pub trait Network: Send + Sync + fmt::Debug {
     /// Starts listening at `bind`. Returns the node id peers reach this node at (`host:port`:
     /// `advertised_host` if given, else the bound address) and the listener.
     fn bind(&self, bind: SocketAddr, advertised_host: Option<String>) -> Bound;
+
+    /// The generator a node's handshake nonces come from, for the whole life of its endpoint.
+    /// Production draws it from the operating system's entropy and ignores `node_seed`: the
+    /// configuration's `seed` replays a run, and replayed nonces would let a recorded handshake
+    /// be replayed without the secret. Only a simulated network returns a generator seeded
+    /// from `node_seed`, so a simulated run stays reproducible.
+    fn nonce_rng(&self, node_seed: u64) -> NodeRng;
 
     /// Connects to the node `peer` (`host:port`), giving up after `timeout`.
     fn connect(
@@ -72,6 +80,10 @@ impl Network for TcpNetwork {
             };
             Ok((node, Box::new(TcpAcceptor(listener)) as Box<dyn Listener>))
         })
+    }
+
+    fn nonce_rng(&self, _node_seed: u64) -> NodeRng {
+        NodeRng::from_entropy()
     }
 
     fn connect(

@@ -37,9 +37,21 @@
 //! part of its actors' addresses). Outgoing connections are made on the endpoint's arbiter (the
 //! one [`NodeEndpoint::bind`] ran on), so a proxy on a TaskManager's arbiter that stops does not
 //! take the connection with it. If two nodes dial each other at once both connections are kept
-//! and serve (a peer never has more than two); each side sends on the one it keeps in its map.
-//! Every handshake draws its nonce from a generator forked from the endpoint's one long-lived
-//! [`NodeRng`] (a fresh seed per connection, never a re-created stream).
+//! and serve; each side sends on the one it keeps in its map. A peer never has more than two: a
+//! newer accepted connection under its node id closes the older one (a restarted peer's, or a
+//! peer that dials again), and this node dials at most one.
+//!
+//! # Before and after authentication
+//!
+//! An accepted stream is nobody until its handshake succeeds: it gets `accept_timeout` for TLS
+//! and the handshake, counts against [`MAX_ACCEPTING_PER_SOURCE`] and [`MAX_ACCEPTING`], and is
+//! the first to be dropped for a newcomer while it has sent nothing (so idle sockets cannot keep
+//! a talking peer out). An authenticated peer is still checked: an envelope naming another node
+//! as its sender, or a message only this process may send ([`local_only`]), closes the
+//! connection, and at most `max_inbound_in_flight` of its messages are handled at once.
+//! Every handshake draws its nonce from a generator forked (with a full 256-bit seed) from the
+//! endpoint's one long-lived [`NodeRng`], which the [`Network`] provides: the operating system's
+//! entropy over TCP, the node's seed only in the simulation.
 
 use std::any::TypeId;
 use std::collections::BTreeMap;
@@ -49,14 +61,14 @@ use std::io;
 use std::marker::PhantomData;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use actix::dev::{MessageResponse, OneshotSender};
 use actix::{Actor, Context, Handler, Message};
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::sync::mpsc;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 
 use super::connection::{
     self, Connection, ConnectionConfig, ConnectionError, DEFAULT_ASK_TIMEOUT,
@@ -94,9 +106,22 @@ pub const DIAL_BACKOFF_MAX: Duration = Duration::from_secs(1);
 /// (backpressure onto the peer, see [`connection`]).
 const INBOUND_QUEUE: usize = 256;
 
-/// Handshakes in progress on accepted streams: beyond it a new stream is dropped at once, so a
-/// flood of connections that never shake hands cannot grow the node's tasks without bound.
+/// Handshakes in progress on accepted streams, from every source together: a flood of
+/// connections that never shake hands cannot grow the node's tasks without bound.
 const MAX_ACCEPTING: usize = 64;
+
+/// Handshakes in progress from one source address (its IP), so one flooding host cannot take
+/// every slot from the others.
+const MAX_ACCEPTING_PER_SOURCE: usize = 8;
+
+/// The default bound on asks and tells of one connection handled at once. Beyond it the
+/// connection's dispatch waits (and with it the reader: backpressure onto the peer) instead of
+/// spawning tasks without bound.
+pub const DEFAULT_MAX_INBOUND_IN_FLIGHT: usize = 256;
+
+/// The default pre-authentication deadline: an accepted stream must finish TLS and the handshake
+/// within it (each), far less than a dialler's patience, since until then the peer is nobody.
+pub const DEFAULT_ACCEPT_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// The pause after `accept` fails (out of file descriptors, say), so the loop does not spin.
 const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(100);
@@ -115,15 +140,22 @@ pub struct EndpointConfig {
     pub node_name: String,
     /// The shared cluster secret.
     pub secret: Secret,
-    /// How long a handshake (and a TCP connect) may take.
+    /// How long a handshake (and a TCP connect) may take on a connection this node dials.
     pub handshake_timeout: Duration,
+    /// The pre-authentication deadline of an accepted stream (TLS, then the handshake, each):
+    /// shorter than `handshake_timeout`, because an unauthenticated peer holds a slot meanwhile.
+    pub accept_timeout: Duration,
     /// How long an ask waits for its reply.
     pub ask_timeout: Duration,
     /// The largest frame, in bytes; every node of a cluster should agree.
     pub max_frame: usize,
     /// Envelopes that may wait to be written per connection.
     pub outbound_queue: usize,
-    /// Seeds the endpoint's one long-lived generator (handshake nonces).
+    /// Asks and tells from one connection handled at once (at least 1); each is given up after
+    /// `ask_timeout`.
+    pub max_inbound_in_flight: usize,
+    /// The node's seed. Only a simulated network seeds the handshake nonces from it; over TCP
+    /// they always come from the operating system (see [`Network::nonce_rng`]).
     pub seed: u64,
     /// TLS under the handshake, if set (every node of a cluster must agree).
     pub tls: Option<Tls>,
@@ -146,9 +178,11 @@ impl EndpointConfig {
             node_name: node_name.into(),
             secret,
             handshake_timeout: Duration::from_secs(5),
+            accept_timeout: DEFAULT_ACCEPT_TIMEOUT,
             ask_timeout: DEFAULT_ASK_TIMEOUT,
             max_frame: DEFAULT_MAX_FRAME,
             outbound_queue: DEFAULT_OUTBOUND_QUEUE,
+            max_inbound_in_flight: DEFAULT_MAX_INBOUND_IN_FLIGHT,
             seed,
             tls: None,
         }
@@ -255,6 +289,105 @@ enum PeerSlot {
     Dialing(DialOutcome),
 }
 
+/// One handshake in progress on an accepted stream.
+struct PendingAccept {
+    /// Where it came from (the IP of a TCP peer): the unit of [`MAX_ACCEPTING_PER_SOURCE`].
+    source: String,
+    /// Whether the peer has sent anything yet. A silent stream is the first to make room for a
+    /// newcomer; one that talks keeps its slot until its deadline.
+    talking: Arc<AtomicBool>,
+    /// Ends the handshake at once (sent when the slot is given to a newcomer).
+    evict: oneshot::Sender<()>,
+}
+
+/// The handshakes in progress on accepted streams, oldest first.
+#[derive(Default)]
+struct Accepting {
+    next: u64,
+    pending: BTreeMap<u64, PendingAccept>,
+}
+
+impl Accepting {
+    /// The oldest handshake whose peer has not said anything yet, of `source` or of any.
+    fn oldest_silent(&self, source: Option<&str>) -> Option<u64> {
+        self.pending
+            .iter()
+            .find(|(_, pending)| {
+                !pending.talking.load(Ordering::Relaxed)
+                    && source.is_none_or(|source| pending.source == source)
+            })
+            .map(|(slot, _)| *slot)
+    }
+}
+
+/// What a connection was accepted with: its slot, its talking flag and its eviction notice.
+type Admission = (u64, Arc<AtomicBool>, oneshot::Receiver<()>);
+
+/// A stream that notes when the first byte arrives from the peer (see [`PendingAccept`]).
+struct Watched {
+    inner: BoxStream,
+    talking: Arc<AtomicBool>,
+}
+
+impl AsyncRead for Watched {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let poll = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if buf.filled().len() > before && !self.talking.load(Ordering::Relaxed) {
+            self.talking.store(true, Ordering::Relaxed);
+        }
+        poll
+    }
+}
+
+impl AsyncWrite for Watched {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// The source a stream counts against: the IP of `host:port`, or all of `from` if it is not one
+/// (a simulated network's names).
+fn source_of(from: &str) -> String {
+    from.parse::<SocketAddr>()
+        .map_or_else(|_| from.to_owned(), |address| address.ip().to_string())
+}
+
+/// Messages only this process may send its actors: a peer that sends one is refused. The leader
+/// comes from leader retrieval (in this process), never from the network, or any peer holding
+/// the secret could point a resource manager or a TaskManager at a JobManager of its choice.
+fn local_only(payload: &Payload) -> Option<&'static str> {
+    match payload {
+        Payload::ResourceManager(ResourceManagerMessage::NewLeaderAvailable(_))
+        | Payload::TaskManager(TaskManagerMessage::NewLeaderAvailable(_)) => {
+            Some("NewLeaderAvailable")
+        }
+        _ => None,
+    }
+}
+
 /// A future answer to a proxied message.
 type Pending = Pin<Box<dyn Future<Output = Result<Reply, RemoteError>>>>;
 
@@ -273,7 +406,11 @@ struct Inner {
     /// The one long-lived generator: each handshake forks its nonce stream from it.
     rng: Mutex<NodeRng>,
     next_connection: AtomicU64,
-    accepting: AtomicUsize,
+    /// Handshakes in progress on accepted streams.
+    accepting: Mutex<Accepting>,
+    /// The live accepted connection of each peer: a newer one from the same peer replaces it,
+    /// so a peer has at most one accepted connection (and one this node dialled).
+    accepted: Mutex<BTreeMap<String, (u64, Connection)>>,
     shutdown: Latch<()>,
     /// What every connection carried, and the connections refused (for `/metrics`).
     metrics: TransportMetrics,
@@ -299,14 +436,14 @@ impl Inner {
         self.shutdown.is_settled()
     }
 
-    fn connection_config(&self) -> ConnectionConfig {
+    fn connection_config(&self, side: Side) -> ConnectionConfig {
         let config = &self.config;
         ConnectionConfig {
             handshake: HandshakeConfig {
                 cluster_id: config.cluster_id.clone(),
                 node_id: self.local_node.clone(),
                 secret: config.secret.clone(),
-                timeout: config.handshake_timeout,
+                timeout: self.handshake_timeout(side),
             },
             max_frame: config.max_frame,
             outbound_queue: config.outbound_queue,
@@ -314,6 +451,57 @@ impl Inner {
             max_pending_asks: DEFAULT_MAX_PENDING_ASKS,
             metrics: self.metrics.clone(),
         }
+    }
+
+    /// How long TLS and the handshake may each take on `side`.
+    fn handshake_timeout(&self, side: Side) -> Duration {
+        match side {
+            Side::Initiator => self.config.handshake_timeout,
+            Side::Acceptor => self.config.accept_timeout,
+        }
+    }
+
+    /// A slot for a handshake on a stream accepted from `source`, or `None` if every slot is
+    /// held by a peer that talks. Full slots are freed by evicting the oldest *silent* stream
+    /// (of this source if it holds its share, else of any): idle sockets, however many and
+    /// however fast they come back, cannot keep a peer that speaks at once from shaking hands.
+    fn admit(&self, source: &str) -> Option<Admission> {
+        let mut accepting = lock(&self.accepting);
+        let of_source = accepting
+            .pending
+            .values()
+            .filter(|pending| pending.source == source)
+            .count();
+        let full = if of_source >= MAX_ACCEPTING_PER_SOURCE {
+            Some(accepting.oldest_silent(Some(source)))
+        } else if accepting.pending.len() >= MAX_ACCEPTING {
+            Some(accepting.oldest_silent(None))
+        } else {
+            None
+        };
+        match full {
+            Some(None) => return None,
+            Some(Some(victim)) => {
+                if let Some(evicted) = accepting.pending.remove(&victim) {
+                    self.metrics.rejected_connections.increment();
+                    let _ = evicted.evict.send(());
+                }
+            }
+            None => {}
+        }
+        let slot = accepting.next;
+        accepting.next += 1;
+        let talking = Arc::new(AtomicBool::new(false));
+        let (evict, evicted) = oneshot::channel();
+        accepting.pending.insert(
+            slot,
+            PendingAccept {
+                source: source.to_owned(),
+                talking: Arc::clone(&talking),
+                evict,
+            },
+        );
+        Some((slot, talking, evicted))
     }
 
     /// The live connection to `peer`, if there is one.
@@ -454,7 +642,7 @@ impl Inner {
         let Some(tls) = &self.config.tls else {
             return Ok(self.establish(stream, side).await?);
         };
-        let timeout = self.config.handshake_timeout;
+        let timeout = self.handshake_timeout(side);
         let timed_out = |_| TlsError::Timeout(timeout);
         Ok(match side {
             Side::Initiator => {
@@ -481,11 +669,16 @@ impl Inner {
     where
         S: AsyncRead + AsyncWrite + Unpin + 'static,
     {
-        let mut rng = lock(&self.rng).fork();
+        let mut rng = lock(&self.rng).fork_wide();
         let (inbound, received) = mpsc::channel(INBOUND_QUEUE);
-        let connection =
-            connection::establish(stream, side, self.connection_config(), &mut rng, inbound)
-                .await?;
+        let connection = connection::establish(
+            stream,
+            side,
+            self.connection_config(side),
+            &mut rng,
+            inbound,
+        )
+        .await?;
         let id = self.next_connection.fetch_add(1, Ordering::Relaxed);
         log::info!(
             "{}: connected to {} ({side:?})",
@@ -505,6 +698,7 @@ impl Inner {
         mut inbound: mpsc::Receiver<Inbound>,
     ) {
         let mut closing = false;
+        let in_flight = Arc::new(Semaphore::new(self.config.max_inbound_in_flight.max(1)));
         loop {
             let item = tokio::select! {
                 biased;
@@ -517,9 +711,20 @@ impl Inner {
             };
             match item {
                 Some(Inbound::Envelope { peer, envelope }) => {
-                    self.dispatch(&connection, &peer, envelope);
+                    // Waits while `max_inbound_in_flight` of this peer's messages are handled;
+                    // each is bounded by the ask timeout, so the wait is too.
+                    let Ok(permit) = Arc::clone(&in_flight).acquire_owned().await else {
+                        break; // never closed: unreachable, but ending is the safe answer
+                    };
+                    self.dispatch(&connection, &peer, envelope, permit);
                 }
                 Some(Inbound::PeerDown { .. }) | None => break,
+            }
+        }
+        {
+            let mut accepted = lock(&self.accepted);
+            if matches!(accepted.get(connection.peer()), Some((current, _)) if *current == id) {
+                accepted.remove(connection.peer());
             }
         }
         let mut peers = lock(&self.peers);
@@ -531,14 +736,37 @@ impl Inner {
 
     /// Hands an ask or tell to the local actor it names, without waiting for the answer (that
     /// is awaited in a task of its own, so the reader keeps reading).
-    fn dispatch(&self, connection: &Connection, peer: &str, envelope: Envelope) {
+    fn dispatch(
+        &self,
+        connection: &Connection,
+        peer: &str,
+        envelope: Envelope,
+        permit: OwnedSemaphorePermit,
+    ) {
         let Envelope {
             target,
+            sender,
             correlation,
             kind,
             payload,
-            ..
         } = envelope;
+        // The handshake proved who the peer is; an envelope cannot claim to come from elsewhere.
+        if let Some(sender) = sender.filter(|sender| sender.node != peer) {
+            log::warn!(
+                "{}: {peer} sent an envelope as {sender}; closing the connection",
+                self.config.node_name
+            );
+            connection.close(format!("{peer} claimed to send as {sender}"));
+            return;
+        }
+        if let Some(name) = local_only(&payload) {
+            log::warn!(
+                "{}: {peer} sent {name}, which only this process may send; closing the connection",
+                self.config.node_name
+            );
+            connection.close(format!("{peer} sent {name}"));
+            return;
+        }
         let address = ActorAddress::new(self.local_node.clone(), target);
         let missing = |kind: &str| {
             format!(
@@ -581,14 +809,23 @@ impl Inner {
         let node = self.config.node_name.clone();
         let peer = peer.to_owned();
         let target = address.name;
+        // The peer stops waiting after its ask timeout; so does the handler's task (the message
+        // stays queued at the actor), which bounds how long it holds its permit.
+        let patience = self.config.ask_timeout;
         match kind {
             EnvelopeKind::Ask => {
                 let connection = connection.clone();
                 tokio::task::spawn_local(async move {
+                    let _permit = permit;
                     let reply = match delivery {
-                        Ok(answer) => answer.await.unwrap_or_else(|error| {
-                            Reply::Failed(format!("{name} to {target}: {error}"))
-                        }),
+                        Ok(answer) => match tokio::time::timeout(patience, answer).await {
+                            Ok(answer) => answer.unwrap_or_else(|error| {
+                                Reply::Failed(format!("{name} to {target}: {error}"))
+                            }),
+                            Err(_) => Reply::Failed(format!(
+                                "{name} to {target}: no answer within {patience:?}"
+                            )),
+                        },
                         Err(reason) => Reply::Failed(format!("{name}: {reason}")),
                     };
                     if let Reply::Failed(reason) = &reply {
@@ -605,7 +842,8 @@ impl Inner {
             EnvelopeKind::Tell => match delivery {
                 Ok(answer) => {
                     tokio::task::spawn_local(async move {
-                        if let Err(error) = answer.await {
+                        let _permit = permit;
+                        if let Ok(Err(error)) = tokio::time::timeout(patience, answer).await {
                             log::warn!("{node}: {name} from {peer} to {target}: {error}");
                         }
                     });
@@ -646,36 +884,34 @@ impl Inner {
                     continue;
                 }
             };
-            if self.accepting.fetch_add(1, Ordering::Relaxed) >= MAX_ACCEPTING {
-                self.accepting.fetch_sub(1, Ordering::Relaxed);
+            let Some((slot, talking, evicted)) = self.admit(&source_of(&from)) else {
                 self.metrics.rejected_connections.increment();
                 log::warn!(
-                    "{}: {MAX_ACCEPTING} handshakes in progress; dropped the connection from {from}",
+                    "{}: {MAX_ACCEPTING} handshakes in progress (at most \
+                     {MAX_ACCEPTING_PER_SOURCE} per source); dropped the connection from {from}",
                     self.config.node_name
                 );
                 continue;
-            }
+            };
+            let stream: BoxStream = Box::new(Watched {
+                inner: stream,
+                talking,
+            });
             let endpoint = Arc::clone(&self);
             tokio::task::spawn_local(async move {
-                let established = endpoint.open(stream, Side::Acceptor, &from).await;
-                endpoint.accepting.fetch_sub(1, Ordering::Relaxed);
+                let established = tokio::select! {
+                    biased;
+                    Ok(()) = evicted => None,
+                    established = endpoint.open(stream, Side::Acceptor, &from) => Some(established),
+                };
+                lock(&endpoint.accepting).pending.remove(&slot);
                 match established {
-                    Ok((id, connection)) => {
-                        let mut peers = lock(&endpoint.peers);
-                        let keep =
-                            matches!(
-                                peers.get(connection.peer()),
-                                Some(PeerSlot::Connected { connection: current, .. })
-                                    if current.close_reason().is_none()
-                            ) || matches!(peers.get(connection.peer()), Some(PeerSlot::Dialing(_)));
-                        if !keep {
-                            peers.insert(
-                                connection.peer().to_owned(),
-                                PeerSlot::Connected { id, connection },
-                            );
-                        }
-                    }
-                    Err(error) => {
+                    None => log::debug!(
+                        "{}: dropped the silent connection from {from} to make room",
+                        endpoint.config.node_name
+                    ),
+                    Some(Ok((id, connection))) => endpoint.adopt_accepted(id, connection),
+                    Some(Err(error)) => {
                         endpoint.metrics.rejected_connections.increment();
                         log::warn!(
                             "{}: refused a connection from {from}: {}",
@@ -685,8 +921,31 @@ impl Inner {
                     }
                 }
             });
+            // Let the handshakes just spawned read what their peers sent before the next
+            // stream is accepted: a peer that talks at once is marked before it could be
+            // evicted as silent by a burst of newcomers.
+            tokio::task::yield_now().await;
         }
         log::info!("{}: stopped listening", self.config.node_name);
+    }
+
+    /// Records a connection accepted from a peer: it replaces (closes) that peer's previous
+    /// accepted connection, and is the one this node sends on unless it has one of its own.
+    fn adopt_accepted(&self, id: u64, connection: Connection) {
+        let peer = connection.peer().to_owned();
+        let previous = lock(&self.accepted).insert(peer.clone(), (id, connection.clone()));
+        if let Some((_, previous)) = previous {
+            previous.close("replaced by a newer connection from the same peer");
+        }
+        let mut peers = lock(&self.peers);
+        let keep = matches!(
+            peers.get(&peer),
+            Some(PeerSlot::Connected { connection: current, .. })
+                if current.close_reason().is_none()
+        ) || matches!(peers.get(&peer), Some(PeerSlot::Dialing(_)));
+        if !keep {
+            peers.insert(peer, PeerSlot::Connected { id, connection });
+        }
     }
 
     fn shut_down(&self) {
@@ -791,7 +1050,7 @@ impl NodeEndpoint {
                 config.node_name
             );
         }
-        let rng = NodeRng::seed_from_u64(config.seed);
+        let rng = network.nonce_rng(config.seed);
         let inner = Arc::new(Inner {
             local_node,
             network,
@@ -801,7 +1060,8 @@ impl NodeEndpoint {
             proxies: Mutex::new(BTreeMap::new()),
             rng: Mutex::new(rng),
             next_connection: AtomicU64::new(1),
-            accepting: AtomicUsize::new(0),
+            accepting: Mutex::new(Accepting::default()),
+            accepted: Mutex::new(BTreeMap::new()),
             shutdown: Latch::new(),
             metrics: TransportMetrics::new(),
             config,
@@ -1286,6 +1546,71 @@ mod tests {
         assert_eq!(a.metrics().messages_in.get(), 0);
     }
 
+    /// The `Hello` a node at `address` opens a connection with.
+    async fn hello_of(address: &str) -> crate::transport::handshake::Hello {
+        use tokio::io::AsyncReadExt;
+        let mut stream = tokio::net::TcpStream::connect(address)
+            .await
+            .expect("connects");
+        let mut header = [0u8; 4];
+        stream.read_exact(&mut header).await.expect("a length");
+        let mut body = vec![0u8; u32::from_be_bytes(header) as usize];
+        stream.read_exact(&mut body).await.expect("a Hello");
+        match crate::codec::decode(&body).expect("decodes") {
+            crate::transport::handshake::HandshakeMessage::Hello(hello) => hello,
+            other => panic!("opened with {other:?}"),
+        }
+    }
+
+    #[actix::test]
+    async fn a_node_restarted_with_the_same_seed_does_not_repeat_its_nonces() {
+        // `seed` replays a run; over TCP it must not replay the handshake's nonces, or a
+        // handshake recorded before the restart would pass after it.
+        let (first, _) = endpoint("a", b"secret", 42).await;
+        let before = hello_of(&first.local_node()).await;
+        let again = hello_of(&first.local_node()).await;
+        first.shutdown();
+        let (second, _) = endpoint("a", b"secret", 42).await;
+        let after = hello_of(&second.local_node()).await;
+        assert_ne!(before.nonce, again.nonce);
+        assert_ne!(before.nonce, after.nonce);
+    }
+
+    #[actix::test]
+    async fn a_newer_connection_from_a_peer_replaces_the_older() {
+        use tokio::io::AsyncReadExt;
+        let (b, _) = endpoint("b", b"secret", 2).await;
+        let handshake = HandshakeConfig {
+            cluster_id: ClusterId::new("remote-test"),
+            node_id: "127.0.0.1:1".into(),
+            secret: Secret::from_bytes(b"secret".to_vec()),
+            timeout: Duration::from_secs(2),
+        };
+        let connect = || async {
+            let mut stream = tokio::net::TcpStream::connect(b.local_node())
+                .await
+                .expect("connects");
+            crate::transport::handshake::initiate(
+                &mut stream,
+                &handshake,
+                &mut NodeRng::from_entropy(),
+            )
+            .await
+            .expect("the right secret");
+            stream
+        };
+        let mut older = connect().await;
+        let _newer = connect().await;
+        // B closes the older one: the peer sees the end of the stream.
+        let mut rest = Vec::new();
+        let ended = tokio::time::timeout(DEADLINE, older.read_to_end(&mut rest)).await;
+        assert!(ended.is_ok(), "the older connection stayed open");
+        eventually("B keeps one connection to the peer", || async {
+            (b.connected_peers() == ["127.0.0.1:1"]).then_some(())
+        })
+        .await;
+    }
+
     /// A TaskManager stand-in that takes every message and never answers.
     struct Silent;
 
@@ -1302,6 +1627,60 @@ mod tests {
         fn handle(&mut self, _: M, _: &mut Context<Self>) -> Self::Result {
             Box::pin(std::future::pending())
         }
+    }
+
+    /// A TaskManager stand-in that counts what it is given and never answers.
+    struct Counting(Arc<std::sync::atomic::AtomicUsize>);
+
+    impl Actor for Counting {
+        type Context = Context<Self>;
+    }
+
+    impl<M> Handler<M> for Counting
+    where
+        M: Message + 'static,
+    {
+        type Result = ResponseFuture<M::Result>;
+
+        fn handle(&mut self, _: M, _: &mut Context<Self>) -> Self::Result {
+            self.0.fetch_add(1, Ordering::Relaxed);
+            Box::pin(std::future::pending())
+        }
+    }
+
+    #[actix::test]
+    async fn a_peer_cannot_make_a_node_handle_unboundedly_many_asks_at_once() {
+        // B handles at most 4 of a connection's messages at once and gives each up after 1 s.
+        let (_a, a_resolver) = endpoint("a", b"secret", 1).await;
+        let (b, b_resolver) = NodeEndpoint::bind(EndpointConfig {
+            max_inbound_in_flight: 4,
+            ask_timeout: Duration::from_secs(1),
+            ..config("b", b"secret", 2)
+        })
+        .await
+        .expect("binds");
+        let seen = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let tm_address = ActorAddress::new(b.local_node(), "taskmanager/counting");
+        b_resolver.register(
+            tm_address.clone(),
+            LocalActor::TaskManager(TaskManagerGateway::of(&Counting(Arc::clone(&seen)).start())),
+        );
+        let remote_tm = a_resolver.task_manager(&tm_address).expect("a proxy");
+        let asks: Vec<_> = (0..10)
+            .map(|_| remote_tm.get_status.send(GetTaskManagerStatus))
+            .collect();
+        let mut asks = asks.into_iter();
+        let first = asks.next().expect("ten asks");
+        // The first answer is B giving up on it after 1 s; unbounded, all ten would have reached
+        // the actor long before. Bounded, at most the first two waves of four have.
+        assert_eq!(first.await, Err(MailboxError::Closed));
+        let delivered = seen.load(Ordering::Relaxed);
+        assert!(delivered <= 8, "{delivered} asks handled at once");
+        // The rest are not lost, only queued: every one is answered (given up) in turn.
+        for ask in asks {
+            assert_eq!(ask.await, Err(MailboxError::Closed));
+        }
+        assert_eq!(seen.load(Ordering::Relaxed), 10);
     }
 
     #[actix::test]

@@ -184,6 +184,7 @@ mod tests {
         let error = Tls::load(&config(&dir)).unwrap_err().to_string();
         assert!(error.starts_with("TLS certificate "), "{error}");
         assert!(error.contains("node.pem"), "{error}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

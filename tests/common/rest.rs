@@ -102,9 +102,16 @@ pub fn request(
     let result = match method {
         "GET" => with_auth(agent.get(url), authorization).call(),
         "DELETE" => with_auth(agent.delete(url), authorization).call(),
-        "POST" => with_auth(agent.post(url), authorization).send(body),
-        "PUT" => with_auth(agent.put(url), authorization).send(body),
-        "PATCH" => with_auth(agent.patch(url), authorization).send(body),
+        // Bodies are JSON, and say so (the server refuses any other type with 415).
+        "POST" => with_auth(agent.post(url), authorization)
+            .content_type("application/json")
+            .send(body),
+        "PUT" => with_auth(agent.put(url), authorization)
+            .content_type("application/json")
+            .send(body),
+        "PATCH" => with_auth(agent.patch(url), authorization)
+            .content_type("application/json")
+            .send(body),
         other => panic!("no such method in the tests: {other}"),
     };
     let mut response =
@@ -185,6 +192,11 @@ pub struct RestCluster {
 impl RestCluster {
     /// Starts the cluster of `config`, waits for its pool and serves `config.rest`.
     pub fn start(config: ClusterConfig) -> Self {
+        Self::start_with_body_timeout(config, None)
+    }
+
+    /// As [`start`](Self::start), with the server's body deadline set to `body_timeout`.
+    pub fn start_with_body_timeout(config: ClusterConfig, body_timeout: Option<Duration>) -> Self {
         let (ready, url) = mpsc::channel();
         let (commands, mut received) = tokio::sync::mpsc::unbounded_channel();
         let token = config.rest.token.clone();
@@ -197,11 +209,14 @@ impl RestCluster {
                     .wait_for_pool(pool, DEADLINE)
                     .await
                     .expect("the pool fills");
-                let state = RestState::new(
+                let mut state = RestState::new(
                     cluster.job_manager(),
                     cluster.resource_manager(),
                     config.resourcemanager.max_pool_size,
                 );
+                if let Some(timeout) = body_timeout {
+                    state = state.with_body_timeout(timeout);
+                }
                 let mut server = RestListener::bind(&config.rest)
                     .expect("binds")
                     .serve(state)
@@ -460,5 +475,11 @@ impl JobManagerChild {
 impl Drop for JobManagerChild {
     fn drop(&mut self) {
         super::process::terminate(&mut self.child);
+        // Its scratch directory goes with it, unless a failing test wants the log.
+        if !std::thread::panicking()
+            && let Some(dir) = self.log.parent()
+        {
+            let _ = std::fs::remove_dir_all(dir);
+        }
     }
 }

@@ -1,0 +1,332 @@
+//! The attacks of issue 15 that need real processes: a flood of idle connections against a
+//! JobManager's transport port while a real `flint taskmanager` registers through it, and the
+//! working files of a cluster (modes, a planted link, what is left after it stops).
+//!
+//! (The handshake attacks run against a live JobManager in `bad_input.rs` and against the state
+//! machine in `src/transport/handshake.rs`; the browser attacks on the REST API in `rest.rs`.)
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use flint::transport::handshake::Secret;
+use tokio::io::AsyncReadExt;
+use tokio::net::TcpStream;
+
+mod common;
+use common::process::{Client, JobManagerProcess, terminate};
+use common::scratch;
+
+const SECRET: &str = "security-test-secret";
+const DEADLINE: Duration = Duration::from_secs(30);
+
+/// `flint jobmanager` on 127.0.0.1:0 with `args`, its temporary directory `tmp`, its log in
+/// `log`.
+fn job_manager(args: &[&str], tmp: &Path, log: &Path) -> JobManagerProcess {
+    job_manager_with_secret(args, tmp, log, SECRET.as_bytes())
+}
+
+/// As [`job_manager`], with the cluster secret `secret` (any bytes) in `FLINT_SECRET`.
+fn job_manager_with_secret(
+    args: &[&str],
+    tmp: &Path,
+    log: &Path,
+    secret: &[u8],
+) -> JobManagerProcess {
+    use std::os::unix::ffi::OsStringExt;
+    let mut command = Command::new(env!("CARGO_BIN_EXE_flint"));
+    command
+        .args([
+            "jobmanager",
+            "--bind",
+            "127.0.0.1:0",
+            "--rest",
+            "127.0.0.1:0",
+        ])
+        .args(args)
+        .env(
+            "FLINT_SECRET",
+            std::ffi::OsString::from_vec(secret.to_vec()),
+        )
+        .env("TMPDIR", tmp)
+        .stderr(std::fs::File::create(log).expect("a log file"));
+    JobManagerProcess::start(command)
+}
+
+/// One flooding socket, forever: connect, say nothing, and as soon as the server drops it,
+/// connect again (after `pause`), until `stop`.
+async fn flood_one(
+    address: String,
+    pause: Duration,
+    stop: Arc<AtomicBool>,
+    opened: Arc<AtomicUsize>,
+    dropped: Arc<AtomicUsize>,
+) {
+    while !stop.load(Ordering::Relaxed) {
+        let Ok(mut stream) = TcpStream::connect(&address).await else {
+            tokio::time::sleep(pause).await;
+            continue;
+        };
+        opened.fetch_add(1, Ordering::Relaxed);
+        let mut sink = [0u8; 256];
+        loop {
+            let read = tokio::select! {
+                biased;
+                read = stream.read(&mut sink) => read,
+                () = tokio::time::sleep(Duration::from_millis(200)) => {
+                    if stop.load(Ordering::Relaxed) { return; }
+                    continue;
+                }
+            };
+            match read {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {}
+            }
+        }
+        dropped.fetch_add(1, Ordering::Relaxed);
+        tokio::time::sleep(pause).await;
+    }
+}
+
+#[actix::test]
+async fn an_honest_task_manager_registers_through_a_flood_of_idle_sockets() {
+    const SOCKETS: usize = 500;
+    let dir = scratch("slot-flood");
+    let tmp = dir.join("tmp");
+    std::fs::create_dir_all(&tmp).unwrap();
+    let jm = job_manager(
+        &[
+            "--pool-size",
+            "0",
+            "-D",
+            "resourcemanager.driver=standalone",
+        ],
+        &tmp,
+        &dir.join("jobmanager.log"),
+    );
+    let client = Client::connect(
+        Client::loopback_config(Secret::from_bytes(SECRET), 1),
+        &jm.address,
+    )
+    .await;
+    assert!(client.status().await.task_managers.is_empty());
+
+    // 500 sockets from this one source that never say a word, each re-opened a moment after
+    // the JobManager drops it: the attack that kept every TaskManager out before issue 15.
+    let stop = Arc::new(AtomicBool::new(false));
+    let (opened, dropped) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let flood: Vec<_> = (0..SOCKETS)
+        .map(|_| {
+            actix::spawn(flood_one(
+                jm.address.clone(),
+                Duration::from_millis(100),
+                Arc::clone(&stop),
+                Arc::clone(&opened),
+                Arc::clone(&dropped),
+            ))
+        })
+        .collect();
+    let give_up = tokio::time::Instant::now() + DEADLINE;
+    while opened.load(Ordering::Relaxed) < SOCKETS {
+        assert!(
+            tokio::time::Instant::now() < give_up,
+            "the flood never opened {SOCKETS} sockets"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+
+    // A real TaskManager, from the same source address, registers all the same.
+    let mut task_manager = Command::new(env!("CARGO_BIN_EXE_flint"))
+        .args([
+            "taskmanager",
+            "--jobmanager",
+            &jm.address,
+            "--resource-id",
+            "tm-honest",
+        ])
+        .env("FLINT_SECRET", SECRET)
+        .env("TMPDIR", &tmp)
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(dir.join("taskmanager.log")).unwrap())
+        .spawn()
+        .expect("flint taskmanager starts");
+    let status = client
+        .wait_for(
+            "the TaskManager registers during the flood",
+            DEADLINE,
+            |s| s.task_managers.len() == 1,
+        )
+        .await;
+    assert_eq!(status.task_managers[0].resource_id.as_str(), "tm-honest");
+    // The flood was real: the JobManager kept dropping its sockets, and they kept coming back.
+    assert!(
+        dropped.load(Ordering::Relaxed) > 0 && opened.load(Ordering::Relaxed) > SOCKETS,
+        "opened {}, dropped {}",
+        opened.load(Ordering::Relaxed),
+        dropped.load(Ordering::Relaxed)
+    );
+
+    stop.store(true, Ordering::Relaxed);
+    for task in flood {
+        let _ = task.await;
+    }
+    terminate(&mut task_manager);
+    client.endpoint.shutdown();
+    drop(jm);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn mode(path: &Path) -> u32 {
+    std::fs::symlink_metadata(path)
+        .unwrap_or_else(|error| panic!("{}: {error}", path.display()))
+        .permissions()
+        .mode()
+        & 0o777
+}
+
+/// The `flint-*` entries of `dir`, sorted.
+fn flint_entries(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|entry| entry.file_name().to_string_lossy().into_owned())
+        .filter(|name| name.starts_with("flint-"))
+        .collect();
+    names.sort();
+    names
+}
+
+#[actix::test]
+async fn working_files_are_private_never_follow_a_planted_link_and_go_when_the_cluster_stops() {
+    let dir = scratch("working-dir");
+    let tmp = dir.join("tmp");
+    std::fs::create_dir_all(&tmp).unwrap();
+    // What another local user could plant before issue 15: the predictable directory of seed
+    // 7, as a link to a directory of theirs, and a stale directory of a process that died.
+    let theirs = dir.join("theirs");
+    std::fs::create_dir_all(&theirs).unwrap();
+    std::os::unix::fs::symlink(&theirs, tmp.join("flint-0000000000000007")).unwrap();
+    let stale = tmp.join("flint-jm-2147483632-0123456789abcdef");
+    std::fs::create_dir_all(stale.join("flint-tm-2147483633-0123456789abcdef")).unwrap();
+
+    let mut jm = job_manager(
+        &["--pool-size", "1", "-D", "seed=7"],
+        &tmp,
+        &dir.join("jobmanager.log"),
+    );
+    let client = Client::connect(
+        Client::loopback_config(Secret::from_bytes(SECRET), 2),
+        &jm.address,
+    )
+    .await;
+    client
+        .wait_for("the pool registers", DEADLINE, |s| {
+            s.task_managers.len() == 1
+        })
+        .await;
+
+    // The stale directory of the dead process is gone; the planted link is untouched and
+    // nothing was written through it.
+    assert!(
+        !stale.exists(),
+        "the stale working directory was not cleaned"
+    );
+    assert!(std::fs::read_dir(&theirs).unwrap().next().is_none());
+    let entries = flint_entries(&tmp);
+    let ours: Vec<&String> = entries
+        .iter()
+        .filter(|n| n.starts_with("flint-jm-"))
+        .collect();
+    assert_eq!(ours.len(), 1, "{entries:?}");
+    let jm_dir = tmp.join(ours[0]);
+    assert!(
+        !ours[0].contains("0000000000000007"),
+        "the working directory's name publishes the seed: {}",
+        ours[0]
+    );
+    assert_eq!(mode(&jm_dir), 0o700);
+    assert_eq!(mode(&jm_dir.join("taskmanager.toml")), 0o600);
+    // The child's own directory is inside the JobManager's, private too.
+    let children = flint_entries(&jm_dir);
+    assert_eq!(children.len(), 1, "{children:?}");
+    assert!(children[0].starts_with("flint-tm-"), "{children:?}");
+    assert_eq!(mode(&jm_dir.join(&children[0])), 0o700);
+
+    client.endpoint.shutdown();
+    let status = {
+        terminate(&mut jm.child);
+        jm.child.wait().expect("the JobManager is reaped")
+    };
+    assert!(status.success(), "{status}");
+    // Nothing of the cluster is left: only the planted link remains.
+    assert_eq!(flint_entries(&tmp), ["flint-0000000000000007"]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[actix::test]
+async fn a_secret_that_is_not_utf8_reaches_the_children_byte_for_byte() {
+    // Bytes a lossy conversion would change (and that `std::env::var` refuses outright).
+    let secret: &[u8] = b"\xff\xfe-not-utf8-\xc3\x28";
+    let dir = scratch("binary-secret");
+    let tmp = dir.join("tmp");
+    std::fs::create_dir_all(&tmp).unwrap();
+    let jm = job_manager_with_secret(
+        &["--pool-size", "1"],
+        &tmp,
+        &dir.join("jobmanager.log"),
+        secret,
+    );
+    // The child proved exactly this secret to the JobManager.
+    let client = Client::connect(
+        Client::loopback_config(Secret::from_bytes(secret), 3),
+        &jm.address,
+    )
+    .await;
+    client
+        .wait_for("the child registers with the same secret", DEADLINE, |s| {
+            s.task_managers.len() == 1
+        })
+        .await;
+    client.endpoint.shutdown();
+    // And the JobManager does not run without one: the lossy version of it is refused.
+    let (lossy, resolver) = flint::transport::remote::NodeEndpoint::bind(Client::loopback_config(
+        Secret::from_bytes(String::from_utf8_lossy(secret).into_owned()),
+        4,
+    ))
+    .await
+    .expect("binds");
+    let proxy = flint::directory::Resolver::job_manager(
+        &*resolver,
+        &flint::messages::ActorAddress::new(jm.address.clone(), "jobmanager"),
+    )
+    .expect("a proxy");
+    assert!(
+        proxy
+            .get_status
+            .send(flint::messages::job_manager::GetJobManagerStatus)
+            .await
+            .is_err()
+    );
+    lossy.shutdown();
+    drop(jm);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[actix::test]
+async fn an_embedded_cluster_works_in_a_private_directory_it_removes() {
+    let dir = scratch("mini-working-dir");
+    let mut config = flint::ClusterConfig::default();
+    config.taskmanager.working_dir = Some(dir.clone());
+    config.resourcemanager.pool_size = 1;
+    let cluster = flint::MiniCluster::start(config).expect("starts");
+    let working_dir = cluster.working_dir().to_owned();
+    assert!(working_dir.starts_with(&dir), "{}", working_dir.display());
+    assert_eq!(mode(&working_dir), 0o700);
+    cluster.shutdown().await.expect("stops");
+    assert!(!working_dir.exists(), "{} is left", working_dir.display());
+    assert!(flint_entries(&dir).is_empty(), "{:?}", flint_entries(&dir));
+    let _ = std::fs::remove_dir_all(&dir);
+}
