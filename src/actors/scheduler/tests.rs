@@ -566,3 +566,37 @@ fn shared_slots_list_each_task_managers_slots_with_their_tasks_and_match_the_cou
     assert_eq!(listed, 2);
     assert_eq!(cluster.scheduler.free_slots(), 2);
 }
+
+/// Flink's scheduler benchmark shape, P = 10,000 source → sink pairs sharing slots on 100
+/// TaskManagers × 100 slots: each placement opens a slot at one TaskManager entry (the index by
+/// free slots) and the sink joins its source's slot through the per-vertex index, so the work
+/// counted grows linearly with P. A placement that scanned every TaskManager (as before the
+/// index) would count 100 per slot and fail this.
+#[test]
+fn ten_thousand_shared_subtasks_place_with_linear_counted_work() {
+    let mut cluster = TestCluster::new(100, 100);
+    for i in 0..10_000 {
+        let sink = SlotRequest {
+            preferred_tasks: vec![task(0, i)],
+            ..request(1, i)
+        };
+        cluster.bulk(vec![request(0, i), sink]);
+    }
+    let placed = cluster.serve();
+    assert_eq!(placed.len(), 20_000);
+    assert_eq!(cluster.scheduler.free_slots(), 0);
+    for pair in placed.chunks(2) {
+        assert_eq!(pair[0].1.allocation_id, pair[1].1.allocation_id, "shared");
+    }
+    let counted = cluster.scheduler.counters();
+    assert!(
+        counted.task_manager_visits <= 3 * 10_000,
+        "{} TaskManager entries visited for 10,000 slots",
+        counted.task_manager_visits
+    );
+    assert!(
+        counted.slot_visits <= 10_000,
+        "{} shared slots visited",
+        counted.slot_visits
+    );
+}
