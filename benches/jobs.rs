@@ -129,7 +129,6 @@ fn scheduler_round(parallelism: u32, exchange: ExchangeMode, phases: &mut Phases
         now,
         now_ms: 0,
         address_of: &address_of,
-        slots_freed: false,
     };
     let started = Instant::now();
     let mut actions = job.start(&mut cx);

@@ -101,8 +101,6 @@ pub struct JobContext<'a> {
     pub now_ms: u64,
     /// The TaskManager actor of a registered worker.
     pub address_of: &'a dyn Fn(&ResourceId) -> Option<ActorAddress>,
-    /// Set when a slot became free (the JobManager then serves the queue).
-    pub slots_freed: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -643,10 +641,9 @@ impl JobMaster {
         actions
     }
 
+    /// Gives the task's slot back (the JobManager serves the queue after every call).
     fn free_slot(&mut self, task: &TaskRef, cx: &mut JobContext<'_>) {
-        if cx.scheduler.release(task).is_some() {
-            cx.slots_freed = true;
-        }
+        cx.scheduler.release(task);
     }
 
     fn task_finished(

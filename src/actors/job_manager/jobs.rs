@@ -63,10 +63,11 @@ impl JobManager {
             if placed.is_empty() {
                 return;
             }
-            let mut freed = false;
             for (bulk, assignments) in placed {
                 placed_tasks += assignments.len();
-                freed |= self.run_job(bulk.job, ctx, move |job, cx| {
+                // May free slots (a stale bulk) or queue the job's next regions: served next
+                // round.
+                self.run_job(bulk.job, ctx, move |job, cx| {
                     job.bulk_assigned(bulk, assignments, cx)
                 });
             }
@@ -75,21 +76,18 @@ impl JobManager {
                 ctx.notify(ServeQueue);
                 return;
             }
-            if !freed {
-                return;
-            }
         }
     }
 
-    /// Runs `f` on a job with a fresh context and carries out its actions; true if slots freed.
+    /// Runs `f` on a job with a fresh context and carries out its actions.
     fn run_job(
         &mut self,
         job_id: JobId,
         ctx: &mut Context<Self>,
         f: impl FnOnce(&mut JobMaster, &mut JobContext<'_>) -> Vec<JobAction>,
-    ) -> bool {
+    ) {
         let Some(job) = self.jobs.get_mut(&job_id) else {
-            return false;
+            return;
         };
         let instances = &self.instances;
         let address_of =
@@ -99,14 +97,11 @@ impl JobManager {
             now: Instant::now(),
             now_ms: self.env.clock.now_millis(),
             address_of: &address_of,
-            slots_freed: false,
         };
         let restarted_before = job.restarted_tasks();
         let actions = f(job, &mut cx);
-        let freed = cx.slots_freed;
         self.task_restarts += job.restarted_tasks() - restarted_before;
         self.carry_out(job_id, actions, ctx);
-        freed
     }
 
     fn carry_out(&mut self, job_id: JobId, actions: Vec<JobAction>, ctx: &mut Context<Self>) {
