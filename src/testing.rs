@@ -552,6 +552,11 @@ impl Handler<crate::actors::Shutdown> for TaskManagerProbe {
 }
 
 impl TaskManagerProbeHandle {
+    /// Its gateway (the same actor the directory resolves it to).
+    pub fn gateway(&self) -> TaskManagerGateway {
+        TaskManagerGateway::of(&self.addr)
+    }
+
     /// Stops the probe: messages to it fail from now on, as to a TaskManager that died.
     pub async fn stop(&self) {
         let _ = self.addr.send(crate::actors::Shutdown).await;

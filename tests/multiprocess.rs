@@ -1,8 +1,9 @@
 //! A real multi-process cluster over loopback: `flint jobmanager` with the `local_process`
 //! driver keeps a pool of `flint taskmanager` processes, replaces one killed with `kill -9`, and
 //! runs WordCount across processes with exactly the sequential count, also with a TaskManager
-//! killed mid-job. The test talks to the JobManager through its own transport endpoint, as any
-//! client would.
+//! killed mid-job; and a producer silent for longer than the ask timeout does not fail its
+//! remote consumers. The tests talk to the JobManager through their own transport endpoint, as
+//! any client would.
 
 use std::process::Command;
 use std::time::Duration;
@@ -97,6 +98,56 @@ async fn a_process_cluster_keeps_its_pool_through_kill_9_and_runs_wordcount() {
         "kill -9 mid-job: finished after {} restart(s)",
         details.restarts
     );
+
+    client.endpoint.shutdown();
+    drop(jm);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Issue 11: `sink (2/2): input unavailable: TaskManager … is gone: Mailbox has closed` after
+/// exactly the 10 s ask timeout, when a pipelined all-to-all producer on another process was
+/// silent for longer than that.
+#[actix::test]
+async fn a_producer_silent_longer_than_the_ask_timeout_does_not_fail_its_remote_consumers() {
+    let dir = scratch("multiprocess-silent");
+    let config = dir.join("flint.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[heartbeat]\ninterval = \"100ms\"\ntimeout = \"2s\"\n[taskmanager]\nworking-dir = \"{}\"\n",
+            dir.join("work").display()
+        ),
+    )
+    .unwrap();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_flint"));
+    command
+        .args(["jobmanager", "--bind", "127.0.0.1:0", "--pool-size", "2"])
+        .args(["--rest", "127.0.0.1:0"])
+        .args(["--slots", "1"])
+        .arg("--config")
+        .arg(&config)
+        .env_remove("FLINT_SECRET");
+    let jm = JobManagerProcess::start(command);
+    let client = Client::connect(Client::loopback_config(Secret::insecure(), 5), &jm.address).await;
+    client
+        .wait_for("the pool never reached 2", DEADLINE, |s| {
+            s.task_managers.len() == 2
+        })
+        .await;
+
+    // Two TaskManagers of one slot: each sink reads one of the two producers across processes.
+    let silence = flint::node::ASK_TIMEOUT + Duration::from_secs(4);
+    let registry = flint::operators::OperatorRegistry::with_builtins();
+    let graph = flint::job::file::parse_job_file(
+        include_str!("../examples/slow-producer.toml"),
+        &[("ms".to_owned(), silence.as_millis().to_string())].into(),
+        |op| registry.contains(op),
+    )
+    .expect("the example job file parses");
+    let job = client.submit(graph).await;
+    let details = client.wait_for_job(job, DEADLINE).await;
+    assert_eq!(details.summary.status, JobStatus::Finished, "{details:#?}");
+    assert_eq!(details.restarts, 0, "{details:#?}");
 
     client.endpoint.shutdown();
     drop(jm);

@@ -9,6 +9,14 @@
 //! Producers never wait for consumers (partitions spill to disk instead), so reading channels in
 //! order cannot deadlock. A panic in operator code is caught and reported as a failed task.
 //!
+//! Waiting for data has no time limit: a producer may stay silent as long as it runs. The
+//! producer's TaskManager holds a remote fetch at most [`FETCH_HOLD`] (well inside the
+//! transport's ask timeout) and then answers `Idle`, and the consumer asks again. A consumer
+//! fails only when its producer is really gone, and says which TaskManager and why: the data
+//! connection broke and [`RECONNECT_ATTEMPTS`] asks in a row could not get through, or the
+//! partition was released (or failed) there. A lost TaskManager is also declared by the
+//! JobManager, whose failover cancels the consumer.
+//!
 //! Every wait (a remote fetch, a local long poll, the pause while a producer is being deployed,
 //! [`TaskIo::sleep`]) goes through the task's [`TaskBlocker`], never the thread directly, so the
 //! simulation can run tasks in virtual time; a blocker whose runner is gone cancels the task.
@@ -35,6 +43,21 @@ pub const BATCH_RECORDS: usize = 1024;
 
 /// Bytes a fetch may return at most.
 pub const FETCH_BYTES: usize = 1 << 20;
+
+/// How long a producer's TaskManager holds a remote fetch that finds nothing new before it
+/// answers [`FetchResponse::Idle`]: far inside the transport's ask timeout, so a silent channel
+/// never looks like a dead peer.
+pub const FETCH_HOLD: Duration = Duration::from_secs(2);
+
+const _: () = assert!(FETCH_HOLD.as_millis() * 4 <= crate::node::ASK_TIMEOUT.as_millis());
+
+/// Asks in a row to a producer's TaskManager that may fail (each one re-dials the peer with the
+/// transport's own bounded backoff) before the consumer takes the data connection as broken for
+/// good.
+pub const RECONNECT_ATTEMPTS: u32 = 3;
+
+/// The pause before the first re-ask after a failed one; it doubles after each further failure.
+const RECONNECT_BACKOFF: Duration = Duration::from_millis(100);
 
 /// How long a consumer keeps asking for a partition its producer has not created yet
 /// (deployment is concurrent: Flink's `taskmanager.network.request-backoff.max`, 10 s).
@@ -152,6 +175,11 @@ struct Channel {
     /// Time spent waiting for the partition to appear, and the next pause.
     waited: Duration,
     backoff: Duration,
+    /// The producer's TaskManager has answered for this partition once: from then on an unknown
+    /// partition was released, not yet to be deployed.
+    seen: bool,
+    /// Asks that failed in a row (the data connection broke, the peer was unreachable).
+    failures: u32,
 }
 
 struct Io<'a> {
@@ -176,6 +204,8 @@ impl<'a> Io<'a> {
                     next_batch: 0,
                     waited: Duration::ZERO,
                     backoff: Duration::from_millis(1),
+                    seen: false,
+                    failures: 0,
                 })
             })
             .collect();
@@ -218,8 +248,8 @@ impl<'a> Io<'a> {
             } else {
                 let gateway = self.env.peers.get(&channel.task_manager).ok_or_else(|| {
                     OperatorError::InputUnavailable(format!(
-                        "cannot reach TaskManager {}",
-                        channel.task_manager
+                        "cannot reach TaskManager {} holding {}: no gateway to it",
+                        channel.task_manager, channel.partition
                     ))
                 })?;
                 let request = gateway.fetch_subpartition.send(FetchSubpartition {
@@ -227,15 +257,35 @@ impl<'a> Io<'a> {
                     subpartition: channel.subpartition,
                     from_batch: channel.next_batch,
                 });
-                block_on(self.blocker, request)
-                    .ok_or(OperatorError::Cancelled)?
-                    .map_err(|e| {
-                        OperatorError::InputUnavailable(format!(
-                            "TaskManager {} holding {} is gone: {e}",
-                            channel.task_manager, channel.partition
-                        ))
-                    })?
+                match block_on(self.blocker, request).ok_or(OperatorError::Cancelled)? {
+                    Ok(response) => {
+                        channel.failures = 0;
+                        response
+                    }
+                    Err(_) => {
+                        // The transport has logged the cause. The ask is safe to repeat: a
+                        // pipelined batch lost with the broken connection is refused by the
+                        // producer's TaskManager, never read as empty.
+                        channel.failures += 1;
+                        if channel.failures >= RECONNECT_ATTEMPTS {
+                            return Err(OperatorError::InputUnavailable(format!(
+                                "TaskManager {} holding {} is gone: the data connection broke \
+                                 and could not be re-established ({} attempts; connection \
+                                 reset or TaskManager unreachable)",
+                                channel.task_manager, channel.partition, channel.failures
+                            )));
+                        }
+                        let pause = RECONNECT_BACKOFF * 2u32.pow(channel.failures - 1);
+                        if !self.blocker.sleep(pause) {
+                            return Err(OperatorError::Cancelled);
+                        }
+                        continue;
+                    }
+                }
             };
+            if !matches!(response, FetchResponse::Unknown) {
+                channel.seen = true;
+            }
             match response {
                 FetchResponse::Data {
                     batches,
@@ -252,10 +302,18 @@ impl<'a> Io<'a> {
                         return Ok(true);
                     }
                 }
+                // The producer is silent: ask again (the loop checks for cancellation first).
+                FetchResponse::Idle => {}
                 FetchResponse::Failed(reason) => {
                     return Err(OperatorError::InputUnavailable(format!(
-                        "{}: {reason}",
-                        channel.partition
+                        "{} on TaskManager {} failed: {reason}",
+                        channel.partition, channel.task_manager
+                    )));
+                }
+                FetchResponse::Unknown if channel.seen => {
+                    return Err(OperatorError::InputUnavailable(format!(
+                        "{} on TaskManager {} was released",
+                        channel.partition, channel.task_manager
                     )));
                 }
                 FetchResponse::Unknown if channel.waited < PARTITION_REQUEST_TIMEOUT => {
@@ -406,8 +464,10 @@ fn fetch_local(
 }
 
 /// Serves a fetch for another TaskManager's consumer: at once if data is there, else when the
-/// producer appends, finishes or fails.
+/// producer appends, finishes or fails, or with [`FetchResponse::Idle`] after [`FETCH_HOLD`].
 pub async fn serve_fetch(store: Arc<PartitionStore>, request: FetchSubpartition) -> FetchResponse {
+    let hold = tokio::time::sleep(FETCH_HOLD);
+    tokio::pin!(hold);
     loop {
         match answer(store.fetch(
             request.partition,
@@ -417,7 +477,12 @@ pub async fn serve_fetch(store: Arc<PartitionStore>, request: FetchSubpartition)
         )) {
             Ok(response) => return response,
             Err(wake) => {
-                let _ = wake.await;
+                tokio::select! {
+                    biased;
+                    // Woken, or the partition released: the next fetch tells which.
+                    _ = wake => {}
+                    () = &mut hold => return FetchResponse::Idle,
+                }
             }
         }
     }
@@ -440,3 +505,6 @@ fn answer(fetch: Fetch) -> Result<FetchResponse, tokio::sync::oneshot::Receiver<
         Fetch::Unknown => Ok(FetchResponse::Unknown),
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -518,6 +518,7 @@ fn every_answer_round_trips() {
     });
     round_trip(&FetchResponse::Failed("gone".into()));
     round_trip(&FetchResponse::Unknown);
+    round_trip(&FetchResponse::Idle);
     round_trip(&vec![job_summary()]);
     round_trip(&job_details());
     round_trip(&ResourceManagerHeartbeatResponse::Acknowledged {

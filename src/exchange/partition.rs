@@ -480,6 +480,15 @@ impl Partition {
         let id = self.id;
         let sub = &mut self.subpartitions[index];
         let available = sub.batches.len() as u64;
+        if from_batch < sub.handed_over {
+            // A pipelined batch moves to its reader; one asked for again was lost on its way
+            // (the data connection broke while the answer travelled). Never answer with the
+            // emptied batch: the reader fails and its region runs again.
+            return Err(Fetch::Failed(format!(
+                "batch {from_batch} of subpartition {subpartition} of result partition {id} was \
+                 already handed to its consumer and lost on the way (the data connection broke)"
+            )));
+        }
         if from_batch > available {
             return Err(Fetch::Failed(format!(
                 "batch {from_batch} of subpartition {subpartition} of result partition {id} was \
@@ -506,7 +515,8 @@ impl Partition {
         let mut handed_over = 0usize;
         let retain = self.retain;
         // `from_batch < available`, which is a `usize`.
-        for stored in &mut sub.batches[from_batch as usize..] {
+        let mut moved_until = None;
+        for (index, stored) in (from_batch..).zip(&mut sub.batches[from_batch as usize..]) {
             let bytes = stored.bytes();
             if !items.is_empty() && total.saturating_add(bytes) > max_bytes {
                 break;
@@ -515,6 +525,7 @@ impl Partition {
             items.push(match stored {
                 Stored::Memory { records, .. } if !retain => {
                     handed_over += bytes;
+                    moved_until = Some(index + 1);
                     PlannedBatch::Memory(std::mem::take(records))
                 }
                 Stored::Memory { records, .. } => PlannedBatch::Memory(records.clone()),
@@ -525,6 +536,9 @@ impl Partition {
             });
         }
         let next_batch = from_batch + items.len() as u64;
+        if let Some(moved_until) = moved_until {
+            sub.handed_over = moved_until;
+        }
         let plan = FetchPlan {
             spill_path: sub.spill.as_ref().map(|spill| spill.path.clone()),
             items,
@@ -544,6 +558,9 @@ struct Subpartition {
     spill: Option<SpillFile>,
     /// Consumers long-polling for the next batch.
     waiters: Vec<oneshot::Sender<()>>,
+    /// Of a pipelined (not retained) partition: the in-memory batches before this index were
+    /// moved to the consumer, so asking for them again must fail rather than read emptied ones.
+    handed_over: u64,
 }
 
 impl Subpartition {

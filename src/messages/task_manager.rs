@@ -192,7 +192,8 @@ pub struct ReleaseJobPartitions {
 }
 
 /// Read a subpartition from batch `from_batch` on (a long poll: answered when data is there,
-/// the partition finished, or it failed).
+/// the partition finished, or it failed, and with `Idle` after a hold time well inside the ask
+/// timeout, so a silent producer never looks like a dead one).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Message)]
 #[rtype(result = "FetchResponse")]
 pub struct FetchSubpartition {
@@ -216,6 +217,9 @@ pub enum FetchResponse {
         /// Nothing follows.
         finished: bool,
     },
+    /// Nothing new within the producer TaskManager's hold time (the producer is silent, not
+    /// gone): ask again.
+    Idle,
     /// The producer failed or the partition was released.
     Failed(String),
     /// No such partition here.

@@ -62,6 +62,9 @@ pub struct SimOptions {
     pub keep_trace: bool,
     /// How long the quiet phase may take to converge before liveness fails.
     pub quiet_deadline: Duration,
+    /// Run this scenario instead of drawing one from the seed (a hand-made case; the seed still
+    /// drives the network, the nodes and the jobs' data).
+    pub scenario: Option<Scenario>,
 }
 
 impl SimOptions {
@@ -72,6 +75,7 @@ impl SimOptions {
             shape: Shape::default(),
             keep_trace: false,
             quiet_deadline: Duration::from_secs(180),
+            scenario: None,
         }
     }
 }
@@ -168,7 +172,11 @@ async fn simulate(options: SimOptions) -> SimReport {
     let start = Instant::now();
     let trace = Trace::new(options.keep_trace);
     let mut rng = NodeRng::seed_from_u64(options.seed);
-    let scenario = Scenario::generate(&mut rng.fork(), options.shape);
+    let mut scenario_rng = rng.fork();
+    let scenario = match &options.scenario {
+        Some(scenario) => scenario.clone(),
+        None => Scenario::generate(&mut scenario_rng, options.shape),
+    };
     trace.record(format!(
         "scenario pool {} (max {}), {} slots, {:?}",
         scenario.initial_pool, scenario.max_pool, scenario.slots, scenario.net
