@@ -101,6 +101,7 @@ pub fn task_manager_spec(
             .unwrap_or_else(|| std::env::temp_dir().join(format!("flint-{seed:016x}"))),
         spill_threshold_bytes: usize::try_from(config.taskmanager.spill_threshold)
             .unwrap_or(usize::MAX),
+        network: config.taskmanager.network(),
     }
 }
 

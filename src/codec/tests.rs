@@ -376,13 +376,16 @@ pub(crate) fn task_manager_samples() -> Vec<TaskManagerMessage> {
             job_id: JobId::from_u128(5),
         }
         .into(),
-        FetchSubpartition {
-            partition: ResultPartitionId {
-                producer: ExecutionAttemptId::from_u128(7),
-                edge: 0,
-            },
-            subpartition: 1,
-            from_batch: 3,
+        FetchSubpartitions {
+            reads: vec![SubpartitionRead {
+                partition: ResultPartitionId {
+                    producer: ExecutionAttemptId::from_u128(7),
+                    edge: 0,
+                },
+                subpartition: 1,
+                from_batch: 3,
+                credit: 2,
+            }],
         }
         .into(),
     ]
@@ -397,7 +400,7 @@ fn task_manager_variant(message: &TaskManagerMessage) -> usize {
         M::SubmitTask(_) => 3,
         M::CancelTask(_) => 4,
         M::ReleaseJobPartitions(_) => 5,
-        M::FetchSubpartition(_) => 6,
+        M::FetchSubpartitions(_) => 6,
     }
 }
 
@@ -498,27 +501,37 @@ fn every_answer_round_trips() {
     round_trip(&Result::<(), TaskSubmissionError>::Err(
         TaskSubmissionError::UnknownOperator("x".into()),
     ));
-    round_trip(&FetchResponse::Data {
-        batches: vec![vec![
-            Record {
-                key: "word".into(),
-                value: Value::Int(3),
-            },
-            Record {
-                key: String::new(),
-                value: Value::Text("a line".into()),
-            },
-            Record {
-                key: "u".into(),
-                value: Value::Unit,
-            },
-        ]],
-        next_batch: 1,
-        finished: true,
+    round_trip(&FetchResponse {
+        channels: vec![
+            (
+                0,
+                ChannelResponse::Data {
+                    batches: vec![vec![
+                        Record {
+                            key: "word".into(),
+                            value: Value::Int(3),
+                        },
+                        Record {
+                            key: String::new(),
+                            value: Value::Text("a line".into()),
+                        },
+                        Record {
+                            key: "u".into(),
+                            value: Value::Unit,
+                        },
+                    ]],
+                    next_batch: 1,
+                    finished: true,
+                    backlog: 0,
+                },
+            ),
+            (1, ChannelResponse::Failed("gone".into())),
+            (2, ChannelResponse::Unknown),
+        ],
     });
-    round_trip(&FetchResponse::Failed("gone".into()));
-    round_trip(&FetchResponse::Unknown);
-    round_trip(&FetchResponse::Idle);
+    round_trip(&FetchResponse {
+        channels: Vec::new(),
+    });
     round_trip(&vec![job_summary()]);
     round_trip(&job_details());
     round_trip(&ResourceManagerHeartbeatResponse::Acknowledged {

@@ -52,6 +52,7 @@ fn spec(slots: u32, hostname: &str) -> TaskManagerSpec {
         registry: crate::operators::OperatorRegistry::with_builtins(),
         working_dir: std::env::temp_dir().join("flint-unit-tests"),
         spill_threshold_bytes: 1 << 20,
+        network: crate::exchange::NetworkSettings::default(),
     }
 }
 

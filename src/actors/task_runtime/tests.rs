@@ -1,20 +1,27 @@
-//! The consumer side of the exchange: a silent producer is waited for without a time limit, a
-//! producer that is really gone fails the consumer with its TaskManager and the reason named.
+//! The task's side of the exchange: a silent producer is waited for without a time limit, a
+//! producer that is really gone fails the consumer with its TaskManager and the reason named,
+//! the gate reads whichever channel has data, and a pipelined producer waits for its consumer
+//! (backpressure) instead of spilling, until it is cancelled.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
 
 use super::*;
+use crate::exchange::partition::Fetch;
+use crate::job::graph::DistributionPattern;
 use crate::messages::ResultPartitionId;
-use crate::messages::deployment::{InputGate, ProducerLocation};
+use crate::messages::deployment::{InputGate, OutputPartition, ProducerLocation};
 use crate::messages::ids::{AllocationId, ExecutionAttemptId, JobId, ResourceId};
+use crate::messages::task_manager::{
+    ChannelResponse, FetchResponse, FetchSubpartitions, SubpartitionRead,
+};
+use crate::operators::Value;
 use crate::task_blocking::ThreadBlocker;
 use crate::testing::{TaskManagerProbeHandle, env};
 
-fn partition() -> ResultPartitionId {
+fn partition(n: u128) -> ResultPartitionId {
     ResultPartitionId {
-        producer: ExecutionAttemptId::from_u128(41),
+        producer: ExecutionAttemptId::from_u128(n),
         edge: 0,
     }
 }
@@ -22,56 +29,108 @@ fn partition() -> ResultPartitionId {
 fn store(name: &str) -> Arc<PartitionStore> {
     let dir =
         std::env::temp_dir().join(format!("flint-task-runtime-{name}-{}", std::process::id()));
-    Arc::new(PartitionStore::new(dir, usize::MAX))
+    let _ = std::fs::remove_dir_all(&dir);
+    Arc::new(PartitionStore::new(dir, 0))
 }
 
-fn request(from_batch: u64) -> FetchSubpartition {
-    FetchSubpartition {
-        partition: partition(),
-        subpartition: 0,
-        from_batch,
+fn request(from_batch: u64) -> FetchSubpartitions {
+    FetchSubpartitions {
+        reads: vec![SubpartitionRead {
+            partition: partition(41),
+            subpartition: 0,
+            from_batch,
+            credit: 2,
+        }],
     }
 }
 
-/// A `noop` sink reading subpartition 0 of [`partition`] held by `task_manager`.
-fn consumer(task_manager: ActorAddress) -> TaskDeploymentDescriptor {
+fn record(i: i64) -> Record {
+    Record {
+        key: format!("k{i}"),
+        value: Value::Int(i),
+    }
+}
+
+/// A task of `operator` reading subpartition 0 of `producers` and writing `outputs`.
+fn descriptor(
+    operator: &str,
+    config: &[(&str, &str)],
+    producers: Vec<ProducerLocation>,
+    outputs: Vec<OutputPartition>,
+) -> TaskDeploymentDescriptor {
     TaskDeploymentDescriptor {
         job_id: JobId::from_u128(1),
         attempt: ExecutionAttemptId::from_u128(42),
         attempt_number: 0,
-        vertex_name: "sink".into(),
+        vertex_name: operator.into(),
         subtask: 0,
         parallelism: 1,
-        operator: "noop".into(),
-        config: BTreeMap::new(),
+        operator: operator.into(),
+        config: config
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect(),
         allocation_id: AllocationId::from_u128(1),
-        inputs: vec![InputGate {
-            edge: 0,
-            subpartition: 0,
-            producers: Arc::new(vec![ProducerLocation {
-                partition: partition(),
-                task_manager,
-            }]),
-        }],
-        outputs: vec![],
+        inputs: if producers.is_empty() {
+            vec![]
+        } else {
+            vec![InputGate {
+                edge: 0,
+                subpartition: 0,
+                producers: Arc::new(producers),
+            }]
+        },
+        outputs,
+    }
+}
+
+fn task(
+    descriptor: TaskDeploymentDescriptor,
+    store: Arc<PartitionStore>,
+    local: ActorAddress,
+    peers: BTreeMap<ActorAddress, TaskManagerGateway>,
+) -> (TaskEnvironment, Arc<Cancellation>) {
+    let cancelled = Arc::new(Cancellation::default());
+    let env = TaskEnvironment {
+        descriptor,
+        partitions: store,
+        registry: OperatorRegistry::with_builtins(),
+        peers,
+        local_address: local,
+        network: NetworkSettings::default(),
+        cancelled: cancelled.clone(),
+    };
+    (env, cancelled)
+}
+
+/// Runs task code off the test's runtime thread (it blocks its thread).
+#[allow(clippy::disallowed_methods)] // the test plays the task runner
+fn spawn_task(env: TaskEnvironment) -> tokio::task::JoinHandle<TaskOutcome> {
+    tokio::task::spawn_blocking(move || run_task(env, &ThreadBlocker))
+}
+
+/// Polls `condition` every millisecond until it holds; fails after 30 s.
+async fn eventually(what: &str, condition: impl Fn() -> bool) {
+    let give_up = tokio::time::Instant::now() + Duration::from_secs(30);
+    while !condition() {
+        assert!(tokio::time::Instant::now() < give_up, "never: {what}");
+        tokio::time::sleep(Duration::from_millis(1)).await;
     }
 }
 
 #[actix::test]
-async fn a_silent_producer_is_answered_idle_within_the_hold_for_as_long_as_it_is_silent() {
+async fn a_silent_producer_is_answered_within_the_hold_for_as_long_as_it_is_silent() {
     tokio::time::pause();
     let store = store("silent");
-    store.create_with(partition(), 1, false).unwrap();
-    // A minute of silence: every ask is answered (Idle) well inside the ask timeout, so the
+    store.create_pipelined(partition(41), 1, 2).unwrap();
+    // A minute of silence: every ask is answered (no news) well inside the ask timeout, so the
     // consumer's transport never takes the producer's TaskManager for dead.
     let silent_until = tokio::time::Instant::now() + Duration::from_secs(60);
     let mut asks = 0;
     while tokio::time::Instant::now() < silent_until {
         let asked = tokio::time::Instant::now();
-        assert_eq!(
-            serve_fetch(store.clone(), request(0)).await,
-            FetchResponse::Idle
-        );
+        let answer = serve_fetch(store.clone(), request(0)).await;
+        assert_eq!(answer, FetchResponse { channels: vec![] });
         assert!(asked.elapsed() < crate::node::ASK_TIMEOUT);
         asks += 1;
     }
@@ -80,29 +139,37 @@ async fn a_silent_producer_is_answered_idle_within_the_hold_for_as_long_as_it_is
     // Data wakes a held fetch at once, and the end of the partition is told.
     let held = actix::spawn(serve_fetch(store.clone(), request(0)));
     crate::testing::settle().await;
-    let record = crate::operators::Record {
-        key: "k".into(),
-        value: crate::operators::Value::Int(1),
-    };
-    store.append(partition(), 0, vec![record.clone()]).unwrap();
+    store.append(partition(41), 0, vec![record(1)]).unwrap();
     assert_eq!(
         held.await.unwrap(),
-        FetchResponse::Data {
-            batches: vec![vec![record]],
-            next_batch: 1,
-            finished: false,
+        FetchResponse {
+            channels: vec![(
+                0,
+                ChannelResponse::Data {
+                    batches: vec![vec![record(1)]],
+                    next_batch: 1,
+                    finished: false,
+                    backlog: 0,
+                }
+            )]
         }
     );
-    store.finish(partition()).unwrap();
+    store.finish(partition(41)).unwrap();
     assert_eq!(
         serve_fetch(store.clone(), request(1)).await,
-        FetchResponse::Data {
-            batches: vec![],
-            next_batch: 1,
-            finished: true,
+        FetchResponse {
+            channels: vec![(
+                0,
+                ChannelResponse::Data {
+                    batches: vec![],
+                    next_batch: 1,
+                    finished: true,
+                    backlog: 0,
+                }
+            )]
         }
     );
-    store.release(partition());
+    store.release(partition(41));
 }
 
 #[actix::test]
@@ -111,19 +178,21 @@ async fn a_consumer_whose_producer_task_manager_is_gone_names_it_not_a_closed_ma
     let producer = TaskManagerProbeHandle::start(&env, &ResourceId::new("tm-producer"));
     producer.stop().await;
     let task_manager = producer.address.clone();
-    let task = TaskEnvironment {
-        descriptor: consumer(task_manager.clone()),
-        partitions: store("gone"),
-        registry: OperatorRegistry::with_builtins(),
-        peers: [(task_manager.clone(), producer.gateway())].into(),
-        local_address: env.address_of("taskmanager/tm-consumer"),
-        cancelled: Arc::new(AtomicBool::new(false)),
-    };
-    // Task code blocks its thread: run it off the test's runtime thread.
-    #[allow(clippy::disallowed_methods)] // the test plays the task runner
-    let outcome = tokio::task::spawn_blocking(move || run_task(task, &ThreadBlocker))
-        .await
-        .unwrap();
+    let (task, _) = task(
+        descriptor(
+            "noop",
+            &[],
+            vec![ProducerLocation {
+                partition: partition(41),
+                task_manager: task_manager.clone(),
+            }],
+            vec![],
+        ),
+        store("gone"),
+        env.address_of("taskmanager/tm-consumer"),
+        [(task_manager.clone(), producer.gateway())].into(),
+    );
+    let outcome = spawn_task(task).await.unwrap();
     assert_eq!(outcome.state, ExecutionState::Failed);
     let error = outcome.error.unwrap();
     assert!(error.contains(&task_manager.to_string()), "{error}");
@@ -135,36 +204,133 @@ async fn a_consumer_whose_producer_task_manager_is_gone_names_it_not_a_closed_ma
 async fn a_partition_released_under_its_reading_consumer_fails_it_as_released() {
     let env = env("consumer", 2);
     let store = store("released");
-    store.create_with(partition(), 1, false).unwrap();
-    let record = crate::operators::Record {
-        key: "k".into(),
-        value: crate::operators::Value::Int(1),
-    };
-    store.append(partition(), 0, vec![record]).unwrap();
+    store.create_pipelined(partition(41), 1, 2).unwrap();
+    store.append(partition(41), 0, vec![record(1)]).unwrap();
     let local = env.address_of("taskmanager/tm-local");
-    let task = TaskEnvironment {
-        descriptor: consumer(local.clone()),
-        partitions: store.clone(),
-        registry: OperatorRegistry::with_builtins(),
-        peers: BTreeMap::new(),
-        local_address: local.clone(),
-        cancelled: Arc::new(AtomicBool::new(false)),
-    };
-    #[allow(clippy::disallowed_methods)] // the test plays the task runner
-    let consumer = tokio::task::spawn_blocking(move || run_task(task, &ThreadBlocker));
-    // Once the consumer has taken the batch it waits for more; then the partition goes.
-    let give_up = tokio::time::Instant::now() + Duration::from_secs(30);
-    while store.stats(partition()).is_some_and(|s| s.memory_bytes > 0) {
-        assert!(
-            tokio::time::Instant::now() < give_up,
-            "the batch was never read"
-        );
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
-    assert!(store.release(partition()));
+    let (task, _) = task(
+        descriptor(
+            "noop",
+            &[],
+            vec![ProducerLocation {
+                partition: partition(41),
+                task_manager: local.clone(),
+            }],
+            vec![],
+        ),
+        store.clone(),
+        local.clone(),
+        BTreeMap::new(),
+    );
+    let consumer = spawn_task(task);
+    // Once the consumer has taken the buffer it waits for more; then the partition goes.
+    eventually("the buffer was read", || {
+        store
+            .stats(partition(41))
+            .is_some_and(|s| s.memory_bytes == 0)
+    })
+    .await;
+    assert!(store.release(partition(41)));
     let outcome = consumer.await.unwrap();
     assert_eq!(outcome.state, ExecutionState::Failed);
     let error = outcome.error.unwrap();
     assert!(error.contains("was released"), "{error}");
     assert!(error.contains(&local.to_string()), "{error}");
+}
+
+/// Issue 11: the consumer read its channels one after the other, waiting on a silent one while
+/// another had data (and, with bounded producers, an all-to-all exchange could deadlock).
+#[actix::test]
+async fn a_consumer_reads_whichever_channel_has_data_while_another_is_silent() {
+    let env = env("consumer", 3);
+    let store = store("any-channel");
+    let local = env.address_of("taskmanager/tm-local");
+    let (silent, talkative, out) = (partition(1), partition(2), partition(3));
+    store.create_pipelined(silent, 1, 2).unwrap();
+    store.create_pipelined(talkative, 1, 2).unwrap();
+    store.create_pipelined(out, 1, 2).unwrap();
+    let (task, cancelled) = task(
+        descriptor(
+            "noop",
+            &[],
+            [silent, talkative]
+                .into_iter()
+                .map(|partition| ProducerLocation {
+                    partition,
+                    task_manager: local.clone(),
+                })
+                .collect(),
+            vec![OutputPartition {
+                partition: out,
+                pattern: DistributionPattern::Forward,
+                subpartitions: 1,
+                retained: false,
+            }],
+        ),
+        store.clone(),
+        local,
+        BTreeMap::new(),
+    );
+    let consumer = spawn_task(task);
+    // Enough records from the talkative producer to fill a whole output buffer downstream.
+    let batch: Vec<Record> = (0..2_000).map(record).collect();
+    store.append(talkative, 0, batch).unwrap();
+    store.finish(talkative).unwrap();
+    eventually("the talkative channel's records were passed on", || {
+        matches!(store.fetch(out, 0, 0, usize::MAX), Fetch::Ready { .. })
+    })
+    .await;
+    // The silent channel keeps the task open; cancelling wakes it at once.
+    cancelled.cancel();
+    let outcome = consumer.await.unwrap();
+    assert_eq!(outcome.state, ExecutionState::Canceled, "{outcome:?}");
+}
+
+#[actix::test]
+async fn a_pipelined_producer_waits_for_its_consumer_instead_of_spilling_until_cancelled() {
+    let env = env("producer", 4);
+    // Spill threshold 0: any partition that could spill would.
+    let store = store("backpressure");
+    let out = partition(5);
+    let (task, cancelled) = task(
+        descriptor(
+            "noop",
+            &[("count", "1000000")],
+            vec![],
+            vec![OutputPartition {
+                partition: out,
+                pattern: DistributionPattern::Forward,
+                subpartitions: 1,
+                retained: false,
+            }],
+        ),
+        store.clone(),
+        env.address_of("taskmanager/tm-local"),
+        BTreeMap::new(),
+    );
+    create_outputs(&store, &task.descriptor, &task.network).unwrap();
+    let producer = spawn_task(task);
+    let capacity = u64::from(NetworkSettings::default().buffers_per_channel);
+    eventually("the subpartition filled up", || {
+        store.stats(out).is_some_and(|s| s.batches == capacity)
+    })
+    .await;
+    // Nobody reads: the producer waits with its subpartition full and nothing on disk.
+    tokio::task::yield_now().await;
+    let stats = store.stats(out).unwrap();
+    assert_eq!((stats.batches, stats.spilled_batches), (capacity, 0));
+    assert!(!producer.is_finished());
+    // A consumer taking one buffer lets exactly one more in.
+    assert!(matches!(
+        store.fetch_with_credit(out, 0, 0, usize::MAX, 1),
+        Fetch::Ready { next_batch: 1, .. }
+    ));
+    eventually("the producer handed over one more buffer", || {
+        store.stats(out).is_some_and(|s| s.batches == capacity + 1)
+    })
+    .await;
+    cancelled.cancel();
+    let outcome = producer.await.unwrap();
+    assert_eq!(outcome.state, ExecutionState::Canceled, "{outcome:?}");
+    assert!(outcome.output.backpressured_waits >= 1, "{outcome:?}");
+    assert_eq!(store.stats(out).unwrap().spilled_batches, 0);
 }
