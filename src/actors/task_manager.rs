@@ -23,6 +23,7 @@ use crate::directory::LocalActor;
 use crate::env::{NodeEnv, TaskBlocker};
 use crate::events::ClusterEvent;
 use crate::exchange::NetworkSettings;
+use crate::exchange::metrics::{TaskIoMetrics, TaskIoSnapshot};
 use crate::exchange::partition::PartitionStore;
 use crate::job::states::ExecutionState;
 use crate::messages::ResultPartitionId;
@@ -86,6 +87,11 @@ struct RunningTask {
     cancelled: Arc<Cancellation>,
     /// The network memory reserved for its buffers (see [`NetworkSettings::task_memory`]).
     network_memory: u64,
+    /// What its exchange does, counted by the task thread.
+    metrics: Arc<TaskIoMetrics>,
+    /// The last sample of `metrics` (wall ms, backpressured ms) and what it showed.
+    last_sample: (u64, u64),
+    io: TaskIoSnapshot,
 }
 
 /// See the module docs.
@@ -286,7 +292,16 @@ impl TaskManager {
             .spawn(ctx);
     }
 
+    /// Samples every running task's exchange metrics (the backpressure rate is per interval).
+    fn sample_task_metrics(&mut self) {
+        let now = self.env.clock.now_millis();
+        for task in self.running.values_mut() {
+            task.io = task.metrics.sample(now, &mut task.last_sample);
+        }
+    }
+
     fn heartbeat(&mut self, ctx: &mut Context<Self>) {
+        self.sample_task_metrics();
         let Some(instance_id) = self.registration.instance_id() else {
             return;
         };
@@ -426,6 +441,7 @@ impl TaskManager {
             .or_default()
             .extend(descriptor.outputs.iter().map(|o| o.partition));
         let cancelled = Arc::new(Cancellation::default());
+        let metrics = Arc::new(TaskIoMetrics::default());
         self.running.insert(
             attempt,
             RunningTask {
@@ -433,6 +449,9 @@ impl TaskManager {
                 allocation_id,
                 cancelled: cancelled.clone(),
                 network_memory,
+                metrics: metrics.clone(),
+                last_sample: (self.env.clock.now_millis(), 0),
+                io: TaskIoSnapshot::default(),
             },
         );
         let name = format!(
@@ -467,6 +486,8 @@ impl TaskManager {
             local_address: self.address.clone(),
             network,
             cancelled,
+            metrics,
+            clock: self.env.clock.clone(),
         };
         let done = ctx.address().recipient::<TaskEnded>();
         self.env.task_runner.run(
@@ -535,6 +556,7 @@ impl TaskManager {
                     job_id: task.job_id,
                     allocation_id: task.allocation_id,
                     cancel_requested: task.cancelled.is_cancelled(),
+                    io: task.io,
                 })
                 .collect(),
             job_partitions: self

@@ -18,9 +18,10 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::env::TaskBlocker;
+use crate::env::{Clock, TaskBlocker};
 use crate::exchange::NetworkSettings;
 use crate::exchange::input_gate::{GateStats, InputGate, PRODUCER_CANCELLED};
+use crate::exchange::metrics::TaskIoMetrics;
 use crate::exchange::partition::PartitionStore;
 use crate::exchange::writer::{ResultPartitionWriter, WriterStats};
 use crate::job::states::ExecutionState;
@@ -64,6 +65,10 @@ pub struct TaskEnvironment {
     pub network: NetworkSettings,
     /// Set (and any wait woken) by `CancelTask`.
     pub cancelled: Arc<Cancellation>,
+    /// What the task's exchange does, read by the TaskManager while it runs.
+    pub metrics: Arc<TaskIoMetrics>,
+    /// Wall time, for the backpressured time.
+    pub clock: Arc<dyn Clock>,
 }
 
 /// Runs the task to its end, waiting only through `blocker`. Never panics: operator panics
@@ -158,11 +163,14 @@ fn run(
             env.partitions.clone(),
             env.network,
             env.cancelled.clone(),
+            env.metrics.clone(),
         )?,
         writer: ResultPartitionWriter::new(
             env.partitions.clone(),
             &d.outputs,
             env.network.buffer_size,
+            env.metrics.clone(),
+            env.clock.clone(),
         ),
         env: &env,
         blocker,

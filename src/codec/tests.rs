@@ -141,6 +141,15 @@ pub(crate) fn task_manager_status(registration: RegistrationPhase) -> TaskManage
             job_id: JobId::from_u128(5),
             allocation_id: AllocationId::from_u128(9),
             cancel_requested: true,
+            io: crate::exchange::metrics::TaskIoSnapshot {
+                records_in: 1,
+                bytes_in: 2,
+                records_out: 3,
+                bytes_out: 4,
+                buffers_in_use: 5,
+                backpressured_ms: 6,
+                back_pressured_time_ms_per_second: 7,
+            },
         }],
         job_partitions: vec![(JobId::from_u128(5), 2)],
     }

@@ -29,6 +29,7 @@ use futures_util::stream::FuturesUnordered;
 
 use super::NetworkSettings;
 use super::client::{PartitionRequestClient, RECONNECT_ATTEMPTS};
+use super::metrics::TaskIoMetrics;
 use super::partition::{Fetch, PartitionStore, batch_bytes};
 use super::server::FETCH_BYTES;
 use crate::env::TaskBlocker;
@@ -126,6 +127,7 @@ pub struct InputGate {
     remote_waits: FuturesUnordered<RemoteWait>,
     retry_backoff: Duration,
     stats: GateStats,
+    metrics: Arc<TaskIoMetrics>,
 }
 
 impl InputGate {
@@ -138,6 +140,7 @@ impl InputGate {
         store: Arc<PartitionStore>,
         settings: NetworkSettings,
         cancellation: Arc<Cancellation>,
+        metrics: Arc<TaskIoMetrics>,
     ) -> Result<Self, OperatorError> {
         let mut channels = Vec::new();
         let mut clients: BTreeMap<ActorAddress, PartitionRequestClient> = BTreeMap::new();
@@ -199,6 +202,7 @@ impl InputGate {
             remote_waits: FuturesUnordered::new(),
             retry_backoff: Duration::from_millis(1),
             stats: GateStats::default(),
+            metrics,
         })
     }
 
@@ -219,8 +223,11 @@ impl InputGate {
         loop {
             if let Some((channel, buffer)) = self.queue.pop_front() {
                 self.consumed(channel);
+                let bytes = batch_bytes(&buffer) as u64;
                 self.stats.records_in += buffer.len() as u64;
-                self.stats.bytes_in += batch_bytes(&buffer) as u64;
+                self.stats.bytes_in += bytes;
+                self.metrics.read(buffer.len() as u64, bytes);
+                self.metrics.set_buffers_in_use(self.queue.len() as u64);
                 return Ok(Some(buffer));
             }
             if self.open == 0 {
@@ -328,6 +335,7 @@ impl InputGate {
             channel.queued += 1;
             self.stats.buffers_in += 1;
             self.queue.push_back((index, buffer));
+            self.metrics.set_buffers_in_use(self.queue.len() as u64);
         }
     }
 

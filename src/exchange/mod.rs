@@ -17,6 +17,7 @@
 
 pub mod client;
 pub mod input_gate;
+pub mod metrics;
 pub mod partition;
 pub mod server;
 pub mod writer;

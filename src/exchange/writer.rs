@@ -10,8 +10,9 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::Poll;
 
+use super::metrics::TaskIoMetrics;
 use super::partition::{PartitionStore, Space, record_bytes};
-use crate::env::{TaskBlocker, fnv1a};
+use crate::env::{Clock, TaskBlocker, fnv1a};
 use crate::job::graph::DistributionPattern;
 use crate::messages::deployment::OutputPartition;
 use crate::operators::{OperatorError, Record};
@@ -43,14 +44,19 @@ pub struct ResultPartitionWriter {
     outputs: Vec<Output>,
     buffer_size: usize,
     stats: WriterStats,
+    metrics: Arc<TaskIoMetrics>,
+    clock: Arc<dyn Clock>,
 }
 
 impl ResultPartitionWriter {
-    /// A writer for `outputs` into `store`, cutting buffers at `buffer_size` estimated bytes.
+    /// A writer for `outputs` into `store`, cutting buffers at `buffer_size` estimated bytes,
+    /// counting into `metrics` (its waits timed by `clock`).
     pub fn new(
         store: Arc<PartitionStore>,
         outputs: &[OutputPartition],
         buffer_size: usize,
+        metrics: Arc<TaskIoMetrics>,
+        clock: Arc<dyn Clock>,
     ) -> Self {
         let outputs = outputs
             .iter()
@@ -65,6 +71,8 @@ impl ResultPartitionWriter {
             outputs,
             buffer_size: buffer_size.max(1),
             stats: WriterStats::default(),
+            metrics,
+            clock,
         }
     }
 
@@ -115,6 +123,7 @@ impl ResultPartitionWriter {
             let bytes = record_bytes(&record);
             self.stats.records_out += 1;
             self.stats.bytes_out += bytes as u64;
+            self.metrics.wrote(bytes as u64);
             output.buffers[sub].push(record);
             output.bytes[sub] += bytes;
             if output.bytes[sub] >= self.buffer_size {
@@ -174,6 +183,7 @@ impl ResultPartitionWriter {
                     // Woken when the consumer takes a buffer, the partition fails or goes
                     // (reserve tells which), or the task is cancelled.
                     let cancellation = Arc::clone(cancelled);
+                    let since = self.clock.now_millis();
                     let woken = block_on(
                         blocker,
                         std::future::poll_fn(move |cx| {
@@ -183,6 +193,8 @@ impl ResultPartitionWriter {
                             Pin::new(&mut room).poll(cx).map(|_| ())
                         }),
                     );
+                    self.metrics
+                        .backpressured(self.clock.now_millis().saturating_sub(since));
                     if woken.is_none() {
                         return Err(OperatorError::Cancelled);
                     }

@@ -102,6 +102,9 @@ pub struct RunningTaskInfo {
     pub allocation_id: AllocationId,
     /// The leader asked to cancel it; it stops at its next check.
     pub cancel_requested: bool,
+    /// What its exchange did (records and bytes in and out, input buffers in use,
+    /// backpressure), as of the TaskManager's last sample (every heartbeat interval).
+    pub io: crate::exchange::metrics::TaskIoSnapshot,
 }
 
 /// Where a TaskManager's registration stands.

@@ -99,6 +99,8 @@ fn task(
         local_address: local,
         network: NetworkSettings::default(),
         cancelled: cancelled.clone(),
+        metrics: Arc::default(),
+        clock: Arc::new(crate::env::SystemClock),
     };
     (env, cancelled)
 }
