@@ -430,7 +430,7 @@ impl TaskManager {
                 available: network.memory.saturating_sub(reserved),
             });
         }
-        if let Err(error) = create_outputs(&self.partitions, &descriptor, &network) {
+        if let Err(error) = create_outputs(&self.partitions, &descriptor) {
             self.release_allocation_if_unused(allocation_id);
             return Err(TaskSubmissionError::Partition(error.to_string()));
         }

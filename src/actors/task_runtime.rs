@@ -121,11 +121,11 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
 
 /// Creates the task's output partitions; the TaskManager does it when it accepts the task, so
 /// consumers deployed beside the producer find them as early as possible. A pipelined one holds
-/// at most `buffers-per-channel` unread buffers per subpartition.
+/// at most [`MAX_BUFFERS_PER_SUBPARTITION`](crate::exchange::MAX_BUFFERS_PER_SUBPARTITION)
+/// unread buffers per subpartition.
 pub fn create_outputs(
     partitions: &PartitionStore,
     descriptor: &TaskDeploymentDescriptor,
-    network: &NetworkSettings,
 ) -> Result<(), crate::exchange::partition::PartitionError> {
     for output in &descriptor.outputs {
         if output.retained {
@@ -134,7 +134,7 @@ pub fn create_outputs(
             partitions.create_pipelined(
                 output.partition,
                 output.subpartitions,
-                network.buffers_per_channel as usize,
+                crate::exchange::MAX_BUFFERS_PER_SUBPARTITION as usize,
             )?;
         }
     }

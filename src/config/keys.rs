@@ -335,7 +335,7 @@ static KEYS: [Key; 34] = [
     },
     Key {
         name: "taskmanager.network.buffers-per-channel",
-        doc: "Exclusive network buffers per input channel (credit), and the unread buffers a pipelined subpartition holds before its producer waits.",
+        doc: "Exclusive network buffers per input channel: the credit a consumer grants each of its channels.",
         secret: false,
         kind: Kind::Integer {
             min: 1,

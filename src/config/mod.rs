@@ -284,8 +284,8 @@ pub struct TaskManagerConfig {
     /// `taskmanager.network.buffer-size`: bytes a producer collects per subpartition before it
     /// hands them over as one buffer.
     pub network_buffer_size: u64,
-    /// `taskmanager.network.buffers-per-channel`: exclusive buffers per input channel (and the
-    /// unread buffers a pipelined subpartition holds before its producer waits).
+    /// `taskmanager.network.buffers-per-channel`: exclusive buffers per input channel (the
+    /// credit a consumer grants each channel).
     pub network_buffers_per_channel: u32,
     /// `taskmanager.network.floating-buffers-per-gate`: buffers a task's input gate lends to
     /// channels with a backlog.
@@ -421,7 +421,9 @@ impl ClusterConfig {
                     .and_then(|key| key.value(self))
                     .unwrap_or_default(),
                 format!(
-                    "at least the buffers of one task with one input and one output channel                      ({one_channel} bytes: (2 × buffers-per-channel + floating-buffers-per-gate)                      × buffer-size)"
+                    "at least the buffers of one task with one input and one output channel \
+                     ({one_channel} bytes: (buffers-per-channel + floating-buffers-per-gate + \
+                     10) × buffer-size)"
                 ),
             )
             .because_of("taskmanager.network.buffer-size"));

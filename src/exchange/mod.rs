@@ -24,6 +24,12 @@ pub mod writer;
 
 pub use partition::{Fetch, PartitionError, PartitionStats, PartitionStore};
 
+/// The unread buffers a pipelined subpartition holds before its producer waits (Flink's
+/// `taskmanager.network.memory.max-buffers-per-channel`, 10): room enough that a producer and
+/// its consumer rarely wait for each other buffer by buffer, bounded so a slow consumer slows
+/// its producer instead of filling memory or disk.
+pub const MAX_BUFFERS_PER_SUBPARTITION: u32 = 10;
+
 /// A TaskManager's network buffer settings (`taskmanager.network.*`), validated by the
 /// configuration (every value above zero).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,7 +38,7 @@ pub struct NetworkSettings {
     /// before it hands them over as one buffer.
     pub buffer_size: usize,
     /// `taskmanager.network.buffers-per-channel`: a consumer's exclusive buffers per input
-    /// channel, and the unread buffers a pipelined subpartition holds before its producer waits.
+    /// channel (its credit).
     pub buffers_per_channel: u32,
     /// `taskmanager.network.floating-buffers-per-gate`: buffers a consumer lends to whichever
     /// channel has a backlog.
@@ -57,7 +63,8 @@ impl Default for NetworkSettings {
 
 impl NetworkSettings {
     /// The network memory a task needs: its gate's buffers (exclusive per channel plus the
-    /// floating ones) and its pipelined subpartitions' capacity, each buffer `buffer_size`.
+    /// floating ones) and its pipelined subpartitions' capacity
+    /// ([`MAX_BUFFERS_PER_SUBPARTITION`] each), each buffer `buffer_size`.
     pub fn task_memory(&self, input_channels: usize, pipelined_subpartitions: usize) -> u64 {
         let per_channel = u64::from(self.buffers_per_channel);
         let buffers = (input_channels as u64)
@@ -67,7 +74,10 @@ impl NetworkSettings {
             } else {
                 0
             })
-            .saturating_add((pipelined_subpartitions as u64).saturating_mul(per_channel));
+            .saturating_add(
+                (pipelined_subpartitions as u64)
+                    .saturating_mul(u64::from(MAX_BUFFERS_PER_SUBPARTITION)),
+            );
         buffers.saturating_mul(self.buffer_size as u64)
     }
 }

@@ -309,9 +309,9 @@ async fn a_pipelined_producer_waits_for_its_consumer_instead_of_spilling_until_c
         env.address_of("taskmanager/tm-local"),
         BTreeMap::new(),
     );
-    create_outputs(&store, &task.descriptor, &task.network).unwrap();
+    create_outputs(&store, &task.descriptor).unwrap();
     let producer = spawn_task(task);
-    let capacity = u64::from(NetworkSettings::default().buffers_per_channel);
+    let capacity = u64::from(crate::exchange::MAX_BUFFERS_PER_SUBPARTITION);
     eventually("the subpartition filled up", || {
         store.stats(out).is_some_and(|s| s.batches == capacity)
     })
