@@ -423,7 +423,7 @@ impl ClusterConfig {
                 format!(
                     "at least the buffers of one task with one input and one output channel \
                      ({one_channel} bytes: (buffers-per-channel + floating-buffers-per-gate + \
-                     10) × buffer-size)"
+                     2) × buffer-size)"
                 ),
             )
             .because_of("taskmanager.network.buffer-size"));

@@ -308,7 +308,7 @@ fn zero_or_too_small_network_settings_name_the_key() {
             c.taskmanager.network_memory = 0
         }),
         ("taskmanager.network.memory", |c| {
-            c.taskmanager.network_memory = 300 << 10 // < (2 + 8 + 10) × 32 KiB
+            c.taskmanager.network_memory = 300 << 10 // < (2 + 8 + 2) × 32 KiB
         }),
     ] {
         let mut config = ClusterConfig::default();

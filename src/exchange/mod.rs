@@ -62,9 +62,11 @@ impl Default for NetworkSettings {
 }
 
 impl NetworkSettings {
-    /// The network memory a task needs: its gate's buffers (exclusive per channel plus the
-    /// floating ones) and its pipelined subpartitions' capacity
-    /// ([`MAX_BUFFERS_PER_SUBPARTITION`] each), each buffer `buffer_size`.
+    /// The network memory a task reserves, as Flink counts its required buffers: its gate's
+    /// (exclusive per channel plus the floating ones) and one per pipelined subpartition plus
+    /// one, each `buffer_size`. A subpartition may hold up to [`MAX_BUFFERS_PER_SUBPARTITION`]
+    /// while its consumer lags: like Flink's `max-buffers-per-channel`, that is a cap, not a
+    /// reservation.
     pub fn task_memory(&self, input_channels: usize, pipelined_subpartitions: usize) -> u64 {
         let per_channel = u64::from(self.buffers_per_channel);
         let buffers = (input_channels as u64)
@@ -74,10 +76,29 @@ impl NetworkSettings {
             } else {
                 0
             })
-            .saturating_add(
-                (pipelined_subpartitions as u64)
-                    .saturating_mul(u64::from(MAX_BUFFERS_PER_SUBPARTITION)),
-            );
+            .saturating_add(if pipelined_subpartitions > 0 {
+                pipelined_subpartitions as u64 + 1
+            } else {
+                0
+            });
         buffers.saturating_mul(self.buffer_size as u64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_task_reserves_flinks_required_buffers() {
+        let network = NetworkSettings::default();
+        let kib32 = 32 << 10;
+        // A source of 100 consumers: one buffer per subpartition plus one.
+        assert_eq!(network.task_memory(0, 100), 101 * kib32);
+        // A sink of 100 producers: 2 exclusive per channel plus 8 floating.
+        assert_eq!(network.task_memory(100, 0), 208 * kib32);
+        // All-to-all at P = 1,000 does not fit Flink's 64 MiB default, as in Flink.
+        assert!(network.task_memory(1_000, 1_000) > network.memory);
+        assert_eq!(network.task_memory(0, 0), 0);
     }
 }
