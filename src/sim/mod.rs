@@ -141,14 +141,29 @@ pub fn sim_config(scenario: &Scenario, seed: u64) -> ClusterConfig {
     config
 }
 
-fn scratch_dir(seed: u64) -> PathBuf {
+/// Where a run keeps its files: one directory per process, job mix, kind of scenario and seed,
+/// so sweeps of different mixes running the same seeds side by side (as `cargo test` does) never
+/// share one. It stays the same for the same options, so a replay sees the same paths.
+fn scratch_dir(options: &SimOptions) -> PathBuf {
     let shm = std::path::Path::new("/dev/shm");
     let base = if shm.is_dir() {
         shm.to_path_buf()
     } else {
         std::env::temp_dir()
     };
-    base.join(format!("flint-sim-{}-{seed}", std::process::id()))
+    let kind = if options.scenario.is_some() {
+        "custom"
+    } else {
+        match options.shape.jobs {
+            scenario::JobMix::Classic => "classic",
+            scenario::JobMix::DataPlane => "data",
+        }
+    };
+    base.join(format!(
+        "flint-sim-{}-{kind}-{}",
+        std::process::id(),
+        options.seed
+    ))
 }
 
 /// A job the run submitted.
@@ -185,7 +200,7 @@ async fn simulate(options: SimOptions) -> SimReport {
     tokio::task::spawn_local(network.clone().run());
     let events = EventSink::new(4096);
     let mut event_stream = events.subscribe().expect("an enabled sink");
-    let scratch = scratch_dir(options.seed);
+    let scratch = scratch_dir(&options);
     let cluster = SimCluster::new(
         options.seed,
         sim_config(&scenario, options.seed),
