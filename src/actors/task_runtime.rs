@@ -120,7 +120,8 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
 }
 
 /// Creates the task's output partitions; the TaskManager does it when it accepts the task, so
-/// consumers deployed beside the producer find them as early as possible. A pipelined one holds
+/// consumers deployed beside the producer find them as early as possible. A blocking one is
+/// written to disk; a pipelined one holds
 /// at most [`MAX_BUFFERS_PER_SUBPARTITION`](crate::exchange::MAX_BUFFERS_PER_SUBPARTITION)
 /// unread buffers per subpartition.
 pub fn create_outputs(
@@ -129,7 +130,7 @@ pub fn create_outputs(
 ) -> Result<(), crate::exchange::partition::PartitionError> {
     for output in &descriptor.outputs {
         if output.retained {
-            partitions.create_with(output.partition, output.subpartitions, true)?;
+            partitions.create_blocking(output.partition, output.subpartitions)?;
         } else {
             partitions.create_pipelined(
                 output.partition,

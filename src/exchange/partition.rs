@@ -217,6 +217,19 @@ impl PartitionStore {
         Ok(())
     }
 
+    /// Registers a blocking (batch) partition: written to disk from its first batch, read back
+    /// by its consumers as often as they restart, its files deleted when it is released.
+    pub fn create_blocking(
+        &self,
+        id: ResultPartitionId,
+        subpartitions: u32,
+    ) -> Result<(), PartitionError> {
+        self.create_with(id, subpartitions, true)?;
+        let partition = self.get(id)?;
+        lock(&partition).spilling = true;
+        Ok(())
+    }
+
     /// Registers a pipelined partition: read once (batches move to the consumer), never spilled,
     /// each subpartition holding at most `capacity` unread batches (producers
     /// [`reserve`](Self::reserve) before they append).

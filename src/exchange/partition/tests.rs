@@ -426,3 +426,26 @@ fn a_pipelined_batch_fetched_again_fails_instead_of_reading_as_empty() {
         Fetch::Ready { ref batches, next_batch: 2, .. } if batches == &vec![batch(2, 1)]
     ));
 }
+
+#[test]
+fn a_blocking_partition_is_on_disk_read_back_again_and_deleted_when_released() {
+    let dir = TempDir::new("blocking");
+    let store = PartitionStore::new(dir.0.clone(), usize::MAX);
+    let id = pid(10);
+    store.create_blocking(id, 1).unwrap();
+    store.append(id, 0, batch(0, 3)).unwrap();
+    store.append(id, 0, batch(3, 2)).unwrap();
+    store.finish(id).unwrap();
+    let stats = store.stats(id).unwrap();
+    assert_eq!(
+        (stats.batches, stats.spilled_batches),
+        (2, 2),
+        "on disk by design"
+    );
+    assert_eq!(dir.files().len(), 1);
+    // A consumer reads it; a restarted one reads it again from the start.
+    assert_eq!(drain(&store, id, 0, usize::MAX), batch(0, 5));
+    assert_eq!(drain(&store, id, 0, 1), batch(0, 5));
+    assert!(store.release(id));
+    assert!(dir.files().is_empty(), "deleted once released");
+}
