@@ -212,6 +212,11 @@ async fn end_to_end(parallelism: u32, rounds: usize) -> f64 {
     let mut config = ClusterConfig::default();
     config.resourcemanager.pool_size = 100;
     config.taskmanager.slots = 100;
+    // Every consumer of an all-to-all edge reserves 2 exclusive buffers per channel (Flink's
+    // default): at P = 1,000 that is 64 MB per task, 100 tasks per TaskManager. The buffers are
+    // only taken as data arrives (this job sends none), so the reservation is raised, as Flink
+    // users raise taskmanager.network.memory for such jobs.
+    config.taskmanager.network_memory = 1 << 40;
     config.seed = Some(1);
     let cluster = MiniCluster::start(config).expect("a valid config");
     cluster
@@ -354,7 +359,15 @@ async fn main() {
     );
     println!("| job | submit → FINISHED |");
     println!("|---|---:|");
-    for parallelism in [100, 1_000] {
+    let sizes: Vec<u32> = std::env::var("FLINT_BENCH_E2E_P")
+        .ok()
+        .map(|list| {
+            list.split(',')
+                .filter_map(|p| p.trim().parse().ok())
+                .collect()
+        })
+        .unwrap_or_else(|| vec![100, 1_000]);
+    for parallelism in sizes {
         let e2e = end_to_end(parallelism, rounds).await;
         println!(
             "| source → sink all-to-all, P = {parallelism} ({} tasks, {} channels) | {e2e:.1} |",

@@ -99,6 +99,7 @@ pub fn task_manager_spec(
         working_dir,
         spill_threshold_bytes: usize::try_from(config.taskmanager.spill_threshold)
             .unwrap_or(usize::MAX),
+        network: config.taskmanager.network(),
     }
 }
 

@@ -35,6 +35,34 @@ pub fn block_on<T: Send + 'static>(
     slot.lock().unwrap_or_else(PoisonError::into_inner).take()
 }
 
+/// A task's cancellation: a flag its code checks between steps, and a wake-up for the one wait
+/// it may be in (for input, for room in a full output), so a cancelled task that waits on a
+/// silent channel or a slow consumer stops at once instead of at its next record.
+#[derive(Debug, Default)]
+pub struct Cancellation {
+    flag: std::sync::atomic::AtomicBool,
+    waker: futures_util::task::AtomicWaker,
+}
+
+impl Cancellation {
+    /// Cancels: sets the flag and wakes the task's current wait.
+    pub fn cancel(&self) {
+        self.flag.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.waker.wake();
+    }
+
+    /// Whether the task was cancelled.
+    pub fn is_cancelled(&self) -> bool {
+        self.flag.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Inside a wait's `poll`: registers the waker and says whether the task was cancelled.
+    pub fn poll_cancelled(&self, cx: &mut Context<'_>) -> bool {
+        self.waker.register(cx.waker());
+        self.is_cancelled()
+    }
+}
+
 /// The production blocker: polls the future on the task's own thread, parking it between
 /// wake-ups, and sleeps the thread. The runner never goes away, so it always returns true.
 #[derive(Debug, Default, Clone, Copy)]

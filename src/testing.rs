@@ -515,12 +515,15 @@ impl Handler<SubmitTask> for TaskManagerProbe {
     }
 }
 
-impl Handler<FetchSubpartition> for TaskManagerProbe {
-    type Result = MessageResult<FetchSubpartition>;
+impl Handler<FetchSubpartitions> for TaskManagerProbe {
+    type Result = MessageResult<FetchSubpartitions>;
 
-    fn handle(&mut self, msg: FetchSubpartition, _: &mut Context<Self>) -> Self::Result {
+    fn handle(&mut self, msg: FetchSubpartitions, _: &mut Context<Self>) -> Self::Result {
+        let channels = (0..msg.reads.len() as u32)
+            .map(|index| (index, ChannelResponse::Unknown))
+            .collect();
         self.received.push(msg.into());
-        MessageResult(FetchResponse::Unknown)
+        MessageResult(FetchResponse { channels })
     }
 }
 
@@ -552,6 +555,11 @@ impl Handler<crate::actors::Shutdown> for TaskManagerProbe {
 }
 
 impl TaskManagerProbeHandle {
+    /// Its gateway (the same actor the directory resolves it to).
+    pub fn gateway(&self) -> TaskManagerGateway {
+        TaskManagerGateway::of(&self.addr)
+    }
+
     /// Stops the probe: messages to it fail from now on, as to a TaskManager that died.
     pub async fn stop(&self) {
         let _ = self.addr.send(crate::actors::Shutdown).await;

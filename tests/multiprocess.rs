@@ -1,8 +1,9 @@
 //! A real multi-process cluster over loopback: `flint jobmanager` with the `local_process`
 //! driver keeps a pool of `flint taskmanager` processes, replaces one killed with `kill -9`, and
 //! runs WordCount across processes with exactly the sequential count, also with a TaskManager
-//! killed mid-job. The test talks to the JobManager through its own transport endpoint, as any
-//! client would.
+//! killed mid-job; and a producer silent for longer than the ask timeout does not fail its
+//! remote consumers. The tests talk to the JobManager through their own transport endpoint, as
+//! any client would.
 
 use std::process::Command;
 use std::time::Duration;
@@ -101,6 +102,159 @@ async fn a_process_cluster_keeps_its_pool_through_kill_9_and_runs_wordcount() {
     client.endpoint.shutdown();
     drop(jm);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Issue 11: `sink (2/2): input unavailable: TaskManager … is gone: Mailbox has closed` after
+/// exactly the 10 s ask timeout, when a pipelined all-to-all producer on another process was
+/// silent for longer than that.
+#[actix::test]
+async fn a_producer_silent_longer_than_the_ask_timeout_does_not_fail_its_remote_consumers() {
+    let dir = scratch("multiprocess-silent");
+    let config = dir.join("flint.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[heartbeat]\ninterval = \"100ms\"\ntimeout = \"2s\"\n[taskmanager]\nworking-dir = \"{}\"\n",
+            dir.join("work").display()
+        ),
+    )
+    .unwrap();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_flint"));
+    command
+        .args(["jobmanager", "--bind", "127.0.0.1:0", "--pool-size", "2"])
+        .args(["--rest", "127.0.0.1:0"])
+        .args(["--slots", "1"])
+        .arg("--config")
+        .arg(&config)
+        .env_remove("FLINT_SECRET");
+    let jm = JobManagerProcess::start(command);
+    let client = Client::connect(Client::loopback_config(Secret::insecure(), 5), &jm.address).await;
+    client
+        .wait_for("the pool never reached 2", DEADLINE, |s| {
+            s.task_managers.len() == 2
+        })
+        .await;
+
+    // Two TaskManagers of one slot: each sink reads one of the two producers across processes.
+    let silence = flint::node::ASK_TIMEOUT + Duration::from_secs(4);
+    let registry = flint::operators::OperatorRegistry::with_builtins();
+    let graph = flint::job::file::parse_job_file(
+        include_str!("../examples/slow-producer.toml"),
+        &[("ms".to_owned(), silence.as_millis().to_string())].into(),
+        |op| registry.contains(op),
+    )
+    .expect("the example job file parses");
+    let job = client.submit(graph).await;
+    let details = client.wait_for_job(job, DEADLINE).await;
+    assert_eq!(details.summary.status, JobStatus::Finished, "{details:#?}");
+    assert_eq!(details.restarts, 0, "{details:#?}");
+
+    client.endpoint.shutdown();
+    drop(jm);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Issue 11: producers never waited for consumers, so a slow consumer made its pipelined input
+/// spill to disk without bound. Now a slow sink (a sleep per record) behind a fast WordCount
+/// front slows the producers down: with a spill threshold of 1 KB and 1 KB network buffers no
+/// spill file ever appears, and the count is exact.
+#[actix::test]
+async fn a_slow_consumer_slows_its_producers_instead_of_spilling() {
+    use flint::job::graph::{DistributionPattern, ExchangeMode, JobGraph, RestartStrategyConfig};
+    use flint::operators::builtin::{COUNT_BY_KEY, FILE_SINK, SLEEP, TEXT_SOURCE, TOKENIZE};
+
+    let dir = scratch("multiprocess-slow-consumer");
+    let work = dir.join("work");
+    let config = dir.join("flint.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[heartbeat]\ninterval = \"100ms\"\ntimeout = \"2s\"\n[taskmanager]\n\
+             working-dir = \"{}\"\nspill-threshold = \"1kb\"\n[taskmanager.network]\n\
+             buffer-size = \"1kb\"\n",
+            work.display()
+        ),
+    )
+    .unwrap();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_flint"));
+    command
+        .args(["jobmanager", "--bind", "127.0.0.1:0", "--pool-size", "2"])
+        .args(["--rest", "127.0.0.1:0"])
+        .args(["--slots", "1"])
+        .arg("--config")
+        .arg(&config)
+        .env_remove("FLINT_SECRET");
+    let jm = JobManagerProcess::start(command);
+    let client = Client::connect(Client::loopback_config(Secret::insecure(), 5), &jm.address).await;
+    client
+        .wait_for("the pool never reached 2", DEADLINE, |s| {
+            s.task_managers.len() == 2
+        })
+        .await;
+
+    let input = dir.join("input.txt");
+    write_text(&input, 300);
+    let output = dir.join("out");
+    let mut graph = JobGraph::builder("slow-consumer");
+    graph.restart_strategy(RestartStrategyConfig::None);
+    let source = graph
+        .vertex("source", TEXT_SOURCE, 2)
+        .config("path", input.display().to_string())
+        .index();
+    let tokenize = graph.vertex("tokenize", TOKENIZE, 2).index();
+    let slow = graph
+        .vertex("slow", SLEEP, 2)
+        .config("ms", "0")
+        .config("per-record-ms", "1")
+        .index();
+    let count = graph.vertex("count", COUNT_BY_KEY, 2).index();
+    let sink = graph
+        .vertex("sink", FILE_SINK, 2)
+        .config("path", output.display().to_string())
+        .index();
+    let pipelined = ExchangeMode::Pipelined;
+    graph.edge(source, tokenize, DistributionPattern::Forward, pipelined);
+    graph.edge(tokenize, slow, DistributionPattern::AllToAll, pipelined);
+    graph.edge(slow, count, DistributionPattern::Forward, pipelined);
+    graph.edge(count, sink, DistributionPattern::Forward, pipelined);
+    let job = client.submit(graph.build(|_| true).unwrap()).await;
+
+    // Watch the working directory while the job runs: a pipelined edge never spills.
+    let give_up = tokio::time::Instant::now() + DEADLINE;
+    let mut spilled = Vec::new();
+    let details = loop {
+        spilled.extend(spill_files(&work));
+        let details = client.job(job).await;
+        if details.summary.status.is_globally_terminal() {
+            break details;
+        }
+        assert!(tokio::time::Instant::now() < give_up, "the job never ended");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    assert_eq!(details.summary.status, JobStatus::Finished, "{details:#?}");
+    assert!(spilled.is_empty(), "spill files were written: {spilled:?}");
+    assert_eq!(read_counts(&output), sequential_word_count(&input).unwrap());
+
+    client.endpoint.shutdown();
+    drop(jm);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Every `*.spill` file under `dir`, recursively.
+fn spill_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return found;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            found.extend(spill_files(&path));
+        } else if path.extension().is_some_and(|e| e == "spill") {
+            found.push(path);
+        }
+    }
+    found
 }
 
 fn kill_9(pid: u32) {

@@ -9,10 +9,18 @@
 use std::sync::Mutex;
 use std::thread;
 
+use std::time::Duration;
+
+use flint::job::states::JobStatus;
+use flint::sim::network::NetParams;
+use flint::sim::scenario::{Action, JobKind, JobMix, Scenario, Step};
 use flint::sim::{SimOptions, SimReport, run_seed};
 
 /// Seeds per `cargo test` run unless `FLINT_SIM_SEEDS` says otherwise.
 const DEFAULT_SEEDS: u64 = 2000;
+
+/// Seeds of the data-plane sweep unless `FLINT_SIM_DATA_SEEDS` says otherwise.
+const DEFAULT_DATA_SEEDS: u64 = 100;
 
 fn env_u64(name: &str) -> Option<u64> {
     std::env::var(name).ok().and_then(|v| v.parse().ok())
@@ -20,6 +28,14 @@ fn env_u64(name: &str) -> Option<u64> {
 
 /// Runs `seeds` on as many threads as the machine has cores (each seed on its own runtime).
 fn sweep(seeds: impl Iterator<Item = u64> + Send) -> Vec<SimReport> {
+    sweep_with(seeds, SimOptions::new)
+}
+
+/// Runs `seeds` as [`sweep`] does, each with the options `options` makes for it.
+fn sweep_with(
+    seeds: impl Iterator<Item = u64> + Send,
+    options: impl Fn(u64) -> SimOptions + Sync,
+) -> Vec<SimReport> {
     let seeds = Mutex::new(seeds);
     let reports = Mutex::new(Vec::new());
     let threads = thread::available_parallelism().map_or(2, |n| n.get());
@@ -30,7 +46,7 @@ fn sweep(seeds: impl Iterator<Item = u64> + Send) -> Vec<SimReport> {
                     let Some(seed) = seeds.lock().unwrap().next() else {
                         return;
                     };
-                    let report = run_seed(&SimOptions::new(seed));
+                    let report = run_seed(&options(seed));
                     reports.lock().unwrap().push(report);
                 }
             });
@@ -64,6 +80,92 @@ fn every_invariant_holds_over_the_seed_sweep() {
         failed.len(),
         failed.iter().map(|r| r.seed).collect::<Vec<_>>()
     );
+}
+
+/// The data plane among the faults: producers silent for minutes of virtual time, slow
+/// consumers, WordCount (checked exact) with TaskManagers crashing mid-stream.
+/// `FLINT_SIM_DATA_SEED=n` replays seed `n` of it with its trace.
+#[test]
+fn every_invariant_holds_over_the_data_plane_sweep() {
+    if env_u64("FLINT_SIM_SEED").is_some() {
+        return; // a replay run
+    }
+    let options = |seed| {
+        let mut options = SimOptions::new(seed);
+        options.shape.jobs = JobMix::DataPlane;
+        // Silent jobs take one to two minutes each, and a job waiting for slots runs after
+        // the ones before it.
+        options.quiet_deadline = Duration::from_secs(900);
+        options
+    };
+    if let Some(seed) = env_u64("FLINT_SIM_DATA_SEED") {
+        let mut options = options(seed);
+        options.keep_trace = true;
+        let report = run_seed(&options);
+        for line in &report.trace {
+            println!("{line}");
+        }
+        assert!(report.passed(), "{:#?}", report.violations);
+        return;
+    }
+    let count = env_u64("FLINT_SIM_DATA_SEEDS").unwrap_or(DEFAULT_DATA_SEEDS);
+    let reports = sweep_with(0..count, options);
+    let failed: Vec<&SimReport> = reports.iter().filter(|r| !r.passed()).collect();
+    for report in &failed {
+        eprintln!(
+            "data-plane seed {} failed (replay: FLINT_SIM_DATA_SEED={} cargo test --test simulation -- --nocapture data_plane):",
+            report.seed, report.seed
+        );
+        for violation in &report.violations {
+            eprintln!("  {violation}");
+        }
+    }
+    let silent_finished = reports
+        .iter()
+        .flat_map(|r| &r.jobs)
+        .filter(|(kind, status)| *kind == JobKind::Silent && *status == Some(JobStatus::Finished))
+        .count();
+    assert!(
+        failed.is_empty(),
+        "{} of {count} data-plane seeds failed: {:?}",
+        failed.len(),
+        failed.iter().map(|r| r.seed).collect::<Vec<_>>()
+    );
+    assert!(
+        count < 30 || silent_finished > 0,
+        "no silent-producer job finished in {count} seeds"
+    );
+}
+
+/// Issue 11: a pipelined all-to-all producer silent for longer than the ask timeout failed its
+/// remote consumers ("Mailbox has closed") and the job restarted until it gave up. Two
+/// TaskManagers of one slot, so every consumer reads one producer across the network; no
+/// faults.
+#[test]
+fn a_producer_silent_for_minutes_does_not_fail_its_remote_consumers() {
+    let mut options = SimOptions::new(11);
+    options.scenario = Some(Scenario {
+        initial_pool: 2,
+        max_pool: 2,
+        slots: 1,
+        net: NetParams::default(),
+        fault_phase: Duration::from_secs(1),
+        steps: vec![Step {
+            at: Duration::ZERO,
+            action: Action::Submit {
+                kind: JobKind::Silent,
+                parallelism: 2,
+            },
+        }],
+    });
+    let report = run_seed(&options);
+    assert!(report.passed(), "{:#?}", report.violations);
+    assert_eq!(
+        report.jobs,
+        vec![(JobKind::Silent, Some(JobStatus::Finished))],
+        "{report:#?}"
+    );
+    assert!(report.simulated >= Duration::from_secs(60), "{report:#?}");
 }
 
 #[test]

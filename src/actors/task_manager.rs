@@ -10,7 +10,6 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use actix::clock::Instant;
 use actix::prelude::*;
@@ -23,6 +22,8 @@ use crate::config::{HeartbeatConfig, RegistrationConfig};
 use crate::directory::LocalActor;
 use crate::env::{NodeEnv, TaskBlocker};
 use crate::events::ClusterEvent;
+use crate::exchange::NetworkSettings;
+use crate::exchange::metrics::{TaskIoMetrics, TaskIoSnapshot};
 use crate::exchange::partition::PartitionStore;
 use crate::job::states::ExecutionState;
 use crate::messages::ResultPartitionId;
@@ -38,6 +39,7 @@ use crate::messages::{
     ActorAddress, HardwareDescription, NewLeaderAvailable, TaskManagerLocation, is_current_leader,
 };
 use crate::operators::OperatorRegistry;
+use crate::task_blocking::Cancellation;
 
 /// What every TaskManager of a cluster shares (a driver starts each worker from one).
 #[derive(Debug, Clone)]
@@ -60,6 +62,8 @@ pub struct TaskManagerSpec {
     pub working_dir: PathBuf,
     /// A result partition larger than this (bytes) spills to disk.
     pub spill_threshold_bytes: usize,
+    /// Network buffers (`taskmanager.network.*`).
+    pub network: NetworkSettings,
 }
 
 /// What one TaskManager is started with.
@@ -80,7 +84,14 @@ const CANCELLED_EARLY_KEPT: usize = 1024;
 struct RunningTask {
     job_id: JobId,
     allocation_id: AllocationId,
-    cancelled: Arc<AtomicBool>,
+    cancelled: Arc<Cancellation>,
+    /// The network memory reserved for its buffers (see [`NetworkSettings::task_memory`]).
+    network_memory: u64,
+    /// What its exchange does, counted by the task thread.
+    metrics: Arc<TaskIoMetrics>,
+    /// The last sample of `metrics` (wall ms, backpressured ms) and what it showed.
+    last_sample: (u64, u64),
+    io: TaskIoSnapshot,
 }
 
 /// See the module docs.
@@ -281,7 +292,16 @@ impl TaskManager {
             .spawn(ctx);
     }
 
+    /// Samples every running task's exchange metrics (the backpressure rate is per interval).
+    fn sample_task_metrics(&mut self) {
+        let now = self.env.clock.now_millis();
+        for task in self.running.values_mut() {
+            task.io = task.metrics.sample(now, &mut task.last_sample);
+        }
+    }
+
     fn heartbeat(&mut self, ctx: &mut Context<Self>) {
+        self.sample_task_metrics();
         let Some(instance_id) = self.registration.instance_id() else {
             return;
         };
@@ -393,6 +413,23 @@ impl TaskManager {
                 .map_err(|e| TaskSubmissionError::NoFreeSlot(e.to_string()))?;
             self.allocations.insert(allocation_id, 0);
         }
+        let network = self.settings.spec.network;
+        let channels: usize = descriptor.inputs.iter().map(|g| g.producers.len()).sum();
+        let pipelined: usize = descriptor
+            .outputs
+            .iter()
+            .filter(|o| !o.retained)
+            .map(|o| o.subpartitions as usize)
+            .sum();
+        let network_memory = network.task_memory(channels, pipelined);
+        let reserved: u64 = self.running.values().map(|t| t.network_memory).sum();
+        if reserved.saturating_add(network_memory) > network.memory {
+            self.release_allocation_if_unused(allocation_id);
+            return Err(TaskSubmissionError::NetworkMemory {
+                needed: network_memory,
+                available: network.memory.saturating_sub(reserved),
+            });
+        }
         if let Err(error) = create_outputs(&self.partitions, &descriptor) {
             self.release_allocation_if_unused(allocation_id);
             return Err(TaskSubmissionError::Partition(error.to_string()));
@@ -403,13 +440,18 @@ impl TaskManager {
             .entry(job_id)
             .or_default()
             .extend(descriptor.outputs.iter().map(|o| o.partition));
-        let cancelled = Arc::new(AtomicBool::new(false));
+        let cancelled = Arc::new(Cancellation::default());
+        let metrics = Arc::new(TaskIoMetrics::default());
         self.running.insert(
             attempt,
             RunningTask {
                 job_id,
                 allocation_id,
                 cancelled: cancelled.clone(),
+                network_memory,
+                metrics: metrics.clone(),
+                last_sample: (self.env.clock.now_millis(), 0),
+                io: TaskIoSnapshot::default(),
             },
         );
         let name = format!(
@@ -442,7 +484,10 @@ impl TaskManager {
             registry: self.settings.spec.registry.clone(),
             peers,
             local_address: self.address.clone(),
+            network,
             cancelled,
+            metrics,
+            clock: self.env.clock.clone(),
         };
         let done = ctx.address().recipient::<TaskEnded>();
         self.env.task_runner.run(
@@ -484,7 +529,7 @@ impl TaskManager {
             self.running.len()
         );
         for task in std::mem::take(&mut self.running).into_values() {
-            task.cancelled.store(true, Ordering::Relaxed);
+            task.cancelled.cancel();
         }
         self.allocations.clear();
         self.slots = SlotTable::new(self.settings.spec.slots);
@@ -510,7 +555,8 @@ impl TaskManager {
                     attempt: *attempt,
                     job_id: task.job_id,
                     allocation_id: task.allocation_id,
-                    cancel_requested: task.cancelled.load(Ordering::Relaxed),
+                    cancel_requested: task.cancelled.is_cancelled(),
+                    io: task.io,
                 })
                 .collect(),
             job_partitions: self
@@ -611,7 +657,7 @@ impl Handler<CancelTask> for TaskManager {
             return;
         }
         match self.running.get(&msg.attempt) {
-            Some(task) => task.cancelled.store(true, Ordering::Relaxed),
+            Some(task) => task.cancelled.cancel(),
             None => {
                 log::debug!(
                     "task manager {}: cancel for {}, which does not run here (yet)",
@@ -641,10 +687,10 @@ impl Handler<ReleaseJobPartitions> for TaskManager {
     }
 }
 
-impl Handler<FetchSubpartition> for TaskManager {
+impl Handler<FetchSubpartitions> for TaskManager {
     type Result = ResponseFuture<FetchResponse>;
 
-    fn handle(&mut self, msg: FetchSubpartition, _: &mut Context<Self>) -> Self::Result {
+    fn handle(&mut self, msg: FetchSubpartitions, _: &mut Context<Self>) -> Self::Result {
         Box::pin(serve_fetch(self.partitions.clone(), msg))
     }
 }
@@ -674,7 +720,7 @@ impl Actor for TaskManager {
     fn stopping(&mut self, _ctx: &mut Self::Context) -> Running {
         self.env.resolver.unregister(&self.address);
         for task in self.running.values() {
-            task.cancelled.store(true, Ordering::Relaxed);
+            task.cancelled.cancel();
         }
         for partition in self.partitions.partition_ids() {
             self.partitions.release(partition);

@@ -1,44 +1,39 @@
 //! Running one task off the TaskManager's thread: the operator, its inputs and its outputs.
 //!
 //! A task runs on a thread from the node's [`TaskRunner`](crate::env::TaskRunner), never on an
-//! actor's, so a busy TaskManager still answers heartbeats. Outputs are written in batches into
-//! the TaskManager's [`PartitionStore`], routed per edge (forward: the one subpartition;
-//! all-to-all: by the record key's hash). Inputs are read channel by channel: a partition on this
-//! TaskManager straight from the store, one elsewhere by `FetchSubpartition` to the producer's
-//! TaskManager (a long poll), so the transport can carry the same exchange between processes.
-//! Producers never wait for consumers (partitions spill to disk instead), so reading channels in
-//! order cannot deadlock. A panic in operator code is caught and reported as a failed task.
+//! actor's, so a busy TaskManager still answers heartbeats. Its outputs go through a
+//! [`ResultPartitionWriter`] into the TaskManager's [`PartitionStore`] (forward: the one
+//! subpartition; all-to-all: by the record key's hash); its inputs come through one
+//! [`InputGate`] over all its channels, local or on other TaskManagers (see
+//! [`crate::exchange`]). A pipelined output that its consumer does not keep up with makes the
+//! task wait (backpressure); a cancellation wakes any wait. A panic in operator code is caught
+//! and reported as a failed task.
 //!
-//! Every wait (a remote fetch, a local long poll, the pause while a producer is being deployed,
+//! Every wait (for input, for room in an output, the pause while a producer is being deployed,
 //! [`TaskIo::sleep`]) goes through the task's [`TaskBlocker`], never the thread directly, so the
 //! simulation can run tasks in virtual time; a blocker whose runner is gone cancels the task.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use crate::env::{TaskBlocker, fnv1a};
-use crate::exchange::partition::{Fetch, PartitionStore};
-use crate::job::graph::DistributionPattern;
+use crate::env::{Clock, TaskBlocker};
+use crate::exchange::NetworkSettings;
+use crate::exchange::input_gate::{GateStats, InputGate, PRODUCER_CANCELLED};
+use crate::exchange::metrics::TaskIoMetrics;
+use crate::exchange::partition::PartitionStore;
+use crate::exchange::writer::{ResultPartitionWriter, WriterStats};
 use crate::job::states::ExecutionState;
 use crate::messages::ActorAddress;
-use crate::messages::deployment::{OutputPartition, TaskDeploymentDescriptor};
-use crate::messages::task_manager::{FetchResponse, FetchSubpartition, TaskManagerGateway};
+use crate::messages::deployment::TaskDeploymentDescriptor;
+use crate::messages::task_manager::TaskManagerGateway;
 use crate::operators::registry::OperatorSpec;
 use crate::operators::{OperatorError, OperatorRegistry, Record, TaskIo};
-use crate::task_blocking::block_on;
+use crate::task_blocking::Cancellation;
 
-/// Records per output batch.
-pub const BATCH_RECORDS: usize = 1024;
-
-/// Bytes a fetch may return at most.
-pub const FETCH_BYTES: usize = 1 << 20;
-
-/// How long a consumer keeps asking for a partition its producer has not created yet
-/// (deployment is concurrent: Flink's `taskmanager.network.request-backoff.max`, 10 s).
-pub const PARTITION_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+pub use crate::exchange::input_gate::PARTITION_REQUEST_TIMEOUT;
+pub use crate::exchange::server::{FETCH_BYTES, FETCH_HOLD, serve_fetch};
 
 /// How a task ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,6 +42,10 @@ pub struct TaskOutcome {
     pub state: ExecutionState,
     /// Why, for a failed task.
     pub error: Option<String>,
+    /// What its gate read.
+    pub input: GateStats,
+    /// What its writer wrote.
+    pub output: WriterStats,
 }
 
 /// Everything a task thread needs.
@@ -62,8 +61,14 @@ pub struct TaskEnvironment {
     pub peers: BTreeMap<ActorAddress, TaskManagerGateway>,
     /// This TaskManager's address (a producer here is read locally).
     pub local_address: ActorAddress,
-    /// Set by `CancelTask`.
-    pub cancelled: Arc<AtomicBool>,
+    /// The network buffer settings.
+    pub network: NetworkSettings,
+    /// Set (and any wait woken) by `CancelTask`.
+    pub cancelled: Arc<Cancellation>,
+    /// What the task's exchange does, read by the TaskManager while it runs.
+    pub metrics: Arc<TaskIoMetrics>,
+    /// Wall time, for the backpressured time.
+    pub clock: Arc<dyn Clock>,
 }
 
 /// Runs the task to its end, waiting only through `blocker`. Never panics: operator panics
@@ -71,36 +76,39 @@ pub struct TaskEnvironment {
 pub fn run_task(env: TaskEnvironment, blocker: &dyn TaskBlocker) -> TaskOutcome {
     let outputs = env.descriptor.outputs.clone();
     let partitions = env.partitions.clone();
-    let result = catch_unwind(AssertUnwindSafe(|| run(env, blocker)));
-    let outcome = match result {
-        Ok(Ok(())) => TaskOutcome {
-            state: ExecutionState::Finished,
-            error: None,
-        },
-        Ok(Err(OperatorError::Cancelled)) => TaskOutcome {
-            state: ExecutionState::Canceled,
-            error: None,
-        },
-        Ok(Err(error)) => TaskOutcome {
-            state: ExecutionState::Failed,
-            error: Some(error.to_string()),
-        },
-        Err(panic) => TaskOutcome {
-            state: ExecutionState::Failed,
-            error: Some(format!("task panicked: {}", panic_message(panic.as_ref()))),
-        },
+    let cancellation = env.cancelled.clone();
+    let mut input = GateStats::default();
+    let mut output = WriterStats::default();
+    let result = catch_unwind(AssertUnwindSafe(|| {
+        run(env, blocker, &mut input, &mut output)
+    }));
+    let (state, error) = match result {
+        Ok(Ok(())) => (ExecutionState::Finished, None),
+        Ok(Err(OperatorError::Cancelled)) => (ExecutionState::Canceled, None),
+        // A cancelled task whose input failed because its producer was cancelled too (or any
+        // error on its way out) was cancelled, not failed.
+        Ok(Err(_)) if cancellation.is_cancelled() => (ExecutionState::Canceled, None),
+        Ok(Err(error)) => (ExecutionState::Failed, Some(error.to_string())),
+        Err(panic) => (
+            ExecutionState::Failed,
+            Some(format!("task panicked: {}", panic_message(panic.as_ref()))),
+        ),
     };
-    if outcome.state != ExecutionState::Finished {
-        let reason = outcome
-            .error
+    if state != ExecutionState::Finished {
+        let reason = error
             .clone()
-            .unwrap_or_else(|| "producer cancelled".to_owned());
+            .unwrap_or_else(|| PRODUCER_CANCELLED.to_owned());
         for output in &outputs {
             // A partition never created (the task failed first) has nothing to fail.
             let _ = partitions.fail(output.partition, reason.clone());
         }
     }
-    outcome
+    TaskOutcome {
+        state,
+        error,
+        input,
+        output,
+    }
 }
 
 fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
@@ -112,18 +120,34 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
 }
 
 /// Creates the task's output partitions; the TaskManager does it when it accepts the task, so
-/// consumers deployed beside the producer find them as early as possible.
+/// consumers deployed beside the producer find them as early as possible. A blocking one is
+/// written to disk; a pipelined one holds
+/// at most [`MAX_BUFFERS_PER_SUBPARTITION`](crate::exchange::MAX_BUFFERS_PER_SUBPARTITION)
+/// unread buffers per subpartition.
 pub fn create_outputs(
     partitions: &PartitionStore,
     descriptor: &TaskDeploymentDescriptor,
 ) -> Result<(), crate::exchange::partition::PartitionError> {
     for output in &descriptor.outputs {
-        partitions.create_with(output.partition, output.subpartitions, output.retained)?;
+        if output.retained {
+            partitions.create_blocking(output.partition, output.subpartitions)?;
+        } else {
+            partitions.create_pipelined(
+                output.partition,
+                output.subpartitions,
+                crate::exchange::MAX_BUFFERS_PER_SUBPARTITION as usize,
+            )?;
+        }
     }
     Ok(())
 }
 
-fn run(env: TaskEnvironment, blocker: &dyn TaskBlocker) -> Result<(), OperatorError> {
+fn run(
+    env: TaskEnvironment,
+    blocker: &dyn TaskBlocker,
+    input: &mut GateStats,
+    output: &mut WriterStats,
+) -> Result<(), OperatorError> {
     let d = &env.descriptor;
     let spec = OperatorSpec {
         name: &d.operator,
@@ -132,195 +156,51 @@ fn run(env: TaskEnvironment, blocker: &dyn TaskBlocker) -> Result<(), OperatorEr
         parallelism: d.parallelism,
     };
     let mut operator = env.registry.create(&spec)?;
-    let mut io = Io::new(&env, blocker);
-    operator.run(&mut io)?;
-    io.flush()?;
-    for output in &env.descriptor.outputs {
-        env.partitions
-            .finish(output.partition)
-            .map_err(|e| OperatorError::Failed(e.to_string()))?;
-    }
-    Ok(())
-}
-
-/// One input channel: a producer partition's subpartition.
-struct Channel {
-    partition: crate::messages::ResultPartitionId,
-    subpartition: u32,
-    task_manager: ActorAddress,
-    next_batch: u64,
-    /// Time spent waiting for the partition to appear, and the next pause.
-    waited: Duration,
-    backoff: Duration,
+    let mut io = Io {
+        gate: InputGate::new(
+            &d.inputs,
+            &env.local_address,
+            &env.peers,
+            env.partitions.clone(),
+            env.network,
+            env.cancelled.clone(),
+            env.metrics.clone(),
+        )?,
+        writer: ResultPartitionWriter::new(
+            env.partitions.clone(),
+            &d.outputs,
+            env.network.buffer_size,
+            env.metrics.clone(),
+            env.clock.clone(),
+        ),
+        env: &env,
+        blocker,
+        pending: VecDeque::new(),
+    };
+    let result = operator
+        .run(&mut io)
+        .and_then(|()| io.writer.flush(blocker, &env.cancelled))
+        .and_then(|()| io.writer.finish());
+    *input = io.gate.stats();
+    *output = io.writer.stats();
+    result
 }
 
 struct Io<'a> {
     env: &'a TaskEnvironment,
     blocker: &'a dyn TaskBlocker,
-    channels: VecDeque<Channel>,
+    gate: InputGate,
+    writer: ResultPartitionWriter,
     pending: VecDeque<Record>,
-    buffers: Vec<Vec<Vec<Record>>>,
 }
 
-impl<'a> Io<'a> {
-    fn new(env: &'a TaskEnvironment, blocker: &'a dyn TaskBlocker) -> Self {
-        let channels = env
-            .descriptor
-            .inputs
-            .iter()
-            .flat_map(|gate| {
-                gate.producers.iter().map(|p| Channel {
-                    partition: p.partition,
-                    subpartition: gate.subpartition,
-                    task_manager: p.task_manager.clone(),
-                    next_batch: 0,
-                    waited: Duration::ZERO,
-                    backoff: Duration::from_millis(1),
-                })
-            })
-            .collect();
-        let buffers = env
-            .descriptor
-            .outputs
-            .iter()
-            .map(|o| vec![Vec::new(); o.subpartitions as usize])
-            .collect();
-        Self {
-            env,
-            blocker,
-            channels,
-            pending: VecDeque::new(),
-            buffers,
-        }
-    }
-
+impl Io<'_> {
     fn check_cancelled(&self) -> Result<(), OperatorError> {
-        if self.env.cancelled.load(Ordering::Relaxed) {
+        if self.env.cancelled.is_cancelled() {
             Err(OperatorError::Cancelled)
         } else {
             Ok(())
         }
-    }
-
-    /// Reads the next batches of the first unfinished channel into `pending`.
-    fn fill(&mut self) -> Result<bool, OperatorError> {
-        while let Some(channel) = self.channels.front_mut() {
-            if self.env.cancelled.load(Ordering::Relaxed) {
-                return Err(OperatorError::Cancelled);
-            }
-            let response = if channel.task_manager == self.env.local_address {
-                fetch_local(
-                    &self.env.partitions,
-                    channel,
-                    &self.env.cancelled,
-                    self.blocker,
-                )?
-            } else {
-                let gateway = self.env.peers.get(&channel.task_manager).ok_or_else(|| {
-                    OperatorError::InputUnavailable(format!(
-                        "cannot reach TaskManager {}",
-                        channel.task_manager
-                    ))
-                })?;
-                let request = gateway.fetch_subpartition.send(FetchSubpartition {
-                    partition: channel.partition,
-                    subpartition: channel.subpartition,
-                    from_batch: channel.next_batch,
-                });
-                block_on(self.blocker, request)
-                    .ok_or(OperatorError::Cancelled)?
-                    .map_err(|e| {
-                        OperatorError::InputUnavailable(format!(
-                            "TaskManager {} holding {} is gone: {e}",
-                            channel.task_manager, channel.partition
-                        ))
-                    })?
-            };
-            match response {
-                FetchResponse::Data {
-                    batches,
-                    next_batch,
-                    finished,
-                } => {
-                    channel.next_batch = next_batch;
-                    if finished {
-                        self.channels.pop_front();
-                    }
-                    let before = self.pending.len();
-                    self.pending.extend(batches.into_iter().flatten());
-                    if self.pending.len() > before {
-                        return Ok(true);
-                    }
-                }
-                FetchResponse::Failed(reason) => {
-                    return Err(OperatorError::InputUnavailable(format!(
-                        "{}: {reason}",
-                        channel.partition
-                    )));
-                }
-                FetchResponse::Unknown if channel.waited < PARTITION_REQUEST_TIMEOUT => {
-                    // Its producer is being deployed right now: ask again shortly.
-                    if !self.blocker.sleep(channel.backoff) {
-                        return Err(OperatorError::Cancelled);
-                    }
-                    channel.waited += channel.backoff;
-                    channel.backoff = (channel.backoff * 2).min(Duration::from_millis(100));
-                }
-                FetchResponse::Unknown => {
-                    return Err(OperatorError::InputUnavailable(format!(
-                        "{} is not on TaskManager {} (waited {:?})",
-                        channel.partition, channel.task_manager, channel.waited
-                    )));
-                }
-            }
-        }
-        Ok(false)
-    }
-
-    /// The subpartition a record goes to: a key always to the same consumer (FNV-1a, stable).
-    fn route(output: &OutputPartition, record: &Record) -> usize {
-        match output.pattern {
-            DistributionPattern::Forward => 0,
-            DistributionPattern::AllToAll => {
-                (fnv1a(record.key.as_bytes()) % u64::from(output.subpartitions.max(1))) as usize
-            }
-        }
-    }
-
-    /// Buffers a record for one output; a full batch goes to the partition.
-    fn push(
-        &mut self,
-        index: usize,
-        output: &OutputPartition,
-        record: Record,
-    ) -> Result<(), OperatorError> {
-        let sub = Self::route(output, &record);
-        let buffer = &mut self.buffers[index][sub];
-        buffer.push(record);
-        if buffer.len() >= BATCH_RECORDS {
-            let batch = std::mem::take(buffer);
-            self.env
-                .partitions
-                .append(output.partition, sub as u32, batch)
-                .map_err(|e| OperatorError::Failed(e.to_string()))?;
-            self.check_cancelled()?;
-        }
-        Ok(())
-    }
-
-    fn flush(&mut self) -> Result<(), OperatorError> {
-        for (index, output) in self.env.descriptor.outputs.iter().enumerate() {
-            for (sub, buffer) in self.buffers[index].iter_mut().enumerate() {
-                if !buffer.is_empty() {
-                    let batch = std::mem::take(buffer);
-                    self.env
-                        .partitions
-                        .append(output.partition, sub as u32, batch)
-                        .map_err(|e| OperatorError::Failed(e.to_string()))?;
-                }
-            }
-        }
-        Ok(())
     }
 }
 
@@ -342,26 +222,24 @@ impl TaskIo for Io<'_> {
             return Ok(Some(record));
         }
         self.check_cancelled()?;
-        if self.fill()? {
-            Ok(self.pending.pop_front())
-        } else {
-            Ok(None)
+        match self.gate.next_buffer(self.blocker)? {
+            Some(buffer) => {
+                self.pending = buffer.into();
+                Ok(self.pending.pop_front())
+            }
+            None => Ok(None),
         }
     }
 
     fn emit(&mut self, record: Record) -> Result<(), OperatorError> {
-        let env = self.env;
-        let Some((last, others)) = env.descriptor.outputs.split_last() else {
+        if self.writer.is_empty() {
             return Ok(()); // a sink: nothing goes downstream
-        };
-        for (index, output) in others.iter().enumerate() {
-            self.push(index, output, record.clone())?;
         }
-        self.push(others.len(), last, record)
+        self.writer.emit(record, self.blocker, &self.env.cancelled)
     }
 
     fn is_cancelled(&self) -> bool {
-        self.env.cancelled.load(Ordering::Relaxed)
+        self.env.cancelled.is_cancelled()
     }
 
     fn sleep(&mut self, duration: Duration) -> Result<(), OperatorError> {
@@ -380,63 +258,5 @@ impl TaskIo for Io<'_> {
     }
 }
 
-fn fetch_local(
-    store: &PartitionStore,
-    channel: &Channel,
-    cancelled: &AtomicBool,
-    blocker: &dyn TaskBlocker,
-) -> Result<FetchResponse, OperatorError> {
-    loop {
-        match answer(store.fetch(
-            channel.partition,
-            channel.subpartition,
-            channel.next_batch,
-            FETCH_BYTES,
-        )) {
-            Ok(response) => return Ok(response),
-            Err(wake) => {
-                // Woken by the producer's next append, finish or failure (a dropped sender
-                // wakes it too: the next fetch tells which).
-                if block_on(blocker, wake).is_none() || cancelled.load(Ordering::Relaxed) {
-                    return Err(OperatorError::Cancelled);
-                }
-            }
-        }
-    }
-}
-
-/// Serves a fetch for another TaskManager's consumer: at once if data is there, else when the
-/// producer appends, finishes or fails.
-pub async fn serve_fetch(store: Arc<PartitionStore>, request: FetchSubpartition) -> FetchResponse {
-    loop {
-        match answer(store.fetch(
-            request.partition,
-            request.subpartition,
-            request.from_batch,
-            FETCH_BYTES,
-        )) {
-            Ok(response) => return response,
-            Err(wake) => {
-                let _ = wake.await;
-            }
-        }
-    }
-}
-
-/// A fetch's answer, or the signal to wait on when there is nothing new yet.
-fn answer(fetch: Fetch) -> Result<FetchResponse, tokio::sync::oneshot::Receiver<()>> {
-    match fetch {
-        Fetch::Ready {
-            batches,
-            next_batch,
-            finished,
-        } => Ok(FetchResponse::Data {
-            batches,
-            next_batch,
-            finished,
-        }),
-        Fetch::Pending(wake) => Err(wake),
-        Fetch::Failed(reason) => Ok(FetchResponse::Failed(reason)),
-        Fetch::Unknown => Ok(FetchResponse::Unknown),
-    }
-}
+#[cfg(test)]
+mod tests;

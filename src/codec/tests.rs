@@ -149,6 +149,15 @@ pub(crate) fn task_manager_status(registration: RegistrationPhase) -> TaskManage
             job_id: JobId::from_u128(5),
             allocation_id: AllocationId::from_u128(9),
             cancel_requested: true,
+            io: crate::exchange::metrics::TaskIoSnapshot {
+                records_in: 1,
+                bytes_in: 2,
+                records_out: 3,
+                bytes_out: 4,
+                buffers_in_use: 5,
+                backpressured_ms: 6,
+                back_pressured_time_ms_per_second: 7,
+            },
         }],
         job_partitions: vec![(JobId::from_u128(5), 2)],
     }
@@ -384,13 +393,16 @@ pub(crate) fn task_manager_samples() -> Vec<TaskManagerMessage> {
             job_id: JobId::from_u128(5),
         }
         .into(),
-        FetchSubpartition {
-            partition: ResultPartitionId {
-                producer: ExecutionAttemptId::from_u128(7),
-                edge: 0,
-            },
-            subpartition: 1,
-            from_batch: 3,
+        FetchSubpartitions {
+            reads: vec![SubpartitionRead {
+                partition: ResultPartitionId {
+                    producer: ExecutionAttemptId::from_u128(7),
+                    edge: 0,
+                },
+                subpartition: 1,
+                from_batch: 3,
+                credit: 2,
+            }],
         }
         .into(),
     ]
@@ -405,7 +417,7 @@ fn task_manager_variant(message: &TaskManagerMessage) -> usize {
         M::SubmitTask(_) => 3,
         M::CancelTask(_) => 4,
         M::ReleaseJobPartitions(_) => 5,
-        M::FetchSubpartition(_) => 6,
+        M::FetchSubpartitions(_) => 6,
     }
 }
 
@@ -506,26 +518,37 @@ fn every_answer_round_trips() {
     round_trip(&Result::<(), TaskSubmissionError>::Err(
         TaskSubmissionError::UnknownOperator("x".into()),
     ));
-    round_trip(&FetchResponse::Data {
-        batches: vec![vec![
-            Record {
-                key: "word".into(),
-                value: Value::Int(3),
-            },
-            Record {
-                key: String::new(),
-                value: Value::Text("a line".into()),
-            },
-            Record {
-                key: "u".into(),
-                value: Value::Unit,
-            },
-        ]],
-        next_batch: 1,
-        finished: true,
+    round_trip(&FetchResponse {
+        channels: vec![
+            (
+                0,
+                ChannelResponse::Data {
+                    batches: vec![vec![
+                        Record {
+                            key: "word".into(),
+                            value: Value::Int(3),
+                        },
+                        Record {
+                            key: String::new(),
+                            value: Value::Text("a line".into()),
+                        },
+                        Record {
+                            key: "u".into(),
+                            value: Value::Unit,
+                        },
+                    ]],
+                    next_batch: 1,
+                    finished: true,
+                    backlog: 0,
+                },
+            ),
+            (1, ChannelResponse::Failed("gone".into())),
+            (2, ChannelResponse::Unknown),
+        ],
     });
-    round_trip(&FetchResponse::Failed("gone".into()));
-    round_trip(&FetchResponse::Unknown);
+    round_trip(&FetchResponse {
+        channels: Vec::new(),
+    });
     round_trip(&vec![job_summary()]);
     round_trip(&job_details());
     round_trip(&ResourceManagerHeartbeatResponse::Acknowledged {

@@ -141,7 +141,7 @@ macro_rules! duration {
     };
 }
 
-static KEYS: [Key; 32] = [
+static KEYS: [Key; 36] = [
     // [cluster]
     Key {
         name: "cluster.id",
@@ -322,6 +322,50 @@ static KEYS: [Key; 32] = [
         kind: Kind::Bytes(Field {
             get: |c| c.taskmanager.spill_threshold,
             set: |c, v| c.taskmanager.spill_threshold = v,
+        }),
+    },
+    Key {
+        name: "taskmanager.network.buffer-size",
+        doc: "Bytes a producer collects for one consumer before handing them over as one network buffer.",
+        secret: false,
+        kind: Kind::Bytes(Field {
+            get: |c| c.taskmanager.network_buffer_size,
+            set: |c, v| c.taskmanager.network_buffer_size = v,
+        }),
+    },
+    Key {
+        name: "taskmanager.network.buffers-per-channel",
+        doc: "Exclusive network buffers per input channel: the credit a consumer grants each of its channels.",
+        secret: false,
+        kind: Kind::Integer {
+            min: 1,
+            max: 1024,
+            field: Field {
+                get: |c| c.taskmanager.network_buffers_per_channel.into(),
+                set: |c, v| c.taskmanager.network_buffers_per_channel = narrow(v),
+            },
+        },
+    },
+    Key {
+        name: "taskmanager.network.floating-buffers-per-gate",
+        doc: "Network buffers a task's input gate lends to whichever channel has a backlog.",
+        secret: false,
+        kind: Kind::Integer {
+            min: 1,
+            max: 65_536,
+            field: Field {
+                get: |c| c.taskmanager.network_floating_buffers_per_gate.into(),
+                set: |c, v| c.taskmanager.network_floating_buffers_per_gate = narrow(v),
+            },
+        },
+    },
+    Key {
+        name: "taskmanager.network.memory",
+        doc: "Network buffer memory of one TaskManager: a task whose buffers do not fit next to the running tasks' is refused.",
+        secret: false,
+        kind: Kind::Bytes(Field {
+            get: |c| c.taskmanager.network_memory,
+            set: |c, v| c.taskmanager.network_memory = v,
         }),
     },
     // [slot]

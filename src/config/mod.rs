@@ -282,14 +282,42 @@ pub struct TaskManagerConfig {
     pub working_dir: Option<PathBuf>,
     /// `taskmanager.spill-threshold`: a result partition above this many bytes spills to disk.
     pub spill_threshold: u64,
+    /// `taskmanager.network.buffer-size`: bytes a producer collects per subpartition before it
+    /// hands them over as one buffer.
+    pub network_buffer_size: u64,
+    /// `taskmanager.network.buffers-per-channel`: exclusive buffers per input channel (the
+    /// credit a consumer grants each channel).
+    pub network_buffers_per_channel: u32,
+    /// `taskmanager.network.floating-buffers-per-gate`: buffers a task's input gate lends to
+    /// channels with a backlog.
+    pub network_floating_buffers_per_gate: u32,
+    /// `taskmanager.network.memory`: network buffer memory per TaskManager.
+    pub network_memory: u64,
 }
 
 impl Default for TaskManagerConfig {
     fn default() -> Self {
+        let network = crate::exchange::NetworkSettings::default();
         Self {
             slots: 1,
             working_dir: None,
             spill_threshold: 64 << 20,
+            network_buffer_size: network.buffer_size as u64,
+            network_buffers_per_channel: network.buffers_per_channel,
+            network_floating_buffers_per_gate: network.floating_buffers_per_gate,
+            network_memory: network.memory,
+        }
+    }
+}
+
+impl TaskManagerConfig {
+    /// The network buffer settings these keys make.
+    pub fn network(&self) -> crate::exchange::NetworkSettings {
+        crate::exchange::NetworkSettings {
+            buffer_size: usize::try_from(self.network_buffer_size).unwrap_or(usize::MAX),
+            buffers_per_channel: self.network_buffers_per_channel,
+            floating_buffers_per_gate: self.network_floating_buffers_per_gate,
+            memory: self.network_memory,
         }
     }
 }
@@ -393,6 +421,22 @@ impl ClusterConfig {
                 ),
             )
             .because_of("resourcemanager.max-pool-size"));
+        }
+        let network = self.taskmanager.network();
+        let one_channel = network.task_memory(1, 1);
+        if self.taskmanager.network_memory < one_channel {
+            return Err(ConfigError::invalid(
+                "taskmanager.network.memory",
+                keys::find("taskmanager.network.memory")
+                    .and_then(|key| key.value(self))
+                    .unwrap_or_default(),
+                format!(
+                    "at least the buffers of one task with one input and one output channel \
+                     ({one_channel} bytes: (buffers-per-channel + floating-buffers-per-gate + \
+                     2) × buffer-size)"
+                ),
+            )
+            .because_of("taskmanager.network.buffer-size"));
         }
         if self.heartbeat.timeout <= self.heartbeat.interval {
             return Err(ConfigError::invalid(

@@ -39,6 +39,10 @@ fn everything_changed() -> ClusterConfig {
     c.taskmanager.slots = 3;
     c.taskmanager.working_dir = Some("/var/lib/flint dir".into());
     c.taskmanager.spill_threshold = 1000;
+    c.taskmanager.network_buffer_size = 4096;
+    c.taskmanager.network_buffers_per_channel = 4;
+    c.taskmanager.network_floating_buffers_per_gate = 16;
+    c.taskmanager.network_memory = 128 << 20;
     c.slot.request.timeout = Duration::from_secs(42);
     c.transport.tls = Some(crate::transport::tls::TlsConfig {
         cert: "/etc/flint/node.pem".into(),
@@ -286,6 +290,33 @@ fn zero_slots_names_the_key() {
     let mut config = ClusterConfig::default();
     config.taskmanager.slots = 0;
     assert_eq!(error_key(&config), "taskmanager.slots");
+}
+
+#[test]
+fn zero_or_too_small_network_settings_name_the_key() {
+    for (key, change) in [
+        (
+            "taskmanager.network.buffer-size",
+            (|c: &mut ClusterConfig| c.taskmanager.network_buffer_size = 0)
+                as fn(&mut ClusterConfig),
+        ),
+        ("taskmanager.network.buffers-per-channel", |c| {
+            c.taskmanager.network_buffers_per_channel = 0
+        }),
+        ("taskmanager.network.floating-buffers-per-gate", |c| {
+            c.taskmanager.network_floating_buffers_per_gate = 0
+        }),
+        ("taskmanager.network.memory", |c| {
+            c.taskmanager.network_memory = 0
+        }),
+        ("taskmanager.network.memory", |c| {
+            c.taskmanager.network_memory = 300 << 10 // < (2 + 8 + 2) × 32 KiB
+        }),
+    ] {
+        let mut config = ClusterConfig::default();
+        change(&mut config);
+        assert_eq!(error_key(&config), key);
+    }
 }
 
 #[test]

@@ -254,6 +254,7 @@ mod tests {
             registry: crate::operators::OperatorRegistry::with_builtins(),
             working_dir: std::env::temp_dir().join("flint-unit-tests"),
             spill_threshold_bytes: 1 << 20,
+            network: crate::exchange::NetworkSettings::default(),
         }
     }
 

@@ -10,14 +10,21 @@
 //! lives until it is [released](PartitionStore::release) (or the store dropped), so a restarted
 //! consumer can read it again from batch 0.
 //!
+//! A pipelined partition (created with [`create_pipelined`](PartitionStore::create_pipelined))
+//! never spills: each subpartition holds at most its capacity of unread batches, and a producer
+//! that finds it full waits ([`reserve`](PartitionStore::reserve)) until its consumer takes one,
+//! the partition fails or is released. That wait is backpressure. Consumers read with credit:
+//! a fetch returns at most as many batches as the consumer has room for.
+//!
 //! The store owns its spill files and must never leave them behind: releasing a partition,
 //! failing it, or dropping the store deletes them. It never blocks on an actor or a network, only
 //! briefly on its locks and, for spilled batches, on the local disk.
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -92,6 +99,16 @@ impl PartitionError {
     pub fn is_retryable(&self) -> bool {
         matches!(self, Self::Spill { .. })
     }
+}
+
+/// Whether a producer may append to a subpartition now ([`PartitionStore::reserve`]).
+#[derive(Debug)]
+pub enum Space {
+    /// There is room for one more batch.
+    Available,
+    /// The subpartition is full. The receiver fires when its consumer takes a batch, or the
+    /// partition fails (it closes if the partition is released); reserve again then.
+    Full(oneshot::Receiver<()>),
 }
 
 /// The answer to a [`PartitionStore::fetch`].
@@ -195,9 +212,78 @@ impl PartitionStore {
             memory_bytes: 0,
             spilling: false,
             retain,
+            capacity: None,
         };
         partitions.insert(id, Arc::new(Mutex::new(partition)));
         Ok(())
+    }
+
+    /// Registers a blocking (batch) partition: written to disk from its first batch, read back
+    /// by its consumers as often as they restart, its files deleted when it is released.
+    pub fn create_blocking(
+        &self,
+        id: ResultPartitionId,
+        subpartitions: u32,
+    ) -> Result<(), PartitionError> {
+        self.create_with(id, subpartitions, true)?;
+        let partition = self.get(id)?;
+        lock(&partition).spilling = true;
+        Ok(())
+    }
+
+    /// Registers a pipelined partition: read once (batches move to the consumer), never spilled,
+    /// each subpartition holding at most `capacity` unread batches (producers
+    /// [`reserve`](Self::reserve) before they append).
+    pub fn create_pipelined(
+        &self,
+        id: ResultPartitionId,
+        subpartitions: u32,
+        capacity: usize,
+    ) -> Result<(), PartitionError> {
+        self.create_with(id, subpartitions, false)?;
+        let partition = self.get(id)?;
+        lock(&partition).capacity = Some(capacity.max(1));
+        Ok(())
+    }
+
+    /// Whether the producer may append one batch to `subpartition` now. A partition without a
+    /// capacity always has room.
+    pub fn reserve(
+        &self,
+        id: ResultPartitionId,
+        subpartition: u32,
+    ) -> Result<Space, PartitionError> {
+        let partition = self.get(id)?;
+        let mut partition = lock(&partition);
+        partition.check_writable()?;
+        let index = partition.subpartition_index(subpartition)?;
+        let Some(capacity) = partition.capacity else {
+            return Ok(Space::Available);
+        };
+        let sub = &mut partition.subpartitions[index];
+        let unread = (sub.batches.len() as u64).saturating_sub(sub.handed_over);
+        if unread < capacity as u64 {
+            return Ok(Space::Available);
+        }
+        let (sender, receiver) = oneshot::channel();
+        sub.space_waiters.retain(|waiter| !waiter.is_closed());
+        sub.space_waiters.push(sender);
+        Ok(Space::Full(receiver))
+    }
+
+    /// Batches of `subpartition` not yet taken by its consumer after `from_batch` (the backlog a
+    /// consumer is told, to hand out floating credit); 0 for an unknown partition.
+    pub fn backlog(&self, id: ResultPartitionId, subpartition: u32, from_batch: u64) -> u64 {
+        let Ok(partition) = self.get(id) else {
+            return 0;
+        };
+        let partition = lock(&partition);
+        partition
+            .subpartitions
+            .get(subpartition as usize)
+            .map_or(0, |sub| {
+                (sub.batches.len() as u64).saturating_sub(from_batch)
+            })
     }
 
     /// Appends a batch to one subpartition; called by the producer's task thread.
@@ -224,7 +310,8 @@ impl PartitionStore {
             .memory_bytes
             .checked_add(bytes)
             .is_some_and(|total| total <= self.spill_threshold_bytes);
-        let stored = if !partition.spilling && fits {
+        // A pipelined partition is bounded by its capacity instead: it never spills.
+        let stored = if partition.capacity.is_some() || (!partition.spilling && fits) {
             partition.memory_bytes += bytes;
             Stored::Memory {
                 records: batch,
@@ -312,10 +399,23 @@ impl PartitionStore {
         from_batch: u64,
         max_bytes: usize,
     ) -> Fetch {
+        self.fetch_with_credit(id, subpartition, from_batch, max_bytes, usize::MAX)
+    }
+
+    /// Like [`fetch`](Self::fetch), at most `credit` batches (at least one is still returned
+    /// when any is available: a consumer asks only for channels it has credit for).
+    pub fn fetch_with_credit(
+        &self,
+        id: ResultPartitionId,
+        subpartition: u32,
+        from_batch: u64,
+        max_bytes: usize,
+        credit: usize,
+    ) -> Fetch {
         let Ok(partition) = self.get(id) else {
             return Fetch::Unknown;
         };
-        let plan = match lock(&partition).plan_fetch(subpartition, from_batch, max_bytes) {
+        let plan = match lock(&partition).plan_fetch(subpartition, from_batch, max_bytes, credit) {
             Ok(plan) => plan,
             Err(answer) => return answer,
         };
@@ -391,17 +491,17 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 /// The memory estimate of a batch: key and text bytes plus 16 per record (enum tags, lengths).
-fn batch_bytes(batch: &[Record]) -> usize {
-    batch
-        .iter()
-        .map(|record| {
-            let text = match &record.value {
-                Value::Text(text) => text.len(),
-                Value::Unit | Value::Int(_) => 0,
-            };
-            record.key.len() + text + 16
-        })
-        .sum()
+pub fn batch_bytes(batch: &[Record]) -> usize {
+    batch.iter().map(record_bytes).sum()
+}
+
+/// The memory estimate of one record (see [`batch_bytes`]).
+pub fn record_bytes(record: &Record) -> usize {
+    let text = match &record.value {
+        Value::Text(text) => text.len(),
+        Value::Unit | Value::Int(_) => 0,
+    };
+    record.key.len() + text + 16
 }
 
 /// Where a partition is in its life.
@@ -422,6 +522,9 @@ struct Partition {
     spilling: bool,
     /// Whether fetched in-memory batches stay (blocking results) or move to the consumer.
     retain: bool,
+    /// Of a pipelined partition: the most unread batches a subpartition holds before its
+    /// producer waits. `None`: unbounded, spilling past the threshold.
+    capacity: Option<usize>,
 }
 
 impl Partition {
@@ -458,6 +561,7 @@ impl Partition {
             subpartition.batches.clear();
             subpartition.spill = None;
             subpartition.wake();
+            subpartition.wake_producer();
         }
     }
 
@@ -467,6 +571,7 @@ impl Partition {
         subpartition: u32,
         from_batch: u64,
         max_bytes: usize,
+        credit: usize,
     ) -> Result<FetchPlan, Fetch> {
         let finished = match &self.state {
             State::Producing => false,
@@ -480,6 +585,15 @@ impl Partition {
         let id = self.id;
         let sub = &mut self.subpartitions[index];
         let available = sub.batches.len() as u64;
+        if from_batch < sub.handed_over {
+            // A pipelined batch moves to its reader; one asked for again was lost on its way
+            // (the data connection broke while the answer travelled). Never answer with the
+            // emptied batch: the reader fails and its region runs again.
+            return Err(Fetch::Failed(format!(
+                "batch {from_batch} of subpartition {subpartition} of result partition {id} was \
+                 already handed to its consumer and lost on the way (the data connection broke)"
+            )));
+        }
         if from_batch > available {
             return Err(Fetch::Failed(format!(
                 "batch {from_batch} of subpartition {subpartition} of result partition {id} was \
@@ -506,15 +620,19 @@ impl Partition {
         let mut handed_over = 0usize;
         let retain = self.retain;
         // `from_batch < available`, which is a `usize`.
-        for stored in &mut sub.batches[from_batch as usize..] {
+        let mut moved_until = None;
+        for (index, stored) in (from_batch..).zip(&mut sub.batches[from_batch as usize..]) {
             let bytes = stored.bytes();
-            if !items.is_empty() && total.saturating_add(bytes) > max_bytes {
+            if !items.is_empty()
+                && (total.saturating_add(bytes) > max_bytes || items.len() >= credit)
+            {
                 break;
             }
             total = total.saturating_add(bytes);
             items.push(match stored {
                 Stored::Memory { records, .. } if !retain => {
                     handed_over += bytes;
+                    moved_until = Some(index + 1);
                     PlannedBatch::Memory(std::mem::take(records))
                 }
                 Stored::Memory { records, .. } => PlannedBatch::Memory(records.clone()),
@@ -525,6 +643,10 @@ impl Partition {
             });
         }
         let next_batch = from_batch + items.len() as u64;
+        if let Some(moved_until) = moved_until {
+            sub.handed_over = moved_until;
+            sub.wake_producer();
+        }
         let plan = FetchPlan {
             spill_path: sub.spill.as_ref().map(|spill| spill.path.clone()),
             items,
@@ -544,12 +666,24 @@ struct Subpartition {
     spill: Option<SpillFile>,
     /// Consumers long-polling for the next batch.
     waiters: Vec<oneshot::Sender<()>>,
+    /// A producer waiting for room (a pipelined partition at capacity).
+    space_waiters: Vec<oneshot::Sender<()>>,
+    /// Of a pipelined (not retained) partition: the in-memory batches before this index were
+    /// moved to the consumer, so asking for them again must fail rather than read emptied ones.
+    handed_over: u64,
 }
 
 impl Subpartition {
     fn wake(&mut self) {
         for waiter in self.waiters.drain(..) {
             // A consumer that stopped waiting is no error.
+            let _ = waiter.send(());
+        }
+    }
+
+    fn wake_producer(&mut self) {
+        for waiter in self.space_waiters.drain(..) {
+            // A producer that stopped waiting is no error.
             let _ = waiter.send(());
         }
     }
@@ -645,21 +779,24 @@ impl SpillFile {
         working_dir: &Path,
         path: PathBuf,
     ) -> Result<Self, PartitionError> {
-        fs::create_dir_all(working_dir).map_err(|source| PartitionError::Spill {
-            id,
-            path: working_dir.to_path_buf(),
-            source,
-        })?;
-        let file = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&path)
+        // Inside the process's private working directory; made 0700 if this is its first
+        // spill, and the file 0600, new, never through a planted link (crate::working_dir).
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(working_dir)
             .map_err(|source| PartitionError::Spill {
+                id,
+                path: working_dir.to_path_buf(),
+                source,
+            })?;
+        let file = crate::working_dir::create_private_file(&path).map_err(|source| {
+            PartitionError::Spill {
                 id,
                 path: path.clone(),
                 source,
-            })?;
+            }
+        })?;
         Ok(Self { path, file, len: 0 })
     }
 }

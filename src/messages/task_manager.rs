@@ -33,8 +33,8 @@ protocol! {
         cancel_task: CancelTask,
         /// Drop a job's result partitions.
         release_job_partitions: ReleaseJobPartitions,
-        /// A consumer reads a subpartition.
-        fetch_subpartition: FetchSubpartition,
+        /// A consumer task reads its channels on this TaskManager.
+        fetch_subpartitions: FetchSubpartitions,
     }
 }
 
@@ -102,6 +102,9 @@ pub struct RunningTaskInfo {
     pub allocation_id: AllocationId,
     /// The leader asked to cancel it; it stops at its next check.
     pub cancel_requested: bool,
+    /// What its exchange did (records and bytes in and out, input buffers in use,
+    /// backpressure), as of the TaskManager's last sample (every heartbeat interval).
+    pub io: crate::exchange::metrics::TaskIoSnapshot,
 }
 
 /// Where a TaskManager's registration stands.
@@ -168,6 +171,18 @@ pub enum TaskSubmissionError {
     /// Its output partitions could not be created.
     #[error("cannot create the task's result partitions: {0}")]
     Partition(String),
+    /// Its network buffers do not fit in the TaskManager's network memory next to the running
+    /// tasks' (raise `taskmanager.network.memory`, or lower the buffer settings).
+    #[error(
+        "the task needs {needed} bytes of network buffers but only {available} of \
+         `taskmanager.network.memory` are free on this TaskManager"
+    )]
+    NetworkMemory {
+        /// Bytes the task's buffers need.
+        needed: u64,
+        /// Bytes still free.
+        available: u64,
+    },
 }
 
 /// Cancel a task (cooperatively: it stops at its next check). Only the current leader may send it.
@@ -191,22 +206,43 @@ pub struct ReleaseJobPartitions {
     pub job_id: JobId,
 }
 
-/// Read a subpartition from batch `from_batch` on (a long poll: answered when data is there,
-/// the partition finished, or it failed).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Message)]
+/// A consumer task's reads from every channel it has on one TaskManager, in one message (the
+/// network client multiplexes them: one request in flight per consumer task and producer
+/// TaskManager, never one per channel). Answered when any of them has news (data, the end, a
+/// failure), or empty after a hold time well inside the ask timeout, so a silent producer never
+/// looks like a dead one.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Message)]
 #[rtype(result = "FetchResponse")]
-pub struct FetchSubpartition {
+pub struct FetchSubpartitions {
+    /// The channels, each with where to read from and how much the consumer can take.
+    pub reads: Vec<SubpartitionRead>,
+}
+
+/// One channel of a [`FetchSubpartitions`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SubpartitionRead {
     /// The partition.
     pub partition: ResultPartitionId,
     /// The consumer's subpartition.
     pub subpartition: u32,
-    /// The first batch wanted.
+    /// The first batch wanted (every batch before it was received: a pipelined partition may
+    /// forget them).
     pub from_batch: u64,
+    /// The consumer's credit: at most this many batches (buffers it has free for the channel).
+    pub credit: u32,
 }
 
-/// The answer to a fetch.
+/// The answer to a [`FetchSubpartitions`]: news for some of its channels, by their index in
+/// `reads`; empty when there was none within the hold time (ask again).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub enum FetchResponse {
+pub struct FetchResponse {
+    /// `(index in reads, what happened)`, in index order.
+    pub channels: Vec<(u32, ChannelResponse)>,
+}
+
+/// What one channel of a [`FetchSubpartitions`] got.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ChannelResponse {
     /// Batches from the one asked for on.
     Data {
         /// The batches.
@@ -215,6 +251,8 @@ pub enum FetchResponse {
         next_batch: u64,
         /// Nothing follows.
         finished: bool,
+        /// Batches the producer holds beyond these (for floating credit).
+        backlog: u64,
     },
     /// The producer failed or the partition was released.
     Failed(String),

@@ -430,20 +430,35 @@ impl Operator for Noop {
 
 fn sleep(spec: &OperatorSpec<'_>) -> Result<Box<dyn Operator>, OperatorError> {
     let ms = parse_u64(spec, "ms", required(spec, "ms")?)?;
+    let per_record = match spec.config.get("per-record-ms") {
+        Some(value) => parse_u64(spec, "per-record-ms", value)?,
+        None => 0,
+    };
     Ok(Box::new(Sleep {
         duration: Duration::from_millis(ms),
+        per_record: Duration::from_millis(per_record),
     }))
 }
 
-/// Waits (cancellably), then passes input through: makes tasks slow on purpose in tests.
+/// Waits `ms` (cancellably), then passes input through, waiting `per-record-ms` (default 0)
+/// before each record: makes tasks slow on purpose in tests (a silent producer, a slow
+/// consumer).
 struct Sleep {
     duration: Duration,
+    per_record: Duration,
 }
 
 impl Operator for Sleep {
     fn run(&mut self, io: &mut dyn TaskIo) -> Result<(), OperatorError> {
         io.sleep(self.duration)?;
-        pass_through(io)
+        if self.per_record.is_zero() {
+            return pass_through(io);
+        }
+        while let Some(record) = io.next()? {
+            io.sleep(self.per_record)?;
+            io.emit(record)?;
+        }
+        Ok(())
     }
 }
 

@@ -139,6 +139,36 @@ pub fn build(
                 ExchangeMode::Blocking,
             );
         }
+        JobKind::Silent => {
+            let silent = builder
+                .vertex("silent", SLEEP, p)
+                .config("ms", (60_000 + rng.next_u64() % 60_000).to_string())
+                .index();
+            let sink = builder.vertex("sink", NOOP, p).index();
+            builder.edge(
+                silent,
+                sink,
+                DistributionPattern::AllToAll,
+                ExchangeMode::Pipelined,
+            );
+        }
+        JobKind::SlowConsumer => {
+            let source = builder
+                .vertex("generate", NOOP, p)
+                .config("count", (1_000 + rng.next_u64() % 4_000).to_string())
+                .index();
+            let slow = builder
+                .vertex("slow", SLEEP, p)
+                .config("ms", "0")
+                .config("per-record-ms", (1 + rng.next_u64() % 3).to_string())
+                .index();
+            builder.edge(
+                source,
+                slow,
+                DistributionPattern::AllToAll,
+                ExchangeMode::Pipelined,
+            );
+        }
         JobKind::FailOnce => {
             let source = builder
                 .vertex("generate", NOOP, p)

@@ -62,6 +62,9 @@ pub struct SimOptions {
     pub keep_trace: bool,
     /// How long the quiet phase may take to converge before liveness fails.
     pub quiet_deadline: Duration,
+    /// Run this scenario instead of drawing one from the seed (a hand-made case; the seed still
+    /// drives the network, the nodes and the jobs' data).
+    pub scenario: Option<Scenario>,
 }
 
 impl SimOptions {
@@ -72,6 +75,7 @@ impl SimOptions {
             shape: Shape::default(),
             keep_trace: false,
             quiet_deadline: Duration::from_secs(180),
+            scenario: None,
         }
     }
 }
@@ -137,14 +141,29 @@ pub fn sim_config(scenario: &Scenario, seed: u64) -> ClusterConfig {
     config
 }
 
-fn scratch_dir(seed: u64) -> PathBuf {
+/// Where a run keeps its files: one directory per process, job mix, kind of scenario and seed,
+/// so sweeps of different mixes running the same seeds side by side (as `cargo test` does) never
+/// share one. It stays the same for the same options, so a replay sees the same paths.
+fn scratch_dir(options: &SimOptions) -> PathBuf {
     let shm = std::path::Path::new("/dev/shm");
     let base = if shm.is_dir() {
         shm.to_path_buf()
     } else {
         std::env::temp_dir()
     };
-    base.join(format!("flint-sim-{}-{seed}", std::process::id()))
+    let kind = if options.scenario.is_some() {
+        "custom"
+    } else {
+        match options.shape.jobs {
+            scenario::JobMix::Classic => "classic",
+            scenario::JobMix::DataPlane => "data",
+        }
+    };
+    base.join(format!(
+        "flint-sim-{}-{kind}-{}",
+        std::process::id(),
+        options.seed
+    ))
 }
 
 /// A job the run submitted.
@@ -168,7 +187,11 @@ async fn simulate(options: SimOptions) -> SimReport {
     let start = Instant::now();
     let trace = Trace::new(options.keep_trace);
     let mut rng = NodeRng::seed_from_u64(options.seed);
-    let scenario = Scenario::generate(&mut rng.fork(), options.shape);
+    let mut scenario_rng = rng.fork();
+    let scenario = match &options.scenario {
+        Some(scenario) => scenario.clone(),
+        None => Scenario::generate(&mut scenario_rng, options.shape),
+    };
     trace.record(format!(
         "scenario pool {} (max {}), {} slots, {:?}",
         scenario.initial_pool, scenario.max_pool, scenario.slots, scenario.net
@@ -177,7 +200,7 @@ async fn simulate(options: SimOptions) -> SimReport {
     tokio::task::spawn_local(network.clone().run());
     let events = EventSink::new(4096);
     let mut event_stream = events.subscribe().expect("an enabled sink");
-    let scratch = scratch_dir(options.seed);
+    let scratch = scratch_dir(&options);
     let cluster = SimCluster::new(
         options.seed,
         sim_config(&scenario, options.seed),

@@ -18,6 +18,41 @@ pub enum JobKind {
     Sleep,
     /// A pass-through that fails its first attempt (restarts).
     FailOnce,
+    /// Producers silent for minutes of virtual time (a `sleep` of 60 to 120 s), pipelined
+    /// all-to-all into a sink: consumers must wait, not time out.
+    Silent,
+    /// A fast source pipelined all-to-all into a consumer that sleeps per record.
+    SlowConsumer,
+}
+
+/// Which jobs a scenario draws.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum JobMix {
+    /// WordCount, noop, sleep and fail-once jobs: the control-plane sweep (its seeds keep the
+    /// scenarios they always had).
+    #[default]
+    Classic,
+    /// The data plane: silent producers, slow consumers and WordCount (exact), among the same
+    /// faults (crashes mid-stream included).
+    DataPlane,
+}
+
+impl JobMix {
+    fn draw(self, rng: &mut NodeRng) -> JobKind {
+        match self {
+            Self::Classic => match below(rng, 4) {
+                0 => JobKind::WordCount,
+                1 => JobKind::Noop,
+                2 => JobKind::Sleep,
+                _ => JobKind::FailOnce,
+            },
+            Self::DataPlane => match below(rng, 3) {
+                0 => JobKind::WordCount,
+                1 => JobKind::Silent,
+                _ => JobKind::SlowConsumer,
+            },
+        }
+    }
 }
 
 /// Which node a fault hits.
@@ -114,6 +149,8 @@ pub struct Shape {
     pub fault_phase: Duration,
     /// Actions in the fault phase, at most.
     pub max_steps: u32,
+    /// The jobs it submits.
+    pub jobs: JobMix,
 }
 
 impl Default for Shape {
@@ -122,6 +159,7 @@ impl Default for Shape {
             max_task_managers: 6,
             fault_phase: Duration::from_secs(8),
             max_steps: 12,
+            jobs: JobMix::Classic,
         }
     }
 }
@@ -165,11 +203,11 @@ impl Scenario {
         let mut steps: Vec<Step> = (0..count)
             .map(|_| Step {
                 at: Duration::from_millis(below(rng, fault_ms)),
-                action: Self::action(rng, max_pool),
+                action: Self::action(rng, max_pool, shape.jobs),
             })
             .collect();
         // Every run submits at least one job, early enough to run into the faults.
-        let kind = Self::job_kind(rng);
+        let kind = shape.jobs.draw(rng);
         steps.push(Step {
             at: millis(rng, 0, fault_ms / 4),
             action: Action::Submit {
@@ -188,15 +226,6 @@ impl Scenario {
         }
     }
 
-    fn job_kind(rng: &mut NodeRng) -> JobKind {
-        match below(rng, 4) {
-            0 => JobKind::WordCount,
-            1 => JobKind::Noop,
-            2 => JobKind::Sleep,
-            _ => JobKind::FailOnce,
-        }
-    }
-
     /// 1 to 3 subtasks per vertex nine times in ten; else 6, 12 or 18, more than small pools
     /// have slots: jobs of independent regions (sleep, fail-once) then run in waves, jobs of
     /// one wide region are refused. One draw, equal to the former `1 + below(3)` whenever it is
@@ -208,12 +237,12 @@ impl Scenario {
         }
     }
 
-    fn action(rng: &mut NodeRng, max_pool: u32) -> Action {
+    fn action(rng: &mut NodeRng, max_pool: u32, jobs: JobMix) -> Action {
         let target = rng.next_u64();
         match below(rng, 100) {
             0..15 => Action::SetPoolSize(below(rng, u64::from(max_pool) + 1) as u32),
             15..35 => Action::Submit {
-                kind: Self::job_kind(rng),
+                kind: jobs.draw(rng),
                 parallelism: Self::parallelism(rng),
             },
             35..40 => Action::Cancel(target),

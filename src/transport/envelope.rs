@@ -283,7 +283,7 @@ replies! {
     TaskManagerStatus(TaskManagerStatus),
     /// To `SubmitTask`.
     SubmitTask(Result<(), TaskSubmissionError>),
-    /// To `FetchSubpartition`.
+    /// To `FetchSubpartitions`.
     FetchResponse(FetchResponse),
 }
 
@@ -456,13 +456,19 @@ mod tests {
                 ExecutionAttemptId::from_u128(8),
             ))
             .into_reply(),
-            FetchResponse::Data {
-                batches: vec![vec![Record {
-                    key: "word".into(),
-                    value: Value::Int(3),
-                }]],
-                next_batch: 1,
-                finished: true,
+            FetchResponse {
+                channels: vec![(
+                    0,
+                    ChannelResponse::Data {
+                        batches: vec![vec![Record {
+                            key: "word".into(),
+                            value: Value::Int(3),
+                        }]],
+                        next_batch: 1,
+                        finished: true,
+                        backlog: 0,
+                    },
+                )],
             }
             .into_reply(),
             Reply::Failed("no actor taskmanager/tm-9 on this node".into()),
@@ -527,7 +533,7 @@ mod tests {
             M::SubmitTask(m) => answer_of(m),
             M::CancelTask(m) => answer_of(m),
             M::ReleaseJobPartitions(m) => answer_of(m),
-            M::FetchSubpartition(m) => answer_of(m),
+            M::FetchSubpartitions(m) => answer_of(m),
         }
     }
 

@@ -1417,6 +1417,7 @@ mod tests {
                     registry: OperatorRegistry::with_builtins(),
                     working_dir: std::env::temp_dir().join(format!("flint-remote-{id}")),
                     spill_threshold_bytes: 1 << 20,
+                    network: crate::exchange::NetworkSettings::default(),
                 },
             },
             env.clone(),

@@ -52,6 +52,7 @@ fn spec(slots: u32, hostname: &str) -> TaskManagerSpec {
         registry: crate::operators::OperatorRegistry::with_builtins(),
         working_dir: std::env::temp_dir().join("flint-unit-tests"),
         spill_threshold_bytes: 1 << 20,
+        network: crate::exchange::NetworkSettings::default(),
     }
 }
 
@@ -544,6 +545,7 @@ async fn status_shows_each_slots_allocation_and_the_running_attempts_until_disco
         job_id: JobId::from_u128(1),
         allocation_id,
         cancel_requested: false,
+        io: Default::default(),
     };
     assert_eq!(
         status.running,
@@ -590,4 +592,42 @@ async fn a_task_that_overtakes_the_registration_acknowledgement_waits_for_it() {
     let status = ask(&f.tm, GetTaskManagerStatus).await;
     let running: Vec<_> = status.running.iter().map(|t| t.attempt).collect();
     assert_eq!(running, [ExecutionAttemptId::from_u128(7)]);
+}
+
+#[actix::test]
+async fn a_task_whose_network_buffers_do_not_fit_is_refused_naming_the_setting() {
+    let f = start(Some(SESSION), |_| {}).await;
+    let mut descriptor = sleeping_task(11, 1);
+    // 3,000 pipelined subpartitions need 3,001 buffers of 32 KiB: more than the 64 MiB default.
+    descriptor
+        .outputs
+        .push(crate::messages::deployment::OutputPartition {
+            partition: crate::messages::ResultPartitionId {
+                producer: descriptor.attempt,
+                edge: 0,
+            },
+            pattern: crate::job::graph::DistributionPattern::AllToAll,
+            subpartitions: 3_000,
+            retained: false,
+        });
+    let answer = ask(
+        &f.tm,
+        SubmitTask {
+            leader_session_id: SESSION,
+            descriptor,
+        },
+    )
+    .await;
+    let error = answer.expect_err("refused");
+    assert!(
+        matches!(error, TaskSubmissionError::NetworkMemory { .. }),
+        "{error:?}"
+    );
+    assert!(
+        error.to_string().contains("taskmanager.network.memory"),
+        "{error}"
+    );
+    let status = ask(&f.tm, GetTaskManagerStatus).await;
+    assert_eq!(status.slots_free, status.slots_total, "no slot taken");
+    assert!(status.job_partitions.is_empty(), "no partition created");
 }

@@ -402,3 +402,50 @@ fn unwritable_working_dir_fails_the_partition() {
     assert!(err.to_string().contains("blocker/spill"), "{err}");
     assert!(matches!(store.fetch(id, 0, 0, 10), Fetch::Failed(_)));
 }
+
+#[test]
+fn a_pipelined_batch_fetched_again_fails_instead_of_reading_as_empty() {
+    // A remote consumer whose answer was lost with its connection asks again from the same
+    // batch: the moved batch is gone, and an empty one in its place would lose records silently.
+    let store = PartitionStore::new(TempDir::new("refetch").0.clone(), usize::MAX);
+    let id = pid(9);
+    store.create_with(id, 1, false).unwrap();
+    store.append(id, 0, batch(0, 2)).unwrap();
+    assert!(matches!(
+        store.fetch(id, 0, 0, usize::MAX),
+        Fetch::Ready { ref batches, next_batch: 1, .. } if batches == &vec![batch(0, 2)]
+    ));
+    match store.fetch(id, 0, 0, usize::MAX) {
+        Fetch::Failed(reason) => assert!(reason.contains("lost on the way"), "{reason}"),
+        other => panic!("{other:?}"),
+    }
+    // Reading on from where the consumer got to still works.
+    store.append(id, 0, batch(2, 1)).unwrap();
+    assert!(matches!(
+        store.fetch(id, 0, 1, usize::MAX),
+        Fetch::Ready { ref batches, next_batch: 2, .. } if batches == &vec![batch(2, 1)]
+    ));
+}
+
+#[test]
+fn a_blocking_partition_is_on_disk_read_back_again_and_deleted_when_released() {
+    let dir = TempDir::new("blocking");
+    let store = PartitionStore::new(dir.0.clone(), usize::MAX);
+    let id = pid(10);
+    store.create_blocking(id, 1).unwrap();
+    store.append(id, 0, batch(0, 3)).unwrap();
+    store.append(id, 0, batch(3, 2)).unwrap();
+    store.finish(id).unwrap();
+    let stats = store.stats(id).unwrap();
+    assert_eq!(
+        (stats.batches, stats.spilled_batches),
+        (2, 2),
+        "on disk by design"
+    );
+    assert_eq!(dir.files().len(), 1);
+    // A consumer reads it; a restarted one reads it again from the start.
+    assert_eq!(drain(&store, id, 0, usize::MAX), batch(0, 5));
+    assert_eq!(drain(&store, id, 0, 1), batch(0, 5));
+    assert!(store.release(id));
+    assert!(dir.files().is_empty(), "deleted once released");
+}

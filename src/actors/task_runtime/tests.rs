@@ -1,0 +1,338 @@
+//! The task's side of the exchange: a silent producer is waited for without a time limit, a
+//! producer that is really gone fails the consumer with its TaskManager and the reason named,
+//! the gate reads whichever channel has data, and a pipelined producer waits for its consumer
+//! (backpressure) instead of spilling, until it is cancelled.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use super::*;
+use crate::exchange::partition::Fetch;
+use crate::job::graph::DistributionPattern;
+use crate::messages::ResultPartitionId;
+use crate::messages::deployment::{InputGate, OutputPartition, ProducerLocation};
+use crate::messages::ids::{AllocationId, ExecutionAttemptId, JobId, ResourceId};
+use crate::messages::task_manager::{
+    ChannelResponse, FetchResponse, FetchSubpartitions, SubpartitionRead,
+};
+use crate::operators::Value;
+use crate::task_blocking::ThreadBlocker;
+use crate::testing::{TaskManagerProbeHandle, env};
+
+fn partition(n: u128) -> ResultPartitionId {
+    ResultPartitionId {
+        producer: ExecutionAttemptId::from_u128(n),
+        edge: 0,
+    }
+}
+
+fn store(name: &str) -> Arc<PartitionStore> {
+    let dir =
+        std::env::temp_dir().join(format!("flint-task-runtime-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    Arc::new(PartitionStore::new(dir, 0))
+}
+
+fn request(from_batch: u64) -> FetchSubpartitions {
+    FetchSubpartitions {
+        reads: vec![SubpartitionRead {
+            partition: partition(41),
+            subpartition: 0,
+            from_batch,
+            credit: 2,
+        }],
+    }
+}
+
+fn record(i: i64) -> Record {
+    Record {
+        key: format!("k{i}"),
+        value: Value::Int(i),
+    }
+}
+
+/// A task of `operator` reading subpartition 0 of `producers` and writing `outputs`.
+fn descriptor(
+    operator: &str,
+    config: &[(&str, &str)],
+    producers: Vec<ProducerLocation>,
+    outputs: Vec<OutputPartition>,
+) -> TaskDeploymentDescriptor {
+    TaskDeploymentDescriptor {
+        job_id: JobId::from_u128(1),
+        attempt: ExecutionAttemptId::from_u128(42),
+        attempt_number: 0,
+        vertex_name: operator.into(),
+        subtask: 0,
+        parallelism: 1,
+        operator: operator.into(),
+        config: config
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect(),
+        allocation_id: AllocationId::from_u128(1),
+        inputs: if producers.is_empty() {
+            vec![]
+        } else {
+            vec![InputGate {
+                edge: 0,
+                subpartition: 0,
+                producers: Arc::new(producers),
+            }]
+        },
+        outputs,
+    }
+}
+
+fn task(
+    descriptor: TaskDeploymentDescriptor,
+    store: Arc<PartitionStore>,
+    local: ActorAddress,
+    peers: BTreeMap<ActorAddress, TaskManagerGateway>,
+) -> (TaskEnvironment, Arc<Cancellation>) {
+    let cancelled = Arc::new(Cancellation::default());
+    let env = TaskEnvironment {
+        descriptor,
+        partitions: store,
+        registry: OperatorRegistry::with_builtins(),
+        peers,
+        local_address: local,
+        network: NetworkSettings::default(),
+        cancelled: cancelled.clone(),
+        metrics: Arc::default(),
+        clock: Arc::new(crate::env::SystemClock),
+    };
+    (env, cancelled)
+}
+
+/// Runs task code off the test's runtime thread (it blocks its thread).
+#[allow(clippy::disallowed_methods)] // the test plays the task runner
+fn spawn_task(env: TaskEnvironment) -> tokio::task::JoinHandle<TaskOutcome> {
+    tokio::task::spawn_blocking(move || run_task(env, &ThreadBlocker))
+}
+
+/// Polls `condition` every millisecond until it holds; fails after 30 s.
+async fn eventually(what: &str, condition: impl Fn() -> bool) {
+    let give_up = tokio::time::Instant::now() + Duration::from_secs(30);
+    while !condition() {
+        assert!(tokio::time::Instant::now() < give_up, "never: {what}");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+#[actix::test]
+async fn a_silent_producer_is_answered_within_the_hold_for_as_long_as_it_is_silent() {
+    tokio::time::pause();
+    let store = store("silent");
+    store.create_pipelined(partition(41), 1, 2).unwrap();
+    // A minute of silence: every ask is answered (no news) well inside the ask timeout, so the
+    // consumer's transport never takes the producer's TaskManager for dead.
+    let silent_until = tokio::time::Instant::now() + Duration::from_secs(60);
+    let mut asks = 0;
+    while tokio::time::Instant::now() < silent_until {
+        let asked = tokio::time::Instant::now();
+        let answer = serve_fetch(store.clone(), request(0)).await;
+        assert_eq!(answer, FetchResponse { channels: vec![] });
+        assert!(asked.elapsed() < crate::node::ASK_TIMEOUT);
+        asks += 1;
+    }
+    assert!(asks >= 60 / FETCH_HOLD.as_secs(), "{asks} asks");
+
+    // Data wakes a held fetch at once, and the end of the partition is told.
+    let held = actix::spawn(serve_fetch(store.clone(), request(0)));
+    crate::testing::settle().await;
+    store.append(partition(41), 0, vec![record(1)]).unwrap();
+    assert_eq!(
+        held.await.unwrap(),
+        FetchResponse {
+            channels: vec![(
+                0,
+                ChannelResponse::Data {
+                    batches: vec![vec![record(1)]],
+                    next_batch: 1,
+                    finished: false,
+                    backlog: 0,
+                }
+            )]
+        }
+    );
+    store.finish(partition(41)).unwrap();
+    assert_eq!(
+        serve_fetch(store.clone(), request(1)).await,
+        FetchResponse {
+            channels: vec![(
+                0,
+                ChannelResponse::Data {
+                    batches: vec![],
+                    next_batch: 1,
+                    finished: true,
+                    backlog: 0,
+                }
+            )]
+        }
+    );
+    store.release(partition(41));
+}
+
+#[actix::test]
+async fn a_consumer_whose_producer_task_manager_is_gone_names_it_not_a_closed_mailbox() {
+    let env = env("consumer", 1);
+    let producer = TaskManagerProbeHandle::start(&env, &ResourceId::new("tm-producer"));
+    producer.stop().await;
+    let task_manager = producer.address.clone();
+    let (task, _) = task(
+        descriptor(
+            "noop",
+            &[],
+            vec![ProducerLocation {
+                partition: partition(41),
+                task_manager: task_manager.clone(),
+            }],
+            vec![],
+        ),
+        store("gone"),
+        env.address_of("taskmanager/tm-consumer"),
+        [(task_manager.clone(), producer.gateway())].into(),
+    );
+    let outcome = spawn_task(task).await.unwrap();
+    assert_eq!(outcome.state, ExecutionState::Failed);
+    let error = outcome.error.unwrap();
+    assert!(error.contains(&task_manager.to_string()), "{error}");
+    assert!(error.contains("could not be re-established"), "{error}");
+    assert!(!error.contains("Mailbox"), "{error}");
+}
+
+#[actix::test]
+async fn a_partition_released_under_its_reading_consumer_fails_it_as_released() {
+    let env = env("consumer", 2);
+    let store = store("released");
+    store.create_pipelined(partition(41), 1, 2).unwrap();
+    store.append(partition(41), 0, vec![record(1)]).unwrap();
+    let local = env.address_of("taskmanager/tm-local");
+    let (task, _) = task(
+        descriptor(
+            "noop",
+            &[],
+            vec![ProducerLocation {
+                partition: partition(41),
+                task_manager: local.clone(),
+            }],
+            vec![],
+        ),
+        store.clone(),
+        local.clone(),
+        BTreeMap::new(),
+    );
+    let consumer = spawn_task(task);
+    // Once the consumer has taken the buffer it waits for more; then the partition goes.
+    eventually("the buffer was read", || {
+        store
+            .stats(partition(41))
+            .is_some_and(|s| s.memory_bytes == 0)
+    })
+    .await;
+    assert!(store.release(partition(41)));
+    let outcome = consumer.await.unwrap();
+    assert_eq!(outcome.state, ExecutionState::Failed);
+    let error = outcome.error.unwrap();
+    assert!(error.contains("was released"), "{error}");
+    assert!(error.contains(&local.to_string()), "{error}");
+}
+
+/// Issue 11: the consumer read its channels one after the other, waiting on a silent one while
+/// another had data (and, with bounded producers, an all-to-all exchange could deadlock).
+#[actix::test]
+async fn a_consumer_reads_whichever_channel_has_data_while_another_is_silent() {
+    let env = env("consumer", 3);
+    let store = store("any-channel");
+    let local = env.address_of("taskmanager/tm-local");
+    let (silent, talkative, out) = (partition(1), partition(2), partition(3));
+    store.create_pipelined(silent, 1, 2).unwrap();
+    store.create_pipelined(talkative, 1, 2).unwrap();
+    store.create_pipelined(out, 1, 2).unwrap();
+    let (task, cancelled) = task(
+        descriptor(
+            "noop",
+            &[],
+            [silent, talkative]
+                .into_iter()
+                .map(|partition| ProducerLocation {
+                    partition,
+                    task_manager: local.clone(),
+                })
+                .collect(),
+            vec![OutputPartition {
+                partition: out,
+                pattern: DistributionPattern::Forward,
+                subpartitions: 1,
+                retained: false,
+            }],
+        ),
+        store.clone(),
+        local,
+        BTreeMap::new(),
+    );
+    let consumer = spawn_task(task);
+    // Enough records from the talkative producer to fill a whole output buffer downstream.
+    let batch: Vec<Record> = (0..2_000).map(record).collect();
+    store.append(talkative, 0, batch).unwrap();
+    store.finish(talkative).unwrap();
+    eventually("the talkative channel's records were passed on", || {
+        matches!(store.fetch(out, 0, 0, usize::MAX), Fetch::Ready { .. })
+    })
+    .await;
+    // The silent channel keeps the task open; cancelling wakes it at once.
+    cancelled.cancel();
+    let outcome = consumer.await.unwrap();
+    assert_eq!(outcome.state, ExecutionState::Canceled, "{outcome:?}");
+}
+
+#[actix::test]
+async fn a_pipelined_producer_waits_for_its_consumer_instead_of_spilling_until_cancelled() {
+    let env = env("producer", 4);
+    // Spill threshold 0: any partition that could spill would.
+    let store = store("backpressure");
+    let out = partition(5);
+    let (task, cancelled) = task(
+        descriptor(
+            "noop",
+            &[("count", "1000000")],
+            vec![],
+            vec![OutputPartition {
+                partition: out,
+                pattern: DistributionPattern::Forward,
+                subpartitions: 1,
+                retained: false,
+            }],
+        ),
+        store.clone(),
+        env.address_of("taskmanager/tm-local"),
+        BTreeMap::new(),
+    );
+    create_outputs(&store, &task.descriptor).unwrap();
+    let producer = spawn_task(task);
+    let capacity = u64::from(crate::exchange::MAX_BUFFERS_PER_SUBPARTITION);
+    eventually("the subpartition filled up", || {
+        store.stats(out).is_some_and(|s| s.batches == capacity)
+    })
+    .await;
+    // Nobody reads: the producer waits with its subpartition full and nothing on disk.
+    tokio::task::yield_now().await;
+    let stats = store.stats(out).unwrap();
+    assert_eq!((stats.batches, stats.spilled_batches), (capacity, 0));
+    assert!(!producer.is_finished());
+    // A consumer taking one buffer lets exactly one more in.
+    assert!(matches!(
+        store.fetch_with_credit(out, 0, 0, usize::MAX, 1),
+        Fetch::Ready { next_batch: 1, .. }
+    ));
+    eventually("the producer handed over one more buffer", || {
+        store.stats(out).is_some_and(|s| s.batches == capacity + 1)
+    })
+    .await;
+    cancelled.cancel();
+    let outcome = producer.await.unwrap();
+    assert_eq!(outcome.state, ExecutionState::Canceled, "{outcome:?}");
+    assert!(outcome.output.backpressured_waits >= 1, "{outcome:?}");
+    assert_eq!(store.stats(out).unwrap().spilled_batches, 0);
+}

@@ -1,0 +1,127 @@
+//! [`TaskIoMetrics`]: what one task's exchange does, counted while it runs (Flink's
+//! `TaskIOMetricGroup`). The task thread's writer and gate add to it; the TaskManager reads it
+//! for its status and turns the backpressured time into Flink's `backPressuredTimeMsPerSecond`
+//! between two samples ([`TaskIoMetrics::sample`]).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use serde::{Deserialize, Serialize};
+
+/// Counters shared by a running task's thread and its TaskManager (relaxed atomics: each is a
+/// figure for people, not a synchronisation point).
+#[derive(Debug, Default)]
+pub struct TaskIoMetrics {
+    records_in: AtomicU64,
+    bytes_in: AtomicU64,
+    records_out: AtomicU64,
+    bytes_out: AtomicU64,
+    buffers_in_use: AtomicU64,
+    backpressured_ms: AtomicU64,
+}
+
+/// A snapshot of a task's [`TaskIoMetrics`], with its backpressure rate.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskIoSnapshot {
+    /// Records read from its inputs.
+    pub records_in: u64,
+    /// Their estimated bytes.
+    pub bytes_in: u64,
+    /// Records written to its outputs (once per output).
+    pub records_out: u64,
+    /// Their estimated bytes.
+    pub bytes_out: u64,
+    /// Input buffers received and not yet consumed.
+    pub buffers_in_use: u64,
+    /// Milliseconds it waited for room in a full output, in all.
+    pub backpressured_ms: u64,
+    /// Of the last sampling interval, the milliseconds per second it was backpressured (Flink's
+    /// `backPressuredTimeMsPerSecond`, 0 to 1000).
+    pub back_pressured_time_ms_per_second: u64,
+}
+
+impl TaskIoMetrics {
+    /// A buffer of `records` records and `bytes` bytes was consumed from the inputs.
+    pub fn read(&self, records: u64, bytes: u64) {
+        self.records_in.fetch_add(records, Ordering::Relaxed);
+        self.bytes_in.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    /// One record of `bytes` bytes was written to an output.
+    pub fn wrote(&self, bytes: u64) {
+        self.records_out.fetch_add(1, Ordering::Relaxed);
+        self.bytes_out.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    /// The input buffers held now.
+    pub fn set_buffers_in_use(&self, buffers: u64) {
+        self.buffers_in_use.store(buffers, Ordering::Relaxed);
+    }
+
+    /// The task waited `ms` milliseconds for room in an output.
+    pub fn backpressured(&self, ms: u64) {
+        self.backpressured_ms.fetch_add(ms, Ordering::Relaxed);
+    }
+
+    /// The counters now; `rate` from the last sample (`(wall ms, backpressured ms)`), which
+    /// becomes `(now_ms, backpressured ms now)`.
+    pub fn sample(&self, now_ms: u64, last: &mut (u64, u64)) -> TaskIoSnapshot {
+        let backpressured_ms = self.backpressured_ms.load(Ordering::Relaxed);
+        let elapsed = now_ms.saturating_sub(last.0);
+        let rate = backpressured_ms
+            .saturating_sub(last.1)
+            .saturating_mul(1000)
+            .checked_div(elapsed)
+            .map_or(0, |rate| rate.min(1000));
+        *last = (now_ms, backpressured_ms);
+        TaskIoSnapshot {
+            records_in: self.records_in.load(Ordering::Relaxed),
+            bytes_in: self.bytes_in.load(Ordering::Relaxed),
+            records_out: self.records_out.load(Ordering::Relaxed),
+            bytes_out: self.bytes_out.load(Ordering::Relaxed),
+            buffers_in_use: self.buffers_in_use.load(Ordering::Relaxed),
+            backpressured_ms,
+            back_pressured_time_ms_per_second: rate,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn back_pressured_time_per_second_is_the_share_of_the_last_interval() {
+        let metrics = TaskIoMetrics::default();
+        let mut last = (1_000, 0);
+        metrics.backpressured(250);
+        let first = metrics.sample(2_000, &mut last);
+        assert_eq!(first.back_pressured_time_ms_per_second, 250);
+        metrics.backpressured(4_000);
+        // Never above a whole second per second.
+        assert_eq!(
+            metrics
+                .sample(4_000, &mut last)
+                .back_pressured_time_ms_per_second,
+            1000
+        );
+        assert_eq!(
+            metrics
+                .sample(5_000, &mut last)
+                .back_pressured_time_ms_per_second,
+            0
+        );
+        metrics.read(3, 30);
+        metrics.wrote(7);
+        let snapshot = metrics.sample(5_000, &mut last);
+        assert_eq!(
+            (
+                snapshot.records_in,
+                snapshot.bytes_in,
+                snapshot.records_out,
+                snapshot.bytes_out
+            ),
+            (3, 30, 1, 7)
+        );
+        assert_eq!(snapshot.backpressured_ms, 4_250);
+    }
+}
