@@ -1035,7 +1035,7 @@ mod tests {
     fn ten_million_subtasks_are_refused_with_the_total_and_the_limit() {
         let mut b = JobGraph::builder("huge");
         for v in 0..100 {
-            b.vertex(&format!("v{v}"), "noop", MAX_PARALLELISM);
+            b.vertex(format!("v{v}"), "noop", MAX_PARALLELISM);
         }
         let (err, text) = match b.build(known) {
             Err(err) => (err.clone(), err.to_string()),
