@@ -43,9 +43,9 @@ use crate::messages::{
 /// Region bulks one job keeps in the scheduler's queue at most; more ready regions wait in the
 /// job and are queued as these are served. Bounds the work of one message (a job of 100,000
 /// independent subtasks does not build 100,000 bulks at submission) while keeping the queue's
-/// order: a JobManager turn places at most 256 tasks (its serve budget), fewer
+/// order: a JobManager turn places at most 64 tasks (its serve budget), fewer
 /// than this window, and each placement refills it before the next turn.
-pub const QUEUED_REGIONS_PER_JOB: usize = 512;
+pub const QUEUED_REGIONS_PER_JOB: usize = 128;
 
 /// Whether a task in this state holds or waits for a slot, or still runs.
 fn is_active(state: ExecutionState) -> bool {

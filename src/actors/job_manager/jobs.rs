@@ -427,7 +427,7 @@ impl JobManager {
 }
 
 /// Tasks placed (and deployed) by one [`JobManager::serve_queue`] call at most.
-pub(super) const SERVE_BUDGET: usize = 256;
+pub(super) const SERVE_BUDGET: usize = 64;
 
 /// Serve the slot queue again (the previous turn used its budget).
 #[derive(Message)]
