@@ -432,19 +432,23 @@ impl Scheduler {
         if self.new_slots_needed(key) > self.free_slots {
             return None;
         }
-        let requests = self.queue.get(&key)?.requests.clone();
-        for with_preferences in [true, false] {
-            if let Some(placed) = self.place_all(&requests, with_preferences) {
-                return Some(placed);
-            }
+        // Borrowed out of the queue while placing (placing never touches the queue), not
+        // cloned: one region can hold tens of thousands of requests.
+        let requests = std::mem::take(&mut self.queue.get_mut(&key)?.requests);
+        let placed = [true, false]
+            .into_iter()
+            .find_map(|with_preferences| self.place_all(&requests, with_preferences));
+        let bulk = self.queue.get_mut(&key)?;
+        bulk.requests = requests;
+        if placed.is_none() {
+            // Only a co-location lock onto a slot this bulk cannot use gets here; the bulk
+            // waits for that slot to go.
+            log::debug!(
+                "scheduler: {} fits by count but could not be placed",
+                bulk.id
+            );
         }
-        // Only a co-location lock onto a slot this bulk cannot use gets here; the bulk waits
-        // for that slot to go.
-        log::debug!(
-            "scheduler: {} fits by count but could not be placed",
-            self.queue.get(&key)?.id
-        );
-        None
+        placed
     }
 
     /// New shared slots the queued bulk `key` needs: per group, the vertex lacking the most
