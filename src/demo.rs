@@ -7,7 +7,6 @@
 mod waves;
 mod wordcount;
 
-pub use waves::most_at_once;
 pub use wordcount::generate_text;
 
 use std::fmt::Write as _;

@@ -281,34 +281,6 @@ async fn a_region_wider_than_the_pool_may_ever_reach_is_refused_before_running()
     cluster.shutdown().await.unwrap();
 }
 
-/// Most subtasks deploying or running at once, from the JobManager's own timestamps: each
-/// subtask holds its slot from DEPLOYING until its final state, and a slot is given again only
-/// after the final state was recorded, so the intervals are half-open.
-fn most_at_once(details: &JobDetails) -> usize {
-    let mut events: Vec<(u64, i32)> = Vec::new();
-    for subtask in details.vertices.iter().flat_map(|v| &v.subtasks) {
-        let at = |state: ExecutionState| {
-            subtask
-                .timestamps
-                .iter()
-                .find(|(s, _)| *s == state)
-                .map(|(_, t)| *t)
-        };
-        let start = at(ExecutionState::Deploying).expect("deployed");
-        let end = at(ExecutionState::Finished).expect("finished");
-        // Ends sort before starts at the same millisecond.
-        events.push((start, 1));
-        events.push((end, -1));
-    }
-    events.sort();
-    let (mut now, mut most) = (0i32, 0i32);
-    for (_, delta) in events {
-        now += delta;
-        most = most.max(now);
-    }
-    most as usize
-}
-
 #[actix::test]
 async fn a_job_wider_than_the_pool_runs_in_waves_never_more_than_its_slots_at_once() {
     let mut config = config(1, 2);
@@ -322,7 +294,7 @@ async fn a_job_wider_than_the_pool_runs_in_waves_never_more_than_its_slots_at_on
     let details = cluster.wait_for_job(job, DEADLINE).await.unwrap();
     assert_eq!(details.summary.status, JobStatus::Finished);
     assert_eq!(details.summary.tasks_finished, 12);
-    let most = most_at_once(&details);
+    let most = details.most_subtasks_at_once();
     assert!(
         (1..=2).contains(&most),
         "{most} subtasks held slots at once"
@@ -348,7 +320,7 @@ async fn ten_thousand_subtasks_on_eight_slots_run_in_waves_to_the_end() {
     let details = cluster.wait_for_job(job, DEADLINE).await.unwrap();
     assert_eq!(details.summary.status, JobStatus::Finished);
     assert_eq!(details.summary.tasks_finished, 10_000);
-    let most = most_at_once(&details);
+    let most = details.most_subtasks_at_once();
     assert!(
         (1..=8).contains(&most),
         "{most} subtasks held slots at once"

@@ -72,7 +72,7 @@ pub async fn run(
         out,
         "{SUBTASKS} subtasks FINISHED in {} ms; at most {} held slots at once (by the JobManager's timestamps), never more than the {slots} slots",
         began.elapsed().as_millis(),
-        most_at_once(&details)
+        details.most_subtasks_at_once()
     )?;
     Ok(())
 }
@@ -89,33 +89,4 @@ fn counts(details: &JobDetails) -> (u32, u32) {
         }
     }
     (running, finished)
-}
-
-/// Most subtasks between DEPLOYING and FINISHED at once, from the JobManager's timestamps (a
-/// slot is given again only after the previous holder's end was recorded).
-pub fn most_at_once(details: &JobDetails) -> usize {
-    let mut events: Vec<(u64, i32)> = Vec::new();
-    for subtask in details.vertices.iter().flat_map(|v| &v.subtasks) {
-        let at = |state: ExecutionState| {
-            subtask
-                .timestamps
-                .iter()
-                .find(|(s, _)| *s == state)
-                .map(|(_, t)| *t)
-        };
-        if let (Some(start), Some(end)) =
-            (at(ExecutionState::Deploying), at(ExecutionState::Finished))
-        {
-            events.push((start, 1));
-            events.push((end, -1));
-        }
-    }
-    // Ends sort before starts at the same millisecond.
-    events.sort();
-    let (mut now, mut most) = (0i32, 0i32);
-    for (_, delta) in events {
-        now += delta;
-        most = most.max(now);
-    }
-    usize::try_from(most).unwrap_or(0)
 }

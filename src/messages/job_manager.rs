@@ -297,6 +297,38 @@ pub struct MailboxFigures {
     pub max_delay_us: u64,
 }
 
+impl JobDetails {
+    /// The most subtasks that held slots at once (from DEPLOYING to FINISHED), by the
+    /// JobManager's own timestamps: a slot is given again only after its last holder's end was
+    /// recorded, so the intervals are half-open (an end sorts before a start at the same
+    /// millisecond). Subtasks that did not finish are left out.
+    pub fn most_subtasks_at_once(&self) -> usize {
+        let mut events: Vec<(u64, i32)> = Vec::new();
+        for subtask in self.vertices.iter().flat_map(|v| &v.subtasks) {
+            let at = |state: ExecutionState| {
+                subtask
+                    .timestamps
+                    .iter()
+                    .find(|(s, _)| *s == state)
+                    .map(|(_, t)| *t)
+            };
+            if let (Some(start), Some(end)) =
+                (at(ExecutionState::Deploying), at(ExecutionState::Finished))
+            {
+                events.push((start, 1));
+                events.push((end, -1));
+            }
+        }
+        events.sort_unstable();
+        let (mut now, mut most) = (0i32, 0i32);
+        for (_, delta) in events {
+            now += delta;
+            most = most.max(now);
+        }
+        usize::try_from(most).unwrap_or(0)
+    }
+}
+
 impl JobManagerStatus {
     /// Slots over all TaskManagers.
     pub fn total_slots(&self) -> u64 {
