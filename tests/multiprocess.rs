@@ -18,29 +18,45 @@ use common::{read_counts, scratch, wordcount_graph, write_text};
 
 const DEADLINE: Duration = Duration::from_secs(120);
 
-#[actix::test]
-async fn a_process_cluster_keeps_its_pool_through_kill_9_and_runs_wordcount() {
-    let dir = scratch("multiprocess");
+/// A `flint jobmanager` process keeping `pool` TaskManager processes of `slots` slots, with
+/// `timeout` as heartbeat timeout (100 ms interval) and `extra` TOML appended under
+/// `[taskmanager]` (working in `dir/work`), and a transport client connected to it.
+async fn process_cluster(
+    dir: &std::path::Path,
+    pool: u32,
+    slots: u32,
+    timeout: &str,
+    extra: &str,
+) -> (JobManagerProcess, Client) {
     let config = dir.join("flint.toml");
     std::fs::write(
         &config,
         format!(
-            "[heartbeat]\ninterval = \"100ms\"\ntimeout = \"1s\"\n[taskmanager]\nworking-dir = \"{}\"\n",
+            "[heartbeat]\ninterval = \"100ms\"\ntimeout = \"{timeout}\"\n[taskmanager]\n\
+             working-dir = \"{}\"\n{extra}",
             dir.join("work").display()
         ),
     )
     .unwrap();
     let mut command = Command::new(env!("CARGO_BIN_EXE_flint"));
     command
-        .args(["jobmanager", "--bind", "127.0.0.1:0", "--pool-size", "3"])
+        .args(["jobmanager", "--bind", "127.0.0.1:0"])
+        .args(["--pool-size", &pool.to_string()])
         .args(["--rest", "127.0.0.1:0"])
-        .args(["--slots", "2"])
+        .args(["--slots", &slots.to_string()])
         .arg("--config")
         .arg(&config)
         .env_remove("FLINT_SECRET");
     let jm = JobManagerProcess::start(command);
-    assert!(jm.address.starts_with("127.0.0.1:"), "{}", jm.address);
     let client = Client::connect(Client::loopback_config(Secret::insecure(), 5), &jm.address).await;
+    (jm, client)
+}
+
+#[actix::test]
+async fn a_process_cluster_keeps_its_pool_through_kill_9_and_runs_wordcount() {
+    let dir = scratch("multiprocess");
+    let (jm, client) = process_cluster(&dir, 3, 2, "1s", "").await;
+    assert!(jm.address.starts_with("127.0.0.1:"), "{}", jm.address);
 
     // The pool fills with three TaskManager processes.
     client
@@ -110,25 +126,7 @@ async fn a_process_cluster_keeps_its_pool_through_kill_9_and_runs_wordcount() {
 #[actix::test]
 async fn a_producer_silent_longer_than_the_ask_timeout_does_not_fail_its_remote_consumers() {
     let dir = scratch("multiprocess-silent");
-    let config = dir.join("flint.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[heartbeat]\ninterval = \"100ms\"\ntimeout = \"2s\"\n[taskmanager]\nworking-dir = \"{}\"\n",
-            dir.join("work").display()
-        ),
-    )
-    .unwrap();
-    let mut command = Command::new(env!("CARGO_BIN_EXE_flint"));
-    command
-        .args(["jobmanager", "--bind", "127.0.0.1:0", "--pool-size", "2"])
-        .args(["--rest", "127.0.0.1:0"])
-        .args(["--slots", "1"])
-        .arg("--config")
-        .arg(&config)
-        .env_remove("FLINT_SECRET");
-    let jm = JobManagerProcess::start(command);
-    let client = Client::connect(Client::loopback_config(Secret::insecure(), 5), &jm.address).await;
+    let (jm, client) = process_cluster(&dir, 2, 1, "2s", "").await;
     client
         .wait_for("the pool never reached 2", DEADLINE, |s| {
             s.task_managers.len() == 2
@@ -165,27 +163,14 @@ async fn a_slow_consumer_slows_its_producers_instead_of_spilling() {
 
     let dir = scratch("multiprocess-slow-consumer");
     let work = dir.join("work");
-    let config = dir.join("flint.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[heartbeat]\ninterval = \"100ms\"\ntimeout = \"2s\"\n[taskmanager]\n\
-             working-dir = \"{}\"\nspill-threshold = \"1kb\"\n[taskmanager.network]\n\
-             buffer-size = \"1kb\"\n",
-            work.display()
-        ),
+    let (jm, client) = process_cluster(
+        &dir,
+        2,
+        1,
+        "2s",
+        "spill-threshold = \"1kb\"\n[taskmanager.network]\nbuffer-size = \"1kb\"\n",
     )
-    .unwrap();
-    let mut command = Command::new(env!("CARGO_BIN_EXE_flint"));
-    command
-        .args(["jobmanager", "--bind", "127.0.0.1:0", "--pool-size", "2"])
-        .args(["--rest", "127.0.0.1:0"])
-        .args(["--slots", "1"])
-        .arg("--config")
-        .arg(&config)
-        .env_remove("FLINT_SECRET");
-    let jm = JobManagerProcess::start(command);
-    let client = Client::connect(Client::loopback_config(Secret::insecure(), 5), &jm.address).await;
+    .await;
     client
         .wait_for("the pool never reached 2", DEADLINE, |s| {
             s.task_managers.len() == 2
