@@ -20,6 +20,11 @@ use flint::job::states::JobStatus;
 use flint::{ClusterConfig, MiniCluster};
 use serde_json::Value;
 
+/// The process helpers of the integration tests (SIGTERM-and-wait).
+#[path = "../tests/common/process.rs"]
+#[allow(dead_code)]
+mod process;
+
 fn median(mut values: Vec<f64>) -> f64 {
     values.sort_by(f64::total_cmp);
     values[values.len() / 2]
@@ -38,7 +43,7 @@ struct Cluster {
     url: String,
     agent: ureq::Agent,
     _stdout: BufReader<ChildStdout>,
-    _dir: std::path::PathBuf,
+    dir: std::path::PathBuf,
 }
 
 impl Cluster {
@@ -84,7 +89,7 @@ impl Cluster {
             url,
             agent,
             _stdout: stdout,
-            _dir: dir,
+            dir,
         };
         let began = Instant::now();
         while cluster.get("/overview")["slots-total"].as_u64()
@@ -170,11 +175,8 @@ impl Cluster {
 
 impl Drop for Cluster {
     fn drop(&mut self) {
-        // SAFETY-free: kill(2) through the command line tool keeps this file free of libc.
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
-        let _ = self.child.wait();
+        process::terminate(&mut self.child);
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
