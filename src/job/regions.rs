@@ -387,11 +387,6 @@ impl RegionProgress {
         taken
     }
 
-    /// Whether some region is ready and not taken yet.
-    pub fn has_ready(&self) -> bool {
-        !self.ready.is_empty()
-    }
-
     /// Every task of `region` finished: its consumers may become ready.
     pub fn finish(&mut self, regions: &PipelinedRegions, region: RegionId) {
         if self.state[region.0] == Progress::Finished {
