@@ -20,7 +20,7 @@ use super::slot_table::SlotTable;
 use super::task_runtime::{TaskEnvironment, TaskOutcome, create_outputs, run_task, serve_fetch};
 use crate::config::{HeartbeatConfig, RegistrationConfig};
 use crate::directory::LocalActor;
-use crate::env::{NodeEnv, TaskBlocker};
+use crate::env::{NodeEnv, NodeRng, TaskBlocker};
 use crate::events::ClusterEvent;
 use crate::exchange::NetworkSettings;
 use crate::exchange::metrics::{TaskIoMetrics, TaskIoSnapshot};
@@ -112,8 +112,10 @@ pub struct TaskManager {
     cancelled_early: VecDeque<ExecutionAttemptId>,
     /// When the JobManager last acknowledged a heartbeat (or the registration).
     last_acknowledged: Instant,
-    /// This run of the TaskManager, sent with every registration (see `TaskManagerSessionId`).
+    /// This incarnation of the TaskManager, sent with every registration (see
+    /// `TaskManagerSessionId`); drawn anew whenever it drops its work.
     session: TaskManagerSessionId,
+    session_rng: NodeRng,
     /// `SubmitTask`s that arrived while a registration attempt was in flight and no leader
     /// session was known yet: each waits for the registration to settle, then is fenced.
     /// (The JobManager deploys right after it acknowledges a registration, and the task can be
@@ -161,7 +163,7 @@ impl TaskManager {
             .spec
             .working_dir
             .join(settings.resource_id.as_str());
-        let mut env_rng = env.rng("task-manager-session");
+        let mut session_rng = env.rng("task-manager-session");
         Self {
             address: env.address_of(&Self::name_of(&settings.resource_id)),
             registration: Registration::new(settings.spec.registration),
@@ -178,7 +180,8 @@ impl TaskManager {
             env,
             job_manager: None,
             last_acknowledged: Instant::now(),
-            session: TaskManagerSessionId::generate(&mut env_rng),
+            session: TaskManagerSessionId::generate(&mut session_rng),
+            session_rng,
             awaiting_registration: Vec::new(),
         }
     }
@@ -537,6 +540,10 @@ impl TaskManager {
             self.partitions.release(partition);
         }
         self.job_partitions.clear();
+        // A new incarnation: the JobManager must not take this TaskManager back as the one that
+        // still holds those tasks and partitions (Flink's JobMasterPartitionTracker learns the
+        // same from a new TaskExecutor registration).
+        self.session = TaskManagerSessionId::generate(&mut self.session_rng);
     }
 
     fn status(&self) -> TaskManagerStatus {

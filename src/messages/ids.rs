@@ -176,10 +176,12 @@ id_type!(
     InstanceId: random
 );
 id_type!(
-    /// One run of a TaskManager process. A restarted TaskManager keeps its resource id (the
-    /// driver chose it) but draws a new session, so the JobManager replaces the old
-    /// registration, failing the tasks that died with it, instead of taking the new one for a
-    /// retry of the old.
+    /// One incarnation of a TaskManager's state: a run of its process, until it drops its work.
+    /// A restarted TaskManager keeps its resource id (the driver chose it) but draws a new
+    /// session, and so does one that gave up on the JobManager and dropped its tasks and
+    /// partitions: the JobManager then replaces the old registration, failing the tasks and the
+    /// finished results that died with it, instead of taking the new one for a retry of the old
+    /// (which it would answer `AlreadyRegistered`, still believing the partitions exist).
     TaskManagerSessionId: random
 );
 id_type!(

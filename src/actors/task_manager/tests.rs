@@ -631,3 +631,41 @@ async fn a_task_whose_network_buffers_do_not_fit_is_refused_naming_the_setting()
     assert_eq!(status.slots_free, status.slots_total, "no slot taken");
     assert!(status.job_partitions.is_empty(), "no partition created");
 }
+
+/// Issue 12 (partition tracking): a TaskManager that gave up on a silent JobManager dropped its
+/// tasks and partitions, then registered again with its old session and was answered
+/// `AlreadyRegistered`: the JobManager kept believing its finished results existed. Dropping
+/// work makes it a new incarnation, so the JobManager replaces the old registration.
+#[actix::test]
+async fn a_task_manager_that_dropped_its_work_registers_as_a_new_incarnation() {
+    let f = start(Some(SESSION), |_| {}).await;
+    let answer = ask(
+        &f.tm,
+        SubmitTask {
+            leader_session_id: SESSION,
+            descriptor: sleeping_task(1, 1),
+        },
+    )
+    .await;
+    assert_eq!(answer, Ok(()));
+    f.jm.script(|s| s.heartbeat = Script::Silent);
+    advance((TIMEOUT + INTERVAL * 2).as_millis() as u64).await;
+    let sent = f.registrations();
+    assert_eq!(sent.len(), 2, "registered again after the heartbeat timeout");
+    assert_ne!(
+        sent[0].session, sent[1].session,
+        "it dropped a task: a new incarnation"
+    );
+}
+
+/// The other side of the rule: a TaskManager that held nothing lost nothing, and registers
+/// again as the same incarnation (the JobManager answers `AlreadyRegistered` if it still has it).
+#[actix::test]
+async fn a_task_manager_that_held_nothing_registers_again_as_the_same_incarnation() {
+    let f = start(Some(SESSION), |_| {}).await;
+    f.jm.script(|s| s.heartbeat = Script::Silent);
+    advance((TIMEOUT + INTERVAL * 2).as_millis() as u64).await;
+    let sent = f.registrations();
+    assert_eq!(sent.len(), 2);
+    assert_eq!(sent[0].session, sent[1].session);
+}
