@@ -592,6 +592,22 @@ impl JobMaster {
         error: Option<String>,
         cx: &mut JobContext<'_>,
     ) -> Vec<JobAction> {
+        self.update_with_lost_input(attempt, state, error, None, cx)
+    }
+
+    /// A task's state changed; if it failed because `lost_input` was missing (Flink's
+    /// `PartitionNotFoundException`), that partition's producer, if it is the current attempt
+    /// and finished, has lost its result: its region reruns with the consumer's (otherwise the
+    /// consumer would restart alone, find the partition missing again, and loop through the
+    /// job's restarts).
+    pub fn update_with_lost_input(
+        &mut self,
+        attempt: ExecutionAttemptId,
+        state: ExecutionState,
+        error: Option<String>,
+        lost_input: Option<ResultPartitionId>,
+        cx: &mut JobContext<'_>,
+    ) -> Vec<JobAction> {
         let mut actions = Vec::new();
         let Some(task) = self.attempts.get(&attempt).copied() else {
             log::debug!("job {}: update for an old attempt {attempt}", self.job_id);
@@ -633,12 +649,27 @@ impl JobMaster {
                     && !self.restarting.contains(&self.region_of(&task)) =>
             {
                 let reason = error.unwrap_or_else(|| "task failed".to_owned());
-                self.failover(vec![(task, reason)], cx, &mut actions);
+                let mut failed = vec![(task, reason)];
+                if let Some(producer) = lost_input.and_then(|p| self.finished_producer(p)) {
+                    let partition = lost_input.map(|p| p.to_string()).unwrap_or_default();
+                    log::info!(
+                        "job {}: result partition {partition} of {producer:?} was not found; its region runs again",
+                        self.job_id
+                    );
+                    failed.push((producer, format!("its result partition {partition} was lost")));
+                }
+                self.failover(failed, cx, &mut actions);
             }
             _ => {}
         }
         self.after_stop(cx, &mut actions);
         actions
+    }
+
+    /// The finished task whose current attempt produced `partition`, if any.
+    fn finished_producer(&self, partition: ResultPartitionId) -> Option<TaskRef> {
+        let producer = *self.attempts.get(&partition.producer)?;
+        (self.task(&producer).state.state() == ExecutionState::Finished).then_some(producer)
     }
 
     /// Gives the task's slot back (the JobManager serves the queue after every call).

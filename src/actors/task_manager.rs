@@ -370,6 +370,7 @@ impl TaskManager {
         attempt: ExecutionAttemptId,
         state: ExecutionState,
         error: Option<String>,
+        unavailable_partition: Option<ResultPartitionId>,
     ) {
         match &self.job_manager {
             Some(jm) => {
@@ -378,6 +379,7 @@ impl TaskManager {
                     attempt,
                     state,
                     error,
+                    unavailable_partition,
                 };
                 actix::spawn(deliver_update(
                     jm.update_task_execution_state.clone(),
@@ -500,7 +502,7 @@ impl TaskManager {
                 done.do_send(TaskEnded { attempt, outcome });
             }),
         );
-        self.report(job_id, attempt, ExecutionState::Running, None);
+        self.report(job_id, attempt, ExecutionState::Running, None, None);
         Ok(())
     }
 
@@ -608,6 +610,7 @@ impl Handler<TaskEnded> for TaskManager {
             msg.attempt,
             msg.outcome.state,
             msg.outcome.error,
+            msg.outcome.unavailable_partition,
         );
     }
 }

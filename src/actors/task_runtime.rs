@@ -25,7 +25,7 @@ use crate::exchange::metrics::TaskIoMetrics;
 use crate::exchange::partition::PartitionStore;
 use crate::exchange::writer::{ResultPartitionWriter, WriterStats};
 use crate::job::states::ExecutionState;
-use crate::messages::ActorAddress;
+use crate::messages::{ActorAddress, ResultPartitionId};
 use crate::messages::deployment::TaskDeploymentDescriptor;
 use crate::messages::task_manager::TaskManagerGateway;
 use crate::operators::registry::OperatorSpec;
@@ -42,6 +42,8 @@ pub struct TaskOutcome {
     pub state: ExecutionState,
     /// Why, for a failed task.
     pub error: Option<String>,
+    /// The input partition it found missing, if that is why it failed.
+    pub unavailable_partition: Option<ResultPartitionId>,
     /// What its gate read.
     pub input: GateStats,
     /// What its writer wrote.
@@ -82,6 +84,10 @@ pub fn run_task(env: TaskEnvironment, blocker: &dyn TaskBlocker) -> TaskOutcome 
     let result = catch_unwind(AssertUnwindSafe(|| {
         run(env, blocker, &mut input, &mut output)
     }));
+    let unavailable_partition = match &result {
+        Ok(Err(OperatorError::PartitionNotFound { partition, .. })) => Some(*partition),
+        _ => None,
+    };
     let (state, error) = match result {
         Ok(Ok(())) => (ExecutionState::Finished, None),
         Ok(Err(OperatorError::Cancelled)) => (ExecutionState::Canceled, None),
@@ -106,6 +112,7 @@ pub fn run_task(env: TaskEnvironment, blocker: &dyn TaskBlocker) -> TaskOutcome 
     TaskOutcome {
         state,
         error,
+        unavailable_partition: unavailable_partition.filter(|_| state == ExecutionState::Failed),
         input,
         output,
     }

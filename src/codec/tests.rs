@@ -285,6 +285,10 @@ pub(crate) fn job_manager_samples() -> Vec<JobManagerMessage> {
             attempt: ExecutionAttemptId::from_u128(6),
             state: ExecutionState::Failed,
             error: Some("boom".into()),
+            unavailable_partition: Some(ResultPartitionId {
+                producer: ExecutionAttemptId::from_u128(7),
+                edge: 1,
+            }),
         }
         .into(),
         DisconnectTaskManager {

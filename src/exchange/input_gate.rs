@@ -506,15 +506,20 @@ impl InputGate {
                             }
                         }
                         if failures >= RECONNECT_ATTEMPTS {
-                            let partition = asked
-                                .first()
-                                .map(|&i| self.channels[i].partition.to_string())
-                                .unwrap_or_default();
-                            return Err(OperatorError::InputUnavailable(format!(
-                                "TaskManager {address} holding {partition} is gone: the data \
-                                 connection broke and could not be re-established ({failures} \
-                                 attempts; connection reset or TaskManager unreachable)"
-                            )));
+                            let Some(partition) = asked.first().map(|&i| self.channels[i].partition)
+                            else {
+                                return Err(OperatorError::InputUnavailable(format!(
+                                    "the data connection to TaskManager {address} broke"
+                                )));
+                            };
+                            return Err(OperatorError::PartitionNotFound {
+                                partition,
+                                message: format!(
+                                    "TaskManager {address} holding {partition} is gone: the data \
+                                     connection broke and could not be re-established ({failures} \
+                                     attempts; connection reset or TaskManager unreachable)"
+                                ),
+                            });
                         }
                         if !blocker.sleep(RECONNECT_BACKOFF * 2u32.pow(failures - 1)) {
                             return Err(OperatorError::Cancelled);
@@ -583,18 +588,24 @@ impl InputGate {
             ChannelResponse::Unknown => {
                 let channel = &mut self.channels[index];
                 if channel.seen {
-                    Err(OperatorError::InputUnavailable(format!(
-                        "{} on TaskManager {} was released",
-                        channel.partition, channel.task_manager
-                    )))
+                    Err(OperatorError::PartitionNotFound {
+                        partition: channel.partition,
+                        message: format!(
+                            "{} on TaskManager {} was released",
+                            channel.partition, channel.task_manager
+                        ),
+                    })
                 } else if channel.waited < PARTITION_REQUEST_TIMEOUT {
                     channel.state = State::Retry;
                     Ok(())
                 } else {
-                    Err(OperatorError::InputUnavailable(format!(
-                        "{} is not on TaskManager {} (waited {:?})",
-                        channel.partition, channel.task_manager, channel.waited
-                    )))
+                    Err(OperatorError::PartitionNotFound {
+                        partition: channel.partition,
+                        message: format!(
+                            "{} is not on TaskManager {} (waited {:?})",
+                            channel.partition, channel.task_manager, channel.waited
+                        ),
+                    })
                 }
             }
         }

@@ -11,7 +11,8 @@ use actix::Message;
 use serde::{Deserialize, Serialize};
 
 use super::common::{
-    Acknowledge, ActorAddress, HardwareDescription, RemovalReason, TaskManagerLocation,
+    Acknowledge, ActorAddress, HardwareDescription, RemovalReason, ResultPartitionId,
+    TaskManagerLocation,
 };
 use super::ids::{
     AllocationId, ClusterId, ExecutionAttemptId, InstanceId, JobId, LeaderSessionId, ResourceId,
@@ -471,6 +472,9 @@ pub struct UpdateTaskExecutionState {
     pub state: ExecutionState,
     /// Why, for a failed task.
     pub error: Option<String>,
+    /// For a task that failed because an input partition was missing: that partition (the
+    /// JobManager reruns its producer's region).
+    pub unavailable_partition: Option<ResultPartitionId>,
 }
 
 /// Why a job request was refused. Not retryable with the same request.

@@ -56,6 +56,16 @@ pub enum OperatorError {
     /// An input could not be read (its producer is gone).
     #[error("input unavailable: {0}")]
     InputUnavailable(String),
+    /// A result partition this task reads does not exist (any more) where its producer ran:
+    /// released, lost with its TaskManager's state, or its TaskManager is gone. Flink's
+    /// `PartitionNotFoundException`: the JobManager reruns the producer's region with ours.
+    #[error("input unavailable: {message}")]
+    PartitionNotFound {
+        /// The missing partition.
+        partition: crate::messages::ResultPartitionId,
+        /// Where it was looked for and what was found.
+        message: String,
+    },
 }
 
 /// What a running task gives its operator.

@@ -529,7 +529,13 @@ impl Handler<UpdateTaskExecutionState> for JobManager {
         let _timed = self.mailbox.time("UpdateTaskExecutionState");
         log::debug!("job manager <- {msg:?}");
         self.with_job(msg.job_id, ctx, |job, cx| {
-            job.update(msg.attempt, msg.state, msg.error, cx)
+            job.update_with_lost_input(
+                msg.attempt,
+                msg.state,
+                msg.error,
+                msg.unavailable_partition,
+                cx,
+            )
         });
         MessageResult(crate::messages::Acknowledge)
     }

@@ -747,6 +747,7 @@ async fn status_lists_each_task_managers_allocations_with_their_tasks_until_rele
                 attempt: *attempt,
                 state,
                 error: None,
+                unavailable_partition: None,
             });
         }
         settle().await;

@@ -1218,3 +1218,76 @@ fn a_job_keeps_a_bounded_window_of_regions_in_the_queue_and_refills_it() {
     }
     assert_eq!(h.status(), JobStatus::Finished);
 }
+
+/// Issue 12 (Flink's `PartitionNotFoundException`): a consumer that finds its finished
+/// producer's blocking result missing (the producer's TaskManager dropped its state) must make
+/// the producer's region run again; restarting the consumer alone would find it missing again
+/// and loop through the restarts until the job failed.
+#[test]
+fn a_consumer_missing_its_input_partition_reruns_the_producer_region() {
+    let graph = pipeline(
+        1,
+        1,
+        DistributionPattern::Forward,
+        ExchangeMode::Blocking,
+        fixed_delay(1),
+    );
+    let mut h = Harness::new(graph, &[1]);
+    h.start();
+    h.run("source", 0);
+    let old_source = h.attempt("source", 0);
+    assert_eq!(deployments(&h.finish("source", 0)), [deployed("sink", 0, 0)]);
+    h.run("sink", 0);
+    let sink = h.attempt("sink", 0);
+    let lost = h.descriptor("sink", 0).inputs[0].producers[0].partition;
+    assert_eq!(lost.producer, old_source);
+    let actions = h.call(|m, cx| {
+        m.update_with_lost_input(
+            sink,
+            ExecutionState::Failed,
+            Some("input unavailable: gone".into()),
+            Some(lost),
+            cx,
+        )
+    });
+    assert_eq!(actions, [restart_after(1)]);
+    let actions = h.restart_due(1);
+    assert_eq!(
+        deployments(&actions),
+        [deployed("source", 0, 0)],
+        "the producer runs again first"
+    );
+    assert_ne!(h.attempt("source", 0), old_source);
+    h.run("source", 0);
+    assert_eq!(deployments(&h.finish("source", 0)), [deployed("sink", 0, 0)]);
+    h.run("sink", 0);
+    h.finish("sink", 0);
+    assert_eq!(h.status(), JobStatus::Finished);
+}
+
+/// A lost input of a producer that is not the current attempt (a late failure report) or not
+/// finished reruns nothing more than the consumer's region.
+#[test]
+fn a_missing_partition_of_an_older_producer_attempt_reruns_only_the_consumer() {
+    let graph = pipeline(
+        1,
+        1,
+        DistributionPattern::Forward,
+        ExchangeMode::Blocking,
+        fixed_delay(1),
+    );
+    let mut h = Harness::new(graph, &[1]);
+    h.start();
+    h.run("source", 0);
+    h.finish("source", 0);
+    h.run("sink", 0);
+    let sink = h.attempt("sink", 0);
+    let stale = ResultPartitionId {
+        producer: ExecutionAttemptId::from_u128(999),
+        edge: 0,
+    };
+    h.call(|m, cx| {
+        m.update_with_lost_input(sink, ExecutionState::Failed, None, Some(stale), cx)
+    });
+    assert_eq!(deployments(&h.restart_due(1)), [deployed("sink", 0, 0)]);
+}
