@@ -666,6 +666,33 @@ impl JobMaster {
         actions
     }
 
+    /// Whether finished tasks of this running job on `resource_id` hold results still to be
+    /// read: their own region still runs (pipelined consumers read them) or a consuming region
+    /// has not finished. Such a TaskManager is not idle, whatever its slots say (Flink's
+    /// TaskExecutor partition check before it may be released). O(this job's tasks there).
+    pub fn needs_results_on(&self, resource_id: &ResourceId) -> bool {
+        if self.status().is_globally_terminal() {
+            return false;
+        }
+        self.placed_on
+            .get(resource_id)
+            .into_iter()
+            .flatten()
+            .filter(|task| self.task(task).state.state() == ExecutionState::Finished)
+            .any(|task| {
+                let region = self.region_of(task);
+                !self.progress.is_finished(region) || self.consumers_unfinished(region)
+            })
+    }
+
+    /// Whether a region consuming `region`'s results has not finished.
+    fn consumers_unfinished(&self, region: RegionId) -> bool {
+        self.regions
+            .consumers(region)
+            .iter()
+            .any(|c| !self.progress.is_finished(*c))
+    }
+
     /// The finished task whose current attempt produced `partition`, if any.
     fn finished_producer(&self, partition: ResultPartitionId) -> Option<TaskRef> {
         let producer = *self.attempts.get(&partition.producer)?;
@@ -895,9 +922,7 @@ impl JobMaster {
             match state {
                 ExecutionState::Finished => {
                     // Its results are gone; needed again unless every consumer finished.
-                    let region = self.region_of(&task);
-                    let consumers = self.regions.consumers(region);
-                    if !consumers.iter().all(|c| self.progress.is_finished(*c)) {
+                    if self.consumers_unfinished(self.region_of(&task)) {
                         failed.push((task, reason.clone()));
                     }
                 }

@@ -406,9 +406,17 @@ impl JobManager {
         }
     }
 
-    /// Whether any running task is placed on `resource_id`.
+    /// Whether `resource_id` may not be released: a task holds a slot there, or it holds
+    /// finished results a running job still needs.
     pub(super) fn is_busy(&self, resource_id: &ResourceId) -> bool {
         self.scheduler.used_slots(resource_id) > 0
+            || self.jobs_on.get(resource_id).is_some_and(|jobs| {
+                jobs.iter().any(|job| {
+                    self.jobs
+                        .get(job)
+                        .is_some_and(|j| j.needs_results_on(resource_id))
+                })
+            })
     }
 
     /// Forgets the oldest ended jobs beyond the newest `keep`, so the job list stays bounded.

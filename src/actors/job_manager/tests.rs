@@ -897,3 +897,71 @@ async fn job_manager_and_task_manager_statuses_agree_on_slots_and_running_attemp
         assert!(tm_status.running.is_empty());
     }
 }
+
+/// Issue 12 (idle means no work and no partitions still needed): shrinking the pool released a
+/// TaskManager that held a finished producer's blocking result while its consumer ran
+/// elsewhere (only used slots counted as busy), so the result was lost.
+#[actix::test]
+async fn a_task_manager_holding_results_a_running_job_needs_is_not_idle() {
+    use crate::job::graph::{DistributionPattern, ExchangeMode, JobGraph};
+    use crate::job::states::ExecutionState;
+    let f = start().await;
+    let mut probes = Vec::new();
+    for name in ["tm-1", "tm-2"] {
+        let (probe, mut registration) = f.task_manager(name);
+        registration.number_of_slots = 1;
+        f.register(&registration).await;
+        probes.push(probe);
+    }
+    let mut builder = JobGraph::builder("blocking");
+    let source = builder
+        .vertex("source", "sleep", 2)
+        .config("ms", "1")
+        .index();
+    let sink = builder.vertex("sink", "sleep", 1).config("ms", "1").index();
+    builder.edge(
+        source,
+        sink,
+        DistributionPattern::AllToAll,
+        ExchangeMode::Blocking,
+    );
+    let job_graph = builder.build(|_| true).expect("a valid graph");
+    let job_id = ask(&f.jm, SubmitJob { job_graph }).await.expect("accepted");
+    settle().await;
+    let sent = |vertex: &str| -> Vec<ExecutionAttemptId> {
+        probes
+            .iter()
+            .flat_map(|p| deployed_to(p).into_values().flatten())
+            .filter(|(name, _, _)| name == vertex)
+            .map(|(_, _, attempt)| attempt)
+            .collect()
+    };
+    let report = |attempt: ExecutionAttemptId, state: ExecutionState| {
+        f.jm.do_send(UpdateTaskExecutionState {
+            job_id,
+            attempt,
+            state,
+            error: None,
+            unavailable_partition: None,
+        })
+    };
+    for attempt in sent("source") {
+        report(attempt, ExecutionState::Running);
+        report(attempt, ExecutionState::Finished);
+    }
+    settle().await;
+    let sink = sent("sink");
+    assert_eq!(sink.len(), 1, "the sink runs on one of the two");
+    report(sink[0], ExecutionState::Running);
+    settle().await;
+    let answer = ask(&f.jm, ReleaseIdleTaskManagers { count: 2 }).await;
+    assert_eq!(
+        answer.released,
+        [],
+        "the TaskManager without the sink still holds a result the sink reads"
+    );
+    report(sink[0], ExecutionState::Finished);
+    settle().await;
+    let answer = ask(&f.jm, ReleaseIdleTaskManagers { count: 2 }).await;
+    assert_eq!(answer.released.len(), 2, "the job finished: both are idle");
+}

@@ -1291,3 +1291,30 @@ fn a_missing_partition_of_an_older_producer_attempt_reruns_only_the_consumer() {
     });
     assert_eq!(deployments(&h.restart_due(1)), [deployed("sink", 0, 0)]);
 }
+
+/// Issue 12: a TaskManager holding only a finished producer's result, which a running consumer
+/// elsewhere still reads, is not idle; once the job finished it is.
+#[test]
+fn finished_results_still_to_be_read_keep_their_task_manager_needed() {
+    let graph = pipeline(
+        2,
+        1,
+        DistributionPattern::AllToAll,
+        ExchangeMode::Blocking,
+        fixed_delay(1),
+    );
+    let mut h = Harness::new(graph, &[1, 1]);
+    h.start();
+    h.run_all(&[("source", 0), ("source", 1)]);
+    h.finish("source", 0);
+    let sink_on = deployments(&h.finish("source", 1))[0].0.clone();
+    for n in 0..2 {
+        assert!(h.master.needs_results_on(&tm(n)), "tm-{n} holds a source's result");
+    }
+    h.run("sink", 0);
+    h.finish("sink", 0);
+    assert_eq!(h.status(), JobStatus::Finished);
+    for n in 0..2 {
+        assert!(!h.master.needs_results_on(&tm(n)), "{sink_on}: the job ended");
+    }
+}
