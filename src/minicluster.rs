@@ -101,8 +101,13 @@ pub enum MiniClusterError {
 /// A snapshot of the whole embedded cluster.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClusterStatus {
-    /// The size the resource manager keeps the pool at.
+    /// The size the operator set.
     pub designated_pool_size: u32,
+    /// The TaskManagers the jobs declared they need.
+    pub demand: u32,
+    /// The size the resource manager keeps the pool at: `max(designated, demand)` within the
+    /// maximum.
+    pub target_pool_size: u32,
     /// Workers the resource manager counts as started (registered).
     pub started_workers: u32,
     /// Workers asked of the driver, not started yet.
@@ -129,7 +134,7 @@ impl ClusterStatus {
 
     /// Whether the pool holds exactly `size` registered workers with nothing pending.
     pub fn is_pool_at(&self, size: u32) -> bool {
-        self.designated_pool_size == size
+        self.target_pool_size == size
             && self.started_workers == size
             && self.registered_task_managers() == size
             && self.pending_requests == 0
@@ -141,8 +146,10 @@ impl std::fmt::Display for ClusterStatus {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "designated {}, started {}, pending requests {}, pending registration {}, registered TaskManagers {}, slots {}/{} free, start failures {}",
+            "target {} (designated {}, demand {}), started {}, pending requests {}, pending registration {}, registered TaskManagers {}, slots {}/{} free, start failures {}",
+            self.target_pool_size,
             self.designated_pool_size,
+            self.demand,
             self.started_workers,
             self.pending_requests,
             self.pending_registration,
@@ -297,6 +304,8 @@ impl MiniCluster {
             })?;
         Ok(ClusterStatus {
             designated_pool_size: rm.designated_pool_size,
+            demand: rm.demand,
+            target_pool_size: rm.target_pool_size,
             started_workers: rm.started.len() as u32,
             pending_requests: rm.pending_requests,
             pending_registration: rm.pending_registration,

@@ -345,6 +345,7 @@ impl JobManagerProbeHandle {
                 leader_session_id: session,
                 job_manager: address.clone(),
                 registered: Vec::new(),
+                required_workers: 0,
             }),
             heartbeat: Script::Answer(HeartbeatResponse::Acknowledged),
             release_idle_task_managers: Script::Answer(IdleTaskManagersReleased {
@@ -355,6 +356,7 @@ impl JobManagerProbeHandle {
                 ResourceManagerHeartbeatResponse::Acknowledged {
                     leader_session_id: session,
                     registered: Vec::new(),
+                    required_workers: 0,
                 },
             ),
             get_status: Script::Silent,
@@ -412,6 +414,7 @@ recorded!(
     ResourceManagerMessage,
     CheckAndAllocateContainers,
     RemoveResource,
+    DeclareResourceRequirements,
     NewLeaderAvailable,
     TriggerRegistrationAtJobManager,
     RegisterResourceManagerSuccessful,

@@ -249,6 +249,43 @@ async fn the_pool_grows_with_demand_and_shrinks_back_when_idle() {
     cluster.shutdown().await.unwrap();
 }
 
+/// Issue 12 (declarative resources): the JobManager used to grow the pool by overriding the
+/// designated size and later set it back to what it had been, silently undoing a
+/// `flint pool-size` given meanwhile. Now jobs declare demand and the operator's size stands.
+#[actix::test]
+async fn an_operators_resize_while_a_job_grew_the_pool_is_never_undone() {
+    let mut config = config(1, 2);
+    config.resourcemanager.taskmanager_timeout = Duration::from_millis(200);
+    let cluster = MiniCluster::start(config).unwrap();
+    cluster.wait_for_pool(1, DEADLINE).await.unwrap();
+    let job = cluster
+        .submit_job(sleepy(6, 300, RestartStrategyConfig::None))
+        .await
+        .unwrap();
+    cluster.wait_for_pool(3, DEADLINE).await.unwrap();
+    cluster.set_pool_size(2).await.unwrap();
+    let status = cluster.status().await.unwrap();
+    assert_eq!(
+        (
+            status.designated_pool_size,
+            status.demand,
+            status.target_pool_size
+        ),
+        (2, 3, 3),
+        "the jobs hold 3; the operator asked for 2"
+    );
+    let details = cluster.wait_for_job(job, DEADLINE).await.unwrap();
+    assert_eq!(details.summary.status, JobStatus::Finished);
+    cluster.wait_for_pool(2, DEADLINE).await.unwrap();
+    let status = cluster.status().await.unwrap();
+    assert_eq!(
+        (status.designated_pool_size, status.demand),
+        (2, 0),
+        "the operator's resize stands"
+    );
+    cluster.shutdown().await.unwrap();
+}
+
 #[actix::test]
 async fn a_region_wider_than_the_pool_may_ever_reach_is_refused_before_running() {
     let mut config = config(1, 2);

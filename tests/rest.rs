@@ -123,7 +123,15 @@ fn overview_task_managers_and_pool_size_answer_the_documented_shapes() {
         .expect_error(404, "no TaskManager tm-9");
 
     let pool: PoolSize = cluster.get("/cluster/pool-size").expect(200).decode();
-    assert_eq!(pool, PoolSize { size: 2, max: 5 });
+    assert_eq!(
+        pool,
+        PoolSize {
+            size: 2,
+            demand: 0,
+            target: 2,
+            max: 5
+        }
+    );
 }
 
 #[test]
@@ -311,7 +319,15 @@ fn the_pool_size_is_set_by_put_and_refused_sizes_change_nothing() {
     put(r#"{"size": "#).expect_error(400, "malformed JSON");
     put(r#"{"pool": 2}"#).expect_error(400, r#"{"size": N}"#);
     let pool: PoolSize = cluster.get("/cluster/pool-size").decode();
-    assert_eq!(pool, PoolSize { size: 3, max: 5 });
+    assert_eq!(
+        pool,
+        PoolSize {
+            size: 3,
+            demand: 0,
+            target: 3,
+            max: 5
+        }
+    );
     let o = overview(&cluster);
     assert_eq!(
         (o.pool.designated, o.pool.started, o.taskmanagers),

@@ -48,6 +48,10 @@ pub const NAME: &str = "jobmanager";
 /// Ended jobs kept for the status API; older ones are forgotten.
 const ENDED_JOBS_KEPT: usize = 1000;
 
+/// How many workers the resource manager was allowed to let go are remembered, to refuse them
+/// if they register after all (their process is being stopped).
+const RELEASED_MEMORY: usize = 4096;
+
 /// What a JobManager is started with.
 #[derive(Debug, Clone)]
 pub struct JobManagerSettings {
@@ -94,6 +98,9 @@ pub struct JobManager {
     /// How long messages take here (for `/metrics`).
     mailbox: MailboxStats,
     pool: jobs::PoolView,
+    /// Workers let go for the resource manager, oldest first (bounded): refused if they
+    /// register after all.
+    released: std::collections::VecDeque<ResourceId>,
 }
 
 /// The resource manager registered here, watched by heartbeat like a TaskManager.
@@ -130,6 +137,7 @@ impl JobManager {
             serve_pending: false,
             mailbox: MailboxStats::default(),
             pool: jobs::PoolView::default(),
+            released: std::collections::VecDeque::new(),
         }
     }
 
@@ -181,6 +189,12 @@ impl JobManager {
                 resource_id,
                 location: msg.location.resource_id,
             });
+        }
+        if self.released.contains(&resource_id) {
+            log::warn!(
+                "job manager: refused TaskManager {resource_id}: the resource manager released it"
+            );
+            return Self::refuse(RefusalReason::Released { resource_id });
         }
         if let Some(existing) = self.instances.get(&resource_id) {
             if existing.info.location.address == msg.location.address
@@ -500,6 +514,22 @@ impl Handler<RegisterResourceManager> for JobManager {
     fn handle(&mut self, msg: RegisterResourceManager, _: &mut Context<Self>) -> Self::Result {
         let _timed = self.mailbox.time("RegisterResourceManager");
         log::debug!("job manager <- {msg:?}");
+        if msg.leader_session_id != self.leader_session_id {
+            // It looks for another leader (or this one's successor): the answer names our
+            // session, which it will not accept.
+            log::warn!(
+                "job manager: resource manager {} registers for leader session {}, not {}; not connecting it",
+                msg.resource_manager,
+                msg.leader_session_id,
+                self.leader_session_id
+            );
+            return MessageResult(RegisterResourceManagerSuccessful {
+                leader_session_id: self.leader_session_id,
+                job_manager: self.address.clone(),
+                registered: Vec::new(),
+                required_workers: 0,
+            });
+        }
         match self.env.resolver.resource_manager(&msg.resource_manager) {
             Some(gateway) => {
                 log::info!(
@@ -511,7 +541,6 @@ impl Handler<RegisterResourceManager> for JobManager {
                     gateway,
                     last_heard: Instant::now(),
                 });
-                self.pool.designated = msg.designated_pool_size;
                 self.pool.max = msg.max_pool_size;
             }
             None => log::error!(
@@ -523,6 +552,7 @@ impl Handler<RegisterResourceManager> for JobManager {
             leader_session_id: self.leader_session_id,
             job_manager: self.address.clone(),
             registered: self.instances.resource_ids(),
+            required_workers: self.pool.declared,
         })
     }
 }
@@ -533,6 +563,14 @@ impl Handler<ResourceRemoved> for JobManager {
     fn handle(&mut self, msg: ResourceRemoved, ctx: &mut Context<Self>) {
         let _timed = self.mailbox.time("ResourceRemoved");
         log::debug!("job manager <- {msg:?}");
+        if msg.leader_session_id != self.leader_session_id {
+            log::warn!(
+                "job manager: ignoring ResourceRemoved for {} meant for leader session {}",
+                msg.resource_id,
+                msg.leader_session_id
+            );
+            return;
+        }
         if !self.unregister(&msg.resource_id, msg.reason, ctx) {
             log::debug!(
                 "job manager: ResourceRemoved for {}, which is not registered",
@@ -575,11 +613,34 @@ impl Handler<ReleaseIdleTaskManagers> for JobManager {
     fn handle(&mut self, msg: ReleaseIdleTaskManagers, ctx: &mut Context<Self>) -> Self::Result {
         let _timed = self.mailbox.time("ReleaseIdleTaskManagers");
         log::debug!("job manager <- {msg:?}");
-        let released = self
+        let count = msg.count as usize;
+        // Pending workers first: unknown here, they may go (and are refused if they register
+        // after all); registered here already, only if idle.
+        let mut released: Vec<ResourceId> = Vec::new();
+        for resource_id in msg.pending {
+            if released.len() == count {
+                break;
+            }
+            let may_go = match self.instances.get(&resource_id) {
+                None => true,
+                Some(instance) => instance.is_idle() && !self.is_busy(&resource_id),
+            };
+            if may_go && !released.contains(&resource_id) {
+                released.push(resource_id);
+            }
+        }
+        let more = self
             .instances
-            .idle_newest_first(msg.count as usize, |id| self.is_busy(id));
+            .idle_newest_first(count - released.len(), |id| {
+                self.is_busy(id) || released.contains(id)
+            });
+        released.extend(more);
         for resource_id in &released {
             self.unregister(resource_id, RemovalReason::Idle, ctx);
+            if self.released.len() == RELEASED_MEMORY {
+                self.released.pop_front();
+            }
+            self.released.push_back(resource_id.clone());
         }
         if released.len() < msg.count as usize {
             log::info!(
@@ -604,11 +665,11 @@ impl Handler<ResourceManagerHeartbeat> for JobManager {
         match self.resource_manager.as_mut() {
             Some(rm) if rm.address == msg.resource_manager => {
                 rm.last_heard = Instant::now();
-                self.pool.designated = msg.designated_pool_size;
                 self.pool.max = msg.max_pool_size;
                 MessageResult(ResourceManagerHeartbeatResponse::Acknowledged {
                     leader_session_id: self.leader_session_id,
                     registered: self.instances.resource_ids(),
+                    required_workers: self.pool.declared,
                 })
             }
             _ => MessageResult(ResourceManagerHeartbeatResponse::UnknownResourceManager),

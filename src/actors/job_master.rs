@@ -656,7 +656,10 @@ impl JobMaster {
                         "job {}: result partition {partition} of {producer:?} was not found; its region runs again",
                         self.job_id
                     );
-                    failed.push((producer, format!("its result partition {partition} was lost")));
+                    failed.push((
+                        producer,
+                        format!("its result partition {partition} was lost"),
+                    ));
                 }
                 self.failover(failed, cx, &mut actions);
             }

@@ -94,8 +94,10 @@ pub struct FlinkResourceManager {
     /// is still pending under the same generation (it may have registered and been demoted).
     registration_deadlines: BTreeMap<ResourceId, u64>,
     deadline_generation: u64,
-    /// Recently released workers, oldest first.
-    released: VecDeque<ResourceId>,
+    /// Recently released workers, oldest first, each with the count of releases up to it.
+    released: VecDeque<(ResourceId, u64)>,
+    /// Workers released so far.
+    releases: u64,
     stopping: bool,
 }
 
@@ -111,7 +113,7 @@ impl FlinkResourceManager {
         let pool = &settings.pool;
         Self {
             address: env.address_of(NAME),
-            pool: WorkerPool::new(pool.pool_size),
+            pool: WorkerPool::new(pool.pool_size, pool.max_pool_size),
             registration_backoff: ExponentialBackoff::new(
                 pool.registration.initial_backoff,
                 pool.registration.max_backoff,
@@ -136,6 +138,7 @@ impl FlinkResourceManager {
             registration_deadlines: BTreeMap::new(),
             deadline_generation: 0,
             released: VecDeque::new(),
+            releases: 0,
             stopping: false,
         }
     }
@@ -159,21 +162,23 @@ impl FlinkResourceManager {
         }
     }
 
-    /// `check_workers_pool`: cancel pending workers the pool no longer needs, start the missing
-    /// ones, and ask the JobManager for idle workers to release while the pool is too large.
+    /// `check_workers_pool`: start the missing workers, and while the pool is too large ask the
+    /// JobManager which workers may go (pending ones first).
     fn check_workers_pool(&mut self, ctx: &mut Context<Self>) {
         if self.stopping {
             return;
         }
-        self.cancel_surplus_pending();
         self.start_missing_workers(ctx);
-        self.release_idle_surplus(ctx);
+        self.release_surplus(ctx);
     }
 
-    fn cancel_surplus_pending(&mut self) {
-        for resource_id in self.pool.surplus_pending() {
-            self.release(resource_id, RemovalReason::NoLongerNeeded);
-        }
+    /// Whether `resource_id` was released after the `since`-th release.
+    fn released_after(&self, resource_id: &ResourceId, since: u64) -> bool {
+        self.released
+            .iter()
+            .rev()
+            .take_while(|(_, n)| *n > since)
+            .any(|(id, _)| id == resource_id)
     }
 
     fn start_missing_workers(&mut self, ctx: &mut Context<Self>) {
@@ -184,7 +189,7 @@ impl FlinkResourceManager {
         if !self.driver.can_start_workers() {
             log::debug!(
                 "resource manager: {missing} workers short of {}; the {} driver waits for TaskManagers to register",
-                self.pool.designated(),
+                self.pool.target(),
                 self.driver.name()
             );
             return;
@@ -226,17 +231,26 @@ impl FlinkResourceManager {
         }
     }
 
-    fn release_idle_surplus(&mut self, ctx: &mut Context<Self>) {
-        let surplus = self.pool.started_surplus();
+    /// The pool is larger than its target: the JobManager names the workers that may go. No
+    /// worker is killed on our own, not even a pending one: it may have registered there and
+    /// been given tasks before its report reached us (issue 12).
+    fn release_surplus(&mut self, ctx: &mut Context<Self>) {
+        let surplus = self.pool.surplus();
         if surplus == 0 || self.release_in_flight.is_some() || !self.driver.can_start_workers() {
             return;
         }
         let Some((gateway, session)) = self.connected_leader() else {
+            log::debug!(
+                "resource manager: {surplus} workers over the target; waiting for a JobManager to say which may go"
+            );
             return;
         };
         let request = gateway
             .release_idle_task_managers
-            .send(ReleaseIdleTaskManagers { count: surplus })
+            .send(ReleaseIdleTaskManagers {
+                count: surplus,
+                pending: self.pool.releasing_newest_first(),
+            })
             .timeout(self.settings.ask_timeout);
         self.release_generation += 1;
         let generation = self.release_generation;
@@ -270,7 +284,11 @@ impl FlinkResourceManager {
             return;
         }
         for resource_id in released.released {
-            self.release(resource_id, RemovalReason::Idle);
+            let reason = match self.pool.state(&resource_id) {
+                Some(WorkerState::Started) => RemovalReason::Idle,
+                _ => RemovalReason::NoLongerNeeded,
+            };
+            self.release(resource_id, reason);
         }
     }
 
@@ -287,7 +305,9 @@ impl FlinkResourceManager {
         if self.released.len() == RELEASED_MEMORY {
             self.released.pop_front();
         }
-        self.released.push_back(resource_id.clone());
+        self.releases += 1;
+        self.released
+            .push_back((resource_id.clone(), self.releases));
         self.env.events.emit(ClusterEvent::WorkerReleased {
             resource_id,
             reason,
@@ -296,8 +316,9 @@ impl FlinkResourceManager {
 
     /// Tells the JobManager a worker is gone (a no-op there if it knows it gone already).
     fn report_removed(&self, resource_id: &ResourceId, reason: RemovalReason) {
-        if let Some((gateway, _)) = self.connected_leader() {
+        if let Some((gateway, session)) = self.connected_leader() {
             gateway.resource_removed.do_send(ResourceRemoved {
+                leader_session_id: session,
                 resource_id: resource_id.clone(),
                 reason,
             });
@@ -365,7 +386,11 @@ impl FlinkResourceManager {
         self.registration_deadlines.remove(&resource_id);
         if !matches!(
             self.pool.state(&resource_id),
-            Some(WorkerState::PendingRequest | WorkerState::PendingRegistration)
+            Some(
+                WorkerState::PendingRequest
+                    | WorkerState::PendingRegistration
+                    | WorkerState::Releasing,
+            )
         ) {
             return;
         }
@@ -406,7 +431,7 @@ impl FlinkResourceManager {
                 log::debug!("resource manager: {resource_id} counts as started already");
                 false
             }
-            RegistrationOutcome::Ignored if self.released.contains(resource_id) => {
+            RegistrationOutcome::Ignored if self.released_after(resource_id, 0) => {
                 log::info!(
                     "resource manager: released worker {resource_id} registered again before it stopped; asking the JobManager to drop it"
                 );
@@ -423,12 +448,30 @@ impl FlinkResourceManager {
         }
     }
 
+    /// The JobManager's jobs need `workers`: the target follows, the designated size stays.
+    fn demand_declared(&mut self, workers: u32, ctx: &mut Context<Self>) {
+        let target = self.pool.target();
+        if self.pool.set_demand(workers) == workers {
+            return;
+        }
+        log::info!(
+            "resource manager: the jobs need {workers} workers; pool target {target} -> {} (designated {}, at most {})",
+            self.pool.target(),
+            self.pool.designated(),
+            self.settings.pool.max_pool_size
+        );
+        self.check_workers_pool(ctx);
+    }
+
     fn status(&self) -> ResourceManagerStatus {
         ResourceManagerStatus {
             designated_pool_size: self.pool.designated(),
+            demand: self.pool.demand(),
+            target_pool_size: self.pool.target(),
             started: self.pool.started().map(|(id, _)| id.clone()).collect(),
             pending_requests: self.pool.pending_requests(),
             pending_registration: self.pool.pending_registration(),
+            releasing: self.pool.releasing(),
             start_failures: self.start_failures,
             consecutive_start_failures: self.consecutive_start_failures,
             connected_to_job_manager: self.leader.as_ref().is_some_and(|l| l.connected),
@@ -454,8 +497,9 @@ impl Actor for FlinkResourceManager {
             act.heartbeat_job_manager(ctx);
         });
         log::info!(
-            "resource manager started: designated pool size {}, {} driver",
+            "resource manager started: designated pool size {}, at most {}, {} driver",
             self.pool.designated(),
+            self.settings.pool.max_pool_size,
             self.driver.name()
         );
     }
@@ -505,6 +549,23 @@ impl Handler<SetWorkerPoolSize> for FlinkResourceManager {
     }
 }
 
+impl Handler<DeclareResourceRequirements> for FlinkResourceManager {
+    type Result = ();
+
+    fn handle(&mut self, msg: DeclareResourceRequirements, ctx: &mut Context<Self>) {
+        log::debug!("resource manager <- {msg:?}");
+        if !is_current_leader(
+            self.leader_session(),
+            msg.leader_session_id,
+            NAME,
+            "DeclareResourceRequirements",
+        ) {
+            return;
+        }
+        self.demand_declared(msg.workers, ctx);
+    }
+}
+
 impl Handler<RemoveResource> for FlinkResourceManager {
     type Result = ();
 
@@ -536,7 +597,7 @@ impl Handler<NotifyResourceStarted> for FlinkResourceManager {
         ) && self.accept_registered(&msg.resource_id, self.driver.adopts_unknown_workers())
         {
             // An adopted worker may make the pool too large.
-            self.release_idle_surplus(ctx);
+            self.release_surplus(ctx);
         }
         MessageResult(Acknowledge)
     }
@@ -569,7 +630,11 @@ impl Handler<WorkerFailed> for FlinkResourceManager {
     fn handle(&mut self, msg: WorkerFailed, ctx: &mut Context<Self>) {
         log::debug!("resource manager <- {msg:?}");
         match self.pool.state(&msg.resource_id) {
-            Some(WorkerState::PendingRequest | WorkerState::PendingRegistration) => {
+            Some(
+                WorkerState::PendingRequest
+                | WorkerState::PendingRegistration
+                | WorkerState::Releasing,
+            ) => {
                 self.pool.remove(&msg.resource_id);
                 self.registration_deadlines.remove(&msg.resource_id);
                 self.record_start_failure(msg.resource_id, &msg.reason, ctx);

@@ -655,10 +655,10 @@ impl Scheduler {
         Some((allocation_id, &self.shared.get(&allocation_id)?.resource_id))
     }
 
-    /// Slots the queued bulks need beyond what is free (each bulk counted as if no shared slot
-    /// of its groups were open). A running total: O(1).
-    pub fn queued_slot_demand(&self) -> u64 {
-        self.queued_need.saturating_sub(self.free_slots)
+    /// Slots the jobs want at once: those their tasks hold plus those the queued bulks need
+    /// (each bulk counted as if no shared slot of its groups were open). Running totals: O(1).
+    pub fn slots_wanted(&self) -> u64 {
+        (self.total_slots - self.free_slots) + self.queued_need
     }
 
     /// Tasks in queued bulks.

@@ -1,12 +1,22 @@
 //! The resource manager's pool arithmetic, without actors: which workers exist in which state,
-//! and how many are missing or surplus. The resource manager turns these answers into driver
-//! calls and messages.
+//! how large the pool should be, and how many workers are missing or surplus. The resource
+//! manager turns these answers into driver calls and messages.
+//!
+//! The size is declarative (FLIP-138's shape): the operator sets the *designated* size, the
+//! JobManager declares the workers its jobs *demand*, and the pool is kept at
+//! `target = clamp(max(designated, demand), 0, max-pool-size)`. Neither overrides the other: an
+//! operator's resize made while jobs grew the pool still stands when their demand falls.
 //!
 //! A worker moves `pending request` (asked of the driver) → `pending registration` (the driver
 //! started it) → `started` (it registered at the JobManager). It may skip states: a TaskManager
-//! can register before its driver's start report arrives.
+//! can register before its driver's start report arrives. When the target falls below what the
+//! pool counts, surplus pending workers (the least advanced, newest first) move to `releasing`:
+//! no longer counted, not yet stopped, because one may have registered at the JobManager (and
+//! been given tasks) before its report reached the resource manager. The JobManager decides
+//! which may go; one that registers meanwhile counts as started again, and if the target rises
+//! again they are counted again before any new worker is asked for.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use crate::messages::ids::ResourceId;
 
@@ -19,6 +29,8 @@ pub enum WorkerState {
     PendingRegistration,
     /// Registered at the JobManager.
     Started,
+    /// A pending worker beyond the target, waiting for the JobManager to let it go.
+    Releasing,
 }
 
 /// A started worker.
@@ -27,6 +39,8 @@ pub struct Worker {
     /// Whether this resource manager's driver started it (`false`: it registered on its own and
     /// the driver adopted it, as in standalone mode).
     pub started_by_driver: bool,
+    /// The pool's epoch when it was counted as started (see [`WorkerPool::next_epoch`]).
+    pub counted_at: u64,
 }
 
 /// What a registration report meant for the pool.
@@ -42,32 +56,103 @@ pub enum RegistrationOutcome {
     Ignored,
 }
 
-/// The pool: designated size and every worker by state.
+/// The pool: its sizes and every worker by state.
 #[derive(Debug, Clone, Default)]
 pub struct WorkerPool {
     designated: u32,
+    demand: u32,
+    max: u32,
     started: BTreeMap<ResourceId, Worker>,
-    pending_requests: BTreeSet<ResourceId>,
-    pending_registration: BTreeSet<ResourceId>,
+    /// Pending workers with the order they were asked for (newest = highest): resource ids
+    /// compare as strings, where `tm-10` sorts before `tm-9`.
+    pending_requests: BTreeMap<ResourceId, u64>,
+    pending_registration: BTreeMap<ResourceId, u64>,
+    /// Surplus pending workers: the order they were asked for, and the state they left.
+    releasing: BTreeMap<ResourceId, (u64, WorkerState)>,
+    requests: u64,
+    epoch: u64,
 }
 
 impl WorkerPool {
-    /// An empty pool of designated size `designated`.
-    pub fn new(designated: u32) -> Self {
+    /// An empty pool of designated size `designated`, never above `max`.
+    pub fn new(designated: u32, max: u32) -> Self {
         Self {
             designated,
+            max,
             ..Self::default()
         }
     }
 
-    /// The designated size.
+    /// The size the operator set.
     pub fn designated(&self) -> u32 {
         self.designated
     }
 
     /// Sets the designated size and returns the previous one.
     pub fn set_designated(&mut self, size: u32) -> u32 {
-        std::mem::replace(&mut self.designated, size)
+        let from = std::mem::replace(&mut self.designated, size);
+        self.rebalance();
+        from
+    }
+
+    /// The workers the JobManager's jobs declared they need.
+    pub fn demand(&self) -> u32 {
+        self.demand
+    }
+
+    /// Sets the declared demand and returns the previous one.
+    pub fn set_demand(&mut self, workers: u32) -> u32 {
+        let from = std::mem::replace(&mut self.demand, workers);
+        self.rebalance();
+        from
+    }
+
+    /// Keeps `started + pending <= max(target, started)`: surplus pending workers move to
+    /// releasing (newest first), and releasing ones are counted again while the pool is short
+    /// (oldest first), before any new worker would be asked for.
+    fn rebalance(&mut self) {
+        let mut surplus = self.total().saturating_sub(self.target());
+        while surplus > 0 {
+            let newest = |pending: &BTreeMap<ResourceId, u64>| {
+                pending
+                    .iter()
+                    .max_by_key(|(_, order)| **order)
+                    .map(|(id, order)| (id.clone(), *order))
+            };
+            let (id, order, state) = if let Some((id, order)) = newest(&self.pending_requests) {
+                self.pending_requests.remove(&id);
+                (id, order, WorkerState::PendingRequest)
+            } else if let Some((id, order)) = newest(&self.pending_registration) {
+                self.pending_registration.remove(&id);
+                (id, order, WorkerState::PendingRegistration)
+            } else {
+                return; // only started workers are over: the JobManager picks idle ones
+            };
+            self.releasing.insert(id, (order, state));
+            surplus -= 1;
+        }
+        let mut missing = self.missing();
+        while missing > 0 {
+            let Some((id, (order, state))) = self
+                .releasing
+                .iter()
+                .min_by_key(|(_, (order, _))| *order)
+                .map(|(id, entry)| (id.clone(), *entry))
+            else {
+                return;
+            };
+            self.releasing.remove(&id);
+            match state {
+                WorkerState::PendingRequest => self.pending_requests.insert(id, order),
+                _ => self.pending_registration.insert(id, order),
+            };
+            missing -= 1;
+        }
+    }
+
+    /// The size the pool is kept at: `clamp(max(designated, demand), 0, max)`.
+    pub fn target(&self) -> u32 {
+        self.designated.max(self.demand).min(self.max)
     }
 
     /// Registered workers.
@@ -90,24 +175,36 @@ impl WorkerPool {
         count(self.pending_registration.len())
     }
 
-    /// Every worker the pool counts, in any state.
+    /// How many surplus pending workers wait for the JobManager to let them go.
+    pub fn releasing(&self) -> u32 {
+        count(self.releasing.len())
+    }
+
+    /// Every worker the pool counts (releasing ones are not counted).
     pub fn total(&self) -> u32 {
         self.started_count() + self.pending_requests() + self.pending_registration()
     }
 
-    /// `designated - (started + pending requests + pending registration)`, or 0.
+    /// `target - (started + pending requests + pending registration)`, or 0.
     pub fn missing(&self) -> u32 {
-        self.designated.saturating_sub(self.total())
+        self.target().saturating_sub(self.total())
+    }
+
+    /// How many workers to let go: the releasing ones and the started ones over the target.
+    pub fn surplus(&self) -> u32 {
+        self.releasing() + self.total().saturating_sub(self.target())
     }
 
     /// Where `resource_id` stands, if the pool counts it.
     pub fn state(&self, resource_id: &ResourceId) -> Option<WorkerState> {
         if self.started.contains_key(resource_id) {
             Some(WorkerState::Started)
-        } else if self.pending_registration.contains(resource_id) {
+        } else if self.pending_registration.contains_key(resource_id) {
             Some(WorkerState::PendingRegistration)
-        } else if self.pending_requests.contains(resource_id) {
+        } else if self.pending_requests.contains_key(resource_id) {
             Some(WorkerState::PendingRequest)
+        } else if self.releasing.contains_key(resource_id) {
+            Some(WorkerState::Releasing)
         } else {
             None
         }
@@ -115,17 +212,25 @@ impl WorkerPool {
 
     /// A worker was asked of the driver.
     pub fn requested(&mut self, resource_id: ResourceId) {
-        self.pending_requests.insert(resource_id);
+        self.requests += 1;
+        self.pending_requests.insert(resource_id, self.requests);
     }
 
     /// The driver started `resource_id`. True if it moved to pending registration; false if the
     /// pool did not expect it (unknown, cancelled, or already registered).
     pub fn driver_started(&mut self, resource_id: &ResourceId) -> bool {
-        if self.pending_requests.remove(resource_id) {
-            self.pending_registration.insert(resource_id.clone());
-            true
-        } else {
-            false
+        if let Some((_, state)) = self.releasing.get_mut(resource_id)
+            && *state == WorkerState::PendingRequest
+        {
+            *state = WorkerState::PendingRegistration;
+            return true;
+        }
+        match self.pending_requests.remove(resource_id) {
+            Some(order) => {
+                self.pending_registration.insert(resource_id.clone(), order);
+                true
+            }
+            None => false,
         }
     }
 
@@ -135,24 +240,30 @@ impl WorkerPool {
             Some(WorkerState::Started) => return RegistrationOutcome::AlreadyStarted,
             Some(state) => state,
             None if adopt => {
-                self.started.insert(
-                    resource_id.clone(),
-                    Worker {
-                        started_by_driver: false,
-                    },
-                );
+                let worker = Worker {
+                    started_by_driver: false,
+                    counted_at: self.epoch,
+                };
+                self.started.insert(resource_id.clone(), worker);
+                self.rebalance();
                 return RegistrationOutcome::Adopted;
             }
             None => return RegistrationOutcome::Ignored,
         };
         self.pending_requests.remove(resource_id);
         self.pending_registration.remove(resource_id);
-        self.started.insert(
-            resource_id.clone(),
-            Worker {
-                started_by_driver: true,
-            },
-        );
+        // A releasing worker that registered is counted again: the JobManager may have given
+        // it tasks, and it picks idle workers to let go.
+        let from = match self.releasing.remove(resource_id) {
+            Some((_, state)) => state,
+            None => from,
+        };
+        let worker = Worker {
+            started_by_driver: true,
+            counted_at: self.epoch,
+        };
+        self.started.insert(resource_id.clone(), worker);
+        self.rebalance();
         RegistrationOutcome::Promoted(from)
     }
 
@@ -169,15 +280,22 @@ impl WorkerPool {
             WorkerState::PendingRequest => {
                 self.pending_requests.remove(resource_id);
             }
+            WorkerState::Releasing => {
+                self.releasing.remove(resource_id);
+            }
         }
+        self.rebalance();
         Some(state)
     }
 
     /// A started worker the JobManager no longer has goes back to waiting for its registration
-    /// (after a leader change). False if it was not started.
+    /// (after a leader change, or missing from a heartbeat answer). False if it was not started.
     pub fn demote(&mut self, resource_id: &ResourceId) -> bool {
         if self.started.remove(resource_id).is_some() {
-            self.pending_registration.insert(resource_id.clone());
+            self.requests += 1;
+            self.pending_registration
+                .insert(resource_id.clone(), self.requests);
+            self.rebalance();
             true
         } else {
             false
@@ -189,23 +307,33 @@ impl WorkerPool {
         self.state(resource_id).is_some()
     }
 
-    /// Pending workers to cancel so the pool fits its designated size: none are busy, so they go
-    /// first when the pool shrinks (the least advanced first: pending requests, then pending
-    /// registration).
-    pub fn surplus_pending(&self) -> Vec<ResourceId> {
-        let surplus = self.total().saturating_sub(self.designated) as usize;
-        self.pending_requests
+    /// The releasing workers, the least advanced and newest first (by the order they were
+    /// asked for): the first to let go. Any may have registered at the JobManager already
+    /// (before its report reached us), so the JobManager decides which may go.
+    pub fn releasing_newest_first(&self) -> Vec<ResourceId> {
+        let mut ids: Vec<(bool, u64, &ResourceId)> = self
+            .releasing
             .iter()
-            .rev()
-            .chain(self.pending_registration.iter().rev())
-            .take(surplus)
-            .cloned()
-            .collect()
+            .map(|(id, (order, state))| (*state == WorkerState::PendingRequest, *order, id))
+            .collect();
+        ids.sort_unstable_by(|a, b| (b.0, b.1).cmp(&(a.0, a.1)));
+        ids.into_iter().map(|(_, _, id)| id.clone()).collect()
     }
 
-    /// Registered workers beyond the designated size (to be released when idle).
-    pub fn started_surplus(&self) -> u32 {
-        self.started_count().saturating_sub(self.designated)
+    /// Starts a new epoch and returns it: a worker counted as started before it (see
+    /// [`Self::started_before`]) was registered at the JobManager before anything sent after
+    /// this call reached the JobManager.
+    pub fn next_epoch(&mut self) -> u64 {
+        self.epoch += 1;
+        self.epoch
+    }
+
+    /// Started workers counted before `epoch`.
+    pub fn started_before(&self, epoch: u64) -> impl Iterator<Item = &ResourceId> {
+        self.started
+            .iter()
+            .filter(move |(_, w)| w.counted_at < epoch)
+            .map(|(id, _)| id)
     }
 }
 
@@ -223,7 +351,7 @@ mod tests {
 
     #[test]
     fn missing_counts_every_state() {
-        let mut pool = WorkerPool::new(5);
+        let mut pool = WorkerPool::new(5, 10);
         assert_eq!(pool.missing(), 5);
         pool.requested(id(1));
         pool.requested(id(2));
@@ -246,7 +374,7 @@ mod tests {
 
     #[test]
     fn registration_before_start_report_is_promoted_and_the_late_report_ignored() {
-        let mut pool = WorkerPool::new(1);
+        let mut pool = WorkerPool::new(1, 10);
         pool.requested(id(1));
         assert_eq!(
             pool.registered(&id(1), false),
@@ -259,7 +387,7 @@ mod tests {
 
     #[test]
     fn duplicates_and_unknown_workers_never_change_counts_unless_adopted() {
-        let mut pool = WorkerPool::new(2);
+        let mut pool = WorkerPool::new(2, 10);
         pool.requested(id(1));
         pool.driver_started(&id(1));
         pool.registered(&id(1), false);
@@ -283,7 +411,7 @@ mod tests {
 
     #[test]
     fn demote_moves_a_started_worker_back_to_pending_registration() {
-        let mut pool = WorkerPool::new(1);
+        let mut pool = WorkerPool::new(1, 10);
         pool.requested(id(1));
         pool.registered(&id(1), false);
         assert!(pool.demote(&id(1)));
@@ -294,7 +422,7 @@ mod tests {
 
     #[test]
     fn remove_reports_the_state_left() {
-        let mut pool = WorkerPool::new(3);
+        let mut pool = WorkerPool::new(3, 10);
         pool.requested(id(1));
         pool.requested(id(2));
         pool.driver_started(&id(2));
@@ -308,8 +436,8 @@ mod tests {
     }
 
     #[test]
-    fn shrinking_cancels_pending_first_then_asks_for_idle_started() {
-        let mut pool = WorkerPool::new(4);
+    fn shrinking_offers_pending_workers_least_advanced_and_newest_first() {
+        let mut pool = WorkerPool::new(4, 10);
         for n in 1..=4 {
             pool.requested(id(n));
         }
@@ -320,12 +448,79 @@ mod tests {
         pool.driver_started(&id(3));
         // started: 1, 2; pending registration: 3; pending request: 4
         pool.set_designated(3);
-        assert_eq!(pool.surplus_pending(), vec![id(4)]);
-        pool.set_designated(1);
-        assert_eq!(pool.surplus_pending(), vec![id(4), id(3)]);
-        assert_eq!(pool.started_surplus(), 1);
+        assert_eq!(pool.releasing_newest_first(), vec![id(4)]);
+        assert_eq!(pool.surplus(), 1);
+        assert_eq!((pool.total(), pool.missing()), (3, 0), "4 no longer counts");
         pool.set_designated(0);
-        assert_eq!(pool.surplus_pending(), vec![id(4), id(3)]);
-        assert_eq!(pool.started_surplus(), 2);
+        assert_eq!(pool.releasing_newest_first(), vec![id(4), id(3)]);
+        assert_eq!(
+            pool.surplus(),
+            4,
+            "two releasing, two started over the target"
+        );
+        pool.set_designated(3);
+        assert_eq!(pool.releasing_newest_first(), vec![id(4)], "3 counts again");
+        assert_eq!(pool.state(&id(3)), Some(WorkerState::PendingRegistration));
+    }
+
+    /// Issue 12: a surplus pending worker may register at the JobManager before the shrink
+    /// reaches it; it then counts as started (the JobManager may have given it tasks).
+    #[test]
+    fn a_releasing_worker_that_registers_counts_as_started_again() {
+        let mut pool = WorkerPool::new(2, 10);
+        pool.requested(id(1));
+        pool.requested(id(2));
+        pool.set_designated(1);
+        assert_eq!(pool.state(&id(2)), Some(WorkerState::Releasing));
+        assert_eq!(
+            pool.registered(&id(2), false),
+            RegistrationOutcome::Promoted(WorkerState::PendingRequest)
+        );
+        assert_eq!(pool.state(&id(2)), Some(WorkerState::Started));
+        assert_eq!(
+            pool.state(&id(1)),
+            Some(WorkerState::Releasing),
+            "the other one is the surplus now"
+        );
+    }
+
+    /// Issue 12: "newest first" compared resource ids as strings, so `tm-10` counted as older
+    /// than `tm-9` and the wrong worker was let go.
+    #[test]
+    fn newest_first_follows_the_request_order_not_the_id_spelling() {
+        let mut pool = WorkerPool::new(11, 20);
+        for n in 1..=11 {
+            pool.requested(id(n));
+        }
+        pool.set_designated(8);
+        assert_eq!(pool.releasing_newest_first(), [id(11), id(10), id(9)]);
+    }
+
+    /// Issue 12 (declarative resources): the pool is kept at max(designated, demand), capped by
+    /// the maximum; the operator's size survives the demand rising and falling.
+    #[test]
+    fn the_target_is_the_larger_of_designated_and_demand_within_the_maximum() {
+        let mut pool = WorkerPool::new(2, 6);
+        assert_eq!(pool.target(), 2);
+        pool.set_demand(5);
+        assert_eq!(pool.target(), 5);
+        pool.set_designated(4); // the operator resizes while jobs grew the pool
+        assert_eq!(pool.target(), 5);
+        pool.set_demand(9);
+        assert_eq!(pool.target(), 6, "capped by the maximum");
+        pool.set_demand(0);
+        assert_eq!(pool.target(), 4, "the operator's resize stands");
+        assert_eq!(pool.designated(), 4);
+    }
+
+    #[test]
+    fn only_workers_counted_before_an_epoch_are_listed_as_started_before_it() {
+        let mut pool = WorkerPool::new(3, 10);
+        pool.requested(id(1));
+        pool.registered(&id(1), false);
+        let epoch = pool.next_epoch();
+        pool.requested(id(2));
+        pool.registered(&id(2), false);
+        assert_eq!(pool.started_before(epoch).collect::<Vec<_>>(), [&id(1)]);
     }
 }

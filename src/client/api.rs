@@ -143,8 +143,17 @@ mod tests {
             serde_json::from_str(r#"{"status": 404, "error": "Not Found", "message": "no job x"}"#)
                 .unwrap();
         assert_eq!(error.message, "no job x");
-        let pool: PoolSize = serde_json::from_str(r#"{"size": 5, "max": 10}"#).unwrap();
-        assert_eq!(pool, PoolSize { size: 5, max: 10 });
+        let pool: PoolSize =
+            serde_json::from_str(r#"{"size": 5, "demand": 7, "target": 7, "max": 10}"#).unwrap();
+        assert_eq!(
+            pool,
+            PoolSize {
+                size: 5,
+                demand: 7,
+                target: 7,
+                max: 10
+            }
+        );
     }
 
     #[test]

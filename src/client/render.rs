@@ -150,18 +150,23 @@ pub fn task_managers(list: &TaskManagerList) -> String {
     table.to_string()
 }
 
-/// `flint pool-size`: the designated size and how far the pool is from it.
+/// `flint pool-size`: the designated size, the jobs' demand, the size the pool is kept at, and
+/// how far the pool is from it.
 pub fn pool(size: &PoolSize, overview: &Overview) -> String {
     let pool = &overview.pool;
     let max = size.max;
     format!(
         "Designated pool size  {} (max {max})\n\
+         Jobs' demand          {}\n\
+         Target                {}\n\
          Started               {}\n\
          Pending requests      {}\n\
          Pending registration  {}\n\
          Start failures        {}\n\
          TaskManagers          {} registered, {} slots ({} free)\n",
         size.size,
+        size.demand,
+        size.target,
         pool.started,
         pool.pending_requests,
         pool.pending_registration,
@@ -266,6 +271,8 @@ mod tests {
         let text = pool(
             &PoolSize {
                 size: 3,
+                demand: 5,
+                target: 5,
                 max: 10_000,
             },
             &overview,
@@ -273,6 +280,8 @@ mod tests {
         assert_eq!(
             text,
             "Designated pool size  3 (max 10000)\n\
+             Jobs' demand          5\n\
+             Target                5\n\
              Started               2\n\
              Pending requests      1\n\
              Pending registration  0\n\

@@ -167,6 +167,11 @@ pub(crate) fn resource_manager_samples() -> Vec<ResourceManagerMessage> {
     vec![
         CheckAndAllocateContainers.into(),
         SetWorkerPoolSize { size: 7 }.into(),
+        DeclareResourceRequirements {
+            leader_session_id: session(),
+            workers: 9,
+        }
+        .into(),
         RemoveResource {
             leader_session_id: session(),
             resource_id: resource(3),
@@ -188,6 +193,7 @@ pub(crate) fn resource_manager_samples() -> Vec<ResourceManagerMessage> {
             leader_session_id: session(),
             job_manager: address("jobmanager"),
             registered: vec![resource(1), resource(2)],
+            required_workers: 3,
         }
         .into(),
         WorkerStarted {
@@ -214,16 +220,17 @@ fn resource_manager_variant(message: &ResourceManagerMessage) -> usize {
     match message {
         M::CheckAndAllocateContainers(_) => 0,
         M::SetWorkerPoolSize(_) => 1,
-        M::RemoveResource(_) => 2,
-        M::NotifyResourceStarted(_) => 3,
-        M::NewLeaderAvailable(_) => 4,
-        M::TriggerRegistrationAtJobManager(_) => 5,
-        M::RegisterResourceManagerSuccessful(_) => 6,
-        M::WorkerStarted(_) => 7,
-        M::WorkerFailed(_) => 8,
-        M::WorkerTerminated(_) => 9,
-        M::StopCluster(_) => 10,
-        M::GetResourceManagerStatus(_) => 11,
+        M::DeclareResourceRequirements(_) => 2,
+        M::RemoveResource(_) => 3,
+        M::NotifyResourceStarted(_) => 4,
+        M::NewLeaderAvailable(_) => 5,
+        M::TriggerRegistrationAtJobManager(_) => 6,
+        M::RegisterResourceManagerSuccessful(_) => 7,
+        M::WorkerStarted(_) => 8,
+        M::WorkerFailed(_) => 9,
+        M::WorkerTerminated(_) => 10,
+        M::StopCluster(_) => 11,
+        M::GetResourceManagerStatus(_) => 12,
     }
 }
 
@@ -239,12 +246,14 @@ pub(crate) fn job_manager_samples() -> Vec<JobManagerMessage> {
         }
         .into(),
         RegisterResourceManager {
+            leader_session_id: session(),
             resource_manager: address("resourcemanager"),
             designated_pool_size: 4,
             max_pool_size: 10,
         }
         .into(),
         ResourceRemoved {
+            leader_session_id: session(),
             resource_id: resource(2),
             reason: RemovalReason::Terminated,
         }
@@ -259,7 +268,11 @@ pub(crate) fn job_manager_samples() -> Vec<JobManagerMessage> {
             },
         }
         .into(),
-        ReleaseIdleTaskManagers { count: 2 }.into(),
+        ReleaseIdleTaskManagers {
+            count: 2,
+            pending: vec![resource(8)],
+        }
+        .into(),
         ResourceManagerHeartbeat {
             resource_manager: address("resourcemanager"),
             designated_pool_size: 4,
@@ -439,7 +452,7 @@ fn assert_covers<T>(samples: &[T], variant: fn(&T) -> usize, count: usize) {
 #[test]
 fn every_resource_manager_message_round_trips() {
     let samples = resource_manager_samples();
-    assert_covers(&samples, resource_manager_variant, 12);
+    assert_covers(&samples, resource_manager_variant, 13);
     samples.iter().for_each(round_trip);
 }
 
@@ -558,6 +571,7 @@ fn every_answer_round_trips() {
     round_trip(&ResourceManagerHeartbeatResponse::Acknowledged {
         leader_session_id: session(),
         registered: vec![resource(2)],
+        required_workers: 4,
     });
     round_trip(&ResourceManagerHeartbeatResponse::UnknownResourceManager);
     round_trip(&HeartbeatResponse::UnknownTaskManager);
@@ -567,9 +581,12 @@ fn every_answer_round_trips() {
     });
     round_trip(&ResourceManagerStatus {
         designated_pool_size: 4,
+        demand: 6,
+        target_pool_size: 6,
         started: vec![resource(1)],
         pending_requests: 2,
         pending_registration: 1,
+        releasing: 1,
         start_failures: 3,
         consecutive_start_failures: 1,
         connected_to_job_manager: true,
@@ -600,6 +617,7 @@ fn every_answer_round_trips() {
 fn garbage_and_truncation_are_errors_not_panics() {
     let bytes = encode(&JobManagerMessage::from(ReleaseIdleTaskManagers {
         count: 2,
+        pending: Vec::new(),
     }))
     .unwrap();
     assert!(matches!(

@@ -506,7 +506,8 @@ impl InputGate {
                             }
                         }
                         if failures >= RECONNECT_ATTEMPTS {
-                            let Some(partition) = asked.first().map(|&i| self.channels[i].partition)
+                            let Some(partition) =
+                                asked.first().map(|&i| self.channels[i].partition)
                             else {
                                 return Err(OperatorError::InputUnavailable(format!(
                                     "the data connection to TaskManager {address} broke"

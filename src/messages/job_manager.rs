@@ -146,6 +146,12 @@ pub enum RefusalReason {
         /// The location's resource id.
         location: ResourceId,
     },
+    /// The resource manager let this worker go: it must not join again.
+    #[error("TaskManager {resource_id} was released by the resource manager")]
+    Released {
+        /// The worker.
+        resource_id: ResourceId,
+    },
     /// The JobManager cannot reach the address the TaskManager gave.
     #[error("the JobManager cannot reach the TaskManager at {address}")]
     Unreachable {
@@ -159,6 +165,9 @@ pub enum RefusalReason {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Message)]
 #[rtype(result = "RegisterResourceManagerSuccessful")]
 pub struct RegisterResourceManager {
+    /// The leader session the RM retrieved for this JobManager: one that is no longer (or not
+    /// yet) that leader does not take the RM (fencing).
+    pub leader_session_id: LeaderSessionId,
     /// The RM's address, for the JobManager to send to.
     pub resource_manager: ActorAddress,
     /// The size the RM keeps the pool at.
@@ -171,6 +180,9 @@ pub struct RegisterResourceManager {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Message)]
 #[rtype(result = "()")]
 pub struct ResourceRemoved {
+    /// The leader session the RM is connected to (fencing: a report meant for another leader
+    /// is ignored).
+    pub leader_session_id: LeaderSessionId,
     /// The worker.
     pub resource_id: ResourceId,
     /// Why it is gone.
@@ -211,13 +223,19 @@ pub enum HeartbeatResponse {
     UnknownTaskManager,
 }
 
-/// The pool shrank: unregister up to `count` idle TaskManagers (no slot allocated) and name them,
-/// so the resource manager releases them. Busy TaskManagers are never chosen.
+/// The pool shrank: let go of up to `count` workers and name them, so the resource manager
+/// releases them. `pending` lists the workers the RM has not seen register yet, the ones to
+/// let go first: any may have registered here already (its report still on the way), so the
+/// JobManager decides — one unknown here may go (and is refused if it registers later), one
+/// registered here may go only if idle. Then idle registered ones, newest first. A busy worker
+/// (a slot allocated, or results a running job still needs) is never chosen.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Message)]
 #[rtype(result = "IdleTaskManagersReleased")]
 pub struct ReleaseIdleTaskManagers {
     /// How many the resource manager would like back.
     pub count: u32,
+    /// Its pending workers, in the order it would let them go.
+    pub pending: Vec<ResourceId>,
 }
 
 /// The TaskManagers the JobManager let go for `ReleaseIdleTaskManagers` (possibly fewer than
@@ -252,6 +270,8 @@ pub enum ResourceManagerHeartbeatResponse {
         leader_session_id: LeaderSessionId,
         /// Workers registered right now.
         registered: Vec<ResourceId>,
+        /// The workers its jobs need (see `DeclareResourceRequirements`).
+        required_workers: u32,
     },
     /// This resource manager is not the one connected (the JobManager restarted, or forgot it
     /// after a heartbeat timeout): it must register again.

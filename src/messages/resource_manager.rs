@@ -22,6 +22,8 @@ protocol! {
         check_and_allocate_containers: CheckAndAllocateContainers,
         /// Change the designated pool size.
         set_worker_pool_size: SetWorkerPoolSize,
+        /// The workers the JobManager's jobs need.
+        declare_resource_requirements: DeclareResourceRequirements,
         /// Release a worker the JobManager no longer has.
         remove_resource: RemoveResource,
         /// A TaskManager registered at the JobManager.
@@ -51,13 +53,31 @@ protocol! {
 #[rtype(result = "()")]
 pub struct CheckAndAllocateContainers;
 
-/// Set `designated_pool_size`, then check the pool. Shrinking never kills a busy worker: pending
-/// workers are cancelled first, then the JobManager releases idle ones.
+/// The operator sets `designated_pool_size` (REST, CLI, dashboard), then the pool is checked.
+/// The pool is kept at `max(designated, demand)` within `resourcemanager.max-pool-size`, so a
+/// resize never undoes the jobs' demand and their demand never undoes a resize. Shrinking never
+/// kills a busy worker: the JobManager picks which workers may go (pending ones first).
+/// Only the operator sends it: the JobManager declares demand with the fenced
+/// [`DeclareResourceRequirements`] instead.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Message)]
 #[rtype(result = "Result<Acknowledge, SetPoolSizeError>")]
 pub struct SetWorkerPoolSize {
     /// The new designated size.
     pub size: u32,
+}
+
+/// The JobManager's jobs need `workers` TaskManagers at once (the slots their running and
+/// waiting tasks take, in whole TaskManagers): FLIP-138's resource declaration. The resource
+/// manager keeps the pool at `max(designated, demand)`; a lower declaration lets idle workers
+/// go again. Declared again on every change and in every heartbeat answer, so a lost one costs
+/// an interval. Only the current leader may send it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Message)]
+#[rtype(result = "()")]
+pub struct DeclareResourceRequirements {
+    /// The sender's leader session (fencing).
+    pub leader_session_id: LeaderSessionId,
+    /// Workers needed.
+    pub workers: u32,
 }
 
 /// Why a pool size was not accepted.
@@ -119,6 +139,8 @@ pub struct RegisterResourceManagerSuccessful {
     pub job_manager: ActorAddress,
     /// Workers registered at the JobManager right now.
     pub registered: Vec<ResourceId>,
+    /// The workers its jobs need (see [`DeclareResourceRequirements`]).
+    pub required_workers: u32,
 }
 
 /// The driver has the worker running; it now waits for it to register (pending registration).
@@ -163,14 +185,21 @@ pub struct GetResourceManagerStatus;
 /// A snapshot of the resource manager.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ResourceManagerStatus {
-    /// The size the pool is kept at.
+    /// The size the operator set.
     pub designated_pool_size: u32,
+    /// The workers the JobManager's jobs declared they need.
+    pub demand: u32,
+    /// The size the pool is kept at: `max(designated, demand)` within the maximum.
+    pub target_pool_size: u32,
     /// Workers registered at the JobManager.
     pub started: Vec<ResourceId>,
     /// Workers asked of the driver and not started yet.
     pub pending_requests: u32,
     /// Workers started by the driver that have not registered yet.
     pub pending_registration: u32,
+    /// Pending workers beyond the target, waiting for the JobManager to let them go (not
+    /// counted in the pool).
+    pub releasing: u32,
     /// Every start failure since the RM started.
     pub start_failures: u64,
     /// Start failures since the last successful start (drives the backoff).

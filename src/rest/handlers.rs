@@ -163,6 +163,8 @@ pub async fn pool_size(state: web::Data<RestState>) -> Answer {
     let rm = resource_manager_status(&state).await?;
     ok(&views::PoolSize {
         size: rm.designated_pool_size,
+        demand: rm.demand,
+        target: rm.target_pool_size,
         max: state.max_pool_size,
     })
 }

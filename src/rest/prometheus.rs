@@ -30,6 +30,10 @@ pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; cha
 pub struct MetricsSnapshot {
     /// `flint_pool_designated`.
     pub pool_designated: u32,
+    /// `flint_pool_demand`.
+    pub pool_demand: u32,
+    /// `flint_pool_target`.
+    pub pool_target: u32,
     /// `flint_pool_started`.
     pub pool_started: u32,
     /// `flint_pool_pending_requests`.
@@ -84,6 +88,8 @@ impl MetricsSnapshot {
     ) -> Self {
         Self {
             pool_designated: rm.designated_pool_size,
+            pool_demand: rm.demand,
+            pool_target: rm.target_pool_size,
             pool_started: rm.started.len() as u32,
             pool_pending_requests: rm.pending_requests,
             pool_pending_registration: rm.pending_registration,
@@ -111,11 +117,21 @@ impl MetricsSnapshot {
     /// The exposition text.
     pub fn render(&self) -> String {
         let mut registry = Registry::default();
-        let gauges: [(&str, &str, u64); 9] = [
+        let gauges: [(&str, &str, u64); 11] = [
             (
                 "flint_pool_designated",
-                "TaskManagers the resource manager keeps the pool at.",
+                "TaskManagers the operator set the pool to.",
                 self.pool_designated.into(),
+            ),
+            (
+                "flint_pool_demand",
+                "TaskManagers the jobs declared they need.",
+                self.pool_demand.into(),
+            ),
+            (
+                "flint_pool_target",
+                "TaskManagers the pool is kept at: max(designated, demand) within the maximum.",
+                self.pool_target.into(),
             ),
             (
                 "flint_pool_started",
@@ -257,6 +273,8 @@ mod tests {
         jobs.insert(JobStatus::Finished, 1);
         MetricsSnapshot {
             pool_designated: 3,
+            pool_demand: 5,
+            pool_target: 5,
             pool_started: 2,
             pool_pending_requests: 1,
             pool_pending_registration: 0,
@@ -294,7 +312,7 @@ mod tests {
                 assert!(lines[i + 1].starts_with(name), "{}", lines[i + 1]);
             }
         }
-        assert_eq!(families, 19);
+        assert_eq!(families, 21);
         assert!(text.ends_with("# EOF\n"), "OpenMetrics ends with EOF");
     }
 
@@ -303,6 +321,8 @@ mod tests {
         let text = snapshot().render();
         for expected in [
             "flint_pool_designated 3",
+            "flint_pool_demand 5",
+            "flint_pool_target 5",
             "flint_pool_started 2",
             "flint_pool_pending_requests 1",
             "flint_pool_pending_registration 0",
@@ -340,9 +360,12 @@ mod tests {
         use crate::codec::tests::{job_manager_status, job_summary, resource};
         let rm = ResourceManagerStatus {
             designated_pool_size: 3,
+            demand: 7,
+            target_pool_size: 7,
             started: vec![resource(1), resource(2)],
             pending_requests: 1,
             pending_registration: 4,
+            releasing: 0,
             start_failures: 5,
             consecutive_start_failures: 0,
             connected_to_job_manager: true,
@@ -359,12 +382,14 @@ mod tests {
         assert_eq!(
             (
                 snapshot.pool_designated,
+                snapshot.pool_demand,
+                snapshot.pool_target,
                 snapshot.pool_started,
                 snapshot.pool_pending_requests,
                 snapshot.pool_pending_registration,
                 snapshot.worker_start_failures
             ),
-            (3, 2, 1, 4, 5)
+            (3, 7, 7, 2, 1, 4, 5)
         );
         assert_eq!(
             (

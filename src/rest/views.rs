@@ -58,8 +58,16 @@ pub struct Overview {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub struct PoolView {
-    /// The size the pool is kept at.
+    /// The size the operator set.
     pub designated: u32,
+    /// The TaskManagers the jobs declared they need.
+    /// (0 from an older server.)
+    #[serde(default)]
+    pub demand: u32,
+    /// The size the pool is kept at: `max(designated, demand)` within the maximum.
+    /// (0 from an older server.)
+    #[serde(default)]
+    pub target: u32,
     /// `resourcemanager.max-pool-size`.
     pub max: u32,
     /// Workers registered at the JobManager.
@@ -68,6 +76,10 @@ pub struct PoolView {
     pub pending_requests: u32,
     /// Workers started, not registered yet.
     pub pending_registration: u32,
+    /// Pending workers beyond the target, waiting for the JobManager to let them go.
+    /// (0 from an older server.)
+    #[serde(default)]
+    pub releasing: u32,
     /// Worker start failures since the resource manager started.
     pub start_failures: u64,
 }
@@ -252,11 +264,20 @@ pub struct JobCancelled {
     pub state: JobStatus,
 }
 
-/// `GET /cluster/pool-size`.
+/// `GET /cluster/pool-size`: the operator's size, the jobs' demand and the size the pool is
+/// kept at, separately (a resize sets `size`; demand never changes it).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PoolSize {
-    /// The designated pool size.
+    /// The designated pool size (what `PUT /cluster/pool-size` set).
     pub size: u32,
+    /// The TaskManagers the jobs declared they need.
+    /// (0 from an older server.)
+    #[serde(default)]
+    pub demand: u32,
+    /// The size the pool is kept at: `max(size, demand)` within `max`.
+    /// (0 from an older server.)
+    #[serde(default)]
+    pub target: u32,
     /// `resourcemanager.max-pool-size`.
     pub max: u32,
 }
@@ -297,10 +318,13 @@ pub fn overview(
         flink_version: env!("CARGO_PKG_VERSION").to_owned(),
         pool: PoolView {
             designated: rm.designated_pool_size,
+            demand: rm.demand,
+            target: rm.target_pool_size,
             max: max_pool_size,
             started: rm.started.len() as u32,
             pending_requests: rm.pending_requests,
             pending_registration: rm.pending_registration,
+            releasing: rm.releasing,
             start_failures: rm.start_failures,
         },
         taskmanagers: jm.task_managers.len() as u32,
@@ -453,9 +477,12 @@ mod tests {
     fn rm_status() -> ResourceManagerStatus {
         ResourceManagerStatus {
             designated_pool_size: 3,
+            demand: 5,
+            target_pool_size: 5,
             started: vec![resource(1)],
             pending_requests: 1,
             pending_registration: 1,
+            releasing: 0,
             start_failures: 4,
             consecutive_start_failures: 0,
             connected_to_job_manager: true,
@@ -476,10 +503,13 @@ mod tests {
             view.pool,
             PoolView {
                 designated: 3,
+                demand: 5,
+                target: 5,
                 max: 10,
                 started: 1,
                 pending_requests: 1,
                 pending_registration: 1,
+                releasing: 0,
                 start_failures: 4,
             }
         );

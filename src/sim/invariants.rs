@@ -33,15 +33,23 @@ impl JobManagerSnapshot {
 }
 
 /// The pool never holds more than it was asked for, beyond workers it is releasing: pending
-/// workers only ever fill a gap (started + pending ≤ max(designated, started)).
-pub fn pool_within_bounds(pool: &ResourceManagerStatus) -> Result<(), String> {
+/// workers only ever fill a gap (started + pending ≤ max(target, started)), and the target is
+/// max(designated, demand) within the maximum (demand never overrides the operator's size).
+pub fn pool_within_bounds(pool: &ResourceManagerStatus, max: u32) -> Result<(), String> {
     let started = pool.started.len() as u32;
     let pending = pool.pending_requests + pool.pending_registration;
-    let allowed = pool.designated_pool_size.saturating_sub(started);
+    let allowed = pool.target_pool_size.saturating_sub(started);
     if pending > allowed {
         return Err(format!(
-            "pool over its designated size: {started} started + {} requested + {} registering, designated {}",
-            pool.pending_requests, pool.pending_registration, pool.designated_pool_size
+            "pool over its target: {started} started + {} requested + {} registering, target {}",
+            pool.pending_requests, pool.pending_registration, pool.target_pool_size
+        ));
+    }
+    let target = pool.designated_pool_size.max(pool.demand).min(max);
+    if pool.target_pool_size != target {
+        return Err(format!(
+            "pool target {} is not max(designated {}, demand {}) within {max}",
+            pool.target_pool_size, pool.designated_pool_size, pool.demand
         ));
     }
     Ok(())

@@ -461,7 +461,8 @@ impl Run {
         let Some(snapshot) = self.snapshot().await else {
             return;
         };
-        if let Err(what) = invariants::pool_within_bounds(&snapshot.pool) {
+        let max = self.cluster.config.resourcemanager.max_pool_size;
+        if let Err(what) = invariants::pool_within_bounds(&snapshot.pool, max) {
             self.violation(what);
         }
         if let Err(what) = invariants::slots_consistent(&snapshot) {

@@ -401,6 +401,7 @@ mod tests {
                 leader_session_id: session(),
                 job_manager: address("jobmanager"),
                 registered: vec![resource(1)],
+                required_workers: 2,
             }
             .into_reply(),
             HeartbeatResponse::UnknownTaskManager.into_reply(),
@@ -412,6 +413,7 @@ mod tests {
             ResourceManagerHeartbeatResponse::Acknowledged {
                 leader_session_id: session(),
                 registered: vec![resource(2)],
+                required_workers: 2,
             }
             .into_reply(),
             job_manager_status().into_reply(),
@@ -431,9 +433,12 @@ mod tests {
             .into_reply(),
             ResourceManagerStatus {
                 designated_pool_size: 4,
+                demand: 0,
+                target_pool_size: 4,
                 started: vec![resource(1)],
                 pending_requests: 2,
                 pending_registration: 1,
+                releasing: 0,
                 start_failures: 3,
                 consecutive_start_failures: 1,
                 connected_to_job_manager: true,
@@ -511,6 +516,7 @@ mod tests {
         match message {
             M::CheckAndAllocateContainers(m) => answer_of(m),
             M::SetWorkerPoolSize(m) => answer_of(m),
+            M::DeclareResourceRequirements(m) => answer_of(m),
             M::RemoveResource(m) => answer_of(m),
             M::NotifyResourceStarted(m) => answer_of(m),
             M::NewLeaderAvailable(m) => answer_of(m),
@@ -594,7 +600,7 @@ mod tests {
         // The codec tests check these counts against their own exhaustive matches; here they
         // keep the envelope samples from silently dropping a message.
         assert_eq!(job_manager_samples().len(), 13);
-        assert_eq!(resource_manager_samples().len(), 12);
+        assert_eq!(resource_manager_samples().len(), 13);
         assert_eq!(task_manager_samples().len(), 7);
     }
 
@@ -654,7 +660,7 @@ mod tests {
     #[test]
     fn every_payload_kind_and_reply_round_trips() {
         let envelopes = envelope_samples();
-        assert_eq!(envelopes.len(), 2 * (13 + 12 + 7) + reply_samples().len());
+        assert_eq!(envelopes.len(), 2 * (13 + 13 + 7) + reply_samples().len());
         for envelope in &envelopes {
             let bytes = envelope.encode().expect("encodes");
             assert_eq!(&Envelope::decode(&bytes).expect("decodes"), envelope);

@@ -13,28 +13,24 @@ use crate::actors::job_master::{JobAction, JobContext, JobMaster};
 use crate::messages::RemovalReason;
 use crate::messages::ids::{JobId, ResourceId};
 use crate::messages::job_manager::*;
-use crate::messages::resource_manager::SetWorkerPoolSize;
+use crate::messages::resource_manager::DeclareResourceRequirements;
 use crate::messages::task_manager::{CancelTask, ReleaseJobPartitions, SubmitTask};
 
-/// What the JobManager knows of the resource manager's pool, from its registration and
-/// heartbeats: the base for growing the pool with demand.
+/// The JobManager's side of the pool: the resource manager's maximum (from its registration
+/// and heartbeats) and the demand declared to it.
 #[derive(Debug, Clone, Copy, Default)]
 pub(super) struct PoolView {
-    pub designated: u32,
     pub max: u32,
-    /// The designated size before the JobManager grew it for demand.
-    pub grown_from: Option<u32>,
-    /// Since when nothing needs the grown pool.
-    pub idle_since: Option<Instant>,
-    /// The state the last demand was computed for (queued requests, free slots, designated
-    /// size, registered TaskManagers): it is only computed again when that changed, so job
-    /// events stay cheap here.
-    pub demand_seen: Option<(usize, u64, u32, usize)>,
+    /// The workers last declared (see [`JobManager::declare_resource_requirements`]); also
+    /// sent in every answer to the resource manager's heartbeat.
+    pub declared: u32,
+    /// Since when the jobs have needed fewer workers than declared.
+    pub lower_since: Option<Instant>,
 }
 
 impl JobManager {
-    /// Runs `f` on a job, carries out its actions, then serves the slot queue and grows the
-    /// pool if demand exceeds it.
+    /// Runs `f` on a job, carries out its actions, then serves the slot queue and declares
+    /// the jobs' demand if it changed.
     pub(super) fn with_job(
         &mut self,
         job_id: JobId,
@@ -45,7 +41,7 @@ impl JobManager {
         // at the head of the queue only, so it costs O(log Q) when nothing fits.
         self.run_job(job_id, ctx, f);
         self.serve_queue(ctx);
-        self.grow_pool_for_demand();
+        self.declare_resource_requirements();
     }
 
     /// Gives the head of the slot queue the slots that are free, bulk by bulk, while it fits.
@@ -269,84 +265,44 @@ impl JobManager {
                 job.slot_request_failed(&tasks, &error, cx)
             });
         }
-        // Demand may predate the resource manager's connection: look again every sweep.
-        self.grow_pool_for_demand();
-        self.shrink_pool_when_idle();
+        // A fall in demand is declared once it lasted: look again every sweep.
+        self.declare_resource_requirements();
     }
 
-    /// Queued demand beyond what the pool (with its pending workers) will offer: ask the
-    /// resource manager for more workers, up to its maximum.
-    pub(super) fn grow_pool_for_demand(&mut self) {
-        let state = (
-            self.scheduler.queued(),
-            self.scheduler.free_slots(),
-            self.pool.designated,
-            self.instances.len(),
-        );
-        if state.0 == 0 || self.resource_manager.is_none() || self.pool.demand_seen == Some(state) {
-            return;
-        }
-        self.pool.demand_seen = Some(state);
-        let demand = self.scheduler.queued_slot_demand();
-        let registered = self.instances.len() as u64;
-        let pool = &mut self.pool;
-        let Some(rm) = &self.resource_manager else {
-            return;
-        };
-        if demand == 0 {
-            return;
-        }
-        pool.idle_since = None;
+    /// Declares to the resource manager the workers the jobs need: the slots their tasks hold
+    /// and the queued regions wait for, in whole TaskManagers (FLIP-138). A rise is declared at
+    /// once; a fall only once it has lasted `resourcemanager.taskmanager-timeout`, so the pool
+    /// does not shrink between two waves of one job. The resource manager keeps
+    /// `max(designated, demand)`, so the operator's size is never overridden. O(1).
+    pub(super) fn declare_resource_requirements(&mut self) {
         let slots = u64::from(self.settings.slots_per_task_manager.max(1));
-        let coming = u64::from(pool.designated).saturating_sub(registered) * slots;
-        let missing_slots = demand.saturating_sub(coming);
-        if missing_slots == 0 {
-            return;
+        let wanted = self.scheduler.slots_wanted();
+        let required = u32::try_from(wanted.div_ceil(slots)).unwrap_or(u32::MAX);
+        let pool = &mut self.pool;
+        if required >= pool.declared {
+            pool.lower_since = None;
+            if required == pool.declared {
+                return;
+            }
+        } else {
+            let since = *pool.lower_since.get_or_insert_with(Instant::now);
+            if since.elapsed() < self.settings.taskmanager_timeout {
+                return;
+            }
+            pool.lower_since = None;
         }
-        let workers = missing_slots.div_ceil(slots);
-        let target = (u64::from(pool.designated) + workers).min(u64::from(pool.max)) as u32;
-        if target <= pool.designated {
-            return;
-        }
+        let from = std::mem::replace(&mut pool.declared, required);
         log::info!(
-            "job manager: {demand} slots wanted beyond the pool; asking the resource manager for a pool of {target}"
+            "job manager: the jobs need {required} TaskManagers ({wanted} slots), was {from}; declaring it to the resource manager"
         );
-        pool.grown_from.get_or_insert(pool.designated);
-        pool.designated = target;
-        rm.gateway
-            .set_worker_pool_size
-            .do_send(SetWorkerPoolSize { size: target });
-    }
-
-    /// After demand growth: once no job runs and nothing waits for
-    /// `resourcemanager.taskmanager-timeout`, the pool goes back to the size it had.
-    fn shrink_pool_when_idle(&mut self) {
-        let Some(base) = self.pool.grown_from else {
-            return;
-        };
-        let busy = self.scheduler.queued() > 0
-            || self
-                .jobs
-                .values()
-                .any(|j| !j.status().is_globally_terminal());
-        if busy {
-            self.pool.idle_since = None;
-            return;
+        if let Some(rm) = &self.resource_manager {
+            rm.gateway
+                .declare_resource_requirements
+                .do_send(DeclareResourceRequirements {
+                    leader_session_id: self.leader_session_id,
+                    workers: required,
+                });
         }
-        let since = *self.pool.idle_since.get_or_insert_with(Instant::now);
-        if since.elapsed() < self.settings.taskmanager_timeout {
-            return;
-        }
-        let Some(rm) = &self.resource_manager else {
-            return;
-        };
-        log::info!("job manager: the pool grown for demand is idle; back to {base} TaskManagers");
-        rm.gateway
-            .set_worker_pool_size
-            .do_send(SetWorkerPoolSize { size: base });
-        self.pool.designated = base;
-        self.pool.grown_from = None;
-        self.pool.idle_since = None;
     }
 
     fn submit(
@@ -449,7 +405,7 @@ impl Handler<ServeQueue> for JobManager {
         let _timed = self.mailbox.time("ServeQueue");
         self.serve_pending = false;
         self.serve_queue(ctx);
-        self.grow_pool_for_demand();
+        self.declare_resource_requirements();
     }
 }
 

@@ -92,6 +92,7 @@ impl Fixture {
         let answer = ask(
             &self.jm,
             RegisterResourceManager {
+                leader_session_id: SESSION,
                 resource_manager: rm.address.clone(),
                 designated_pool_size: 4,
                 max_pool_size: 10,
@@ -317,6 +318,7 @@ async fn resource_removed_unregisters_the_task_manager() {
     let (_tm, registration) = f.task_manager("tm-1");
     let instance_id = f.register(&registration).await;
     f.jm.do_send(ResourceRemoved {
+        leader_session_id: SESSION,
         resource_id: ResourceId::new("tm-1"),
         reason: RemovalReason::Terminated,
     });
@@ -328,6 +330,7 @@ async fn resource_removed_unregisters_the_task_manager() {
     );
     // Unknown ids are ignored.
     f.jm.do_send(ResourceRemoved {
+        leader_session_id: SESSION,
         resource_id: ResourceId::new("ghost"),
         reason: RemovalReason::Terminated,
     });
@@ -457,7 +460,14 @@ async fn release_idle_task_managers_picks_only_idle_ones_newest_first() {
     }
     // tm-4 (newest) is busy.
     f.heartbeat("tm-4", instances[3], 1).await;
-    let answer = ask(&f.jm, ReleaseIdleTaskManagers { count: 2 }).await;
+    let answer = ask(
+        &f.jm,
+        ReleaseIdleTaskManagers {
+            count: 2,
+            pending: Vec::new(),
+        },
+    )
+    .await;
     assert_eq!(answer.leader_session_id, SESSION);
     assert_eq!(
         answer.released,
@@ -472,7 +482,14 @@ async fn release_idle_task_managers_picks_only_idle_ones_newest_first() {
         .collect();
     assert_eq!(remaining, ["tm-1", "tm-4"]);
     // Asking for more than are idle releases what is idle, never the busy one.
-    let answer = ask(&f.jm, ReleaseIdleTaskManagers { count: 5 }).await;
+    let answer = ask(
+        &f.jm,
+        ReleaseIdleTaskManagers {
+            count: 5,
+            pending: Vec::new(),
+        },
+    )
+    .await;
     assert_eq!(answer.released, [ResourceId::new("tm-1")]);
     assert_eq!(f.status().await.task_managers.len(), 1);
     // Released TaskManagers are not told to re-register: the driver stops them.
@@ -527,7 +544,8 @@ async fn resource_manager_heartbeats_list_the_registered_task_managers() {
         answer,
         ResourceManagerHeartbeatResponse::Acknowledged {
             leader_session_id: SESSION,
-            registered: vec![ResourceId::new("tm-1")]
+            registered: vec![ResourceId::new("tm-1")],
+            required_workers: 0,
         }
     );
     let stranger = ask(
@@ -954,7 +972,14 @@ async fn a_task_manager_holding_results_a_running_job_needs_is_not_idle() {
     assert_eq!(sink.len(), 1, "the sink runs on one of the two");
     report(sink[0], ExecutionState::Running);
     settle().await;
-    let answer = ask(&f.jm, ReleaseIdleTaskManagers { count: 2 }).await;
+    let answer = ask(
+        &f.jm,
+        ReleaseIdleTaskManagers {
+            count: 2,
+            pending: Vec::new(),
+        },
+    )
+    .await;
     assert_eq!(
         answer.released,
         [],
@@ -962,6 +987,13 @@ async fn a_task_manager_holding_results_a_running_job_needs_is_not_idle() {
     );
     report(sink[0], ExecutionState::Finished);
     settle().await;
-    let answer = ask(&f.jm, ReleaseIdleTaskManagers { count: 2 }).await;
+    let answer = ask(
+        &f.jm,
+        ReleaseIdleTaskManagers {
+            count: 2,
+            pending: Vec::new(),
+        },
+    )
+    .await;
     assert_eq!(answer.released.len(), 2, "the job finished: both are idle");
 }

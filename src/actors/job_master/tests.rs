@@ -1236,7 +1236,10 @@ fn a_consumer_missing_its_input_partition_reruns_the_producer_region() {
     h.start();
     h.run("source", 0);
     let old_source = h.attempt("source", 0);
-    assert_eq!(deployments(&h.finish("source", 0)), [deployed("sink", 0, 0)]);
+    assert_eq!(
+        deployments(&h.finish("source", 0)),
+        [deployed("sink", 0, 0)]
+    );
     h.run("sink", 0);
     let sink = h.attempt("sink", 0);
     let lost = h.descriptor("sink", 0).inputs[0].producers[0].partition;
@@ -1259,7 +1262,10 @@ fn a_consumer_missing_its_input_partition_reruns_the_producer_region() {
     );
     assert_ne!(h.attempt("source", 0), old_source);
     h.run("source", 0);
-    assert_eq!(deployments(&h.finish("source", 0)), [deployed("sink", 0, 0)]);
+    assert_eq!(
+        deployments(&h.finish("source", 0)),
+        [deployed("sink", 0, 0)]
+    );
     h.run("sink", 0);
     h.finish("sink", 0);
     assert_eq!(h.status(), JobStatus::Finished);
@@ -1286,9 +1292,7 @@ fn a_missing_partition_of_an_older_producer_attempt_reruns_only_the_consumer() {
         producer: ExecutionAttemptId::from_u128(999),
         edge: 0,
     };
-    h.call(|m, cx| {
-        m.update_with_lost_input(sink, ExecutionState::Failed, None, Some(stale), cx)
-    });
+    h.call(|m, cx| m.update_with_lost_input(sink, ExecutionState::Failed, None, Some(stale), cx));
     assert_eq!(deployments(&h.restart_due(1)), [deployed("sink", 0, 0)]);
 }
 
@@ -1309,12 +1313,18 @@ fn finished_results_still_to_be_read_keep_their_task_manager_needed() {
     h.finish("source", 0);
     let sink_on = deployments(&h.finish("source", 1))[0].0.clone();
     for n in 0..2 {
-        assert!(h.master.needs_results_on(&tm(n)), "tm-{n} holds a source's result");
+        assert!(
+            h.master.needs_results_on(&tm(n)),
+            "tm-{n} holds a source's result"
+        );
     }
     h.run("sink", 0);
     h.finish("sink", 0);
     assert_eq!(h.status(), JobStatus::Finished);
     for n in 0..2 {
-        assert!(!h.master.needs_results_on(&tm(n)), "{sink_on}: the job ended");
+        assert!(
+            !h.master.needs_results_on(&tm(n)),
+            "{sink_on}: the job ended"
+        );
     }
 }

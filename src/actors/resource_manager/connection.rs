@@ -8,11 +8,14 @@
 //! this RM, is registered at again. Every heartbeat answer lists the registered TaskManagers, so
 //! a lost `NotifyResourceStarted` costs one interval, not a registration timeout.
 
+use std::collections::BTreeSet;
+
 use actix::clock::Instant;
 use actix::prelude::*;
 
 use super::{FlinkResourceManager, Leader, NAME};
 use crate::events::ClusterEvent;
+use crate::messages::ids::ResourceId;
 use crate::messages::job_manager::{
     RegisterResourceManager, ResourceManagerHeartbeat, ResourceManagerHeartbeatResponse,
 };
@@ -62,6 +65,7 @@ impl FlinkResourceManager {
         }
         let delay = self.registration_backoff.next_delay();
         let attempt = self.registration_attempt;
+        let session = leader.session;
         let Some(gateway) = leader.gateway.as_ref() else {
             log::warn!(
                 "resource manager: cannot reach JobManager {}; retrying in {delay:?}",
@@ -77,6 +81,7 @@ impl FlinkResourceManager {
         gateway
             .register_resource_manager
             .send(RegisterResourceManager {
+                leader_session_id: session,
                 resource_manager: self.address.clone(),
                 designated_pool_size: self.pool.designated(),
                 max_pool_size: self.settings.pool.max_pool_size,
@@ -165,7 +170,46 @@ impl FlinkResourceManager {
             .emit(ClusterEvent::ResourceManagerConnected {
                 known_workers: msg.registered.len(),
             });
+        self.pool.set_demand(msg.required_workers);
         self.check_workers_pool(ctx);
+    }
+
+    /// A heartbeat answer listed the workers registered at the leader. Each one the pool counts
+    /// (or, adopting, any) counts as started, except one released after the heartbeat left: the
+    /// answer predates its removal there. A worker counted as started before the heartbeat left
+    /// and missing from the answer is gone there: it must register again within the
+    /// registration timeout, or it is replaced.
+    fn reconcile(
+        &mut self,
+        epoch: u64,
+        releases: u64,
+        registered: &[ResourceId],
+        ctx: &mut Context<Self>,
+    ) {
+        let adopt = self.driver.adopts_unknown_workers();
+        for resource_id in registered {
+            if self.released_after(resource_id, releases) {
+                log::debug!(
+                    "resource manager: {resource_id} was released after this heartbeat left; not counting it again"
+                );
+            } else if self.pool.contains(resource_id) || adopt {
+                self.accept_registered(resource_id, adopt);
+            }
+        }
+        let listed: BTreeSet<&ResourceId> = registered.iter().collect();
+        let missing: Vec<ResourceId> = self
+            .pool
+            .started_before(epoch)
+            .filter(|id| !listed.contains(id))
+            .cloned()
+            .collect();
+        for resource_id in missing {
+            log::info!(
+                "resource manager: {resource_id} is no longer registered at the JobManager; waiting for it to register again"
+            );
+            self.pool.demote(&resource_id);
+            self.arm_registration_deadline(resource_id, ctx);
+        }
     }
 
     /// Every heartbeat interval: check the leader's silence, then ask it again.
@@ -187,6 +231,10 @@ impl FlinkResourceManager {
             return;
         };
         let (attempt, session) = (self.registration_attempt, leader.session);
+        let gateway = gateway.clone();
+        // What the answer can vouch for: workers counted before this epoch, and releases up to
+        // this count (a worker released since may still be listed).
+        let (epoch, releases) = (self.pool.next_epoch(), self.releases);
         gateway
             .resource_manager_heartbeat
             .send(ResourceManagerHeartbeat {
@@ -204,16 +252,13 @@ impl FlinkResourceManager {
                     Ok(ResourceManagerHeartbeatResponse::Acknowledged {
                         leader_session_id,
                         registered,
+                        required_workers,
                     }) if leader_session_id == session => {
                         if let Some(leader) = act.leader.as_mut() {
                             leader.last_heard = Instant::now();
                         }
-                        let adopt = act.driver.adopts_unknown_workers();
-                        for resource_id in &registered {
-                            if act.pool.contains(resource_id) || adopt {
-                                act.accept_registered(resource_id, adopt);
-                            }
-                        }
+                        act.reconcile(epoch, releases, &registered, ctx);
+                        act.demand_declared(required_workers, ctx);
                     }
                     Ok(ResourceManagerHeartbeatResponse::Acknowledged { .. }) => {
                         log::warn!("resource manager: heartbeat answered by another leader session; registering again");
@@ -255,6 +300,8 @@ impl Handler<NewLeaderAvailable> for FlinkResourceManager {
         );
         self.driver
             .leader_changed(&msg.address, msg.leader_session_id);
+        // The old leader's jobs' demand goes with it; the new leader declares its own.
+        self.pool.set_demand(0);
         self.leader = Some(Leader {
             address: msg.address,
             session: msg.leader_session_id,

@@ -111,6 +111,7 @@ impl Fixture {
                 leader_session_id: session,
                 job_manager: jm.address.clone(),
                 registered,
+                required_workers: 0,
             });
             script(s);
         });
@@ -270,6 +271,7 @@ async fn registration_at_the_job_manager_is_retried_with_exponential_backoff() {
             leader_session_id: SESSION,
             job_manager: jm.address.clone(),
             registered: vec![],
+            required_workers: 0,
         })
     });
     advance(800).await;
@@ -390,7 +392,15 @@ async fn a_task_manager_that_registers_before_its_start_report_counts_once() {
     });
     settle().await;
     assert_eq!(f.counts().await, (1, 0, 0));
-    // And its registration timeout never fires.
+    // And its registration timeout never fires (the JobManager keeps listing it).
+    f.jm.script(|s| {
+        s.resource_manager_heartbeat =
+            Script::Answer(ResourceManagerHeartbeatResponse::Acknowledged {
+                leader_session_id: SESSION,
+                registered: vec![id.clone()],
+                required_workers: 0,
+            })
+    });
     advance(120_000).await;
     assert_eq!(f.counts().await, (1, 0, 0));
     assert!(f.driver.released().is_empty());
@@ -446,6 +456,7 @@ async fn task_managers_registered_before_the_rm_connected_count_as_started() {
             leader_session_id: SESSION,
             job_manager: jm.address.clone(),
             registered: vec![ResourceId::new("early-1"), ResourceId::new("early-2")],
+            required_workers: 0,
         })
     });
     let (driver, handle) = ScriptedDriver::new(true);
@@ -508,6 +519,7 @@ async fn messages_from_a_stale_leader_session_change_nothing() {
         leader_session_id: STALE,
         job_manager: f.jm.address.clone(),
         registered: vec![ResourceId::new("ghost")],
+        required_workers: 0,
     });
     settle().await;
     assert!(f.driver.released().is_empty());
@@ -636,6 +648,7 @@ async fn a_started_worker_that_terminates_is_reported_and_replaced() {
     assert_eq!(
         removed,
         [ResourceRemoved {
+            leader_session_id: SESSION,
             resource_id: victim,
             reason: RemovalReason::Terminated
         }]
@@ -686,7 +699,7 @@ async fn a_started_worker_that_never_registers_is_released_after_the_registratio
 }
 
 #[actix::test]
-async fn shrinking_cancels_pending_workers_before_touching_registered_ones() {
+async fn shrinking_offers_pending_workers_first_and_releases_those_the_job_manager_lets_go() {
     let f = start(config(4), true).await;
     let ids = f.driver.requested();
     f.start_and_register(&ids[0]).await;
@@ -694,20 +707,27 @@ async fn shrinking_cancels_pending_workers_before_touching_registered_ones() {
     f.rm.do_send(WorkerStarted {
         resource_id: ids[2].clone(),
     });
+    f.answer_idle_release(SESSION, vec![ids[3].clone(), ids[2].clone()]);
     f.set_pool_size(2).await;
     settle().await;
+    let asks = f.jm.received.filter(|m| match m {
+        JobManagerMessage::ReleaseIdleTaskManagers(r) => Some(r.clone()),
+        _ => None,
+    });
+    assert_eq!(
+        asks,
+        [ReleaseIdleTaskManagers {
+            count: 2,
+            pending: vec![ids[3].clone(), ids[2].clone()],
+        }],
+        "the least advanced first: the pending request, then the one registering"
+    );
     let mut released = f.driver.released();
     released.sort();
     let mut expected = vec![ids[2].clone(), ids[3].clone()];
     expected.sort();
     assert_eq!(released, expected);
     assert_eq!(f.counts().await, (2, 0, 0));
-    assert!(
-        f.jm.received
-            .filter(|m| matches!(m, JobManagerMessage::ReleaseIdleTaskManagers(_)).then_some(()))
-            .is_empty(),
-        "no registered worker had to go"
-    );
     // A cancelled worker whose start report arrives late is released, not counted.
     f.rm.do_send(WorkerStarted {
         resource_id: ids[3].clone(),
@@ -812,7 +832,8 @@ async fn every_release_is_reported_to_the_job_manager() {
     let f = start(config(3), true).await;
     let ids = f.driver.requested();
     f.start_and_register(&ids[0]).await;
-    // Cancelled while pending: the JobManager may have it registered already.
+    // Let go while pending: the JobManager may have it registered already.
+    f.answer_idle_release(SESSION, vec![ids[2].clone(), ids[1].clone()]);
     f.set_pool_size(1).await;
     settle().await;
     let mut reported: Vec<_> = removed(&f.jm)
@@ -902,6 +923,7 @@ async fn heartbeat_answers_repair_a_lost_registration_notice() {
             Script::Answer(ResourceManagerHeartbeatResponse::Acknowledged {
                 leader_session_id: SESSION,
                 registered: vec![id.clone(), ResourceId::new("stranger")],
+                required_workers: 0,
             })
     });
     advance(10_001).await;
@@ -1000,6 +1022,7 @@ async fn new_worker_ids_never_collide_with_reconciled_workers() {
             leader_session_id: SESSION,
             job_manager: jm.address.clone(),
             registered: vec![inherited.clone()],
+            required_workers: 0,
         })
     });
     let (driver, handle) = ScriptedDriver::new(true);
@@ -1033,4 +1056,143 @@ async fn trigger_registration_registers_only_while_not_connected() {
     advance(10_001).await;
     assert_eq!(registrations_at(&f.jm), 2);
     assert!(f.status().await.connected_to_job_manager);
+}
+
+/// Issue 12: a shrink never kills a worker that was just given tasks. A pending worker may have
+/// registered at the JobManager (and been given tasks) before its report reached the resource
+/// manager; the JobManager does not let it go, and it counts as started once its report (or
+/// the next heartbeat answer) arrives, the pool keeping its target.
+#[actix::test]
+async fn a_pending_worker_the_job_manager_keeps_is_not_killed_by_a_shrink() {
+    let f = start(config(2), true).await;
+    let ids = f.driver.requested();
+    f.start_and_register(&ids[0]).await;
+    f.rm.do_send(WorkerStarted {
+        resource_id: ids[1].clone(),
+    });
+    // ids[1] registered at the JobManager and runs a task there: it is not let go.
+    f.answer_idle_release(SESSION, vec![]);
+    f.set_pool_size(1).await;
+    settle().await;
+    assert!(f.driver.released().is_empty(), "no pending worker killed");
+    assert_eq!(f.status().await.releasing, 1);
+    ask(
+        &f.rm,
+        NotifyResourceStarted {
+            leader_session_id: SESSION,
+            resource_id: ids[1].clone(),
+        },
+    )
+    .await;
+    settle().await;
+    let status = f.status().await;
+    assert_eq!((status.started.len(), status.releasing), (2, 0));
+    assert!(f.driver.released().is_empty());
+    assert_eq!(f.driver.requested().len(), 2, "nothing new asked for");
+}
+
+/// Issue 12 (declarative resources): the JobManager's demand grows the pool above the
+/// operator's size, a resize made meanwhile stands, and when the demand falls the pool goes
+/// back to the operator's size, not to the one before the jobs grew it.
+#[actix::test]
+async fn an_operators_resize_is_never_undone_by_the_jobs_demand() {
+    let f = start(config(1), true).await;
+    f.register_all_requested().await;
+    f.rm.do_send(DeclareResourceRequirements {
+        leader_session_id: SESSION,
+        workers: 4,
+    });
+    settle().await;
+    let status = f.status().await;
+    assert_eq!(
+        (
+            status.designated_pool_size,
+            status.demand,
+            status.target_pool_size
+        ),
+        (1, 4, 4)
+    );
+    assert_eq!(f.driver.requested().len(), 4);
+    f.register_all_requested().await;
+    f.set_pool_size(3).await; // the operator, while the jobs hold 4
+    settle().await;
+    assert_eq!(f.status().await.target_pool_size, 4);
+    f.answer_idle_release(SESSION, vec![f.driver.requested()[3].clone()]);
+    f.rm.do_send(DeclareResourceRequirements {
+        leader_session_id: SESSION,
+        workers: 0,
+    });
+    settle().await;
+    let status = f.status().await;
+    assert_eq!(
+        (
+            status.designated_pool_size,
+            status.demand,
+            status.target_pool_size
+        ),
+        (3, 0, 3),
+        "the operator's 3 stands"
+    );
+    assert_eq!(f.driver.released().len(), 1);
+    // A stale leader's declaration changes nothing.
+    f.rm.do_send(DeclareResourceRequirements {
+        leader_session_id: STALE,
+        workers: 9,
+    });
+    settle().await;
+    assert_eq!(f.status().await.demand, 0);
+}
+
+/// Issue 12 (fencing): a worker released after a heartbeat left is not counted again from that
+/// heartbeat's answer (it lists the worker, built before the JobManager heard of the release),
+/// even by a driver that adopts unknown workers.
+#[actix::test]
+async fn a_released_worker_is_not_adopted_again_from_a_heartbeat_answer_in_flight() {
+    let f = start(config(1), false).await;
+    let id = ResourceId::new("standalone-1");
+    let held = Held::default();
+    f.jm.script(|s| s.resource_manager_heartbeat = Script::Hold(held.clone()));
+    ask(
+        &f.rm,
+        NotifyResourceStarted {
+            leader_session_id: SESSION,
+            resource_id: id.clone(),
+        },
+    )
+    .await;
+    assert_eq!(f.counts().await, (1, 0, 0));
+    advance(10_001).await; // a heartbeat leaves
+    assert_eq!(held.len(), 1);
+    f.rm.do_send(RemoveResource {
+        leader_session_id: SESSION,
+        resource_id: id.clone(),
+        reason: RemovalReason::HeartbeatTimeout,
+    });
+    settle().await;
+    assert_eq!(f.counts().await, (0, 0, 0));
+    held.answer(
+        0,
+        ResourceManagerHeartbeatResponse::Acknowledged {
+            leader_session_id: SESSION,
+            registered: vec![id.clone()],
+            required_workers: 0,
+        },
+    );
+    settle().await;
+    assert_eq!(f.counts().await, (0, 0, 0), "not adopted again");
+}
+
+/// Issue 12 (fencing): a started worker missing from a heartbeat answer (its removal report was
+/// lost) goes back to waiting for its registration, and is replaced if it never comes back.
+#[actix::test]
+async fn a_started_worker_missing_from_heartbeat_answers_is_demoted_then_replaced() {
+    let f = start(config(1), true).await;
+    f.register_all_requested().await;
+    assert_eq!(f.counts().await, (1, 0, 0));
+    advance(10_001).await; // the heartbeat answer lists nobody
+    assert_eq!(f.counts().await, (0, 0, 1));
+    advance(60_000).await; // the registration timeout
+    assert_eq!(f.driver.released().len(), 1);
+    advance(1_000).await; // the start backoff after a registration timeout
+    assert!(f.driver.requested().len() >= 2, "replaced");
 }

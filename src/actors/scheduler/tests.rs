@@ -442,9 +442,9 @@ fn queued_demand_counts_shared_slots_not_tasks() {
     assert_eq!(cluster.serve(), []);
     assert_eq!(cluster.scheduler.queued(), 8);
     assert_eq!(cluster.scheduler.queued_bulks(), 4);
-    assert_eq!(cluster.scheduler.queued_slot_demand(), 4);
+    assert_eq!(cluster.scheduler.slots_wanted(), 1 + 4, "held and queued");
     assert_eq!(cluster.add_worker(1, 2).len(), 4, "two regions placed");
-    assert_eq!(cluster.scheduler.queued_slot_demand(), 2);
+    assert_eq!(cluster.scheduler.slots_wanted(), 3 + 2);
 }
 
 #[test]
@@ -454,7 +454,7 @@ fn forgetting_a_job_drops_its_queue() {
     cluster.place(request(0, 1));
     assert_eq!(cluster.scheduler.forget_job(JOB), [task(0, 1)]);
     assert_eq!(cluster.scheduler.queued(), 0);
-    assert_eq!(cluster.scheduler.queued_slot_demand(), 0);
+    assert_eq!(cluster.scheduler.slots_wanted(), 1, "only the slot held");
 }
 
 /// Q = 10,000 one-task regions queued behind 8 busy slots, then every slot freed and served

@@ -651,7 +651,11 @@ async fn a_task_manager_that_dropped_its_work_registers_as_a_new_incarnation() {
     f.jm.script(|s| s.heartbeat = Script::Silent);
     advance((TIMEOUT + INTERVAL * 2).as_millis() as u64).await;
     let sent = f.registrations();
-    assert_eq!(sent.len(), 2, "registered again after the heartbeat timeout");
+    assert_eq!(
+        sent.len(),
+        2,
+        "registered again after the heartbeat timeout"
+    );
     assert_ne!(
         sent[0].session, sent[1].session,
         "it dropped a task: a new incarnation"

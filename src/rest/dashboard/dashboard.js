@@ -326,10 +326,13 @@
     setText('total-jobs-failed', o['jobs-failed']);
 
     const designated = pool.designated || 0;
+    const target = typeof pool.target === 'number' ? pool.target : designated;
     const started = pool.started || 0;
     const registering = pool['pending-registration'] || 0;
     const requested = pool['pending-requests'] || 0;
     setText('pool-designated', designated);
+    setText('pool-demand', pool.demand || 0);
+    setText('pool-target', target);
     setText('pool-started', started);
     setText('pool-pending-registration', registering);
     setText('pool-pending-requests', requested);
@@ -342,7 +345,7 @@
     if (!ui.poolSizeEdited && document.activeElement !== input) input.value = String(designated);
 
     // The bar is as long as the larger of the target and what exists or is on its way.
-    const units = Math.max(designated, started + registering + requested, 1);
+    const units = Math.max(target, started + registering + requested, 1);
     const segment = (n, cls, what) => n > 0
       ? '<span class="seg ' + cls + '" data-w="' + (100 * n / units).toFixed(3) + '" title="' +
         esc(n + ' ' + what) + '"></span>'
@@ -350,8 +353,9 @@
     const html = segment(started, 'seg-started', 'started') +
       segment(registering, 'seg-registering', 'pending registration') +
       segment(requested, 'seg-requested', 'pending requests') +
-      '<span class="target' + (designated * 2 < units ? ' low' : '') + '" data-left="' +
-      (100 * designated / units).toFixed(3) + '"><span>designated ' + esc(designated) +
+      '<span class="target' + (target * 2 < units ? ' low' : '') + '" data-left="' +
+      (100 * target / units).toFixed(3) + '"><span>target ' + esc(target) +
+      (target !== designated ? ' (designated ' + esc(designated) + ')' : '') +
       '</span></span>';
     const bar = $('pool-bar');
     if (ui.shown.get(bar) !== html) {
@@ -359,7 +363,7 @@
       ui.shown.set(bar, html);
       applyWidths(bar);
     }
-    bar.setAttribute('aria-label', 'Pool: ' + designated + ' designated, ' + started +
+    bar.setAttribute('aria-label', 'Pool: target ' + target + ', ' + designated + ' designated, ' + started +
       ' started, ' + registering + ' pending registration, ' + requested + ' pending requests');
   }
 
