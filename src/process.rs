@@ -79,6 +79,14 @@ pub enum ProcessError {
     /// The transport endpoint could not start.
     #[error("cannot start the transport endpoint")]
     Endpoint(#[from] EndpointError),
+    /// The TaskManager stopped on its own: the JobManager refused its registration.
+    #[error("TaskManager {resource_id} stopped: {reason}")]
+    TaskManagerStopped {
+        /// The TaskManager.
+        resource_id: ResourceId,
+        /// Why.
+        reason: String,
+    },
     /// The REST API could not start (`[rest]`).
     #[error("cannot start the REST API")]
     Rest(#[from] RestError),
@@ -347,6 +355,7 @@ pub async fn run_task_manager(
         EventSink::disabled(),
     );
     let hostname = host.split(':').next().unwrap_or("localhost").to_owned();
+    let (fatal, fatal_error) = tokio::sync::oneshot::channel();
     let task_manager = TaskManager::new(
         TaskManagerSettings {
             resource_id: options.resource_id.clone(),
@@ -363,11 +372,22 @@ pub async fn run_task_manager(
         },
         env,
     )
+    .on_fatal_error(fatal)
     .start();
     log::info!("taskmanager {} listening on {host}", options.resource_id);
-    shutdown.await;
+    let refused = tokio::select! {
+        biased;
+        () = shutdown => None,
+        Ok(reason) = fatal_error => Some(reason),
+    };
     let _ = task_manager.send(Shutdown).await;
     endpoint.shutdown();
     drop(dir);
-    Ok(())
+    match refused {
+        None => Ok(()),
+        Some(reason) => Err(ProcessError::TaskManagerStopped {
+            resource_id: options.resource_id,
+            reason,
+        }),
+    }
 }

@@ -79,6 +79,8 @@ struct Cluster {
     child: Child,
     /// The REST API's URL, from the process's ready lines.
     url: String,
+    /// The transport address (`host:port`), from its first ready line.
+    transport: String,
     dir: PathBuf,
     /// Kept open so the process never writes to a closed pipe.
     _stdout: BufReader<ChildStdout>,
@@ -133,9 +135,16 @@ impl Cluster {
                 break url.trim_end_matches('/').to_owned();
             }
         };
+        let transport = seen
+            .lines()
+            .next()
+            .and_then(|line| line.split_whitespace().last())
+            .unwrap_or_default()
+            .to_owned();
         Self {
             child,
             url,
+            transport,
             dir,
             _stdout: stdout,
         }
@@ -533,5 +542,43 @@ fn flint_run_of_ten_thousand_subtasks_on_eight_slots_runs_in_waves() {
     assert!(
         (1..=8).contains(&most),
         "{most} subtasks held slots at once"
+    );
+}
+
+/// Issue 12: a TaskManager the JobManager refuses stops with the reason instead of registering
+/// again every 30 s forever. Here the worker was released by a shrink (`flint pool-size 0`) and a
+/// `flint taskmanager` with its resource id comes back: refused, it exits non-zero naming why.
+#[test]
+fn a_refused_taskmanager_process_exits_with_the_reason() {
+    let cluster = Cluster::start("refused", 1, "");
+    let tms = cluster.wait_for_task_managers(1);
+    let released = tms["taskmanagers"][0]["id"]
+        .as_str()
+        .expect("a TaskManager id")
+        .to_owned();
+    let run = cluster.flint(&["pool-size", "0"]);
+    assert_eq!(run.code, Some(0), "{run:?}");
+    cluster.wait_for_task_managers(0);
+    let work = cluster.dir.join("returning");
+    let run = flint(
+        &[
+            "taskmanager",
+            "--jobmanager",
+            &cluster.transport,
+            "--resource-id",
+            &released,
+            "--bind",
+            "127.0.0.1:0",
+            "--ignore-env",
+            "-D",
+            &format!("taskmanager.working-dir={}", arg(&work)),
+        ],
+        &[],
+    );
+    assert_ne!(run.code, Some(0), "{run:?}");
+    assert!(
+        run.stderr.contains("refused its registration")
+            && run.stderr.contains(&format!("{released} was released")),
+        "{run:?}"
     );
 }

@@ -3,9 +3,11 @@
 //! One transition function, [`Registration::handle`], maps (phase, event) to (phase, action); the
 //! TaskManager actor performs the actions (send an attempt, arm a timer, start heartbeating).
 //! Retries follow Flink's RetryingRegistration: an attempt that times out is followed at once by
-//! one with twice the timeout (capped at `max-timeout`); a refusal waits
-//! `refused-registration-delay`, an error `error-delay`, and both start over from
-//! `initial-timeout`. Every attempt has a number; an answer or timer for any attempt but the
+//! one with twice the timeout (capped at `max-timeout`); an error waits `error-delay` and starts
+//! over from `initial-timeout`. A refusal is final (Flink's TaskExecutor shuts down when its
+//! registration is rejected): the JobManager never changes its mind about a wrong cluster id,
+//! a slot count or a released worker, so asking again every few seconds forever only hides the
+//! reason in a log. Every attempt has a number; an answer or timer for any attempt but the
 //! current one is ignored, so a late `AcknowledgeRegistration` can never register the TaskManager
 //! twice or at a leader it has left.
 
@@ -14,7 +16,7 @@ use std::time::Duration;
 use crate::config::RegistrationConfig;
 use crate::messages::ActorAddress;
 use crate::messages::ids::{InstanceId, LeaderSessionId};
-use crate::messages::job_manager::RegistrationResponse;
+use crate::messages::job_manager::{RefusalReason, RegistrationResponse};
 use crate::messages::task_manager::RegistrationPhase;
 
 /// The JobManager leader a TaskManager registers at.
@@ -89,6 +91,11 @@ pub enum RegistrationAction {
         /// The reason, for the log.
         why: &'static str,
     },
+    /// The JobManager refused the registration: stop, with the reason.
+    Refused {
+        /// Why.
+        reason: RefusalReason,
+    },
 }
 
 /// The registration state of one TaskManager.
@@ -149,6 +156,9 @@ impl Registration {
         use RegistrationEvent as E;
         use RegistrationPhase as P;
         match (self.phase, event) {
+            (P::Refused, _) => RegistrationAction::Ignore {
+                why: "the registration was refused: stopping",
+            },
             (_, E::LeaderFound(leader)) => {
                 let same_leader = self.leader.as_ref() == Some(&leader);
                 if same_leader && !matches!(self.phase, P::NoLeader) {
@@ -217,8 +227,10 @@ impl Registration {
                 (already.instance_id, already.leader_session_id)
             }
             RegistrationResponse::RefuseRegistration(refusal) => {
-                log::warn!("registration refused: {}", refusal.reason);
-                return self.retry_later(self.config.refused_registration_delay);
+                self.phase = RegistrationPhase::Refused;
+                return RegistrationAction::Refused {
+                    reason: refusal.reason,
+                };
             }
         };
         if self

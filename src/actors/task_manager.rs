@@ -121,6 +121,9 @@ pub struct TaskManager {
     /// (The JobManager deploys right after it acknowledges a registration, and the task can be
     /// handled before the acknowledgement, which is an ask's reply, not a mailbox message.)
     awaiting_registration: Vec<tokio::sync::oneshot::Sender<()>>,
+    /// Told why, when the TaskManager stops on its own (a refused registration): the
+    /// `flint taskmanager` process then exits with that reason.
+    fatal_error: Option<tokio::sync::oneshot::Sender<String>>,
 }
 
 /// Times a task's state update is sent before the TaskManager gives up on it (by then the
@@ -183,7 +186,14 @@ impl TaskManager {
             session: TaskManagerSessionId::generate(&mut session_rng),
             session_rng,
             awaiting_registration: Vec::new(),
+            fatal_error: None,
         }
+    }
+
+    /// `fatal` hears why, if this TaskManager stops on its own (its registration refused).
+    pub fn on_fatal_error(mut self, fatal: tokio::sync::oneshot::Sender<String>) -> Self {
+        self.fatal_error = Some(fatal);
+        self
     }
 
     /// The actor name of the TaskManager of `resource_id` on its node.
@@ -238,6 +248,18 @@ impl TaskManager {
             }
             RegistrationAction::Ignore { why } => {
                 log::debug!("task manager {}: {why}", self.settings.resource_id);
+            }
+            RegistrationAction::Refused { reason } => {
+                log::error!(
+                    "task manager {}: the JobManager refused its registration: {reason}; stopping",
+                    self.settings.resource_id
+                );
+                if let Some(fatal) = self.fatal_error.take() {
+                    // The process waits on the other end; in-process nobody may.
+                    let _ =
+                        fatal.send(format!("the JobManager refused its registration: {reason}"));
+                }
+                ctx.stop();
             }
         }
     }

@@ -600,6 +600,7 @@ fn every_answer_round_trips() {
         RegistrationPhase::Registered {
             instance_id: InstanceId::from_u128(8),
         },
+        RegistrationPhase::Refused,
     ] {
         round_trip(&task_manager_status(registration));
     }

@@ -141,7 +141,7 @@ macro_rules! duration {
     };
 }
 
-static KEYS: [Key; 36] = [
+static KEYS: [Key; 35] = [
     // [cluster]
     Key {
         name: "cluster.id",
@@ -163,12 +163,6 @@ static KEYS: [Key; 36] = [
         doc: "The cap of that doubling.",
         secret: false,
         kind: duration!(cluster.registration.max_timeout),
-    },
-    Key {
-        name: "cluster.registration.refused-registration-delay",
-        doc: "A TaskManager the JobManager refused tries again after this.",
-        secret: false,
-        kind: duration!(cluster.registration.refused_registration_delay),
     },
     Key {
         name: "cluster.registration.error-delay",

@@ -102,8 +102,6 @@ pub struct RegistrationConfig {
     pub initial_timeout: Duration,
     /// `cluster.registration.max-timeout`: the cap of that doubling.
     pub max_timeout: Duration,
-    /// `cluster.registration.refused-registration-delay`: the pause after a refusal.
-    pub refused_registration_delay: Duration,
     /// `cluster.registration.error-delay`: the pause after an error (the JobManager unreachable).
     pub error_delay: Duration,
 }
@@ -113,7 +111,6 @@ impl Default for RegistrationConfig {
         Self {
             initial_timeout: Duration::from_millis(100),
             max_timeout: Duration::from_secs(30),
-            refused_registration_delay: Duration::from_secs(30),
             error_delay: Duration::from_secs(10),
         }
     }

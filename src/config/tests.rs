@@ -20,7 +20,6 @@ fn everything_changed() -> ClusterConfig {
     c.cluster.id = ClusterId::new("prod \"eu\"");
     c.cluster.registration.initial_timeout = Duration::from_millis(250);
     c.cluster.registration.max_timeout = Duration::from_secs(90);
-    c.cluster.registration.refused_registration_delay = Duration::from_secs(7);
     c.cluster.registration.error_delay = Duration::from_millis(1500);
     c.heartbeat.interval = Duration::from_secs(2);
     c.heartbeat.timeout = Duration::from_secs(3600);
@@ -213,10 +212,6 @@ fn defaults_are_valid_and_flink_like() {
     );
     assert_eq!(
         config.cluster.registration.max_timeout,
-        Duration::from_secs(30)
-    );
-    assert_eq!(
-        config.cluster.registration.refused_registration_delay,
         Duration::from_secs(30)
     );
     assert_eq!(

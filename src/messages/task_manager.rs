@@ -117,7 +117,7 @@ pub enum RegistrationPhase {
         /// The attempt number (all attempts since start).
         attempt: u64,
     },
-    /// Waiting before the next attempt (after a refusal or an error).
+    /// Waiting before the next attempt (after an error).
     WaitingToRetry {
         /// The attempt that will be sent.
         attempt: u64,
@@ -127,6 +127,9 @@ pub enum RegistrationPhase {
         /// The registration.
         instance_id: InstanceId,
     },
+    /// The JobManager refused it: it stops (Flink's TaskExecutor shuts down when the
+    /// ResourceManager rejects its registration) instead of asking again forever.
+    Refused,
 }
 
 impl fmt::Display for RegistrationPhase {
@@ -136,6 +139,7 @@ impl fmt::Display for RegistrationPhase {
             Self::Registering { attempt } => write!(f, "registering (attempt {attempt})"),
             Self::WaitingToRetry { attempt } => write!(f, "waiting to retry (attempt {attempt})"),
             Self::Registered { instance_id } => write!(f, "registered as {instance_id}"),
+            Self::Refused => f.write_str("refused"),
         }
     }
 }

@@ -1410,7 +1410,6 @@ mod tests {
                     registration: RegistrationConfig {
                         initial_timeout: Duration::from_millis(200),
                         max_timeout: Duration::from_secs(1),
-                        refused_registration_delay: Duration::from_millis(100),
                         error_delay: Duration::from_millis(100),
                     },
                     heartbeat: heartbeat(),

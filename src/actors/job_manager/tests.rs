@@ -809,7 +809,6 @@ async fn job_manager_and_task_manager_statuses_agree_on_slots_and_running_attemp
         registration: RegistrationConfig {
             initial_timeout: Duration::from_millis(100),
             max_timeout: Duration::from_millis(400),
-            refused_registration_delay: Duration::from_secs(3),
             error_delay: Duration::from_secs(1),
         },
         heartbeat: HeartbeatConfig {

@@ -14,7 +14,6 @@ fn config() -> RegistrationConfig {
     RegistrationConfig {
         initial_timeout: Duration::from_millis(100),
         max_timeout: Duration::from_millis(400),
-        refused_registration_delay: Duration::from_millis(3_000),
         error_delay: Duration::from_millis(1_000),
     }
 }
@@ -42,6 +41,10 @@ fn in_phase(phase: &str) -> (Registration, u64) {
             r.handle(RegistrationEvent::LeaderFound(leader("a")));
         }
         "waiting" => {
+            r.handle(RegistrationEvent::LeaderFound(leader("a")));
+            r.handle(RegistrationEvent::AttemptFailed { attempt: 1 });
+        }
+        "refused" => {
             r.handle(RegistrationEvent::LeaderFound(leader("a")));
             r.handle(RegistrationEvent::Response {
                 attempt: 1,
@@ -114,6 +117,7 @@ enum Expect {
     Send(u64, u64),
     Retry(u64, u64),
     Registered,
+    Refused,
     Ignore,
 }
 
@@ -127,6 +131,7 @@ const fn waiting(attempt: u64) -> RegistrationPhase {
     RegistrationPhase::WaitingToRetry { attempt }
 }
 const REGISTERED: RegistrationPhase = RegistrationPhase::Registered { instance_id: I };
+const REFUSED: RegistrationPhase = RegistrationPhase::Refused;
 
 #[test]
 fn every_phase_against_every_event() {
@@ -151,7 +156,7 @@ fn every_phase_against_every_event() {
         ("registering", "leader-new", Send(2, 100), registering(2)),
         ("registering", "ack", Registered, REGISTERED),
         ("registering", "already", Registered, REGISTERED),
-        ("registering", "refuse", Retry(2, 3_000), waiting(2)),
+        ("registering", "refuse", Refused, REFUSED),
         ("registering", "ack-stale", Ignore, registering(1)),
         ("registering", "ack-old", Ignore, registering(1)),
         ("registering", "timeout", Send(2, 200), registering(2)),
@@ -191,8 +196,24 @@ fn every_phase_against_every_event() {
         ("registered", "retry", Ignore, REGISTERED),
         ("registered", "retry-old", Ignore, REGISTERED),
         ("registered", "lost", Send(2, 100), registering(2)),
+
+        // A refusal is final: the TaskManager stops.
+        ("refused", "leader-same", Ignore, REFUSED),
+        ("refused", "leader-new", Ignore, REFUSED),
+        ("refused", "ack", Ignore, REFUSED),
+        ("refused", "already", Ignore, REFUSED),
+        ("refused", "refuse", Ignore, REFUSED),
+        ("refused", "ack-stale", Ignore, REFUSED),
+        ("refused", "ack-old", Ignore, REFUSED),
+        ("refused", "timeout", Ignore, REFUSED),
+        ("refused", "timeout-old", Ignore, REFUSED),
+        ("refused", "failed", Ignore, REFUSED),
+        ("refused", "failed-old", Ignore, REFUSED),
+        ("refused", "retry", Ignore, REFUSED),
+        ("refused", "retry-old", Ignore, REFUSED),
+        ("refused", "lost", Ignore, REFUSED),
     ];
-    assert_eq!(table.len(), 4 * 14, "every phase against every event");
+    assert_eq!(table.len(), 5 * 14, "every phase against every event");
     for (phase, name, expected, next) in table {
         let (mut registration, current) = in_phase(phase);
         let action = registration.handle(event(name, current));
@@ -209,6 +230,10 @@ fn every_phase_against_every_event() {
             } => {
                 assert_eq!((instance_id, leader_session_id), (I, S));
                 Registered
+            }
+            RegistrationAction::Refused { reason } => {
+                assert_eq!(reason, RefusalReason::NoSlots);
+                Refused
             }
             RegistrationAction::Ignore { .. } => Ignore,
         };

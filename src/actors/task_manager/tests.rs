@@ -23,7 +23,6 @@ fn registration_config() -> RegistrationConfig {
     RegistrationConfig {
         initial_timeout: Duration::from_millis(100),
         max_timeout: Duration::from_millis(400),
-        refused_registration_delay: Duration::from_secs(3),
         error_delay: Duration::from_secs(1),
     }
 }
@@ -169,32 +168,40 @@ async fn registration_attempts_double_their_timeout_up_to_the_maximum() {
     );
 }
 
+/// Issue 12: a refused TaskManager re-registered every few seconds forever; now it stops with
+/// the reason, as Flink's TaskExecutor does, and its process hears why.
 #[actix::test]
-async fn a_refusal_waits_the_refused_registration_delay() {
-    let f = start(Some(SESSION), |s| {
+async fn a_refused_task_manager_stops_with_the_reason() {
+    tokio::time::pause();
+    let env = env("tm-node", 9);
+    let jm = JobManagerProbeHandle::start(&env, "jobmanager", SESSION);
+    jm.script(|s| {
         s.register_task_manager = Script::Answer(RegistrationResponse::RefuseRegistration(
             RefuseRegistration {
                 reason: RefusalReason::NoSlots,
             },
         ))
-    })
-    .await;
-    assert_eq!(f.registrations().len(), 1);
-    assert_eq!(
-        f.phase().await,
-        RegistrationPhase::WaitingToRetry { attempt: 2 }
-    );
-    advance(2_990).await;
-    assert_eq!(f.registrations().len(), 1);
-    f.jm.script(|s| s.register_task_manager = Script::Answer(ack(7, SESSION)));
-    advance(20).await;
-    assert_eq!(f.registrations().len(), 2);
-    assert_eq!(
-        f.phase().await,
-        RegistrationPhase::Registered {
-            instance_id: InstanceId::from_u128(7)
-        }
-    );
+    });
+    let (fatal, reason) = tokio::sync::oneshot::channel();
+    let tm = TaskManager::new(
+        TaskManagerSettings {
+            resource_id: ResourceId::new("tm-1"),
+            job_manager: Some(Leader {
+                address: jm.address.clone(),
+                retrieved_session: Some(SESSION),
+            }),
+            spec: spec(3, "host-a"),
+        },
+        env.clone(),
+    )
+    .on_fatal_error(fatal)
+    .start();
+    let reason = reason.await.expect("told why");
+    assert!(reason.contains("taskmanager.slots is 0"), "{reason}");
+    settle().await;
+    assert!(!tm.connected(), "the TaskManager stopped");
+    advance(60_000).await;
+    assert_eq!(registrations(&jm).len(), 1, "never asked again");
 }
 
 #[actix::test]
