@@ -22,6 +22,9 @@ const DEFAULT_SEEDS: u64 = 2000;
 /// Seeds of the data-plane sweep unless `FLINT_SIM_DATA_SEEDS` says otherwise.
 const DEFAULT_DATA_SEEDS: u64 = 100;
 
+/// Seeds of the failure-semantics sweep unless `FLINT_SIM_FAILURE_SEEDS` says otherwise.
+const DEFAULT_FAILURE_SEEDS: u64 = 200;
+
 fn env_u64(name: &str) -> Option<u64> {
     std::env::var(name).ok().and_then(|v| v.parse().ok())
 }
@@ -134,6 +137,56 @@ fn every_invariant_holds_over_the_data_plane_sweep() {
     assert!(
         count < 30 || silent_finished > 0,
         "no silent-producer job finished in {count} seeds"
+    );
+}
+
+/// Issue 12's elements among the classic faults: TaskManagers that give up on the JobManager
+/// first (a one-way cut longer than the heartbeat timeout) while they hold finished blocking
+/// results, operator resizes while a wide job has grown the pool, and shrinks while new workers
+/// register. Besides every invariant, the operator's size must stand at the end.
+/// `FLINT_SIM_FAILURE_SEED=n` replays seed `n` of it with its trace.
+#[test]
+fn every_invariant_holds_over_the_failure_sweep() {
+    if env_u64("FLINT_SIM_SEED").is_some() {
+        return; // a replay run
+    }
+    let options = |seed| {
+        let mut options = SimOptions::new(seed);
+        options.shape.failures = true;
+        options
+    };
+    if let Some(seed) = env_u64("FLINT_SIM_FAILURE_SEED") {
+        let mut options = options(seed);
+        options.keep_trace = true;
+        let report = run_seed(&options);
+        for line in &report.trace {
+            println!("{line}");
+        }
+        assert!(report.passed(), "{:#?}", report.violations);
+        return;
+    }
+    let count = env_u64("FLINT_SIM_FAILURE_SEEDS").unwrap_or(DEFAULT_FAILURE_SEEDS);
+    let reports = sweep_with(0..count, options);
+    let failed: Vec<&SimReport> = reports.iter().filter(|r| !r.passed()).collect();
+    for report in &failed {
+        eprintln!(
+            "failure-sweep seed {} failed (replay: FLINT_SIM_FAILURE_SEED={} cargo test --test simulation -- --nocapture failure_sweep):",
+            report.seed, report.seed
+        );
+        for violation in &report.violations {
+            eprintln!("  {violation}");
+        }
+    }
+    let mut outcomes: std::collections::BTreeMap<String, usize> = Default::default();
+    for (_, status) in reports.iter().flat_map(|r| &r.jobs) {
+        *outcomes.entry(format!("{status:?}")).or_default() += 1;
+    }
+    eprintln!("failure sweep, {count} seeds: jobs by final status {outcomes:?}");
+    assert!(
+        failed.is_empty(),
+        "{} of {count} failure-sweep seeds failed: {:?}",
+        failed.len(),
+        failed.iter().map(|r| r.seed).collect::<Vec<_>>()
     );
 }
 

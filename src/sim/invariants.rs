@@ -101,20 +101,35 @@ pub fn pool_converged(snapshot: &JobManagerSnapshot) -> Result<(), String> {
     let pool = &snapshot.pool;
     let started: BTreeSet<&ResourceId> = pool.started.iter().collect();
     let registered = snapshot.registered();
-    if pool.started.len() as u32 != pool.designated_pool_size
-        || pool.pending_requests + pool.pending_registration > 0
+    if pool.started.len() as u32 != pool.target_pool_size
+        || pool.pending_requests + pool.pending_registration + pool.releasing > 0
     {
         return Err(format!(
-            "pool not converged: designated {}, started {}, requested {}, registering {}",
+            "pool not converged: target {} (designated {}, demand {}), started {}, requested {}, registering {}, releasing {}",
+            pool.target_pool_size,
             pool.designated_pool_size,
+            pool.demand,
             pool.started.len(),
             pool.pending_requests,
-            pool.pending_registration
+            pool.pending_registration,
+            pool.releasing
         ));
     }
     if started != registered {
         return Err(format!(
             "the resource manager counts {started:?} as started but the JobManager has {registered:?}"
+        ));
+    }
+    Ok(())
+}
+
+/// The operator's pool size is never overridden (issue 12): the designated size is the last
+/// one the scenario set, whatever the jobs' demand did meanwhile.
+pub fn operator_size_kept(pool: &ResourceManagerStatus, operator: u32) -> Result<(), String> {
+    if pool.designated_pool_size != operator {
+        return Err(format!(
+            "the operator set the pool to {operator} but the designated size is {}",
+            pool.designated_pool_size
         ));
     }
     Ok(())

@@ -181,6 +181,8 @@ struct Run {
     rng: NodeRng,
     /// Since when (virtual) each worker has been missing from the JobManager's registrations.
     unregistered_since: BTreeMap<ResourceId, Duration>,
+    /// The pool size the operator (the scenario) set last.
+    operator_pool: u32,
 }
 
 async fn simulate(options: SimOptions) -> SimReport {
@@ -216,6 +218,7 @@ async fn simulate(options: SimOptions) -> SimReport {
         violations: Vec::new(),
         rng: rng.fork(),
         unregistered_since: BTreeMap::new(),
+        operator_pool: scenario.initial_pool,
     };
 
     // The fault phase: actions at their times, a safety check after each, after every cluster
@@ -316,6 +319,7 @@ impl Run {
         match action {
             Action::SetPoolSize(size) => {
                 cluster.trace.record(format!("action pool size {size}"));
+                self.operator_pool = *size;
                 let rm = handles.resource_manager.clone();
                 let trace = cluster.trace.clone();
                 let size = *size;
@@ -517,6 +521,7 @@ impl Run {
             .await
             .ok_or("the JobManager does not answer")?;
         invariants::pool_converged(&snapshot)?;
+        invariants::operator_size_kept(&snapshot.pool, self.operator_pool)?;
         let pending = self.jobs.borrow().iter().filter(|j| !j.answered).count();
         if pending > 0 {
             return Err(format!("{pending} submissions unanswered"));

@@ -151,6 +151,9 @@ pub struct Shape {
     pub max_steps: u32,
     /// The jobs it submits.
     pub jobs: JobMix,
+    /// Add issue 12's failure elements (see [`Scenario::failure_elements`]); drawn after every
+    /// other draw, so a seed's classic scenario stays the same without them.
+    pub failures: bool,
 }
 
 impl Default for Shape {
@@ -160,6 +163,7 @@ impl Default for Shape {
             fault_phase: Duration::from_secs(8),
             max_steps: 12,
             jobs: JobMix::Classic,
+            failures: false,
         }
     }
 }
@@ -215,6 +219,9 @@ impl Scenario {
                 parallelism: 1 + below(rng, 2) as u32,
             },
         });
+        if shape.failures {
+            steps.extend(Self::failure_elements(rng, max_pool, fault_ms));
+        }
         steps.sort_by_key(|step| step.at);
         Self {
             initial_pool,
@@ -235,6 +242,63 @@ impl Scenario {
             small @ 0..27 => 1 + (small % 3) as u32,
             wide => 6 * (wide - 26) as u32,
         }
+    }
+
+    /// Issue 12's elements, each drawn one time in two:
+    /// - a job with finished blocking results (sleep → sink) and, while it runs, a one-way cut
+    ///   JobManager → TaskManager longer than the heartbeat timeout (5 s): the TaskManager gives
+    ///   up first (its heartbeats still arrive, so the JobManager never times it out), drops its
+    ///   partitions and registers again;
+    /// - a wide job that grows the pool beyond the operator's size, and an operator resize
+    ///   while it runs (the resize must stand once the job is done);
+    /// - a grow then a shrink while the new workers are still registering.
+    fn failure_elements(rng: &mut NodeRng, max_pool: u32, fault_ms: u64) -> Vec<Step> {
+        let mut steps = Vec::new();
+        if chance(rng, 50) {
+            let at = millis(rng, 0, fault_ms / 4);
+            steps.push(Step {
+                at,
+                action: Action::Submit {
+                    kind: JobKind::Sleep,
+                    parallelism: 1 + below(rng, 3) as u32,
+                },
+            });
+            steps.push(Step {
+                at: at + millis(rng, 100, 3_000),
+                action: Action::Partition {
+                    target: rng.next_u64(),
+                    both: false,
+                    towards_job_manager: false,
+                    duration: millis(rng, 5_500, 9_000),
+                },
+            });
+        }
+        if chance(rng, 50) {
+            let at = millis(rng, 0, fault_ms / 2);
+            steps.push(Step {
+                at,
+                action: Action::Submit {
+                    kind: JobKind::Sleep,
+                    parallelism: 6 * (1 + below(rng, 3) as u32),
+                },
+            });
+            steps.push(Step {
+                at: at + millis(rng, 200, 2_000),
+                action: Action::SetPoolSize(below(rng, u64::from(max_pool) + 1) as u32),
+            });
+        }
+        if chance(rng, 50) {
+            let at = millis(rng, 0, fault_ms);
+            steps.push(Step {
+                at,
+                action: Action::SetPoolSize(max_pool),
+            });
+            steps.push(Step {
+                at: at + millis(rng, 5, 300),
+                action: Action::SetPoolSize(below(rng, u64::from(max_pool)) as u32),
+            });
+        }
+        steps
     }
 
     fn action(rng: &mut NodeRng, max_pool: u32, jobs: JobMix) -> Action {
