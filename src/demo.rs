@@ -33,6 +33,9 @@ pub fn demo_config() -> ClusterConfig {
     config.taskmanager.slots = 2;
     config.heartbeat.interval = Duration::from_millis(100);
     config.heartbeat.timeout = Duration::from_millis(500);
+    // The jobs' demand (the waves step declares 32 TaskManagers' worth) lets go of the pool
+    // this long after it fell, not Flink's 30 s, so the tour goes on at once.
+    config.resourcemanager.taskmanager_timeout = Duration::from_millis(300);
     config
 }
 

@@ -185,6 +185,14 @@ impl std::error::Error for InvalidValue {}
 /// Something in the environment that is probably a mistake but does not stop anything.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ConfigWarning {
+    /// A key earlier versions had: ignored, so an old configuration keeps working.
+    #[error("ignoring {key}: it is no longer used ({why})")]
+    Retired {
+        /// The key.
+        key: String,
+        /// What became of it.
+        why: &'static str,
+    },
     /// A `FLINT_*` variable that is neither a configuration key nor one of Flint's other
     /// variables: ignored (variables are shared with other tools and versions, so it is not an
     /// error), named so a typo does not go unnoticed.

@@ -79,6 +79,21 @@ pub fn keys() -> &'static [Key] {
     &KEYS
 }
 
+/// Keys earlier versions had, with what became of them: accepted in a file or a `-D` flag with a
+/// warning (an old configuration keeps working), never set.
+pub const RETIRED: &[(&str, &str)] = &[(
+    "cluster.registration.refused-registration-delay",
+    "a TaskManager the JobManager refuses now stops with the reason instead of trying again",
+)];
+
+/// What became of `name`, if it is a retired key.
+pub fn retired(name: &str) -> Option<&'static str> {
+    RETIRED
+        .iter()
+        .find(|(key, _)| *key == name)
+        .map(|(_, why)| *why)
+}
+
 /// The key named `name` (dotted, as in the file).
 pub fn find(name: &str) -> Option<&'static Key> {
     KEYS.iter().find(|key| key.name == name)

@@ -116,17 +116,30 @@ impl ConfigSources {
         layers.apply_env(&self.env)?;
         for flag in &self.flags {
             let origin = Origin::Flag(flag.flag.clone());
+            if let Some(why) = keys::retired(&flag.key) {
+                layers.retired.push(ConfigWarning::Retired {
+                    key: flag.key.clone(),
+                    why,
+                });
+                continue;
+            }
             let key = keys::find(&flag.key).ok_or_else(|| unknown_key(&flag.key, &origin))?;
             layers.set(key, Raw::Text(&flag.value), origin)?;
         }
-        let Layers { config, origins } = layers;
+        let Layers {
+            config,
+            origins,
+            retired,
+        } = layers;
         config.validate().map_err(|e| {
             e.with_origins(|key| origins.get(key).cloned().unwrap_or(Origin::Default))
         })?;
+        let mut warnings = self.warnings();
+        warnings.extend(retired);
         Ok(LoadedConfig {
             config,
             origins,
-            warnings: self.warnings(),
+            warnings,
         })
     }
 
@@ -175,6 +188,8 @@ impl ConfigSources {
 pub(crate) struct Layers {
     pub(crate) config: ClusterConfig,
     origins: BTreeMap<&'static str, Origin>,
+    /// Retired keys that were given (and ignored).
+    retired: Vec<ConfigWarning>,
 }
 
 impl Layers {
@@ -185,6 +200,7 @@ impl Layers {
                 .iter()
                 .map(|key| (key.name, Origin::Default))
                 .collect(),
+            retired: Vec::new(),
         }
     }
 
@@ -230,7 +246,10 @@ impl Layers {
                 (None, toml::Value::Table(inner)) if keys::is_section(&path) => {
                     self.apply_table(inner, &path, origin)?;
                 }
-                (None, _) => return Err(unknown_key(&path, origin)),
+                (None, _) => match keys::retired(&path) {
+                    Some(why) => self.retired.push(ConfigWarning::Retired { key: path, why }),
+                    None => return Err(unknown_key(&path, origin)),
+                },
             }
         }
         Ok(())

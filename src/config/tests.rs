@@ -442,3 +442,44 @@ fn a_secret_given_as_a_flag_is_a_warning_that_names_the_safe_ways() {
     };
     assert!(from_env.warnings().is_empty());
 }
+
+/// A key earlier versions had (here the refused-registration pause, gone with issue 12: a
+/// refused TaskManager stops) is ignored with a warning, in a file and as a `-D` flag, so an old
+/// configuration keeps working; an unknown key is still an error.
+#[test]
+fn a_retired_key_is_a_warning_not_an_error() {
+    let dir = std::env::temp_dir().join(format!("flint-retired-key-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("old.toml");
+    std::fs::write(
+        &file,
+        "[cluster.registration]\nrefused-registration-delay = \"30s\"\n",
+    )
+    .unwrap();
+    let sources = super::sources::ConfigSources {
+        file: Some(file.clone()),
+        env: Vec::new(),
+        flags: vec![super::sources::FlagOverride::new(
+            "cluster.registration.refused-registration-delay",
+            "5s",
+            "-D",
+        )],
+    };
+    let loaded = sources.load().expect("an old configuration still loads");
+    let warnings: Vec<String> = loaded.warnings.iter().map(|w| w.to_string()).collect();
+    assert_eq!(warnings.len(), 2, "{warnings:?}");
+    assert!(
+        warnings
+            .iter()
+            .all(|w| w.contains("refused-registration-delay") && w.contains("no longer used")),
+        "{warnings:?}"
+    );
+    std::fs::write(&file, "[cluster.registration]\nrefused-delay = \"30s\"\n").unwrap();
+    let sources = super::sources::ConfigSources {
+        file: Some(file),
+        env: Vec::new(),
+        flags: Vec::new(),
+    };
+    assert!(sources.load().is_err(), "an unknown key is an error");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -996,3 +996,69 @@ async fn a_task_manager_holding_results_a_running_job_needs_is_not_idle() {
     .await;
     assert_eq!(answer.released.len(), 2, "the job finished: both are idle");
 }
+
+/// Issue 12 (fencing): `RegisterResourceManager` and `ResourceRemoved` carry the leader session
+/// the resource manager knows; one meant for another leader does not connect it or unregister
+/// anything here.
+#[actix::test]
+async fn resource_manager_messages_for_another_leader_session_are_refused() {
+    let stale = LeaderSessionId::from_u128(999);
+    let f = start().await;
+    let (_tm, registration) = f.task_manager("tm-1");
+    f.register(&registration).await;
+    let rm = ResourceManagerProbeHandle::start(&f.env);
+    let answer = ask(
+        &f.jm,
+        RegisterResourceManager {
+            leader_session_id: stale,
+            resource_manager: rm.address.clone(),
+            designated_pool_size: 4,
+            max_pool_size: 10,
+        },
+    )
+    .await;
+    assert_eq!(
+        answer.leader_session_id, SESSION,
+        "it names its own session"
+    );
+    assert!(answer.registered.is_empty(), "and tells a stranger nothing");
+    assert!(!f.status().await.resource_manager_connected);
+    f.jm.do_send(ResourceRemoved {
+        leader_session_id: stale,
+        resource_id: ResourceId::new("tm-1"),
+        reason: RemovalReason::Terminated,
+    });
+    settle().await;
+    assert_eq!(f.status().await.task_managers.len(), 1, "still registered");
+}
+
+/// Issue 12 (a shrink never kills a worker just given tasks): of the resource manager's pending
+/// workers, one unknown here may go (and is refused if it registers after all), one registered
+/// and busy here stays.
+#[actix::test]
+async fn of_the_pending_workers_only_unknown_or_idle_ones_may_go() {
+    let f = start().await;
+    let (_tm, registration) = f.task_manager("tm-busy");
+    let instance_id = f.register(&registration).await;
+    f.heartbeat("tm-busy", instance_id, 1).await; // a slot taken
+    let answer = ask(
+        &f.jm,
+        ReleaseIdleTaskManagers {
+            count: 2,
+            pending: vec![ResourceId::new("tm-new"), ResourceId::new("tm-busy")],
+        },
+    )
+    .await;
+    assert_eq!(answer.released, [ResourceId::new("tm-new")]);
+    assert_eq!(f.status().await.task_managers.len(), 1);
+    let (_late, mut late) = f.task_manager("tm-new");
+    late.session = TaskManagerSessionId::from_u128(2);
+    assert_eq!(
+        ask(&f.jm, late).await,
+        RegistrationResponse::RefuseRegistration(RefuseRegistration {
+            reason: RefusalReason::Released {
+                resource_id: ResourceId::new("tm-new")
+            }
+        })
+    );
+}
