@@ -6,20 +6,25 @@
 
 use actix::Addr;
 
+use crate::actors::job_manager::JobManager;
 use crate::actors::resource_manager::FlinkResourceManager;
 use crate::actors::task_manager::TaskManager;
 use crate::env::NodeRng;
 use crate::messages::RemovalReason;
 use crate::messages::deployment::TaskDeploymentDescriptor;
 use crate::messages::ids::{AllocationId, ExecutionAttemptId, JobId, LeaderSessionId, ResourceId};
-use crate::messages::resource_manager::{GetResourceManagerStatus, RemoveResource};
+use crate::messages::job_manager::{GetJobManagerStatus, ResourceRemoved};
+use crate::messages::resource_manager::{
+    DeclareResourceRequirements, GetResourceManagerStatus, RemoveResource,
+};
 use crate::messages::task_manager::{
     CancelTask, GetTaskManagerStatus, ReleaseJobPartitions, SubmitTask, TaskSubmissionError,
 };
 
-/// A stale `RemoveResource` of the started worker picked by `index`: the resource manager must
-/// still count it as started. `None` if there was nothing to probe or nothing changed; the
-/// returned text names the victim otherwise.
+/// A stale `RemoveResource` of the started worker picked by `index`, and a stale
+/// `DeclareResourceRequirements`: the resource manager must still count the worker as started
+/// and keep the demand it had. `None` if there was nothing to probe; the victim if nothing
+/// changed; what changed otherwise.
 pub async fn probe_resource_manager(
     rm: &Addr<FlinkResourceManager>,
     stale: LeaderSessionId,
@@ -36,8 +41,12 @@ pub async fn probe_resource_manager(
         resource_id: victim.clone(),
         reason: RemovalReason::HeartbeatTimeout,
     });
+    let declaration = rm.send(DeclareResourceRequirements {
+        leader_session_id: stale,
+        workers: before.demand + 7,
+    });
     let after = rm.send(GetResourceManagerStatus);
-    let (first, _, after) = tokio::join!(first, removal, after);
+    let (first, _, _, after) = tokio::join!(first, removal, declaration, after);
     match (first, after) {
         (Ok(first), Ok(after))
             if first.started.contains(&victim) && !after.started.contains(&victim) =>
@@ -46,7 +55,47 @@ pub async fn probe_resource_manager(
                 "a stale leader's RemoveResource released {victim} at the resource manager"
             )))
         }
+        (Ok(first), Ok(after)) if first.demand != after.demand => Some(Err(format!(
+            "a stale leader's DeclareResourceRequirements changed the demand {} -> {}",
+            first.demand, after.demand
+        ))),
         _ => Some(Ok(victim)),
+    }
+}
+
+/// A `ResourceRemoved` meant for another leader session, of the TaskManager picked by `index`:
+/// the JobManager must keep it registered. `Err` says what changed.
+pub async fn probe_job_manager(
+    jm: &Addr<JobManager>,
+    stale: LeaderSessionId,
+    index: u64,
+) -> Result<(), String> {
+    let Ok(before) = jm.send(GetJobManagerStatus).await else {
+        return Ok(());
+    };
+    if before.task_managers.is_empty() {
+        return Ok(());
+    }
+    let pick = (index % before.task_managers.len() as u64) as usize;
+    let victim = before.task_managers[pick].resource_id.clone();
+    let listed = |status: &crate::messages::job_manager::JobManagerStatus| {
+        status
+            .task_managers
+            .iter()
+            .any(|tm| tm.resource_id == victim)
+    };
+    let first = jm.send(GetJobManagerStatus);
+    let removal = jm.send(ResourceRemoved {
+        leader_session_id: stale,
+        resource_id: victim.clone(),
+        reason: RemovalReason::Terminated,
+    });
+    let after = jm.send(GetJobManagerStatus);
+    match tokio::join!(first, removal, after) {
+        (Ok(first), _, Ok(after)) if listed(&first) && !listed(&after) => Err(format!(
+            "a ResourceRemoved for another leader session unregistered {victim} at the JobManager"
+        )),
+        _ => Ok(()),
     }
 }
 

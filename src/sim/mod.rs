@@ -418,6 +418,11 @@ impl Run {
                 Some(Err(violation)) => self.violation(violation),
                 None => {}
             }
+            if let Err(violation) =
+                fencing::probe_job_manager(&handles.job_manager, stale, index).await
+            {
+                self.violation(violation);
+            }
         }
         let task_managers = self.cluster.running_task_managers();
         if task_managers.is_empty() {
