@@ -181,7 +181,15 @@ fn every_invariant_holds_over_the_failure_sweep() {
     for (_, status) in reports.iter().flat_map(|r| &r.jobs) {
         *outcomes.entry(format!("{status:?}")).or_default() += 1;
     }
-    eprintln!("failure sweep, {count} seeds: jobs by final status {outcomes:?}");
+    let with_failed: Vec<u64> = reports
+        .iter()
+        .filter(|r| r.jobs.iter().any(|(_, s)| *s == Some(JobStatus::Failed)))
+        .map(|r| r.seed)
+        .take(10)
+        .collect();
+    eprintln!(
+        "failure sweep, {count} seeds: jobs by final status {outcomes:?}; seeds with a FAILED job (first 10): {with_failed:?}"
+    );
     assert!(
         failed.is_empty(),
         "{} of {count} failure-sweep seeds failed: {:?}",
