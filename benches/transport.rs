@@ -81,6 +81,7 @@ fn heartbeat() -> Payload {
             slots_total: 4,
             slots_free: 2,
             running: Vec::new(),
+            io: vec![],
         },
     })
     .into()

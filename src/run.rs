@@ -829,6 +829,7 @@ mod tests {
             locality: None,
             timestamps: timestamps.to_vec(),
             error: None,
+            io: None,
         }
     }
 
@@ -838,6 +839,7 @@ mod tests {
         let vertex = VertexDetails {
             name: "count".to_owned(),
             operator: "count-by-key".to_owned(),
+            io: Default::default(),
             subtasks: vec![
                 subtask(
                     Finished,

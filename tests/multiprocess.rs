@@ -207,9 +207,16 @@ async fn a_slow_consumer_slows_its_producers_instead_of_spilling() {
     // Watch the working directory while the job runs: a pipelined edge never spills.
     let give_up = tokio::time::Instant::now() + DEADLINE;
     let mut spilled = Vec::new();
+    // The JobManager shows the backpressure its TaskManagers sample (issue 11, item 6).
+    let mut most_backpressure = 0;
     let details = loop {
         spilled.extend(spill_files(&work));
         let details = client.job(job).await;
+        most_backpressure = most_backpressure.max(
+            details.vertices[tokenize.as_usize()]
+                .io
+                .back_pressured_time_ms_per_second,
+        );
         if details.summary.status.is_globally_terminal() {
             break details;
         }
@@ -219,6 +226,15 @@ async fn a_slow_consumer_slows_its_producers_instead_of_spilling() {
     assert_eq!(details.summary.status, JobStatus::Finished, "{details:#?}");
     assert!(spilled.is_empty(), "spill files were written: {spilled:?}");
     assert_eq!(read_counts(&output), sequential_word_count(&input).unwrap());
+    assert!(
+        most_backpressure > 0,
+        "tokenize waited for the slow consumer, and the job's details said so"
+    );
+    let source_io = details.vertices[source.as_usize()].io;
+    assert!(
+        source_io.records_out > 0 && details.vertices[sink.as_usize()].io.records_in > 0,
+        "the final counts of finished tasks are kept: {source_io:?}"
+    );
 
     client.endpoint.shutdown();
     drop(jm);

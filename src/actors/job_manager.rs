@@ -594,7 +594,7 @@ impl Handler<Heartbeat> for JobManager {
         {
             self.heartbeats
                 .record(msg.resource_id.clone(), Instant::now());
-            self.reconcile_tasks(&msg.resource_id, &running, ctx);
+            self.reconcile_tasks(&msg.resource_id, &running, &msg.report.io, ctx);
             MessageResult(HeartbeatResponse::Acknowledged)
         } else {
             log::info!(

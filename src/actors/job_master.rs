@@ -25,6 +25,7 @@ use super::scheduler::{
     TaskRef,
 };
 use crate::env::NodeRng;
+use crate::exchange::metrics::TaskIoSnapshot;
 use crate::job::graph::{DistributionPattern, ExchangeMode, JobGraph};
 use crate::job::regions::{
     ExecutionVertexRef, PipelinedRegions, RegionError, RegionId, RegionProgress,
@@ -110,6 +111,8 @@ struct ExecutionVertex {
     state: Tracked<ExecutionState>,
     placement: Option<SlotAssignment>,
     error: Option<String>,
+    /// What its exchange did, as its TaskManager last reported (this attempt only).
+    io: Option<TaskIoSnapshot>,
 }
 
 /// See the module docs.
@@ -205,6 +208,7 @@ impl JobMaster {
                         state: Tracked::new(ExecutionState::Created, now_ms),
                         placement: None,
                         error: None,
+                        io: None,
                     })
                     .collect()
             })
@@ -696,6 +700,16 @@ impl JobMaster {
             .any(|c| !self.progress.is_finished(*c))
     }
 
+    /// A TaskManager's sample of its tasks' exchange metrics: kept for this job's current
+    /// attempts (others are another job's, or old). O(reported tasks · log).
+    pub fn record_io(&mut self, io: &[(ExecutionAttemptId, TaskIoSnapshot)]) {
+        for (attempt, snapshot) in io {
+            if let Some(task) = self.attempts.get(attempt).copied() {
+                self.task_mut(&task).io = Some(*snapshot);
+            }
+        }
+    }
+
     /// The finished task whose current attempt produced `partition`, if any.
     fn finished_producer(&self, partition: ResultPartitionId) -> Option<TaskRef> {
         let producer = *self.attempts.get(&partition.producer)?;
@@ -870,6 +884,7 @@ impl JobMaster {
             ev.attempt_number += 1;
             ev.state = Tracked::new(ExecutionState::Created, now_ms);
             ev.error = None;
+            ev.io = None;
             if let Some(old) = ev.placement.take() {
                 self.unplace(&task, &old.resource_id);
             }
@@ -1082,6 +1097,7 @@ impl JobMaster {
                 .map(|(vertex, subtasks)| VertexDetails {
                     name: vertex.name.clone(),
                     operator: vertex.operator.clone(),
+                    io: vertex_io(subtasks.iter().filter_map(|ev| ev.io.as_ref())),
                     subtasks: subtasks
                         .iter()
                         .enumerate()
@@ -1093,6 +1109,7 @@ impl JobMaster {
                             locality: ev.placement.as_ref().map(|p| p.locality),
                             timestamps: ev.state.timestamps().iter().collect(),
                             error: ev.error.clone(),
+                            io: ev.io,
                         })
                         .collect(),
                 })
@@ -1188,6 +1205,21 @@ pub fn slots_needed(graph: &JobGraph, vertices: impl IntoIterator<Item = usize>)
         *largest = (*largest).max(count);
     }
     per_group.values().sum()
+}
+
+/// A vertex's figures from its subtasks': counts and buffers summed, backpressure the highest.
+fn vertex_io<'a>(subtasks: impl Iterator<Item = &'a TaskIoSnapshot>) -> TaskIoSnapshot {
+    subtasks.fold(TaskIoSnapshot::default(), |sum, t| TaskIoSnapshot {
+        records_in: sum.records_in + t.records_in,
+        bytes_in: sum.bytes_in + t.bytes_in,
+        records_out: sum.records_out + t.records_out,
+        bytes_out: sum.bytes_out + t.bytes_out,
+        buffers_in_use: sum.buffers_in_use + t.buffers_in_use,
+        backpressured_ms: sum.backpressured_ms + t.backpressured_ms,
+        back_pressured_time_ms_per_second: sum
+            .back_pressured_time_ms_per_second
+            .max(t.back_pressured_time_ms_per_second),
+    })
 }
 
 #[cfg(test)]

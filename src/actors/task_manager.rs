@@ -351,6 +351,7 @@ impl TaskManager {
                     slots_total: self.slots.total(),
                     slots_free: self.slots.free(),
                     running: self.running.keys().copied().collect(),
+                    io: self.running.iter().map(|(a, t)| (*a, t.io)).collect(),
                 },
             })
             .timeout(self.settings.spec.heartbeat.timeout)
@@ -393,6 +394,7 @@ impl TaskManager {
         state: ExecutionState,
         error: Option<String>,
         unavailable_partition: Option<ResultPartitionId>,
+        io: Option<TaskIoSnapshot>,
     ) {
         match &self.job_manager {
             Some(jm) => {
@@ -402,6 +404,7 @@ impl TaskManager {
                     state,
                     error,
                     unavailable_partition,
+                    io,
                 };
                 actix::spawn(deliver_update(
                     jm.update_task_execution_state.clone(),
@@ -524,7 +527,7 @@ impl TaskManager {
                 done.do_send(TaskEnded { attempt, outcome });
             }),
         );
-        self.report(job_id, attempt, ExecutionState::Running, None, None);
+        self.report(job_id, attempt, ExecutionState::Running, None, None, None);
         Ok(())
     }
 
@@ -611,9 +614,12 @@ impl Handler<TaskEnded> for TaskManager {
     type Result = ();
 
     fn handle(&mut self, msg: TaskEnded, _: &mut Context<Self>) {
-        let Some(task) = self.running.remove(&msg.attempt) else {
+        let Some(mut task) = self.running.remove(&msg.attempt) else {
             return;
         };
+        let io = task
+            .metrics
+            .sample(self.env.clock.now_millis(), &mut task.last_sample);
         if let Some(count) = self.allocations.get_mut(&task.allocation_id) {
             *count -= 1;
             if *count == 0 {
@@ -633,6 +639,7 @@ impl Handler<TaskEnded> for TaskManager {
             msg.outcome.state,
             msg.outcome.error,
             msg.outcome.unavailable_partition,
+            Some(io),
         );
     }
 }

@@ -14,9 +14,9 @@ use crate::actors::scheduler::Locality;
 use crate::job::states::ExecutionState;
 use crate::messages::job_manager as jm;
 pub use crate::rest::views::{
-    HardwareView, JobCancelled, JobList, JobSubmitted, JobSummaryView, JobView, Message, Overview,
-    PoolSize, PoolSizeSet, PoolView, SlotTaskView, SlotView, SubtaskView, TaskManagerList,
-    TaskManagerView, VertexView,
+    HardwareView, IoView, JobCancelled, JobList, JobSubmitted, JobSummaryView, JobView, Message,
+    Overview, PoolSize, PoolSizeSet, PoolView, SlotTaskView, SlotView, SubtaskView,
+    TaskManagerList, TaskManagerView, VertexView,
 };
 
 impl VertexView {
@@ -50,6 +50,7 @@ impl JobView {
                 .map(|v| jm::VertexDetails {
                     name: v.name.clone(),
                     operator: v.operator.clone(),
+                    io: v.metrics.snapshot(),
                     subtasks: v
                         .subtasks
                         .iter()
@@ -61,6 +62,7 @@ impl JobView {
                             locality: s.locality.as_deref().and_then(locality),
                             timestamps: sorted_by_time(&s.timestamps),
                             error: s.failure.clone(),
+                            io: s.metrics.as_ref().map(IoView::snapshot),
                         })
                         .collect(),
                 })

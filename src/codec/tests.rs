@@ -80,7 +80,17 @@ pub(crate) fn job_details() -> JobDetails {
                 locality: Some(crate::actors::scheduler::Locality::Local),
                 timestamps: vec![(ExecutionState::Created, 1)],
                 error: None,
+                io: Some(crate::exchange::metrics::TaskIoSnapshot {
+                    records_in: 10,
+                    bytes_in: 100,
+                    records_out: 9,
+                    bytes_out: 90,
+                    buffers_in_use: 2,
+                    backpressured_ms: 700,
+                    back_pressured_time_ms_per_second: 600,
+                }),
             }],
+            io: crate::exchange::metrics::TaskIoSnapshot::default(),
         }],
     }
 }
@@ -265,6 +275,7 @@ pub(crate) fn job_manager_samples() -> Vec<JobManagerMessage> {
                 slots_total: 4,
                 slots_free: 3,
                 running: vec![],
+                io: vec![],
             },
         }
         .into(),
@@ -302,6 +313,7 @@ pub(crate) fn job_manager_samples() -> Vec<JobManagerMessage> {
                 producer: ExecutionAttemptId::from_u128(7),
                 edge: 1,
             }),
+            io: Some(crate::exchange::metrics::TaskIoSnapshot::default()),
         }
         .into(),
         DisconnectTaskManager {

@@ -21,6 +21,7 @@ use super::ids::{
 use super::protocol;
 use super::resource_manager::RegisterResourceManagerSuccessful;
 use crate::actors::scheduler::Locality;
+use crate::exchange::metrics::TaskIoSnapshot;
 use crate::job::graph::JobGraph;
 use crate::job::states::{ExecutionState, JobStatus};
 
@@ -211,6 +212,9 @@ pub struct HeartbeatReport {
     /// Every execution attempt it runs: the JobManager fails over any task it believes running
     /// there that is missing (its last report was lost, or the TaskManager dropped it).
     pub running: Vec<ExecutionAttemptId>,
+    /// What each running task's exchange did, sampled this interval (records, bytes, buffers
+    /// in use, backpressure): shown per subtask and vertex in the job's details.
+    pub io: Vec<(ExecutionAttemptId, TaskIoSnapshot)>,
 }
 
 /// The JobManager's answer to a heartbeat.
@@ -495,6 +499,8 @@ pub struct UpdateTaskExecutionState {
     /// For a task that failed because an input partition was missing: that partition (the
     /// JobManager reruns its producer's region).
     pub unavailable_partition: Option<ResultPartitionId>,
+    /// With a final state: what its exchange did, last sampled as it ended.
+    pub io: Option<TaskIoSnapshot>,
 }
 
 /// Why a job request was refused. Not retryable with the same request.
@@ -557,6 +563,9 @@ pub struct VertexDetails {
     pub operator: String,
     /// Its subtasks.
     pub subtasks: Vec<SubtaskDetails>,
+    /// Over its subtasks' current attempts: records, bytes and buffers summed, the
+    /// backpressure the highest (Flink shows a vertex as backpressured as its worst subtask).
+    pub io: TaskIoSnapshot,
 }
 
 /// One subtask's current attempt.
@@ -576,6 +585,9 @@ pub struct SubtaskDetails {
     pub timestamps: Vec<(ExecutionState, u64)>,
     /// Why it failed, if it did.
     pub error: Option<String>,
+    /// What its exchange did (the last heartbeat's sample, or the final one): `None` until its
+    /// TaskManager reported it.
+    pub io: Option<TaskIoSnapshot>,
 }
 
 /// A TaskManager is stopping gracefully: unregister it now, so its tasks fail over at once

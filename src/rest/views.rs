@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::exchange::metrics::TaskIoSnapshot;
 use crate::job::states::{ExecutionState, JobStatus};
 use crate::messages::ids::{AllocationId, InstanceId, JobId, ResourceId};
 use crate::messages::job_manager::{
@@ -226,6 +227,74 @@ pub struct VertexView {
     pub tasks: BTreeMap<ExecutionState, u32>,
     /// Each subtask's current attempt.
     pub subtasks: Vec<SubtaskView>,
+    /// Over its subtasks: counts summed, backpressure the worst (0 from an older server).
+    #[serde(default)]
+    pub metrics: IoView,
+}
+
+/// What a task's (or a vertex's) exchange did: Flink's `numRecordsIn`/`Out`, `numBytesIn`/`Out`,
+/// buffers in use and `backPressuredTimeMsPerSecond`, with Flink's backpressure level.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct IoView {
+    /// Records read from its inputs.
+    pub records_in: u64,
+    /// Their estimated bytes.
+    pub bytes_in: u64,
+    /// Records written (once per output).
+    pub records_out: u64,
+    /// Their estimated bytes.
+    pub bytes_out: u64,
+    /// Input buffers received and not yet consumed.
+    pub buffers_in_use: u64,
+    /// Milliseconds waited for room in a full output, in all.
+    pub backpressured_ms: u64,
+    /// Of the last heartbeat interval, milliseconds per second backpressured (0 to 1000).
+    #[serde(rename = "backPressuredTimeMsPerSecond")]
+    pub back_pressured_time_ms_per_second: u64,
+    /// `ok`, `low` (over 10 % of the time) or `high` (over 50 %), as Flink's web UI says.
+    pub backpressure_level: String,
+}
+
+impl Default for IoView {
+    /// Nothing reported: all zeros, level `ok`.
+    fn default() -> Self {
+        Self::of(&TaskIoSnapshot::default())
+    }
+}
+
+impl IoView {
+    /// The view of a snapshot.
+    pub fn of(io: &TaskIoSnapshot) -> Self {
+        let level = match io.back_pressured_time_ms_per_second {
+            0..=100 => "ok",
+            101..=500 => "low",
+            _ => "high",
+        };
+        Self {
+            records_in: io.records_in,
+            bytes_in: io.bytes_in,
+            records_out: io.records_out,
+            bytes_out: io.bytes_out,
+            buffers_in_use: io.buffers_in_use,
+            backpressured_ms: io.backpressured_ms,
+            back_pressured_time_ms_per_second: io.back_pressured_time_ms_per_second,
+            backpressure_level: level.to_owned(),
+        }
+    }
+
+    /// The snapshot this view shows.
+    pub fn snapshot(&self) -> TaskIoSnapshot {
+        TaskIoSnapshot {
+            records_in: self.records_in,
+            bytes_in: self.bytes_in,
+            records_out: self.records_out,
+            bytes_out: self.bytes_out,
+            buffers_in_use: self.buffers_in_use,
+            backpressured_ms: self.backpressured_ms,
+            back_pressured_time_ms_per_second: self.back_pressured_time_ms_per_second,
+        }
+    }
 }
 
 /// One subtask's current attempt.
@@ -246,6 +315,9 @@ pub struct SubtaskView {
     pub timestamps: BTreeMap<ExecutionState, u64>,
     /// Why it failed, if it did.
     pub failure: Option<String>,
+    /// What its exchange did; `null` until its TaskManager reported it.
+    #[serde(default)]
+    pub metrics: Option<IoView>,
 }
 
 /// `POST /jobs` accepted a job.
@@ -454,6 +526,7 @@ fn vertex(vertex: &VertexDetails) -> VertexView {
         parallelism: vertex.subtasks.len() as u32,
         tasks,
         subtasks: vertex.subtasks.iter().map(subtask).collect(),
+        metrics: IoView::of(&vertex.io),
     }
 }
 
@@ -466,6 +539,7 @@ fn subtask(subtask: &SubtaskDetails) -> SubtaskView {
         locality: subtask.locality.map(|l| l.to_string()),
         timestamps: subtask.timestamps.iter().copied().collect(),
         failure: subtask.error.clone(),
+        metrics: subtask.io.as_ref().map(IoView::of),
     }
 }
 
@@ -612,5 +686,27 @@ mod tests {
         let list = job_list(&[newer, job_summary()]);
         let starts: Vec<u64> = list.jobs.iter().map(|j| j.start_time).collect();
         assert_eq!(starts, [1, 50]);
+    }
+
+    /// Issue 11: a job's details show each subtask's exchange metrics under Flink's names, and a
+    /// vertex's backpressure level from its worst subtask.
+    #[test]
+    fn job_details_show_exchange_metrics_and_the_backpressure_level() {
+        let view = job(&job_details());
+        let json = serde_json::to_value(&view).unwrap();
+        let subtask = &json["vertices"][0]["subtasks"][0]["metrics"];
+        assert_eq!(subtask["records-in"], 10);
+        assert_eq!(subtask["backPressuredTimeMsPerSecond"], 600);
+        assert_eq!(subtask["backpressure-level"], "high");
+        let io = |ms| TaskIoSnapshot {
+            back_pressured_time_ms_per_second: ms,
+            ..TaskIoSnapshot::default()
+        };
+        let levels: Vec<String> = [0, 100, 101, 500, 501, 1000]
+            .into_iter()
+            .map(|ms| IoView::of(&io(ms)).backpressure_level)
+            .collect();
+        assert_eq!(levels, ["ok", "ok", "low", "low", "high", "high"]);
+        assert_eq!(IoView::of(&io(250)).snapshot(), io(250));
     }
 }

@@ -346,6 +346,10 @@ impl JobManager {
         &mut self,
         resource_id: &ResourceId,
         running: &std::collections::BTreeSet<crate::messages::ids::ExecutionAttemptId>,
+        io: &[(
+            crate::messages::ids::ExecutionAttemptId,
+            crate::exchange::metrics::TaskIoSnapshot,
+        )],
         ctx: &mut Context<Self>,
     ) {
         // The jobs with a task holding a slot there: O(its slots), not O(jobs).
@@ -356,6 +360,9 @@ impl JobManager {
             .map(|t| t.job)
             .collect();
         for job_id in jobs {
+            if let Some(job) = self.jobs.get_mut(&job_id) {
+                job.record_io(io);
+            }
             self.with_job(job_id, ctx, |job, cx| {
                 job.reconcile(resource_id, running, cx)
             });
@@ -492,6 +499,9 @@ impl Handler<UpdateTaskExecutionState> for JobManager {
     fn handle(&mut self, msg: UpdateTaskExecutionState, ctx: &mut Context<Self>) -> Self::Result {
         let _timed = self.mailbox.time("UpdateTaskExecutionState");
         log::debug!("job manager <- {msg:?}");
+        if let (Some(io), Some(job)) = (msg.io, self.jobs.get_mut(&msg.job_id)) {
+            job.record_io(&[(msg.attempt, io)]);
+        }
         self.with_job(msg.job_id, ctx, |job, cx| {
             job.update_with_lost_input(
                 msg.attempt,

@@ -136,6 +136,7 @@ impl Fixture {
                     slots_total: 2,
                     slots_free: free,
                     running: vec![],
+                    io: vec![],
                 },
             },
         )
@@ -766,6 +767,7 @@ async fn status_lists_each_task_managers_allocations_with_their_tasks_until_rele
                 state,
                 error: None,
                 unavailable_partition: None,
+                io: None,
             });
         }
         settle().await;
@@ -960,6 +962,7 @@ async fn a_task_manager_holding_results_a_running_job_needs_is_not_idle() {
             state,
             error: None,
             unavailable_partition: None,
+            io: None,
         })
     };
     for attempt in sent("source") {

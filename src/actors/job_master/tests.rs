@@ -1328,3 +1328,46 @@ fn finished_results_still_to_be_read_keep_their_task_manager_needed() {
         );
     }
 }
+
+/// Issue 11 (backpressure is visible): a TaskManager's samples of its tasks' exchange metrics
+/// are kept per current attempt, summed per vertex with the worst backpressure, and dropped when
+/// the attempt is replaced.
+#[test]
+fn task_io_samples_show_per_subtask_and_per_vertex_and_reset_on_restart() {
+    use crate::exchange::metrics::TaskIoSnapshot;
+    let mut h = Harness::new(pairs(2, fixed_delay(1)), &[2, 2]);
+    h.start();
+    let sample = |records: u64, pressure: u64| TaskIoSnapshot {
+        records_out: records,
+        back_pressured_time_ms_per_second: pressure,
+        ..TaskIoSnapshot::default()
+    };
+    let stranger = ExecutionAttemptId::from_u128(4242);
+    let io = [
+        (h.attempt("source", 0), sample(10, 700)),
+        (h.attempt("source", 1), sample(5, 100)),
+        (stranger, sample(99, 1000)),
+    ];
+    h.master.record_io(&io);
+    let details = h.master.details();
+    let source = &details.vertices[0];
+    assert_eq!(source.subtasks[0].io, Some(sample(10, 700)));
+    assert_eq!(
+        (
+            source.io.records_out,
+            source.io.back_pressured_time_ms_per_second
+        ),
+        (15, 700),
+        "summed, the worst backpressure; the stranger's sample is not this job's"
+    );
+    assert_eq!(details.vertices[1].subtasks[0].io, None, "not reported yet");
+    h.run_all(&[("source", 0), ("sink", 0)]);
+    h.fail("source", 0, "boom");
+    h.canceled("sink", 0);
+    h.restart_due(1);
+    assert_eq!(
+        h.subtask("source", 0).io,
+        None,
+        "a new attempt starts from nothing"
+    );
+}
