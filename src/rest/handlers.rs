@@ -9,7 +9,7 @@ use actix_web::{HttpResponse, web};
 use super::RestState;
 use super::auth::Authorized;
 use super::error::ApiError;
-use super::prometheus::{CONTENT_TYPE, MetricsSnapshot};
+use super::prometheus::{CONTENT_TYPE, MetricsSnapshot, VertexIo};
 use super::views;
 use crate::job::graph::JobGraph;
 use crate::messages::ids::{JobId, ResourceId};
@@ -224,7 +224,29 @@ pub async fn metrics(state: web::Data<RestState>) -> Answer {
     let rm = resource_manager_status(&state).await?;
     let jm = job_manager_status(&state).await?;
     let jobs = list_jobs(&state).await?;
-    let snapshot = MetricsSnapshot::collect(&rm, &jm, &jobs, &state.transport);
+    let mut snapshot = MetricsSnapshot::collect(&rm, &jm, &jobs, &state.transport);
+    for summary in jobs.iter().filter(|j| !j.status.is_globally_terminal()) {
+        // A job that ended meanwhile has nothing running to show.
+        let asked = ask(
+            &state,
+            &state.job_manager.request_job_status,
+            JOB_MANAGER,
+            RequestJobStatus {
+                job_id: summary.job_id,
+            },
+        )
+        .await;
+        let Ok(Ok(details)) = asked else {
+            continue;
+        };
+        snapshot
+            .vertices
+            .extend(details.vertices.into_iter().map(|v| VertexIo {
+                job_id: summary.job_id.to_string(),
+                vertex: v.name,
+                io: v.io,
+            }));
+    }
     Ok(HttpResponse::Ok()
         .content_type(CONTENT_TYPE)
         .body(snapshot.render()))

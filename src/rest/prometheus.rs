@@ -25,9 +25,22 @@ use crate::metrics::TransportMetrics;
 /// The media type of the text format.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
+/// One vertex's exchange figures (its subtasks' summed, the worst backpressure).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VertexIo {
+    /// The job.
+    pub job_id: String,
+    /// The vertex's name.
+    pub vertex: String,
+    /// What its subtasks did.
+    pub io: crate::exchange::metrics::TaskIoSnapshot,
+}
+
 /// Every value one scrape reports, read at one moment.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MetricsSnapshot {
+    /// Per vertex of every running job: `flint_vertex_*{job_id, vertex}`.
+    pub vertices: Vec<VertexIo>,
     /// `flint_pool_designated`.
     pub pool_designated: u32,
     /// `flint_pool_demand`.
@@ -87,6 +100,7 @@ impl MetricsSnapshot {
         transport: &TransportMetrics,
     ) -> Self {
         Self {
+            vertices: Vec::new(),
             pool_designated: rm.designated_pool_size,
             pool_demand: rm.demand,
             pool_target: rm.target_pool_size,
@@ -252,11 +266,77 @@ impl MetricsSnapshot {
             }
             registry.register(name, help, family);
         }
+        self.register_vertices(&mut registry);
         let mut text = String::new();
         // Writing to a String cannot fail.
         let _ = encode(&mut text, &registry);
         text
     }
+}
+
+impl MetricsSnapshot {
+    /// The running jobs' vertices, labelled by job id and vertex name (bounded by the
+    /// vertices, not the subtasks, of running jobs: Flink's per-task metrics, summed).
+    fn register_vertices(&self, registry: &mut Registry) {
+        type Pick = fn(&crate::exchange::metrics::TaskIoSnapshot) -> u64;
+        let gauges: [(&str, &str, Pick); 2] = [
+            (
+                "flint_vertex_back_pressured_time_ms_per_second",
+                "Of the last heartbeat interval, the milliseconds per second the vertex's most backpressured subtask waited for room downstream (Flink's backPressuredTimeMsPerSecond).",
+                |io| io.back_pressured_time_ms_per_second,
+            ),
+            (
+                "flint_vertex_buffers_in_use",
+                "Input buffers the vertex's subtasks received and have not consumed.",
+                |io| io.buffers_in_use,
+            ),
+        ];
+        for (name, help, pick) in gauges {
+            let family = Family::<Vec<(String, String)>, Gauge>::default();
+            for v in &self.vertices {
+                family
+                    .get_or_create(&vertex_labels(v))
+                    .set(i64::try_from(pick(&v.io)).unwrap_or(i64::MAX));
+            }
+            registry.register(name, help, family);
+        }
+        let counters: [(&str, &str, Pick); 4] = [
+            (
+                "flint_vertex_records_in",
+                "Records the vertex's subtasks read (Flink's numRecordsIn).",
+                |io| io.records_in,
+            ),
+            (
+                "flint_vertex_records_out",
+                "Records the vertex's subtasks wrote (Flink's numRecordsOut).",
+                |io| io.records_out,
+            ),
+            (
+                "flint_vertex_bytes_in",
+                "Bytes the vertex's subtasks read (Flink's numBytesIn).",
+                |io| io.bytes_in,
+            ),
+            (
+                "flint_vertex_bytes_out",
+                "Bytes the vertex's subtasks wrote (Flink's numBytesOut).",
+                |io| io.bytes_out,
+            ),
+        ];
+        for (name, help, pick) in counters {
+            let family = Family::<Vec<(String, String)>, Counter>::default();
+            for v in &self.vertices {
+                family.get_or_create(&vertex_labels(v)).inc_by(pick(&v.io));
+            }
+            registry.register(name, help, family);
+        }
+    }
+}
+
+fn vertex_labels(v: &VertexIo) -> Vec<(String, String)> {
+    vec![
+        ("job_id".to_owned(), v.job_id.clone()),
+        ("vertex".to_owned(), v.vertex.clone()),
+    ]
 }
 
 fn label(key: &str, value: &str) -> Vec<(String, String)> {
@@ -272,6 +352,16 @@ mod tests {
         jobs.insert(JobStatus::Running, 2);
         jobs.insert(JobStatus::Finished, 1);
         MetricsSnapshot {
+            vertices: vec![VertexIo {
+                job_id: "j1".into(),
+                vertex: "tokenize".into(),
+                io: crate::exchange::metrics::TaskIoSnapshot {
+                    records_in: 20,
+                    records_out: 40,
+                    back_pressured_time_ms_per_second: 650,
+                    ..Default::default()
+                },
+            }],
             pool_designated: 3,
             pool_demand: 5,
             pool_target: 5,
@@ -312,7 +402,7 @@ mod tests {
                 assert!(lines[i + 1].starts_with(name), "{}", lines[i + 1]);
             }
         }
-        assert_eq!(families, 21);
+        assert_eq!(families, 27);
         assert!(text.ends_with("# EOF\n"), "OpenMetrics ends with EOF");
     }
 
@@ -321,6 +411,8 @@ mod tests {
         let text = snapshot().render();
         for expected in [
             "flint_pool_designated 3",
+            "flint_vertex_back_pressured_time_ms_per_second{job_id=\"j1\",vertex=\"tokenize\"} 650",
+            "flint_vertex_records_out_total{job_id=\"j1\",vertex=\"tokenize\"} 40",
             "flint_pool_demand 5",
             "flint_pool_target 5",
             "flint_pool_started 2",

@@ -459,6 +459,20 @@
         if ((counts[s] || 0) > 0) countList += '<span class="count">' + esc(s) + ' ' + counts[s] + '</span>';
       }
       const restarts = (v.subtasks || []).reduce((m, t) => Math.max(m, t.attempt || 0), 0);
+      // Backpressure, as Flink's web UI marks it: the vertex's worst subtask, per second.
+      const io = v.metrics || {};
+      const level = io['backpressure-level'] || 'ok';
+      const pressure = io.backPressuredTimeMsPerSecond || 0;
+      if (level !== 'ok') {
+        countList += '<span class="count backpressure backpressure-' + esc(level) +
+          '" title="Waits for room downstream ' + esc(pressure) +
+          ' ms per second: its consumers are the bottleneck">backpressured (' + esc(level) + ') ' +
+          esc(pressure) + ' ms/s</span>';
+      }
+      if ((io['records-in'] || 0) + (io['records-out'] || 0) > 0) {
+        countList += '<span class="count">records in ' + esc(io['records-in'] || 0) + ' / out ' +
+          esc(io['records-out'] || 0) + '</span>';
+      }
       rows += '<tr><td>' + esc(v.name) + '</td><td class="mono">' + esc(v.operator || '') +
         '</td><td class="num">' + esc(total) + '</td><td>' + badge(vertexState(counts)) +
         '</td><td><div class="progress">' +
