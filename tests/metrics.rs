@@ -15,8 +15,10 @@ use common::rest::{
 use common::scratch;
 
 /// Every metric of the contract and its type.
-const CONTRACT: [(&str, &str); 19] = [
+const CONTRACT: [(&str, &str); 21] = [
     ("flint_pool_designated", "gauge"),
+    ("flint_pool_demand", "gauge"),
+    ("flint_pool_target", "gauge"),
     ("flint_pool_started", "gauge"),
     ("flint_pool_pending_requests", "gauge"),
     ("flint_pool_pending_registration", "gauge"),
@@ -182,6 +184,15 @@ fn the_metrics_parse_and_follow_the_embedded_cluster() {
     let running = scrape();
     assert_eq!(running.jobs("RUNNING"), 1.0);
     assert_eq!(running.get("flint_slots_free"), 3.0);
+    // Its vertex, labelled by job and name (issue 11: backpressure is visible in /metrics).
+    assert_eq!(
+        running.value(
+            "flint_vertex_back_pressured_time_ms_per_second",
+            Some(("vertex", "sleep"))
+        ),
+        0.0,
+        "a sleeper waits for nobody"
+    );
 }
 
 /// A `flint jobmanager` with a one-TaskManager pool and `extra` configuration.
