@@ -5,6 +5,7 @@
 pub mod cli;
 pub mod process;
 pub mod rest;
+pub mod zookeeper;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
