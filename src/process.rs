@@ -310,7 +310,7 @@ async fn run_high_availability(
         .storage_dir
         .clone()
         .unwrap_or_else(std::env::temp_dir);
-    let store = JobGraphStore::open(ha.client.clone(), &ha.settings.paths, &storage_dir).await?;
+    let store = JobGraphStore::open(&ha.settings, &storage_dir).await?;
     let switch = LeaderSwitch::new();
     let state = RestState::with_leader(switch.clone(), ha.config.resourcemanager.max_pool_size)
         .with_job_graph_store(store.clone());

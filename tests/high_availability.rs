@@ -205,6 +205,7 @@ fn submit_wordcount(url: &str, dir: &Path, lines: usize) -> (String, PathBuf, Pa
 }
 
 #[test]
+#[allow(clippy::disallowed_methods)] // measures real processes in real time
 fn the_standby_takes_over_after_kill_9_of_the_leader_and_finishes_its_wordcount_exactly() {
     let Some(mut cluster) = HaCluster::start("ha-kill-9") else {
         return;
@@ -246,6 +247,73 @@ fn the_standby_takes_over_after_kill_9_of_the_leader_and_finishes_its_wordcount_
         read_counts(&output),
         sequential_word_count(&input).unwrap(),
         "the recovered job's output is not the exact count"
+    );
+}
+
+#[test]
+fn a_leader_paused_past_its_session_timeout_steps_down_when_it_resumes() {
+    let Some(cluster) = HaCluster::start("ha-sigstop") else {
+        return;
+    };
+    let (a_url, b_url) = (cluster.a.url(), cluster.b.url());
+    let (job, input, output) = submit_wordcount(&a_url, &cluster.dir, 200_000);
+    cluster.wait_for_job(&a_url, &job, "the job runs", |j| j["state"] == "RUNNING");
+    signal(&cluster.a.child, "-STOP");
+    wait_until("the standby leads while the leader is paused", || {
+        leads(&b_url).then_some(())
+    });
+    cluster.wait_for_pool(&b_url);
+    signal(&cluster.a.child, "-CONT");
+    // Resumed, the old leader finds its session gone and stands by: it redirects to b.
+    wait_until("the resumed old leader steps down", || {
+        (get(&a_url, "/overview").status == 307).then_some(())
+    });
+    let done = cluster.wait_for_job(&b_url, &job, "the recovered job ends", |j| {
+        matches!(j["state"].as_str(), Some("FINISHED" | "FAILED" | "CANCELED"))
+    });
+    assert_eq!(done["state"], "FINISHED", "{done:#}");
+    assert_eq!(
+        read_counts(&output),
+        sequential_word_count(&input).unwrap(),
+        "the output is not the exact count"
+    );
+    assert!(
+        cluster.a.log().contains("leadership lost"),
+        "the old leader never said it suspended: {}",
+        cluster.a.log()
+    );
+    // b still leads: nothing the old leader did after resuming took its place.
+    assert!(leads(&b_url));
+}
+
+#[test]
+fn a_zookeeper_restart_suspends_leadership_and_loses_no_job() {
+    let Some(mut cluster) = HaCluster::start("ha-zk-restart") else {
+        return;
+    };
+    let (a_url, b_url) = (cluster.a.url(), cluster.b.url());
+    let (job, input, output) = submit_wordcount(&a_url, &cluster.dir, 200_000);
+    cluster.wait_for_job(&a_url, &job, "the job runs", |j| j["state"] == "RUNNING");
+    cluster.zk.stop();
+    wait_until("the leader suspends without ZooKeeper", || {
+        (!leads(&a_url)).then_some(())
+    });
+    cluster.zk.restart();
+    let leader = wait_until("a JobManager leads again", || {
+        [&a_url, &b_url]
+            .into_iter()
+            .find(|url| leads(url))
+            .cloned()
+    });
+    cluster.wait_for_pool(&leader);
+    let done = cluster.wait_for_job(&leader, &job, "the recovered job ends", |j| {
+        matches!(j["state"].as_str(), Some("FINISHED" | "FAILED" | "CANCELED"))
+    });
+    assert_eq!(done["state"], "FINISHED", "{done:#}");
+    assert_eq!(
+        read_counts(&output),
+        sequential_word_count(&input).unwrap(),
+        "the output is not the exact count"
     );
 }
 

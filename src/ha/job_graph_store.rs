@@ -8,12 +8,18 @@
 //! (pointer first, then the file) once its job reached a terminal state. A pointer whose file is
 //! missing or unreadable is still recovered — as a job that failed with that reason — so one bad
 //! file never stops the others from recovering.
+//!
+//! The store has a session of its own (no ephemeral nodes, so it may live long), never the
+//! election's: a session the election gave up must end, or its latch node would outlive it. A
+//! store session that ended is replaced on the next operation.
 
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use zookeeper_client::{Acls, Client, CreateMode};
 
-use super::{HaError, ZnodePaths, zookeeper::ensure_path};
+use super::HaError;
+use super::zookeeper::{ZooKeeperSettings, ensure_path};
 use crate::job::graph::JobGraph;
 use crate::messages::ids::JobId;
 
@@ -29,19 +35,19 @@ pub struct RecoveredJob {
 /// See the module docs.
 #[derive(Debug, Clone)]
 pub struct JobGraphStore {
-    client: Client,
+    settings: ZooKeeperSettings,
+    /// The store's own session, replaced when it ended.
+    session: Arc<Mutex<Client>>,
     pointers: String,
     dir: PathBuf,
 }
 
 impl JobGraphStore {
-    /// The store of the cluster at `paths`, its files under `storage_dir/CLUSTER`; makes both
-    /// places if missing.
-    pub async fn open(
-        client: Client,
-        paths: &ZnodePaths,
-        storage_dir: &Path,
-    ) -> Result<Self, HaError> {
+    /// The store of the cluster `settings` name, its files under `storage_dir/CLUSTER`; opens
+    /// its session and makes both places if missing.
+    pub async fn open(settings: &ZooKeeperSettings, storage_dir: &Path) -> Result<Self, HaError> {
+        let client = settings.connect().await?;
+        let paths = &settings.paths;
         let pointers = paths.job_graphs();
         ensure_path(&client, &pointers).await?;
         let cluster = paths.cluster().rsplit('/').next().unwrap_or("default");
@@ -52,10 +58,29 @@ impl JobGraphStore {
             source,
         })?;
         Ok(Self {
-            client,
+            settings: settings.clone(),
+            session: Arc::new(Mutex::new(client)),
             pointers,
             dir,
         })
+    }
+
+    /// The store's session, a fresh one if it ended.
+    async fn client(&self) -> Result<Client, HaError> {
+        let current = self
+            .session
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone();
+        if !current.state().is_terminated() {
+            return Ok(current);
+        }
+        let fresh = self.settings.connect().await?;
+        *self
+            .session
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = fresh.clone();
+        Ok(fresh)
     }
 
     /// Where the graph of `job_id` is written.
@@ -92,10 +117,10 @@ impl JobGraphStore {
         let pointer = self.pointer_of(job_id);
         let data = path.display().to_string().into_bytes();
         let options = CreateMode::Persistent.with_acls(Acls::anyone_all());
-        match self.client.create(&pointer, &data, &options).await {
+        let client = self.client().await?;
+        match client.create(&pointer, &data, &options).await {
             Ok(_) => Ok(()),
-            Err(zookeeper_client::Error::NodeExists) => self
-                .client
+            Err(zookeeper_client::Error::NodeExists) => client
                 .set_data(&pointer, &data, None)
                 .await
                 .map(drop)
@@ -107,7 +132,7 @@ impl JobGraphStore {
     /// Removes the pointer, then the file; either already gone is fine.
     pub async fn remove(&self, job_id: JobId) -> Result<(), HaError> {
         let pointer = self.pointer_of(job_id);
-        match self.client.delete(&pointer, None).await {
+        match self.client().await?.delete(&pointer, None).await {
             Ok(()) | Err(zookeeper_client::Error::NoNode) => {}
             Err(source) => return Err(HaError::zk("delete", &pointer)(source)),
         }
@@ -127,7 +152,8 @@ impl JobGraphStore {
     /// (with a log line): they are not ours.
     pub async fn job_ids(&self) -> Result<Vec<JobId>, HaError> {
         let mut ids: Vec<JobId> = self
-            .client
+            .client()
+            .await?
             .list_children(&self.pointers)
             .await
             .map_err(HaError::zk("list", &self.pointers))?
@@ -147,9 +173,10 @@ impl JobGraphStore {
     /// Every stored job, each with its graph or why it cannot be read.
     pub async fn recover(&self) -> Result<Vec<RecoveredJob>, HaError> {
         let mut recovered = Vec::new();
+        let client = self.client().await?;
         for job_id in self.job_ids().await? {
             let pointer = self.pointer_of(job_id);
-            let graph = match self.client.get_data(&pointer).await {
+            let graph = match client.get_data(&pointer).await {
                 Ok((data, _)) => read_graph(Path::new(String::from_utf8_lossy(&data).as_ref())),
                 Err(zookeeper_client::Error::NoNode) => continue,
                 Err(source) => return Err(HaError::zk("read", &pointer)(source)),

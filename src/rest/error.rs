@@ -213,7 +213,8 @@ impl ResponseError for ApiError {
             }
             _ => {}
         }
-        if status.is_server_error() {
+        // A standby answers 503 until a leader is known: expected, not worth a warning.
+        if status.is_server_error() && !matches!(self, Self::NoLeader) {
             log::warn!("REST: {status}: {self}");
         }
         response.json(ErrorBody {
