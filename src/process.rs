@@ -32,20 +32,20 @@ use crate::drivers::local_process::{LocalProcessDriver, ProcessTemplate};
 use crate::drivers::standalone::StandaloneDriver;
 use crate::env::{ArbiterSpawner, NodeEnv, NodeRng, SystemClock};
 use crate::events::EventSink;
+use crate::ha::JobGraphStore;
+use crate::ha::job_manager::{LeaderTerms, run_leader_loop};
+use crate::ha::zookeeper::{ZooKeeperLeaderElection, ZooKeeperLeaderRetrieval, ZooKeeperSettings};
 use crate::messages::ActorAddress;
 use crate::messages::ids::ResourceId;
 use crate::messages::job_manager::JobManagerGateway;
 use crate::messages::resource_manager::{ResourceManagerGateway, StopCluster};
 use crate::node::{start_job_manager_node, task_manager_spec, working_dir_parent};
 use crate::operators::OperatorRegistry;
+use crate::rest::leader::LeaderSwitch;
 use crate::rest::{RestError, RestListener, RestState};
 use crate::transport::handshake::Secret;
 use crate::transport::remote::{EndpointConfig, EndpointError, NodeEndpoint};
 use crate::working_dir::{WorkingDir, WorkingDirError, write_private_file};
-use crate::ha::JobGraphStore;
-use crate::ha::job_manager::{LeaderTerms, run_leader_loop};
-use crate::ha::zookeeper::{ZooKeeperLeaderElection, ZooKeeperLeaderRetrieval, ZooKeeperSettings};
-use crate::rest::leader::LeaderSwitch;
 
 /// The environment variable holding the cluster secret.
 pub const SECRET_ENV: &str = "FLINT_SECRET";
@@ -243,8 +243,7 @@ pub async fn run_job_manager(
         source,
     })?;
     let program = options.program;
-    let make_driver =
-        || worker_driver(&config, &program, &child_config, &secret_for_children);
+    let make_driver = || worker_driver(&config, &program, &child_config, &secret_for_children);
     if let Some((settings, client)) = zookeeper {
         let ha = HaProcess {
             config: &config,
@@ -259,7 +258,12 @@ pub async fn run_job_manager(
         remove_after_children(dir).await;
         return outcome;
     }
-    let node = start_job_manager_node(&config, OperatorRegistry::with_builtins(), env, make_driver());
+    let node = start_job_manager_node(
+        &config,
+        OperatorRegistry::with_builtins(),
+        env,
+        make_driver(),
+    );
     let state = RestState::new(
         JobManagerGateway::of(&node.job_manager),
         ResourceManagerGateway::of(&node.resource_manager),

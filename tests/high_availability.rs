@@ -12,7 +12,7 @@ use flint::operators::builtin::sequential_word_count;
 mod common;
 use common::rest::{Answer, JobManagerChild, request};
 use common::zookeeper::ZooKeeper;
-use common::{read_counts, scratch, wordcount_graph, write_text};
+use common::{read_counts, scratch, write_text};
 
 /// How long a test waits for a cluster to reach a state (elections, a whole WordCount).
 const DEADLINE: Duration = Duration::from_secs(120);
@@ -142,9 +142,7 @@ impl HaCluster {
         .unwrap();
         let task_managers = ["tm-1", "tm-2"]
             .into_iter()
-            .map(|name| {
-                TaskManagerChild::start(&tm_config, name, &dir.join(format!("{name}.log")))
-            })
+            .map(|name| TaskManagerChild::start(&tm_config, name, &dir.join(format!("{name}.log"))))
             .collect();
         let cluster = Self {
             dir,
@@ -186,22 +184,37 @@ fn mkdir(dir: &Path) -> PathBuf {
     dir.to_owned()
 }
 
-/// Submits WordCount of `lines` lines through the REST API of `url`; its id, input and output.
+/// Submits WordCount of `lines` lines with `flint run --detach` at the JobManager `url`; its
+/// id, input and output.
 fn submit_wordcount(url: &str, dir: &Path, lines: usize) -> (String, PathBuf, PathBuf) {
-    let input = dir.join("input.txt");
-    let output = dir.join("output");
+    submit_wordcount_named(url, dir, "wordcount", lines)
+}
+
+fn submit_wordcount_named(
+    url: &str,
+    dir: &Path,
+    name: &str,
+    lines: usize,
+) -> (String, PathBuf, PathBuf) {
+    let input = dir.join(format!("{name}.txt"));
+    let output = dir.join(format!("{name}-output"));
     write_text(&input, lines);
-    let graph = serde_json::to_string(&wordcount_graph(&input, &output)).unwrap();
-    let answer = request(
-        &no_redirects(),
-        "POST",
-        &format!("{url}/jobs"),
-        Some(&graph),
-        None,
-    )
-    .expect(202);
-    let id = answer.json()["id"].as_str().expect("a job id").to_owned();
-    (id, input, output)
+    let job_file = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/wordcount.toml");
+    let run = Command::new(env!("CARGO_BIN_EXE_flint"))
+        .args(["run", job_file, "--detach", "--jobmanager", url])
+        .arg(format!("--param=input={}", input.display()))
+        .arg(format!("--param=output={}", output.display()))
+        .env_remove("FLINT_JOBMANAGER")
+        .env_remove("FLINT_CONFIG")
+        .output()
+        .expect("flint run runs");
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert!(
+        run.status.success(),
+        "flint run --detach: {stdout}{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    (stdout.trim().to_owned(), input, output)
 }
 
 #[test]
@@ -224,8 +237,26 @@ fn the_standby_takes_over_after_kill_9_of_the_leader_and_finishes_its_wordcount_
     .expect(200);
     assert_eq!(followed.json()["taskmanagers"], 2, "{}", followed.body);
 
-    let (job, input, output) = submit_wordcount(&a_url, &cluster.dir, 200_000);
+    // Submitted with the CLI through the standby: the redirect keeps the method and the body.
+    let (job, input, output) = submit_wordcount(&b_url, &cluster.dir, 200_000);
     cluster.wait_for_job(&a_url, &job, "the job runs", |j| j["state"] == "RUNNING");
+    // The CLI against the standby reaches the leader.
+    let list = Command::new(env!("CARGO_BIN_EXE_flint"))
+        .args(["list", "--jobmanager", &b_url])
+        .env_remove("FLINT_JOBMANAGER")
+        .env_remove("FLINT_CONFIG")
+        .output()
+        .expect("flint list runs");
+    let listed = String::from_utf8_lossy(&list.stdout);
+    assert!(
+        list.status.success(),
+        "{listed}{}",
+        String::from_utf8_lossy(&list.stderr)
+    );
+    assert!(
+        listed.contains(&job),
+        "flint list against the standby: {listed}"
+    );
     signal(&cluster.a.child, "-KILL");
     let _ = cluster.a.child.wait();
     let killed_at = std::time::Instant::now();
@@ -234,7 +265,10 @@ fn the_standby_takes_over_after_kill_9_of_the_leader_and_finishes_its_wordcount_
     cluster.wait_for_pool(&b_url);
     let pool_back = killed_at.elapsed();
     let done = cluster.wait_for_job(&b_url, &job, "the recovered job ends", |j| {
-        matches!(j["state"].as_str(), Some("FINISHED" | "FAILED" | "CANCELED"))
+        matches!(
+            j["state"].as_str(),
+            Some("FINISHED" | "FAILED" | "CANCELED")
+        )
     });
     eprintln!(
         "kill -9 of the leader: new leader serving REST with the pool back after {pool_back:?}, \
@@ -242,7 +276,10 @@ fn the_standby_takes_over_after_kill_9_of_the_leader_and_finishes_its_wordcount_
         killed_at.elapsed()
     );
     assert_eq!(done["state"], "FINISHED", "{done:#}");
-    assert!(done["recovered-at"].is_u64(), "not marked recovered: {done:#}");
+    assert!(
+        done["recovered-at"].is_u64(),
+        "not marked recovered: {done:#}"
+    );
     assert_eq!(
         read_counts(&output),
         sequential_word_count(&input).unwrap(),
@@ -269,7 +306,10 @@ fn a_leader_paused_past_its_session_timeout_steps_down_when_it_resumes() {
         (get(&a_url, "/overview").status == 307).then_some(())
     });
     let done = cluster.wait_for_job(&b_url, &job, "the recovered job ends", |j| {
-        matches!(j["state"].as_str(), Some("FINISHED" | "FAILED" | "CANCELED"))
+        matches!(
+            j["state"].as_str(),
+            Some("FINISHED" | "FAILED" | "CANCELED")
+        )
     });
     assert_eq!(done["state"], "FINISHED", "{done:#}");
     assert_eq!(
@@ -300,14 +340,14 @@ fn a_zookeeper_restart_suspends_leadership_and_loses_no_job() {
     });
     cluster.zk.restart();
     let leader = wait_until("a JobManager leads again", || {
-        [&a_url, &b_url]
-            .into_iter()
-            .find(|url| leads(url))
-            .cloned()
+        [&a_url, &b_url].into_iter().find(|url| leads(url)).cloned()
     });
     cluster.wait_for_pool(&leader);
     let done = cluster.wait_for_job(&leader, &job, "the recovered job ends", |j| {
-        matches!(j["state"].as_str(), Some("FINISHED" | "FAILED" | "CANCELED"))
+        matches!(
+            j["state"].as_str(),
+            Some("FINISHED" | "FAILED" | "CANCELED")
+        )
     });
     assert_eq!(done["state"], "FINISHED", "{done:#}");
     assert_eq!(
@@ -315,6 +355,48 @@ fn a_zookeeper_restart_suspends_leadership_and_loses_no_job() {
         sequential_word_count(&input).unwrap(),
         "the output is not the exact count"
     );
+}
+
+#[test]
+fn a_corrupted_job_graph_fails_that_job_with_the_reason_and_the_others_recover() {
+    let Some(mut cluster) = HaCluster::start("ha-corrupted") else {
+        return;
+    };
+    let (a_url, b_url) = (cluster.a.url(), cluster.b.url());
+    let (good, input, output) = submit_wordcount_named(&a_url, &cluster.dir, "good", 200_000);
+    let (bad, _, _) = submit_wordcount_named(&a_url, &cluster.dir, "bad", 200_000);
+    cluster.wait_for_job(&a_url, &good, "the good job runs", |j| {
+        j["state"] == "RUNNING"
+    });
+    let stored = cluster
+        .dir
+        .join("ha-storage")
+        .join("default")
+        .join(format!("job-{bad}.json"));
+    assert!(
+        stored.is_file(),
+        "the graph was not persisted at {}",
+        stored.display()
+    );
+    std::fs::write(&stored, b"{\"name\": \"bad\", \"vert").unwrap();
+    signal(&cluster.a.child, "-KILL");
+    let _ = cluster.a.child.wait();
+
+    wait_until("the standby leads", || leads(&b_url).then_some(()));
+    let failed = cluster.wait_for_job(&b_url, &bad, "the corrupted job is reported", |j| {
+        j["state"] == "FAILED"
+    });
+    let reason = failed["failure"].as_str().unwrap_or_default();
+    assert!(reason.contains("corrupted"), "{failed:#}");
+    assert!(failed["recovered-at"].is_u64(), "{failed:#}");
+    let done = cluster.wait_for_job(&b_url, &good, "the good job ends", |j| {
+        matches!(
+            j["state"].as_str(),
+            Some("FINISHED" | "FAILED" | "CANCELED")
+        )
+    });
+    assert_eq!(done["state"], "FINISHED", "{done:#}");
+    assert_eq!(read_counts(&output), sequential_word_count(&input).unwrap());
 }
 
 #[test]
@@ -333,7 +415,13 @@ fn an_unreachable_quorum_at_start_names_the_key_and_the_address_and_exits_2() {
     )
     .unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_flint"))
-        .args(["jobmanager", "--bind", "127.0.0.1:0", "--rest", "127.0.0.1:0"])
+        .args([
+            "jobmanager",
+            "--bind",
+            "127.0.0.1:0",
+            "--rest",
+            "127.0.0.1:0",
+        ])
         .arg("--config")
         .arg(&config)
         .env_remove("FLINT_SECRET")

@@ -174,7 +174,10 @@ mod tests {
     fn a_quorum_is_host_port_pairs() {
         assert_eq!(
             parse_quorum("zk1:2181, 10.0.0.2:2182"),
-            Ok(vec![("zk1".to_owned(), 2181), ("10.0.0.2".to_owned(), 2182)])
+            Ok(vec![
+                ("zk1".to_owned(), 2181),
+                ("10.0.0.2".to_owned(), 2182)
+            ])
         );
         for bad in ["zk1", "zk1:", ":2181", "zk1:0", "zk1:2181,", "zk1:http"] {
             assert!(parse_quorum(bad).is_err(), "{bad}");
@@ -188,7 +191,10 @@ mod tests {
             ..HighAvailabilityConfig::default()
         };
         let error = ha.validate().unwrap_err().to_string();
-        assert!(error.contains("high-availability.zookeeper.quorum"), "{error}");
+        assert!(
+            error.contains("high-availability.zookeeper.quorum"),
+            "{error}"
+        );
         ha.quorum = Some("127.0.0.1:2181".to_owned());
         let error = ha.validate().unwrap_err().to_string();
         assert!(error.contains("high-availability.storageDir"), "{error}");

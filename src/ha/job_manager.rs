@@ -136,7 +136,11 @@ pub async fn run_leader_loop<E: LeaderElectionService>(
             job_manager: JobManagerGateway::of(&node.job_manager),
             resource_manager: ResourceManagerGateway::of(&node.resource_manager),
         });
-        log::info!("jobmanager: leading at {} ({})", info.address, info.rest_url);
+        log::info!(
+            "jobmanager: leading at {} ({})",
+            info.address,
+            info.rest_url
+        );
         let mut cleanup = tokio::time::interval(CLEANUP_INTERVAL);
         let lost = loop {
             tokio::select! {
@@ -175,10 +179,16 @@ pub async fn run_leader_loop<E: LeaderElectionService>(
 
 /// Hands every stored job to the new leader's JobManager (a graph that cannot be read makes
 /// its job FAILED there, with the reason).
-async fn recover_jobs(store: &JobGraphStore, job_manager: &Addr<JobManager>) -> Result<(), HaError> {
+async fn recover_jobs(
+    store: &JobGraphStore,
+    job_manager: &Addr<JobManager>,
+) -> Result<(), HaError> {
     let jobs = store.recover().await?;
     if !jobs.is_empty() {
-        log::info!("jobmanager: recovering {} job(s) from the job graph store", jobs.len());
+        log::info!(
+            "jobmanager: recovering {} job(s) from the job graph store",
+            jobs.len()
+        );
     }
     for job in jobs {
         let job_id = job.job_id;

@@ -42,7 +42,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::messages::ids::LeaderSessionId;
 
-pub use election::{Leadership, LeaderElectionService};
+pub use election::{LeaderElectionService, Leadership};
 pub use job_graph_store::{JobGraphStore, RecoveredJob};
 pub use retrieval::LeaderRetrievalService;
 

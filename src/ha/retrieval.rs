@@ -11,7 +11,5 @@ pub trait LeaderRetrievalService {
     /// published, else when one is. `Ok(None)` means the leader went away (none published). An
     /// error means the coordination service failed; calling again starts over with a fresh
     /// session.
-    fn next_leader(
-        &mut self,
-    ) -> impl Future<Output = Result<Option<LeaderInformation>, HaError>>;
+    fn next_leader(&mut self) -> impl Future<Output = Result<Option<LeaderInformation>, HaError>>;
 }

@@ -66,7 +66,13 @@ async fn resource_manager_status(state: &RestState) -> Result<ResourceManagerSta
 }
 
 async fn list_jobs(state: &RestState) -> Result<Vec<JobSummary>, ApiError> {
-    ask(state, &state.gateways()?.job_manager.list_jobs, JOB_MANAGER, ListJobs).await
+    ask(
+        state,
+        &state.gateways()?.job_manager.list_jobs,
+        JOB_MANAGER,
+        ListJobs,
+    )
+    .await
 }
 
 fn ok<T: serde::Serialize>(body: &T) -> Answer {

@@ -45,12 +45,18 @@ impl LeaderSwitch {
 
     fn write(&self, change: impl FnOnce(&mut Role)) {
         // A poisoned lock only means a reader panicked mid-read: the role is still whole.
-        let mut role = self.0.write().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut role = self
+            .0
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
         change(&mut role);
     }
 
     fn read<T>(&self, look: impl FnOnce(&Role) -> T) -> T {
-        let role = self.0.read().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let role = self
+            .0
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
         look(&role)
     }
 
@@ -91,10 +97,9 @@ impl LeaderSwitch {
                 return Route::Serve;
             }
             match &role.leader_url {
-                Some(url) if role.own_url.as_ref() != Some(url) => Route::Redirect(format!(
-                    "{}{path_and_query}",
-                    url.trim_end_matches('/')
-                )),
+                Some(url) if role.own_url.as_ref() != Some(url) => {
+                    Route::Redirect(format!("{}{path_and_query}", url.trim_end_matches('/')))
+                }
                 _ => Route::NoLeader,
             }
         })

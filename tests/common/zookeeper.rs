@@ -65,7 +65,9 @@ fn install_zookeeper() -> bool {
     if !root {
         return skip("the package is missing and this test is not running as root to install it");
     }
-    eprintln!("zookeeper is missing: installing Debian's zookeeper (apt-get install zookeeper) ...");
+    eprintln!(
+        "zookeeper is missing: installing Debian's zookeeper (apt-get install zookeeper) ..."
+    );
     let apt = |args: &[&str]| {
         Command::new("apt-get")
             .args(args)
