@@ -400,6 +400,43 @@ fn a_corrupted_job_graph_fails_that_job_with_the_reason_and_the_others_recover()
 }
 
 #[test]
+fn local_process_workers_die_with_their_jobmanager_killed_with_kill_9() {
+    let dir = scratch("ha-orphans");
+    let mut jm = JobManagerChild::start(
+        &[
+            "--bind",
+            "127.0.0.1:0",
+            "--rest",
+            "127.0.0.1:0",
+            "--pool-size",
+            "2",
+        ],
+        &dir,
+        "",
+    );
+    let children = wait_until("two TaskManager children", || {
+        let children = common::process::task_managers_of(jm.child.id());
+        (children.len() == 2).then_some(children)
+    });
+    signal(&jm.child, "-KILL");
+    let _ = jm.child.wait();
+    for (pid, name) in children {
+        wait_until(
+            &format!("TaskManager {name} dies with its JobManager"),
+            || {
+                let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+                // Gone, or a zombie waiting for init to reap it.
+                (stat.is_empty()
+                    || stat
+                        .rsplit_once(") ")
+                        .is_some_and(|(_, s)| s.starts_with('Z')))
+                .then_some(())
+            },
+        );
+    }
+}
+
+#[test]
 fn an_unreachable_quorum_at_start_names_the_key_and_the_address_and_exits_2() {
     let dir = scratch("ha-unreachable");
     let port = common::zookeeper::free_port();
