@@ -3,6 +3,7 @@
 #![allow(dead_code)] // each test binary uses its own subset
 
 pub mod cli;
+pub mod ha;
 pub mod process;
 pub mod rest;
 pub mod zookeeper;
