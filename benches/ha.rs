@@ -26,7 +26,10 @@ fn median(mut values: Vec<Duration>) -> Duration {
 
 fn finished(cluster: &HaCluster, url: &str, job: &str) {
     let done = cluster.wait_for_job(url, job, "the job ends", |j| {
-        matches!(j["state"].as_str(), Some("FINISHED" | "FAILED" | "CANCELED"))
+        matches!(
+            j["state"].as_str(),
+            Some("FINISHED" | "FAILED" | "CANCELED")
+        )
     });
     assert_eq!(done["state"], "FINISHED", "{done:#}");
 }
