@@ -110,11 +110,22 @@ fn a_leader_paused_past_its_session_timeout_steps_down_when_it_resumes() {
         )
     });
     assert_eq!(done["state"], "FINISHED", "{done:#}");
+    // Whatever the resumed old leader sent (a Disconnect, a CancelTask for its old attempts)
+    // was refused: the new leader's run of the job was never disturbed.
+    assert_eq!(done["restarts"], 0, "{done:#}");
     assert_eq!(
         read_counts(&output),
         sequential_word_count(&input).unwrap(),
         "the output is not the exact count"
     );
+    let refused = std::fs::read_dir(&cluster.dir)
+        .unwrap()
+        .flatten()
+        .filter(|entry| entry.file_name().to_string_lossy().starts_with("tm-"))
+        .filter_map(|entry| std::fs::read_to_string(entry.path()).ok())
+        .map(|log| log.matches("from stale leader session").count())
+        .sum::<usize>();
+    eprintln!("messages of the old leader refused by fencing: {refused}");
     assert!(
         cluster.a.log().contains("leadership lost"),
         "the old leader never said it suspended: {}",
