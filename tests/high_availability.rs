@@ -78,6 +78,24 @@ fn the_standby_takes_over_after_kill_9_of_the_leader_and_finishes_its_wordcount_
         done["recovered-at"].is_u64(),
         "not marked recovered: {done:#}"
     );
+    // The CLI with the cluster's HA keys (and no --jobmanager) finds the new leader itself.
+    let list = Command::new(env!("CARGO_BIN_EXE_flint"))
+        .args(["list", "--output", "json", "--config"])
+        .arg(cluster.dir.join("taskmanager.toml"))
+        .env_remove("FLINT_JOBMANAGER")
+        .env_remove("FLINT_CONFIG")
+        .output()
+        .expect("flint list runs");
+    let listed = String::from_utf8_lossy(&list.stdout);
+    assert!(
+        list.status.success(),
+        "{listed}{}",
+        String::from_utf8_lossy(&list.stderr)
+    );
+    assert!(
+        listed.contains("FINISHED") && listed.contains(&job),
+        "{listed}"
+    );
     assert_eq!(
         read_counts(&output),
         sequential_word_count(&input).unwrap(),

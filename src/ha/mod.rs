@@ -108,6 +108,10 @@ pub enum HaError {
         /// The session state that ended it.
         state: String,
     },
+    /// A command-line client could not start the runtime its ZooKeeper client needs. Not
+    /// retryable.
+    #[error("cannot start a runtime for the ZooKeeper client")]
+    Runtime(#[source] std::io::Error),
     /// A job graph file could not be written or removed. Retryable if the file system recovers.
     #[error("cannot {operation} the job graph file {path}")]
     Storage {

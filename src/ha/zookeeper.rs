@@ -81,6 +81,24 @@ impl ZooKeeperSettings {
     }
 }
 
+/// The leader published now, for a command-line client outside any runtime: one session on a
+/// runtime of its own, one read.
+pub fn current_leader(settings: &ZooKeeperSettings) -> Result<Option<LeaderInformation>, HaError> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(HaError::Runtime)?;
+    runtime.block_on(async {
+        let client = settings.connect().await?;
+        let leader = settings.paths.leader();
+        match client.get_data(&leader).await {
+            Ok((data, _)) => Ok(LeaderInformation::from_bytes(&data)),
+            Err(zookeeper_client::Error::NoNode) => Ok(None),
+            Err(source) => Err(HaError::zk("read", &leader)(source)),
+        }
+    })
+}
+
 /// `mkdir -p` of a persistent znode.
 pub(super) async fn ensure_path(client: &Client, path: &str) -> Result<(), HaError> {
     let options = CreateMode::Persistent.with_acls(Acls::anyone_all());
