@@ -153,6 +153,9 @@ fn a_leader_paused_past_its_session_timeout_steps_down_when_it_resumes() {
     assert!(leads(&b_url));
 }
 
+/// Also the regression test of a deadlock found on the way: the job graph store shared the
+/// election's first session, kept it alive after the election gave it up, and its latch node
+/// then stood before every contender forever once ZooKeeper came back.
 #[test]
 fn a_zookeeper_restart_suspends_leadership_and_loses_no_job() {
     let Some(mut cluster) = HaCluster::start("ha-zk-restart") else {
