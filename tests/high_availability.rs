@@ -281,27 +281,56 @@ fn an_unreachable_quorum_at_start_names_the_key_and_the_address_and_exits_2() {
         ),
     )
     .unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_flint"))
-        .args([
+    // The JobManager, a TaskManager finding its leader, and a client command alike.
+    let commands: [&[&str]; 3] = [
+        &[
             "jobmanager",
             "--bind",
             "127.0.0.1:0",
             "--rest",
             "127.0.0.1:0",
-        ])
-        .arg("--config")
-        .arg(&config)
+        ],
+        &["taskmanager", "--bind", "127.0.0.1:0"],
+        &["list"],
+    ];
+    for args in commands {
+        let out = Command::new(env!("CARGO_BIN_EXE_flint"))
+            .args(args)
+            .arg("--config")
+            .arg(&config)
+            .env_remove("FLINT_SECRET")
+            .env_remove("FLINT_JOBMANAGER")
+            .output()
+            .expect("flint runs");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        for says in [
+            "high-availability.zookeeper.quorum",
+            &format!("127.0.0.1:{port}"),
+        ] {
+            assert!(
+                stderr.contains(says),
+                "{args:?} does not say `{says}`: {stderr}"
+            );
+        }
+        if args[0] != "list" {
+            assert!(stderr.contains("connection-timeout"), "{args:?}: {stderr}");
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_taskmanager_without_jobmanager_or_high_availability_says_how_to_find_one() {
+    let out = Command::new(env!("CARGO_BIN_EXE_flint"))
+        .args(["taskmanager", "--bind", "127.0.0.1:0", "--ignore-env"])
         .env_remove("FLINT_SECRET")
         .output()
         .expect("flint runs");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
-    for says in [
-        "high-availability.zookeeper.quorum",
-        &format!("127.0.0.1:{port}"),
-        "connection-timeout",
-    ] {
-        assert!(stderr.contains(says), "does not say `{says}`: {stderr}");
-    }
-    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        stderr.contains("--jobmanager") && stderr.contains("high-availability.type"),
+        "{stderr}"
+    );
 }
