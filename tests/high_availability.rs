@@ -35,6 +35,23 @@ fn the_standby_takes_over_after_kill_9_of_the_leader_and_finishes_its_wordcount_
     .expect(200);
     assert_eq!(followed.json()["taskmanagers"], 2, "{}", followed.body);
 
+    // The dashboard too: a browser lands on the leader's page (whose API calls are then
+    // the leader's own).
+    let page = request(
+        &common::rest::agent(),
+        "GET",
+        &format!("{b_url}/"),
+        None,
+        None,
+    )
+    .expect(200);
+    assert!(
+        page.content_type.starts_with("text/html"),
+        "{}",
+        page.content_type
+    );
+    assert_eq!(get(&b_url, "/").status, 307);
+
     // Submitted with the CLI through the standby: the redirect keeps the method and the body.
     let (job, input, output) = submit_wordcount(&b_url, &cluster.dir, 200_000);
     cluster.wait_for_job(&a_url, &job, "the job runs", |j| j["state"] == "RUNNING");
