@@ -11,8 +11,10 @@
 //! session it doubted: it closes it and joins the election again with a fresh one (its old latch
 //! node goes with the old session), which keeps "at most one leader acts at a time" simple.
 //!
-//! Production-only: the client runs its session task on the process's tokio runtime; the
-//! simulation plugs its own coordination service behind the same traits.
+//! Production-only: the client runs its session task on the process's tokio runtime and does
+//! its socket I/O through `async-io` (whose reactor is a thread of its own, outside every
+//! determinism seam); the simulation plugs its own coordination service behind the same traits
+//! ([`crate::sim::coordination`]).
 
 use std::time::Duration;
 
