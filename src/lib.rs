@@ -64,6 +64,7 @@ pub mod error_chain;
 pub mod events;
 pub mod exchange;
 pub mod executor;
+pub mod ha;
 pub mod job;
 pub mod latch;
 pub mod lockstep;

@@ -43,6 +43,18 @@ pub fn start_job_manager_node(
     driver: Box<dyn WorkerDriver>,
 ) -> JobManagerNode {
     let leader_session_id = LeaderSessionId::generate(&mut env.rng("leader-election"));
+    start_job_manager_node_leading(config, registry, env, driver, leader_session_id)
+}
+
+/// [`start_job_manager_node`] leading the session an election granted (high availability: each
+/// leadership of the process gets a fresh one).
+pub fn start_job_manager_node_leading(
+    config: &ClusterConfig,
+    registry: OperatorRegistry,
+    env: NodeEnv,
+    driver: Box<dyn WorkerDriver>,
+    leader_session_id: LeaderSessionId,
+) -> JobManagerNode {
     let job_manager = JobManager::new(
         JobManagerSettings {
             cluster_id: config.cluster.id.clone(),

@@ -32,12 +32,16 @@ use crate::drivers::local_process::{LocalProcessDriver, ProcessTemplate};
 use crate::drivers::standalone::StandaloneDriver;
 use crate::env::{ArbiterSpawner, NodeEnv, NodeRng, SystemClock};
 use crate::events::EventSink;
+use crate::ha::JobGraphStore;
+use crate::ha::job_manager::{LeaderTerms, run_leader_loop};
+use crate::ha::zookeeper::{ZooKeeperLeaderElection, ZooKeeperLeaderRetrieval, ZooKeeperSettings};
 use crate::messages::ActorAddress;
 use crate::messages::ids::ResourceId;
 use crate::messages::job_manager::JobManagerGateway;
 use crate::messages::resource_manager::{ResourceManagerGateway, StopCluster};
 use crate::node::{start_job_manager_node, task_manager_spec, working_dir_parent};
 use crate::operators::OperatorRegistry;
+use crate::rest::leader::LeaderSwitch;
 use crate::rest::{RestError, RestListener, RestState};
 use crate::transport::handshake::Secret;
 use crate::transport::remote::{EndpointConfig, EndpointError, NodeEndpoint};
@@ -90,6 +94,17 @@ pub enum ProcessError {
     /// The REST API could not start (`[rest]`).
     #[error("cannot start the REST API")]
     Rest(#[from] RestError),
+    /// High availability could not start: the ZooKeeper quorum is unreachable, or the job
+    /// graph store cannot be opened (`[high-availability]`).
+    #[error("cannot start high availability")]
+    HighAvailability(#[from] crate::ha::HaError),
+    /// A TaskManager without `--jobmanager` and without high availability has no way to find
+    /// its JobManager.
+    #[error(
+        "no JobManager to register at: pass --jobmanager HOST:PORT, or configure \
+         high-availability.type = \"zookeeper\" (with its quorum) to find the leader"
+    )]
+    NoJobManager,
     /// The configuration could not be handed to the TaskManager children.
     #[error("cannot write the TaskManagers' configuration to {path}")]
     ChildConfig {
@@ -190,6 +205,14 @@ pub async fn run_job_manager(
 ) -> Result<(), ProcessError> {
     let config = options.config;
     config.validate()?;
+    // High availability: an unreachable quorum refuses to start, before anything binds.
+    let zookeeper = match ZooKeeperSettings::of(&config) {
+        Some(settings) => {
+            let client = settings.connect().await?;
+            Some((settings, client))
+        }
+        None => None,
+    };
     // Bound first: a bad [rest] must refuse to start before any worker is.
     let rest = RestListener::bind(&config.rest)?;
     let seed = config
@@ -227,48 +250,28 @@ pub async fn run_job_manager(
         path: child_config.clone(),
         source,
     })?;
-    let driver: Box<dyn WorkerDriver> = match config.resourcemanager.driver {
-        DriverKind::Standalone => Box::new(StandaloneDriver),
-        kind => {
-            let mut template = match kind {
-                DriverKind::Command => {
-                    let command = &config.resourcemanager.command;
-                    ProcessTemplate {
-                        program: PathBuf::from(&command.template[0]),
-                        args: command.template[1..].to_vec(),
-                        env: Vec::new(),
-                        slots: config.taskmanager.slots,
-                        hosts: command.hosts.clone(),
-                    }
-                }
-                _ => {
-                    let mut template = ProcessTemplate::flint_taskmanager(
-                        options.program,
-                        config.taskmanager.slots,
-                    );
-                    // The file is the whole configuration: the children inherit this process's
-                    // environment, whose FLINT_* variables must not override its flags.
-                    template.args.extend([
-                        "--config".to_owned(),
-                        child_config.display().to_string(),
-                        "--ignore-env".to_owned(),
-                    ]);
-                    template
-                }
-            };
-            if let Some(secret) = secret_for_children.expose() {
-                // Byte for byte: the children must prove exactly the parent's secret.
-                template.env.push((
-                    SECRET_ENV.to_owned(),
-                    std::os::unix::ffi::OsStringExt::from_vec(secret.to_vec()),
-                ));
-            } else if kind == DriverKind::LocalProcess {
-                template.args.push("--insecure".to_owned());
-            }
-            Box::new(LocalProcessDriver::new(template))
-        }
-    };
-    let node = start_job_manager_node(&config, OperatorRegistry::with_builtins(), env, driver);
+    let program = options.program;
+    let make_driver = || worker_driver(&config, &program, &child_config, &secret_for_children);
+    if let Some((settings, client)) = zookeeper {
+        let ha = HaProcess {
+            config: &config,
+            env,
+            address: endpoint.local_node(),
+            make_driver: &make_driver,
+            settings,
+            client,
+        };
+        let outcome = run_high_availability(ha, rest, ready, shutdown).await;
+        endpoint.shutdown();
+        remove_after_children(dir).await;
+        return outcome;
+    }
+    let node = start_job_manager_node(
+        &config,
+        OperatorRegistry::with_builtins(),
+        env,
+        make_driver(),
+    );
     let state = RestState::new(
         JobManagerGateway::of(&node.job_manager),
         ResourceManagerGateway::of(&node.resource_manager),
@@ -293,6 +296,119 @@ pub async fn run_job_manager(
     Ok(())
 }
 
+/// A JobManager process with `high-availability.type = "zookeeper"`.
+struct HaProcess<'a> {
+    config: &'a ClusterConfig,
+    env: NodeEnv,
+    /// The transport `host:port`.
+    address: String,
+    make_driver: &'a dyn Fn() -> Box<dyn WorkerDriver>,
+    settings: ZooKeeperSettings,
+    /// The session opened at start to check the quorum: the election's first.
+    client: zookeeper_client::Client,
+}
+
+/// Serves REST for the process's whole life (answering while leading, redirecting to the
+/// leader while standing by) and runs the leader loop until `shutdown` or `DELETE /cluster`.
+async fn run_high_availability(
+    ha: HaProcess<'_>,
+    rest: RestListener,
+    ready: impl FnOnce(&JobManagerReady),
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), ProcessError> {
+    let storage_dir = ha
+        .config
+        .high_availability
+        .storage_dir
+        .clone()
+        .unwrap_or_else(std::env::temp_dir);
+    let store = JobGraphStore::open(&ha.settings, &storage_dir).await?;
+    let switch = LeaderSwitch::new();
+    let state = RestState::with_leader(switch.clone(), ha.config.resourcemanager.max_pool_size)
+        .with_job_graph_store(store.clone());
+    let mut rest = rest.serve(state)?;
+    let rest_url = rest.url();
+    switch.set_own_url(rest_url.clone());
+    let follower = actix::spawn(crate::ha::job_manager::follow_leader_for_rest(
+        ZooKeeperLeaderRetrieval::new(ha.settings.clone()),
+        switch.clone(),
+    ));
+    ready(&JobManagerReady {
+        address: ha.address.clone(),
+        rest_url: rest_url.clone(),
+    });
+    let terms = LeaderTerms {
+        config: ha.config,
+        env: ha.env,
+        address: ha.address,
+        rest_url,
+        make_driver: ha.make_driver,
+    };
+    let election = ZooKeeperLeaderElection::with_client(ha.settings, ha.client);
+    let stop = async {
+        tokio::select! {
+            biased;
+            () = shutdown => log::info!("jobmanager: shutting down"),
+            () = rest.stop_requested() => log::info!("jobmanager: stopping (REST request)"),
+        }
+    };
+    run_leader_loop(election, terms, &store, &switch, stop).await;
+    follower.abort();
+    rest.stop().await;
+    Ok(())
+}
+
+/// The worker driver `resourcemanager.driver` names, starting `program` (this binary) as
+/// `flint taskmanager --config child_config` for `local_process`. A fresh one per leadership.
+fn worker_driver(
+    config: &ClusterConfig,
+    program: &std::path::Path,
+    child_config: &std::path::Path,
+    secret: &Secret,
+) -> Box<dyn WorkerDriver> {
+    match config.resourcemanager.driver {
+        DriverKind::Standalone => Box::new(StandaloneDriver),
+        kind => {
+            let mut template = match kind {
+                DriverKind::Command => {
+                    let command = &config.resourcemanager.command;
+                    ProcessTemplate {
+                        program: PathBuf::from(&command.template[0]),
+                        args: command.template[1..].to_vec(),
+                        env: Vec::new(),
+                        slots: config.taskmanager.slots,
+                        hosts: command.hosts.clone(),
+                    }
+                }
+                _ => {
+                    let mut template = ProcessTemplate::flint_taskmanager(
+                        program.to_path_buf(),
+                        config.taskmanager.slots,
+                    );
+                    // The file is the whole configuration: the children inherit this process's
+                    // environment, whose FLINT_* variables must not override its flags.
+                    template.args.extend([
+                        "--config".to_owned(),
+                        child_config.display().to_string(),
+                        "--ignore-env".to_owned(),
+                    ]);
+                    template
+                }
+            };
+            if let Some(secret) = secret.expose() {
+                // Byte for byte: the children must prove exactly the parent's secret.
+                template.env.push((
+                    SECRET_ENV.to_owned(),
+                    std::os::unix::ffi::OsStringExt::from_vec(secret.to_vec()),
+                ));
+            } else if kind == DriverKind::LocalProcess {
+                template.args.push("--insecure".to_owned());
+            }
+            Box::new(LocalProcessDriver::new(template))
+        }
+    }
+}
+
 /// Removes the JobManager's working directory once its children are gone: they were killed by
 /// `StopCluster`, but one may still be dying (and writing) for a moment, which would make a
 /// removal fail on a directory that is not empty yet.
@@ -312,8 +428,8 @@ async fn remove_after_children(dir: WorkingDir) {
 pub struct TaskManagerOptions {
     /// The validated configuration.
     pub config: ClusterConfig,
-    /// The JobManager's `host:port`.
-    pub job_manager: String,
+    /// The JobManager's `host:port`; `None`: found by leader retrieval (high availability).
+    pub job_manager: Option<String>,
     /// Where to listen (other TaskManagers fetch results here).
     pub bind: SocketAddr,
     /// The host others reach it at, when `bind` is a wildcard address.
@@ -331,6 +447,15 @@ pub async fn run_task_manager(
 ) -> Result<(), ProcessError> {
     let config = options.config;
     config.validate()?;
+    // Without --jobmanager, leader retrieval finds the leader; its quorum must answer now.
+    let retrieval = match (&options.job_manager, ZooKeeperSettings::of(&config)) {
+        (Some(_), _) => None,
+        (None, Some(settings)) => {
+            drop(settings.connect().await?);
+            Some(ZooKeeperLeaderRetrieval::new(settings))
+        }
+        (None, None) => return Err(ProcessError::NoJobManager),
+    };
     let seed = config
         .seed
         .unwrap_or_else(|| NodeRng::from_entropy().next_u64());
@@ -359,8 +484,8 @@ pub async fn run_task_manager(
     let task_manager = TaskManager::new(
         TaskManagerSettings {
             resource_id: options.resource_id.clone(),
-            job_manager: Some(Leader {
-                address: ActorAddress::new(options.job_manager, "jobmanager"),
+            job_manager: options.job_manager.map(|address| Leader {
+                address: ActorAddress::new(address, "jobmanager"),
                 retrieved_session: None,
             }),
             spec: task_manager_spec(
@@ -375,11 +500,20 @@ pub async fn run_task_manager(
     .on_fatal_error(fatal)
     .start();
     log::info!("taskmanager {} listening on {host}", options.resource_id);
+    let follower = retrieval.map(|retrieval| {
+        actix::spawn(crate::ha::task_manager::follow_leader(
+            retrieval,
+            task_manager.clone().recipient(),
+        ))
+    });
     let refused = tokio::select! {
         biased;
         () = shutdown => None,
         Ok(reason) = fatal_error => Some(reason),
     };
+    if let Some(follower) = follower {
+        follower.abort();
+    }
     let _ = task_manager.send(Shutdown).await;
     endpoint.shutdown();
     drop(dir);

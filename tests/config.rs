@@ -681,7 +681,7 @@ fn uncommented(text: &str) -> String {
                     !key.is_empty()
                         && key
                             .chars()
-                            .all(|c| c.is_ascii_lowercase() || c == '-' || c == '.')
+                            .all(|c| c.is_ascii_alphabetic() || c == '-' || c == '.')
                 }) =>
             {
                 rest

@@ -89,6 +89,9 @@ pub struct JobManager {
     task_restarts: u64,
     scheduler: Scheduler,
     jobs: BTreeMap<JobId, JobMaster>,
+    /// Jobs a new leader found in the job graph store but could not run (graph missing or
+    /// corrupted): FAILED with the reason, shown like any other job.
+    unrecoverable: BTreeMap<JobId, crate::messages::job_manager::JobDetails>,
     /// Ended jobs still kept, oldest submission first (the next to forget).
     ended: BTreeSet<(u64, JobId)>,
     /// The jobs that deployed to each TaskManager and did not end: who loses what with it.
@@ -132,6 +135,7 @@ impl JobManager {
             heartbeat_timeouts: 0,
             task_restarts: 0,
             jobs: BTreeMap::new(),
+            unrecoverable: BTreeMap::new(),
             ended: BTreeSet::new(),
             jobs_on: BTreeMap::new(),
             serve_pending: false,

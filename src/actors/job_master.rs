@@ -162,6 +162,8 @@ pub struct JobMaster {
     gates: BTreeMap<u32, Arc<Vec<ProducerLocation>>>,
     rng: NodeRng,
     submitted_at_ms: u64,
+    /// When a new leader recovered this job (high availability), for the status API.
+    recovered_at_ms: Option<u64>,
 }
 
 impl JobMaster {
@@ -247,6 +249,7 @@ impl JobMaster {
             suspects: BTreeMap::new(),
             rng,
             submitted_at_ms: now_ms,
+            recovered_at_ms: None,
             graph: Arc::new(graph),
         };
         master.index_attempts();
@@ -267,6 +270,11 @@ impl JobMaster {
                 );
             }
         }
+    }
+
+    /// Marks the job as recovered by a new leader at `now_ms` (it runs again from the start).
+    pub fn mark_recovered(&mut self, now_ms: u64) {
+        self.recovered_at_ms = Some(now_ms);
     }
 
     /// The job's status.
@@ -1089,6 +1097,7 @@ impl JobMaster {
             status_timestamps: self.status.timestamps().iter().collect(),
             failure: self.failure.clone(),
             restarts: self.restarts,
+            recovered_at_ms: self.recovered_at_ms,
             vertices: self
                 .graph
                 .vertices

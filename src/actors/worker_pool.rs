@@ -316,7 +316,7 @@ impl WorkerPool {
             .iter()
             .map(|(id, (order, state))| (*state == WorkerState::PendingRequest, *order, id))
             .collect();
-        ids.sort_unstable_by(|a, b| (b.0, b.1).cmp(&(a.0, a.1)));
+        ids.sort_unstable_by_key(|&(request, order, _)| std::cmp::Reverse((request, order)));
         ids.into_iter().map(|(_, _, id)| id.clone()).collect()
     }
 

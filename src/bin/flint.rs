@@ -347,9 +347,10 @@ struct JobManagerArgs {
 
 #[derive(Debug, Args)]
 struct TaskManagerArgs {
-    /// The JobManager's HOST:PORT.
+    /// The JobManager's HOST:PORT [default: the leader, found through ZooKeeper when the
+    /// configuration sets high-availability.type = "zookeeper"].
     #[arg(long, value_name = "HOST:PORT")]
-    jobmanager: String,
+    jobmanager: Option<String>,
 
     /// This worker's id [default: tm-<random>].
     #[arg(long, value_name = "ID")]

@@ -44,6 +44,7 @@ impl JobView {
             status_timestamps: sorted_by_time(&self.timestamps),
             failure: self.failure.clone(),
             restarts: self.restarts,
+            recovered_at_ms: self.recovered_at,
             vertices: self
                 .vertices
                 .iter()

@@ -336,7 +336,9 @@ pub fn parse_job_id(text: &str) -> Result<JobId, ClientError> {
 fn same_job_manager_args(endpoint: &Endpoint) -> String {
     match &endpoint.source {
         EndpointSource::Flag => format!(" --jobmanager {}", endpoint.url),
-        EndpointSource::Config(path) => format!(" --config {}", path.display()),
+        EndpointSource::Config(path) | EndpointSource::Leader(path) => {
+            format!(" --config {}", path.display())
+        }
         EndpointSource::Env | EndpointSource::Default => String::new(),
     }
 }

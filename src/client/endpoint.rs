@@ -1,8 +1,10 @@
 //! Where the client commands find the JobManager's REST API, and with which token.
 //!
 //! The address comes from the first of: `--jobmanager URL`, the `FLINT_JOBMANAGER` variable, the
-//! configuration file's `rest.address` and `rest.port` (the file from `--config` or
-//! `FLINT_CONFIG`), and the default `127.0.0.1:8081` (Flink's). The token for the endpoints that
+//! leader's REST URL as published in ZooKeeper when the configuration file sets
+//! `high-availability.type = "zookeeper"`, the configuration file's `rest.address` and
+//! `rest.port` (the file from `--config` or `FLINT_CONFIG`), and the default `127.0.0.1:8081`
+//! (Flink's). The token for the endpoints that
 //! change anything comes from `FLINT_REST_TOKEN`, else from the file's `rest.token`, else from
 //! the file its `rest.token-file` names — the variable wins, as every `FLINT_*` variable wins
 //! over the file; there is deliberately no flag, since a command line is visible to every user
@@ -42,6 +44,20 @@ pub enum EndpointError {
     /// the key, the value and where it came from.
     #[error(transparent)]
     Config(#[from] ConfigError),
+    /// High availability: no leader's REST URL could be learnt from ZooKeeper. Retryable (an
+    /// election may be under way), but the command stops with the usage exit code.
+    #[error(
+        "cannot find the JobManager leader through ZooKeeper (high-availability.zookeeper.quorum \
+         `{quorum}`){}; pass --jobmanager to ask a JobManager directly",
+        if source.is_none() { ": no leader is elected now" } else { "" }
+    )]
+    NoLeader {
+        /// The quorum asked.
+        quorum: String,
+        /// Why, unless there simply is no leader.
+        #[source]
+        source: Option<crate::ha::HaError>,
+    },
     /// `rest.token-file` cannot be read as a token (text).
     #[error("cannot read the REST token from rest.token-file {path}")]
     TokenFile {
@@ -151,6 +167,8 @@ pub enum EndpointSource {
     Env,
     /// `rest.address`/`rest.port` of this configuration file.
     Config(PathBuf),
+    /// The leader published in ZooKeeper, per the high-availability keys of this file.
+    Leader(PathBuf),
     /// Neither: the default `rest.address`/`rest.port`.
     Default,
 }
@@ -161,6 +179,11 @@ impl fmt::Display for EndpointSource {
             Self::Flag => f.write_str("from --jobmanager"),
             Self::Env => write!(f, "from {ENV_JOBMANAGER}"),
             Self::Config(path) => write!(f, "from rest.address/rest.port in {}", path.display()),
+            Self::Leader(path) => write!(
+                f,
+                "the leader published in ZooKeeper (high-availability keys in {})",
+                path.display()
+            ),
             Self::Default => f.write_str("the default"),
         }
     }
@@ -188,7 +211,9 @@ impl Endpoint {
         let config_path = config
             .map(Path::to_owned)
             .or_else(|| env(ENV_CONFIG).filter(|v| !v.is_empty()).map(PathBuf::from));
-        let rest = load_client_config(config_path.as_deref(), &env)?.rest;
+        let loaded = load_client_config(config_path.as_deref(), &env)?;
+        let leader = crate::ha::zookeeper::ZooKeeperSettings::of(&loaded);
+        let rest = loaded.rest;
         let bad = |source_name: String, given: &str, reason| EndpointError::BadUrl {
             source_name,
             given: given.to_owned(),
@@ -205,6 +230,22 @@ impl Endpoint {
                 .parse()
                 .map_err(|reason| bad(ENV_JOBMANAGER.to_owned(), &value, reason))?;
             (url, EndpointSource::Env)
+        } else if let (Some(settings), Some(path)) = (leader, &config_path) {
+            let no_leader = |source| EndpointError::NoLeader {
+                quorum: settings.quorum.clone(),
+                source,
+            };
+            let leader = crate::ha::zookeeper::current_leader(&settings)
+                .map_err(|e| no_leader(Some(e)))?
+                .ok_or_else(|| no_leader(None))?;
+            let url = leader.rest_url.parse().map_err(|reason| {
+                bad(
+                    "the leader's published REST URL".to_owned(),
+                    &leader.rest_url,
+                    reason,
+                )
+            })?;
+            (url, EndpointSource::Leader(path.clone()))
         } else {
             let url = JobManagerUrl::from_address(&rest.address, rest.port).map_err(|reason| {
                 bad(

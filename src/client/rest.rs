@@ -178,6 +178,9 @@ impl Request<'_> {
     }
 }
 
+/// How many standby-to-leader redirects one request follows.
+const MAX_REDIRECTS: u32 = 3;
+
 /// The REST API of one JobManager.
 #[derive(Debug, Clone)]
 pub struct RestClient {
@@ -193,6 +196,9 @@ impl RestClient {
             .timeout_connect(Some(CONNECT_TIMEOUT))
             .timeout_global(Some(REQUEST_TIMEOUT))
             .proxy(None)
+            // Redirects are followed by `call` itself: a standby JobManager (high availability)
+            // answers 307 to the leader, and a POST's body must go along.
+            .max_redirects(0)
             .user_agent(format!("flint/{}", env!("CARGO_PKG_VERSION")))
             .build()
             .into();
@@ -255,21 +261,37 @@ impl RestClient {
         request: Request<'_>,
         path: &str,
     ) -> Result<Answer<T>, RestError> {
-        let url = self.endpoint.url.join(path);
+        let mut url = self.endpoint.url.join(path);
         let described = format!("{} {path}", request.method());
-        let sent = match request {
-            Request::Get => self.agent.get(&url).call(),
-            Request::Delete => self.authorize(self.agent.delete(&url)).call(),
-            Request::Post(body) => self
-                .authorize(self.agent.post(&url))
-                .content_type("application/json")
-                .send(body),
-            Request::Put(body) => self
-                .authorize(self.agent.put(&url))
-                .content_type("application/json")
-                .send(body),
+        let mut redirects = 0;
+        let mut response = loop {
+            let sent = match request {
+                Request::Get => self.agent.get(&url).call(),
+                Request::Delete => self.authorize(self.agent.delete(&url)).call(),
+                Request::Post(body) => self
+                    .authorize(self.agent.post(&url))
+                    .content_type("application/json")
+                    .send(body),
+                Request::Put(body) => self
+                    .authorize(self.agent.put(&url))
+                    .content_type("application/json")
+                    .send(body),
+            };
+            let response = sent.map_err(|e| self.transport_error(e, &described))?;
+            // A standby JobManager points at the leader: ask it the same (a few hops at most,
+            // while an election settles).
+            let location = response
+                .headers()
+                .get("location")
+                .and_then(|value| value.to_str().ok());
+            match (response.status().as_u16(), location) {
+                (307 | 308, Some(location)) if redirects < MAX_REDIRECTS => {
+                    url = location.to_owned();
+                    redirects += 1;
+                }
+                _ => break response,
+            }
         };
-        let mut response = sent.map_err(|e| self.transport_error(e, &described))?;
         let status = response.status().as_u16();
         let body = response
             .body_mut()

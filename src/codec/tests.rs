@@ -69,6 +69,7 @@ pub(crate) fn job_details() -> JobDetails {
         status_timestamps: vec![(JobStatus::Created, 1), (JobStatus::Running, 2)],
         failure: None,
         restarts: 1,
+        recovered_at_ms: Some(3),
         vertices: vec![VertexDetails {
             name: "source".into(),
             operator: "text-source".into(),

@@ -9,7 +9,7 @@
 use std::path::PathBuf;
 
 use super::kind::{Field, Kind};
-use super::{ClusterConfig, DriverKind, POOL_SIZE_LIMIT};
+use super::{ClusterConfig, DriverKind, HighAvailabilityKind, POOL_SIZE_LIMIT};
 use crate::messages::ids::ClusterId;
 use crate::messages::job_manager::MAX_SLOTS_PER_TASK_MANAGER;
 use crate::transport::tls::TlsConfig;
@@ -156,7 +156,7 @@ macro_rules! duration {
     };
 }
 
-static KEYS: [Key; 35] = [
+static KEYS: [Key; 42] = [
     // [cluster]
     Key {
         name: "cluster.id",
@@ -457,6 +457,71 @@ static KEYS: [Key; 35] = [
             get: |c| c.rest.allowed_hosts.clone(),
             set: |c, v| c.rest.allowed_hosts = v,
         }),
+    },
+    // [high-availability]
+    Key {
+        name: "high-availability.type",
+        doc: "`none`: one JobManager for the cluster's life; `zookeeper`: standby JobManagers elect a leader through ZooKeeper and recover its jobs.",
+        secret: false,
+        kind: Kind::Choice {
+            values: &HighAvailabilityKind::NAMES,
+            field: Field {
+                get: |c| c.high_availability.kind.name(),
+                set: |c, v| {
+                    if let Some(kind) = HighAvailabilityKind::from_name(v) {
+                        c.high_availability.kind = kind;
+                    }
+                },
+            },
+        },
+    },
+    Key {
+        name: "high-availability.cluster-id",
+        doc: "The JobManagers sharing it elect one leader; unset: cluster.id.",
+        secret: false,
+        kind: Kind::OptionalText(Field {
+            get: |c| c.high_availability.cluster_id.clone(),
+            set: |c, v| c.high_availability.cluster_id = v,
+        }),
+    },
+    Key {
+        name: "high-availability.storageDir",
+        doc: "A directory all JobManagers reach (a shared file system): submitted job graphs are written there, ZooKeeper keeps pointers.",
+        secret: false,
+        kind: Kind::OptionalPath(Field {
+            get: |c| c.high_availability.storage_dir.clone(),
+            set: |c, v| c.high_availability.storage_dir = v,
+        }),
+    },
+    Key {
+        name: "high-availability.zookeeper.quorum",
+        doc: "The ZooKeeper servers, host:port[,host:port...].",
+        secret: false,
+        kind: Kind::OptionalText(Field {
+            get: |c| c.high_availability.quorum.clone(),
+            set: |c, v| c.high_availability.quorum = v,
+        }),
+    },
+    Key {
+        name: "high-availability.zookeeper.path.root",
+        doc: "The znode every Flint cluster's znodes live under.",
+        secret: false,
+        kind: Kind::Text(Field {
+            get: |c| c.high_availability.root.clone(),
+            set: |c, v| c.high_availability.root = v,
+        }),
+    },
+    Key {
+        name: "high-availability.zookeeper.client.session-timeout",
+        doc: "How long ZooKeeper keeps a silent JobManager's session, and so its leadership.",
+        secret: false,
+        kind: duration!(high_availability.session_timeout),
+    },
+    Key {
+        name: "high-availability.zookeeper.client.connection-timeout",
+        doc: "How long a process tries to reach the quorum at start before it gives up (exit 2).",
+        secret: false,
+        kind: duration!(high_availability.connection_timeout),
     },
     // top level
     Key {

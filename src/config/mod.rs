@@ -39,6 +39,7 @@ use std::time::Duration;
 use crate::messages::ids::ClusterId;
 
 mod error;
+pub mod high_availability;
 pub mod keys;
 mod kind;
 mod show;
@@ -46,6 +47,7 @@ mod sources;
 mod suggest;
 
 pub use error::{ConfigError, ConfigWarning, InvalidValue, Origin};
+pub use high_availability::{HighAvailabilityConfig, HighAvailabilityKind};
 pub use show::{Secrets, render};
 pub use sources::{
     CONFIG_FILE_ENV, ConfigSources, FlagOverride, LoadedConfig, NOT_CONFIG_PREFIXES,
@@ -72,6 +74,8 @@ pub struct ClusterConfig {
     pub transport: TransportConfig,
     /// `[rest]`: the JobManager's REST API and dashboard (and where clients find it).
     pub rest: RestConfig,
+    /// `[high-availability]`: standby JobManagers and job recovery through ZooKeeper.
+    pub high_availability: HighAvailabilityConfig,
     /// Seed of every node's RNG; `None` draws one from the OS. Set it to replay a run.
     pub seed: Option<u64>,
 }
@@ -483,6 +487,7 @@ impl ClusterConfig {
             self.cluster.registration.initial_timeout,
             self.cluster.registration.max_timeout,
         )?;
+        self.high_availability.validate()?;
         if let Some(tls) = &self.transport.tls {
             let files = [
                 ("transport.tls.cert", &tls.cert),

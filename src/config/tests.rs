@@ -53,6 +53,15 @@ fn everything_changed() -> ClusterConfig {
     c.rest.token = Some("s3cret".into());
     c.rest.token_file = Some("/etc/flint/rest-token".into());
     c.rest.allowed_hosts = vec!["flint.example".into(), "proxy:8443".into()];
+    c.high_availability = crate::config::HighAvailabilityConfig {
+        kind: crate::config::HighAvailabilityKind::ZooKeeper,
+        quorum: Some("zk1:2181,zk2:2182".into()),
+        root: "/flint-test".into(),
+        cluster_id: Some("ha-one".into()),
+        storage_dir: Some("/shared/flint ha".into()),
+        session_timeout: Duration::from_secs(2),
+        connection_timeout: Duration::from_millis(1500),
+    };
     c.seed = Some(u64::MAX);
     c
 }

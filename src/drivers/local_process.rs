@@ -170,6 +170,19 @@ impl WorkerDriver for LocalProcessDriver {
             .envs(self.template.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .kill_on_drop(true);
+        // A worker dies with the JobManager process that started it, even with `kill -9`: with
+        // high availability another leader takes over and starts its own workers, and an
+        // orphan would keep registering at a dead address.
+        // SAFETY: the closure runs in the child between fork and exec and only calls prctl,
+        // which is async-signal-safe and touches no memory shared with the parent.
+        unsafe {
+            command.pre_exec(|| {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) == -1 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
         let mut child = command.spawn().map_err(|source| DriverError::Spawn {
             resource_id: resource_id.clone(),
             source,

@@ -460,6 +460,19 @@ pub struct SubmitJob {
     pub job_graph: JobGraph,
 }
 
+/// Run a job again that an earlier leader accepted (high availability: the new leader recovers
+/// every unfinished job of the job graph store, from the start, under its id). A graph that
+/// could not be read makes the job FAILED with that reason. Local only: the leader's own
+/// process sends it.
+#[derive(Debug, Clone, PartialEq, Message)]
+#[rtype(result = "Result<JobId, JobError>")]
+pub struct RecoverJob {
+    /// The job's id, kept across leaders.
+    pub job_id: JobId,
+    /// Its graph, or why it cannot be recovered.
+    pub job_graph: Result<JobGraph, String>,
+}
+
 /// Cancel a job: every task is cancelled and every slot freed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Message)]
 #[rtype(result = "Result<JobStatus, JobError>")]
@@ -552,6 +565,10 @@ pub struct JobDetails {
     pub restarts: u32,
     /// Per vertex, in job graph order.
     pub vertices: Vec<VertexDetails>,
+    /// When a new leader recovered the job from the job graph store (high availability; ms
+    /// since the epoch): it runs again from the start, under the same id. `None` for a job
+    /// this leader was submitted.
+    pub recovered_at_ms: Option<u64>,
 }
 
 /// One vertex of a job.

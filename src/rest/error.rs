@@ -124,6 +124,15 @@ pub enum ApiError {
         #[source]
         source: MailboxError,
     },
+    /// High availability: this JobManager stands by and no leader is known yet (an election is
+    /// under way). Retryable.
+    #[error("this JobManager stands by and no leader is elected yet; retry in a moment")]
+    NoLeader,
+    /// High availability: the job was accepted but could not be written to the job graph store,
+    /// so it was cancelled (a job the store does not hold would be lost with this leader).
+    /// Retryable.
+    #[error("the job could not be persisted for recovery, so it was cancelled")]
+    NotPersisted(#[source] crate::ha::HaError),
 }
 
 impl ApiError {
@@ -186,7 +195,9 @@ impl ResponseError for ApiError {
             Self::ForeignHost { .. } | Self::ForeignOrigin { .. } => StatusCode::FORBIDDEN,
             Self::UnsupportedMediaType { .. } => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
-            Self::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Unavailable { .. } | Self::NoLeader | Self::NotPersisted(_) => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
         }
     }
 
@@ -202,7 +213,8 @@ impl ResponseError for ApiError {
             }
             _ => {}
         }
-        if status.is_server_error() {
+        // A standby answers 503 until a leader is known: expected, not worth a warning.
+        if status.is_server_error() && !matches!(self, Self::NoLeader) {
             log::warn!("REST: {status}: {self}");
         }
         response.json(ErrorBody {

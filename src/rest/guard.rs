@@ -194,6 +194,29 @@ pub async fn guard(
         log::debug!("REST: refused {} {}: {error}", req.method(), req.path());
         return Ok(req.error_response(error).map_into_right_body());
     }
+    // High availability: a standby points every request at the leader.
+    let route = req
+        .app_data::<web::Data<RestState>>()
+        .and_then(|state| state.leader.as_ref())
+        .map(|switch| {
+            let target = req.uri().path_and_query().map_or("/", |p| p.as_str());
+            switch.route(target)
+        });
+    match route {
+        None | Some(super::leader::Route::Serve) => {}
+        Some(super::leader::Route::Redirect(location)) => {
+            log::debug!("REST: standby redirects {} to {location}", req.method());
+            let response = actix_web::HttpResponse::TemporaryRedirect()
+                .insert_header((actix_web::http::header::LOCATION, location))
+                .finish();
+            return Ok(req.into_response(response).map_into_right_body());
+        }
+        Some(super::leader::Route::NoLeader) => {
+            return Ok(req
+                .error_response(super::ApiError::NoLeader)
+                .map_into_right_body());
+        }
+    }
     let payload = req.take_payload();
     req.set_payload(Payload::Stream {
         payload: Box::pin(Deadline {

@@ -48,7 +48,7 @@ where
 async fn job_manager_status(state: &RestState) -> Result<JobManagerStatus, ApiError> {
     ask(
         state,
-        &state.job_manager.get_status,
+        &state.gateways()?.job_manager.get_status,
         JOB_MANAGER,
         GetJobManagerStatus,
     )
@@ -58,7 +58,7 @@ async fn job_manager_status(state: &RestState) -> Result<JobManagerStatus, ApiEr
 async fn resource_manager_status(state: &RestState) -> Result<ResourceManagerStatus, ApiError> {
     ask(
         state,
-        &state.resource_manager.get_status,
+        &state.gateways()?.resource_manager.get_status,
         RESOURCE_MANAGER,
         GetResourceManagerStatus,
     )
@@ -66,7 +66,13 @@ async fn resource_manager_status(state: &RestState) -> Result<ResourceManagerSta
 }
 
 async fn list_jobs(state: &RestState) -> Result<Vec<JobSummary>, ApiError> {
-    ask(state, &state.job_manager.list_jobs, JOB_MANAGER, ListJobs).await
+    ask(
+        state,
+        &state.gateways()?.job_manager.list_jobs,
+        JOB_MANAGER,
+        ListJobs,
+    )
+    .await
 }
 
 fn ok<T: serde::Serialize>(body: &T) -> Answer {
@@ -110,7 +116,7 @@ pub async fn job(state: web::Data<RestState>, id: web::Path<String>) -> Answer {
     let job_id: JobId = id.parse()?;
     let details = ask(
         &state,
-        &state.job_manager.request_job_status,
+        &state.gateways()?.job_manager.request_job_status,
         JOB_MANAGER,
         RequestJobStatus { job_id },
     )
@@ -126,13 +132,28 @@ pub async fn submit_job(
 ) -> Answer {
     let job_graph = graph.into_inner();
     let name = job_graph.name.clone();
+    // High availability: the graph is kept for the store, written once the job has its id.
+    let kept = state.job_graph_store.as_ref().map(|_| job_graph.clone());
+    let gateways = state.gateways()?;
     let id = ask(
         &state,
-        &state.job_manager.submit_job,
+        &gateways.job_manager.submit_job,
         JOB_MANAGER,
         SubmitJob { job_graph },
     )
     .await??;
+    if let (Some(store), Some(graph)) = (&state.job_graph_store, kept)
+        && let Err(error) = store.put(id, &graph).await
+    {
+        // Not answered 202, so no client relies on it: a job the store does not hold would
+        // be lost with this leader.
+        let _ = gateways
+            .job_manager
+            .cancel_job
+            .send(CancelJob { job_id: id })
+            .await;
+        return Err(ApiError::NotPersisted(error));
+    }
     log::info!("REST: submitted job {id} ({name})");
     Ok(HttpResponse::Accepted().json(views::JobSubmitted { id }))
 }
@@ -146,7 +167,7 @@ pub async fn cancel_job(
     let job_id: JobId = id.parse()?;
     let status = ask(
         &state,
-        &state.job_manager.cancel_job,
+        &state.gateways()?.job_manager.cancel_job,
         JOB_MANAGER,
         CancelJob { job_id },
     )
@@ -178,7 +199,7 @@ pub async fn set_pool_size(
     let size = requested_pool_size(&body, state.max_pool_size)?;
     ask(
         &state,
-        &state.resource_manager.set_worker_pool_size,
+        &state.gateways()?.resource_manager.set_worker_pool_size,
         RESOURCE_MANAGER,
         SetWorkerPoolSize { size },
     )
@@ -225,11 +246,12 @@ pub async fn metrics(state: web::Data<RestState>) -> Answer {
     let jm = job_manager_status(&state).await?;
     let jobs = list_jobs(&state).await?;
     let mut snapshot = MetricsSnapshot::collect(&rm, &jm, &jobs, &state.transport);
+    let gateways = state.gateways()?;
     for summary in jobs.iter().filter(|j| !j.status.is_globally_terminal()) {
         // A job that ended meanwhile has nothing running to show.
         let asked = ask(
             &state,
-            &state.job_manager.request_job_status,
+            &gateways.job_manager.request_job_status,
             JOB_MANAGER,
             RequestJobStatus {
                 job_id: summary.job_id,

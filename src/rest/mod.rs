@@ -22,6 +22,7 @@ mod dashboard;
 mod error;
 pub mod guard;
 mod handlers;
+pub mod leader;
 pub mod prometheus;
 pub mod views;
 
@@ -103,8 +104,12 @@ pub enum RestError {
 /// What the handlers share: how to reach the actors, and the few settings they need. Holds
 /// gateways, not state: every request asks the actors afresh.
 pub struct RestState {
-    job_manager: JobManagerGateway,
-    resource_manager: ResourceManagerGateway,
+    /// The actors asked, unless a leader switch names them.
+    gateways: Option<Gateways>,
+    /// High availability: whether this process leads (serve) or stands by (redirect).
+    leader: Option<leader::LeaderSwitch>,
+    /// High availability: where accepted job graphs are persisted before `POST /jobs` answers.
+    job_graph_store: Option<crate::ha::JobGraphStore>,
     max_pool_size: u32,
     transport: TransportMetrics,
     clock: Arc<dyn Clock>,
@@ -123,9 +128,25 @@ impl RestState {
         resource_manager: ResourceManagerGateway,
         max_pool_size: u32,
     ) -> Self {
-        Self {
+        let mut state = Self::with_gateways(None, max_pool_size);
+        state.gateways = Some(Gateways {
             job_manager,
             resource_manager,
+        });
+        state
+    }
+
+    /// High availability: the state of a JobManager process that serves whichever actors
+    /// `switch` says lead now, and redirects to the leader while it stands by.
+    pub fn with_leader(switch: leader::LeaderSwitch, max_pool_size: u32) -> Self {
+        Self::with_gateways(Some(switch), max_pool_size)
+    }
+
+    fn with_gateways(leader: Option<leader::LeaderSwitch>, max_pool_size: u32) -> Self {
+        Self {
+            gateways: None,
+            leader,
+            job_graph_store: None,
             max_pool_size,
             transport: TransportMetrics::new(),
             clock: Arc::new(SystemClock),
@@ -162,10 +183,33 @@ impl RestState {
         self
     }
 
+    /// High availability: persists every accepted job graph in `store` before answering.
+    pub fn with_job_graph_store(mut self, store: crate::ha::JobGraphStore) -> Self {
+        self.job_graph_store = Some(store);
+        self
+    }
+
+    /// The actors to ask now: the fixed ones, or (HA) the current leader's.
+    fn gateways(&self) -> Result<Gateways, ApiError> {
+        match &self.leader {
+            Some(switch) => switch.leading().ok_or(ApiError::NoLeader),
+            None => self.gateways.clone().ok_or(ApiError::NoLeader),
+        }
+    }
+
     /// Asks the owner to stop the cluster (`DELETE /cluster`).
     fn request_stop(&self) {
         self.stop.set(());
     }
+}
+
+/// The actors a request is answered by.
+#[derive(Clone)]
+pub struct Gateways {
+    /// The JobManager.
+    pub job_manager: JobManagerGateway,
+    /// Its resource manager.
+    pub resource_manager: ResourceManagerGateway,
 }
 
 /// Every route of the JobManager's HTTP endpoint, with JSON errors for everything actix-web

@@ -205,6 +205,10 @@ pub struct JobView {
     pub failure: Option<String>,
     /// Region restarts so far.
     pub restarts: u32,
+    /// When a new JobManager leader recovered the job (high availability; ms since the epoch):
+    /// it ran again from the start under the same id. `null` otherwise.
+    #[serde(default)]
+    pub recovered_at: Option<u64>,
     /// Subtasks finished.
     pub tasks_finished: u32,
     /// All subtasks.
@@ -506,6 +510,7 @@ pub fn job(details: &JobDetails) -> JobView {
         timestamps: details.status_timestamps.iter().copied().collect(),
         failure: details.failure.clone(),
         restarts: details.restarts,
+        recovered_at: details.recovered_at_ms,
         tasks_finished: summary.tasks_finished,
         tasks_total: summary.tasks_total,
         vertices: details.vertices.iter().map(vertex).collect(),

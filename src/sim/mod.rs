@@ -19,6 +19,7 @@
 //! its trace; `FLINT_SIM_SEEDS=100000` runs a longer sweep.
 
 pub mod cluster;
+pub mod coordination;
 pub mod driver;
 pub mod fencing;
 pub mod host;

@@ -3,8 +3,10 @@
 #![allow(dead_code)] // each test binary uses its own subset
 
 pub mod cli;
+pub mod ha;
 pub mod process;
 pub mod rest;
+pub mod zookeeper;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -310,15 +310,29 @@ impl JobManager {
         graph: crate::job::graph::JobGraph,
         ctx: &mut Context<Self>,
     ) -> Result<JobId, JobError> {
+        let job_id = JobId::generate(&mut self.rng);
+        self.submit_as(job_id, graph, false, ctx)
+    }
+
+    /// Submits `graph` as job `job_id`; `recovered`: a new leader runs it again (HA).
+    fn submit_as(
+        &mut self,
+        job_id: JobId,
+        graph: crate::job::graph::JobGraph,
+        recovered: bool,
+        ctx: &mut Context<Self>,
+    ) -> Result<JobId, JobError> {
         let registry = &self.settings.registry;
         graph
             .validate(|op| registry.contains(op))
             .map_err(|e| JobError::Rejected(e.to_string()))?;
-        let job_id = JobId::generate(&mut self.rng);
         let now_ms = self.env.clock.now_millis();
         let name = graph.name.clone();
-        let job = JobMaster::new(job_id, graph, self.rng.fork(), now_ms)
+        let mut job = JobMaster::new(job_id, graph, self.rng.fork(), now_ms)
             .map_err(|e| JobError::Rejected(e.to_string()))?;
+        if recovered {
+            job.mark_recovered(now_ms);
+        }
         // A job runs region by region as slots free: it only has to fit its largest region.
         let needed = job.largest_region_slots();
         let slots = u64::from(self.settings.slots_per_task_manager);
@@ -446,6 +460,50 @@ impl Handler<SubmitJob> for JobManager {
     }
 }
 
+impl Handler<RecoverJob> for JobManager {
+    type Result = Result<JobId, JobError>;
+
+    fn handle(&mut self, msg: RecoverJob, ctx: &mut Context<Self>) -> Self::Result {
+        let _timed = self.mailbox.time("RecoverJob");
+        let job_id = msg.job_id;
+        if self.jobs.contains_key(&job_id) || self.unrecoverable.contains_key(&job_id) {
+            log::debug!("job manager: job {job_id} is known already; not recovering it again");
+            return Ok(job_id);
+        }
+        let failed = match msg.job_graph {
+            Ok(graph) => match self.submit_as(job_id, graph, true, ctx) {
+                Ok(job_id) => {
+                    log::info!("job manager: recovered job {job_id}: it runs again from the start");
+                    return Ok(job_id);
+                }
+                Err(error) => format!("its recovered job graph was refused: {error}"),
+            },
+            Err(reason) => reason,
+        };
+        log::warn!("job manager: job {job_id} cannot be recovered: {failed}");
+        let now_ms = self.env.clock.now_millis();
+        self.unrecoverable.insert(
+            job_id,
+            crate::messages::job_manager::JobDetails {
+                summary: JobSummary {
+                    job_id,
+                    name: String::new(),
+                    status: crate::job::states::JobStatus::Failed,
+                    tasks_finished: 0,
+                    tasks_total: 0,
+                    submitted_at_ms: now_ms,
+                },
+                status_timestamps: vec![(crate::job::states::JobStatus::Failed, now_ms)],
+                failure: Some(failed),
+                restarts: 0,
+                vertices: Vec::new(),
+                recovered_at_ms: Some(now_ms),
+            },
+        );
+        Ok(job_id)
+    }
+}
+
 impl Handler<CancelJob> for JobManager {
     type Result = Result<crate::job::states::JobStatus, JobError>;
 
@@ -478,6 +536,7 @@ impl Handler<RequestJobStatus> for JobManager {
         self.jobs
             .get(&msg.job_id)
             .map(JobMaster::details)
+            .or_else(|| self.unrecoverable.get(&msg.job_id).cloned())
             .ok_or(JobError::UnknownJob(msg.job_id))
     }
 }
@@ -487,7 +546,12 @@ impl Handler<ListJobs> for JobManager {
 
     fn handle(&mut self, _: ListJobs, _: &mut Context<Self>) -> Self::Result {
         let _timed = self.mailbox.time("ListJobs");
-        let mut jobs: Vec<JobSummary> = self.jobs.values().map(JobMaster::summary).collect();
+        let mut jobs: Vec<JobSummary> = self
+            .jobs
+            .values()
+            .map(JobMaster::summary)
+            .chain(self.unrecoverable.values().map(|d| d.summary.clone()))
+            .collect();
         jobs.sort_by_key(|j| (j.submitted_at_ms, j.job_id));
         MessageResult(jobs)
     }

@@ -1,0 +1,277 @@
+//! The `flint jobmanager` side of high availability: stand by until elected, lead (a JobManager
+//! and a resource manager of a fresh `LeaderSessionId`, every stored job recovered), and stop
+//! both the moment the leadership is in doubt, then stand by again.
+//!
+//! ```text
+//!  standby ──acquire()──▶ start JM+RM (fresh session) ─▶ recover every stored job ─▶ confirm()
+//!     ▲                                                          (publish LeaderInformation)
+//!     │                                                                   │
+//!     └── stop RM (its local workers die) and JM ◀── revoked() ◀── leading (REST served here;
+//!                                                                 terminal jobs leave the store)
+//! ```
+//!
+//! The REST port is served for the process's whole life; [`LeaderSwitch`] makes it answer or
+//! redirect. The order on revocation is what keeps two leaders from acting at once: the REST
+//! switch first (no new submissions), then the resource manager (no new workers; its
+//! `local_process` workers are killed), then the JobManager (no new deployments). Whatever an
+//! actor still sent before it stopped carries the old session and is refused by fencing.
+
+use std::future::Future;
+use std::time::Duration;
+
+use actix::Addr;
+
+use super::election::LeaderElectionService;
+use super::job_graph_store::JobGraphStore;
+use super::{HaError, LeaderInformation};
+use crate::actors::Shutdown;
+use crate::actors::job_manager::JobManager;
+use crate::config::ClusterConfig;
+use crate::drivers::WorkerDriver;
+use crate::env::NodeEnv;
+use crate::messages::ids::LeaderSessionId;
+use crate::messages::job_manager::{JobManagerGateway, ListJobs, RecoverJob};
+use crate::messages::resource_manager::{ResourceManagerGateway, StopCluster};
+use crate::node::{JobManagerNode, start_job_manager_node_leading};
+use crate::operators::OperatorRegistry;
+use crate::rest::Gateways;
+use crate::rest::leader::LeaderSwitch;
+
+/// How long a failed election step waits before the next try (a fresh session).
+const RETRY_DELAY: Duration = Duration::from_secs(1);
+
+/// How often a leader removes the graphs of jobs that reached a terminal state.
+const CLEANUP_INTERVAL: Duration = Duration::from_millis(500);
+
+/// How long a ZooKeeper step of the leader loop may take before it counts as failed.
+const STEP_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// What each leadership of this process is started with.
+pub struct LeaderTerms<'a> {
+    /// The validated configuration.
+    pub config: &'a ClusterConfig,
+    /// The node's environment (its rng draws each leadership's session).
+    pub env: NodeEnv,
+    /// The transport `host:port` TaskManagers reach this process at.
+    pub address: String,
+    /// This process's REST base URL.
+    pub rest_url: String,
+    /// A fresh worker driver per leadership (the previous one was shut down with its RM).
+    pub make_driver: &'a dyn Fn() -> Box<dyn WorkerDriver>,
+}
+
+/// Why the leader loop ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    /// `stop` resolved (a signal, `DELETE /cluster`).
+    Stopped,
+}
+
+/// Runs the election until `stop` resolves: leads whenever elected, stands by otherwise. See
+/// the module docs.
+pub async fn run_leader_loop<E: LeaderElectionService>(
+    mut election: E,
+    terms: LeaderTerms<'_>,
+    store: &JobGraphStore,
+    switch: &LeaderSwitch,
+    stop: impl Future<Output = ()>,
+) -> Ended {
+    let mut stop = std::pin::pin!(stop);
+    let mut rng = terms.env.rng("leader-election");
+    loop {
+        log::info!("jobmanager: standing by for leadership");
+        let granted = tokio::select! {
+            biased;
+            () = &mut stop => break,
+            granted = election.acquire() => granted,
+        };
+        let leadership = match granted {
+            Ok(leadership) => leadership,
+            Err(error) => {
+                log::warn!(
+                    "jobmanager: election failed: {}; trying again",
+                    crate::error_chain::ErrorChain(&error)
+                );
+                tokio::select! {
+                    biased;
+                    () = &mut stop => break,
+                    () = tokio::time::sleep(RETRY_DELAY) => continue,
+                }
+            }
+        };
+        // Unique across processes even with the same `seed`: the token is the ZooKeeper
+        // session and latch sequence.
+        let session = LeaderSessionId::from_u128(rng.next_u128() ^ leadership.token);
+        log::info!("jobmanager: elected leader, leading session {session}");
+        let node = start_job_manager_node_leading(
+            terms.config,
+            OperatorRegistry::with_builtins(),
+            terms.env.clone(),
+            (terms.make_driver)(),
+            session,
+        );
+        let info = LeaderInformation {
+            address: terms.address.clone(),
+            rest_url: terms.rest_url.clone(),
+            leader_session_id: session,
+        };
+        let started = async {
+            recover_jobs(store, &node.job_manager).await?;
+            election.confirm(&info).await
+        };
+        match tokio::time::timeout(STEP_TIMEOUT, started).await {
+            Ok(Ok(())) => {}
+            outcome => {
+                let why = match outcome {
+                    Ok(Err(error)) => crate::error_chain::ErrorChain(&error).to_string(),
+                    _ => format!("no answer from ZooKeeper within {STEP_TIMEOUT:?}"),
+                };
+                log::warn!("jobmanager: cannot take up leadership: {why}; standing by again");
+                stop_node(node).await;
+                election.resign().await;
+                continue;
+            }
+        }
+        switch.lead(Gateways {
+            job_manager: JobManagerGateway::of(&node.job_manager),
+            resource_manager: ResourceManagerGateway::of(&node.resource_manager),
+        });
+        log::info!(
+            "jobmanager: leading at {} ({})",
+            info.address,
+            info.rest_url
+        );
+        let mut cleanup = tokio::time::interval(CLEANUP_INTERVAL);
+        let lost = loop {
+            tokio::select! {
+                biased;
+                () = &mut stop => break None,
+                lost = election.revoked() => break Some(lost),
+                _ = cleanup.tick() => {
+                    let _ = tokio::time::timeout(
+                        STEP_TIMEOUT,
+                        remove_terminal_jobs(store, &node.job_manager),
+                    )
+                    .await;
+                }
+            }
+        };
+        // Suspend at once: no request served, no worker started, no task deployed.
+        switch.stand_by();
+        match lost {
+            Some(lost) => {
+                log::warn!(
+                    "jobmanager: leadership lost ({}): suspending session {session} and standing by",
+                    crate::error_chain::ErrorChain(&lost)
+                );
+                stop_node(node).await;
+            }
+            None => {
+                stop_node(node).await;
+                election.resign().await;
+                return Ended::Stopped;
+            }
+        }
+    }
+    election.resign().await;
+    Ended::Stopped
+}
+
+/// Hands every stored job to the new leader's JobManager (a graph that cannot be read makes
+/// its job FAILED there, with the reason).
+async fn recover_jobs(
+    store: &JobGraphStore,
+    job_manager: &Addr<JobManager>,
+) -> Result<(), HaError> {
+    let jobs = store.recover().await?;
+    if !jobs.is_empty() {
+        log::info!(
+            "jobmanager: recovering {} job(s) from the job graph store",
+            jobs.len()
+        );
+    }
+    for job in jobs {
+        let job_id = job.job_id;
+        match job_manager
+            .send(RecoverJob {
+                job_id,
+                job_graph: job.graph,
+            })
+            .await
+        {
+            Ok(Ok(_)) => {}
+            Ok(Err(error)) => log::warn!("jobmanager: job {job_id} not recovered: {error}"),
+            Err(error) => log::warn!("jobmanager: job {job_id} not recovered: {error}"),
+        }
+    }
+    Ok(())
+}
+
+/// Removes the stored graphs of the jobs that reached a terminal state (they are never run
+/// again).
+async fn remove_terminal_jobs(store: &JobGraphStore, job_manager: &Addr<JobManager>) {
+    let Ok(stored) = store.job_ids().await else {
+        return;
+    };
+    if stored.is_empty() {
+        return;
+    }
+    let Ok(jobs) = job_manager.send(ListJobs).await else {
+        return;
+    };
+    for job in jobs {
+        if job.status.is_globally_terminal() && stored.binary_search(&job.job_id).is_ok() {
+            match store.remove(job.job_id).await {
+                Ok(()) => log::info!(
+                    "jobmanager: job {} is {}: its graph left the job graph store",
+                    job.job_id,
+                    job.status
+                ),
+                Err(error) => log::warn!(
+                    "jobmanager: cannot remove job {} from the job graph store: {}",
+                    job.job_id,
+                    crate::error_chain::ErrorChain(&error)
+                ),
+            }
+        }
+    }
+}
+
+/// Stops a leadership's actors: the resource manager first (its driver's workers go with it),
+/// then the JobManager; returns once the JobManager is gone, so the next leadership's
+/// JobManager can take its place in the node's directory.
+pub async fn stop_node(node: JobManagerNode) {
+    let _ = tokio::time::timeout(STEP_TIMEOUT, node.resource_manager.send(StopCluster)).await;
+    let _ = tokio::time::timeout(STEP_TIMEOUT, node.job_manager.send(Shutdown)).await;
+    let give_up = tokio::time::Instant::now() + STEP_TIMEOUT;
+    while (node.job_manager.connected() || node.resource_manager.connected())
+        && tokio::time::Instant::now() < give_up
+    {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Follows the published leader for the standby's REST redirects until the process ends.
+pub async fn follow_leader_for_rest<R: super::LeaderRetrievalService>(
+    mut retrieval: R,
+    switch: LeaderSwitch,
+) {
+    loop {
+        match retrieval.next_leader().await {
+            Ok(leader) => {
+                log::info!(
+                    "jobmanager: the leader's REST API is {}",
+                    leader.as_ref().map_or("unknown", |l| l.rest_url.as_str())
+                );
+                switch.set_leader_url(leader.map(|l| l.rest_url));
+            }
+            Err(error) => {
+                log::debug!(
+                    "jobmanager: leader retrieval failed: {}; retrying",
+                    crate::error_chain::ErrorChain(&error)
+                );
+                tokio::time::sleep(RETRY_DELAY).await;
+            }
+        }
+    }
+}

@@ -1,0 +1,203 @@
+//! High availability: standby JobManagers, leader election, leader retrieval and job recovery
+//! (`high-availability.type = "zookeeper"`; with `"none"`, the default, nothing here runs).
+//!
+//! ```text
+//!  flint jobmanager ×N (same cluster id)          flint taskmanager --config (HA keys)
+//!    │ LeaderElectionService (election)              │ LeaderRetrievalService (retrieval)
+//!    ▼                                               ▼
+//!  ZooKeeper  ROOT/CLUSTER/leaderlatch/latch-NNNN   ephemeral sequential: the lowest leads
+//!             ROOT/CLUSTER/leader                   ephemeral: the leader's LeaderInformation
+//!             ROOT/CLUSTER/jobgraphs/JOB_ID         persistent: pointer to STORAGE/CLUSTER/…
+//!    │
+//!    ▼ leadership granted                           leadership revoked (session lost/suspended)
+//!  job_manager::run_leader_terms: a fresh LeaderSessionId, the JobManager + resource manager,
+//!  every job of the JobGraphStore recovered;        ── stop both at once, stand by again
+//! ```
+//!
+//! - [`election`], [`retrieval`]: the two small traits, in Flink's shapes, that the rest of
+//!   Flint sees; [`zookeeper`] implements them over a real ZooKeeper (the `zookeeper-client`
+//!   crate) and the simulation can implement them over a simulated coordination service.
+//! - [`job_graph_store`]: submitted job graphs in `high-availability.storageDir`, pointers in
+//!   ZooKeeper, as Flink's `ZooKeeperJobGraphStore` keeps them.
+//! - [`job_manager`], [`task_manager`]: the `flint jobmanager` / `flint taskmanager` sides.
+//!
+//! Why `zookeeper-client` (kezhuw): it is the maintained pure-Rust async client (3.8 protocol,
+//! ephemeral-sequential creates, oneshot and persistent watches, session state watching, TLS
+//! and SASL when wanted), with no C library to link (unlike the `zookeeper` bindings over
+//! libzookeeper) and no abandoned thread-per-session design (unlike `zookeeper`/`zookeeper-async`
+//! of 2018-2020). It runs its session task on the current tokio runtime.
+//!
+//! What this module must never do: act as leader without holding the leadership it was granted
+//! (the JobManager and resource manager stop as soon as the session is in doubt), or keep a job
+//! graph anywhere but the store (ZooKeeper holds pointers only).
+
+pub mod election;
+pub mod job_graph_store;
+pub mod job_manager;
+pub mod retrieval;
+pub mod task_manager;
+pub mod zookeeper;
+
+use serde::{Deserialize, Serialize};
+
+use crate::messages::ids::LeaderSessionId;
+
+pub use election::{LeaderElectionService, Leadership};
+pub use job_graph_store::{JobGraphStore, RecoveredJob};
+pub use retrieval::LeaderRetrievalService;
+
+/// What the leader publishes for everyone else (Flink's `LeaderInformation`): where its
+/// JobManager is and which session it leads.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaderInformation {
+    /// The JobManager's transport `host:port` (TaskManagers register there).
+    pub address: String,
+    /// The base URL of its REST API (`http://HOST:PORT`): standbys redirect there.
+    pub rest_url: String,
+    /// The fencing token of this leadership.
+    pub leader_session_id: LeaderSessionId,
+}
+
+impl LeaderInformation {
+    /// As stored in the leader znode.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        // Serializing plain strings and an id to JSON cannot fail.
+        serde_json::to_vec(self).unwrap_or_default()
+    }
+
+    /// From the leader znode; `None` for anything else (an empty or foreign node).
+    pub fn from_bytes(bytes: &[u8]) -> Option<Self> {
+        serde_json::from_slice(bytes).ok()
+    }
+}
+
+/// Why a high-availability service failed.
+#[derive(Debug, thiserror::Error)]
+pub enum HaError {
+    /// The quorum did not answer within the connection timeout at start. Retryable (once the
+    /// quorum is up), but a process stops with exit code 2: its configuration may be wrong.
+    #[error(
+        "cannot reach the ZooKeeper quorum `{quorum}` (high-availability.zookeeper.quorum) \
+         within {} (high-availability.zookeeper.client.connection-timeout)",
+        humantime::format_duration(*.timeout)
+    )]
+    Unreachable {
+        /// The quorum string.
+        quorum: String,
+        /// The connection timeout.
+        timeout: std::time::Duration,
+        /// What the client said, if anything before the timeout.
+        #[source]
+        source: Option<zookeeper_client::Error>,
+    },
+    /// A ZooKeeper operation failed. Retryable with a new session.
+    #[error("ZooKeeper {operation} {path} failed")]
+    ZooKeeper {
+        /// What was tried.
+        operation: &'static str,
+        /// On which znode.
+        path: String,
+        /// Why.
+        #[source]
+        source: zookeeper_client::Error,
+    },
+    /// The session ended (expired, closed) or its connection was lost: whatever this process
+    /// held in ZooKeeper may be gone. Retryable with a new session.
+    #[error("the ZooKeeper session is lost ({state})")]
+    SessionLost {
+        /// The session state that ended it.
+        state: String,
+    },
+    /// A command-line client could not start the runtime its ZooKeeper client needs. Not
+    /// retryable.
+    #[error("cannot start a runtime for the ZooKeeper client")]
+    Runtime(#[source] std::io::Error),
+    /// A job graph file could not be written or removed. Retryable if the file system recovers.
+    #[error("cannot {operation} the job graph file {path}")]
+    Storage {
+        /// What was tried.
+        operation: &'static str,
+        /// The file.
+        path: std::path::PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl HaError {
+    pub(crate) fn zk(
+        operation: &'static str,
+        path: impl Into<String>,
+    ) -> impl FnOnce(zookeeper_client::Error) -> Self {
+        let path = path.into();
+        move |source| Self::ZooKeeper {
+            operation,
+            path,
+            source,
+        }
+    }
+}
+
+/// The znodes of one cluster: `ROOT/CLUSTER-ID/...`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ZnodePaths {
+    cluster: String,
+}
+
+impl ZnodePaths {
+    /// The paths under `root` (`high-availability.zookeeper.path.root`) for `cluster_id`.
+    pub fn new(root: &str, cluster_id: &str) -> Self {
+        let root = root.trim_end_matches('/');
+        Self {
+            cluster: format!("{root}/{cluster_id}"),
+        }
+    }
+
+    /// `ROOT/CLUSTER`.
+    pub fn cluster(&self) -> &str {
+        &self.cluster
+    }
+
+    /// The election's ephemeral sequential nodes live here.
+    pub fn latch(&self) -> String {
+        format!("{}/leaderlatch", self.cluster)
+    }
+
+    /// The leader's [`LeaderInformation`] (ephemeral, owned by the leader's session).
+    pub fn leader(&self) -> String {
+        format!("{}/leader", self.cluster)
+    }
+
+    /// The job graph pointers.
+    pub fn job_graphs(&self) -> String {
+        format!("{}/jobgraphs", self.cluster)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn leader_information_reads_back_and_refuses_garbage() {
+        let info = LeaderInformation {
+            address: "127.0.0.1:6123".to_owned(),
+            rest_url: "http://127.0.0.1:8081".to_owned(),
+            leader_session_id: LeaderSessionId::from_u128(7),
+        };
+        assert_eq!(LeaderInformation::from_bytes(&info.to_bytes()), Some(info));
+        assert_eq!(LeaderInformation::from_bytes(b""), None);
+        assert_eq!(LeaderInformation::from_bytes(b"{\"address\":1}"), None);
+    }
+
+    #[test]
+    fn znodes_live_under_root_and_cluster() {
+        let paths = ZnodePaths::new("/flint/", "c1");
+        assert_eq!(paths.cluster(), "/flint/c1");
+        assert_eq!(paths.latch(), "/flint/c1/leaderlatch");
+        assert_eq!(paths.leader(), "/flint/c1/leader");
+        assert_eq!(paths.job_graphs(), "/flint/c1/jobgraphs");
+        assert_eq!(ZnodePaths::new("/", "c1").cluster(), "/c1");
+    }
+}

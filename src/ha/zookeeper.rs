@@ -1,0 +1,430 @@
+//! The election and retrieval traits over a real ZooKeeper (the `zookeeper-client` crate).
+//!
+//! Election is the classic recipe (Curator's `LeaderLatch`, which Flink uses): every contender
+//! creates an ephemeral sequential node under `leaderlatch`; the lowest sequence leads; every
+//! other watches the node just before its own, so a leader's end wakes exactly one contender.
+//! The leader then writes its [`LeaderInformation`] to the ephemeral `leader` node.
+//!
+//! A leadership is given up as soon as the session is in doubt: the client reports
+//! `Disconnected` once the server has been silent for 2/5 of the session timeout, well before
+//! the server can expire the session and let another contender in. A contender never reuses a
+//! session it doubted: it closes it and joins the election again with a fresh one (its old latch
+//! node goes with the old session), which keeps "at most one leader acts at a time" simple.
+//!
+//! Production-only: the client runs its session task on the process's tokio runtime and does
+//! its socket I/O through `async-io` (whose reactor is a thread of its own, outside every
+//! determinism seam); the simulation plugs its own coordination service behind the same traits
+//! ([`crate::sim::coordination`]).
+
+use std::time::Duration;
+
+use zookeeper_client::{Acls, Client, CreateMode, CreateOptions, SessionState};
+
+use super::election::{LeaderElectionService, Leadership};
+use super::retrieval::LeaderRetrievalService;
+use super::{HaError, LeaderInformation, ZnodePaths};
+use crate::config::ClusterConfig;
+
+/// The prefix of every latch node (followed by ZooKeeper's ten-digit sequence).
+const LATCH_PREFIX: &str = "latch-";
+
+/// How to reach ZooKeeper and where this cluster's znodes are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ZooKeeperSettings {
+    /// `high-availability.zookeeper.quorum`.
+    pub quorum: String,
+    /// `high-availability.zookeeper.client.session-timeout`.
+    pub session_timeout: Duration,
+    /// `high-availability.zookeeper.client.connection-timeout`.
+    pub connection_timeout: Duration,
+    /// `ROOT/CLUSTER-ID`.
+    pub paths: ZnodePaths,
+}
+
+impl ZooKeeperSettings {
+    /// The settings of a configuration with `high-availability.type = "zookeeper"`; `None`
+    /// otherwise (a validated configuration with it always names a quorum).
+    pub fn of(config: &ClusterConfig) -> Option<Self> {
+        let ha = &config.high_availability;
+        if !ha.is_enabled() {
+            return None;
+        }
+        Some(Self {
+            quorum: ha.quorum.clone()?,
+            session_timeout: ha.session_timeout,
+            connection_timeout: ha.connection_timeout,
+            paths: ZnodePaths::new(&ha.root, ha.cluster_id_or(config.cluster.id.as_str())),
+        })
+    }
+
+    /// A new session, or [`HaError::Unreachable`] after the connection timeout.
+    pub async fn connect(&self) -> Result<Client, HaError> {
+        let connecting = Client::connector()
+            .with_session_timeout(self.session_timeout)
+            .connect(&self.quorum);
+        let unreachable = |source| HaError::Unreachable {
+            quorum: self.quorum.clone(),
+            timeout: self.connection_timeout,
+            source,
+        };
+        match tokio::time::timeout(self.connection_timeout, connecting).await {
+            Ok(Ok(client)) => {
+                log::info!(
+                    "ZooKeeper: session {} with {} (timeout {:?})",
+                    client.session_id(),
+                    self.quorum,
+                    client.session_timeout()
+                );
+                Ok(client)
+            }
+            Ok(Err(source)) => Err(unreachable(Some(source))),
+            Err(_) => Err(unreachable(None)),
+        }
+    }
+}
+
+/// The leader published now, for a command-line client outside any runtime: one session on a
+/// runtime of its own, one read.
+pub fn current_leader(settings: &ZooKeeperSettings) -> Result<Option<LeaderInformation>, HaError> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(HaError::Runtime)?;
+    runtime.block_on(async {
+        let client = settings.connect().await?;
+        let leader = settings.paths.leader();
+        match client.get_data(&leader).await {
+            Ok((data, _)) => Ok(LeaderInformation::from_bytes(&data)),
+            Err(zookeeper_client::Error::NoNode) => Ok(None),
+            Err(source) => Err(HaError::zk("read", &leader)(source)),
+        }
+    })
+}
+
+/// `mkdir -p` of a persistent znode.
+pub(super) async fn ensure_path(client: &Client, path: &str) -> Result<(), HaError> {
+    let options = CreateMode::Persistent.with_acls(Acls::anyone_all());
+    client
+        .mkdir(path, &options)
+        .await
+        .map_err(HaError::zk("create", path))
+}
+
+fn ephemeral() -> CreateOptions<'static> {
+    CreateMode::Ephemeral.with_acls(Acls::anyone_all())
+}
+
+/// Waits until the session is no longer connected (at once if it is not); the state that ended
+/// it.
+async fn session_doubted(client: &Client) -> HaError {
+    let mut states = client.state_watcher();
+    let mut state = states.peek_state();
+    loop {
+        if !matches!(
+            state,
+            SessionState::SyncConnected | SessionState::ConnectedReadOnly
+        ) {
+            return HaError::SessionLost {
+                state: format!("{state:?}"),
+            };
+        }
+        state = states.changed().await;
+    }
+}
+
+/// The sequence number of a latch node's name.
+fn sequence_of(name: &str) -> Option<i64> {
+    name.strip_prefix(LATCH_PREFIX)?.parse().ok()
+}
+
+/// A contender in the election of one cluster. See the module docs.
+pub struct ZooKeeperLeaderElection {
+    settings: ZooKeeperSettings,
+    client: Option<Client>,
+    /// This contender's latch node, once created in the current session.
+    latch: Option<String>,
+}
+
+impl ZooKeeperLeaderElection {
+    /// A contender that has not connected yet.
+    pub fn new(settings: ZooKeeperSettings) -> Self {
+        Self {
+            settings,
+            client: None,
+            latch: None,
+        }
+    }
+
+    /// A contender with a session already open (the one a process opened at start to check the
+    /// quorum).
+    pub fn with_client(settings: ZooKeeperSettings, client: Client) -> Self {
+        Self {
+            settings,
+            client: Some(client),
+            latch: None,
+        }
+    }
+
+    async fn client(&mut self) -> Result<Client, HaError> {
+        match &self.client {
+            Some(client) if !client.state().is_terminated() => Ok(client.clone()),
+            _ => {
+                self.latch = None;
+                let client = self.settings.connect().await?;
+                self.client = Some(client.clone());
+                Ok(client)
+            }
+        }
+    }
+
+    /// Forgets the session: the next `acquire` starts with a fresh one.
+    fn drop_session(&mut self) {
+        self.latch = None;
+        // Dropping the last handle closes the session (deleting its ephemeral nodes) if the
+        // server is still reachable; otherwise the server expires it.
+        self.client = None;
+    }
+
+    async fn try_acquire(&mut self) -> Result<Leadership, HaError> {
+        let client = self.client().await?;
+        let latch_dir = self.settings.paths.latch();
+        ensure_path(&client, &latch_dir).await?;
+        let own = match &self.latch {
+            Some(own) => own.clone(),
+            None => {
+                let prefix = format!("{latch_dir}/{LATCH_PREFIX}");
+                let options = CreateMode::EphemeralSequential.with_acls(Acls::anyone_all());
+                let (_, sequence) = client
+                    .create(&prefix, &[], &options)
+                    .await
+                    .map_err(HaError::zk("create", &prefix))?;
+                let own = format!("{LATCH_PREFIX}{sequence}");
+                log::info!("ZooKeeper: contending for leadership as {latch_dir}/{own}");
+                self.latch = Some(own.clone());
+                own
+            }
+        };
+        let own_sequence = sequence_of(&own).unwrap_or(i64::MAX);
+        loop {
+            let mut contenders: Vec<(i64, String)> = client
+                .list_children(&latch_dir)
+                .await
+                .map_err(HaError::zk("list", &latch_dir))?
+                .into_iter()
+                .filter_map(|name| sequence_of(&name).map(|seq| (seq, name)))
+                .collect();
+            contenders.sort();
+            let Some(at) = contenders.iter().position(|(_, name)| *name == own) else {
+                // Our ephemeral node is gone: the session that made it is over.
+                return Err(HaError::SessionLost {
+                    state: "latch node deleted".to_owned(),
+                });
+            };
+            if at == 0 {
+                let session = client.session_id().0 as u64;
+                return Ok(Leadership {
+                    token: (u128::from(session) << 64) | u128::from(own_sequence as u64),
+                });
+            }
+            let before = format!("{latch_dir}/{}", contenders[at - 1].1);
+            let (stat, watcher) = client
+                .check_and_watch_stat(&before)
+                .await
+                .map_err(HaError::zk("watch", &before))?;
+            if stat.is_none() {
+                continue;
+            }
+            log::debug!("ZooKeeper: standing by behind {before}");
+            tokio::select! {
+                biased;
+                lost = session_doubted(&client) => return Err(lost),
+                _ = watcher.changed() => {}
+            }
+        }
+    }
+}
+
+impl LeaderElectionService for ZooKeeperLeaderElection {
+    async fn acquire(&mut self) -> Result<Leadership, HaError> {
+        let result = self.try_acquire().await;
+        if result.is_err() {
+            self.drop_session();
+        }
+        result
+    }
+
+    async fn confirm(&mut self, info: &LeaderInformation) -> Result<(), HaError> {
+        let client = self.client().await?;
+        let leader = self.settings.paths.leader();
+        let own_session = client.session_id().0;
+        let data = info.to_bytes();
+        for _ in 0..3 {
+            match client.create(&leader, &data, &ephemeral()).await {
+                Ok(_) => return Ok(()),
+                Err(zookeeper_client::Error::NodeExists) => {}
+                Err(source) => {
+                    self.drop_session();
+                    return Err(HaError::zk("create", &leader)(source));
+                }
+            }
+            // A node left by the previous leader's session (being closed or expiring): ours to
+            // replace, since we hold the latch.
+            match client.check_stat(&leader).await {
+                Ok(Some(stat)) if stat.ephemeral_owner == own_session => {
+                    return client
+                        .set_data(&leader, &data, None)
+                        .await
+                        .map(drop)
+                        .map_err(HaError::zk("set", &leader));
+                }
+                Ok(Some(stat)) => {
+                    let _ = client.delete(&leader, Some(stat.version)).await;
+                }
+                Ok(None) => {}
+                Err(source) => return Err(HaError::zk("stat", &leader)(source)),
+            }
+        }
+        Err(HaError::ZooKeeper {
+            operation: "create",
+            path: leader,
+            source: zookeeper_client::Error::NodeExists,
+        })
+    }
+
+    async fn revoked(&mut self) -> HaError {
+        let lost = match &self.client {
+            Some(client) => session_doubted(client).await,
+            None => HaError::SessionLost {
+                state: "no session".to_owned(),
+            },
+        };
+        self.drop_session();
+        lost
+    }
+
+    async fn resign(&mut self) {
+        if let (Some(client), Some(own)) = (&self.client, &self.latch) {
+            let leader = self.settings.paths.leader();
+            let own_session = client.session_id().0;
+            let latch = format!("{}/{own}", self.settings.paths.latch());
+            let cleanup = async {
+                if let Ok(Some(stat)) = client.check_stat(&leader).await
+                    && stat.ephemeral_owner == own_session
+                {
+                    let _ = client.delete(&leader, Some(stat.version)).await;
+                }
+                let _ = client.delete(&latch, None).await;
+            };
+            let _ = tokio::time::timeout(Duration::from_secs(2), cleanup).await;
+        }
+        self.drop_session();
+    }
+}
+
+/// Follows the `leader` node of one cluster. See the module docs.
+pub struct ZooKeeperLeaderRetrieval {
+    settings: ZooKeeperSettings,
+    client: Option<Client>,
+    watcher: Option<zookeeper_client::OneshotWatcher>,
+    /// The leader last returned (`Some(None)`: "no leader" was returned).
+    last: Option<Option<LeaderInformation>>,
+}
+
+impl ZooKeeperLeaderRetrieval {
+    /// A retrieval that connects on first use.
+    pub fn new(settings: ZooKeeperSettings) -> Self {
+        Self {
+            settings,
+            client: None,
+            watcher: None,
+            last: None,
+        }
+    }
+
+    async fn read(&mut self, client: &Client) -> Result<Option<LeaderInformation>, HaError> {
+        let leader = self.settings.paths.leader();
+        loop {
+            match client.get_and_watch_data(&leader).await {
+                Ok((data, _, watcher)) => {
+                    self.watcher = Some(watcher);
+                    return Ok(LeaderInformation::from_bytes(&data));
+                }
+                Err(zookeeper_client::Error::NoNode) => {
+                    let (stat, watcher) = client
+                        .check_and_watch_stat(&leader)
+                        .await
+                        .map_err(HaError::zk("watch", &leader))?;
+                    self.watcher = Some(watcher);
+                    if stat.is_none() {
+                        return Ok(None);
+                    }
+                }
+                Err(source) => return Err(HaError::zk("read", &leader)(source)),
+            }
+        }
+    }
+
+    async fn try_next(&mut self) -> Result<Option<LeaderInformation>, HaError> {
+        loop {
+            let client = match &self.client {
+                Some(client) if !client.state().is_terminated() => client.clone(),
+                _ => {
+                    self.watcher = None;
+                    let client = self.settings.connect().await?;
+                    self.client = Some(client.clone());
+                    client
+                }
+            };
+            if let Some(watcher) = self.watcher.take() {
+                tokio::select! {
+                    biased;
+                    _ = watcher.changed() => {}
+                    lost = expired(&client) => return Err(lost),
+                }
+            }
+            let current = self.read(&client).await?;
+            if self.last.as_ref() != Some(&current) {
+                self.last = Some(current.clone());
+                return Ok(current);
+            }
+        }
+    }
+}
+
+/// Waits until the session has ended for good (a retrieval rides out disconnections: its
+/// watch survives them).
+async fn expired(client: &Client) -> HaError {
+    let mut states = client.state_watcher();
+    let mut state = states.peek_state();
+    loop {
+        if state.is_terminated() {
+            return HaError::SessionLost {
+                state: format!("{state:?}"),
+            };
+        }
+        state = states.changed().await;
+    }
+}
+
+impl LeaderRetrievalService for ZooKeeperLeaderRetrieval {
+    async fn next_leader(&mut self) -> Result<Option<LeaderInformation>, HaError> {
+        let result = self.try_next().await;
+        if result.is_err() {
+            self.client = None;
+            self.watcher = None;
+        }
+        result
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn latch_sequences_parse_from_names() {
+        assert_eq!(sequence_of("latch-0000000007"), Some(7));
+        assert_eq!(sequence_of("latch-x"), None);
+        assert_eq!(sequence_of("other-0000000001"), None);
+    }
+}

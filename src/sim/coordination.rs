@@ -1,0 +1,387 @@
+//! A simulated coordination service for leader election (high availability): ZooKeeper's
+//! model in miniature — sessions kept alive by pings, expired by the server after the session
+//! timeout without one, ephemeral sequential latch nodes, the lowest live one leads — with
+//! seeded partitions between a contender and the service. Its [`SimLeaderElection`] implements
+//! the same [`LeaderElectionService`] trait the real ZooKeeper election does, so the
+//! JobManager-side rule ("stop acting as soon as the session is in doubt") is checked against it:
+//! [`check_at_most_one_leader`] runs contenders through faults under a paused clock and fails if
+//! two ever act at once, or if no leader acts once the faults are over.
+//!
+//! The client side doubts its session when it has heard nothing for 2/5 of the session timeout,
+//! as `zookeeper-client` does; the server expires it only after the whole timeout. That gap is
+//! what the invariant rests on, and what the test would catch if it closed.
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, BTreeSet};
+use std::rc::Rc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::env::NodeRng;
+use crate::ha::election::{LeaderElectionService, Leadership};
+use crate::ha::{HaError, LeaderInformation};
+
+/// How often pings are delivered and expiries checked (virtual time).
+pub const TICK: Duration = Duration::from_millis(20);
+
+#[derive(Debug)]
+struct Session {
+    contender: usize,
+    last_contact: Instant,
+    expired: bool,
+    /// Its client gave it up while cut off (it could not close it): no more pings, so the
+    /// server expires it.
+    abandoned: bool,
+}
+
+#[derive(Debug, Default)]
+struct Service {
+    next_session: u64,
+    next_sequence: i64,
+    sessions: BTreeMap<u64, Session>,
+    /// Latch sequence → its session (ephemeral: removed with the session).
+    latches: BTreeMap<i64, u64>,
+    partitioned: BTreeSet<usize>,
+}
+
+/// The simulated service; clones share it.
+#[derive(Debug, Clone)]
+pub struct SimCoordination {
+    service: Rc<RefCell<Service>>,
+    session_timeout: Duration,
+    /// How long a client hears nothing before it doubts its session (2/5 of the timeout).
+    doubt_after: Duration,
+}
+
+impl SimCoordination {
+    /// A service whose sessions expire after `session_timeout` without a ping.
+    pub fn new(session_timeout: Duration) -> Self {
+        Self {
+            service: Rc::default(),
+            session_timeout,
+            doubt_after: session_timeout * 2 / 5,
+        }
+    }
+
+    /// Clients doubt their session only after `doubt_after` of silence (a test breaks the
+    /// rule with a value above the session timeout to see the check fail).
+    pub fn with_client_doubt_after(mut self, doubt_after: Duration) -> Self {
+        self.doubt_after = doubt_after;
+        self
+    }
+
+    /// Cuts (or heals) the link between `contender` and the service.
+    pub fn partition(&self, contender: usize, cut: bool) {
+        let mut service = self.service.borrow_mut();
+        if cut {
+            service.partitioned.insert(contender);
+        } else {
+            service.partitioned.remove(&contender);
+        }
+    }
+
+    /// One tick of the service: pings of reachable sessions arrive, silent ones expire (and
+    /// their latch nodes go).
+    fn tick(&self, now: Instant) {
+        let mut service = self.service.borrow_mut();
+        let Service {
+            sessions,
+            latches,
+            partitioned,
+            ..
+        } = &mut *service;
+        for (id, session) in sessions.iter_mut() {
+            if session.expired {
+                continue;
+            }
+            if !session.abandoned && !partitioned.contains(&session.contender) {
+                session.last_contact = now;
+            }
+            if now.duration_since(session.last_contact) > self.session_timeout {
+                session.expired = true;
+                latches.retain(|_, owner| owner != id);
+            }
+        }
+    }
+
+    /// Runs the service's ticks forever (spawn it next to the contenders).
+    pub async fn run(self) {
+        loop {
+            self.tick(Instant::now());
+            tokio::time::sleep(TICK).await;
+        }
+    }
+
+    /// A contender's election client.
+    pub fn election(&self, contender: usize) -> SimLeaderElection {
+        SimLeaderElection {
+            coordination: self.clone(),
+            contender,
+            session: None,
+            sequence: None,
+        }
+    }
+
+    fn reachable(&self, contender: usize) -> bool {
+        !self.service.borrow().partitioned.contains(&contender)
+    }
+}
+
+/// A contender's client of [`SimCoordination`]; see the module docs.
+#[derive(Debug)]
+pub struct SimLeaderElection {
+    coordination: SimCoordination,
+    contender: usize,
+    session: Option<u64>,
+    sequence: Option<i64>,
+}
+
+impl SimLeaderElection {
+    /// Whether this client doubts its session: it heard nothing for 2/5 of the timeout, or
+    /// (reachable) it learns the session expired.
+    fn doubted(&self, now: Instant) -> bool {
+        let Some(id) = self.session else {
+            return true;
+        };
+        let service = self.coordination.service.borrow();
+        let Some(session) = service.sessions.get(&id) else {
+            return true;
+        };
+        let reachable = !service.partitioned.contains(&self.contender);
+        (reachable && session.expired)
+            || now.duration_since(session.last_contact) > self.coordination.doubt_after
+    }
+
+    /// Gives the session up: closed if the service is reachable (its latch node goes at once),
+    /// else left to expire.
+    fn lost(&mut self) -> HaError {
+        if let Some(id) = self.session {
+            let reachable = self.coordination.reachable(self.contender);
+            let mut service = self.coordination.service.borrow_mut();
+            if reachable {
+                service.sessions.remove(&id);
+                service.latches.retain(|_, owner| *owner != id);
+            } else if let Some(session) = service.sessions.get_mut(&id) {
+                session.abandoned = true;
+            }
+        }
+        self.session = None;
+        self.sequence = None;
+        HaError::SessionLost {
+            state: "simulated session in doubt".to_owned(),
+        }
+    }
+}
+
+impl LeaderElectionService for SimLeaderElection {
+    async fn acquire(&mut self) -> Result<Leadership, HaError> {
+        // Connecting needs the service.
+        while !self.coordination.reachable(self.contender) {
+            tokio::time::sleep(TICK).await;
+        }
+        if self.session.is_none() {
+            let mut service = self.coordination.service.borrow_mut();
+            let id = service.next_session;
+            let sequence = service.next_sequence;
+            service.next_session += 1;
+            service.next_sequence += 1;
+            service.sessions.insert(
+                id,
+                Session {
+                    contender: self.contender,
+                    last_contact: Instant::now(),
+                    expired: false,
+                    abandoned: false,
+                },
+            );
+            service.latches.insert(sequence, id);
+            self.session = Some(id);
+            self.sequence = Some(sequence);
+        }
+        loop {
+            if self.doubted(Instant::now()) {
+                return Err(self.lost());
+            }
+            // Reading the latch nodes is a round trip: only when reachable.
+            if self.coordination.reachable(self.contender) {
+                let service = self.coordination.service.borrow();
+                let lowest = service.latches.keys().next().copied();
+                if lowest.is_some() && lowest == self.sequence {
+                    let token = (u128::from(self.session.unwrap_or_default()) << 64)
+                        | u128::from(self.sequence.unwrap_or_default() as u64);
+                    return Ok(Leadership { token });
+                }
+            }
+            tokio::time::sleep(TICK).await;
+        }
+    }
+
+    async fn confirm(&mut self, _info: &LeaderInformation) -> Result<(), HaError> {
+        if self.coordination.reachable(self.contender) && !self.doubted(Instant::now()) {
+            Ok(())
+        } else {
+            Err(self.lost())
+        }
+    }
+
+    async fn revoked(&mut self) -> HaError {
+        while !self.doubted(Instant::now()) {
+            tokio::time::sleep(TICK).await;
+        }
+        self.lost()
+    }
+
+    async fn resign(&mut self) {
+        if let (Some(id), true) = (self.session, self.coordination.reachable(self.contender)) {
+            let mut service = self.coordination.service.borrow_mut();
+            service.sessions.remove(&id);
+            service.latches.retain(|_, owner| *owner != id);
+        }
+        self.session = None;
+        self.sequence = None;
+    }
+}
+
+/// What one seeded run saw.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ElectionRun {
+    /// How many leaderships were granted (and acted on).
+    pub leaderships: u32,
+    /// Who leads at the end, after the quiet phase.
+    pub leader_at_end: Option<usize>,
+}
+
+/// Runs `contenders` through `fault_time` of seeded partitions (each contender cut and healed at
+/// random, the leader more often) and then a quiet phase of ten session timeouts, under a
+/// paused clock. Each contender acts as leader from a granted, confirmed leadership until
+/// `revoked` resolves, as the JobManager's leader loop does. Fails (with the seed's story) if
+/// two contenders ever act at once, or if none leads at the end.
+pub async fn check_at_most_one_leader(
+    seed: u64,
+    contenders: usize,
+    coordination: SimCoordination,
+    fault_time: Duration,
+) -> Result<ElectionRun, String> {
+    let session_timeout = coordination.session_timeout;
+    let acting: Rc<RefCell<BTreeSet<usize>>> = Rc::default();
+    let violation: Rc<RefCell<Option<String>>> = Rc::default();
+    let granted = Rc::new(RefCell::new(0u32));
+    let local = tokio::task::LocalSet::new();
+    local.spawn_local(coordination.clone().run());
+    for contender in 0..contenders {
+        let mut election = coordination.election(contender);
+        let (acting, violation, granted) = (acting.clone(), violation.clone(), granted.clone());
+        local.spawn_local(async move {
+            loop {
+                let Ok(_leadership) = election.acquire().await else {
+                    tokio::time::sleep(TICK).await;
+                    continue;
+                };
+                let info = LeaderInformation {
+                    address: format!("jm-{contender}"),
+                    rest_url: String::new(),
+                    leader_session_id: crate::messages::ids::LeaderSessionId::from_u128(0),
+                };
+                if election.confirm(&info).await.is_err() {
+                    continue;
+                }
+                {
+                    let mut now_acting = acting.borrow_mut();
+                    now_acting.insert(contender);
+                    *granted.borrow_mut() += 1;
+                    if now_acting.len() > 1 && violation.borrow().is_none() {
+                        *violation.borrow_mut() = Some(format!(
+                            "at {:?}: {now_acting:?} act as leaders at once",
+                            Instant::now()
+                        ));
+                    }
+                }
+                let _lost = election.revoked().await;
+                acting.borrow_mut().remove(&contender);
+            }
+        });
+    }
+    let faults = coordination.clone();
+    let fault_acting = acting.clone();
+    local
+        .run_until(async move {
+            let mut rng = NodeRng::seed_from_u64(seed);
+            let end = Instant::now() + fault_time;
+            while Instant::now() < end {
+                let wait = session_timeout.mul_f64(0.2 + (rng.next_u64() % 100) as f64 / 50.0);
+                tokio::time::sleep(wait).await;
+                // The leader is the interesting victim: cut it more often than the others.
+                let leader = fault_acting.borrow().iter().next().copied();
+                let victim = match leader {
+                    Some(leader) if rng.next_u64().is_multiple_of(2) => leader,
+                    _ => (rng.next_u64() % contenders as u64) as usize,
+                };
+                let cut = !rng.next_u64().is_multiple_of(3);
+                faults.partition(victim, cut);
+            }
+            for contender in 0..contenders {
+                faults.partition(contender, false);
+            }
+            tokio::time::sleep(session_timeout * 10).await;
+        })
+        .await;
+    if let Some(violation) = violation.borrow().clone() {
+        return Err(format!("seed {seed}: {violation}"));
+    }
+    let leader_at_end = acting.borrow().iter().next().copied();
+    if leader_at_end.is_none() {
+        return Err(format!("seed {seed}: no leader after the quiet phase"));
+    }
+    let leaderships = *granted.borrow();
+    Ok(ElectionRun {
+        leaderships,
+        leader_at_end,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TIMEOUT: Duration = Duration::from_secs(2);
+
+    async fn run(seed: u64, coordination: SimCoordination) -> Result<ElectionRun, String> {
+        check_at_most_one_leader(seed, 3, coordination, Duration::from_secs(30)).await
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn at_most_one_leader_acts_at_a_time_through_seeded_partitions() {
+        let mut leaderships = 0;
+        for seed in 0..60 {
+            let run = run(seed, SimCoordination::new(TIMEOUT))
+                .await
+                .unwrap_or_else(|story| panic!("{story}"));
+            leaderships += run.leaderships;
+        }
+        // The faults moved leadership around: the runs did not just keep the first leader.
+        assert!(leaderships > 120, "{leaderships} leaderships in 60 runs");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_same_seed_tells_the_same_story() {
+        let a = run(7, SimCoordination::new(TIMEOUT)).await;
+        let b = run(7, SimCoordination::new(TIMEOUT)).await;
+        assert_eq!(a, b);
+    }
+
+    /// The rule the invariant rests on, broken on purpose: clients that doubt their session
+    /// only after the server expired it let two leaders act at once, and the check says so.
+    #[tokio::test(start_paused = true)]
+    async fn leaders_that_act_past_their_session_are_caught() {
+        let mut caught = 0;
+        for seed in 0..20 {
+            let broken = SimCoordination::new(TIMEOUT).with_client_doubt_after(TIMEOUT * 3);
+            if let Err(story) = run(seed, broken).await {
+                assert!(story.contains("at once"), "{story}");
+                caught += 1;
+            }
+        }
+        assert!(caught > 0, "two leaders at once went unnoticed in 20 runs");
+    }
+}

@@ -1,0 +1,215 @@
+//! The high-availability test cluster, shared by tests/high_availability.rs and the `ha`
+//! benchmark: a real ZooKeeper ([`super::zookeeper`]), two `flint jobmanager` processes of one
+//! cluster id and two `flint taskmanager` processes that find the leader through ZooKeeper,
+//! all asked over the REST API and the CLI as an operator would.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use super::rest::{Answer, JobManagerChild, request};
+use super::zookeeper::ZooKeeper;
+use super::{scratch, write_text};
+
+/// How long a test waits for a cluster to reach a state (elections, a whole WordCount).
+pub const DEADLINE: Duration = Duration::from_secs(120);
+
+/// The ZooKeeper session timeout of these clusters (the issue's benchmark setting).
+pub const SESSION_TIMEOUT: &str = "2s";
+
+/// The `[high-availability]` keys of a test cluster, plus the pool: two TaskManagers started
+/// by the test (`standalone`), fast heartbeats.
+pub fn ha_keys(zk: &ZooKeeper, storage: &Path) -> String {
+    format!(
+        "[resourcemanager]\ndriver = \"standalone\"\npool-size = 2\n\
+         [high-availability]\ntype = \"zookeeper\"\nstorageDir = \"{}\"\n\
+         [high-availability.zookeeper]\nquorum = \"{}\"\n\
+         [high-availability.zookeeper.client]\nsession-timeout = \"{SESSION_TIMEOUT}\"\n\
+         connection-timeout = \"20s\"\n",
+        storage.display(),
+        zk.quorum()
+    )
+}
+
+/// A client that reports redirects instead of following them.
+pub fn no_redirects() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .max_redirects(0)
+        .timeout_global(Some(Duration::from_secs(20)))
+        .build()
+        .into()
+}
+
+pub fn get(url: &str, path: &str) -> Answer {
+    request(&no_redirects(), "GET", &format!("{url}{path}"), None, None)
+}
+
+/// Whether the JobManager at `url` leads (answers rather than redirects).
+pub fn leads(url: &str) -> bool {
+    get(url, "/overview").status == 200
+}
+
+/// Polls `probe` every 20 ms until it yields `Some`; fails with `what` after [`DEADLINE`].
+#[allow(clippy::disallowed_methods)] // a test waits for real processes in real time
+pub fn wait_until<T>(what: &str, mut probe: impl FnMut() -> Option<T>) -> T {
+    let give_up = std::time::Instant::now() + DEADLINE;
+    loop {
+        if let Some(value) = probe() {
+            return value;
+        }
+        assert!(
+            std::time::Instant::now() < give_up,
+            "not within {DEADLINE:?}: {what}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A `flint taskmanager` finding its JobManager through ZooKeeper; killed when dropped.
+pub struct TaskManagerChild(pub Child);
+
+impl TaskManagerChild {
+    pub fn start(config: &Path, name: &str, log: &Path) -> Self {
+        let child = Command::new(env!("CARGO_BIN_EXE_flint"))
+            .args(["taskmanager", "--slots", "2", "--resource-id", name])
+            .arg("--config")
+            .arg(config)
+            .env_remove("FLINT_SECRET")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(log).expect("a log file"))
+            .spawn()
+            .expect("flint taskmanager starts");
+        Self(child)
+    }
+}
+
+impl Drop for TaskManagerChild {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+pub fn signal(child: &Child, signal: &str) {
+    let status = Command::new("kill")
+        .args([signal, &child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(status.success(), "kill {signal} failed");
+}
+
+/// ZooKeeper, two JobManagers (`a` leads: it started first), two TaskManagers registered at it.
+pub struct HaCluster {
+    pub dir: PathBuf,
+    pub a: JobManagerChild,
+    pub b: JobManagerChild,
+    /// Held for their `Drop`: killed with the cluster.
+    _task_managers: Vec<TaskManagerChild>,
+    pub zk: ZooKeeper,
+}
+
+impl HaCluster {
+    /// `None` (after the loud banner) when ZooKeeper cannot run here.
+    pub fn start(name: &str) -> Option<Self> {
+        let dir = scratch(name);
+        let zk = ZooKeeper::start(&dir.join("zookeeper"))?;
+        let keys = ha_keys(&zk, &dir.join("ha-storage"));
+        let a = JobManagerChild::start(
+            &["--bind", "127.0.0.1:0", "--rest", "127.0.0.1:0"],
+            &mkdir(&dir.join("jm-a")),
+            &keys,
+        );
+        let a_url = a.url();
+        wait_until("the first JobManager leads", || leads(&a_url).then_some(()));
+        let b = JobManagerChild::start(
+            &["--bind", "127.0.0.1:0", "--rest", "127.0.0.1:0"],
+            &mkdir(&dir.join("jm-b")),
+            &keys,
+        );
+        let tm_config = dir.join("taskmanager.toml");
+        std::fs::write(
+            &tm_config,
+            format!(
+                "[heartbeat]\ninterval = \"100ms\"\ntimeout = \"1s\"\n[taskmanager]\n\
+                 working-dir = \"{}\"\n{keys}",
+                mkdir(&dir.join("tm-work")).display()
+            ),
+        )
+        .unwrap();
+        let task_managers = ["tm-1", "tm-2"]
+            .into_iter()
+            .map(|name| TaskManagerChild::start(&tm_config, name, &dir.join(format!("{name}.log"))))
+            .collect();
+        let cluster = Self {
+            dir,
+            a,
+            b,
+            _task_managers: task_managers,
+            zk,
+        };
+        cluster.wait_for_pool(&a_url);
+        Some(cluster)
+    }
+
+    /// Waits until the leader at `url` has both TaskManagers registered.
+    pub fn wait_for_pool(&self, url: &str) {
+        wait_until("both TaskManagers register at the leader", || {
+            let answer = get(url, "/overview");
+            (answer.status == 200 && answer.json()["taskmanagers"] == 2).then_some(())
+        });
+    }
+
+    /// The job's JSON at the JobManager `url`, once `done` holds.
+    pub fn wait_for_job(
+        &self,
+        url: &str,
+        job: &str,
+        what: &str,
+        done: impl Fn(&serde_json::Value) -> bool,
+    ) -> serde_json::Value {
+        wait_until(what, || {
+            let answer = get(url, &format!("/jobs/{job}"));
+            let json = (answer.status == 200).then(|| answer.json())?;
+            done(&json).then_some(json)
+        })
+    }
+}
+
+pub fn mkdir(dir: &Path) -> PathBuf {
+    std::fs::create_dir_all(dir).unwrap();
+    dir.to_owned()
+}
+
+/// Submits WordCount of `lines` lines with `flint run --detach` at the JobManager `url`; its
+/// id, input and output.
+pub fn submit_wordcount(url: &str, dir: &Path, lines: usize) -> (String, PathBuf, PathBuf) {
+    submit_wordcount_named(url, dir, "wordcount", lines)
+}
+
+pub fn submit_wordcount_named(
+    url: &str,
+    dir: &Path,
+    name: &str,
+    lines: usize,
+) -> (String, PathBuf, PathBuf) {
+    let input = dir.join(format!("{name}.txt"));
+    let output = dir.join(format!("{name}-output"));
+    write_text(&input, lines);
+    let job_file = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/wordcount.toml");
+    let run = Command::new(env!("CARGO_BIN_EXE_flint"))
+        .args(["run", job_file, "--detach", "--jobmanager", url])
+        .arg(format!("--param=input={}", input.display()))
+        .arg(format!("--param=output={}", output.display()))
+        .env_remove("FLINT_JOBMANAGER")
+        .env_remove("FLINT_CONFIG")
+        .output()
+        .expect("flint run runs");
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert!(
+        run.status.success(),
+        "flint run --detach: {stdout}{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    (stdout.trim().to_owned(), input, output)
+}

@@ -1,0 +1,353 @@
+//! High availability against a real ZooKeeper (Debian's package, started per test on a free
+//! port; see tests/common/zookeeper.rs): two `flint jobmanager` processes of one cluster id,
+//! TaskManager processes that find the leader through ZooKeeper, and the leader killed, paused
+//! or cut off from ZooKeeper. Everything is asked over the REST API, as an operator would.
+
+use std::process::Command;
+
+use flint::operators::builtin::sequential_word_count;
+
+mod common;
+use common::ha::{
+    HaCluster, get, leads, signal, submit_wordcount, submit_wordcount_named, wait_until,
+};
+use common::read_counts;
+use common::rest::{JobManagerChild, request};
+use common::scratch;
+
+#[test]
+#[allow(clippy::disallowed_methods)] // measures real processes in real time
+fn the_standby_takes_over_after_kill_9_of_the_leader_and_finishes_its_wordcount_exactly() {
+    let Some(mut cluster) = HaCluster::start("ha-kill-9") else {
+        return;
+    };
+    let (a_url, b_url) = (cluster.a.url(), cluster.b.url());
+    // The standby points every request at the leader.
+    let redirect = get(&b_url, "/overview");
+    assert_eq!(redirect.status, 307, "{}", redirect.body);
+    let followed = request(
+        &common::rest::agent(),
+        "GET",
+        &format!("{b_url}/overview"),
+        None,
+        None,
+    )
+    .expect(200);
+    assert_eq!(followed.json()["taskmanagers"], 2, "{}", followed.body);
+
+    // The dashboard too: a browser lands on the leader's page (whose API calls are then
+    // the leader's own).
+    let page = request(
+        &common::rest::agent(),
+        "GET",
+        &format!("{b_url}/"),
+        None,
+        None,
+    )
+    .expect(200);
+    assert!(
+        page.content_type.starts_with("text/html"),
+        "{}",
+        page.content_type
+    );
+    assert_eq!(get(&b_url, "/").status, 307);
+
+    // Submitted with the CLI through the standby: the redirect keeps the method and the body.
+    let (job, input, output) = submit_wordcount(&b_url, &cluster.dir, 200_000);
+    cluster.wait_for_job(&a_url, &job, "the job runs", |j| j["state"] == "RUNNING");
+    // The CLI against the standby reaches the leader.
+    let list = Command::new(env!("CARGO_BIN_EXE_flint"))
+        .args(["list", "--jobmanager", &b_url])
+        .env_remove("FLINT_JOBMANAGER")
+        .env_remove("FLINT_CONFIG")
+        .output()
+        .expect("flint list runs");
+    let listed = String::from_utf8_lossy(&list.stdout);
+    assert!(
+        list.status.success(),
+        "{listed}{}",
+        String::from_utf8_lossy(&list.stderr)
+    );
+    assert!(
+        listed.contains(&job),
+        "flint list against the standby: {listed}"
+    );
+    signal(&cluster.a.child, "-KILL");
+    let _ = cluster.a.child.wait();
+    let killed_at = std::time::Instant::now();
+
+    wait_until("the standby leads", || leads(&b_url).then_some(()));
+    cluster.wait_for_pool(&b_url);
+    let pool_back = killed_at.elapsed();
+    let done = cluster.wait_for_job(&b_url, &job, "the recovered job ends", |j| {
+        matches!(
+            j["state"].as_str(),
+            Some("FINISHED" | "FAILED" | "CANCELED")
+        )
+    });
+    eprintln!(
+        "kill -9 of the leader: new leader serving REST with the pool back after {pool_back:?}, \
+         recovered WordCount FINISHED after {:?}",
+        killed_at.elapsed()
+    );
+    assert_eq!(done["state"], "FINISHED", "{done:#}");
+    assert!(
+        done["recovered-at"].is_u64(),
+        "not marked recovered: {done:#}"
+    );
+    // The CLI with the cluster's HA keys (and no --jobmanager) finds the new leader itself.
+    let list = Command::new(env!("CARGO_BIN_EXE_flint"))
+        .args(["list", "--output", "json", "--config"])
+        .arg(cluster.dir.join("taskmanager.toml"))
+        .env_remove("FLINT_JOBMANAGER")
+        .env_remove("FLINT_CONFIG")
+        .output()
+        .expect("flint list runs");
+    let listed = String::from_utf8_lossy(&list.stdout);
+    assert!(
+        list.status.success(),
+        "{listed}{}",
+        String::from_utf8_lossy(&list.stderr)
+    );
+    assert!(
+        listed.contains("FINISHED") && listed.contains(&job),
+        "{listed}"
+    );
+    assert_eq!(
+        read_counts(&output),
+        sequential_word_count(&input).unwrap(),
+        "the recovered job's output is not the exact count"
+    );
+}
+
+#[test]
+fn a_leader_paused_past_its_session_timeout_steps_down_when_it_resumes() {
+    let Some(cluster) = HaCluster::start("ha-sigstop") else {
+        return;
+    };
+    let (a_url, b_url) = (cluster.a.url(), cluster.b.url());
+    let (job, input, output) = submit_wordcount(&a_url, &cluster.dir, 200_000);
+    cluster.wait_for_job(&a_url, &job, "the job runs", |j| j["state"] == "RUNNING");
+    signal(&cluster.a.child, "-STOP");
+    wait_until("the standby leads while the leader is paused", || {
+        leads(&b_url).then_some(())
+    });
+    cluster.wait_for_pool(&b_url);
+    signal(&cluster.a.child, "-CONT");
+    // Resumed, the old leader finds its session gone and stands by: it redirects to b.
+    wait_until("the resumed old leader steps down", || {
+        (get(&a_url, "/overview").status == 307).then_some(())
+    });
+    let done = cluster.wait_for_job(&b_url, &job, "the recovered job ends", |j| {
+        matches!(
+            j["state"].as_str(),
+            Some("FINISHED" | "FAILED" | "CANCELED")
+        )
+    });
+    assert_eq!(done["state"], "FINISHED", "{done:#}");
+    // Whatever the resumed old leader sent (a Disconnect, a CancelTask for its old attempts)
+    // was refused: the new leader's run of the job was never disturbed.
+    assert_eq!(done["restarts"], 0, "{done:#}");
+    assert_eq!(
+        read_counts(&output),
+        sequential_word_count(&input).unwrap(),
+        "the output is not the exact count"
+    );
+    let refused = std::fs::read_dir(&cluster.dir)
+        .unwrap()
+        .flatten()
+        .filter(|entry| entry.file_name().to_string_lossy().starts_with("tm-"))
+        .filter_map(|entry| std::fs::read_to_string(entry.path()).ok())
+        .map(|log| log.matches("from stale leader session").count())
+        .sum::<usize>();
+    eprintln!("messages of the old leader refused by fencing: {refused}");
+    assert!(
+        cluster.a.log().contains("leadership lost"),
+        "the old leader never said it suspended: {}",
+        cluster.a.log()
+    );
+    // b still leads: nothing the old leader did after resuming took its place.
+    assert!(leads(&b_url));
+}
+
+/// Also the regression test of a deadlock found on the way: the job graph store shared the
+/// election's first session, kept it alive after the election gave it up, and its latch node
+/// then stood before every contender forever once ZooKeeper came back.
+#[test]
+fn a_zookeeper_restart_suspends_leadership_and_loses_no_job() {
+    let Some(mut cluster) = HaCluster::start("ha-zk-restart") else {
+        return;
+    };
+    let (a_url, b_url) = (cluster.a.url(), cluster.b.url());
+    let (job, input, output) = submit_wordcount(&a_url, &cluster.dir, 200_000);
+    cluster.wait_for_job(&a_url, &job, "the job runs", |j| j["state"] == "RUNNING");
+    cluster.zk.stop();
+    wait_until("the leader suspends without ZooKeeper", || {
+        (!leads(&a_url)).then_some(())
+    });
+    cluster.zk.restart();
+    let leader = wait_until("a JobManager leads again", || {
+        [&a_url, &b_url].into_iter().find(|url| leads(url)).cloned()
+    });
+    cluster.wait_for_pool(&leader);
+    let done = cluster.wait_for_job(&leader, &job, "the recovered job ends", |j| {
+        matches!(
+            j["state"].as_str(),
+            Some("FINISHED" | "FAILED" | "CANCELED")
+        )
+    });
+    assert_eq!(done["state"], "FINISHED", "{done:#}");
+    assert_eq!(
+        read_counts(&output),
+        sequential_word_count(&input).unwrap(),
+        "the output is not the exact count"
+    );
+}
+
+#[test]
+fn a_corrupted_job_graph_fails_that_job_with_the_reason_and_the_others_recover() {
+    let Some(mut cluster) = HaCluster::start("ha-corrupted") else {
+        return;
+    };
+    let (a_url, b_url) = (cluster.a.url(), cluster.b.url());
+    let (good, input, output) = submit_wordcount_named(&a_url, &cluster.dir, "good", 200_000);
+    let (bad, _, _) = submit_wordcount_named(&a_url, &cluster.dir, "bad", 200_000);
+    cluster.wait_for_job(&a_url, &good, "the good job runs", |j| {
+        j["state"] == "RUNNING"
+    });
+    let stored = cluster
+        .dir
+        .join("ha-storage")
+        .join("default")
+        .join(format!("job-{bad}.json"));
+    assert!(
+        stored.is_file(),
+        "the graph was not persisted at {}",
+        stored.display()
+    );
+    std::fs::write(&stored, b"{\"name\": \"bad\", \"vert").unwrap();
+    signal(&cluster.a.child, "-KILL");
+    let _ = cluster.a.child.wait();
+
+    wait_until("the standby leads", || leads(&b_url).then_some(()));
+    let failed = cluster.wait_for_job(&b_url, &bad, "the corrupted job is reported", |j| {
+        j["state"] == "FAILED"
+    });
+    let reason = failed["failure"].as_str().unwrap_or_default();
+    assert!(reason.contains("corrupted"), "{failed:#}");
+    assert!(failed["recovered-at"].is_u64(), "{failed:#}");
+    let done = cluster.wait_for_job(&b_url, &good, "the good job ends", |j| {
+        matches!(
+            j["state"].as_str(),
+            Some("FINISHED" | "FAILED" | "CANCELED")
+        )
+    });
+    assert_eq!(done["state"], "FINISHED", "{done:#}");
+    assert_eq!(read_counts(&output), sequential_word_count(&input).unwrap());
+}
+
+#[test]
+fn local_process_workers_die_with_their_jobmanager_killed_with_kill_9() {
+    let dir = scratch("ha-orphans");
+    let mut jm = JobManagerChild::start(
+        &[
+            "--bind",
+            "127.0.0.1:0",
+            "--rest",
+            "127.0.0.1:0",
+            "--pool-size",
+            "2",
+        ],
+        &dir,
+        "",
+    );
+    let children = wait_until("two TaskManager children", || {
+        let children = common::process::task_managers_of(jm.child.id());
+        (children.len() == 2).then_some(children)
+    });
+    signal(&jm.child, "-KILL");
+    let _ = jm.child.wait();
+    for (pid, name) in children {
+        wait_until(
+            &format!("TaskManager {name} dies with its JobManager"),
+            || {
+                let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+                // Gone, or a zombie waiting for init to reap it.
+                (stat.is_empty()
+                    || stat
+                        .rsplit_once(") ")
+                        .is_some_and(|(_, s)| s.starts_with('Z')))
+                .then_some(())
+            },
+        );
+    }
+}
+
+#[test]
+fn an_unreachable_quorum_at_start_names_the_key_and_the_address_and_exits_2() {
+    let dir = scratch("ha-unreachable");
+    let port = common::zookeeper::free_port();
+    let config = dir.join("flint.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[high-availability]\ntype = \"zookeeper\"\nstorageDir = \"{}\"\n\
+             [high-availability.zookeeper]\nquorum = \"127.0.0.1:{port}\"\n\
+             [high-availability.zookeeper.client]\nconnection-timeout = \"1s\"\n",
+            dir.join("ha").display()
+        ),
+    )
+    .unwrap();
+    // The JobManager, a TaskManager finding its leader, and a client command alike.
+    let commands: [&[&str]; 3] = [
+        &[
+            "jobmanager",
+            "--bind",
+            "127.0.0.1:0",
+            "--rest",
+            "127.0.0.1:0",
+        ],
+        &["taskmanager", "--bind", "127.0.0.1:0"],
+        &["list"],
+    ];
+    for args in commands {
+        let out = Command::new(env!("CARGO_BIN_EXE_flint"))
+            .args(args)
+            .arg("--config")
+            .arg(&config)
+            .env_remove("FLINT_SECRET")
+            .env_remove("FLINT_JOBMANAGER")
+            .output()
+            .expect("flint runs");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        for says in [
+            "high-availability.zookeeper.quorum",
+            &format!("127.0.0.1:{port}"),
+        ] {
+            assert!(
+                stderr.contains(says),
+                "{args:?} does not say `{says}`: {stderr}"
+            );
+        }
+        if args[0] != "list" {
+            assert!(stderr.contains("connection-timeout"), "{args:?}: {stderr}");
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_taskmanager_without_jobmanager_or_high_availability_says_how_to_find_one() {
+    let out = Command::new(env!("CARGO_BIN_EXE_flint"))
+        .args(["taskmanager", "--bind", "127.0.0.1:0", "--ignore-env"])
+        .env_remove("FLINT_SECRET")
+        .output()
+        .expect("flint runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("--jobmanager") && stderr.contains("high-availability.type"),
+        "{stderr}"
+    );
+}
