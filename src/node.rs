@@ -100,6 +100,7 @@ pub fn task_manager_spec(
         spill_threshold_bytes: usize::try_from(config.taskmanager.spill_threshold)
             .unwrap_or(usize::MAX),
         network: config.taskmanager.network(),
+        cancellation: config.task.cancellation,
     }
 }
 

@@ -91,6 +91,10 @@ pub enum ProcessError {
         #[source]
         source: std::io::Error,
     },
+    /// The TaskManager failed itself (a task that ignored its cancellation past
+    /// `task.cancellation.timeout`): the process exits so its resource manager replaces it.
+    #[error("the TaskManager stopped after a fatal error (see the log above)")]
+    TaskManagerFailed,
 }
 
 /// The cluster secret: from `secret_file`, else `FLINT_SECRET`; none is only allowed on a
@@ -365,9 +369,26 @@ pub async fn run_task_manager(
     )
     .start();
     log::info!("taskmanager {} listening on {host}", options.resource_id);
-    shutdown.await;
-    let _ = task_manager.send(Shutdown).await;
+    // The TaskManager stops on its own only after a fatal error: then the process exits, with
+    // an error, for its resource manager to replace it (a stuck task's thread dies with it).
+    let failed = {
+        let task_manager = task_manager.clone();
+        async move {
+            let mut every = tokio::time::interval(std::time::Duration::from_millis(100));
+            while task_manager.connected() {
+                every.tick().await;
+            }
+        }
+    };
+    let outcome = tokio::select! {
+        biased;
+        () = shutdown => {
+            let _ = task_manager.send(Shutdown).await;
+            Ok(())
+        }
+        () = failed => Err(ProcessError::TaskManagerFailed),
+    };
     endpoint.shutdown();
     drop(dir);
-    Ok(())
+    outcome
 }

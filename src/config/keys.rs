@@ -141,7 +141,7 @@ macro_rules! duration {
     };
 }
 
-static KEYS: [Key; 36] = [
+static KEYS: [Key; 38] = [
     // [cluster]
     Key {
         name: "cluster.id",
@@ -188,6 +188,19 @@ static KEYS: [Key; 36] = [
         doc: "Silence after which a peer counts as lost (its tasks fail over, its worker is replaced).",
         secret: false,
         kind: duration!(heartbeat.timeout),
+    },
+    // [task.cancellation]
+    Key {
+        name: "task.cancellation.interval",
+        doc: "A cancelled task that has not stopped is interrupted again this often.",
+        secret: false,
+        kind: duration!(task.cancellation.interval),
+    },
+    Key {
+        name: "task.cancellation.timeout",
+        doc: "A task still running this long after its cancellation fails its TaskManager.",
+        secret: false,
+        kind: duration!(task.cancellation.timeout),
     },
     // [resourcemanager]
     Key {

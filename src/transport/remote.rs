@@ -1418,6 +1418,7 @@ mod tests {
                     working_dir: std::env::temp_dir().join(format!("flint-remote-{id}")),
                     spill_threshold_bytes: 1 << 20,
                     network: crate::exchange::NetworkSettings::default(),
+                    cancellation: crate::config::CancellationConfig::default(),
                 },
             },
             env.clone(),

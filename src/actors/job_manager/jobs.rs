@@ -11,10 +11,13 @@ use actix::prelude::*;
 use super::JobManager;
 use crate::actors::job_master::{JobAction, JobContext, JobMaster};
 use crate::messages::RemovalReason;
+use crate::messages::deployment::TaskDeploymentDescriptor;
 use crate::messages::ids::{JobId, ResourceId};
 use crate::messages::job_manager::*;
 use crate::messages::resource_manager::SetWorkerPoolSize;
-use crate::messages::task_manager::{CancelTask, ReleaseJobPartitions, SubmitTask};
+use crate::messages::task_manager::{
+    CancelTask, ReleaseJobPartitions, SubmitTask, TaskSubmissionError,
+};
 
 /// What the JobManager knows of the resource manager's pool, from its registration and
 /// heartbeats: the base for growing the pool with demand.
@@ -111,67 +114,11 @@ impl JobManager {
                     resource_id,
                     descriptor,
                 } => {
-                    let attempt = descriptor.attempt;
                     self.jobs_on
                         .entry(resource_id.clone())
                         .or_default()
                         .insert(job_id);
-                    let Some(gateway) = self.gateways.get(&resource_id) else {
-                        let error = format!("TaskManager {resource_id} is not registered");
-                        ctx.notify(DeploymentFailed {
-                            job_id,
-                            attempt,
-                            error,
-                        });
-                        continue;
-                    };
-                    gateway
-                        .submit_task
-                        .send(SubmitTask {
-                            leader_session_id: self.leader_session_id,
-                            descriptor: *descriptor,
-                        })
-                        .timeout(self.settings.ask_timeout)
-                        .into_actor(self)
-                        .map(move |result, act, ctx| {
-                            let error = match result {
-                                Ok(Ok(())) => return,
-                                Ok(Err(refused)) => {
-                                    format!("TaskManager {resource_id} refused the task: {refused}")
-                                }
-                                // A TaskManager whose mailbox is closed is gone: losing it now
-                                // (not at its heartbeat timeout) fails its tasks over once, not
-                                // again each time a restart is placed on it.
-                                Err(MailboxError::Closed) => {
-                                    log::warn!(
-                                        "job manager: TaskManager {resource_id} is unreachable"
-                                    );
-                                    act.lose_task_manager(
-                                        &resource_id,
-                                        RemovalReason::Unreachable,
-                                        ctx,
-                                    );
-                                    format!("TaskManager {resource_id} is unreachable")
-                                }
-                                // Delivered but unanswered: it may run; stop it, since the
-                                // attempt counts as failed from now on.
-                                Err(error) => {
-                                    if let Some(gateway) = act.gateways.get(&resource_id) {
-                                        gateway.cancel_task.do_send(CancelTask {
-                                            leader_session_id: act.leader_session_id,
-                                            attempt,
-                                        });
-                                    }
-                                    format!(
-                                        "TaskManager {resource_id} did not take the task: {error}"
-                                    )
-                                }
-                            };
-                            act.with_job(job_id, ctx, |job, cx| {
-                                job.deployment_failed(attempt, error, cx)
-                            });
-                        })
-                        .spawn(ctx);
+                    self.deploy(job_id, resource_id, descriptor, SLOT_BUSY_RETRIES, ctx);
                 }
                 JobAction::Cancel {
                     resource_id,
@@ -235,6 +182,92 @@ impl JobManager {
                 }
             }
         }
+    }
+
+    /// Sends `SubmitTask` and handles its answer. A TaskManager whose slots are all still
+    /// held (tasks the JobManager gave up on, still stopping there, or submissions that
+    /// arrived late after a pause) refuses with `NoFreeSlot`: that is retried `retries` times,
+    /// [`SLOT_BUSY_RETRY`] apart, while the attempt still waits for it, instead of failing the
+    /// attempt at once (issue 12, seed 461: one 3 s pause made five refusals in 56 ms exhaust
+    /// a job's four restarts). Any other outcome resolves the deployment: taken, refused,
+    /// unreachable, or unanswered within the ask timeout.
+    fn deploy(
+        &mut self,
+        job_id: JobId,
+        resource_id: ResourceId,
+        descriptor: Box<TaskDeploymentDescriptor>,
+        retries: u32,
+        ctx: &mut Context<Self>,
+    ) {
+        let attempt = descriptor.attempt;
+        let Some(gateway) = self.gateways.get(&resource_id) else {
+            let error = format!("TaskManager {resource_id} is not registered");
+            ctx.notify(DeploymentFailed {
+                job_id,
+                attempt,
+                error,
+            });
+            return;
+        };
+        let again = (retries > 0).then(|| descriptor.clone());
+        gateway
+            .submit_task
+            .send(SubmitTask {
+                leader_session_id: self.leader_session_id,
+                descriptor: *descriptor,
+            })
+            .timeout(self.settings.ask_timeout)
+            .into_actor(self)
+            .map(move |result, act, ctx| {
+                let error = match result {
+                    Ok(Ok(())) => {
+                        if let Some(job) = act.jobs.get_mut(&job_id) {
+                            job.deployment_taken(attempt);
+                        }
+                        return;
+                    }
+                    Ok(Err(TaskSubmissionError::NoFreeSlot(_))) if again.is_some() => {
+                        if let Some(descriptor) = again {
+                            ctx.run_later(SLOT_BUSY_RETRY, move |act, ctx| {
+                                let waiting = act
+                                    .jobs
+                                    .get(&job_id)
+                                    .is_some_and(|job| job.is_deploying(attempt));
+                                if waiting {
+                                    act.deploy(job_id, resource_id, descriptor, retries - 1, ctx);
+                                }
+                            });
+                        }
+                        return;
+                    }
+                    Ok(Err(refused)) => {
+                        format!("TaskManager {resource_id} refused the task: {refused}")
+                    }
+                    // A TaskManager whose mailbox is closed is gone: losing it now
+                    // (not at its heartbeat timeout) fails its tasks over once, not
+                    // again each time a restart is placed on it.
+                    Err(MailboxError::Closed) => {
+                        log::warn!("job manager: TaskManager {resource_id} is unreachable");
+                        act.lose_task_manager(&resource_id, RemovalReason::Unreachable, ctx);
+                        format!("TaskManager {resource_id} is unreachable")
+                    }
+                    // Delivered but unanswered: it may run; stop it, since the
+                    // attempt counts as failed from now on.
+                    Err(error) => {
+                        if let Some(gateway) = act.gateways.get(&resource_id) {
+                            gateway.cancel_task.do_send(CancelTask {
+                                leader_session_id: act.leader_session_id,
+                                attempt,
+                            });
+                        }
+                        format!("TaskManager {resource_id} did not take the task: {error}")
+                    }
+                };
+                act.with_job(job_id, ctx, |job, cx| {
+                    job.deployment_failed(attempt, error, cx)
+                });
+            })
+            .spawn(ctx);
     }
 
     /// Every job loses the tasks and results on a TaskManager that is gone.
@@ -425,6 +458,12 @@ impl JobManager {
         }
     }
 }
+
+/// How often a deployment refused for want of a free slot is sent again (see
+/// [`JobManager::deploy`]), and how long it waits in between: at most 2 s in all, about the time
+/// a cancelled task takes to stop and free its slot.
+const SLOT_BUSY_RETRIES: u32 = 10;
+const SLOT_BUSY_RETRY: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// Tasks placed (and deployed) by one [`JobManager::serve_queue`] call at most.
 pub(super) const SERVE_BUDGET: usize = 64;

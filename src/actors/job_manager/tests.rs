@@ -801,6 +801,7 @@ async fn job_manager_and_task_manager_statuses_agree_on_slots_and_running_attemp
         working_dir: std::env::temp_dir().join("flint-unit-tests"),
         spill_threshold_bytes: 1 << 20,
         network: crate::exchange::NetworkSettings::default(),
+        cancellation: crate::config::CancellationConfig::default(),
     };
     // Task threads in lock-step with the paused clock: cancellation is seen in virtual time.
     let mut tm_env = f.env.clone();
