@@ -52,6 +52,7 @@ pub fn start_job_manager_node(
             slots_per_task_manager: config.taskmanager.slots,
             taskmanager_timeout: config.resourcemanager.taskmanager_timeout,
             registry,
+            jobstore: config.jobstore,
         },
         leader_session_id,
         env.clone(),

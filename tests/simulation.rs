@@ -20,6 +20,10 @@ use flint::sim::{SimOptions, SimReport, run_seed};
 /// Seeds per `cargo test` run unless `FLINT_SIM_SEEDS` says otherwise.
 const DEFAULT_SEEDS: u64 = 2000;
 
+/// Seeds of the sweep with tasks that ignore cancel unless `FLINT_SIM_STUCK_SEEDS` says
+/// otherwise.
+const DEFAULT_STUCK_SEEDS: u64 = 200;
+
 /// Seeds of the data-plane sweep unless `FLINT_SIM_DATA_SEEDS` says otherwise.
 const DEFAULT_DATA_SEEDS: u64 = 100;
 
@@ -207,6 +211,78 @@ fn every_invariant_holds_over_the_data_plane_sweep() {
         count < 30 || silent_finished > 0,
         "no silent-producer job finished in {count} seeds"
     );
+}
+
+/// Issue 12, item 4: tasks that ignore their cancellation, among sleep and fail-once jobs
+/// (whose failovers cancel them too), cancels and the usual faults: every cancel and failover
+/// still ends, through the TaskManager's cancellation watchdog failing the TaskManager and the
+/// resource manager replacing it. `FLINT_SIM_STUCK_SEEDS` sets the count.
+#[test]
+fn every_invariant_holds_with_tasks_that_ignore_cancel() {
+    if env_u64("FLINT_SIM_SEED").is_some() {
+        return; // a replay run
+    }
+    let count = env_u64("FLINT_SIM_STUCK_SEEDS").unwrap_or(DEFAULT_STUCK_SEEDS);
+    let options = |seed| {
+        let mut options = SimOptions::new(seed);
+        options.shape.jobs = JobMix::NonCooperative;
+        options
+    };
+    let reports = sweep_with(0..count, options);
+    eprintln!("non-cooperative sweep: {}", outcome_report(&reports));
+    let failed: Vec<&SimReport> = reports.iter().filter(|r| !r.passed()).collect();
+    for report in &failed {
+        eprintln!("non-cooperative seed {} failed:", report.seed);
+        for violation in &report.violations {
+            eprintln!("  {violation}");
+        }
+    }
+    assert!(
+        failed.is_empty(),
+        "{} of {count} non-cooperative seeds failed: {:?}",
+        failed.len(),
+        failed.iter().map(|r| r.seed).collect::<Vec<_>>()
+    );
+}
+
+/// Issue 12, item 4: cancelling a job whose task is stuck for 15 to 30 s where it cannot see
+/// the cancel ends it within the 10 s cancellation timeout (and a heartbeat): the TaskManager
+/// fails itself and a replacement boots. Without the watchdog the cancel waited for the task.
+#[test]
+fn a_cancelled_task_that_ignores_cancel_fails_its_task_manager_within_the_timeout() {
+    let mut options = SimOptions::new(12);
+    options.scenario = Some(Scenario {
+        initial_pool: 1,
+        max_pool: 1,
+        slots: 1,
+        net: NetParams::default(),
+        fault_phase: Duration::from_secs(2),
+        steps: vec![
+            Step {
+                at: Duration::ZERO,
+                action: Action::Submit {
+                    kind: JobKind::IgnoresCancel,
+                    parallelism: 1,
+                },
+            },
+            Step {
+                at: Duration::from_secs(1),
+                action: Action::Cancel(0),
+            },
+        ],
+    });
+    let report = run_seed(&options);
+    assert!(report.passed(), "{:#?}", report.violations);
+    assert_eq!(
+        report.jobs,
+        vec![(JobKind::IgnoresCancel, Some(JobStatus::Canceled))],
+        "{report:#?}"
+    );
+    assert_eq!(
+        report.nodes, 3,
+        "the JobManager, the stuck TaskManager, its replacement"
+    );
+    assert!(report.simulated < Duration::from_secs(15), "{report:#?}");
 }
 
 /// Issue 11: a pipelined all-to-all producer silent for longer than the ask timeout failed its

@@ -45,9 +45,6 @@ use crate::operators::OperatorRegistry;
 /// The actor's name on its node.
 pub const NAME: &str = "jobmanager";
 
-/// Ended jobs kept for the status API; older ones are forgotten.
-const ENDED_JOBS_KEPT: usize = 1000;
-
 /// What a JobManager is started with.
 #[derive(Debug, Clone)]
 pub struct JobManagerSettings {
@@ -65,6 +62,8 @@ pub struct JobManagerSettings {
     pub taskmanager_timeout: Duration,
     /// The operators jobs may use.
     pub registry: OperatorRegistry,
+    /// How long and how many ended jobs stay visible (`jobstore.*`).
+    pub jobstore: crate::config::JobStoreConfig,
 }
 
 /// See the module docs.
@@ -85,7 +84,8 @@ pub struct JobManager {
     task_restarts: u64,
     scheduler: Scheduler,
     jobs: BTreeMap<JobId, JobMaster>,
-    /// Ended jobs still kept, oldest submission first (the next to forget).
+    /// Ended jobs still kept, by when they ended (ms since the epoch), oldest first: the next
+    /// to forget, by count or by age.
     ended: BTreeSet<(u64, JobId)>,
     /// The jobs that deployed to each TaskManager and did not end: who loses what with it.
     jobs_on: BTreeMap<ResourceId, BTreeSet<JobId>>,

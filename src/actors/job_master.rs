@@ -855,6 +855,9 @@ impl JobMaster {
     ) -> Vec<JobAction> {
         let mut actions = Vec::new();
         self.used_task_managers.remove(resource_id);
+        // Its heartbeats are over: nothing of it to suspect any more (a long job on a cluster
+        // whose TaskManagers come and go would keep one entry per TaskManager ever lost).
+        self.suspects.remove(resource_id);
         self.gates.clear();
         let reason = format!("TaskManager {resource_id} was lost");
         let mut failed = Vec::new();

@@ -141,7 +141,7 @@ macro_rules! duration {
     };
 }
 
-static KEYS: [Key; 38] = [
+static KEYS: [Key; 40] = [
     // [cluster]
     Key {
         name: "cluster.id",
@@ -188,6 +188,26 @@ static KEYS: [Key; 38] = [
         doc: "Silence after which a peer counts as lost (its tasks fail over, its worker is replaced).",
         secret: false,
         kind: duration!(heartbeat.timeout),
+    },
+    // [jobstore]
+    Key {
+        name: "jobstore.expiration-time",
+        doc: "An ended job stays visible this long after it ended.",
+        secret: false,
+        kind: duration!(jobstore.expiration_time),
+    },
+    Key {
+        name: "jobstore.max-capacity",
+        doc: "At most this many ended jobs stay visible (the oldest ended go first).",
+        secret: false,
+        kind: Kind::Integer {
+            min: 1,
+            max: 1_000_000,
+            field: Field {
+                get: |c| c.jobstore.max_capacity.into(),
+                set: |c, v| c.jobstore.max_capacity = narrow(v),
+            },
+        },
     },
     // [task.cancellation]
     Key {

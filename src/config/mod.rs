@@ -68,6 +68,8 @@ pub struct ClusterConfig {
     pub taskmanager: TaskManagerConfig,
     /// `[task]`: how tasks are run (their cancellation).
     pub task: TaskConfig,
+    /// `[jobstore]`: how long ended jobs stay visible.
+    pub jobstore: JobStoreConfig,
     /// `[slot]`: slot requests.
     pub slot: SlotConfig,
     /// `[transport]`: how nodes talk to each other.
@@ -135,6 +137,27 @@ impl Default for HeartbeatConfig {
         Self {
             interval: Duration::from_secs(10),
             timeout: Duration::from_secs(50),
+        }
+    }
+}
+
+/// `[jobstore]` (Flink's keys and defaults): ended jobs stay visible to the status API (and
+/// `flint list`) until they are this old or this many are kept, whichever comes first, so a
+/// long-running JobManager's memory does not grow with the jobs it ever ran.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct JobStoreConfig {
+    /// `jobstore.expiration-time`: an ended job is forgotten this long after it ended.
+    pub expiration_time: Duration,
+    /// `jobstore.max-capacity`: at most this many ended jobs are kept (the oldest ended go
+    /// first).
+    pub max_capacity: u32,
+}
+
+impl Default for JobStoreConfig {
+    fn default() -> Self {
+        Self {
+            expiration_time: Duration::from_secs(3600),
+            max_capacity: 1000,
         }
     }
 }

@@ -37,6 +37,8 @@ fn everything_changed() -> ClusterConfig {
     c.resourcemanager.command.template = vec!["ssh".into(), "{host}".into(), "a b,c".into()];
     c.resourcemanager.command.hosts = vec!["w1".into(), "w2".into()];
     c.taskmanager.slots = 3;
+    c.jobstore.expiration_time = Duration::from_secs(600);
+    c.jobstore.max_capacity = 50;
     c.task.cancellation.interval = Duration::from_secs(5);
     c.task.cancellation.timeout = Duration::from_secs(60);
     c.taskmanager.working_dir = Some("/var/lib/flint dir".into());

@@ -143,6 +143,9 @@ pub fn build(
         JobKind::IgnoresCancel => {
             // Stuck longer than the cancellation timeout (10 s in the simulation): a cancel or
             // a failover of it ends only when its TaskManager fails itself.
+            // At most 3 wide: run in waves on a small pool, 15-30 s a wave, a wide one would
+            // outlast the quiet phase without anything being wrong.
+            let p = p.min(3);
             let stuck = builder
                 .vertex("stuck", IGNORE_CANCEL, p)
                 .config("ms", (15_000 + rng.next_u64() % 15_000).to_string())

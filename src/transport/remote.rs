@@ -1383,6 +1383,7 @@ mod tests {
                 slots_per_task_manager: 2,
                 taskmanager_timeout: Duration::from_secs(30),
                 registry: OperatorRegistry::with_builtins(),
+                jobstore: crate::config::JobStoreConfig::default(),
             },
             session,
             env.clone(),

@@ -172,9 +172,9 @@ impl JobManager {
                 JobAction::Terminated(status) => {
                     log::info!("job manager: job {job_id} is {status}");
                     self.scheduler.forget_job(job_id);
-                    self.forget_ended_jobs(super::ENDED_JOBS_KEPT, job_id);
-                    if let Some(job) = self.jobs.get(&job_id) {
-                        self.ended.insert((job.submitted_at_ms(), job_id));
+                    self.forget_ended_jobs(job_id);
+                    if self.jobs.contains_key(&job_id) {
+                        self.ended.insert((self.env.clock.now_millis(), job_id));
                     }
                     self.env
                         .events
@@ -304,6 +304,7 @@ impl JobManager {
         }
         // Demand may predate the resource manager's connection: look again every sweep.
         self.grow_pool_for_demand();
+        self.forget_expired_jobs();
         self.shrink_pool_when_idle();
     }
 
@@ -444,10 +445,11 @@ impl JobManager {
         self.scheduler.used_slots(resource_id) > 0
     }
 
-    /// Forgets the oldest ended jobs beyond the newest `keep`, so the job list stays bounded.
-    /// The oldest by submission time go first; the job that just ended is never among them
-    /// (a client is about to ask for it). O(log J) per job forgotten.
-    pub(super) fn forget_ended_jobs(&mut self, keep: usize, just_ended: JobId) {
+    /// Forgets the ended jobs that ended first beyond `jobstore.max-capacity` (counting the
+    /// one that just ended), so the job list stays bounded; the job that just ended is never
+    /// among them (a client is about to ask for it). O(log J) per job forgotten.
+    pub(super) fn forget_ended_jobs(&mut self, just_ended: JobId) {
+        let keep = self.settings.jobstore.max_capacity as usize;
         while self.ended.len() + 1 > keep {
             let Some((_, job_id)) = self.ended.pop_first() else {
                 return;
@@ -455,6 +457,21 @@ impl JobManager {
             if job_id != just_ended {
                 self.jobs.remove(&job_id);
             }
+        }
+    }
+
+    /// Forgets the jobs that ended longer than `jobstore.expiration-time` ago (Flink's
+    /// expire-after-write job store). Called with every slot request sweep (at most 1 s
+    /// apart); O(log J) per job.
+    fn forget_expired_jobs(&mut self) {
+        let expiration = self.settings.jobstore.expiration_time.as_millis() as u64;
+        let now = self.env.clock.now_millis();
+        while let Some(&(ended_at, job_id)) = self.ended.first() {
+            if ended_at.saturating_add(expiration) > now {
+                return;
+            }
+            self.ended.pop_first();
+            self.jobs.remove(&job_id);
         }
     }
 }
