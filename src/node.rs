@@ -64,6 +64,7 @@ pub fn start_job_manager_node_leading(
             slots_per_task_manager: config.taskmanager.slots,
             taskmanager_timeout: config.resourcemanager.taskmanager_timeout,
             registry,
+            jobstore: config.jobstore,
         },
         leader_session_id,
         env.clone(),
@@ -112,6 +113,7 @@ pub fn task_manager_spec(
         spill_threshold_bytes: usize::try_from(config.taskmanager.spill_threshold)
             .unwrap_or(usize::MAX),
         network: config.taskmanager.network(),
+        cancellation: config.task.cancellation,
     }
 }
 

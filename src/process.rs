@@ -114,6 +114,10 @@ pub enum ProcessError {
         #[source]
         source: std::io::Error,
     },
+    /// The TaskManager failed itself (a task that ignored its cancellation past
+    /// `task.cancellation.timeout`): the process exits so its resource manager replaces it.
+    #[error("the TaskManager stopped after a fatal error (see the log above)")]
+    TaskManagerFailed,
 }
 
 /// The cluster secret: from `secret_file`, else `FLINT_SECRET`; none is only allowed on a
@@ -506,10 +510,19 @@ pub async fn run_task_manager(
             task_manager.clone().recipient(),
         ))
     });
-    let refused = tokio::select! {
+    // The TaskManager stops on its own only after a fatal error (a refused registration, a task
+    // that ignored its cancellation): then the process exits with an error, for its resource
+    // manager to replace it (a stuck task's thread dies with it).
+    let outcome = tokio::select! {
         biased;
-        () = shutdown => None,
-        Ok(reason) = fatal_error => Some(reason),
+        () = shutdown => Ok(()),
+        fatal = fatal_error => Err(match fatal {
+            Ok(reason) => ProcessError::TaskManagerStopped {
+                resource_id: options.resource_id,
+                reason,
+            },
+            Err(_) => ProcessError::TaskManagerFailed,
+        }),
     };
     if let Some(follower) = follower {
         follower.abort();
@@ -517,11 +530,5 @@ pub async fn run_task_manager(
     let _ = task_manager.send(Shutdown).await;
     endpoint.shutdown();
     drop(dir);
-    match refused {
-        None => Ok(()),
-        Some(reason) => Err(ProcessError::TaskManagerStopped {
-            resource_id: options.resource_id,
-            reason,
-        }),
-    }
+    outcome
 }

@@ -267,3 +267,73 @@ fn kill_9(pid: u32) {
             .success()
     );
 }
+
+/// Issue 12, item 4: a task that ignores its cancellation (the `ignore-cancel` operator, stuck
+/// for 10 minutes) cannot keep a cancel waiting: its TaskManager process interrupts it again
+/// every 100 ms, exits after the 1 s `task.cancellation.timeout`, the job ends CANCELED, and the
+/// JobManager's driver replaces the process.
+#[actix::test]
+async fn a_task_ignoring_cancel_makes_its_task_manager_process_exit_and_be_replaced() {
+    let dir = scratch("multiprocess-stuck");
+    let (jm, client) = process_cluster(
+        &dir,
+        1,
+        1,
+        "5s",
+        "[task.cancellation]\ninterval = \"100ms\"\ntimeout = \"1s\"\n",
+    )
+    .await;
+    client
+        .wait_for("the pool never reached 1", DEADLINE, |s| {
+            s.task_managers.len() == 1
+        })
+        .await;
+    let (_, victim) = task_managers_of(jm.pid())[0].clone();
+
+    let registry = flint::operators::OperatorRegistry::with_builtins();
+    let mut builder = flint::job::graph::JobGraph::builder("stuck");
+    builder.restart_strategy(flint::job::graph::RestartStrategyConfig::None);
+    builder
+        .vertex("stuck", flint::operators::builtin::IGNORE_CANCEL, 1)
+        .config("ms", "600000");
+    let graph = builder
+        .build(|op| registry.contains(op))
+        .expect("a valid graph");
+    let job = client.submit(graph).await;
+    let give_up = tokio::time::Instant::now() + DEADLINE;
+    while client.job(job).await.vertices[0].subtasks[0].state
+        != flint::job::states::ExecutionState::Running
+    {
+        assert!(tokio::time::Instant::now() < give_up, "never RUNNING");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+
+    let answer = client
+        .job_manager
+        .cancel_job
+        .send(flint::messages::job_manager::CancelJob { job_id: job })
+        .await
+        .expect("the JobManager answers");
+    assert!(answer.is_ok(), "{answer:?}");
+    let details = client.wait_for_job(job, DEADLINE).await;
+    assert_eq!(details.summary.status, JobStatus::Canceled, "{details:#?}");
+
+    // The stuck TaskManager's process is gone and another took its place.
+    client
+        .wait_for("the stuck TaskManager was never replaced", DEADLINE, |s| {
+            s.task_managers.len() == 1
+                && s.task_managers
+                    .iter()
+                    .all(|tm| tm.resource_id.as_str() != victim)
+        })
+        .await;
+    let children = task_managers_of(jm.pid());
+    assert!(
+        children.iter().all(|(_, id)| *id != victim),
+        "{victim} still runs: {children:?}"
+    );
+
+    client.endpoint.shutdown();
+    drop(jm);
+    let _ = std::fs::remove_dir_all(&dir);
+}

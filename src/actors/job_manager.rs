@@ -45,9 +45,6 @@ use crate::operators::OperatorRegistry;
 /// The actor's name on its node.
 pub const NAME: &str = "jobmanager";
 
-/// Ended jobs kept for the status API; older ones are forgotten.
-const ENDED_JOBS_KEPT: usize = 1000;
-
 /// How many workers the resource manager was allowed to let go are remembered, to refuse them
 /// if they register after all (their process is being stopped).
 const RELEASED_MEMORY: usize = 4096;
@@ -69,6 +66,8 @@ pub struct JobManagerSettings {
     pub taskmanager_timeout: Duration,
     /// The operators jobs may use.
     pub registry: OperatorRegistry,
+    /// How long and how many ended jobs stay visible (`jobstore.*`).
+    pub jobstore: crate::config::JobStoreConfig,
 }
 
 /// See the module docs.
@@ -92,7 +91,8 @@ pub struct JobManager {
     /// Jobs a new leader found in the job graph store but could not run (graph missing or
     /// corrupted): FAILED with the reason, shown like any other job.
     unrecoverable: BTreeMap<JobId, crate::messages::job_manager::JobDetails>,
-    /// Ended jobs still kept, oldest submission first (the next to forget).
+    /// Ended jobs still kept, by when they ended (ms since the epoch), oldest first: the next
+    /// to forget, by count or by age.
     ended: BTreeSet<(u64, JobId)>,
     /// The jobs that deployed to each TaskManager and did not end: who loses what with it.
     jobs_on: BTreeMap<ResourceId, BTreeSet<JobId>>,

@@ -113,6 +113,10 @@ struct ExecutionVertex {
     error: Option<String>,
     /// What its exchange did, as its TaskManager last reported (this attempt only).
     io: Option<TaskIoSnapshot>,
+    /// The TaskManager answered this attempt's `SubmitTask`: from then on a heartbeat that
+    /// does not list it counts against it, as for a RUNNING task (Flink's deployment
+    /// reconciliation). Before that the submission may still be on its way.
+    taken: bool,
 }
 
 /// See the module docs.
@@ -211,6 +215,7 @@ impl JobMaster {
                         placement: None,
                         error: None,
                         io: None,
+                        taken: false,
                     })
                     .collect()
             })
@@ -893,6 +898,7 @@ impl JobMaster {
             ev.state = Tracked::new(ExecutionState::Created, now_ms);
             ev.error = None;
             ev.io = None;
+            ev.taken = false;
             if let Some(old) = ev.placement.take() {
                 self.unplace(&task, &old.resource_id);
             }
@@ -933,6 +939,9 @@ impl JobMaster {
     ) -> Vec<JobAction> {
         let mut actions = Vec::new();
         self.used_task_managers.remove(resource_id);
+        // Its heartbeats are over: nothing of it to suspect any more (a long job on a cluster
+        // whose TaskManagers come and go would keep one entry per TaskManager ever lost).
+        self.suspects.remove(resource_id);
         self.gates.clear();
         let reason = format!("TaskManager {resource_id} was lost");
         let mut failed = Vec::new();
@@ -972,12 +981,32 @@ impl JobMaster {
         actions
     }
 
+    /// Whether `attempt` is the current attempt of its task and waits for its deployment.
+    pub fn is_deploying(&self, attempt: ExecutionAttemptId) -> bool {
+        self.attempts.get(&attempt).is_some_and(|task| {
+            let ev = self.task(task);
+            ev.attempt == attempt && ev.state.state() == ExecutionState::Deploying && !ev.taken
+        })
+    }
+
+    /// The TaskManager answered `attempt`'s `SubmitTask`: it holds the task now (see
+    /// [`reconcile`](Self::reconcile)).
+    pub fn deployment_taken(&mut self, attempt: ExecutionAttemptId) {
+        let Some(task) = self.attempts.get(&attempt).copied() else {
+            return;
+        };
+        self.task_mut(&task).taken = true;
+    }
+
     /// `resource_id` reported the attempts it runs: a task this job believes RUNNING there but
     /// not listed ended without its final report arriving (or the TaskManager dropped it): it
-    /// failed. A CANCELING one not listed has stopped. DEPLOYING tasks are left alone (their
-    /// submission may still be on its way). A task must be missing from two heartbeats in a
-    /// row: a heartbeat that waited for mailbox room can arrive after the RUNNING update sent
-    /// after it, but the next heartbeat is built after that update.
+    /// failed. A CANCELING one not listed has stopped. A DEPLOYING task is treated as RUNNING
+    /// once its TaskManager answered the submission (its RUNNING update can be lost, or the
+    /// TaskManager can drop it before sending one: issue 12, seeds 21150 and 24138 stayed
+    /// DEPLOYING forever); before that it is left alone, its submission may still be on its way
+    /// and the submission's ask timeout bounds it. A task must be missing from two heartbeats
+    /// in a row: a heartbeat that waited for mailbox room can arrive after the RUNNING update
+    /// sent after it, but the next heartbeat is built after that update.
     pub fn reconcile(
         &mut self,
         resource_id: &ResourceId,
@@ -993,9 +1022,12 @@ impl JobMaster {
             .filter_map(|task| {
                 let ev = self.task(task);
                 let state = ev.state.state();
-                (!running.contains(&ev.attempt)
-                    && matches!(state, ExecutionState::Running | ExecutionState::Canceling))
-                .then_some((ev.attempt, (*task, state)))
+                let reported = match state {
+                    ExecutionState::Running | ExecutionState::Canceling => true,
+                    ExecutionState::Deploying => ev.taken,
+                    _ => false,
+                };
+                (reported && !running.contains(&ev.attempt)).then_some((ev.attempt, (*task, state)))
             })
             .collect();
         let suspected = self.suspects.remove(resource_id).unwrap_or_default();

@@ -18,7 +18,7 @@ use super::Shutdown;
 use super::registration::{Leader, Registration, RegistrationAction, RegistrationEvent};
 use super::slot_table::SlotTable;
 use super::task_runtime::{TaskEnvironment, TaskOutcome, create_outputs, run_task, serve_fetch};
-use crate::config::{HeartbeatConfig, RegistrationConfig};
+use crate::config::{CancellationConfig, HeartbeatConfig, RegistrationConfig};
 use crate::directory::LocalActor;
 use crate::env::{NodeEnv, NodeRng, TaskBlocker};
 use crate::events::ClusterEvent;
@@ -64,6 +64,8 @@ pub struct TaskManagerSpec {
     pub spill_threshold_bytes: usize,
     /// Network buffers (`taskmanager.network.*`).
     pub network: NetworkSettings,
+    /// How a task that ignores its cancellation is pressed (`task.cancellation.*`).
+    pub cancellation: CancellationConfig,
 }
 
 /// What one TaskManager is started with.
@@ -92,6 +94,8 @@ struct RunningTask {
     /// The last sample of `metrics` (wall ms, backpressured ms) and what it showed.
     last_sample: (u64, u64),
     io: TaskIoSnapshot,
+    /// When the JobManager first cancelled it: the watchdog's start.
+    cancelled_at: Option<Instant>,
 }
 
 /// See the module docs.
@@ -105,6 +109,9 @@ pub struct TaskManager {
     /// Tasks per allocation: a shared slot holds one task of each vertex of its group.
     allocations: BTreeMap<AllocationId, usize>,
     running: BTreeMap<ExecutionAttemptId, RunningTask>,
+    /// Attempts that ended whose final state the JobManager has not acknowledged yet: listed
+    /// in heartbeats with the running ones (see `report`).
+    reporting: BTreeSet<ExecutionAttemptId>,
     partitions: Arc<PartitionStore>,
     job_partitions: BTreeMap<JobId, BTreeSet<ResultPartitionId>>,
     /// Attempts cancelled before their `SubmitTask` arrived (the two may overtake each other):
@@ -173,6 +180,7 @@ impl TaskManager {
             slots: SlotTable::new(settings.spec.slots),
             allocations: BTreeMap::new(),
             running: BTreeMap::new(),
+            reporting: BTreeSet::new(),
             partitions: Arc::new(PartitionStore::new(
                 working_dir,
                 settings.spec.spill_threshold_bytes,
@@ -202,16 +210,21 @@ impl TaskManager {
     }
 
     fn on_event(&mut self, event: RegistrationEvent, ctx: &mut Context<Self>) {
-        if matches!(
+        let lost = matches!(
             event,
             RegistrationEvent::AttemptFailed { .. } | RegistrationEvent::ConnectionLost
-        ) {
-            // The gateway may point at a JobManager that is gone: resolve the leader's address
-            // afresh for the next attempt (a restarted JobManager at the same address).
-            self.job_manager = None;
-        }
+        );
         let was_registered = self.registration.instance_id().is_some();
         let action = self.registration.handle(event);
+        if lost && !matches!(action, RegistrationAction::Ignore { .. }) {
+            // The gateway may point at a JobManager that is gone: resolve the leader's address
+            // afresh for the next attempt (a restarted JobManager at the same address). Only
+            // for a failure the state machine took: an earlier attempt's late failure (its ask
+            // erring after a later attempt registered) must not unhook a registered
+            // TaskManager, which then sent no heartbeat and dropped every task update until
+            // its own heartbeat timeout (issue 12, seeds 21150 and 24138).
+            self.job_manager = None;
+        }
         if was_registered && self.registration.instance_id().is_none() {
             self.drop_all_work();
         }
@@ -350,7 +363,12 @@ impl TaskManager {
                 report: HeartbeatReport {
                     slots_total: self.slots.total(),
                     slots_free: self.slots.free(),
-                    running: self.running.keys().copied().collect(),
+                    running: self
+                        .running
+                        .keys()
+                        .chain(&self.reporting)
+                        .copied()
+                        .collect(),
                     io: self.running.iter().map(|(a, t)| (*a, t.io)).collect(),
                 },
             })
@@ -386,31 +404,30 @@ impl TaskManager {
         }
     }
 
-    /// Reports a task's state to the JobManager.
-    fn report(
-        &self,
-        job_id: JobId,
-        attempt: ExecutionAttemptId,
-        state: ExecutionState,
-        error: Option<String>,
-        unavailable_partition: Option<ResultPartitionId>,
-        io: Option<TaskIoSnapshot>,
-    ) {
+    /// Reports a task's state to the JobManager. A final state is listed in the heartbeats
+    /// (as if the task still ran) until the JobManager acknowledged it or the delivery gave up:
+    /// otherwise a final report lost once (retried after the ask timeout) let two heartbeats
+    /// without the attempt arrive first, and the JobManager failed a finished task as vanished
+    /// (issue 12: seed 1453, a job failed over a lossy network without a single fault).
+    fn report(&mut self, update: UpdateTaskExecutionState, ctx: &mut Context<Self>) {
+        let (attempt, state) = (update.attempt, update.state);
         match &self.job_manager {
             Some(jm) => {
-                let update = UpdateTaskExecutionState {
-                    job_id,
-                    attempt,
-                    state,
-                    error,
-                    unavailable_partition,
-                    io,
-                };
-                actix::spawn(deliver_update(
+                let delivery = deliver_update(
                     jm.update_task_execution_state.clone(),
                     update,
                     self.settings.resource_id.clone(),
-                ));
+                );
+                if state.is_terminal() {
+                    self.reporting.insert(attempt);
+                    let me = ctx.address();
+                    actix::spawn(async move {
+                        delivery.await;
+                        me.do_send(FinalReportSettled(attempt));
+                    });
+                } else {
+                    actix::spawn(delivery);
+                }
             }
             None => log::warn!(
                 "task manager {}: no JobManager to tell that {attempt} is {state}",
@@ -482,6 +499,7 @@ impl TaskManager {
                 metrics: metrics.clone(),
                 last_sample: (self.env.clock.now_millis(), 0),
                 io: TaskIoSnapshot::default(),
+                cancelled_at: None,
             },
         );
         let name = format!(
@@ -527,8 +545,62 @@ impl TaskManager {
                 done.do_send(TaskEnded { attempt, outcome });
             }),
         );
-        self.report(job_id, attempt, ExecutionState::Running, None, None, None);
+        let running = UpdateTaskExecutionState {
+            job_id,
+            attempt,
+            state: ExecutionState::Running,
+            error: None,
+            unavailable_partition: None,
+            io: None,
+        };
+        self.report(running, ctx);
         Ok(())
+    }
+
+    /// The watchdog of a cancelled task (Flink's `TaskCancelerWatchDog`): a task still running
+    /// `task.cancellation.interval` after its cancellation is interrupted again (its flag set,
+    /// its current wait woken), and one still running after `task.cancellation.timeout` fails
+    /// this TaskManager ([`fail_fatally`](Self::fail_fatally)): a task that ignores cancel can
+    /// never keep a restart or a cancel waiting forever.
+    fn press_cancellation(&mut self, attempt: ExecutionAttemptId, ctx: &mut Context<Self>) {
+        let Some(task) = self.running.get(&attempt) else {
+            return; // it stopped
+        };
+        let Some(cancelled_at) = task.cancelled_at else {
+            return;
+        };
+        let CancellationConfig { interval, timeout } = self.settings.spec.cancellation;
+        let waited = Instant::now().saturating_duration_since(cancelled_at);
+        if waited >= timeout {
+            self.fail_fatally(
+                format!(
+                    "task {attempt} did not stop within task.cancellation.timeout ({timeout:?}) of its cancellation"
+                ),
+                ctx,
+            );
+            return;
+        }
+        log::warn!(
+            "task manager {}: task {attempt} still runs {waited:?} after its cancellation; interrupting it again",
+            self.settings.resource_id
+        );
+        task.cancelled.cancel();
+        let next = interval.min(timeout - waited);
+        ctx.run_later(next, move |act, ctx| act.press_cancellation(attempt, ctx));
+    }
+
+    /// A fatal error (Flink's `onFatalError`): this TaskManager cannot go on. It tells the
+    /// JobManager it leaves (so its tasks fail over now) and stops. A `flint taskmanager`
+    /// process then exits with an error and its resource manager replaces it; in-process (the
+    /// embedded cluster, the tests, the simulation) the actor is stopped and the stuck task's
+    /// thread is abandoned: nothing waits for it, it holds no slot, and it ends only when its
+    /// code returns (Rust cannot kill a thread).
+    fn fail_fatally(&mut self, reason: String, ctx: &mut Context<Self>) {
+        log::error!(
+            "task manager {}: fatal: {reason}; stopping",
+            self.settings.resource_id
+        );
+        ctx.notify(Shutdown);
     }
 
     /// Whether a message only the leader may send comes from the leader this TaskManager is
@@ -561,6 +633,8 @@ impl TaskManager {
         for task in std::mem::take(&mut self.running).into_values() {
             task.cancelled.cancel();
         }
+        // The JobManager failed them over already.
+        self.reporting.clear();
         self.allocations.clear();
         self.slots = SlotTable::new(self.settings.spec.slots);
         for partition in self.partitions.partition_ids() {
@@ -602,6 +676,19 @@ impl TaskManager {
     }
 }
 
+/// A final state report was acknowledged, or its delivery gave up.
+#[derive(Message)]
+#[rtype(result = "()")]
+struct FinalReportSettled(ExecutionAttemptId);
+
+impl Handler<FinalReportSettled> for TaskManager {
+    type Result = ();
+
+    fn handle(&mut self, msg: FinalReportSettled, _: &mut Context<Self>) {
+        self.reporting.remove(&msg.0);
+    }
+}
+
 /// A task thread finished (the task's outcome).
 #[derive(Message)]
 #[rtype(result = "()")]
@@ -613,7 +700,7 @@ struct TaskEnded {
 impl Handler<TaskEnded> for TaskManager {
     type Result = ();
 
-    fn handle(&mut self, msg: TaskEnded, _: &mut Context<Self>) {
+    fn handle(&mut self, msg: TaskEnded, ctx: &mut Context<Self>) {
         let Some(mut task) = self.running.remove(&msg.attempt) else {
             return;
         };
@@ -633,14 +720,15 @@ impl Handler<TaskEnded> for TaskManager {
             msg.attempt,
             msg.outcome.state
         );
-        self.report(
-            task.job_id,
-            msg.attempt,
-            msg.outcome.state,
-            msg.outcome.error,
-            msg.outcome.unavailable_partition,
-            Some(io),
-        );
+        let ended = UpdateTaskExecutionState {
+            job_id: task.job_id,
+            attempt: msg.attempt,
+            state: msg.outcome.state,
+            error: msg.outcome.error,
+            unavailable_partition: msg.outcome.unavailable_partition,
+            io: Some(io),
+        };
+        self.report(ended, ctx);
     }
 }
 
@@ -690,13 +778,23 @@ impl TaskManager {
 impl Handler<CancelTask> for TaskManager {
     type Result = ();
 
-    fn handle(&mut self, msg: CancelTask, _: &mut Context<Self>) {
+    fn handle(&mut self, msg: CancelTask, ctx: &mut Context<Self>) {
         log::debug!("task manager <- {msg:?}");
         if !self.fenced(msg.leader_session_id, "CancelTask") {
             return;
         }
-        match self.running.get(&msg.attempt) {
-            Some(task) => task.cancelled.cancel(),
+        match self.running.get_mut(&msg.attempt) {
+            Some(task) => {
+                task.cancelled.cancel();
+                if task.cancelled_at.is_none() {
+                    task.cancelled_at = Some(Instant::now());
+                    let interval = self.settings.spec.cancellation.interval;
+                    let attempt = msg.attempt;
+                    ctx.run_later(interval, move |act, ctx| {
+                        act.press_cancellation(attempt, ctx)
+                    });
+                }
+            }
             None => {
                 log::debug!(
                     "task manager {}: cancel for {}, which does not run here (yet)",

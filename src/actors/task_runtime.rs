@@ -263,6 +263,14 @@ impl TaskIo for Io<'_> {
         }
         self.check_cancelled()
     }
+
+    fn sleep_ignoring_cancel(&mut self, duration: Duration) -> Result<(), OperatorError> {
+        if self.blocker.sleep(duration) {
+            Ok(())
+        } else {
+            Err(OperatorError::Cancelled)
+        }
+    }
 }
 
 #[cfg(test)]

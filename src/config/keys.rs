@@ -156,7 +156,7 @@ macro_rules! duration {
     };
 }
 
-static KEYS: [Key; 42] = [
+static KEYS: [Key; 46] = [
     // [cluster]
     Key {
         name: "cluster.id",
@@ -197,6 +197,39 @@ static KEYS: [Key; 42] = [
         doc: "Silence after which a peer counts as lost (its tasks fail over, its worker is replaced).",
         secret: false,
         kind: duration!(heartbeat.timeout),
+    },
+    // [jobstore]
+    Key {
+        name: "jobstore.expiration-time",
+        doc: "An ended job stays visible this long after it ended.",
+        secret: false,
+        kind: duration!(jobstore.expiration_time),
+    },
+    Key {
+        name: "jobstore.max-capacity",
+        doc: "At most this many ended jobs stay visible (the oldest ended go first).",
+        secret: false,
+        kind: Kind::Integer {
+            min: 1,
+            max: 1_000_000,
+            field: Field {
+                get: |c| c.jobstore.max_capacity.into(),
+                set: |c, v| c.jobstore.max_capacity = narrow(v),
+            },
+        },
+    },
+    // [task.cancellation]
+    Key {
+        name: "task.cancellation.interval",
+        doc: "A cancelled task that has not stopped is interrupted again this often.",
+        secret: false,
+        kind: duration!(task.cancellation.interval),
+    },
+    Key {
+        name: "task.cancellation.timeout",
+        doc: "A task still running this long after its cancellation fails its TaskManager.",
+        secret: false,
+        kind: duration!(task.cancellation.timeout),
     },
     // [resourcemanager]
     Key {

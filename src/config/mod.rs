@@ -68,6 +68,10 @@ pub struct ClusterConfig {
     pub resourcemanager: ResourceManagerConfig,
     /// `[taskmanager]`: each worker.
     pub taskmanager: TaskManagerConfig,
+    /// `[task]`: how tasks are run (their cancellation).
+    pub task: TaskConfig,
+    /// `[jobstore]`: how long ended jobs stay visible.
+    pub jobstore: JobStoreConfig,
     /// `[slot]`: slot requests.
     pub slot: SlotConfig,
     /// `[transport]`: how nodes talk to each other.
@@ -134,6 +138,56 @@ impl Default for HeartbeatConfig {
         Self {
             interval: Duration::from_secs(10),
             timeout: Duration::from_secs(50),
+        }
+    }
+}
+
+/// `[jobstore]` (Flink's keys and defaults): ended jobs stay visible to the status API (and
+/// `flint list`) until they are this old or this many are kept, whichever comes first, so a
+/// long-running JobManager's memory does not grow with the jobs it ever ran.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct JobStoreConfig {
+    /// `jobstore.expiration-time`: an ended job is forgotten this long after it ended.
+    pub expiration_time: Duration,
+    /// `jobstore.max-capacity`: at most this many ended jobs are kept (the oldest ended go
+    /// first).
+    pub max_capacity: u32,
+}
+
+impl Default for JobStoreConfig {
+    fn default() -> Self {
+        Self {
+            expiration_time: Duration::from_secs(3600),
+            max_capacity: 1000,
+        }
+    }
+}
+
+/// `[task]`.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct TaskConfig {
+    /// `[task.cancellation]`.
+    pub cancellation: CancellationConfig,
+}
+
+/// `[task.cancellation]` (Flink's keys and defaults): cancellation is cooperative, but a task
+/// that ignores it cannot keep a slot, a restart or a cancel waiting forever.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CancellationConfig {
+    /// `task.cancellation.interval`: a cancelled task still running is interrupted again this
+    /// often (its cancellation flag set and its current wait woken).
+    pub interval: Duration,
+    /// `task.cancellation.timeout`: a task still running this long after its cancellation
+    /// fails its TaskManager (the process exits and the resource manager replaces it). Unlike
+    /// Flink's, it cannot be turned off (durations here are above zero): set it long instead.
+    pub timeout: Duration,
+}
+
+impl Default for CancellationConfig {
+    fn default() -> Self {
+        Self {
+            interval: Duration::from_secs(30),
+            timeout: Duration::from_secs(180),
         }
     }
 }
@@ -438,6 +492,18 @@ impl ClusterConfig {
                 ),
             )
             .because_of("taskmanager.network.buffer-size"));
+        }
+        let cancellation = self.task.cancellation;
+        if cancellation.timeout < cancellation.interval {
+            return Err(ConfigError::invalid(
+                "task.cancellation.timeout",
+                show(cancellation.timeout),
+                format!(
+                    "at least task.cancellation.interval ({})",
+                    show(cancellation.interval)
+                ),
+            )
+            .because_of("task.cancellation.interval"));
         }
         if self.heartbeat.timeout <= self.heartbeat.interval {
             return Err(ConfigError::invalid(

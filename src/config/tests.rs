@@ -36,6 +36,10 @@ fn everything_changed() -> ClusterConfig {
     c.resourcemanager.command.template = vec!["ssh".into(), "{host}".into(), "a b,c".into()];
     c.resourcemanager.command.hosts = vec!["w1".into(), "w2".into()];
     c.taskmanager.slots = 3;
+    c.jobstore.expiration_time = Duration::from_secs(600);
+    c.jobstore.max_capacity = 50;
+    c.task.cancellation.interval = Duration::from_secs(5);
+    c.task.cancellation.timeout = Duration::from_secs(60);
     c.taskmanager.working_dir = Some("/var/lib/flint dir".into());
     c.taskmanager.spill_threshold = 1000;
     c.taskmanager.network_buffer_size = 4096;
@@ -361,6 +365,31 @@ fn heartbeat_timeout_must_exceed_interval() {
     assert!(err.contains("heartbeat.timeout = \"10s\""), "{err}");
     assert!(
         err.contains("more than heartbeat.interval (\"10s\")"),
+        "{err}"
+    );
+}
+
+#[test]
+fn task_cancellation_keys_have_flinks_defaults_and_are_checked() {
+    let config = ClusterConfig::default();
+    assert_eq!(config.task.cancellation.interval, Duration::from_secs(30));
+    assert_eq!(config.task.cancellation.timeout, Duration::from_secs(180));
+    let config = ClusterConfig::from_toml_str(
+        "[task.cancellation]\ninterval = \"100ms\"\ntimeout = \"1s\"\n",
+    )
+    .unwrap();
+    assert_eq!(
+        config.task.cancellation.interval,
+        Duration::from_millis(100)
+    );
+    assert_eq!(config.task.cancellation.timeout, Duration::from_secs(1));
+    config.validate().unwrap();
+    let mut short = ClusterConfig::default();
+    short.task.cancellation.timeout = Duration::from_secs(1);
+    assert_eq!(error_key(&short), "task.cancellation.timeout");
+    let err = short.validate().unwrap_err().to_string();
+    assert!(
+        err.contains("at least task.cancellation.interval (\"30s\")"),
         "{err}"
     );
 }

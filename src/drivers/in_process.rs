@@ -255,6 +255,7 @@ mod tests {
             working_dir: std::env::temp_dir().join("flint-unit-tests"),
             spill_threshold_bytes: 1 << 20,
             network: crate::exchange::NetworkSettings::default(),
+            cancellation: crate::config::CancellationConfig::default(),
         }
     }
 

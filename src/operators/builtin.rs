@@ -32,9 +32,12 @@ pub const NOOP: &str = "noop";
 pub const SLEEP: &str = "sleep";
 /// Fails the first attempt of every subtask, then behaves like `noop`.
 pub const FAIL_ONCE: &str = "fail-once";
+/// Stays stuck for `ms` whatever its cancellation, then behaves like `noop`: a task that does
+/// not cooperate with cancel (for the TaskManager's cancellation watchdog).
+pub const IGNORE_CANCEL: &str = "ignore-cancel";
 
 /// Every built-in operator name, so callers (and tests) can check a registry has them all.
-pub const BUILTIN_OPERATORS: [&str; 7] = [
+pub const BUILTIN_OPERATORS: [&str; 8] = [
     TEXT_SOURCE,
     TOKENIZE,
     COUNT_BY_KEY,
@@ -42,6 +45,7 @@ pub const BUILTIN_OPERATORS: [&str; 7] = [
     NOOP,
     SLEEP,
     FAIL_ONCE,
+    IGNORE_CANCEL,
 ];
 
 /// How many records a long loop handles between two [`TaskIo::is_cancelled`] checks: often
@@ -58,6 +62,7 @@ pub fn register_builtins(registry: &mut OperatorRegistry) {
     registry.register(NOOP, Arc::new(noop));
     registry.register(SLEEP, Arc::new(sleep));
     registry.register(FAIL_ONCE, Arc::new(fail_once));
+    registry.register(IGNORE_CANCEL, Arc::new(ignore_cancel));
 }
 
 /// The words of a line, as `tokenize` and [`sequential_word_count`] both define them: maximal
@@ -481,6 +486,29 @@ impl Operator for FailOnce {
                 io.subtask()
             )));
         }
+        self.then.run(io)
+    }
+}
+
+fn ignore_cancel(spec: &OperatorSpec<'_>) -> Result<Box<dyn Operator>, OperatorError> {
+    let ms = parse_u64(spec, "ms", required(spec, "ms")?)?;
+    Ok(Box::new(IgnoreCancel {
+        stuck: Duration::from_millis(ms),
+        then: Noop::from_spec(spec)?,
+    }))
+}
+
+/// Non-cooperative on purpose: stuck for `ms` where it cannot see its cancellation, then runs
+/// like `noop` (cooperatively). Only the cancellation watchdog (interrupting it again, then
+/// failing its TaskManager after `task.cancellation.timeout`) ends a cancel of it sooner.
+struct IgnoreCancel {
+    stuck: Duration,
+    then: Noop,
+}
+
+impl Operator for IgnoreCancel {
+    fn run(&mut self, io: &mut dyn TaskIo) -> Result<(), OperatorError> {
+        io.sleep_ignoring_cancel(self.stuck)?;
         self.then.run(io)
     }
 }

@@ -86,6 +86,17 @@ pub trait TaskIo {
     /// Waits `duration` (cut short with `Err(Cancelled)` by a cancellation). Operators use this
     /// instead of `std::thread::sleep` so a simulation can run it in virtual time.
     fn sleep(&mut self, duration: std::time::Duration) -> Result<(), OperatorError>;
+    /// Waits `duration` without looking at the task's cancellation: how a task stuck in a call
+    /// that cannot see it (a blocking read, a long native call) behaves. The `ignore-cancel`
+    /// operator uses it to test the TaskManager's cancellation watchdog
+    /// (`task.cancellation.*`). `Err(Cancelled)` only once the task's runner is gone (its node
+    /// crashed). The default waits cancellably, as [`sleep`](Self::sleep).
+    fn sleep_ignoring_cancel(
+        &mut self,
+        duration: std::time::Duration,
+    ) -> Result<(), OperatorError> {
+        self.sleep(duration)
+    }
 }
 
 /// An operator instance, for one subtask.

@@ -176,6 +176,11 @@ impl SimCluster {
         self.start.elapsed()
     }
 
+    /// The nodes' wall clock now (ms since the epoch), as their timestamps have it.
+    pub fn now_ms(&self) -> u64 {
+        self.clock.now_millis()
+    }
+
     /// The JobManager node.
     ///
     /// # Panics
@@ -456,6 +461,30 @@ impl SimCluster {
         let Some(id) = self.pick(&[WorkerPhase::Up, WorkerPhase::Paused], index) else {
             return;
         };
+        self.crash_worker(id, kind, "fault crash");
+    }
+
+    /// TaskManagers that stopped on their own (a fatal error: a task that ignored its
+    /// cancellation past `task.cancellation.timeout`) end as a `flint taskmanager` process
+    /// does then: the process exits, the driver reports it, the resource manager replaces it.
+    pub fn reap_stopped_task_managers(&self) {
+        let stopped: Vec<ResourceId> = self
+            .state
+            .borrow()
+            .workers
+            .iter()
+            .filter(|(_, w)| {
+                w.phase == WorkerPhase::Up
+                    && w.task_manager.as_ref().is_some_and(|tm| !tm.connected())
+            })
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in stopped {
+            self.crash_worker(id, CrashKind::Process, "exit after a fatal error:");
+        }
+    }
+
+    fn crash_worker(&self, id: ResourceId, kind: CrashKind, what: &str) {
         let (node, host) = {
             let mut state = self.state.borrow_mut();
             let Some(worker) = state.workers.get_mut(&id) else {
@@ -469,8 +498,7 @@ impl SimCluster {
         if let Some(host) = host {
             host.crash();
         }
-        self.trace
-            .record(format!("fault crash {node} ({id}) {kind:?}"));
+        self.trace.record(format!("{what} {node} ({id}) {kind:?}"));
         if kind == CrashKind::Process {
             // The driver watches its workers' processes, as the process drivers do.
             let gateway = self.state.borrow().gateway.clone();

@@ -2,13 +2,16 @@
 //! phase has had its time. Each check reads snapshots the actors answered (asked back to back,
 //! so one actor's answers describe one moment) and returns what is wrong, in words.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
+use crate::job::graph::{JobGraph, RestartStrategyConfig};
 use crate::job::states::{ExecutionState, JobStatus};
-use crate::messages::ids::ResourceId;
+use crate::messages::ids::{AllocationId, ExecutionAttemptId, JobId, ResourceId};
 use crate::messages::job_manager::{JobDetails, JobManagerStatus};
 use crate::messages::resource_manager::ResourceManagerStatus;
+use crate::messages::task_manager::TaskManagerStatus;
+use crate::operators::builtin::FAIL_ONCE;
 
 /// What the JobManager node said at one moment.
 #[derive(Debug, Clone)]
@@ -55,20 +58,105 @@ pub fn pool_within_bounds(pool: &ResourceManagerStatus, max: u32) -> Result<(), 
     Ok(())
 }
 
-/// Slots: no TaskManager has more allocated than it has, and every task the JobManager places
-/// (deploying or running) is on a TaskManager registered right now.
-pub fn slots_consistent(snapshot: &JobManagerSnapshot) -> Result<(), String> {
+/// What the simulation knows of a submitted job, from its graph: the check's side of the
+/// JobManager's bookkeeping.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobShape {
+    /// Each vertex's slot sharing group, by vertex index.
+    pub sharing_groups: Vec<String>,
+    /// Failures its restart strategy absorbs before the job fails (`None`: any number).
+    pub failures_absorbed: Option<u32>,
+    /// Failures the job has by design, whatever the faults (a fail-once vertex's subtasks).
+    pub built_in_failures: u32,
+}
+
+impl JobShape {
+    /// The shape of `graph`.
+    pub fn of(graph: &JobGraph) -> Self {
+        let failures_absorbed = match graph.restart_strategy {
+            RestartStrategyConfig::None => Some(0),
+            RestartStrategyConfig::FixedDelay { attempts, .. } => Some(attempts),
+            RestartStrategyConfig::ExponentialDelay { .. } => None,
+        };
+        Self {
+            sharing_groups: graph
+                .vertices
+                .iter()
+                .map(|v| v.slot_sharing_group.clone())
+                .collect(),
+            failures_absorbed,
+            built_in_failures: graph
+                .vertices
+                .iter()
+                .filter(|v| v.operator == FAIL_ONCE)
+                .map(|v| v.parallelism)
+                .sum(),
+        }
+    }
+}
+
+/// Slots, from the JobManager's own assignments (its scheduler's shared slots, as the status
+/// lists them): no TaskManager has more slots given out than it has, no allocation is on two
+/// TaskManagers, a slot holds the subtasks of one job and one slot sharing group with at most
+/// one attempt per vertex, and every task the JobManager places (deploying or running) is on a
+/// TaskManager registered right now, in a slot of that TaskManager that lists it.
+pub fn slots_consistent(
+    snapshot: &JobManagerSnapshot,
+    shapes: &BTreeMap<JobId, JobShape>,
+) -> Result<(), String> {
     let registered = snapshot.registered();
+    let mut allocations: BTreeMap<AllocationId, &ResourceId> = BTreeMap::new();
+    let mut slotted: BTreeSet<(&ResourceId, JobId, u32, u32)> = BTreeSet::new();
     for tm in &snapshot.cluster.task_managers {
-        if tm.slots_free > tm.slots_total {
+        let id = &tm.resource_id;
+        if tm.allocated_slots.len() > tm.slots_total as usize {
             return Err(format!(
-                "{} has {} free slots of {}",
-                tm.resource_id, tm.slots_free, tm.slots_total
+                "{id} has {} slots given out of {}",
+                tm.allocated_slots.len(),
+                tm.slots_total
             ));
+        }
+        for slot in &tm.allocated_slots {
+            if let Some(other) = allocations.insert(slot.allocation_id, id) {
+                return Err(format!(
+                    "allocation {} is on both {other} and {id}",
+                    slot.allocation_id
+                ));
+            }
+            let mut vertices = BTreeSet::new();
+            for task in &slot.tasks {
+                let first = &slot.tasks[0];
+                if task.job_id != first.job_id {
+                    return Err(format!(
+                        "slot {} on {id} holds tasks of jobs {} and {}",
+                        slot.allocation_id, first.job_id, task.job_id
+                    ));
+                }
+                if !vertices.insert(task.vertex) {
+                    return Err(format!(
+                        "slot {} on {id} holds two attempts of vertex {} of job {}",
+                        slot.allocation_id, task.vertex, task.job_id
+                    ));
+                }
+                if let Some(shape) = shapes.get(&task.job_id) {
+                    let group = |v: u32| shape.sharing_groups.get(v as usize);
+                    if group(task.vertex) != group(first.vertex) {
+                        return Err(format!(
+                            "slot {} on {id} holds sharing groups {:?} and {:?} of job {}",
+                            slot.allocation_id,
+                            group(first.vertex),
+                            group(task.vertex),
+                            task.job_id
+                        ));
+                    }
+                }
+                slotted.insert((id, task.job_id, task.vertex, task.subtask));
+            }
         }
     }
     for job in &snapshot.jobs {
-        for vertex in &job.vertices {
+        let job_id = job.summary.job_id;
+        for (index, vertex) in job.vertices.iter().enumerate() {
             for subtask in &vertex.subtasks {
                 let placed = matches!(
                     subtask.state,
@@ -79,17 +167,71 @@ pub fn slots_consistent(snapshot: &JobManagerSnapshot) -> Result<(), String> {
                 }
                 let Some(resource_id) = &subtask.resource_id else {
                     return Err(format!(
-                        "job {} {}[{}] is {:?} without a TaskManager",
-                        job.summary.job_id, vertex.name, subtask.subtask, subtask.state
+                        "job {job_id} {}[{}] is {:?} without a TaskManager",
+                        vertex.name, subtask.subtask, subtask.state
                     ));
                 };
                 if !registered.contains(resource_id) {
                     return Err(format!(
-                        "job {} {}[{}] is {:?} on {resource_id}, which is not registered",
-                        job.summary.job_id, vertex.name, subtask.subtask, subtask.state
+                        "job {job_id} {}[{}] is {:?} on {resource_id}, which is not registered",
+                        vertex.name, subtask.subtask, subtask.state
+                    ));
+                }
+                if !slotted.contains(&(resource_id, job_id, index as u32, subtask.subtask)) {
+                    return Err(format!(
+                        "job {job_id} {}[{}] is {:?} on {resource_id}, but no slot there holds it",
+                        vertex.name, subtask.subtask, subtask.state
                     ));
                 }
             }
+        }
+    }
+    Ok(())
+}
+
+/// A registered TaskManager's slot table agrees with the JobManager's: every attempt it runs
+/// that the JobManager counts as deploying or running is in the slot (allocation) the
+/// JobManager gave it, on this TaskManager, and that allocation holds a slot in its table;
+/// no allocation holds two slots. (Attempts the JobManager has given up on may still run for a
+/// while: the orphan check bounds that.)
+pub fn slot_tables_agree(cluster: &JobManagerStatus, tm: &TaskManagerStatus) -> Result<(), String> {
+    let id = &tm.resource_id;
+    let mut live: BTreeMap<ExecutionAttemptId, (&ResourceId, AllocationId)> = BTreeMap::new();
+    for info in &cluster.task_managers {
+        for slot in &info.allocated_slots {
+            for task in &slot.tasks {
+                if let Some(attempt) = &task.attempt
+                    && matches!(
+                        attempt.state,
+                        ExecutionState::Deploying | ExecutionState::Running
+                    )
+                {
+                    live.insert(attempt.attempt, (&info.resource_id, slot.allocation_id));
+                }
+            }
+        }
+    }
+    let mut held = BTreeSet::new();
+    for allocation in tm.slots.iter().flatten() {
+        if !held.insert(*allocation) {
+            return Err(format!("{id} holds allocation {allocation} in two slots"));
+        }
+    }
+    for task in &tm.running {
+        if !held.contains(&task.allocation_id) {
+            return Err(format!(
+                "{id} runs {} in allocation {}, which holds no slot there",
+                task.attempt, task.allocation_id
+            ));
+        }
+        let Some((placed_on, allocation)) = live.get(&task.attempt) else {
+            continue;
+        };
+        if *placed_on != id || *allocation != task.allocation_id {
+            return Err(format!(
+                "{id} runs {} in allocation {}, but the JobManager placed it in {allocation} on {placed_on}",
+                task.attempt, task.allocation_id
+            ));
         }
     }
     Ok(())
@@ -135,8 +277,27 @@ pub fn operator_size_kept(pool: &ResourceManagerStatus, operator: u32) -> Result
     Ok(())
 }
 
-/// Liveness of jobs: every job ended, a failed one with a reason.
-pub fn jobs_ended(jobs: &[JobDetails]) -> Result<(), String> {
+/// When something happened that may fail a task (a fault, or a TaskManager the JobManager
+/// lost), in the simulation's wall-clock milliseconds, and until when its effects may last.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Disturbance {
+    /// When it began.
+    pub from_ms: u64,
+    /// Until when it may still fail a task (its end plus the timeouts that notice it).
+    pub until_ms: u64,
+}
+
+/// Liveness of jobs: every job ended, and a FAILED one was allowed to fail: its reason is a
+/// slot request that could not be served, or its restart strategy had to absorb more failures
+/// than it allows. The failures are counted from the run, not from the JobManager: each
+/// disturbance overlapping the job's run (from submission until it began failing) counts as
+/// one, plus the failures the job has by design. A job FAILED with fewer is a bug (a
+/// failover that cascades, or a failure nobody caused).
+pub fn jobs_ended(
+    jobs: &[JobDetails],
+    shapes: &BTreeMap<JobId, JobShape>,
+    disturbances: &[Disturbance],
+) -> Result<(), String> {
     for job in jobs {
         let status = job.summary.status;
         if !status.is_globally_terminal() {
@@ -158,9 +319,41 @@ pub fn jobs_ended(jobs: &[JobDetails]) -> Result<(), String> {
                 subtasks.join(", ")
             ));
         }
-        if status == JobStatus::Failed && job.failure.is_none() {
+        if status != JobStatus::Failed {
+            continue;
+        }
+        let Some(failure) = &job.failure else {
             return Err(format!(
                 "job {} FAILED without a reason",
+                job.summary.job_id
+            ));
+        };
+        if failure.contains("NoResourceAvailable") {
+            continue;
+        }
+        let Some(shape) = shapes.get(&job.summary.job_id) else {
+            continue;
+        };
+        let Some(absorbed) = shape.failures_absorbed else {
+            return Err(format!(
+                "job {} FAILED although its restart strategy never gives up: {failure}",
+                job.summary.job_id
+            ));
+        };
+        let failing_at = job
+            .status_timestamps
+            .iter()
+            .find(|(s, _)| matches!(s, JobStatus::Failing | JobStatus::Failed))
+            .map_or(u64::MAX, |(_, at)| *at);
+        let submitted = job.summary.submitted_at_ms;
+        let caused = disturbances
+            .iter()
+            .filter(|d| d.from_ms <= failing_at && d.until_ms >= submitted)
+            .count() as u32
+            + shape.built_in_failures;
+        if caused <= absorbed {
+            return Err(format!(
+                "job {} FAILED ({failure}) after at most {caused} failures, but its restart strategy absorbs {absorbed}",
                 job.summary.job_id
             ));
         }
@@ -173,3 +366,6 @@ pub fn jobs_ended(jobs: &[JobDetails]) -> Result<(), String> {
 pub fn orphan_grace(interval: Duration, timeout: Duration) -> Duration {
     timeout + interval * 2
 }
+
+#[cfg(test)]
+mod tests;

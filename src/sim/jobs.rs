@@ -10,7 +10,8 @@ use crate::env::NodeRng;
 use crate::job::graph::{DistributionPattern, ExchangeMode, JobGraph, RestartStrategyConfig};
 use crate::operators::OperatorRegistry;
 use crate::operators::builtin::{
-    COUNT_BY_KEY, FAIL_ONCE, FILE_SINK, NOOP, SLEEP, TEXT_SOURCE, TOKENIZE, sequential_word_count,
+    COUNT_BY_KEY, FAIL_ONCE, FILE_SINK, IGNORE_CANCEL, NOOP, SLEEP, TEXT_SOURCE, TOKENIZE,
+    sequential_word_count,
 };
 
 /// Words the generated texts are made of (mixed case and punctuation, as real text is).
@@ -137,6 +138,24 @@ pub fn build(
                 sink,
                 DistributionPattern::AllToAll,
                 ExchangeMode::Blocking,
+            );
+        }
+        JobKind::IgnoresCancel => {
+            // Stuck longer than the cancellation timeout (10 s in the simulation): a cancel or
+            // a failover of it ends only when its TaskManager fails itself.
+            // At most 3 wide: run in waves on a small pool, 15-30 s a wave, a wide one would
+            // outlast the quiet phase without anything being wrong.
+            let p = p.min(3);
+            let stuck = builder
+                .vertex("stuck", IGNORE_CANCEL, p)
+                .config("ms", (15_000 + rng.next_u64() % 15_000).to_string())
+                .index();
+            let sink = builder.vertex("sink", NOOP, p).index();
+            builder.edge(
+                stuck,
+                sink,
+                DistributionPattern::Forward,
+                ExchangeMode::Pipelined,
             );
         }
         JobKind::Silent => {

@@ -38,14 +38,14 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use self::cluster::SimCluster;
-use self::invariants::JobManagerSnapshot;
+use self::invariants::{Disturbance, JobManagerSnapshot, JobShape};
 use self::jobs::JobSpec;
 use self::network::{NetStats, SimNetwork};
 use self::scenario::{Action, JobKind, Scenario, Shape, Target};
 use self::trace::Trace;
 use crate::config::ClusterConfig;
 use crate::env::NodeRng;
-use crate::events::EventSink;
+use crate::events::{ClusterEvent, EventSink};
 use crate::job::states::JobStatus;
 use crate::messages::ids::{JobId, LeaderSessionId, ResourceId};
 use crate::messages::job_manager::{CancelJob, GetJobManagerStatus, RequestJobStatus, SubmitJob};
@@ -100,6 +100,8 @@ pub struct SimReport {
     pub nodes: u32,
     /// Each submitted job's kind and final status.
     pub jobs: Vec<(JobKind, Option<JobStatus>)>,
+    /// Why each FAILED job failed (its kind and the JobManager's reason), in submission order.
+    pub failures: Vec<(JobKind, String)>,
     /// The network's counters.
     pub network: NetStats,
 }
@@ -138,6 +140,8 @@ pub fn sim_config(scenario: &Scenario, seed: u64) -> ClusterConfig {
     config.taskmanager.slots = scenario.slots;
     config.taskmanager.spill_threshold = 1 << 30;
     config.slot.request.timeout = Duration::from_secs(30);
+    config.task.cancellation.interval = Duration::from_secs(1);
+    config.task.cancellation.timeout = Duration::from_secs(10);
     config.seed = Some(seed);
     config
 }
@@ -158,6 +162,7 @@ fn scratch_dir(options: &SimOptions) -> PathBuf {
         match options.shape.jobs {
             scenario::JobMix::Classic => "classic",
             scenario::JobMix::DataPlane => "data",
+            scenario::JobMix::NonCooperative => "non-cooperative",
         }
     };
     base.join(format!(
@@ -170,6 +175,7 @@ fn scratch_dir(options: &SimOptions) -> PathBuf {
 /// A job the run submitted.
 struct Submitted {
     spec: JobSpec,
+    shape: JobShape,
     id: Option<JobId>,
     /// Whether the JobManager answered the submission (a refused job has no id).
     answered: bool,
@@ -184,7 +190,13 @@ struct Run {
     unregistered_since: BTreeMap<ResourceId, Duration>,
     /// The pool size the operator (the scenario) set last.
     operator_pool: u32,
+    /// Everything so far that may have failed a task: what a FAILED job is judged against.
+    disturbances: Vec<Disturbance>,
 }
+
+/// How long after a fault ends it may still fail a task: heartbeat and registration timeouts
+/// noticing it, updates retried, restarts placed on a TaskManager that is about to be lost.
+const DISTURBANCE_GRACE: Duration = Duration::from_secs(30);
 
 async fn simulate(options: SimOptions) -> SimReport {
     let start = Instant::now();
@@ -220,6 +232,7 @@ async fn simulate(options: SimOptions) -> SimReport {
         rng: rng.fork(),
         unregistered_since: BTreeMap::new(),
         operator_pool: scenario.initial_pool,
+        disturbances: Vec::new(),
     };
 
     // The fault phase: actions at their times, a safety check after each, after every cluster
@@ -235,7 +248,10 @@ async fn simulate(options: SimOptions) -> SimReport {
             biased;
             event = event_stream.recv() => {
                 match event {
-                    Ok(event) => trace.record(format!("event {event}")),
+                    Ok(event) => {
+                        run.note_event(&event);
+                        trace.record(format!("event {event}"));
+                    }
                     Err(error) => trace.record(format!("event stream: {error}")),
                 }
                 run.check_safety().await;
@@ -266,6 +282,7 @@ async fn simulate(options: SimOptions) -> SimReport {
             biased;
             event = event_stream.recv() => {
                 if let Ok(event) = event {
+                    run.note_event(&event);
                     trace.record(format!("event {event}"));
                 }
                 continue;
@@ -285,7 +302,7 @@ async fn simulate(options: SimOptions) -> SimReport {
             break;
         }
     }
-    let jobs = run.final_statuses().await;
+    let (jobs, failures) = run.final_statuses().await;
 
     let simulated = start.elapsed();
     trace.record("end");
@@ -298,6 +315,7 @@ async fn simulate(options: SimOptions) -> SimReport {
         simulated,
         nodes: cluster.nodes_booted(),
         jobs,
+        failures,
         network: network.stats(),
     };
     cluster.tear_down();
@@ -314,7 +332,35 @@ impl Run {
         }
     }
 
+    /// A TaskManager the JobManager lost may fail tasks.
+    fn note_event(&mut self, event: &ClusterEvent) {
+        if let ClusterEvent::TaskManagerLost { .. } = event {
+            self.disturbed(Duration::ZERO);
+        }
+    }
+
+    /// Something that may fail tasks began now and lasts `duration`.
+    fn disturbed(&mut self, duration: Duration) {
+        let from_ms = self.cluster.now_ms();
+        let until_ms = from_ms + (duration + DISTURBANCE_GRACE).as_millis() as u64;
+        self.disturbances.push(Disturbance { from_ms, until_ms });
+    }
+
     async fn apply(&mut self, action: &Action) {
+        match action {
+            // A shrink may release a TaskManager holding results a job still reads.
+            Action::SetPoolSize(_) | Action::Crash { .. } | Action::ResetConnection(_) => {
+                self.disturbed(Duration::ZERO)
+            }
+            Action::Pause { duration, .. } | Action::Partition { duration, .. } => {
+                self.disturbed(*duration)
+            }
+            Action::Submit { .. }
+            | Action::Cancel(_)
+            | Action::Restart(_)
+            | Action::StaleLeader(_)
+            | Action::StartFailures(_) => {}
+        }
         let cluster = self.cluster.clone();
         let handles = cluster.job_manager();
         match action {
@@ -344,6 +390,7 @@ impl Run {
                 ));
                 let graph = spec.graph.clone();
                 self.jobs.borrow_mut().push(Submitted {
+                    shape: JobShape::of(&spec.graph),
                     spec,
                     id: None,
                     answered: false,
@@ -468,6 +515,7 @@ impl Run {
     }
 
     async fn check_safety(&mut self) {
+        self.cluster.reap_stopped_task_managers();
         let Some(snapshot) = self.snapshot().await else {
             return;
         };
@@ -475,10 +523,36 @@ impl Run {
         if let Err(what) = invariants::pool_within_bounds(&snapshot.pool, max) {
             self.violation(what);
         }
-        if let Err(what) = invariants::slots_consistent(&snapshot) {
+        if let Err(what) = invariants::slots_consistent(&snapshot, &self.shapes()) {
             self.violation(what);
         }
+        self.check_slot_tables(&snapshot).await;
         self.check_orphans(&snapshot).await;
+    }
+
+    /// Each submitted job's shape, by the id the JobManager gave it.
+    fn shapes(&self) -> BTreeMap<JobId, JobShape> {
+        self.jobs
+            .borrow()
+            .iter()
+            .filter_map(|j| Some((j.id?, j.shape.clone())))
+            .collect()
+    }
+
+    /// Every running TaskManager registered at the JobManager agrees with it on its slots.
+    async fn check_slot_tables(&mut self, snapshot: &JobManagerSnapshot) {
+        let registered = snapshot.registered();
+        for (id, task_manager, _) in self.cluster.running_task_managers() {
+            if !registered.contains(&id) {
+                continue;
+            }
+            let Ok(status) = task_manager.send(GetTaskManagerStatus).await else {
+                continue;
+            };
+            if let Err(what) = invariants::slot_tables_agree(&snapshot.cluster, &status) {
+                self.violation(what);
+            }
+        }
     }
 
     /// No TaskManager keeps work the JobManager gave up on: one that has been running, yet not
@@ -532,12 +606,14 @@ impl Run {
         if pending > 0 {
             return Err(format!("{pending} submissions unanswered"));
         }
-        invariants::jobs_ended(&snapshot.jobs)
+        invariants::jobs_ended(&snapshot.jobs, &self.shapes(), &self.disturbances)
     }
 
-    /// Each job's final status (asked once per job), and for every FINISHED WordCount that it
-    /// wrote exactly the sequential count of its input.
-    async fn final_statuses(&mut self) -> Vec<(JobKind, Option<JobStatus>)> {
+    /// Each job's final status (asked once per job) and each FAILED job's reason, and for
+    /// every FINISHED WordCount that it wrote exactly the sequential count of its input.
+    async fn final_statuses(
+        &mut self,
+    ) -> (Vec<(JobKind, Option<JobStatus>)>, Vec<(JobKind, String)>) {
         let handles = self.cluster.job_manager();
         let jobs: Vec<(Option<JobId>, JobSpec)> = self
             .jobs
@@ -546,18 +622,20 @@ impl Run {
             .map(|j| (j.id, j.spec.clone()))
             .collect();
         let mut out = Vec::new();
+        let mut failures = Vec::new();
         for (id, JobSpec { kind, files, .. }) in jobs {
-            let status = match id {
+            let details = match id {
                 Some(id) => match handles
                     .job_manager
                     .send(RequestJobStatus { job_id: id })
                     .await
                 {
-                    Ok(Ok(details)) => Some(details.summary.status),
+                    Ok(Ok(details)) => Some(details),
                     _ => None,
                 },
                 None => None,
             };
+            let status = details.as_ref().map(|d| d.summary.status);
             self.cluster
                 .trace
                 .record(format!("job {kind:?} {id:?}: {status:?}"));
@@ -567,8 +645,12 @@ impl Run {
             {
                 self.violation(format!("WordCount job {id:?}: {what}"));
             }
+            if status == Some(JobStatus::Failed) {
+                let reason = details.and_then(|d| d.failure).unwrap_or_default();
+                failures.push((kind, reason));
+            }
             out.push((kind, status));
         }
-        out
+        (out, failures)
     }
 }

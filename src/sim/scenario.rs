@@ -23,6 +23,10 @@ pub enum JobKind {
     Silent,
     /// A fast source pipelined all-to-all into a consumer that sleeps per record.
     SlowConsumer,
+    /// A task stuck where it cannot see its cancellation for 15 to 30 s (the `ignore-cancel`
+    /// operator) into a sink: cancelling it (a cancel, a failover) ends only through the
+    /// TaskManager's cancellation watchdog failing the TaskManager.
+    IgnoresCancel,
 }
 
 /// Which jobs a scenario draws.
@@ -35,6 +39,9 @@ pub enum JobMix {
     /// The data plane: silent producers, slow consumers and WordCount (exact), among the same
     /// faults (crashes mid-stream included).
     DataPlane,
+    /// Tasks that ignore their cancellation among sleep and fail-once jobs (whose failovers
+    /// cancel them too), and cancels.
+    NonCooperative,
 }
 
 impl JobMix {
@@ -50,6 +57,11 @@ impl JobMix {
                 0 => JobKind::WordCount,
                 1 => JobKind::Silent,
                 _ => JobKind::SlowConsumer,
+            },
+            Self::NonCooperative => match below(rng, 3) {
+                0 => JobKind::Sleep,
+                1 => JobKind::FailOnce,
+                _ => JobKind::IgnoresCancel,
             },
         }
     }

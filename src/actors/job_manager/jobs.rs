@@ -11,10 +11,13 @@ use actix::prelude::*;
 use super::JobManager;
 use crate::actors::job_master::{JobAction, JobContext, JobMaster};
 use crate::messages::RemovalReason;
+use crate::messages::deployment::TaskDeploymentDescriptor;
 use crate::messages::ids::{JobId, ResourceId};
 use crate::messages::job_manager::*;
 use crate::messages::resource_manager::DeclareResourceRequirements;
-use crate::messages::task_manager::{CancelTask, ReleaseJobPartitions, SubmitTask};
+use crate::messages::task_manager::{
+    CancelTask, ReleaseJobPartitions, SubmitTask, TaskSubmissionError,
+};
 
 /// The JobManager's side of the pool: the resource manager's maximum (from its registration
 /// and heartbeats) and the demand declared to it.
@@ -107,67 +110,11 @@ impl JobManager {
                     resource_id,
                     descriptor,
                 } => {
-                    let attempt = descriptor.attempt;
                     self.jobs_on
                         .entry(resource_id.clone())
                         .or_default()
                         .insert(job_id);
-                    let Some(gateway) = self.gateways.get(&resource_id) else {
-                        let error = format!("TaskManager {resource_id} is not registered");
-                        ctx.notify(DeploymentFailed {
-                            job_id,
-                            attempt,
-                            error,
-                        });
-                        continue;
-                    };
-                    gateway
-                        .submit_task
-                        .send(SubmitTask {
-                            leader_session_id: self.leader_session_id,
-                            descriptor: *descriptor,
-                        })
-                        .timeout(self.settings.ask_timeout)
-                        .into_actor(self)
-                        .map(move |result, act, ctx| {
-                            let error = match result {
-                                Ok(Ok(())) => return,
-                                Ok(Err(refused)) => {
-                                    format!("TaskManager {resource_id} refused the task: {refused}")
-                                }
-                                // A TaskManager whose mailbox is closed is gone: losing it now
-                                // (not at its heartbeat timeout) fails its tasks over once, not
-                                // again each time a restart is placed on it.
-                                Err(MailboxError::Closed) => {
-                                    log::warn!(
-                                        "job manager: TaskManager {resource_id} is unreachable"
-                                    );
-                                    act.lose_task_manager(
-                                        &resource_id,
-                                        RemovalReason::Unreachable,
-                                        ctx,
-                                    );
-                                    format!("TaskManager {resource_id} is unreachable")
-                                }
-                                // Delivered but unanswered: it may run; stop it, since the
-                                // attempt counts as failed from now on.
-                                Err(error) => {
-                                    if let Some(gateway) = act.gateways.get(&resource_id) {
-                                        gateway.cancel_task.do_send(CancelTask {
-                                            leader_session_id: act.leader_session_id,
-                                            attempt,
-                                        });
-                                    }
-                                    format!(
-                                        "TaskManager {resource_id} did not take the task: {error}"
-                                    )
-                                }
-                            };
-                            act.with_job(job_id, ctx, |job, cx| {
-                                job.deployment_failed(attempt, error, cx)
-                            });
-                        })
-                        .spawn(ctx);
+                    self.deploy(job_id, resource_id, descriptor, SLOT_BUSY_RETRIES, ctx);
                 }
                 JobAction::Cancel {
                     resource_id,
@@ -221,9 +168,9 @@ impl JobManager {
                 JobAction::Terminated(status) => {
                     log::info!("job manager: job {job_id} is {status}");
                     self.scheduler.forget_job(job_id);
-                    self.forget_ended_jobs(super::ENDED_JOBS_KEPT, job_id);
-                    if let Some(job) = self.jobs.get(&job_id) {
-                        self.ended.insert((job.submitted_at_ms(), job_id));
+                    self.forget_ended_jobs(job_id);
+                    if self.jobs.contains_key(&job_id) {
+                        self.ended.insert((self.env.clock.now_millis(), job_id));
                     }
                     self.env
                         .events
@@ -231,6 +178,92 @@ impl JobManager {
                 }
             }
         }
+    }
+
+    /// Sends `SubmitTask` and handles its answer. A TaskManager whose slots are all still
+    /// held (tasks the JobManager gave up on, still stopping there, or submissions that
+    /// arrived late after a pause) refuses with `NoFreeSlot`: that is retried `retries` times,
+    /// [`SLOT_BUSY_RETRY`] apart, while the attempt still waits for it, instead of failing the
+    /// attempt at once (issue 12, seed 461: one 3 s pause made five refusals in 56 ms exhaust
+    /// a job's four restarts). Any other outcome resolves the deployment: taken, refused,
+    /// unreachable, or unanswered within the ask timeout.
+    fn deploy(
+        &mut self,
+        job_id: JobId,
+        resource_id: ResourceId,
+        descriptor: Box<TaskDeploymentDescriptor>,
+        retries: u32,
+        ctx: &mut Context<Self>,
+    ) {
+        let attempt = descriptor.attempt;
+        let Some(gateway) = self.gateways.get(&resource_id) else {
+            let error = format!("TaskManager {resource_id} is not registered");
+            ctx.notify(DeploymentFailed {
+                job_id,
+                attempt,
+                error,
+            });
+            return;
+        };
+        let again = (retries > 0).then(|| descriptor.clone());
+        gateway
+            .submit_task
+            .send(SubmitTask {
+                leader_session_id: self.leader_session_id,
+                descriptor: *descriptor,
+            })
+            .timeout(self.settings.ask_timeout)
+            .into_actor(self)
+            .map(move |result, act, ctx| {
+                let error = match result {
+                    Ok(Ok(())) => {
+                        if let Some(job) = act.jobs.get_mut(&job_id) {
+                            job.deployment_taken(attempt);
+                        }
+                        return;
+                    }
+                    Ok(Err(TaskSubmissionError::NoFreeSlot(_))) if again.is_some() => {
+                        if let Some(descriptor) = again {
+                            ctx.run_later(SLOT_BUSY_RETRY, move |act, ctx| {
+                                let waiting = act
+                                    .jobs
+                                    .get(&job_id)
+                                    .is_some_and(|job| job.is_deploying(attempt));
+                                if waiting {
+                                    act.deploy(job_id, resource_id, descriptor, retries - 1, ctx);
+                                }
+                            });
+                        }
+                        return;
+                    }
+                    Ok(Err(refused)) => {
+                        format!("TaskManager {resource_id} refused the task: {refused}")
+                    }
+                    // A TaskManager whose mailbox is closed is gone: losing it now
+                    // (not at its heartbeat timeout) fails its tasks over once, not
+                    // again each time a restart is placed on it.
+                    Err(MailboxError::Closed) => {
+                        log::warn!("job manager: TaskManager {resource_id} is unreachable");
+                        act.lose_task_manager(&resource_id, RemovalReason::Unreachable, ctx);
+                        format!("TaskManager {resource_id} is unreachable")
+                    }
+                    // Delivered but unanswered: it may run; stop it, since the
+                    // attempt counts as failed from now on.
+                    Err(error) => {
+                        if let Some(gateway) = act.gateways.get(&resource_id) {
+                            gateway.cancel_task.do_send(CancelTask {
+                                leader_session_id: act.leader_session_id,
+                                attempt,
+                            });
+                        }
+                        format!("TaskManager {resource_id} did not take the task: {error}")
+                    }
+                };
+                act.with_job(job_id, ctx, |job, cx| {
+                    job.deployment_failed(attempt, error, cx)
+                });
+            })
+            .spawn(ctx);
     }
 
     /// Every job loses the tasks and results on a TaskManager that is gone.
@@ -267,6 +300,7 @@ impl JobManager {
         }
         // A fall in demand is declared once it lasted: look again every sweep.
         self.declare_resource_requirements();
+        self.forget_expired_jobs();
     }
 
     /// Declares to the resource manager the workers the jobs need: the slots their tasks hold
@@ -396,10 +430,11 @@ impl JobManager {
             })
     }
 
-    /// Forgets the oldest ended jobs beyond the newest `keep`, so the job list stays bounded.
-    /// The oldest by submission time go first; the job that just ended is never among them
-    /// (a client is about to ask for it). O(log J) per job forgotten.
-    pub(super) fn forget_ended_jobs(&mut self, keep: usize, just_ended: JobId) {
+    /// Forgets the ended jobs that ended first beyond `jobstore.max-capacity` (counting the
+    /// one that just ended), so the job list stays bounded; the job that just ended is never
+    /// among them (a client is about to ask for it). O(log J) per job forgotten.
+    pub(super) fn forget_ended_jobs(&mut self, just_ended: JobId) {
+        let keep = self.settings.jobstore.max_capacity as usize;
         while self.ended.len() + 1 > keep {
             let Some((_, job_id)) = self.ended.pop_first() else {
                 return;
@@ -409,7 +444,28 @@ impl JobManager {
             }
         }
     }
+
+    /// Forgets the jobs that ended longer than `jobstore.expiration-time` ago (Flink's
+    /// expire-after-write job store). Called with every slot request sweep (at most 1 s
+    /// apart); O(log J) per job.
+    fn forget_expired_jobs(&mut self) {
+        let expiration = self.settings.jobstore.expiration_time.as_millis() as u64;
+        let now = self.env.clock.now_millis();
+        while let Some(&(ended_at, job_id)) = self.ended.first() {
+            if ended_at.saturating_add(expiration) > now {
+                return;
+            }
+            self.ended.pop_first();
+            self.jobs.remove(&job_id);
+        }
+    }
 }
+
+/// How often a deployment refused for want of a free slot is sent again (see
+/// [`JobManager::deploy`]), and how long it waits in between: at most 2 s in all, about the time
+/// a cancelled task takes to stop and free its slot.
+const SLOT_BUSY_RETRIES: u32 = 10;
+const SLOT_BUSY_RETRY: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// Tasks placed (and deployed) by one [`JobManager::serve_queue`] call at most.
 pub(super) const SERVE_BUDGET: usize = 64;

@@ -36,6 +36,7 @@ async fn start() -> Fixture {
             slots_per_task_manager: 2,
             taskmanager_timeout: Duration::from_secs(30),
             registry: crate::operators::OperatorRegistry::with_builtins(),
+            jobstore: crate::config::JobStoreConfig::default(),
         },
         SESSION,
         env.clone(),
@@ -821,6 +822,7 @@ async fn job_manager_and_task_manager_statuses_agree_on_slots_and_running_attemp
         working_dir: std::env::temp_dir().join("flint-unit-tests"),
         spill_threshold_bytes: 1 << 20,
         network: crate::exchange::NetworkSettings::default(),
+        cancellation: crate::config::CancellationConfig::default(),
     };
     // Task threads in lock-step with the paused clock: cancellation is seen in virtual time.
     let mut tm_env = f.env.clone();
@@ -1064,4 +1066,71 @@ async fn of_the_pending_workers_only_unknown_or_idle_ones_may_go() {
             }
         })
     );
+}
+
+/// Issue 12, item 8: ended jobs are kept by count (`jobstore.max-capacity`, the first to end go
+/// first) and by age (`jobstore.expiration-time`), so a long-running JobManager does not keep
+/// every job it ever ran. (Before, 1,000 were kept for ever.)
+#[actix::test]
+async fn ended_jobs_are_forgotten_beyond_the_job_store_capacity_and_after_their_expiration() {
+    tokio::time::pause();
+    let clock = std::sync::Arc::new(crate::env::ManualClock::new(1_000_000));
+    let env = NodeEnv::new(
+        "jobmanager-node",
+        3,
+        clock.clone(),
+        std::sync::Arc::new(crate::env::CurrentArbiterSpawner),
+        std::sync::Arc::new(crate::directory::LocalDirectory::new()),
+        crate::events::EventSink::new(16),
+    );
+    let jm = JobManager::new(
+        JobManagerSettings {
+            cluster_id: ClusterId::new("test"),
+            heartbeat: HeartbeatConfig {
+                interval: INTERVAL,
+                timeout: TIMEOUT,
+            },
+            ask_timeout: Duration::from_secs(1),
+            slot_request_timeout: Duration::from_secs(300),
+            slots_per_task_manager: 2,
+            taskmanager_timeout: Duration::from_secs(30),
+            registry: crate::operators::OperatorRegistry::with_builtins(),
+            jobstore: crate::config::JobStoreConfig {
+                expiration_time: Duration::from_secs(60),
+                max_capacity: 2,
+            },
+        },
+        SESSION,
+        env,
+    )
+    .start();
+    let registry = crate::operators::OperatorRegistry::with_builtins();
+    let mut ended = Vec::new();
+    for n in 0..3 {
+        let mut builder = crate::job::graph::JobGraph::builder(format!("job-{n}"));
+        builder.vertex("v", "noop", 1);
+        let graph = builder.build(|op| registry.contains(op)).unwrap();
+        let job_id = ask(&jm, SubmitJob { job_graph: graph }).await.unwrap();
+        // No TaskManager: its task waits for a slot, and the cancel ends it at once.
+        ask(&jm, CancelJob { job_id }).await.unwrap();
+        ended.push(job_id);
+        clock.advance(1_000);
+        settle().await;
+    }
+    let known = |jobs: Vec<JobSummary>| jobs.into_iter().map(|j| j.job_id).collect::<Vec<_>>();
+    assert_eq!(
+        known(ask(&jm, ListJobs).await),
+        ended[1..],
+        "the first to end went first"
+    );
+    // Each goes 60 s after it ended: the second at +61 s, the third at +62 s.
+    clock.advance(57_000); // +60 s
+    advance(1_100).await; // one slot request sweep, which expires jobs too
+    assert_eq!(known(ask(&jm, ListJobs).await), ended[1..]);
+    clock.advance(1_500); // +61.5 s
+    advance(1_100).await; // one slot request sweep, which expires jobs too
+    assert_eq!(known(ask(&jm, ListJobs).await), ended[2..]);
+    clock.advance(1_000); // +62.5 s
+    advance(1_100).await; // one slot request sweep, which expires jobs too
+    assert!(known(ask(&jm, ListJobs).await).is_empty());
 }

@@ -1199,6 +1199,38 @@ fn a_task_missing_from_two_heartbeats_in_a_row_has_failed() {
 }
 
 #[test]
+fn a_taken_deployment_missing_from_two_heartbeats_has_failed() {
+    // Regression (issue 12, seeds 21150 and 24138): a TaskManager answered SubmitTask, then its
+    // RUNNING update was lost (or it dropped the task on re-registering); heartbeats left
+    // DEPLOYING tasks alone, so the job stayed RUNNING forever.
+    let graph = pipeline(
+        1,
+        1,
+        DistributionPattern::Forward,
+        ExchangeMode::Pipelined,
+        RestartStrategyConfig::None,
+    );
+    let mut h = Harness::new(graph, &[2]);
+    h.start();
+    let (source, sink) = (h.attempt("source", 0), h.attempt("sink", 0));
+    assert_eq!(h.state("source", 0), ExecutionState::Deploying);
+    // Not answered yet: the submission may still be on its way, heartbeats leave it alone.
+    for _ in 0..3 {
+        h.call(|m, cx| m.reconcile(&tm(0), &BTreeSet::new(), cx));
+    }
+    assert_eq!(h.state("source", 0), ExecutionState::Deploying);
+    // Answered: now it counts as running there.
+    h.master.deployment_taken(source);
+    h.master.deployment_taken(sink);
+    let only_sink: BTreeSet<ExecutionAttemptId> = [sink].into();
+    h.call(|m, cx| m.reconcile(&tm(0), &only_sink, cx));
+    assert_eq!(h.state("source", 0), ExecutionState::Deploying);
+    h.call(|m, cx| m.reconcile(&tm(0), &only_sink, cx));
+    assert_eq!(h.state("source", 0), ExecutionState::Failed);
+    assert_eq!(h.status(), JobStatus::Failing);
+}
+
+#[test]
 fn a_job_keeps_a_bounded_window_of_regions_in_the_queue_and_refills_it() {
     let many = QUEUED_REGIONS_PER_JOB as u32 * 2 + 3;
     let mut b = JobGraph::builder("many");

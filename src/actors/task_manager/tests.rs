@@ -52,6 +52,10 @@ fn spec(slots: u32, hostname: &str) -> TaskManagerSpec {
         working_dir: std::env::temp_dir().join("flint-unit-tests"),
         spill_threshold_bytes: 1 << 20,
         network: crate::exchange::NetworkSettings::default(),
+        cancellation: crate::config::CancellationConfig {
+            interval: Duration::from_secs(1),
+            timeout: Duration::from_secs(5),
+        },
     }
 }
 
@@ -236,6 +240,37 @@ async fn a_late_acknowledgement_from_an_earlier_attempt_is_ignored() {
     );
     advance(5_000).await;
     assert_eq!(held.len(), 2, "registered: no more attempts");
+}
+
+#[actix::test]
+async fn a_late_failure_of_an_earlier_attempt_leaves_the_registration_heartbeating() {
+    // Regression (issue 12, seeds 21150 and 24138): attempt 1's ask failed after attempt 2 had
+    // registered; the failure, ignored by the registration, still dropped the JobManager
+    // gateway, so the TaskManager sent no heartbeat and no task update until its own heartbeat
+    // timeout made it register again (dropping its tasks, which stayed DEPLOYING).
+    let held = Held::default();
+    let f = start(Some(SESSION), |s| {
+        s.register_task_manager = Script::Hold(held.clone())
+    })
+    .await;
+    advance(100).await; // attempt 1 times out; attempt 2 is sent
+    held.answer(1, ack(1, SESSION));
+    settle().await;
+    assert!(matches!(
+        f.phase().await,
+        RegistrationPhase::Registered { .. }
+    ));
+    f.tm.send(Internal(RegistrationEvent::AttemptFailed { attempt: 1 }))
+        .await
+        .expect("the TaskManager runs");
+    let before = f.heartbeats();
+    advance(2_000).await;
+    let heartbeats = f.heartbeats() - before;
+    assert!(
+        heartbeats >= 15,
+        "{heartbeats} heartbeats in 2 s after a stale failure"
+    );
+    assert_eq!(held.len(), 2, "no new registration attempt");
 }
 
 #[actix::test]
@@ -679,4 +714,75 @@ async fn a_task_manager_that_held_nothing_registers_again_as_the_same_incarnatio
     let sent = f.registrations();
     assert_eq!(sent.len(), 2);
     assert_eq!(sent[0].session, sent[1].session);
+}
+
+/// A task stuck where it cannot see its cancellation (the `ignore-cancel` operator, 10 min on a
+/// real thread).
+fn stuck_task(attempt: u128) -> crate::messages::deployment::TaskDeploymentDescriptor {
+    let mut descriptor = sleeping_task(attempt, attempt);
+    descriptor.operator = crate::operators::builtin::IGNORE_CANCEL.into();
+    descriptor
+}
+
+#[actix::test]
+async fn a_task_ignoring_cancel_fails_its_task_manager_after_the_cancellation_timeout() {
+    // Issue 12, item 4: a cancel of a task that never stops used to wait forever (its slot
+    // held, its job CANCELLING). The watchdog interrupts it again every second and, 5 s after
+    // the cancel, the TaskManager says goodbye and stops; the thread is abandoned.
+    let f = start(Some(SESSION), |_| {}).await;
+    let submitted = ask(
+        &f.tm,
+        SubmitTask {
+            leader_session_id: SESSION,
+            descriptor: stuck_task(3),
+        },
+    )
+    .await;
+    assert_eq!(submitted, Ok(()));
+    f.tm.do_send(CancelTask {
+        leader_session_id: SESSION,
+        attempt: crate::messages::ids::ExecutionAttemptId::from_u128(3),
+    });
+    advance(4_900).await;
+    let status = ask(&f.tm, GetTaskManagerStatus).await;
+    assert_eq!(status.running.len(), 1, "still stuck, still watched");
+    assert!(status.running[0].cancel_requested);
+    advance(200).await;
+    settle().await;
+    assert!(!f.tm.connected(), "the TaskManager failed itself");
+    let goodbye = f.jm.received.filter(|m| match m {
+        JobManagerMessage::DisconnectTaskManager(d) => Some(d.resource_id.clone()),
+        _ => None,
+    });
+    assert_eq!(goodbye, vec![ResourceId::new("tm-1")]);
+}
+
+#[actix::test]
+async fn a_task_that_stops_when_cancelled_leaves_its_task_manager_running() {
+    let f = start(Some(SESSION), |_| {}).await;
+    let submitted = ask(
+        &f.tm,
+        SubmitTask {
+            leader_session_id: SESSION,
+            descriptor: sleeping_task(4, 4),
+        },
+    )
+    .await;
+    assert_eq!(submitted, Ok(()));
+    f.tm.do_send(CancelTask {
+        leader_session_id: SESSION,
+        attempt: crate::messages::ids::ExecutionAttemptId::from_u128(4),
+    });
+    // The sleeping task sees its cancellation within 10 ms of real time on its own thread:
+    // poll for up to 30 s of real time.
+    let mut polls = 0;
+    while !ask(&f.tm, GetTaskManagerStatus).await.running.is_empty() {
+        polls += 1;
+        assert!(polls < 6_000, "the task never stopped");
+        #[allow(clippy::disallowed_methods)] // waiting on a real task thread
+        std::thread::sleep(Duration::from_millis(5));
+        settle().await;
+    }
+    advance(10_000).await;
+    assert!(f.tm.connected(), "nothing to fail");
 }
