@@ -11,16 +11,18 @@
 // A benchmark measures wall time with the real clock; it is no node code.
 #![allow(clippy::disallowed_methods)]
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use flint::job::graph::{JobGraph, RestartStrategyConfig};
 use flint::job::states::JobStatus;
 use flint::{ClusterConfig, MiniCluster};
-use serde_json::Value;
+use rest_cluster::Cluster;
 
 /// The process helpers of the integration tests (SIGTERM-and-wait).
+#[path = "common/rest_cluster.rs"]
+#[allow(dead_code)]
+mod rest_cluster;
+
 #[path = "../tests/common/process.rs"]
 #[allow(dead_code)]
 mod process;
@@ -37,155 +39,12 @@ fn noop_job(name: &str, parallelism: u32) -> JobGraph {
     b.build(|_| true).expect("a valid graph")
 }
 
-/// A `flint jobmanager` with its TaskManager processes; SIGTERM when dropped.
-struct Cluster {
-    child: Child,
-    url: String,
-    agent: ureq::Agent,
-    _stdout: BufReader<ChildStdout>,
-    dir: std::path::PathBuf,
-}
-
-impl Cluster {
-    fn start(task_managers: u32, slots: u32) -> Self {
-        let dir = std::env::temp_dir().join(format!("flint-bench-waves-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("a scratch directory");
-        let config = dir.join("flint.toml");
-        std::fs::write(
-            &config,
-            format!(
-                "[resourcemanager]\nmax-pool-size = {task_managers}\n\
-                 [taskmanager]\nworking-dir = \"{}\"\n",
-                dir.join("work").display()
-            ),
-        )
-        .expect("the config file");
-        let mut child = Command::new(env!("CARGO_BIN_EXE_flint"))
-            .args([
-                "jobmanager",
-                "--bind",
-                "127.0.0.1:0",
-                "--rest",
-                "127.0.0.1:0",
-            ])
-            .args(["--pool-size", &task_managers.to_string()])
-            .args(["--slots", &slots.to_string()])
-            .args(["--config", &config.display().to_string()])
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("flint jobmanager starts");
-        let mut stdout = BufReader::new(child.stdout.take().expect("its stdout"));
-        let url = loop {
-            let mut line = String::new();
-            assert!(stdout.read_line(&mut line).expect("ready lines") > 0);
-            if let Some(url) = line.split_whitespace().find(|w| w.starts_with("http://")) {
-                break url.trim_end_matches('/').to_owned();
-            }
-        };
-        let agent = ureq::Agent::new_with_defaults();
-        let cluster = Self {
-            child,
-            url,
-            agent,
-            _stdout: stdout,
-            dir,
-        };
-        let began = Instant::now();
-        while cluster.get("/overview")["slots-total"].as_u64()
-            != Some(u64::from(task_managers * slots))
-        {
-            assert!(
-                began.elapsed() < Duration::from_secs(60),
-                "the pool never came up"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        cluster
-    }
-
-    fn get(&self, path: &str) -> Value {
-        let mut answer = self
-            .agent
-            .get(&format!("{}{path}", self.url))
-            .call()
-            .expect("GET answers");
-        answer.body_mut().read_json().expect("JSON")
-    }
-
-    fn text(&self, path: &str) -> String {
-        let mut answer = self
-            .agent
-            .get(&format!("{}{path}", self.url))
-            .call()
-            .expect("GET answers");
-        answer.body_mut().read_to_string().expect("text")
-    }
-
-    fn submit(&self, graph: &JobGraph) -> String {
-        let mut answer = self
-            .agent
-            .post(&format!("{}/jobs", self.url))
-            .header("Content-Type", "application/json")
-            .send(serde_json::to_string(graph).expect("a graph as JSON"))
-            .expect("POST /jobs answers");
-        let body: Value = answer.body_mut().read_json().expect("JSON");
-        body["id"].as_str().expect("an id").to_owned()
-    }
-
-    /// Polls the job list (small, whatever the jobs' sizes) until none of `ids` runs.
-    fn wait_all(&self, ids: &[String], pause: Duration) {
-        let began = Instant::now();
-        loop {
-            let list = self.get("/jobs");
-            let jobs = list["jobs"].as_array().expect("a job list");
-            let running = jobs.iter().filter(|job| {
-                ids.iter().any(|id| job["id"] == id.as_str())
-                    && !matches!(
-                        job["state"].as_str(),
-                        Some("FINISHED" | "FAILED" | "CANCELED")
-                    )
-            });
-            if running.count() == 0 {
-                for job in jobs
-                    .iter()
-                    .filter(|j| ids.iter().any(|id| j["id"] == id.as_str()))
-                {
-                    assert_eq!(job["state"], "FINISHED", "{job}");
-                }
-                return;
-            }
-            assert!(
-                began.elapsed() < Duration::from_secs(300),
-                "jobs never ended"
-            );
-            std::thread::sleep(pause);
-        }
-    }
-
-    /// A sample line of `/metrics` (its labels and value), by its name.
-    fn metric(&self, name: &str) -> String {
-        self.text("/metrics")
-            .lines()
-            .find(|line| line.starts_with(name))
-            .map(|line| line[name.len()..].trim().to_owned())
-            .unwrap_or_default()
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        process::terminate(&mut self.child);
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
 fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
     let rounds = if quick { 1 } else { 5 };
 
     println!("## 2 TaskManager processes × 4 slots, over REST\n");
-    let cluster = Cluster::start(2, 4);
+    let cluster = Cluster::start("waves", 2, 4, "[resourcemanager]\nmax-pool-size = 2\n");
     let mut wide = Vec::new();
     for _ in 0..rounds {
         let graph = noop_job("wide", 10_000);
