@@ -82,6 +82,10 @@ async fn the_page_shows_the_pool_the_taskmanagers_and_the_running_job() {
     // The pool, live.
     page("the designated pool size", "id=\"pool-designated\">2<");
     page("the started workers", "id=\"pool-started\">2<");
+    // The job holds 3 slots of 2 per TaskManager: its demand is 2 TaskManagers, the target
+    // max(designated 2, demand 2).
+    page("the jobs' demand", "id=\"pool-demand\">2<");
+    page("the target", "id=\"pool-target\">2<");
     page("that it is live", "id=\"live-text\" role=\"status\">Live<");
     page("when it was updated", "· updated ");
     let banner = element(&dom, "<div id=\"banner\"", ">").unwrap_or_default();
