@@ -21,27 +21,27 @@ struct Fixture {
     started_at: Instant,
 }
 
+/// The settings every test's JobManager starts with.
+fn settings() -> JobManagerSettings {
+    JobManagerSettings {
+        cluster_id: ClusterId::new("test"),
+        heartbeat: HeartbeatConfig {
+            interval: INTERVAL,
+            timeout: TIMEOUT,
+        },
+        ask_timeout: Duration::from_secs(1),
+        slot_request_timeout: Duration::from_secs(300),
+        slots_per_task_manager: 2,
+        taskmanager_timeout: Duration::from_secs(30),
+        registry: crate::operators::OperatorRegistry::with_builtins(),
+        jobstore: crate::config::JobStoreConfig::default(),
+    }
+}
+
 async fn start() -> Fixture {
     tokio::time::pause();
     let env = env("jobmanager-node", 3);
-    let jm = JobManager::new(
-        JobManagerSettings {
-            cluster_id: ClusterId::new("test"),
-            heartbeat: HeartbeatConfig {
-                interval: INTERVAL,
-                timeout: TIMEOUT,
-            },
-            ask_timeout: Duration::from_secs(1),
-            slot_request_timeout: Duration::from_secs(300),
-            slots_per_task_manager: 2,
-            taskmanager_timeout: Duration::from_secs(30),
-            registry: crate::operators::OperatorRegistry::with_builtins(),
-            jobstore: crate::config::JobStoreConfig::default(),
-        },
-        SESSION,
-        env.clone(),
-    )
-    .start();
+    let jm = JobManager::new(settings(), SESSION, env.clone()).start();
     let started_at = Instant::now();
     settle().await;
     Fixture {
@@ -1085,20 +1085,11 @@ async fn ended_jobs_are_forgotten_beyond_the_job_store_capacity_and_after_their_
     );
     let jm = JobManager::new(
         JobManagerSettings {
-            cluster_id: ClusterId::new("test"),
-            heartbeat: HeartbeatConfig {
-                interval: INTERVAL,
-                timeout: TIMEOUT,
-            },
-            ask_timeout: Duration::from_secs(1),
-            slot_request_timeout: Duration::from_secs(300),
-            slots_per_task_manager: 2,
-            taskmanager_timeout: Duration::from_secs(30),
-            registry: crate::operators::OperatorRegistry::with_builtins(),
             jobstore: crate::config::JobStoreConfig {
                 expiration_time: Duration::from_secs(60),
                 max_capacity: 2,
             },
+            ..settings()
         },
         SESSION,
         env,
