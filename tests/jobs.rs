@@ -435,3 +435,39 @@ async fn a_job_naming_an_unknown_operator_is_refused() {
     assert!(error.to_string().contains("tokenise"), "{error}");
     cluster.shutdown().await.unwrap();
 }
+
+/// Issue 11: all-to-all at P = 1,000 in one process (10 TaskManagers × 100 slots, a million
+/// channels on the all-to-all edge, 4,000 tasks) gives exactly the sequential count.
+#[actix::test]
+async fn all_to_all_at_p_1000_gives_the_exact_word_count() {
+    let mut config = config(10, 100);
+    // Every consumer grants 2 buffers to each of its 1,000 channels: 1 KiB buffers and
+    // room for 100 consumers' credit per TaskManager.
+    config.taskmanager.network_buffer_size = 1 << 10;
+    config.taskmanager.network_memory = 512 << 20;
+    // 4,000 task threads on two cores: heartbeats must not be what the test measures.
+    config.heartbeat.timeout = Duration::from_secs(30);
+    let cluster = MiniCluster::start(config).unwrap();
+    cluster.wait_for_pool(10, DEADLINE).await.unwrap();
+    let dir = scratch("all-to-all-p1000");
+    let input = dir.join("input.txt");
+    write_text(&input, 20_000);
+    let output = dir.join("out");
+    let job = cluster
+        .submit_job(common::wide_wordcount_graph(&input, &output, 1000))
+        .await
+        .unwrap();
+    let details = cluster
+        .wait_for_job(job, Duration::from_secs(300))
+        .await
+        .unwrap();
+    assert_eq!(
+        details.summary.status,
+        JobStatus::Finished,
+        "{:?}",
+        details.failure
+    );
+    assert_eq!(read_counts(&output), sequential_word_count(&input).unwrap());
+    cluster.shutdown().await.unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}

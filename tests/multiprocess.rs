@@ -120,6 +120,49 @@ async fn a_process_cluster_keeps_its_pool_through_kill_9_and_runs_wordcount() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Issue 11: all-to-all at P = 200 across four TaskManager processes (40,000 channels on the
+/// all-to-all edge, three quarters of them between processes) gives exactly the sequential
+/// count.
+#[actix::test]
+async fn all_to_all_at_p_200_across_four_processes_gives_the_exact_word_count() {
+    let dir = scratch("multiprocess-p200");
+    // Each consumer grants 2 buffers to each of its 200 channels: 1 KiB buffers, and room for
+    // the 50 consumers of a TaskManager.
+    let (jm, client) = process_cluster(
+        &dir,
+        4,
+        50,
+        "10s",
+        "[taskmanager.network]\nbuffer-size = \"1kb\"\nmemory = \"64mb\"\n",
+    )
+    .await;
+    client
+        .wait_for("the pool never reached 4", DEADLINE, |s| {
+            s.task_managers.len() == 4
+        })
+        .await;
+    let input = dir.join("input.txt");
+    write_text(&input, 20_000);
+    let output = dir.join("out");
+    let job = client
+        .submit(common::wide_wordcount_graph(&input, &output, 200))
+        .await;
+    let details = client.wait_for_job(job, DEADLINE).await;
+    assert_eq!(details.summary.status, JobStatus::Finished, "{details:#?}");
+    let task_managers: std::collections::BTreeSet<_> = details
+        .vertices
+        .iter()
+        .flat_map(|v| &v.subtasks)
+        .filter_map(|s| s.resource_id.clone())
+        .collect();
+    assert_eq!(task_managers.len(), 4, "the job ran on all four processes");
+    assert_eq!(read_counts(&output), sequential_word_count(&input).unwrap());
+
+    client.endpoint.shutdown();
+    drop(jm);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Issue 11: `sink (2/2): input unavailable: TaskManager … is gone: Mailbox has closed` after
 /// exactly the 10 s ask timeout, when a pipelined all-to-all producer on another process was
 /// silent for longer than that.

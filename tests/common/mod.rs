@@ -111,3 +111,28 @@ pub fn wordcount_graph(input: &Path, output: &Path) -> JobGraph {
     )
     .expect("the example job file parses")
 }
+
+/// WordCount (`text-source` → `tokenize` → all-to-all → `count-by-key` → `file-sink`, all
+/// pipelined, no restarts) at `parallelism`: `parallelism²` channels on its all-to-all edge.
+pub fn wide_wordcount_graph(input: &Path, output: &Path, parallelism: u32) -> JobGraph {
+    use flint::job::graph::{DistributionPattern, ExchangeMode, RestartStrategyConfig};
+    use flint::operators::builtin::{COUNT_BY_KEY, FILE_SINK, TEXT_SOURCE, TOKENIZE};
+
+    let mut b = JobGraph::builder("wide-wordcount");
+    let source = b
+        .vertex("source", TEXT_SOURCE, parallelism)
+        .config("path", input.display().to_string())
+        .index();
+    let tokenize = b.vertex("tokenize", TOKENIZE, parallelism).index();
+    let count = b.vertex("count", COUNT_BY_KEY, parallelism).index();
+    let sink = b
+        .vertex("sink", FILE_SINK, parallelism)
+        .config("path", output.display().to_string())
+        .index();
+    let pipelined = ExchangeMode::Pipelined;
+    b.edge(source, tokenize, DistributionPattern::Forward, pipelined)
+        .edge(tokenize, count, DistributionPattern::AllToAll, pipelined)
+        .edge(count, sink, DistributionPattern::Forward, pipelined)
+        .restart_strategy(RestartStrategyConfig::None);
+    b.build(|_| true).expect("a valid job graph")
+}
