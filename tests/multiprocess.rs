@@ -287,6 +287,125 @@ async fn a_slow_consumer_slows_its_producers_instead_of_spilling() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Issue 11: a gigabyte of records behind a slow consumer, across two TaskManager processes.
+/// Producers that never waited made a slow consumer's input pile up without bound (in memory,
+/// then spilled to disk); now the producers wait for credit: every record arrives, no spill
+/// file is ever written, and neither TaskManager's resident memory grows past its network
+/// memory plus a margin for the process itself.
+#[actix::test]
+async fn a_gigabyte_behind_a_slow_consumer_keeps_task_manager_memory_bounded() {
+    use flint::job::graph::{DistributionPattern, ExchangeMode, JobGraph, RestartStrategyConfig};
+    use flint::operators::builtin::{NOOP, SLEEP};
+
+    /// Records per producer subtask, and the bytes of each one's payload: 2 × 500,000 × 1,000
+    /// bytes = 1 GB.
+    const RECORDS: u64 = 500_000;
+    const PAYLOAD: u64 = 1_000;
+    const NETWORK_MEMORY: u64 = 64 << 20;
+    /// The process itself (code, runtime, transport, the task's own record in hand) next to
+    /// its network buffers.
+    const MARGIN: u64 = 64 << 20;
+
+    let dir = scratch("multiprocess-gigabyte");
+    let work = dir.join("work");
+    let (jm, client) = process_cluster(
+        &dir,
+        2,
+        1,
+        "10s",
+        &format!("spill-threshold = \"1kb\"\n[taskmanager.network]\nmemory = {NETWORK_MEMORY}\n"),
+    )
+    .await;
+    client
+        .wait_for("the pool never reached 2", DEADLINE, |s| {
+            s.task_managers.len() == 2
+        })
+        .await;
+    let task_managers: Vec<u32> = task_managers_of(jm.pid())
+        .into_iter()
+        .map(|(pid, _)| pid)
+        .collect();
+    assert_eq!(task_managers.len(), 2);
+
+    // source (2) ─all-to-all─▶ slow (2): half of the bytes cross between the processes.
+    let mut graph = JobGraph::builder("slow-gigabyte");
+    graph.restart_strategy(RestartStrategyConfig::None);
+    let source = graph
+        .vertex("source", NOOP, 2)
+        .config("count", RECORDS.to_string())
+        .config("payload-bytes", PAYLOAD.to_string())
+        .index();
+    let slow = graph
+        .vertex("slow", SLEEP, 2)
+        .config("ms", "0")
+        .config("per-record-us", "20")
+        .index();
+    graph.edge(
+        source,
+        slow,
+        DistributionPattern::AllToAll,
+        ExchangeMode::Pipelined,
+    );
+    let job = client.submit(graph.build(|_| true).unwrap()).await;
+
+    let give_up = tokio::time::Instant::now() + Duration::from_secs(600);
+    let mut spilled = Vec::new();
+    let mut most_rss = 0;
+    let mut most_backpressure = 0;
+    let details = loop {
+        spilled.extend(spill_files(&work));
+        for &pid in &task_managers {
+            most_rss = most_rss.max(resident_bytes(pid).unwrap_or(0));
+        }
+        let details = client.job(job).await;
+        most_backpressure = most_backpressure.max(
+            details.vertices[source.as_usize()]
+                .io
+                .back_pressured_time_ms_per_second,
+        );
+        if details.summary.status.is_globally_terminal() {
+            break details;
+        }
+        assert!(tokio::time::Instant::now() < give_up, "the job never ended");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(details.summary.status, JobStatus::Finished, "{details:#?}");
+    let slow_io = details.vertices[slow.as_usize()].io;
+    assert_eq!(slow_io.records_in, 2 * RECORDS, "every record arrived once");
+    assert!(
+        slow_io.bytes_in >= 2 * RECORDS * PAYLOAD,
+        "a gigabyte went through: {slow_io:?}"
+    );
+    assert!(spilled.is_empty(), "spill files were written: {spilled:?}");
+    assert!(
+        most_backpressure > 0,
+        "the producers waited for the slow consumer (else this test shows nothing)"
+    );
+    eprintln!(
+        "1 GB behind a slow consumer: largest TaskManager resident set {} MiB",
+        most_rss >> 20
+    );
+    assert!(
+        most_rss < NETWORK_MEMORY + MARGIN,
+        "a TaskManager held {} MiB, more than its {} MiB of network memory plus {} MiB",
+        most_rss >> 20,
+        NETWORK_MEMORY >> 20,
+        MARGIN >> 20
+    );
+
+    client.endpoint.shutdown();
+    drop(jm);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The resident set of process `pid` in bytes (`VmRSS` of /proc/pid/status), if it runs.
+fn resident_bytes(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib << 10)
+}
+
 /// Every `*.spill` file under `dir`, recursively.
 fn spill_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     let mut found = Vec::new();

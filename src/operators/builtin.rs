@@ -395,13 +395,20 @@ fn noop(spec: &OperatorSpec<'_>) -> Result<Box<dyn Operator>, OperatorError> {
     Ok(Box::new(Noop::from_spec(spec)?))
 }
 
-/// Generates `count` records, then passes every input record through.
+/// Generates `count` records, then passes every input record through. A record's value is its
+/// number, or with `payload-bytes` a text of that many bytes (a source of bulk data for
+/// throughput and backpressure tests).
 ///
 /// The operator cannot see whether it has inputs, so it always does both: as a source its input
 /// is empty, and as an inner operator `count` is normally left at 0.
 struct Noop {
     count: u64,
+    payload: Option<String>,
 }
+
+/// The largest `payload-bytes` of one generated record (a network buffer grows to hold one
+/// record, so one record must stay far below the network memory).
+const MAX_PAYLOAD_BYTES: u64 = 1 << 20;
 
 impl Noop {
     fn from_spec(spec: &OperatorSpec<'_>) -> Result<Self, OperatorError> {
@@ -415,7 +422,23 @@ impl Noop {
                 format!("key `count` must be at most {}, got {count}", i64::MAX),
             ));
         }
-        Ok(Self { count })
+        let payload = match spec.config.get("payload-bytes") {
+            Some(value) => {
+                let bytes = parse_u64(spec, "payload-bytes", value)?;
+                if bytes > MAX_PAYLOAD_BYTES {
+                    return Err(config_error(
+                        spec,
+                        format!(
+                            "key `payload-bytes` must be at most {MAX_PAYLOAD_BYTES}, got {bytes}"
+                        ),
+                    ));
+                }
+                // At most 1 MiB (checked above): fits a usize.
+                Some("x".repeat(bytes as usize))
+            }
+            None => None,
+        };
+        Ok(Self { count, payload })
     }
 }
 
@@ -423,9 +446,13 @@ impl Operator for Noop {
     fn run(&mut self, io: &mut dyn TaskIo) -> Result<(), OperatorError> {
         // `count` fits in an i64 (checked in `from_spec`), so every `i` does too.
         for i in 0..self.count as i64 {
+            let value = match &self.payload {
+                Some(payload) => Value::Text(payload.clone()),
+                None => Value::Int(i),
+            };
             io.emit(Record {
                 key: i.to_string(),
-                value: Value::Int(i),
+                value,
             })?;
             check_cancelled(io, i as u64 + 1)?;
         }
@@ -435,23 +462,38 @@ impl Operator for Noop {
 
 fn sleep(spec: &OperatorSpec<'_>) -> Result<Box<dyn Operator>, OperatorError> {
     let ms = parse_u64(spec, "ms", required(spec, "ms")?)?;
-    let per_record = match spec.config.get("per-record-ms") {
+    let per_record_ms = match spec.config.get("per-record-ms") {
         Some(value) => parse_u64(spec, "per-record-ms", value)?,
         None => 0,
     };
+    let per_record_us = match spec.config.get("per-record-us") {
+        Some(value) => parse_u64(spec, "per-record-us", value)?,
+        None => 0,
+    };
+    if per_record_ms > 0 && per_record_us > 0 {
+        return Err(config_error(
+            spec,
+            "give `per-record-ms` or `per-record-us`, not both".to_owned(),
+        ));
+    }
     Ok(Box::new(Sleep {
         duration: Duration::from_millis(ms),
-        per_record: Duration::from_millis(per_record),
+        per_record: Duration::from_millis(per_record_ms) + Duration::from_micros(per_record_us),
     }))
 }
 
-/// Waits `ms` (cancellably), then passes input through, waiting `per-record-ms` (default 0)
-/// before each record: makes tasks slow on purpose in tests (a silent producer, a slow
-/// consumer).
+/// Waits `ms` (cancellably), then passes input through, waiting `per-record-ms` or
+/// `per-record-us` (default 0) per record: makes tasks slow on purpose in tests (a silent
+/// producer, a slow consumer). Waits shorter than [`SLEEP_GRAIN`] are added up and slept in one
+/// go, so a per-record wait of microseconds slows the task by that rate, not by the OS's
+/// shortest sleep.
 struct Sleep {
     duration: Duration,
     per_record: Duration,
 }
+
+/// The shortest wait `sleep` makes between records (see [`Sleep`]).
+const SLEEP_GRAIN: Duration = Duration::from_millis(1);
 
 impl Operator for Sleep {
     fn run(&mut self, io: &mut dyn TaskIo) -> Result<(), OperatorError> {
@@ -459,8 +501,13 @@ impl Operator for Sleep {
         if self.per_record.is_zero() {
             return pass_through(io);
         }
+        let mut owed = Duration::ZERO;
         while let Some(record) = io.next()? {
-            io.sleep(self.per_record)?;
+            owed += self.per_record;
+            if owed >= SLEEP_GRAIN {
+                io.sleep(owed)?;
+                owed = Duration::ZERO;
+            }
             io.emit(record)?;
         }
         Ok(())
