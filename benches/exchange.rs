@@ -1,0 +1,128 @@
+//! The exchange between two processes against raw TCP: `cargo bench --bench exchange`
+//! (`-- --quick` for one round of a smaller volume).
+//!
+//! 1. Raw TCP over loopback: one thread writes the volume in 64 KiB writes, another reads it.
+//! 2. Flint: a `flint jobmanager` with 2 TaskManager processes × 1 slot; one `noop` producer
+//!    generating records of 1,000 payload bytes, one `noop` consumer in another slot sharing
+//!    group (so on the other TaskManager process), a pipelined forward edge: submit → FINISHED
+//!    over REST, payload MB/s.
+//!
+//! Both in the same run, as a ratio (issue 11's target: the exchange at ≥ 60 % of raw TCP).
+
+// A benchmark measures wall time with the real clock; it is no node code.
+#![allow(clippy::disallowed_methods)]
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::time::{Duration, Instant};
+
+use flint::job::graph::{DistributionPattern, ExchangeMode, JobGraph, RestartStrategyConfig};
+use rest_cluster::Cluster;
+
+#[path = "common/rest_cluster.rs"]
+#[allow(dead_code)]
+mod rest_cluster;
+
+/// The process helpers of the integration tests (SIGTERM-and-wait).
+#[path = "../tests/common/process.rs"]
+#[allow(dead_code)]
+mod process;
+
+/// The payload bytes of one record.
+const PAYLOAD: u64 = 1_000;
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+/// Seconds to move `bytes` through a loopback TCP connection.
+fn raw_tcp(bytes: u64) -> f64 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("a loopback port");
+    let address = listener.local_addr().expect("its address");
+    let began = Instant::now();
+    let writer = std::thread::spawn(move || {
+        let mut stream = TcpStream::connect(address).expect("connects");
+        let chunk = vec![b'x'; 64 << 10];
+        let mut left = bytes;
+        while left > 0 {
+            let n = left.min(chunk.len() as u64) as usize;
+            stream.write_all(&chunk[..n]).expect("writes");
+            left -= n as u64;
+        }
+    });
+    let (mut stream, _) = listener.accept().expect("accepts");
+    let mut buffer = vec![0u8; 64 << 10];
+    let mut read = 0u64;
+    loop {
+        let n = stream.read(&mut buffer).expect("reads");
+        if n == 0 {
+            break;
+        }
+        read += n as u64;
+    }
+    writer.join().expect("the writer");
+    assert_eq!(read, bytes);
+    began.elapsed().as_secs_f64()
+}
+
+/// Producer → consumer on two TaskManager processes, `records` records of [`PAYLOAD`] bytes.
+fn pair_job(records: u64) -> JobGraph {
+    let mut b = JobGraph::builder("exchange-pair");
+    let source = b
+        .vertex("producer", "noop", 1)
+        .config("count", records.to_string())
+        .config("payload-bytes", PAYLOAD.to_string())
+        .slot_sharing_group("producer")
+        .index();
+    let sink = b
+        .vertex("consumer", "noop", 1)
+        .slot_sharing_group("consumer")
+        .index();
+    b.edge(
+        source,
+        sink,
+        DistributionPattern::Forward,
+        ExchangeMode::Pipelined,
+    );
+    b.restart_strategy(RestartStrategyConfig::None);
+    b.build(|_| true).expect("a valid graph")
+}
+
+fn main() {
+    let quick = std::env::args().any(|a| a == "--quick");
+    let (rounds, records) = if quick { (1, 200_000) } else { (5, 500_000) };
+    let bytes = records * PAYLOAD;
+    let cluster = Cluster::start("exchange", 2, 1, "");
+    let mut raw = Vec::new();
+    let mut flint = Vec::new();
+    for round in 0..rounds {
+        let seconds = raw_tcp(bytes);
+        raw.push(bytes as f64 / seconds / 1e6);
+        let began = Instant::now();
+        let id = cluster.submit(&pair_job(records));
+        cluster.wait_all(&[id.clone()], Duration::from_millis(5));
+        let seconds = began.elapsed().as_secs_f64();
+        let details = cluster.get(&format!("/jobs/{id}"));
+        let hosts: std::collections::BTreeSet<String> = details["vertices"]
+            .as_array()
+            .expect("vertices")
+            .iter()
+            .flat_map(|v| v["subtasks"].as_array().cloned().unwrap_or_default())
+            .filter_map(|s| s["taskmanager-id"].as_str().map(str::to_owned))
+            .collect();
+        assert_eq!(hosts.len(), 2, "producer and consumer on two processes");
+        flint.push(bytes as f64 / seconds / 1e6);
+        eprintln!(
+            "round {round}: raw TCP {:.0} MB/s, Flint exchange {:.0} MB/s",
+            raw[round], flint[round]
+        );
+    }
+    let (raw, flint) = (median(raw), median(flint));
+    println!(
+        "{} MB of {PAYLOAD}-byte records, producer → consumer across two TaskManager processes \
+         (median of {rounds}): Flint {flint:.1} MB/s, raw loopback TCP {raw:.1} MB/s, ratio {:.2}",
+        bytes / 1_000_000,
+        flint / raw
+    );
+}
