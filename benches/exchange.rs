@@ -101,7 +101,7 @@ fn main() {
         raw.push(bytes as f64 / seconds / 1e6);
         let began = Instant::now();
         let id = cluster.submit(&pair_job(records));
-        cluster.wait_all(&[id.clone()], Duration::from_millis(5));
+        cluster.wait_all(std::slice::from_ref(&id), Duration::from_millis(5));
         let seconds = began.elapsed().as_secs_f64();
         let details = cluster.get(&format!("/jobs/{id}"));
         let hosts: std::collections::BTreeSet<String> = details["vertices"]
