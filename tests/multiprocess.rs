@@ -163,6 +163,134 @@ async fn all_to_all_at_p_200_across_four_processes_gives_the_exact_word_count() 
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Issue 11: a producer's TaskManager `kill -9`'d mid-stream. Its consumers on the other
+/// process learn it first (the data connection breaks; the JobManager only notices at the
+/// heartbeat timeout): they fail naming the producer's TaskManager and the reason, the region
+/// restarts on a replacement, and the count is exact. The job's exception history keeps the
+/// consumer's failure after the restart.
+#[actix::test]
+async fn a_producer_killed_mid_stream_fails_its_consumers_naming_it_and_the_count_stays_exact() {
+    use flint::job::graph::{DistributionPattern, ExchangeMode, JobGraph, RestartStrategyConfig};
+    use flint::operators::builtin::{COUNT_BY_KEY, FILE_SINK, SLEEP, TEXT_SOURCE, TOKENIZE};
+
+    let dir = scratch("multiprocess-producer-killed");
+    // No pool of its own: the TaskManagers are started here, so only the data connection (not
+    // the worker driver) can tell of a death before the heartbeat timeout.
+    let (jm, client) = process_cluster(&dir, 0, 1, "3s", "").await;
+    let config = dir.join("flint.toml");
+    let task_manager = |name: &str| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_flint"));
+        command
+            .args(["taskmanager", "--jobmanager", &jm.address, "--slots", "1"])
+            .args(["--resource-id", name, "--bind", "127.0.0.1:0"])
+            .arg("--config")
+            .arg(&config)
+            .env_remove("FLINT_SECRET")
+            .env("RUST_LOG", "warn")
+            .stdout(std::process::Stdio::null());
+        ChildGuard(command.spawn().expect("flint taskmanager starts"))
+    };
+    let mut producer_side = task_manager("remote-a");
+    let _consumer_side = task_manager("remote-b");
+    client
+        .wait_for("the two TaskManagers never registered", DEADLINE, |s| {
+            s.task_managers.len() == 2
+        })
+        .await;
+
+    let input = dir.join("input.txt");
+    write_text(&input, 100_000);
+    let output = dir.join("out");
+    // source → tokenize ─all-to-all─▶ slow → count → sink, P = 2 on 2 × 1 slot: every
+    // process runs one of each, and half of the all-to-all channels cross between them.
+    let mut graph = JobGraph::builder("producer-killed");
+    graph.restart_strategy(RestartStrategyConfig::FixedDelay {
+        attempts: 20,
+        delay: Duration::from_millis(500),
+    });
+    let source = graph
+        .vertex("source", TEXT_SOURCE, 2)
+        .config("path", input.display().to_string())
+        .index();
+    let tokenize = graph.vertex("tokenize", TOKENIZE, 2).index();
+    let slow = graph
+        .vertex("slow", SLEEP, 2)
+        .config("ms", "0")
+        .config("per-record-us", "20")
+        .index();
+    let count = graph.vertex("count", COUNT_BY_KEY, 2).index();
+    let sink = graph
+        .vertex("sink", FILE_SINK, 2)
+        .config("path", output.display().to_string())
+        .index();
+    let pipelined = ExchangeMode::Pipelined;
+    graph.edge(source, tokenize, DistributionPattern::Forward, pipelined);
+    graph.edge(tokenize, slow, DistributionPattern::AllToAll, pipelined);
+    graph.edge(slow, count, DistributionPattern::Forward, pipelined);
+    graph.edge(count, sink, DistributionPattern::Forward, pipelined);
+    let job = client.submit(graph.build(|_| true).unwrap()).await;
+
+    // Mid-stream: the slow consumers have read some records, not all.
+    let give_up = tokio::time::Instant::now() + DEADLINE;
+    loop {
+        let details = client.job(job).await;
+        if details.vertices[slow.as_usize()].io.records_in > 1_000 {
+            break;
+        }
+        assert!(
+            !details.summary.status.is_globally_terminal(),
+            "ended before it could be killed: {details:#?}"
+        );
+        assert!(
+            tokio::time::Instant::now() < give_up,
+            "no records ever moved"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    kill_9(producer_side.0.id());
+    let _ = producer_side.0.wait();
+    let _replacement = task_manager("remote-c");
+
+    let details = client.wait_for_job(job, DEADLINE).await;
+    assert_eq!(details.summary.status, JobStatus::Finished, "{details:#?}");
+    assert_eq!(read_counts(&output), sequential_word_count(&input).unwrap());
+    assert!(details.restarts >= 1, "{details:#?}");
+    let named: Vec<_> = details
+        .exceptions
+        .iter()
+        .filter(|e| {
+            e.resource_id.as_ref().map(|r| r.as_str()) == Some("remote-b")
+                && e.reason.contains("remote-a")
+        })
+        .collect();
+    assert!(
+        !named.is_empty(),
+        "a consumer on remote-b failed naming its producer's TaskManager remote-a: {:#?}",
+        details.exceptions
+    );
+    for exception in &details.exceptions {
+        assert!(
+            !exception.reason.contains("Mailbox has closed"),
+            "{exception:?}"
+        );
+    }
+    eprintln!("the consumer's failure: {}", named[0].reason);
+
+    client.endpoint.shutdown();
+    drop(jm);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Kills its process when dropped (a TaskManager started by a test, not by the JobManager).
+struct ChildGuard(std::process::Child);
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// Issue 11: `sink (2/2): input unavailable: TaskManager … is gone: Mailbox has closed` after
 /// exactly the 10 s ask timeout, when a pipelined all-to-all producer on another process was
 /// silent for longer than that. Now a minute of silence between two TaskManager processes ends

@@ -14,7 +14,7 @@
 //! again as new attempts. A region whose finished results were lost with a TaskManager is
 //! restarted too. If the strategy gives up, the job fails with the first failure's reason.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -34,7 +34,8 @@ use crate::job::restart::{RestartBackoff, RestartDecision};
 use crate::job::states::{ExecutionState, JobStatus, Tracked};
 use crate::messages::ids::{ExecutionAttemptId, JobId, ResourceId};
 use crate::messages::job_manager::{
-    JobDetails, JobSummary, SlotTaskAttempt, SubtaskDetails, VertexDetails,
+    EXCEPTION_HISTORY_SIZE, JobDetails, JobException, JobSummary, SlotTaskAttempt, SubtaskDetails,
+    VertexDetails,
 };
 use crate::messages::{
     ActorAddress, ResultPartitionId,
@@ -168,6 +169,8 @@ pub struct JobMaster {
     submitted_at_ms: u64,
     /// When a new leader recovered this job (high availability), for the status API.
     recovered_at_ms: Option<u64>,
+    /// The last [`EXCEPTION_HISTORY_SIZE`] task failures, oldest first.
+    exceptions: VecDeque<JobException>,
 }
 
 impl JobMaster {
@@ -255,6 +258,7 @@ impl JobMaster {
             rng,
             submitted_at_ms: now_ms,
             recovered_at_ms: None,
+            exceptions: VecDeque::new(),
             graph: Arc::new(graph),
         };
         master.index_attempts();
@@ -659,12 +663,15 @@ impl JobMaster {
             return actions;
         }
         self.free_slot(&task, cx);
+        let root_cause = self.status() == JobStatus::Running
+            && !self.restarting.contains(&self.region_of(&task));
+        if state == ExecutionState::Failed && !root_cause {
+            let reason = error.clone().unwrap_or_else(|| "task failed".to_owned());
+            self.record_exception(&task, reason, false, now_ms);
+        }
         match state {
             ExecutionState::Finished => self.task_finished(task, cx, &mut actions),
-            ExecutionState::Failed
-                if self.status() == JobStatus::Running
-                    && !self.restarting.contains(&self.region_of(&task)) =>
-            {
+            ExecutionState::Failed if root_cause => {
                 let reason = error.unwrap_or_else(|| "task failed".to_owned());
                 let mut failed = vec![(task, reason)];
                 if let Some(producer) = lost_input.and_then(|p| self.finished_producer(p)) {
@@ -760,6 +767,24 @@ impl JobMaster {
         actions.push(JobAction::Terminated(self.status()));
     }
 
+    /// Keeps a task failure in the exception history (the last [`EXCEPTION_HISTORY_SIZE`]).
+    fn record_exception(&mut self, task: &TaskRef, reason: String, root_cause: bool, now_ms: u64) {
+        let ev = self.task(task);
+        let exception = JobException {
+            timestamp_ms: now_ms,
+            vertex: self.graph.vertices[task.vertex].name.clone(),
+            subtask: task.subtask,
+            attempt_number: ev.attempt_number,
+            resource_id: ev.placement.as_ref().map(|p| p.resource_id.clone()),
+            reason,
+            root_cause,
+        };
+        if self.exceptions.len() == EXCEPTION_HISTORY_SIZE {
+            self.exceptions.pop_front();
+        }
+        self.exceptions.push_back(exception);
+    }
+
     /// Handles failures: restart the affected regions, or fail the job.
     fn failover(
         &mut self,
@@ -767,6 +792,9 @@ impl JobMaster {
         cx: &mut JobContext<'_>,
         actions: &mut Vec<JobAction>,
     ) {
+        for (task, reason) in &failed {
+            self.record_exception(task, reason.clone(), true, cx.now_ms);
+        }
         let first_reason = failed.first().map(|(t, r)| {
             let vertex = &self.graph.vertices[t.vertex].name;
             format!(
@@ -1130,6 +1158,7 @@ impl JobMaster {
             failure: self.failure.clone(),
             restarts: self.restarts,
             recovered_at_ms: self.recovered_at_ms,
+            exceptions: self.exceptions.iter().cloned().collect(),
             vertices: self
                 .graph
                 .vertices

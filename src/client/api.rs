@@ -14,9 +14,9 @@ use crate::actors::scheduler::Locality;
 use crate::job::states::ExecutionState;
 use crate::messages::job_manager as jm;
 pub use crate::rest::views::{
-    HardwareView, IoView, JobCancelled, JobList, JobSubmitted, JobSummaryView, JobView, Message,
-    Overview, PoolSize, PoolSizeSet, PoolView, SlotTaskView, SlotView, SubtaskView,
-    TaskManagerList, TaskManagerView, VertexView,
+    ExceptionView, HardwareView, IoView, JobCancelled, JobList, JobSubmitted, JobSummaryView,
+    JobView, Message, Overview, PoolSize, PoolSizeSet, PoolView, SlotTaskView, SlotView,
+    SubtaskView, TaskManagerList, TaskManagerView, VertexView,
 };
 
 impl VertexView {
@@ -45,6 +45,19 @@ impl JobView {
             failure: self.failure.clone(),
             restarts: self.restarts,
             recovered_at_ms: self.recovered_at,
+            exceptions: self
+                .exceptions
+                .iter()
+                .map(|e| jm::JobException {
+                    timestamp_ms: e.timestamp,
+                    vertex: e.vertex.clone(),
+                    subtask: e.subtask,
+                    attempt_number: e.attempt,
+                    resource_id: e.taskmanager_id.clone(),
+                    reason: e.exception.clone(),
+                    root_cause: e.root_cause,
+                })
+                .collect(),
             vertices: self
                 .vertices
                 .iter()

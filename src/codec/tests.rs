@@ -70,6 +70,15 @@ pub(crate) fn job_details() -> JobDetails {
         failure: None,
         restarts: 1,
         recovered_at_ms: Some(3),
+        exceptions: vec![crate::messages::job_manager::JobException {
+            timestamp_ms: 2,
+            vertex: "source".into(),
+            subtask: 0,
+            attempt_number: 0,
+            resource_id: Some(resource(1)),
+            reason: "input unavailable".into(),
+            root_cause: true,
+        }],
         vertices: vec![VertexDetails {
             name: "source".into(),
             operator: "text-source".into(),

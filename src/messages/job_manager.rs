@@ -569,6 +569,35 @@ pub struct JobDetails {
     /// since the epoch): it runs again from the start, under the same id. `None` for a job
     /// this leader was submitted.
     pub recovered_at_ms: Option<u64>,
+    /// The task failures the JobManager learned of, oldest first, the last
+    /// [`EXCEPTION_HISTORY_SIZE`] of them (Flink's exception history): a restarted job's
+    /// subtasks show only their current attempts, so this is where the failures that made it
+    /// restart stay visible.
+    pub exceptions: Vec<JobException>,
+}
+
+/// How many task failures a job's exception history keeps (Flink's
+/// `web.exception-history-size` default).
+pub const EXCEPTION_HISTORY_SIZE: usize = 16;
+
+/// One task failure of a job's exception history.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobException {
+    /// When the JobManager learned of it (ms since the epoch).
+    pub timestamp_ms: u64,
+    /// The failed task's vertex.
+    pub vertex: String,
+    /// Its subtask index.
+    pub subtask: u32,
+    /// Its attempt number.
+    pub attempt_number: u32,
+    /// Where it ran, if it was placed.
+    pub resource_id: Option<ResourceId>,
+    /// Why it failed.
+    pub reason: String,
+    /// It started a failover (a root cause), rather than arriving while its region was already
+    /// being restarted or its job ending (Flink's concurrent exceptions).
+    pub root_cause: bool,
 }
 
 /// One vertex of a job.

@@ -209,12 +209,36 @@ pub struct JobView {
     /// it ran again from the start under the same id. `null` otherwise.
     #[serde(default)]
     pub recovered_at: Option<u64>,
+    /// Its exception history: the last task failures, oldest first.
+    #[serde(default)]
+    pub exceptions: Vec<ExceptionView>,
     /// Subtasks finished.
     pub tasks_finished: u32,
     /// All subtasks.
     pub tasks_total: u32,
     /// In job graph order.
     pub vertices: Vec<VertexView>,
+}
+
+/// One task failure of a job's exception history (Flink's `JobExceptionsInfoWithHistory`
+/// entry, in Flint's kebab-case).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct ExceptionView {
+    /// When the JobManager learned of it (ms since the epoch).
+    pub timestamp: u64,
+    /// The failed task's vertex.
+    pub vertex: String,
+    /// The subtask index.
+    pub subtask: u32,
+    /// The attempt that failed.
+    pub attempt: u32,
+    /// Where it ran; `null` if it was not placed.
+    pub taskmanager_id: Option<ResourceId>,
+    /// Why it failed.
+    pub exception: String,
+    /// It started a failover (`true`), or arrived while its region was already restarting.
+    pub root_cause: bool,
 }
 
 /// One vertex of a job.
@@ -511,6 +535,19 @@ pub fn job(details: &JobDetails) -> JobView {
         failure: details.failure.clone(),
         restarts: details.restarts,
         recovered_at: details.recovered_at_ms,
+        exceptions: details
+            .exceptions
+            .iter()
+            .map(|e| ExceptionView {
+                timestamp: e.timestamp_ms,
+                vertex: e.vertex.clone(),
+                subtask: e.subtask,
+                attempt: e.attempt_number,
+                taskmanager_id: e.resource_id.clone(),
+                exception: e.reason.clone(),
+                root_cause: e.root_cause,
+            })
+            .collect(),
         tasks_finished: summary.tasks_finished,
         tasks_total: summary.tasks_total,
         vertices: details.vertices.iter().map(vertex).collect(),

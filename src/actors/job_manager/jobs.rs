@@ -554,6 +554,7 @@ impl Handler<RecoverJob> for JobManager {
                 restarts: 0,
                 vertices: Vec::new(),
                 recovered_at_ms: Some(now_ms),
+                exceptions: Vec::new(),
             },
         );
         Ok(job_id)

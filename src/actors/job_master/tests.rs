@@ -1403,3 +1403,74 @@ fn task_io_samples_show_per_subtask_and_per_vertex_and_reset_on_restart() {
         "a new attempt starts from nothing"
     );
 }
+
+#[test]
+fn task_failures_stay_in_the_bounded_exception_history_after_the_restart() {
+    let mut h = Harness::new(pairs(2, fixed_delay(100)), &[2, 2]);
+    h.start();
+    h.run_all(&[("source", 0), ("sink", 0), ("source", 1), ("sink", 1)]);
+    let (source_tm, sink) = (h.subtask("source", 0).resource_id, h.attempt("sink", 0));
+    h.fail("source", 0, "boom");
+    // The sink fails on its own while its cancellation is on the way: a concurrent exception.
+    h.update(sink, ExecutionState::Failed, Some("its input broke"));
+    let seen: Vec<_> = h
+        .master
+        .details()
+        .exceptions
+        .into_iter()
+        .map(|e| {
+            (
+                e.vertex,
+                e.subtask,
+                e.attempt_number,
+                e.resource_id,
+                e.reason,
+                e.root_cause,
+            )
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            (
+                "source".into(),
+                0,
+                0,
+                source_tm.clone(),
+                "boom".into(),
+                true
+            ),
+            (
+                "sink".into(),
+                0,
+                0,
+                source_tm,
+                "its input broke".into(),
+                false
+            ),
+        ]
+    );
+
+    // The region runs again: its subtasks show only their new attempts; the history keeps
+    // what made it restart.
+    h.restart_due(1);
+    h.run_all(&[("source", 0), ("sink", 0)]);
+    assert_eq!(h.subtask("source", 0).error, None);
+    assert_eq!(h.master.details().exceptions.len(), 2);
+
+    // Bounded: the newest EXCEPTION_HISTORY_SIZE, oldest first.
+    for round in 0..EXCEPTION_HISTORY_SIZE {
+        let sink = h.attempt("sink", 0);
+        h.fail("source", 0, &format!("boom {round}"));
+        h.update(sink, ExecutionState::Canceled, None);
+        h.restart_due(round as u64 + 2);
+        h.run_all(&[("source", 0), ("sink", 0)]);
+    }
+    let exceptions = h.master.details().exceptions;
+    assert_eq!(exceptions.len(), EXCEPTION_HISTORY_SIZE);
+    assert_eq!(exceptions[0].reason, "boom 0");
+    assert_eq!(
+        exceptions[EXCEPTION_HISTORY_SIZE - 1].reason,
+        format!("boom {}", EXCEPTION_HISTORY_SIZE - 1)
+    );
+}

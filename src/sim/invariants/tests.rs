@@ -97,6 +97,7 @@ fn job(
             tasks_total: subtasks.len() as u32,
             submitted_at_ms: EPOCH,
         },
+        exceptions: Vec::new(),
         status_timestamps: timestamps,
         failure: failure.map(str::to_owned),
         restarts: 0,
