@@ -14,6 +14,10 @@
 //!   message; cancelling a job asks for confirmation and the job ends CANCELED; a stopped
 //!   JobManager shows the "unreachable" banner, which goes away when a JobManager answers again.
 //!
+//! - `the_page_marks_a_backpressured_vertex`: a fast source behind a slow consumer; once the
+//!   REST API says the source is backpressured `high`, the rendered page marks that vertex (and
+//!   only it) as Flink's web UI does.
+//!
 //! Every wait is a poll with a deadline (the machine may be slow and shared); the two tests take
 //! turns with the browser.
 
@@ -120,6 +124,70 @@ async fn the_page_shows_the_pool_the_taskmanagers_and_the_running_job() {
         eprintln!("dashboard screenshot: {keep}");
     }
 
+    drop(cluster);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Issue 11 (backpressure is visible): the page marks the vertex its consumers hold back.
+#[actix::test]
+async fn the_page_marks_a_backpressured_vertex() {
+    let Some(chromium) = chromium() else { return };
+    let _turn = BROWSER.lock().await;
+    let dir = common::scratch("dashboard-backpressure");
+    let cluster = Cluster::start(&dir, "jm", None, 0).await;
+    cluster.wait_for_the_pool().await;
+    // A source of endless small records into a consumer that takes a millisecond per record.
+    let mut job = JobGraph::builder("backpressured");
+    let fast = job
+        .vertex("fast", "noop", 1)
+        .config("count", "1000000000")
+        .index();
+    let slow = job
+        .vertex("slow", "sleep", 1)
+        .config("ms", "0")
+        .config("per-record-ms", "1")
+        .index();
+    job.edge(
+        fast,
+        slow,
+        DistributionPattern::Forward,
+        ExchangeMode::Pipelined,
+    );
+    let graph = serde_json::to_value(job.build(|_| true).expect("a valid graph")).unwrap();
+    let (status, answer) = cluster.request("POST", "/jobs", None, Some(&graph));
+    assert_eq!(status, 202, "POST /jobs: {answer}");
+    let job = answer["id"].as_str().expect("the job id").to_owned();
+
+    // The REST API first: the TaskManager samples backpressure every heartbeat.
+    let give_up = tokio::time::Instant::now() + DEADLINE;
+    loop {
+        let (_, details) = cluster.request("GET", &format!("/jobs/{job}"), None, None);
+        if details["vertices"][0]["metrics"]["backpressure-level"] == "high" {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < give_up,
+            "the source never showed high backpressure: {details:#}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    let dom = chromium.dump_dom(&dir, &format!("{}/", cluster.rest)).await;
+    let row = element(&dom, &format!("<tbody data-key=\"{job}\""), "</tbody>")
+        .unwrap_or_else(|| panic!("the page does not show job {job}:\n{dom}"));
+    assert!(
+        row.contains("count backpressure backpressure-high")
+            && row.contains("backpressured (high)"),
+        "the page does not mark the backpressured vertex:\n{row}"
+    );
+    assert_eq!(
+        row.matches("count backpressure ").count(),
+        1,
+        "only the source is held back, not its consumer:\n{row}"
+    );
+
+    let (status, _) = cluster.request("DELETE", &format!("/jobs/{job}"), None, None);
+    assert!(status < 300, "cancelling the job: {status}");
     drop(cluster);
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -284,7 +352,8 @@ impl Cluster {
     async fn start(dir: &Path, name: &str, token: Option<&str>, port: u16) -> Self {
         let config = dir.join(format!("{name}.toml"));
         let mut toml = format!(
-            "[taskmanager]\nworking-dir = \"{}\"\n[rest]\naddress = \"127.0.0.1\"\nport = {port}\n",
+            "[heartbeat]\ninterval = \"500ms\"\n[taskmanager]\nworking-dir = \"{}\"\n\
+             [rest]\naddress = \"127.0.0.1\"\nport = {port}\n",
             dir.join(format!("{name}-work")).display()
         );
         if let Some(token) = token {

@@ -9,14 +9,37 @@ use serde::{Deserialize, Serialize};
 
 /// Counters shared by a running task's thread and its TaskManager (relaxed atomics: each is a
 /// figure for people, not a synchronisation point).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct TaskIoMetrics {
     records_in: AtomicU64,
     bytes_in: AtomicU64,
     records_out: AtomicU64,
     bytes_out: AtomicU64,
     buffers_in_use: AtomicU64,
+    /// Completed waits for room in an output, in all.
     backpressured_ms: AtomicU64,
+    /// When the wait going on now began ([`NOT_WAITING`] if none): counted into every sample
+    /// taken during it, as Flink's `TimerGauge` does. Counting a wait only once it ended made a
+    /// producer whose consumer frees a buffer every few seconds look idle in most samples and
+    /// saturated in the next.
+    waiting_since_ms: AtomicU64,
+}
+
+/// [`TaskIoMetrics::waiting_since_ms`] when the task is not waiting.
+const NOT_WAITING: u64 = u64::MAX;
+
+impl Default for TaskIoMetrics {
+    fn default() -> Self {
+        Self {
+            records_in: AtomicU64::new(0),
+            bytes_in: AtomicU64::new(0),
+            records_out: AtomicU64::new(0),
+            bytes_out: AtomicU64::new(0),
+            buffers_in_use: AtomicU64::new(0),
+            backpressured_ms: AtomicU64::new(0),
+            waiting_since_ms: AtomicU64::new(NOT_WAITING),
+        }
+    }
 }
 
 /// A snapshot of a task's [`TaskIoMetrics`], with its backpressure rate.
@@ -57,15 +80,33 @@ impl TaskIoMetrics {
         self.buffers_in_use.store(buffers, Ordering::Relaxed);
     }
 
-    /// The task waited `ms` milliseconds for room in an output.
-    pub fn backpressured(&self, ms: u64) {
-        self.backpressured_ms.fetch_add(ms, Ordering::Relaxed);
+    /// The task starts waiting for room in an output (at `now_ms`).
+    pub fn backpressure_began(&self, now_ms: u64) {
+        self.waiting_since_ms.store(now_ms, Ordering::Relaxed);
+    }
+
+    /// The wait [`backpressure_began`](Self::backpressure_began) ended (at `now_ms`).
+    pub fn backpressure_ended(&self, now_ms: u64) {
+        let since = self.waiting_since_ms.swap(NOT_WAITING, Ordering::Relaxed);
+        if since != NOT_WAITING {
+            self.backpressured_ms
+                .fetch_add(now_ms.saturating_sub(since), Ordering::Relaxed);
+        }
     }
 
     /// The counters now; `rate` from the last sample (`(wall ms, backpressured ms)`), which
-    /// becomes `(now_ms, backpressured ms now)`.
+    /// becomes `(now_ms, backpressured ms now)`. The backpressured time includes the wait
+    /// going on now. (A wait ending between the two loads is counted once too few or too many
+    /// in this sample, and the next sample makes up for it: relaxed atomics, a figure for
+    /// people.)
     pub fn sample(&self, now_ms: u64, last: &mut (u64, u64)) -> TaskIoSnapshot {
-        let backpressured_ms = self.backpressured_ms.load(Ordering::Relaxed);
+        let since = self.waiting_since_ms.load(Ordering::Relaxed);
+        let ongoing = if since == NOT_WAITING {
+            0
+        } else {
+            now_ms.saturating_sub(since)
+        };
+        let backpressured_ms = self.backpressured_ms.load(Ordering::Relaxed) + ongoing;
         let elapsed = now_ms.saturating_sub(last.0);
         let rate = backpressured_ms
             .saturating_sub(last.1)
@@ -89,14 +130,20 @@ impl TaskIoMetrics {
 mod tests {
     use super::*;
 
+    /// A completed wait of `ms` (when it happened does not matter once it ended).
+    fn waited(metrics: &TaskIoMetrics, ms: u64) {
+        metrics.backpressure_began(0);
+        metrics.backpressure_ended(ms);
+    }
+
     #[test]
     fn back_pressured_time_per_second_is_the_share_of_the_last_interval() {
         let metrics = TaskIoMetrics::default();
         let mut last = (1_000, 0);
-        metrics.backpressured(250);
+        waited(&metrics, 250);
         let first = metrics.sample(2_000, &mut last);
         assert_eq!(first.back_pressured_time_ms_per_second, 250);
-        metrics.backpressured(4_000);
+        waited(&metrics, 4_000);
         // Never above a whole second per second.
         assert_eq!(
             metrics
@@ -123,5 +170,27 @@ mod tests {
             (3, 30, 1, 7)
         );
         assert_eq!(snapshot.backpressured_ms, 4_250);
+    }
+
+    #[test]
+    fn a_wait_longer_than_the_sampling_interval_counts_in_every_sample_it_spans() {
+        // A producer whose consumer frees one buffer every few seconds: the old counting (at
+        // the end of each wait) showed 0, 0, then 1000 ms/s.
+        let metrics = TaskIoMetrics::default();
+        let mut last = (0, 0);
+        metrics.backpressure_began(100);
+        let rates: Vec<u64> = [500, 1_000, 1_500]
+            .into_iter()
+            .map(|now| {
+                metrics
+                    .sample(now, &mut last)
+                    .back_pressured_time_ms_per_second
+            })
+            .collect();
+        assert_eq!(rates, [800, 1000, 1000]);
+        metrics.backpressure_ended(1_750);
+        let after = metrics.sample(2_000, &mut last);
+        assert_eq!(after.back_pressured_time_ms_per_second, 500);
+        assert_eq!(after.backpressured_ms, 1_650, "counted once in all");
     }
 }

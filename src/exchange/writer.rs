@@ -183,7 +183,7 @@ impl ResultPartitionWriter {
                     // Woken when the consumer takes a buffer, the partition fails or goes
                     // (reserve tells which), or the task is cancelled.
                     let cancellation = Arc::clone(cancelled);
-                    let since = self.clock.now_millis();
+                    self.metrics.backpressure_began(self.clock.now_millis());
                     let woken = block_on(
                         blocker,
                         std::future::poll_fn(move |cx| {
@@ -193,8 +193,7 @@ impl ResultPartitionWriter {
                             Pin::new(&mut room).poll(cx).map(|_| ())
                         }),
                     );
-                    self.metrics
-                        .backpressured(self.clock.now_millis().saturating_sub(since));
+                    self.metrics.backpressure_ended(self.clock.now_millis());
                     if woken.is_none() {
                         return Err(OperatorError::Cancelled);
                     }
