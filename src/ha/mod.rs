@@ -43,7 +43,7 @@ use serde::{Deserialize, Serialize};
 use crate::messages::ids::LeaderSessionId;
 
 pub use election::{LeaderElectionService, Leadership};
-pub use job_graph_store::{JobGraphStore, RecoveredJob};
+pub use job_graph_store::{JobGraphPointers, JobGraphStore, RecoveredJob, ZooKeeperPointers};
 pub use retrieval::LeaderRetrievalService;
 
 /// What the leader publishes for everyone else (Flink's `LeaderInformation`): where its
