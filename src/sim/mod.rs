@@ -22,6 +22,7 @@ pub mod cluster;
 pub mod coordination;
 pub mod driver;
 pub mod fencing;
+pub mod ha;
 pub mod host;
 pub mod invariants;
 pub mod jobs;
