@@ -491,7 +491,7 @@ fn the_same_seed_gives_the_same_trace() {
 /// Seeds of the high-availability sweep unless `FLINT_SIM_HA_SEEDS` says otherwise.
 const DEFAULT_HA_SEEDS: u64 = 100;
 
-/// Issue 13: two JobManagers running the real leader loop against the simulated coordination
+/// Issue 13: two JobManagers (three one seed in four) running the real leader loop against the simulated coordination
 /// service, TaskManagers following the published leader, job graphs in the store; JobManagers
 /// cut from the service, paused past the session timeout and killed, among TaskManager and
 /// network faults. At most one leader acts, no job runs attempts of two leaders, every stored
@@ -504,7 +504,7 @@ fn ha_sweep() {
         return; // a replay run
     }
     if let Some(seed) = env_u64("FLINT_SIM_HA_SEED") {
-        let mut options = HaOptions::new(seed);
+        let mut options = HaOptions::for_sweep(seed);
         options.keep_trace = true;
         let report = run_ha_seed(&options);
         for line in &report.sim.trace {
@@ -529,7 +529,7 @@ fn ha_sweep() {
                     let Some(seed) = seeds.lock().unwrap().next() else {
                         return;
                     };
-                    let report = run_ha_seed(&HaOptions::new(seed));
+                    let report = run_ha_seed(&HaOptions::for_sweep(seed));
                     reports.lock().unwrap().push(report);
                 }
             });
@@ -551,9 +551,10 @@ fn ha_sweep() {
         .map(|r| r.leaderships.saturating_sub(1))
         .sum();
     let deposed: u32 = reports.iter().map(|r| r.deposed_worker_starts).sum();
+    let deployed: u32 = reports.iter().map(|r| r.deposed_deployments).sum();
     let sims: Vec<SimReport> = reports.iter().map(|r| r.sim.clone()).collect();
     eprintln!(
-        "HA sweep in {:.1} s, {failovers} failovers, {deposed} workers asked for by deposed leaders: {}",
+        "HA sweep in {:.1} s, {failovers} failovers; by deposed leaders within the grace: {deposed} workers asked for, {deployed} attempts started; {}",
         started.elapsed().as_secs_f64(),
         outcome_report(&sims)
     );

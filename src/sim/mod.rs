@@ -17,6 +17,10 @@
 //!
 //! `FLINT_SIM_SEED=n cargo test --test simulation -- --nocapture` replays seed `n` and prints
 //! its trace; `FLINT_SIM_SEEDS=100000` runs a longer sweep.
+//!
+//! [`ha`] is the high-availability family: several JobManager nodes on the real leader loop,
+//! elected through the simulated [`coordination`] service, TaskManagers following the
+//! published leader; its own scenarios and invariants, on the same cluster, network and hosts.
 
 pub mod cluster;
 pub mod coordination;
