@@ -1,6 +1,8 @@
 //! The simulated cluster: a JobManager node and the TaskManager nodes its driver asks for, each
 //! with its own endpoint on the simulated network, its own `LocalSet` and its own seeded
-//! environment; and the hands that inject the scenario's actions and faults.
+//! environment; and the hands that inject the scenario's actions and faults. The HA family
+//! ([`super::ha`]) boots its own JobManager nodes and uses the rest: the workers, the driver's
+//! commands, the faults, and TaskManagers that follow leader retrieval.
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
