@@ -488,3 +488,99 @@ fn the_same_seed_gives_the_same_trace() {
         first.len()
     );
 }
+
+/// Seeds of the high-availability sweep unless `FLINT_SIM_HA_SEEDS` says otherwise.
+const DEFAULT_HA_SEEDS: u64 = 100;
+
+/// Issue 13: two JobManagers (three one seed in four) running the real leader loop against the simulated coordination
+/// service, TaskManagers following the published leader, job graphs in the store; JobManagers
+/// cut from the service, paused past the session timeout and killed, among TaskManager and
+/// network faults. At most one leader acts, no job runs attempts of two leaders, every stored
+/// job is recovered and ends (see `flint::sim::ha`). Ten of the seeds run twice: same digest.
+/// `FLINT_SIM_HA_SEED=n cargo test --test simulation -- --nocapture ha_sweep` replays seed `n`.
+#[test]
+fn ha_sweep() {
+    use flint::sim::ha::{HaOptions, run_ha_seed};
+    if env_u64("FLINT_SIM_SEED").is_some() {
+        return; // a replay run
+    }
+    if let Some(seed) = env_u64("FLINT_SIM_HA_SEED") {
+        let mut options = HaOptions::for_sweep(seed);
+        options.keep_trace = true;
+        let report = run_ha_seed(&options);
+        for line in &report.sim.trace {
+            println!("{line}");
+        }
+        println!(
+            "HA seed {seed}: digest {}, {} leaderships, {:?} simulated, jobs {:?}",
+            report.sim.digest, report.leaderships, report.sim.simulated, report.sim.jobs
+        );
+        assert!(report.passed(), "{:#?}", report.sim.violations);
+        return;
+    }
+    let count = env_u64("FLINT_SIM_HA_SEEDS").unwrap_or(DEFAULT_HA_SEEDS);
+    #[allow(clippy::disallowed_methods)] // the sweep's wall time, for its report
+    let started = std::time::Instant::now();
+    let seeds = Mutex::new((0..count).chain(0..count.min(10)));
+    let reports = Mutex::new(Vec::new());
+    thread::scope(|scope| {
+        for _ in 0..thread::available_parallelism().map_or(2, |n| n.get()) {
+            scope.spawn(|| {
+                loop {
+                    let Some(seed) = seeds.lock().unwrap().next() else {
+                        return;
+                    };
+                    let report = run_ha_seed(&HaOptions::for_sweep(seed));
+                    reports.lock().unwrap().push(report);
+                }
+            });
+        }
+    });
+    let mut reports = reports.into_inner().unwrap();
+    reports.sort_by_key(|r| r.sim.seed);
+    let mut digests: BTreeMap<u64, String> = BTreeMap::new();
+    let mut differing = Vec::new();
+    for report in &reports {
+        if let Some(digest) = digests.insert(report.sim.seed, report.sim.digest.clone())
+            && digest != report.sim.digest
+        {
+            differing.push(report.sim.seed);
+        }
+    }
+    let failovers: usize = reports
+        .iter()
+        .map(|r| r.leaderships.saturating_sub(1))
+        .sum();
+    let deposed: u32 = reports.iter().map(|r| r.deposed_worker_starts).sum();
+    let deployed: u32 = reports.iter().map(|r| r.deposed_deployments).sum();
+    let sims: Vec<SimReport> = reports.iter().map(|r| r.sim.clone()).collect();
+    eprintln!(
+        "HA sweep in {:.1} s, {failovers} failovers; by deposed leaders within the grace: {deposed} workers asked for, {deployed} attempts started; {}",
+        started.elapsed().as_secs_f64(),
+        outcome_report(&sims)
+    );
+    let failed: Vec<&SimReport> = sims.iter().filter(|r| !r.passed()).collect();
+    for report in &failed {
+        eprintln!(
+            "HA seed {} failed (replay: FLINT_SIM_HA_SEED={} cargo test --test simulation -- --nocapture ha_sweep):",
+            report.seed, report.seed
+        );
+        for violation in &report.violations {
+            eprintln!("  {violation}");
+        }
+    }
+    assert!(
+        differing.is_empty(),
+        "HA seeds gave two different traces: {differing:?}"
+    );
+    assert!(
+        failed.is_empty(),
+        "{} of {count} HA seeds failed: {:?}",
+        failed.len(),
+        failed.iter().map(|r| r.seed).collect::<Vec<_>>()
+    );
+    assert!(
+        count < 20 || failovers > 0,
+        "no leadership changed hands in {count} seeds"
+    );
+}

@@ -9,10 +9,14 @@
 //! missing or unreadable is still recovered — as a job that failed with that reason — so one bad
 //! file never stops the others from recovering.
 //!
-//! The store has a session of its own (no ephemeral nodes, so it may live long), never the
+//! The pointers sit behind [`JobGraphPointers`], so the simulation keeps them in its simulated
+//! coordination service and runs the same file code and the same leader loop.
+//!
+//! The ZooKeeper store has a session of its own (no ephemeral nodes, so it may live long), never the
 //! election's: a session the election gave up must end, or its latch node would outlive it. A
 //! store session that ended is replaced on the next operation.
 
+use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -32,39 +36,34 @@ pub struct RecoveredJob {
     pub graph: Result<JobGraph, String>,
 }
 
-/// See the module docs.
+/// Where the store keeps its pointers (job id → the path of its graph file): ZooKeeper in a
+/// process ([`ZooKeeperPointers`]), the simulated coordination service in the simulation. The
+/// files themselves are written the same way by both.
+pub trait JobGraphPointers {
+    /// Creates or overwrites the pointer of `job_id`.
+    fn put(&self, job_id: JobId, file: &str) -> impl Future<Output = Result<(), HaError>>;
+
+    /// Removes the pointer of `job_id`; already gone is fine.
+    fn remove(&self, job_id: JobId) -> impl Future<Output = Result<(), HaError>>;
+
+    /// The ids of every job with a pointer, in order.
+    fn job_ids(&self) -> impl Future<Output = Result<Vec<JobId>, HaError>>;
+
+    /// The file `job_id`'s pointer names, `None` if it has none (any more).
+    fn get(&self, job_id: JobId) -> impl Future<Output = Result<Option<String>, HaError>>;
+}
+
+/// The pointers as persistent znodes `ROOT/CLUSTER/jobgraphs/ID`, in a session of the store's
+/// own, replaced when it ended.
 #[derive(Debug, Clone)]
-pub struct JobGraphStore {
+pub struct ZooKeeperPointers {
     settings: ZooKeeperSettings,
     /// The store's own session, replaced when it ended.
     session: Arc<Mutex<Client>>,
     pointers: String,
-    dir: PathBuf,
 }
 
-impl JobGraphStore {
-    /// The store of the cluster `settings` name, its files under `storage_dir/CLUSTER`; opens
-    /// its session and makes both places if missing.
-    pub async fn open(settings: &ZooKeeperSettings, storage_dir: &Path) -> Result<Self, HaError> {
-        let client = settings.connect().await?;
-        let paths = &settings.paths;
-        let pointers = paths.job_graphs();
-        ensure_path(&client, &pointers).await?;
-        let cluster = paths.cluster().rsplit('/').next().unwrap_or("default");
-        let dir = storage_dir.join(cluster);
-        std::fs::create_dir_all(&dir).map_err(|source| HaError::Storage {
-            operation: "create the directory of",
-            path: dir.clone(),
-            source,
-        })?;
-        Ok(Self {
-            settings: settings.clone(),
-            session: Arc::new(Mutex::new(client)),
-            pointers,
-            dir,
-        })
-    }
-
+impl ZooKeeperPointers {
     /// The store's session, a fresh one if it ended.
     async fn client(&self) -> Result<Client, HaError> {
         let current = self
@@ -83,13 +82,112 @@ impl JobGraphStore {
         Ok(fresh)
     }
 
+    fn pointer_of(&self, job_id: JobId) -> String {
+        format!("{}/{job_id}", self.pointers)
+    }
+}
+
+impl JobGraphPointers for ZooKeeperPointers {
+    async fn put(&self, job_id: JobId, file: &str) -> Result<(), HaError> {
+        let pointer = self.pointer_of(job_id);
+        let data = file.as_bytes();
+        let options = CreateMode::Persistent.with_acls(Acls::anyone_all());
+        let client = self.client().await?;
+        match client.create(&pointer, data, &options).await {
+            Ok(_) => Ok(()),
+            Err(zookeeper_client::Error::NodeExists) => client
+                .set_data(&pointer, data, None)
+                .await
+                .map(drop)
+                .map_err(HaError::zk("set", &pointer)),
+            Err(source) => Err(HaError::zk("create", &pointer)(source)),
+        }
+    }
+
+    async fn remove(&self, job_id: JobId) -> Result<(), HaError> {
+        let pointer = self.pointer_of(job_id);
+        match self.client().await?.delete(&pointer, None).await {
+            Ok(()) | Err(zookeeper_client::Error::NoNode) => Ok(()),
+            Err(source) => Err(HaError::zk("delete", &pointer)(source)),
+        }
+    }
+
+    /// Pointers that are not job ids are skipped (with a log line): they are not ours.
+    async fn job_ids(&self) -> Result<Vec<JobId>, HaError> {
+        let mut ids: Vec<JobId> = self
+            .client()
+            .await?
+            .list_children(&self.pointers)
+            .await
+            .map_err(HaError::zk("list", &self.pointers))?
+            .into_iter()
+            .filter_map(|name| match name.parse() {
+                Ok(id) => Some(id),
+                Err(_) => {
+                    log::warn!("job graph store: ignoring {}/{name}", self.pointers);
+                    None
+                }
+            })
+            .collect();
+        ids.sort();
+        Ok(ids)
+    }
+
+    async fn get(&self, job_id: JobId) -> Result<Option<String>, HaError> {
+        let pointer = self.pointer_of(job_id);
+        match self.client().await?.get_data(&pointer).await {
+            Ok((data, _)) => Ok(Some(String::from_utf8_lossy(&data).into_owned())),
+            Err(zookeeper_client::Error::NoNode) => Ok(None),
+            Err(source) => Err(HaError::zk("read", &pointer)(source)),
+        }
+    }
+}
+
+/// See the module docs.
+#[derive(Debug, Clone)]
+pub struct JobGraphStore<P = ZooKeeperPointers> {
+    pointers: P,
+    dir: PathBuf,
+}
+
+impl JobGraphStore {
+    /// The store of the cluster `settings` name, its files under `storage_dir/CLUSTER`; opens
+    /// its session and makes both places if missing.
+    pub async fn open(settings: &ZooKeeperSettings, storage_dir: &Path) -> Result<Self, HaError> {
+        let client = settings.connect().await?;
+        let paths = &settings.paths;
+        let pointers = paths.job_graphs();
+        ensure_path(&client, &pointers).await?;
+        let cluster = paths.cluster().rsplit('/').next().unwrap_or("default");
+        Self::with_pointers(
+            ZooKeeperPointers {
+                settings: settings.clone(),
+                session: Arc::new(Mutex::new(client)),
+                pointers,
+            },
+            &storage_dir.join(cluster),
+        )
+    }
+}
+
+impl<P: JobGraphPointers> JobGraphStore<P> {
+    /// A store whose graph files go to `dir` (made if missing) and whose pointers to
+    /// `pointers`.
+    pub fn with_pointers(pointers: P, dir: &Path) -> Result<Self, HaError> {
+        std::fs::create_dir_all(dir).map_err(|source| HaError::Storage {
+            operation: "create the directory of",
+            path: dir.to_owned(),
+            source,
+        })?;
+        Ok(Self {
+            pointers,
+            dir: dir.to_owned(),
+        })
+    }
+
     /// Where the graph of `job_id` is written.
     pub fn file_of(&self, job_id: JobId) -> PathBuf {
         self.dir.join(format!("job-{job_id}.json"))
-    }
-
-    fn pointer_of(&self, job_id: JobId) -> String {
-        format!("{}/{job_id}", self.pointers)
     }
 
     /// Writes the graph (to a temporary file, synced, renamed into place) and then its pointer.
@@ -114,28 +212,12 @@ impl JobGraphStore {
             file.sync_all().map_err(storage("sync"))?;
         }
         std::fs::rename(&partial, &path).map_err(storage("rename"))?;
-        let pointer = self.pointer_of(job_id);
-        let data = path.display().to_string().into_bytes();
-        let options = CreateMode::Persistent.with_acls(Acls::anyone_all());
-        let client = self.client().await?;
-        match client.create(&pointer, &data, &options).await {
-            Ok(_) => Ok(()),
-            Err(zookeeper_client::Error::NodeExists) => client
-                .set_data(&pointer, &data, None)
-                .await
-                .map(drop)
-                .map_err(HaError::zk("set", &pointer)),
-            Err(source) => Err(HaError::zk("create", &pointer)(source)),
-        }
+        self.pointers.put(job_id, &path.display().to_string()).await
     }
 
     /// Removes the pointer, then the file; either already gone is fine.
     pub async fn remove(&self, job_id: JobId) -> Result<(), HaError> {
-        let pointer = self.pointer_of(job_id);
-        match self.client().await?.delete(&pointer, None).await {
-            Ok(()) | Err(zookeeper_client::Error::NoNode) => {}
-            Err(source) => return Err(HaError::zk("delete", &pointer)(source)),
-        }
+        self.pointers.remove(job_id).await?;
         let path = self.file_of(job_id);
         match std::fs::remove_file(&path) {
             Ok(()) => Ok(()),
@@ -148,39 +230,19 @@ impl JobGraphStore {
         }
     }
 
-    /// The ids of every job with a pointer, in order. Pointers that are not job ids are skipped
-    /// (with a log line): they are not ours.
+    /// The ids of every job with a pointer, in order.
     pub async fn job_ids(&self) -> Result<Vec<JobId>, HaError> {
-        let mut ids: Vec<JobId> = self
-            .client()
-            .await?
-            .list_children(&self.pointers)
-            .await
-            .map_err(HaError::zk("list", &self.pointers))?
-            .into_iter()
-            .filter_map(|name| match name.parse() {
-                Ok(id) => Some(id),
-                Err(_) => {
-                    log::warn!("job graph store: ignoring {}/{name}", self.pointers);
-                    None
-                }
-            })
-            .collect();
-        ids.sort();
-        Ok(ids)
+        self.pointers.job_ids().await
     }
 
     /// Every stored job, each with its graph or why it cannot be read.
     pub async fn recover(&self) -> Result<Vec<RecoveredJob>, HaError> {
         let mut recovered = Vec::new();
-        let client = self.client().await?;
         for job_id in self.job_ids().await? {
-            let pointer = self.pointer_of(job_id);
-            let graph = match client.get_data(&pointer).await {
-                Ok((data, _)) => read_graph(Path::new(String::from_utf8_lossy(&data).as_ref())),
-                Err(zookeeper_client::Error::NoNode) => continue,
-                Err(source) => return Err(HaError::zk("read", &pointer)(source)),
+            let Some(file) = self.pointers.get(job_id).await? else {
+                continue;
             };
+            let graph = read_graph(Path::new(&file));
             recovered.push(RecoveredJob { job_id, graph });
         }
         Ok(recovered)

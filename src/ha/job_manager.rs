@@ -22,7 +22,7 @@ use std::time::Duration;
 use actix::Addr;
 
 use super::election::LeaderElectionService;
-use super::job_graph_store::JobGraphStore;
+use super::job_graph_store::{JobGraphPointers, JobGraphStore};
 use super::{HaError, LeaderInformation};
 use crate::actors::Shutdown;
 use crate::actors::job_manager::JobManager;
@@ -69,10 +69,10 @@ pub enum Ended {
 
 /// Runs the election until `stop` resolves: leads whenever elected, stands by otherwise. See
 /// the module docs.
-pub async fn run_leader_loop<E: LeaderElectionService>(
+pub async fn run_leader_loop<E: LeaderElectionService, P: JobGraphPointers>(
     mut election: E,
     terms: LeaderTerms<'_>,
-    store: &JobGraphStore,
+    store: &JobGraphStore<P>,
     switch: &LeaderSwitch,
     stop: impl Future<Output = ()>,
 ) -> Ended {
@@ -103,10 +103,17 @@ pub async fn run_leader_loop<E: LeaderElectionService>(
         // session and latch sequence.
         let session = LeaderSessionId::from_u128(rng.next_u128() ^ leadership.token);
         log::info!("jobmanager: elected leader, leading session {session}");
+        // A fresh seed per leadership: the actors derive their ids (jobs, attempts,
+        // allocations, workers) from their env's seed, and a process that leads a second time
+        // must not hand out its first leadership's ids again (found by the HA simulation).
+        let env = terms.env.child(
+            terms.env.node.clone(),
+            rng.next_u64() ^ (leadership.token as u64) ^ ((leadership.token >> 64) as u64),
+        );
         let node = start_job_manager_node_leading(
             terms.config,
             OperatorRegistry::with_builtins(),
-            terms.env.clone(),
+            env,
             (terms.make_driver)(),
             session,
         );
@@ -179,8 +186,8 @@ pub async fn run_leader_loop<E: LeaderElectionService>(
 
 /// Hands every stored job to the new leader's JobManager (a graph that cannot be read makes
 /// its job FAILED there, with the reason).
-async fn recover_jobs(
-    store: &JobGraphStore,
+async fn recover_jobs<P: JobGraphPointers>(
+    store: &JobGraphStore<P>,
     job_manager: &Addr<JobManager>,
 ) -> Result<(), HaError> {
     let jobs = store.recover().await?;
@@ -209,7 +216,10 @@ async fn recover_jobs(
 
 /// Removes the stored graphs of the jobs that reached a terminal state (they are never run
 /// again).
-async fn remove_terminal_jobs(store: &JobGraphStore, job_manager: &Addr<JobManager>) {
+async fn remove_terminal_jobs<P: JobGraphPointers>(
+    store: &JobGraphStore<P>,
+    job_manager: &Addr<JobManager>,
+) {
     let Ok(stored) = store.job_ids().await else {
         return;
     };

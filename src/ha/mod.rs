@@ -18,7 +18,8 @@
 //!   Flint sees; [`zookeeper`] implements them over a real ZooKeeper (the `zookeeper-client`
 //!   crate) and the simulation can implement them over a simulated coordination service.
 //! - [`job_graph_store`]: submitted job graphs in `high-availability.storageDir`, pointers in
-//!   ZooKeeper, as Flink's `ZooKeeperJobGraphStore` keeps them.
+//!   ZooKeeper, as Flink's `ZooKeeperJobGraphStore` keeps them (the pointers behind
+//!   [`JobGraphPointers`], so the simulation keeps them in its coordination service).
 //! - [`job_manager`], [`task_manager`]: the `flint jobmanager` / `flint taskmanager` sides.
 //!
 //! Why `zookeeper-client` (kezhuw): it is the maintained pure-Rust async client (3.8 protocol,
@@ -43,7 +44,7 @@ use serde::{Deserialize, Serialize};
 use crate::messages::ids::LeaderSessionId;
 
 pub use election::{LeaderElectionService, Leadership};
-pub use job_graph_store::{JobGraphStore, RecoveredJob};
+pub use job_graph_store::{JobGraphPointers, JobGraphStore, RecoveredJob, ZooKeeperPointers};
 pub use retrieval::LeaderRetrievalService;
 
 /// What the leader publishes for everyone else (Flink's `LeaderInformation`): where its

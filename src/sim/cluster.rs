@@ -1,6 +1,8 @@
 //! The simulated cluster: a JobManager node and the TaskManager nodes its driver asks for, each
 //! with its own endpoint on the simulated network, its own `LocalSet` and its own seeded
-//! environment; and the hands that inject the scenario's actions and faults.
+//! environment; and the hands that inject the scenario's actions and faults. The HA family
+//! ([`super::ha`]) boots its own JobManager nodes and uses the rest: the workers, the driver's
+//! commands, the faults, and TaskManagers that follow leader retrieval.
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -14,6 +16,7 @@ use actix::{Actor, Addr};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
+use super::coordination::SimCoordination;
 use super::driver::{DriverCommand, SimDriver};
 use super::host::NodeHost;
 use super::network::{CrashKind, SimNetwork};
@@ -139,6 +142,9 @@ pub struct SimCluster {
     clock: Arc<SimClock>,
     state: Rc<RefCell<State>>,
     job_manager: Rc<RefCell<Option<Rc<JobManagerHandles>>>>,
+    /// High availability ([`super::ha`]): TaskManagers find their JobManager through leader
+    /// retrieval on this service instead of the address in their start request.
+    retrieval: Option<SimCoordination>,
 }
 
 impl SimCluster {
@@ -168,7 +174,15 @@ impl SimCluster {
                 next_node: 1,
             })),
             job_manager: Rc::new(RefCell::new(None)),
+            retrieval: None,
         }
+    }
+
+    /// TaskManagers booted from now on follow the leader `coordination` publishes (each runs
+    /// leader retrieval on its own node, as `flint taskmanager` with the HA keys does).
+    pub fn with_leader_retrieval(mut self, coordination: SimCoordination) -> Self {
+        self.retrieval = Some(coordination);
+        self
     }
 
     /// Virtual time since the start.
@@ -196,13 +210,13 @@ impl SimCluster {
     }
 
     /// A seed for one incarnation of one node: distinct per node and per restart.
-    fn node_seed(&self, node: &str, incarnation: u32) -> u64 {
+    pub(crate) fn node_seed(&self, node: &str, incarnation: u32) -> u64 {
         self.seed
             ^ fnv1a(node.as_bytes())
             ^ u64::from(incarnation).wrapping_mul(0x9e37_79b9_7f4a_7c15)
     }
 
-    fn endpoint_config(&self, name: &str, seed: u64) -> EndpointConfig {
+    pub(crate) fn endpoint_config(&self, name: &str, seed: u64) -> EndpointConfig {
         let mut config = EndpointConfig::new(
             SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0)),
             self.config.cluster.id.clone(),
@@ -214,7 +228,12 @@ impl SimCluster {
         config
     }
 
-    fn env(&self, name: &str, seed: u64, resolver: Arc<dyn crate::directory::Resolver>) -> NodeEnv {
+    pub(crate) fn env(
+        &self,
+        name: &str,
+        seed: u64,
+        resolver: Arc<dyn crate::directory::Resolver>,
+    ) -> NodeEnv {
         let mut env = NodeEnv::new(
             name,
             seed,
@@ -269,14 +288,26 @@ impl SimCluster {
 
     async fn serve_driver(self, mut commands: mpsc::UnboundedReceiver<DriverCommand>) {
         while let Some(command) = commands.recv().await {
-            match command {
-                DriverCommand::Initialize(gateway) => {
-                    self.state.borrow_mut().gateway = Some(gateway)
-                }
-                DriverCommand::Start(request) => self.request_worker(request),
-                DriverCommand::Release(resource_id) => self.release_worker(&resource_id),
-            }
+            self.driver_command(command);
         }
+    }
+
+    /// Carries out one command of a resource manager's driver.
+    pub(crate) fn driver_command(&self, command: DriverCommand) {
+        match command {
+            DriverCommand::Initialize(gateway) => self.state.borrow_mut().gateway = Some(gateway),
+            DriverCommand::Start(request) => self.request_worker(request),
+            DriverCommand::Release(resource_id) => self.release_worker(&resource_id),
+        }
+    }
+
+    /// Where the worker `resource_id` stands, if it was ever asked for.
+    pub fn worker_phase(&self, resource_id: &ResourceId) -> Option<WorkerPhase> {
+        self.state
+            .borrow()
+            .workers
+            .get(resource_id)
+            .map(|w| w.phase)
     }
 
     fn request_worker(&self, request: WorkerRequest) {
@@ -371,6 +402,13 @@ impl SimCluster {
         let hostname = node.split(':').next().unwrap_or("tm").to_owned();
         let working_dir = self.scratch.join(format!("{hostname}-{incarnation}"));
         let id = resource_id.clone();
+        let retrieval = self.retrieval.as_ref().map(SimCoordination::retrieval);
+        // With leader retrieval the TaskManager starts knowing no leader, as `flint
+        // taskmanager --config` with the HA keys does.
+        let initial_leader = retrieval.is_none().then_some(Leader {
+            address: request.job_manager,
+            retrieved_session: request.leader_session_id,
+        });
         host.spawn(async move {
             let (endpoint, resolver) = NodeEndpoint::bind_on(config, network, executor)
                 .await
@@ -385,17 +423,20 @@ impl SimCluster {
             let task_manager = TaskManager::new(
                 TaskManagerSettings {
                     resource_id: id,
-                    job_manager: Some(Leader {
-                        address: request.job_manager,
-                        retrieved_session: request.leader_session_id,
-                    }),
+                    job_manager: initial_leader,
                     spec,
                 },
                 env,
             )
             .start();
-            let _ = ready.send(task_manager);
-            std::future::pending::<()>().await;
+            let _ = ready.send(task_manager.clone());
+            match retrieval {
+                Some(retrieval) => {
+                    crate::ha::task_manager::follow_leader(retrieval, task_manager.recipient())
+                        .await
+                }
+                None => std::future::pending::<()>().await,
+            }
             drop(endpoint);
         });
         let Ok(task_manager) = booted.await else {
@@ -577,13 +618,25 @@ impl SimCluster {
 
     /// Cuts the links between the JobManager and a TaskManager for `duration`.
     pub fn partition(&self, index: u64, both: bool, towards_job_manager: bool, duration: Duration) {
+        self.partition_from(JOB_MANAGER_NODE, index, both, towards_job_manager, duration);
+    }
+
+    /// Cuts the links between the JobManager node `jm` and a TaskManager for `duration`.
+    pub fn partition_from(
+        &self,
+        jm: &str,
+        index: u64,
+        both: bool,
+        towards_job_manager: bool,
+        duration: Duration,
+    ) {
         let Some(id) = self.pick(&[WorkerPhase::Up, WorkerPhase::Paused], index) else {
             return;
         };
         let Some(node) = self.state.borrow().workers.get(&id).map(|w| w.node.clone()) else {
             return;
         };
-        let jm = JOB_MANAGER_NODE.to_owned();
+        let jm = jm.to_owned();
         let mut cuts = Vec::new();
         if both || towards_job_manager {
             cuts.push((node.clone(), jm.clone()));
@@ -615,8 +668,10 @@ impl SimCluster {
         params.reorder = 0.0;
         self.network.set_params(params);
         self.set_start_failures(0.0);
-        let handles = self.job_manager();
-        self.resume(&handles.host, JOB_MANAGER_NODE, None);
+        let handles = self.job_manager.borrow().clone();
+        if let Some(handles) = handles {
+            self.resume(&handles.host, JOB_MANAGER_NODE, None);
+        }
         let paused: Vec<(ResourceId, NodeHost, String)> = self
             .state
             .borrow()

@@ -7,6 +7,14 @@
 //! [`check_at_most_one_leader`] runs contenders through faults under a paused clock and fails if
 //! two ever act at once, or if no leader acts once the faults are over.
 //!
+//! For the cluster simulation's HA family ([`super::ha`]) it also plays ZooKeeper's other two
+//! parts: the published leader (an ephemeral node: [`SimLeaderRetrieval`] follows it, as
+//! TaskManagers do) and the job graph pointers ([`SimJobGraphPointers`]); and it keeps the
+//! history of every leadership it granted (when granted, when it ended at the service, which
+//! `LeaderSessionId` it published), against which the HA invariants judge what was accepted.
+//! TaskManagers are never cut from it (only JobManagers are); their retrieval may be delayed on
+//! purpose ([`SimCoordination::with_retrieval_delay`]) to show an invariant catching it.
+//!
 //! The client side doubts its session when it has heard nothing for 2/5 of the session timeout,
 //! as `zookeeper-client` does; the server expires it only after the whole timeout. That gap is
 //! what the invariant rests on, and what the test would catch if it closed.
@@ -20,19 +28,33 @@ use tokio::time::Instant;
 
 use crate::env::NodeRng;
 use crate::ha::election::{LeaderElectionService, Leadership};
-use crate::ha::{HaError, LeaderInformation};
+use crate::ha::{HaError, JobGraphPointers, LeaderInformation, LeaderRetrievalService};
+use crate::messages::ids::{JobId, LeaderSessionId};
 
 /// How often pings are delivered and expiries checked (virtual time).
 pub const TICK: Duration = Duration::from_millis(20);
 
 #[derive(Debug)]
 struct Session {
-    contender: usize,
     last_contact: Instant,
     expired: bool,
-    /// Its client gave it up while cut off (it could not close it): no more pings, so the
-    /// server expires it.
-    abandoned: bool,
+}
+
+/// One leadership the service granted, as the HA invariants see it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeadershipRecord {
+    /// Who was granted it.
+    pub contender: usize,
+    /// The coordination session that held it.
+    pub session: u64,
+    /// When `acquire` granted it.
+    pub granted_at: Instant,
+    /// When its session ended at the service (expired, or closed by its client).
+    pub ended_at: Option<Instant>,
+    /// The fencing token the leader published with `confirm`, once it did.
+    pub leader_session_id: Option<LeaderSessionId>,
+    /// When it was published.
+    pub published_at: Option<Instant>,
 }
 
 #[derive(Debug, Default)]
@@ -43,6 +65,32 @@ struct Service {
     /// Latch sequence → its session (ephemeral: removed with the session).
     latches: BTreeMap<i64, u64>,
     partitioned: BTreeSet<usize>,
+    /// Every leadership granted, in grant order.
+    leaderships: Vec<LeadershipRecord>,
+    /// The published leader and its session (ephemeral: removed with the session), with the
+    /// time it was published.
+    leader: Option<(u64, LeaderInformation, Instant)>,
+    /// Job graph pointers: job id → graph file (persistent).
+    pointers: BTreeMap<JobId, String>,
+}
+
+impl Service {
+    /// A session is gone (expired or closed): its ephemeral nodes go, its leadership ends.
+    fn session_ended(&mut self, id: u64, now: Instant) {
+        self.latches.retain(|_, owner| *owner != id);
+        if self
+            .leader
+            .as_ref()
+            .is_some_and(|(owner, _, _)| *owner == id)
+        {
+            self.leader = None;
+        }
+        for record in &mut self.leaderships {
+            if record.session == id && record.ended_at.is_none() {
+                record.ended_at = Some(now);
+            }
+        }
+    }
 }
 
 /// The simulated service; clones share it.
@@ -52,6 +100,8 @@ pub struct SimCoordination {
     session_timeout: Duration,
     /// How long a client hears nothing before it doubts its session (2/5 of the timeout).
     doubt_after: Duration,
+    /// How long a published leader stays unseen by retrieval (zero: seen at the next tick).
+    retrieval_delay: Duration,
 }
 
 impl SimCoordination {
@@ -61,6 +111,65 @@ impl SimCoordination {
             service: Rc::default(),
             session_timeout,
             doubt_after: session_timeout * 2 / 5,
+            retrieval_delay: Duration::ZERO,
+        }
+    }
+
+    /// Leader retrieval learns of a change of leader only `delay` after the new one was
+    /// published (the first leader a client sees, at once): a test breaks the TaskManagers' side
+    /// with it, they keep working for a leader that was replaced.
+    pub fn with_retrieval_delay(mut self, delay: Duration) -> Self {
+        self.retrieval_delay = delay;
+        self
+    }
+
+    /// The session timeout.
+    pub fn session_timeout(&self) -> Duration {
+        self.session_timeout
+    }
+
+    /// Every leadership granted so far, in grant order.
+    pub fn leaderships(&self) -> Vec<LeadershipRecord> {
+        self.service.borrow().leaderships.clone()
+    }
+
+    /// When the next leadership after the one that published `leader_session_id` was granted
+    /// (if one was): from then on, anything accepted under this session is a second leader
+    /// acting.
+    pub fn superseded_at(&self, leader_session_id: LeaderSessionId) -> Option<Instant> {
+        let service = self.service.borrow();
+        let index = service
+            .leaderships
+            .iter()
+            .position(|r| r.leader_session_id == Some(leader_session_id))?;
+        service
+            .leaderships
+            .get(index + 1)
+            .map(|next| next.granted_at)
+    }
+
+    /// The published leader, if any.
+    pub fn published_leader(&self) -> Option<LeaderInformation> {
+        self.service
+            .borrow()
+            .leader
+            .as_ref()
+            .map(|(_, info, _)| info.clone())
+    }
+
+    /// A leader retrieval client (a TaskManager's).
+    pub fn retrieval(&self) -> SimLeaderRetrieval {
+        SimLeaderRetrieval {
+            coordination: self.clone(),
+            last: None,
+        }
+    }
+
+    /// The job graph pointers as `contender` reaches them: failing while it is cut off.
+    pub fn job_graph_pointers(&self, contender: usize) -> SimJobGraphPointers {
+        SimJobGraphPointers {
+            coordination: self.clone(),
+            contender,
         }
     }
 
@@ -81,27 +190,24 @@ impl SimCoordination {
         }
     }
 
-    /// One tick of the service: pings of reachable sessions arrive, silent ones expire (and
-    /// their latch nodes go).
+    /// One tick of the service: sessions silent for the session timeout expire (and their
+    /// ephemeral nodes go). Pings come from the clients while they run (a paused or killed
+    /// JobManager pings no more; one its client gave up on neither).
     fn tick(&self, now: Instant) {
         let mut service = self.service.borrow_mut();
-        let Service {
-            sessions,
-            latches,
-            partitioned,
-            ..
-        } = &mut *service;
+        let Service { sessions, .. } = &mut *service;
+        let mut expired = Vec::new();
         for (id, session) in sessions.iter_mut() {
             if session.expired {
                 continue;
             }
-            if !session.abandoned && !partitioned.contains(&session.contender) {
-                session.last_contact = now;
-            }
             if now.duration_since(session.last_contact) > self.session_timeout {
                 session.expired = true;
-                latches.retain(|_, owner| owner != id);
+                expired.push(*id);
             }
+        }
+        for id in expired {
+            service.session_ended(id, now);
         }
     }
 
@@ -153,6 +259,23 @@ impl SimLeaderElection {
             || now.duration_since(session.last_contact) > self.coordination.doubt_after
     }
 
+    /// The client's ping, each tick it runs: it reaches the service unless cut off. A client
+    /// checks its doubt before it pings, so one that was paused past its doubt finds out first.
+    fn ping(&self) {
+        let Some(id) = self.session else {
+            return;
+        };
+        if !self.coordination.reachable(self.contender) {
+            return;
+        }
+        let mut service = self.coordination.service.borrow_mut();
+        if let Some(session) = service.sessions.get_mut(&id)
+            && !session.expired
+        {
+            session.last_contact = Instant::now();
+        }
+    }
+
     /// Gives the session up: closed if the service is reachable (its latch node goes at once),
     /// else left to expire.
     fn lost(&mut self) -> HaError {
@@ -161,9 +284,7 @@ impl SimLeaderElection {
             let mut service = self.coordination.service.borrow_mut();
             if reachable {
                 service.sessions.remove(&id);
-                service.latches.retain(|_, owner| *owner != id);
-            } else if let Some(session) = service.sessions.get_mut(&id) {
-                session.abandoned = true;
+                service.session_ended(id, Instant::now());
             }
         }
         self.session = None;
@@ -189,10 +310,8 @@ impl LeaderElectionService for SimLeaderElection {
             service.sessions.insert(
                 id,
                 Session {
-                    contender: self.contender,
                     last_contact: Instant::now(),
                     expired: false,
-                    abandoned: false,
                 },
             );
             service.latches.insert(sequence, id);
@@ -203,13 +322,27 @@ impl LeaderElectionService for SimLeaderElection {
             if self.doubted(Instant::now()) {
                 return Err(self.lost());
             }
+            self.ping();
             // Reading the latch nodes is a round trip: only when reachable.
             if self.coordination.reachable(self.contender) {
                 let service = self.coordination.service.borrow();
                 let lowest = service.latches.keys().next().copied();
                 if lowest.is_some() && lowest == self.sequence {
-                    let token = (u128::from(self.session.unwrap_or_default()) << 64)
+                    drop(service);
+                    let session = self.session.unwrap_or_default();
+                    let token = (u128::from(session) << 64)
                         | u128::from(self.sequence.unwrap_or_default() as u64);
+                    let mut service = self.coordination.service.borrow_mut();
+                    if !service.leaderships.iter().any(|r| r.session == session) {
+                        service.leaderships.push(LeadershipRecord {
+                            contender: self.contender,
+                            session,
+                            granted_at: Instant::now(),
+                            ended_at: None,
+                            leader_session_id: None,
+                            published_at: None,
+                        });
+                    }
                     return Ok(Leadership { token });
                 }
             }
@@ -217,8 +350,20 @@ impl LeaderElectionService for SimLeaderElection {
         }
     }
 
-    async fn confirm(&mut self, _info: &LeaderInformation) -> Result<(), HaError> {
+    async fn confirm(&mut self, info: &LeaderInformation) -> Result<(), HaError> {
         if self.coordination.reachable(self.contender) && !self.doubted(Instant::now()) {
+            let session = self.session.unwrap_or_default();
+            let mut service = self.coordination.service.borrow_mut();
+            service.leader = Some((session, info.clone(), Instant::now()));
+            if let Some(record) = service
+                .leaderships
+                .iter_mut()
+                .rev()
+                .find(|r| r.session == session)
+            {
+                record.leader_session_id = Some(info.leader_session_id);
+                record.published_at = Some(Instant::now());
+            }
             Ok(())
         } else {
             Err(self.lost())
@@ -227,6 +372,7 @@ impl LeaderElectionService for SimLeaderElection {
 
     async fn revoked(&mut self) -> HaError {
         while !self.doubted(Instant::now()) {
+            self.ping();
             tokio::time::sleep(TICK).await;
         }
         self.lost()
@@ -236,10 +382,92 @@ impl LeaderElectionService for SimLeaderElection {
         if let (Some(id), true) = (self.session, self.coordination.reachable(self.contender)) {
             let mut service = self.coordination.service.borrow_mut();
             service.sessions.remove(&id);
-            service.latches.retain(|_, owner| *owner != id);
+            service.session_ended(id, Instant::now());
         }
         self.session = None;
         self.sequence = None;
+    }
+}
+
+/// A leader retrieval client of [`SimCoordination`]: reports each newly published leader (or
+/// that none is published) at the tick it sees the change.
+#[derive(Debug)]
+pub struct SimLeaderRetrieval {
+    coordination: SimCoordination,
+    /// What it reported last (`Some(None)`: that there is no leader).
+    last: Option<Option<LeaderInformation>>,
+}
+
+impl LeaderRetrievalService for SimLeaderRetrieval {
+    async fn next_leader(&mut self) -> Result<Option<LeaderInformation>, HaError> {
+        loop {
+            let now = Instant::now();
+            let seen = {
+                let service = self.coordination.service.borrow();
+                // The delay (a broken watch) hides changes, not the first leader a client sees.
+                let delay = if self.last.is_some() {
+                    self.coordination.retrieval_delay
+                } else {
+                    Duration::ZERO
+                };
+                match &service.leader {
+                    Some((_, info, published)) if now.duration_since(*published) >= delay => {
+                        Some(Some(info.clone()))
+                    }
+                    // Published but not seen yet: nothing changed for this client.
+                    Some(_) => None,
+                    None => Some(None),
+                }
+            };
+            if let Some(seen) = seen
+                && self.last.as_ref() != Some(&seen)
+                && (self.last.is_some() || seen.is_some())
+            {
+                self.last = Some(seen.clone());
+                return Ok(seen);
+            }
+            tokio::time::sleep(TICK).await;
+        }
+    }
+}
+
+/// The job graph pointers in [`SimCoordination`], as one JobManager reaches them: every
+/// operation fails while that JobManager is cut off from the service.
+#[derive(Debug, Clone)]
+pub struct SimJobGraphPointers {
+    coordination: SimCoordination,
+    contender: usize,
+}
+
+impl SimJobGraphPointers {
+    fn reach(&self) -> Result<std::cell::RefMut<'_, Service>, HaError> {
+        if self.coordination.reachable(self.contender) {
+            Ok(self.coordination.service.borrow_mut())
+        } else {
+            Err(HaError::SessionLost {
+                state: "simulated partition from the coordination service".to_owned(),
+            })
+        }
+    }
+}
+
+impl JobGraphPointers for SimJobGraphPointers {
+    async fn put(&self, job_id: JobId, file: &str) -> Result<(), HaError> {
+        self.reach()?.pointers.insert(job_id, file.to_owned());
+        Ok(())
+    }
+
+    async fn remove(&self, job_id: JobId) -> Result<(), HaError> {
+        self.reach()?.pointers.remove(&job_id);
+        Ok(())
+    }
+
+    async fn job_ids(&self) -> Result<Vec<JobId>, HaError> {
+        Ok(self.reach()?.pointers.keys().copied().collect())
+    }
+
+    async fn get(&self, job_id: JobId) -> Result<Option<String>, HaError> {
+        Ok(self.reach()?.pointers.get(&job_id).cloned())
     }
 }
 

@@ -20,13 +20,31 @@ pub enum DriverCommand {
 
 /// A [`WorkerDriver`] whose workers are simulated nodes.
 #[derive(Debug)]
-pub struct SimDriver(mpsc::UnboundedSender<DriverCommand>);
+pub struct SimDriver {
+    commands: mpsc::UnboundedSender<DriverCommand>,
+    adopts: bool,
+}
 
 impl SimDriver {
     /// A driver and the commands it sends.
     pub fn new() -> (Self, mpsc::UnboundedReceiver<DriverCommand>) {
-        let (sender, receiver) = mpsc::unbounded_channel();
-        (Self(sender), receiver)
+        let (commands, receiver) = mpsc::unbounded_channel();
+        (
+            Self {
+                commands,
+                adopts: false,
+            },
+            receiver,
+        )
+    }
+
+    /// A driver of one leadership under high availability: the workers outlive the leader that
+    /// started them (they are other machines), so the next leader's resource manager counts the
+    /// ones that register at its JobManager as started instead of starting a second pool.
+    pub fn adopting() -> (Self, mpsc::UnboundedReceiver<DriverCommand>) {
+        let (mut driver, receiver) = Self::new();
+        driver.adopts = true;
+        (driver, receiver)
     }
 }
 
@@ -36,7 +54,9 @@ impl WorkerDriver for SimDriver {
     }
 
     fn initialize(&mut self, resource_manager: ResourceManagerGateway) {
-        let _ = self.0.send(DriverCommand::Initialize(resource_manager));
+        let _ = self
+            .commands
+            .send(DriverCommand::Initialize(resource_manager));
     }
 
     fn can_start_workers(&self) -> bool {
@@ -44,16 +64,18 @@ impl WorkerDriver for SimDriver {
     }
 
     fn adopts_unknown_workers(&self) -> bool {
-        false
+        self.adopts
     }
 
     fn request_worker(&mut self, request: WorkerRequest) -> Result<(), DriverError> {
-        let _ = self.0.send(DriverCommand::Start(request));
+        let _ = self.commands.send(DriverCommand::Start(request));
         Ok(())
     }
 
     fn release_worker(&mut self, resource_id: &ResourceId) {
-        let _ = self.0.send(DriverCommand::Release(resource_id.clone()));
+        let _ = self
+            .commands
+            .send(DriverCommand::Release(resource_id.clone()));
     }
 
     fn shutdown(&mut self) {}

@@ -17,11 +17,16 @@
 //!
 //! `FLINT_SIM_SEED=n cargo test --test simulation -- --nocapture` replays seed `n` and prints
 //! its trace; `FLINT_SIM_SEEDS=100000` runs a longer sweep.
+//!
+//! [`ha`] is the high-availability family: several JobManager nodes on the real leader loop,
+//! elected through the simulated [`coordination`] service, TaskManagers following the
+//! published leader; its own scenarios and invariants, on the same cluster, network and hosts.
 
 pub mod cluster;
 pub mod coordination;
 pub mod driver;
 pub mod fencing;
+pub mod ha;
 pub mod host;
 pub mod invariants;
 pub mod jobs;

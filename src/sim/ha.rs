@@ -1,0 +1,1256 @@
+//! The high-availability family of the cluster simulation: several JobManager nodes, each
+//! running the real leader loop ([`run_leader_loop`]) with a
+//! [`SimLeaderElection`](super::coordination::SimLeaderElection) of one [`SimCoordination`],
+//! TaskManagers that follow the published leader through
+//! [`SimLeaderRetrieval`](super::coordination::SimLeaderRetrieval) (re-registering on
+//! `NewLeaderAvailable`), and job graphs kept by the real [`JobGraphStore`] — its files in the
+//! run's scratch directory (`ha-storage/`, removed with it), its pointers in the simulated
+//! coordination service.
+//!
+//! ```text
+//!  seed ─▶ HaScenario: jobs, JobManagers cut from the coordination service (shorter or longer
+//!          than the session timeout), paused past it, killed (and booted again); TaskManager
+//!          crashes, pauses, cuts, resets ─▶ fault phase ─▶ quiet phase
+//!  jobmanager-0:6123 … jobmanager-N:6123   run_leader_loop(SimLeaderElection, store, switch)
+//!  tm-K:6121                                follow_leader(SimLeaderRetrieval) ─▶ TaskManager
+//! ```
+//!
+//! A client submits to whichever JobManager leads (its REST switch says so) and writes the
+//! graph to the store before it counts the job as submitted, as `POST /jobs` does.
+//!
+//! What is checked, after every cluster event, action and 50 ms:
+//! - **(a) at most one JobManager acts as leader.** Acting means: leading (its switch serves,
+//!   its JobManager and resource manager run) more than [`STEP_DOWN`] of running time after its
+//!   leadership ended at the coordination service; or a TaskManager starting an attempt under
+//!   a leader session later than the grace (`STEP_DOWN` and the network's slow tail: a
+//!   deployment in flight) after a later leadership was granted. Whatever a deposed leader
+//!   still sends must be refused by fencing.
+//!
+//!   Not counted as acting, but traced and reported ([`HaReport::deposed_worker_starts`],
+//!   [`HaReport::deposed_deployments`]): what a JobManager node paused past its doubt (2/5 of
+//!   the session timeout) does in the instant it resumes. Its actors run their queued messages
+//!   before its leader loop sees the leadership in doubt: its resource manager may ask the
+//!   driver, which is not fenced, for a worker (seed 31 of the first sweep; the worker
+//!   registers at the current leader through retrieval and is adopted or released as surplus),
+//!   and its JobManager may deploy to TaskManagers that have not heard of a new leader yet
+//!   (seed 261 of the 700-seed sweep, where the new leadership was the same node's own, not
+//!   yet published). Closing that window needs a lease check in the actors before they act
+//!   (the election's "still valid now?"), which the election trait does not offer yet.
+//! - **(b) no job has attempts of two leader sessions running at once**, beyond the moment
+//!   TaskManagers need to hear of the new leader: TaskManagers say which session their running
+//!   attempts belong to (one drops its work when it registers at another leader), and one that
+//!   has been running for [`RETRIEVAL_GRACE`] since the newest of those sessions was published
+//!   must not run an older one's attempts of the same job. No TaskManager hears of a new
+//!   leader at the instant it is elected, so a deposed leader's attempts on a TaskManager that
+//!   has not heard yet cannot be helped (a sink that commits per attempt must cope); a
+//!   TaskManager that goes on with them after it could have heard is a bug.
+//! - **ids are not reused**: no two submissions get one job id, no worker is asked for twice.
+//!
+//! And at the end of the quiet phase **(c)**: exactly one JobManager leads, the one the service
+//! publishes; every job that was submitted (and stored) and not seen terminal is known to it —
+//! recovered with the same id — and reached a terminal state; its pool is back at its size,
+//! every started worker registered. A FINISHED WordCount wrote the exact count.
+//!
+//! [`Broken`] switches on a deliberately broken rule; the tests show each invariant catching
+//! one. What this module must never do: judge by anything but what the actors answered and the
+//! coordination service recorded.
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use super::cluster::SimCluster;
+use super::coordination::SimCoordination;
+use super::driver::{DriverCommand, SimDriver};
+use super::host::NodeHost;
+use super::invariants::{self, JobManagerSnapshot};
+use super::jobs::{self, JobSpec};
+use super::network::{CrashKind, NetParams, SimNetwork};
+use super::scenario::{Action, JobKind, Scenario, Target};
+use super::trace::Trace;
+use super::{SimReport, sim_config};
+use crate::drivers::WorkerDriver;
+use crate::env::NodeRng;
+use crate::events::EventSink;
+use crate::ha::JobGraphStore;
+use crate::ha::job_manager::{LeaderTerms, run_leader_loop};
+use crate::job::states::JobStatus;
+use crate::messages::ids::{ExecutionAttemptId, JobId, LeaderSessionId, ResourceId};
+use crate::messages::job_manager::{CancelJob, GetJobManagerStatus, RequestJobStatus, SubmitJob};
+use crate::messages::resource_manager::GetResourceManagerStatus;
+use crate::messages::task_manager::GetTaskManagerStatus;
+use crate::rest::Gateways;
+use crate::rest::leader::LeaderSwitch;
+use crate::transport::remote::NodeEndpoint;
+
+/// How long a JobManager may go on leading, while it runs, after its leadership ended at the
+/// coordination service: its election client notices within a tick of running, and stopping
+/// its actors takes a few more.
+pub const STEP_DOWN: Duration = Duration::from_millis(250);
+
+/// How long a running TaskManager may go on running a deposed leader's attempts after the next
+/// leader was published: its leader retrieval sees it within a tick, and it drops the old
+/// leader's work as it registers at the new one.
+pub const RETRIEVAL_GRACE: Duration = Duration::from_millis(100);
+
+/// A rule broken on purpose, to see an invariant catch it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Broken {
+    /// Nothing: the code as it is.
+    #[default]
+    Nothing,
+    /// Election clients doubt their session only after ten session timeouts (the service
+    /// expires it after one): a JobManager cut from the service goes on leading. Caught by (a).
+    LateDoubt,
+    /// TaskManagers learn of a change of leader only 10 s after the new one is published: the
+    /// ones already running keep the deposed leader's attempts while the new leader runs the
+    /// recovered job on the workers it started. Caught by (b).
+    LateRetrieval,
+    /// The client does not write job graphs to the store: a new leader cannot recover them.
+    /// Caught by (c).
+    NoPersist,
+}
+
+/// How one HA run is shaped.
+#[derive(Debug, Clone)]
+pub struct HaOptions {
+    /// The seed everything derives from.
+    pub seed: u64,
+    /// JobManager nodes contending for leadership.
+    pub job_managers: usize,
+    /// The coordination service's session timeout.
+    pub session_timeout: Duration,
+    /// Keep the trace's lines (to print a replay).
+    pub keep_trace: bool,
+    /// How long the quiet phase may take to converge before liveness fails.
+    pub quiet_deadline: Duration,
+    /// Run this scenario instead of drawing one from the seed.
+    pub scenario: Option<HaScenario>,
+    /// A rule broken on purpose.
+    pub broken: Broken,
+}
+
+impl HaOptions {
+    /// The defaults for `seed`: two JobManagers, a 2 s session timeout (the issue's benchmark).
+    pub fn new(seed: u64) -> Self {
+        Self {
+            seed,
+            job_managers: 2,
+            session_timeout: Duration::from_secs(2),
+            keep_trace: false,
+            quiet_deadline: Duration::from_secs(180),
+            scenario: None,
+            broken: Broken::Nothing,
+        }
+    }
+
+    /// The options of seed `seed` in `ha_sweep` (and its replay): three JobManagers one seed
+    /// in four, two otherwise.
+    pub fn for_sweep(seed: u64) -> Self {
+        let mut options = Self::new(seed);
+        if seed % 4 == 3 {
+            options.job_managers = 3;
+        }
+        options
+    }
+}
+
+/// Which JobManager a fault hits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HaTarget {
+    /// The one leading at the time (the first JobManager if none leads).
+    Leader,
+    /// The JobManager `index` modulo their number.
+    Any(u64),
+}
+
+/// One action of an HA scenario.
+#[derive(Debug, Clone, PartialEq)]
+pub enum HaAction {
+    /// Submit a job to the leader (waiting for one if none leads).
+    Submit {
+        /// What it runs.
+        kind: JobKind,
+        /// Subtasks per vertex.
+        parallelism: u32,
+    },
+    /// Cancel the `index`-th answered job (modulo their number) at the leader.
+    Cancel(u64),
+    /// Cut a JobManager from the coordination service (not from the network) for a while.
+    CutFromCoordination {
+        /// Which.
+        target: HaTarget,
+        /// For how long.
+        duration: Duration,
+    },
+    /// Hang a JobManager node for a while.
+    Pause {
+        /// Which.
+        target: HaTarget,
+        /// For how long.
+        duration: Duration,
+    },
+    /// Kill a JobManager node (a process crash) and boot it again later.
+    Kill {
+        /// Which.
+        target: HaTarget,
+        /// When it boots again.
+        restart_after: Duration,
+    },
+    /// A fault of the single-JobManager family on the TaskManagers or the network (a
+    /// partition is between the leader and a TaskManager).
+    Cluster(Action),
+}
+
+/// A whole HA run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HaScenario {
+    /// The pool size (never changed: a new leader starts from the configured size).
+    pub pool: u32,
+    /// Slots per TaskManager.
+    pub slots: u32,
+    /// The links during the fault phase.
+    pub net: NetParams,
+    /// How long faults are injected.
+    pub fault_phase: Duration,
+    /// The actions, by time.
+    pub steps: Vec<(Duration, HaAction)>,
+}
+
+fn below(rng: &mut NodeRng, n: u64) -> u64 {
+    if n == 0 { 0 } else { rng.next_u64() % n }
+}
+
+fn millis(rng: &mut NodeRng, low: u64, high: u64) -> Duration {
+    Duration::from_millis(low + below(rng, high - low + 1))
+}
+
+impl HaScenario {
+    /// Draws a scenario: one to three jobs early, one to three JobManager faults (each a cut
+    /// from the service, a pause or a kill, shorter or longer than `session_timeout`, the
+    /// leader seven times in ten), up to four TaskManager and network faults, jobs and cancels.
+    pub fn generate(rng: &mut NodeRng, session_timeout: Duration) -> Self {
+        let pool = 2 + below(rng, 2) as u32;
+        let slots = 1 + below(rng, 3) as u32;
+        let net = NetParams {
+            base_latency: millis(rng, 1, 5),
+            tail_latency: millis(rng, 20, 400),
+            tail_probability: below(rng, 5) as f64 / 100.0,
+            loss: if below(rng, 2) == 0 {
+                below(rng, 20) as f64 / 1000.0
+            } else {
+                0.0
+            },
+            reorder: 0.0,
+            link_capacity: 64 + below(rng, 512) as usize,
+        };
+        let fault_phase = Duration::from_secs(12);
+        // Jobs fit the pool: a refused job tests nothing here.
+        let job = |rng: &mut NodeRng| HaAction::Submit {
+            kind: match below(rng, 4) {
+                0 => JobKind::WordCount,
+                1 => JobKind::Noop,
+                2 => JobKind::Sleep,
+                _ => JobKind::FailOnce,
+            },
+            parallelism: 1 + below(rng, u64::from((pool * slots / 2).clamp(1, 3))) as u32,
+        };
+        let mut steps = Vec::new();
+        for _ in 0..1 + below(rng, 3) {
+            steps.push((millis(rng, 0, 3_000), job(rng)));
+        }
+        for _ in 0..1 + below(rng, 3) {
+            let target = if below(rng, 10) < 7 {
+                HaTarget::Leader
+            } else {
+                HaTarget::Any(rng.next_u64())
+            };
+            // Shorter than the session timeout (nothing may change hands) or longer (it must).
+            let duration = if below(rng, 2) == 0 {
+                session_timeout.mul_f64(0.1 + below(rng, 50) as f64 / 100.0)
+            } else {
+                session_timeout.mul_f64(1.2 + below(rng, 180) as f64 / 100.0)
+            };
+            let action = match below(rng, 3) {
+                0 => HaAction::CutFromCoordination { target, duration },
+                1 => HaAction::Pause { target, duration },
+                _ => HaAction::Kill {
+                    target,
+                    restart_after: millis(rng, 1_000, 6_000),
+                },
+            };
+            steps.push((millis(rng, 500, 9_000), action));
+        }
+        for _ in 0..below(rng, 5) {
+            let target = rng.next_u64();
+            let action = match below(rng, 8) {
+                0 => HaAction::Cluster(Action::Crash {
+                    target,
+                    kind: if below(rng, 2) == 0 {
+                        CrashKind::Process
+                    } else {
+                        CrashKind::Machine
+                    },
+                }),
+                1 => HaAction::Cluster(Action::Restart(target)),
+                2 => HaAction::Cluster(Action::Pause {
+                    target: Target::TaskManager(target),
+                    duration: millis(rng, 50, 3_000),
+                }),
+                3 => HaAction::Cluster(Action::Partition {
+                    target,
+                    both: below(rng, 2) == 0,
+                    towards_job_manager: below(rng, 2) == 0,
+                    duration: millis(rng, 100, 6_000),
+                }),
+                4 => HaAction::Cluster(Action::ResetConnection(target)),
+                5 => HaAction::Cancel(target),
+                _ => job(rng),
+            };
+            steps.push((millis(rng, 0, fault_phase.as_millis() as u64), action));
+        }
+        steps.sort_by_key(|(at, _)| *at);
+        Self {
+            pool,
+            slots,
+            net,
+            fault_phase,
+            steps,
+        }
+    }
+}
+
+/// What one HA run did.
+#[derive(Debug, Clone)]
+pub struct HaReport {
+    /// What every run reports.
+    pub sim: SimReport,
+    /// Leaderships the coordination service granted.
+    pub leaderships: usize,
+    /// Workers a deposed leader's resource manager asked for (tolerated, see the module docs).
+    pub deposed_worker_starts: u32,
+    /// Attempts TaskManagers started for a deposed leader within the grace (tolerated, see
+    /// the module docs).
+    pub deposed_deployments: u32,
+}
+
+impl HaReport {
+    /// Whether every invariant held.
+    pub fn passed(&self) -> bool {
+        self.sim.passed()
+    }
+}
+
+/// Runs one HA seed on a fresh paused runtime on this thread.
+///
+/// # Panics
+///
+/// If the runtime cannot be built (out of resources).
+pub fn run_ha_seed(options: &HaOptions) -> HaReport {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .expect("a current-thread runtime");
+    let system = actix::System::with_tokio_rt(move || runtime);
+    system.block_on(simulate(options.clone()))
+}
+
+/// One JobManager node.
+struct JobManagerHost {
+    /// Its node id, `jobmanager-I:6123`.
+    node: String,
+    /// Its loop while it runs.
+    host: Option<NodeHost>,
+    /// Its leader loop's switch: which actors lead, if it leads.
+    switch: LeaderSwitch,
+    /// Boots so far.
+    incarnation: u32,
+    /// Since when it runs (booted or resumed): a deposed leader is judged from then on.
+    running_since: Instant,
+}
+
+/// A job the client submitted.
+struct HaJob {
+    spec: JobSpec,
+    id: Option<JobId>,
+    answered: bool,
+    /// Its graph is in the store (the client's `POST /jobs` succeeded).
+    stored: bool,
+    /// Some check saw it in a globally terminal state.
+    seen_terminal: bool,
+    /// The status a leader last gave it.
+    last_status: Option<JobStatus>,
+}
+
+/// State shared with the tasks the run spawns (the client's submissions, the drivers).
+struct Shared {
+    cluster: SimCluster,
+    coordination: SimCoordination,
+    hosts: RefCell<Vec<JobManagerHost>>,
+    jobs: RefCell<Vec<HaJob>>,
+    violations: RefCell<Vec<String>>,
+    /// Workers asked for by a resource manager after a later leadership was granted.
+    deposed_worker_starts: RefCell<u32>,
+    /// Attempts started for a deposed leader within the grace (see the module docs).
+    deposed_deployments: RefCell<u32>,
+    storage: PathBuf,
+    broken: Broken,
+    /// Each leadership's driver sends its commands' receiver here.
+    drivers: mpsc::UnboundedSender<mpsc::UnboundedReceiver<DriverCommand>>,
+}
+
+impl Shared {
+    fn violation(&self, what: String) {
+        let line = format!("VIOLATION at {:?}: {what}", self.cluster.now());
+        self.cluster.trace.record(&line);
+        let mut violations = self.violations.borrow_mut();
+        if violations.len() < 20 {
+            violations.push(line);
+        }
+    }
+
+    /// The JobManagers that lead now (running, not paused, their switch serving).
+    fn leaders(&self) -> Vec<(usize, Gateways)> {
+        self.hosts
+            .borrow()
+            .iter()
+            .enumerate()
+            .filter_map(|(i, h)| {
+                let host = h.host.as_ref()?;
+                if !host.is_up() || host.is_paused() {
+                    return None;
+                }
+                Some((i, h.switch.leading()?))
+            })
+            .collect()
+    }
+
+    fn target(&self, target: HaTarget) -> usize {
+        match target {
+            HaTarget::Leader => self.leaders().first().map_or(0, |(i, _)| *i),
+            HaTarget::Any(index) => (index % self.hosts.borrow().len() as u64) as usize,
+        }
+    }
+
+    /// Boots (again) the JobManager node `index`: its endpoint, and the leader loop.
+    fn boot_job_manager(self: &Rc<Self>, index: usize) {
+        let (node, incarnation, switch) = {
+            let mut hosts = self.hosts.borrow_mut();
+            let host = &mut hosts[index];
+            host.incarnation += 1;
+            // The process's REST switch is new with it.
+            host.switch = LeaderSwitch::new();
+            (host.node.clone(), host.incarnation, host.switch.clone())
+        };
+        let cluster = &self.cluster;
+        cluster.network.node_up(&node);
+        let seed = cluster.node_seed(&node, incarnation);
+        let (host, executor) = NodeHost::start();
+        let network = Arc::new(cluster.network.node(&node));
+        let config = cluster.endpoint_config("jobmanager", seed);
+        let shared = Rc::clone(self);
+        let address = node.clone();
+        host.spawn(async move {
+            let Ok((endpoint, resolver)) = NodeEndpoint::bind_on(config, network, executor).await
+            else {
+                return;
+            };
+            let env = shared.cluster.env("jobmanager", seed, resolver);
+            let pointers = shared.coordination.job_graph_pointers(index);
+            let Ok(store) = JobGraphStore::with_pointers(pointers, &shared.storage) else {
+                return;
+            };
+            let drivers = shared.drivers.clone();
+            let make_driver = move || -> Box<dyn WorkerDriver> {
+                let (driver, commands) = SimDriver::adopting();
+                let _ = drivers.send(commands);
+                Box::new(driver)
+            };
+            let terms = LeaderTerms {
+                config: &shared.cluster.config,
+                env,
+                rest_url: format!("http://{address}"),
+                address,
+                make_driver: &make_driver,
+            };
+            let election = shared.coordination.election(index);
+            run_leader_loop(election, terms, &store, &switch, std::future::pending()).await;
+            drop(endpoint);
+        });
+        {
+            let mut hosts = self.hosts.borrow_mut();
+            hosts[index].host = Some(host);
+            hosts[index].running_since = Instant::now();
+        }
+        cluster
+            .trace
+            .record(format!("boot {node} incarnation {incarnation}"));
+    }
+
+    /// Resumes the paused JobManager node `index`.
+    fn resume(&self, index: usize, host: &NodeHost) {
+        if !host.is_paused() || !host.is_up() {
+            return;
+        }
+        host.resume();
+        let node = {
+            let mut hosts = self.hosts.borrow_mut();
+            hosts[index].running_since = Instant::now();
+            hosts[index].node.clone()
+        };
+        self.cluster.trace.record(format!("resume {node}"));
+    }
+
+    /// Serves one leadership's driver: checks what it is asked, then lets the cluster do it.
+    async fn serve_driver(self: Rc<Self>, mut commands: mpsc::UnboundedReceiver<DriverCommand>) {
+        while let Some(command) = commands.recv().await {
+            if let DriverCommand::Start(request) = &command {
+                // Not a violation (see the module docs): counted and traced.
+                if let Some(session) = request.leader_session_id
+                    && let Some(superseded) = self.coordination.superseded_at(session)
+                    && superseded <= Instant::now()
+                {
+                    *self.deposed_worker_starts.borrow_mut() += 1;
+                    self.cluster.trace.record(format!(
+                        "deposed leader: the resource manager of leader session {session} asked for worker {} {:?} after a later leadership was granted",
+                        request.resource_id,
+                        Instant::now() - superseded
+                    ));
+                }
+                if self.cluster.worker_phase(&request.resource_id).is_some() {
+                    self.violation(format!(
+                        "worker id {} asked for twice (a leadership reused another's ids)",
+                        request.resource_id
+                    ));
+                    continue;
+                }
+            }
+            self.cluster.driver_command(command);
+        }
+    }
+}
+
+/// When the run began (the first JobManager's first boot).
+fn start_of(shared: &Shared) -> Instant {
+    shared
+        .hosts
+        .borrow()
+        .iter()
+        .map(|h| h.running_since)
+        .min()
+        .unwrap_or_else(Instant::now)
+}
+
+/// Where a run keeps its files (one directory per process, seed and broken rule).
+fn scratch_dir(options: &HaOptions) -> PathBuf {
+    let shm = std::path::Path::new("/dev/shm");
+    let base = if shm.is_dir() {
+        shm.to_path_buf()
+    } else {
+        std::env::temp_dir()
+    };
+    base.join(format!(
+        "flint-sim-{}-ha-{:?}-{}-{}",
+        std::process::id(),
+        options.broken,
+        options.scenario.is_some(),
+        options.seed
+    ))
+}
+
+struct HaRun {
+    shared: Rc<Shared>,
+    rng: NodeRng,
+    /// Attempts seen running so far.
+    seen_attempts: BTreeSet<ExecutionAttemptId>,
+    /// When each TaskManager was last asked for its status.
+    last_poll: BTreeMap<ResourceId, Instant>,
+    /// How long after a later leadership was granted a TaskManager may still start a deposed
+    /// leader's attempt: [`STEP_DOWN`] and the network's slow tail (a deployment in flight).
+    accept_grace: Duration,
+}
+
+async fn simulate(options: HaOptions) -> HaReport {
+    let start = Instant::now();
+    let trace = Trace::new(options.keep_trace);
+    let mut rng = NodeRng::seed_from_u64(options.seed ^ 0x4841_5f53_494d);
+    let mut scenario_rng = rng.fork();
+    let scenario = match &options.scenario {
+        Some(scenario) => scenario.clone(),
+        None => HaScenario::generate(&mut scenario_rng, options.session_timeout),
+    };
+    trace.record(format!(
+        "ha scenario: {} JobManagers, session timeout {:?}, pool {}, {} slots, {:?}, broken: {:?}",
+        options.job_managers,
+        options.session_timeout,
+        scenario.pool,
+        scenario.slots,
+        scenario.net,
+        options.broken
+    ));
+    let network = SimNetwork::new(rng.fork(), scenario.net, trace.clone());
+    tokio::task::spawn_local(network.clone().run());
+    let mut coordination = SimCoordination::new(options.session_timeout);
+    match options.broken {
+        Broken::LateDoubt => {
+            coordination = coordination.with_client_doubt_after(options.session_timeout * 10)
+        }
+        Broken::LateRetrieval => {
+            coordination = coordination.with_retrieval_delay(Duration::from_secs(10))
+        }
+        Broken::Nothing | Broken::NoPersist => {}
+    }
+    tokio::task::spawn_local(coordination.clone().run());
+    let events = EventSink::new(4096);
+    let mut event_stream = events.subscribe().expect("an enabled sink");
+    let scratch = scratch_dir(&options);
+    let config_scenario = Scenario {
+        initial_pool: scenario.pool,
+        max_pool: scenario.pool,
+        slots: scenario.slots,
+        net: scenario.net,
+        fault_phase: scenario.fault_phase,
+        steps: Vec::new(),
+    };
+    let cluster = SimCluster::new(
+        options.seed,
+        sim_config(&config_scenario, options.seed),
+        network.clone(),
+        trace.clone(),
+        events,
+        scratch.clone(),
+    )
+    .with_leader_retrieval(coordination.clone());
+    let (drivers, mut driver_commands) = mpsc::unbounded_channel();
+    let shared = Rc::new(Shared {
+        cluster: cluster.clone(),
+        coordination: coordination.clone(),
+        hosts: RefCell::new(
+            (0..options.job_managers)
+                .map(|i| JobManagerHost {
+                    node: format!("jobmanager-{i}:6123"),
+                    host: None,
+                    switch: LeaderSwitch::new(),
+                    incarnation: 0,
+                    running_since: start,
+                })
+                .collect(),
+        ),
+        jobs: RefCell::new(Vec::new()),
+        violations: RefCell::new(Vec::new()),
+        deposed_worker_starts: RefCell::new(0),
+        deposed_deployments: RefCell::new(0),
+        storage: scratch.join("ha-storage"),
+        broken: options.broken,
+        drivers,
+    });
+    // Each leadership's driver is served on the simulation's root, not on the JobManager's
+    // node: the workers it boots must not die with that node.
+    let serving = Rc::clone(&shared);
+    tokio::task::spawn_local(async move {
+        while let Some(commands) = driver_commands.recv().await {
+            tokio::task::spawn_local(Rc::clone(&serving).serve_driver(commands));
+        }
+    });
+    for index in 0..options.job_managers {
+        shared.boot_job_manager(index);
+    }
+    let mut run = HaRun {
+        shared: Rc::clone(&shared),
+        rng: rng.fork(),
+        seen_attempts: BTreeSet::new(),
+        last_poll: BTreeMap::new(),
+        accept_grace: STEP_DOWN + scenario.net.tail_latency + scenario.net.base_latency,
+    };
+
+    // The fault phase.
+    let check_every = Duration::from_millis(50);
+    let fault_end = start + scenario.fault_phase;
+    let mut next_check = start + check_every;
+    let mut steps = scenario.steps.iter().peekable();
+    loop {
+        let next_step = steps.peek().map_or(fault_end, |(at, _)| start + *at);
+        let wake = next_step.min(next_check).min(fault_end);
+        tokio::select! {
+            biased;
+            event = event_stream.recv() => {
+                match event {
+                    Ok(event) => trace.record(format!("event {event}")),
+                    Err(error) => trace.record(format!("event stream: {error}")),
+                }
+                run.check_safety().await;
+                continue;
+            }
+            () = tokio::time::sleep_until(wake) => {}
+        }
+        let now = Instant::now();
+        if now >= fault_end {
+            break;
+        }
+        while let Some((_, action)) = steps.next_if(|(at, _)| start + *at <= now) {
+            run.apply(action).await;
+            run.check_safety().await;
+        }
+        if now >= next_check {
+            run.check_safety().await;
+            next_check = now + check_every;
+        }
+    }
+
+    // The quiet phase: every JobManager reaches the service, links heal, nodes resume.
+    for index in 0..options.job_managers {
+        coordination.partition(index, false);
+    }
+    cluster.quiet();
+    let paused: Vec<(usize, NodeHost)> = shared
+        .hosts
+        .borrow()
+        .iter()
+        .enumerate()
+        .filter_map(|(i, h)| Some((i, h.host.clone()?)))
+        .filter(|(_, host)| host.is_paused())
+        .collect();
+    for (index, host) in paused {
+        shared.resume(index, &host);
+    }
+    let deadline = Instant::now() + options.quiet_deadline;
+    let mut last_failure;
+    loop {
+        tokio::select! {
+            biased;
+            event = event_stream.recv() => {
+                if let Ok(event) = event {
+                    trace.record(format!("event {event}"));
+                }
+                continue;
+            }
+            () = tokio::time::sleep(Duration::from_millis(500)) => {}
+        }
+        run.check_safety().await;
+        match run.check_liveness().await {
+            Ok(()) => break,
+            Err(failure) => last_failure = failure,
+        }
+        if Instant::now() >= deadline {
+            shared.violation(format!(
+                "(c) liveness: not converged {:?} after the faults stopped: {last_failure}",
+                options.quiet_deadline
+            ));
+            break;
+        }
+    }
+    let (jobs, failures) = run.final_statuses().await;
+    let leaderships = coordination.leaderships();
+    for record in &leaderships {
+        trace.record(format!(
+            "leadership of jobmanager-{} (session {}): granted at {:?}, ended at {:?}, leader session {:?}",
+            record.contender,
+            record.session,
+            record.granted_at - start,
+            record.ended_at.map(|at| at - start),
+            record.leader_session_id
+        ));
+    }
+    trace.record("end");
+    let nodes = cluster.nodes_booted() - 1
+        + shared
+            .hosts
+            .borrow()
+            .iter()
+            .map(|h| h.incarnation)
+            .sum::<u32>();
+    let report = HaReport {
+        sim: SimReport {
+            seed: options.seed,
+            digest: trace.digest(),
+            violations: shared.violations.borrow().clone(),
+            trace: trace.lines(),
+            trace_len: trace.len(),
+            simulated: start.elapsed(),
+            nodes,
+            jobs,
+            failures,
+            network: network.stats(),
+        },
+        leaderships: leaderships.len(),
+        deposed_worker_starts: *shared.deposed_worker_starts.borrow(),
+        deposed_deployments: *shared.deposed_deployments.borrow(),
+    };
+    let hosts: Vec<NodeHost> = shared
+        .hosts
+        .borrow_mut()
+        .iter_mut()
+        .filter_map(|h| h.host.take())
+        .collect();
+    for host in hosts {
+        host.crash();
+    }
+    cluster.tear_down();
+    let _ = std::fs::remove_dir_all(&scratch);
+    report
+}
+
+impl HaRun {
+    async fn apply(&mut self, action: &HaAction) {
+        let shared = Rc::clone(&self.shared);
+        let cluster = shared.cluster.clone();
+        match action {
+            HaAction::Submit { kind, parallelism } => self.submit(*kind, *parallelism),
+            HaAction::Cancel(index) => {
+                let ids: Vec<JobId> = shared.jobs.borrow().iter().filter_map(|j| j.id).collect();
+                let Some((_, leader)) = shared.leaders().into_iter().next() else {
+                    return;
+                };
+                if ids.is_empty() {
+                    return;
+                }
+                let id = ids[(index % ids.len() as u64) as usize];
+                cluster.trace.record(format!("action cancel {id}"));
+                let trace = cluster.trace.clone();
+                tokio::task::spawn_local(async move {
+                    let answer = leader.job_manager.cancel_job.send(CancelJob { job_id: id });
+                    trace.record(format!("answer cancel {id}: {:?}", answer.await));
+                });
+            }
+            HaAction::CutFromCoordination { target, duration } => {
+                let index = shared.target(*target);
+                shared.coordination.partition(index, true);
+                cluster.trace.record(format!(
+                    "fault cut jobmanager-{index} from the coordination service for {duration:?}"
+                ));
+                let duration = *duration;
+                tokio::task::spawn_local(async move {
+                    tokio::time::sleep(duration).await;
+                    shared.coordination.partition(index, false);
+                    shared.cluster.trace.record(format!(
+                        "heal jobmanager-{index} and the coordination service"
+                    ));
+                });
+            }
+            HaAction::Pause { target, duration } => {
+                let index = shared.target(*target);
+                let Some(host) = shared.hosts.borrow()[index].host.clone() else {
+                    return;
+                };
+                if host.is_paused() {
+                    return;
+                }
+                host.pause();
+                cluster
+                    .trace
+                    .record(format!("fault pause jobmanager-{index} for {duration:?}"));
+                let duration = *duration;
+                tokio::task::spawn_local(async move {
+                    tokio::time::sleep(duration).await;
+                    shared.resume(index, &host);
+                });
+            }
+            HaAction::Kill {
+                target,
+                restart_after,
+            } => {
+                let index = shared.target(*target);
+                let (host, node) = {
+                    let mut hosts = shared.hosts.borrow_mut();
+                    (hosts[index].host.take(), hosts[index].node.clone())
+                };
+                let Some(host) = host else {
+                    return;
+                };
+                cluster.network.node_down(&node, CrashKind::Process);
+                host.crash();
+                cluster.trace.record(format!(
+                    "fault kill {node}, booting again in {restart_after:?}"
+                ));
+                let restart_after = *restart_after;
+                tokio::task::spawn_local(async move {
+                    tokio::time::sleep(restart_after).await;
+                    shared.boot_job_manager(index);
+                });
+            }
+            HaAction::Cluster(action) => match action {
+                Action::Crash { target, kind } => cluster.crash(*target, *kind),
+                Action::Restart(index) => cluster.restart(*index).await,
+                Action::Pause {
+                    target: Target::TaskManager(index),
+                    duration,
+                } => cluster.pause(Some(*index), *duration),
+                Action::Partition {
+                    target,
+                    both,
+                    towards_job_manager,
+                    duration,
+                } => {
+                    let leader = shared.target(HaTarget::Leader);
+                    let jm = shared.hosts.borrow()[leader].node.clone();
+                    cluster.partition_from(&jm, *target, *both, *towards_job_manager, *duration);
+                }
+                Action::ResetConnection(index) => {
+                    if let Some((a, b)) = cluster.network.reset_connection(*index) {
+                        cluster.trace.record(format!("fault reset {a} <-> {b}"));
+                    }
+                }
+                other => cluster
+                    .trace
+                    .record(format!("action {other:?} is not part of the HA family")),
+            },
+        }
+    }
+
+    /// Builds the job and hands it to a client task: wait for a leader, submit, store the
+    /// graph (as `POST /jobs` does: a job the store does not hold is cancelled, not answered).
+    fn submit(&mut self, kind: JobKind, parallelism: u32) {
+        let shared = Rc::clone(&self.shared);
+        let index = shared.jobs.borrow().len();
+        let dir = shared.cluster.scratch.join(format!("job-{index}"));
+        let spec = match jobs::build(kind, parallelism, &mut self.rng, &dir) {
+            Ok(spec) => spec,
+            Err(error) => {
+                shared.violation(format!("cannot build a {kind:?} job: {error}"));
+                return;
+            }
+        };
+        shared.cluster.trace.record(format!(
+            "action submit {kind:?} x{parallelism} as job {index}"
+        ));
+        let graph = spec.graph.clone();
+        shared.jobs.borrow_mut().push(HaJob {
+            spec,
+            id: None,
+            answered: false,
+            stored: false,
+            seen_terminal: false,
+            last_status: None,
+        });
+        tokio::task::spawn_local(async move {
+            let give_up = Instant::now() + Duration::from_secs(60);
+            let (contender, leader) = loop {
+                if let Some(leader) = shared.leaders().into_iter().next() {
+                    break leader;
+                }
+                if Instant::now() >= give_up {
+                    shared
+                        .cluster
+                        .trace
+                        .record(format!("submit job {index}: no leader for 60 s"));
+                    shared.jobs.borrow_mut()[index].answered = true;
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            };
+            let answer = leader
+                .job_manager
+                .submit_job
+                .send(SubmitJob {
+                    job_graph: graph.clone(),
+                })
+                .await;
+            let trace = shared.cluster.trace.clone();
+            trace.record(format!(
+                "answer submit job {index} by jobmanager-{contender}: {answer:?}"
+            ));
+            let Ok(Ok(id)) = answer else {
+                shared.jobs.borrow_mut()[index].answered = true;
+                return;
+            };
+            if shared.jobs.borrow().iter().any(|j| j.id == Some(id)) {
+                shared.violation(format!(
+                    "job id {id} given to two submissions (a leadership reused another's ids)"
+                ));
+            }
+            let stored = if shared.broken == Broken::NoPersist {
+                true
+            } else {
+                let pointers = shared.coordination.job_graph_pointers(contender);
+                match JobGraphStore::with_pointers(pointers, &shared.storage) {
+                    Ok(store) => match store.put(id, &graph).await {
+                        Ok(()) => true,
+                        Err(error) => {
+                            trace.record(format!("job {index} not stored: {error}"));
+                            let _ = leader
+                                .job_manager
+                                .cancel_job
+                                .send(CancelJob { job_id: id })
+                                .await;
+                            false
+                        }
+                    },
+                    Err(error) => {
+                        shared.violation(format!("cannot open the job graph store: {error}"));
+                        false
+                    }
+                }
+            };
+            let mut jobs = shared.jobs.borrow_mut();
+            jobs[index].id = Some(id);
+            jobs[index].answered = true;
+            jobs[index].stored = stored;
+        });
+    }
+
+    /// The safety invariants: (a) and (b), pools within bounds, jobs seen terminal.
+    async fn check_safety(&mut self) {
+        let shared = Rc::clone(&self.shared);
+        shared.cluster.reap_stopped_task_managers();
+        let now = Instant::now();
+        let max = shared.cluster.config.resourcemanager.max_pool_size;
+        let ids: Vec<JobId> = shared.jobs.borrow().iter().filter_map(|j| j.id).collect();
+        for (index, leader) in shared.leaders() {
+            let status = leader.job_manager.get_status.send(GetJobManagerStatus);
+            let pool = leader
+                .resource_manager
+                .get_status
+                .send(GetResourceManagerStatus);
+            let details: Vec<_> = ids
+                .iter()
+                .map(|id| {
+                    leader
+                        .job_manager
+                        .request_job_status
+                        .send(RequestJobStatus { job_id: *id })
+                })
+                .collect();
+            if let Ok(status) = status.await {
+                let session = status.leader_session_id;
+                let ended = shared
+                    .coordination
+                    .leaderships()
+                    .into_iter()
+                    .find(|r| r.leader_session_id == Some(session))
+                    .and_then(|r| r.ended_at);
+                let running_since = shared.hosts.borrow()[index].running_since;
+                if let Some(ended) = ended
+                    && now.saturating_duration_since(ended.max(running_since)) > STEP_DOWN
+                {
+                    shared.violation(format!(
+                        "(a) at most one leader: jobmanager-{index} still leads session {session} {:?} after its leadership ended at the coordination service",
+                        now - ended
+                    ));
+                }
+            }
+            if let Ok(pool) = pool.await
+                && let Err(what) = invariants::pool_within_bounds(&pool, max)
+            {
+                shared.violation(format!("jobmanager-{index}: {what}"));
+            }
+            for (id, answer) in ids.iter().zip(details) {
+                if let Ok(Ok(details)) = answer.await
+                    && let Some(job) = shared
+                        .jobs
+                        .borrow_mut()
+                        .iter_mut()
+                        .find(|j| j.id == Some(*id))
+                {
+                    let status = details.summary.status;
+                    job.last_status = Some(status);
+                    job.seen_terminal |= status.is_globally_terminal();
+                }
+            }
+        }
+        // Job → session → since when the TaskManagers running its attempts under it run.
+        let mut sessions_of_job: BTreeMap<JobId, BTreeMap<LeaderSessionId, Instant>> =
+            BTreeMap::new();
+        for (id, task_manager, running_since) in shared.cluster.running_task_managers() {
+            let Ok(status) = task_manager.send(GetTaskManagerStatus).await else {
+                continue;
+            };
+            let booted = now - shared.cluster.now().saturating_sub(running_since);
+            let booted = booted.max(start_of(&shared));
+            let previous = self
+                .last_poll
+                .insert(id.clone(), now)
+                .map_or(booted, |at| at.max(booted));
+            let Some(session) = status.leader_session_id else {
+                continue;
+            };
+            for task in &status.running {
+                let since = sessions_of_job
+                    .entry(task.job_id)
+                    .or_default()
+                    .entry(session)
+                    .or_insert(booted);
+                *since = (*since).min(booted);
+                if self.seen_attempts.insert(task.attempt)
+                    && let Some(superseded) = shared.coordination.superseded_at(session)
+                    && superseded < previous
+                {
+                    let late = previous - superseded;
+                    let what = format!(
+                        "{id} started attempt {} of job {} for leader session {session} {late:?} after a later leadership was granted",
+                        task.attempt, task.job_id,
+                    );
+                    if late > self.accept_grace {
+                        shared.violation(format!("(a) at most one leader: {what}"));
+                    } else {
+                        // Sent before, or in the instant its node resumed: see the module docs.
+                        *shared.deposed_deployments.borrow_mut() += 1;
+                        shared
+                            .cluster
+                            .trace
+                            .record(format!("deposed leader: {what}"));
+                    }
+                }
+            }
+        }
+        let leaderships = shared.coordination.leaderships();
+        let order = |session: &LeaderSessionId| {
+            leaderships
+                .iter()
+                .position(|r| r.leader_session_id == Some(*session))
+        };
+        for (job, sessions) in sessions_of_job {
+            if sessions.len() < 2 {
+                continue;
+            }
+            let Some(newest) = sessions.keys().max_by_key(|s| order(s)) else {
+                continue;
+            };
+            let Some(published) = order(newest).and_then(|i| leaderships[i].published_at) else {
+                continue;
+            };
+            let overdue = sessions.iter().any(|(session, since)| {
+                session != newest
+                    && now.saturating_duration_since(published.max(*since)) > RETRIEVAL_GRACE
+            });
+            if overdue {
+                shared.violation(format!(
+                    "(b) job {job} has attempts of {} leader sessions running at once, {:?} after the newest ({newest}) was published: {:?}",
+                    sessions.len(),
+                    now - published,
+                    sessions.keys().collect::<Vec<_>>()
+                ));
+            }
+        }
+    }
+
+    /// (c): one leader, the published one; every stored job that was not seen terminal is
+    /// known to it and ended; its pool back and registered.
+    async fn check_liveness(&mut self) -> Result<(), String> {
+        let shared = Rc::clone(&self.shared);
+        let leaders = shared.leaders();
+        let [(index, leader)] = leaders.as_slice() else {
+            return Err(format!("{} JobManagers lead", leaders.len()));
+        };
+        let published = shared
+            .coordination
+            .published_leader()
+            .ok_or("no leader published")?;
+        let status = leader
+            .job_manager
+            .get_status
+            .send(GetJobManagerStatus)
+            .await
+            .map_err(|e| format!("the leader does not answer: {e}"))?;
+        if status.leader_session_id != published.leader_session_id {
+            return Err(format!(
+                "jobmanager-{index} leads session {}, the service publishes {}",
+                status.leader_session_id, published.leader_session_id
+            ));
+        }
+        let pool = leader
+            .resource_manager
+            .get_status
+            .send(GetResourceManagerStatus)
+            .await
+            .map_err(|e| format!("the leader's resource manager does not answer: {e}"))?;
+        let pending = shared.jobs.borrow().iter().filter(|j| !j.answered).count();
+        if pending > 0 {
+            return Err(format!("{pending} submissions unanswered"));
+        }
+        let expected: Vec<(JobId, bool)> = shared
+            .jobs
+            .borrow()
+            .iter()
+            .filter(|j| j.stored)
+            .filter_map(|j| Some((j.id?, j.seen_terminal)))
+            .collect();
+        let mut jobs = Vec::new();
+        for (id, seen_terminal) in expected {
+            match leader
+                .job_manager
+                .request_job_status
+                .send(RequestJobStatus { job_id: id })
+                .await
+            {
+                Ok(Ok(details)) => {
+                    if !details.summary.status.is_globally_terminal() {
+                        return Err(format!(
+                            "job {id} is still {:?} at jobmanager-{index}",
+                            details.summary.status
+                        ));
+                    }
+                    jobs.push(details);
+                }
+                _ if seen_terminal => {}
+                _ => {
+                    return Err(format!(
+                        "job {id} was stored and never ended, and jobmanager-{index} does not know it (not recovered)"
+                    ));
+                }
+            }
+        }
+        invariants::pool_converged(&JobManagerSnapshot {
+            pool,
+            cluster: status,
+            jobs,
+        })
+    }
+
+    /// Each job's final status at the leader (or `None`) and each FAILED job's reason; every
+    /// FINISHED WordCount wrote exactly the sequential count.
+    async fn final_statuses(
+        &mut self,
+    ) -> (Vec<(JobKind, Option<JobStatus>)>, Vec<(JobKind, String)>) {
+        let shared = Rc::clone(&self.shared);
+        let leader = shared.leaders().into_iter().next();
+        let jobs: Vec<(Option<JobId>, JobSpec, Option<JobStatus>)> = shared
+            .jobs
+            .borrow()
+            .iter()
+            .map(|j| (j.id, j.spec.clone(), j.last_status))
+            .collect();
+        let mut out = Vec::new();
+        let mut failures = Vec::new();
+        for (id, JobSpec { kind, files, .. }, last_status) in jobs {
+            let details = match (id, &leader) {
+                (Some(id), Some((_, leader))) => match leader
+                    .job_manager
+                    .request_job_status
+                    .send(RequestJobStatus { job_id: id })
+                    .await
+                {
+                    Ok(Ok(details)) => Some(details),
+                    _ => None,
+                },
+                _ => None,
+            };
+            // A job that ended at an earlier leader left the store: the last status seen.
+            let status = details.as_ref().map(|d| d.summary.status).or(last_status);
+            shared
+                .cluster
+                .trace
+                .record(format!("job {kind:?} {id:?}: {status:?}"));
+            if status == Some(JobStatus::Finished)
+                && let Some((input, output)) = files
+                && let Err(what) = jobs::check_word_count(&input, &output)
+            {
+                shared.violation(format!("WordCount job {id:?}: {what}"));
+            }
+            if status == Some(JobStatus::Failed) {
+                failures.push((kind, details.and_then(|d| d.failure).unwrap_or_default()));
+            }
+            out.push((kind, status));
+        }
+        (out, failures)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,143 @@
+//! Each HA invariant catches a rule broken on purpose, on a hand-made scenario that the code
+//! as it is passes.
+
+use super::*;
+
+/// A scenario on a quiet network: `pool` TaskManagers of two slots, then `steps`.
+fn scenario(pool: u32, steps: Vec<(Duration, HaAction)>) -> HaScenario {
+    HaScenario {
+        pool,
+        slots: 2,
+        net: NetParams::default(),
+        fault_phase: Duration::from_secs(12),
+        steps,
+    }
+}
+
+fn run(seed: u64, scenario: HaScenario, broken: Broken) -> HaReport {
+    let mut options = HaOptions::new(seed);
+    options.scenario = Some(scenario);
+    options.broken = broken;
+    run_ha_seed(&options)
+}
+
+/// Producers silent for a minute or two: the job surely runs through the fault.
+fn silent_job() -> HaAction {
+    HaAction::Submit {
+        kind: JobKind::Silent,
+        parallelism: 1,
+    }
+}
+
+/// Asserts the code as it is passes `scenario` (with a failover and the job FINISHED), and
+/// the broken version fails it with a violation containing `caught`.
+fn assert_caught(seed: u64, scenario: HaScenario, broken: Broken, caught: &str) {
+    let sound = run(seed, scenario.clone(), Broken::Nothing);
+    assert!(sound.passed(), "{:#?}", sound.sim.violations);
+    assert!(sound.leaderships > 1, "no failover: {sound:#?}");
+    assert_eq!(
+        sound.sim.jobs,
+        vec![(JobKind::Silent, Some(JobStatus::Finished))],
+        "{sound:#?}"
+    );
+    let report = run(seed, scenario, broken);
+    assert!(
+        report.sim.violations.iter().any(|v| v.contains(caught)),
+        "{broken:?} was not caught by `{caught}`: {:#?}",
+        report.sim.violations
+    );
+}
+
+/// (a): election clients that doubt their session only after ten session timeouts keep a
+/// JobManager cut from the service leading after its session expired.
+#[test]
+fn a_leader_that_doubts_its_session_too_late_is_caught_leading_past_its_leadership() {
+    let steps = vec![
+        (Duration::from_millis(300), silent_job()),
+        (
+            Duration::from_secs(2),
+            HaAction::CutFromCoordination {
+                target: HaTarget::Leader,
+                duration: Duration::from_secs(6),
+            },
+        ),
+    ];
+    assert_caught(
+        1,
+        scenario(2, steps),
+        Broken::LateDoubt,
+        "(a) at most one leader",
+    );
+}
+
+/// (b): TaskManagers that hear of the new leader 10 s late keep running the deposed leader's
+/// attempts while the new leader runs the recovered job on the workers it started.
+#[test]
+fn task_managers_that_hear_of_a_new_leader_late_are_caught_running_two_leaders_attempts() {
+    let steps = vec![
+        (Duration::from_millis(300), silent_job()),
+        (
+            Duration::from_secs(2),
+            HaAction::Pause {
+                target: HaTarget::Leader,
+                duration: Duration::from_secs(5),
+            },
+        ),
+    ];
+    assert_caught(2, scenario(2, steps), Broken::LateRetrieval, "(b) job");
+}
+
+/// (c): a client that does not store the job graph before it counts the job as submitted: the
+/// leader dies, the new one has nothing to recover.
+#[test]
+fn a_job_not_in_the_store_is_caught_missing_after_the_leader_dies() {
+    let steps = vec![
+        (Duration::from_millis(300), silent_job()),
+        (
+            Duration::from_secs(2),
+            HaAction::Kill {
+                target: HaTarget::Leader,
+                restart_after: Duration::from_secs(3),
+            },
+        ),
+    ];
+    assert_caught(3, scenario(2, steps), Broken::NoPersist, "not recovered");
+}
+
+/// Regression (found by the first HA runs): every leadership of a process derived its actors'
+/// ids from the same seed, so a JobManager leading a second time gave out its first
+/// leadership's job ids again, and its resource manager asked for workers under ids already
+/// taken. Each leadership now gets a seed of its own. jobmanager-0 leads, is cut off, leads
+/// again after jobmanager-1 dies; a job is submitted in each of its leaderships.
+#[test]
+fn a_job_manager_leading_twice_does_not_reuse_its_first_leaderships_ids() {
+    let steps = vec![
+        (Duration::from_millis(300), silent_job()),
+        (
+            Duration::from_secs(1),
+            HaAction::CutFromCoordination {
+                target: HaTarget::Any(0),
+                duration: Duration::from_secs(3),
+            },
+        ),
+        (
+            Duration::from_secs(5),
+            HaAction::Kill {
+                target: HaTarget::Any(1),
+                restart_after: Duration::from_secs(30),
+            },
+        ),
+        (Duration::from_secs(9), silent_job()),
+    ];
+    let report = run(4, scenario(2, steps), Broken::Nothing);
+    assert!(report.passed(), "{:#?}", report.sim.violations);
+    assert!(report.leaderships >= 3, "{report:#?}");
+    assert_eq!(
+        report.sim.jobs,
+        vec![
+            (JobKind::Silent, Some(JobStatus::Finished)),
+            (JobKind::Silent, Some(JobStatus::Finished))
+        ],
+        "{report:#?}"
+    );
+}
