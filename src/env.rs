@@ -21,6 +21,7 @@ use rand_core::{RngCore, SeedableRng};
 use crate::directory::Resolver;
 use crate::events::EventSink;
 use crate::task_blocking::ThreadBlocker;
+use crate::task_threads::TaskThreadPool;
 
 /// Wall-clock time in milliseconds since the Unix epoch, for timestamps shown to people.
 /// Timers and timeouts never use it: they go through `tokio::time`, which tests can pause.
@@ -196,18 +197,18 @@ pub trait TaskBlocker {
     fn sleep(&self, duration: Duration) -> bool;
 }
 
-/// One OS thread per running task (production). The TaskManager bounds how many run: one per
-/// task of each allocated slot.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct ThreadTaskRunner;
+/// Production task threads: each task on a thread of its own while it runs, taken from a
+/// [`TaskThreadPool`] that reuses the threads of ended tasks (a task never waits for one: with
+/// none parked a new thread starts). The TaskManager bounds how many run: one per task of each
+/// allocated slot. Clones share the pool (the TaskManagers of one process do).
+#[derive(Debug, Default, Clone)]
+pub struct ThreadTaskRunner {
+    pool: TaskThreadPool,
+}
 
 impl TaskRunner for ThreadTaskRunner {
-    #[allow(clippy::disallowed_methods)] // production-only: the task runner is where task threads start
     fn run(&self, name: String, task: TaskBody) {
-        let spawned = std::thread::Builder::new()
-            .name(name.clone())
-            .spawn(move || task(&ThreadBlocker));
-        if let Err(error) = spawned {
+        if let Err(error) = self.pool.execute(Box::new(move || task(&ThreadBlocker))) {
             log::error!("cannot start a thread for task {name}: {error}");
         }
     }
@@ -246,7 +247,7 @@ impl NodeEnv {
             node: node.into(),
             clock,
             spawner,
-            task_runner: Arc::new(ThreadTaskRunner),
+            task_runner: Arc::new(ThreadTaskRunner::default()),
             resolver,
             events,
             seed,

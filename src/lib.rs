@@ -16,6 +16,7 @@
 //! src/directory.rs     actor address -> gateway (the seam the transport plugs into)
 //! src/env.rs           NodeEnv: clock, seeded RNG, spawner, resolver (the determinism seams)
 //! src/task_blocking.rs how task code waits (TaskBlocker): production parks the task thread
+//! src/task_threads.rs  the production task threads: a pool that never makes a task wait
 //! src/lockstep.rs      the simulation's task runner: task threads in lock-step, virtual time
 //! src/codec.rs         the one place values become bytes (bincode 2, size-limited)
 //! src/config/          ClusterConfig: Flink's keys (one registry), layered sources, validated
@@ -78,6 +79,7 @@ pub mod rest;
 pub mod run;
 pub mod sim;
 pub mod task_blocking;
+pub mod task_threads;
 pub mod transport;
 pub mod working_dir;
 

@@ -32,7 +32,11 @@ impl Cluster {
             ),
         )
         .expect("the config file");
-        let mut child = Command::new(env!("CARGO_BIN_EXE_flint"))
+        // FLINT_BENCH_BIN runs another build of `flint` against this one (a before/after
+        // comparison in one window).
+        let flint = std::env::var_os("FLINT_BENCH_BIN")
+            .unwrap_or_else(|| env!("CARGO_BIN_EXE_flint").into());
+        let mut child = Command::new(flint)
             .args(["jobmanager", "--bind", "127.0.0.1:0"])
             .args(["--rest", "127.0.0.1:0"])
             .args(["--pool-size", &task_managers.to_string()])

@@ -79,6 +79,11 @@ pub struct TaskManagerSettings {
     pub spec: TaskManagerSpec,
 }
 
+/// How long a started task's RUNNING report waits for the task to end (then only its final
+/// state is reported). Short next to anything that reads RUNNING (the REST API, heartbeats in
+/// seconds); long next to a task that does nothing.
+pub const RUNNING_REPORT_DELAY: std::time::Duration = std::time::Duration::from_millis(5);
+
 /// How many early cancellations are remembered.
 const CANCELLED_EARLY_KEPT: usize = 1024;
 
@@ -112,6 +117,10 @@ pub struct TaskManager {
     /// Attempts that ended whose final state the JobManager has not acknowledged yet: listed
     /// in heartbeats with the running ones (see `report`).
     reporting: BTreeSet<ExecutionAttemptId>,
+    /// Tasks started whose RUNNING report waits for [`RUNNING_REPORT_DELAY`]: one that ends
+    /// first is reported FINISHED (or failed, cancelled) only — DEPLOYING → FINISHED is a
+    /// transition the JobManager takes, and a no-op task then costs one report, not two.
+    unreported_running: BTreeMap<ExecutionAttemptId, JobId>,
     partitions: Arc<PartitionStore>,
     job_partitions: BTreeMap<JobId, BTreeSet<ResultPartitionId>>,
     /// Attempts cancelled before their `SubmitTask` arrived (the two may overtake each other):
@@ -181,6 +190,7 @@ impl TaskManager {
             allocations: BTreeMap::new(),
             running: BTreeMap::new(),
             reporting: BTreeSet::new(),
+            unreported_running: BTreeMap::new(),
             partitions: Arc::new(PartitionStore::new(
                 working_dir,
                 settings.spec.spill_threshold_bytes,
@@ -545,16 +555,27 @@ impl TaskManager {
                 done.do_send(TaskEnded { attempt, outcome });
             }),
         );
-        let running = UpdateTaskExecutionState {
-            job_id,
-            attempt,
-            state: ExecutionState::Running,
-            error: None,
-            unavailable_partition: None,
-            io: None,
-        };
-        self.report(running, ctx);
+        if self.unreported_running.is_empty() {
+            ctx.run_later(RUNNING_REPORT_DELAY, |act, ctx| act.report_running(ctx));
+        }
+        self.unreported_running.insert(attempt, job_id);
         Ok(())
+    }
+
+    /// Reports RUNNING for the tasks started [`RUNNING_REPORT_DELAY`] ago (or later) that still
+    /// run.
+    fn report_running(&mut self, ctx: &mut Context<Self>) {
+        for (attempt, job_id) in std::mem::take(&mut self.unreported_running) {
+            let running = UpdateTaskExecutionState {
+                job_id,
+                attempt,
+                state: ExecutionState::Running,
+                error: None,
+                unavailable_partition: None,
+                io: None,
+            };
+            self.report(running, ctx);
+        }
     }
 
     /// The watchdog of a cancelled task (Flink's `TaskCancelerWatchDog`): a task still running
@@ -635,6 +656,7 @@ impl TaskManager {
         }
         // The JobManager failed them over already.
         self.reporting.clear();
+        self.unreported_running.clear();
         self.allocations.clear();
         self.slots = SlotTable::new(self.settings.spec.slots);
         for partition in self.partitions.partition_ids() {
@@ -704,6 +726,8 @@ impl Handler<TaskEnded> for TaskManager {
         let Some(mut task) = self.running.remove(&msg.attempt) else {
             return;
         };
+        // Its final state says it ran.
+        self.unreported_running.remove(&msg.attempt);
         let io = task
             .metrics
             .sample(self.env.clock.now_millis(), &mut task.last_sample);

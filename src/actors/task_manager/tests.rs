@@ -786,3 +786,60 @@ async fn a_task_that_stops_when_cancelled_leaves_its_task_manager_running() {
     advance(10_000).await;
     assert!(f.tm.connected(), "nothing to fail");
 }
+
+/// The state reports the probe JobManager received for `attempt`, in order.
+fn reports(f: &Fixture, attempt: u128) -> Vec<ExecutionState> {
+    let attempt = crate::messages::ids::ExecutionAttemptId::from_u128(attempt);
+    f.jm.received.filter(|m| match m {
+        JobManagerMessage::UpdateTaskExecutionState(u) if u.attempt == attempt => Some(u.state),
+        _ => None,
+    })
+}
+
+#[actix::test]
+async fn a_task_that_ends_before_its_running_report_is_reported_once_with_its_final_state() {
+    // Issue 14: a no-op task cost two reports (RUNNING, FINISHED), each an ask the JobManager
+    // handles; RUNNING now waits RUNNING_REPORT_DELAY and is dropped if the task ended first.
+    let f = start(Some(SESSION), |_| {}).await;
+    let mut descriptor = sleeping_task(11, 11);
+    descriptor.operator = "noop".into();
+    descriptor.config.clear();
+    let submitted = ask(
+        &f.tm,
+        SubmitTask {
+            leader_session_id: SESSION,
+            descriptor,
+        },
+    )
+    .await;
+    assert_eq!(submitted, Ok(()));
+    // The task ends on its own thread in real time while virtual time stands still (asks do
+    // not advance a paused clock): poll for up to 30 s of real time.
+    let mut polls = 0;
+    while !ask(&f.tm, GetTaskManagerStatus).await.running.is_empty() {
+        polls += 1;
+        assert!(polls < 6_000, "the no-op task never ended");
+        #[allow(clippy::disallowed_methods)] // waiting on a real task thread
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    advance(RUNNING_REPORT_DELAY.as_millis() as u64 * 4).await;
+    assert_eq!(reports(&f, 11), vec![ExecutionState::Finished]);
+}
+
+#[actix::test]
+async fn a_task_still_running_after_the_report_delay_is_reported_running() {
+    let f = start(Some(SESSION), |_| {}).await;
+    let submitted = ask(
+        &f.tm,
+        SubmitTask {
+            leader_session_id: SESSION,
+            descriptor: sleeping_task(12, 12),
+        },
+    )
+    .await;
+    assert_eq!(submitted, Ok(()));
+    assert_eq!(reports(&f, 12), vec![], "not before the delay");
+    advance(RUNNING_REPORT_DELAY.as_millis() as u64 + 1).await;
+    settle().await;
+    assert_eq!(reports(&f, 12), vec![ExecutionState::Running]);
+}
