@@ -170,8 +170,7 @@ async fn all_to_all_at_p_200_across_four_processes_gives_the_exact_word_count() 
 /// consumer's failure after the restart.
 #[actix::test]
 async fn a_producer_killed_mid_stream_fails_its_consumers_naming_it_and_the_count_stays_exact() {
-    use flint::job::graph::{DistributionPattern, ExchangeMode, JobGraph, RestartStrategyConfig};
-    use flint::operators::builtin::{COUNT_BY_KEY, FILE_SINK, SLEEP, TEXT_SOURCE, TOKENIZE};
+    use flint::job::graph::RestartStrategyConfig;
 
     let dir = scratch("multiprocess-producer-killed");
     // No pool of its own: the TaskManagers are started here, so only the data connection (not
@@ -201,34 +200,19 @@ async fn a_producer_killed_mid_stream_fails_its_consumers_naming_it_and_the_coun
     let input = dir.join("input.txt");
     write_text(&input, 100_000);
     let output = dir.join("out");
-    // source → tokenize ─all-to-all─▶ slow → count → sink, P = 2 on 2 × 1 slot: every
-    // process runs one of each, and half of the all-to-all channels cross between them.
-    let mut graph = JobGraph::builder("producer-killed");
-    graph.restart_strategy(RestartStrategyConfig::FixedDelay {
-        attempts: 20,
-        delay: Duration::from_millis(500),
-    });
-    let source = graph
-        .vertex("source", TEXT_SOURCE, 2)
-        .config("path", input.display().to_string())
-        .index();
-    let tokenize = graph.vertex("tokenize", TOKENIZE, 2).index();
-    let slow = graph
-        .vertex("slow", SLEEP, 2)
-        .config("ms", "0")
-        .config("per-record-us", "20")
-        .index();
-    let count = graph.vertex("count", COUNT_BY_KEY, 2).index();
-    let sink = graph
-        .vertex("sink", FILE_SINK, 2)
-        .config("path", output.display().to_string())
-        .index();
-    let pipelined = ExchangeMode::Pipelined;
-    graph.edge(source, tokenize, DistributionPattern::Forward, pipelined);
-    graph.edge(tokenize, slow, DistributionPattern::AllToAll, pipelined);
-    graph.edge(slow, count, DistributionPattern::Forward, pipelined);
-    graph.edge(count, sink, DistributionPattern::Forward, pipelined);
-    let job = client.submit(graph.build(|_| true).unwrap()).await;
+    // P = 2 on 2 × 1 slot: every process runs one of each vertex, and half of the
+    // all-to-all channels cross between them.
+    let graph = SlowWordCount::new(
+        &input,
+        &output,
+        ("per-record-us", "20"),
+        RestartStrategyConfig::FixedDelay {
+            attempts: 20,
+            delay: Duration::from_millis(500),
+        },
+    );
+    let slow = graph.slow;
+    let job = client.submit(graph.graph).await;
 
     // Mid-stream: the slow consumers have read some records, not all.
     let give_up = tokio::time::Instant::now() + DEADLINE;
@@ -332,8 +316,7 @@ async fn a_producer_silent_longer_than_the_ask_timeout_does_not_fail_its_remote_
 /// spill file ever appears, and the count is exact.
 #[actix::test]
 async fn a_slow_consumer_slows_its_producers_instead_of_spilling() {
-    use flint::job::graph::{DistributionPattern, ExchangeMode, JobGraph, RestartStrategyConfig};
-    use flint::operators::builtin::{COUNT_BY_KEY, FILE_SINK, SLEEP, TEXT_SOURCE, TOKENIZE};
+    use flint::job::graph::RestartStrategyConfig;
 
     let dir = scratch("multiprocess-slow-consumer");
     let work = dir.join("work");
@@ -354,29 +337,14 @@ async fn a_slow_consumer_slows_its_producers_instead_of_spilling() {
     let input = dir.join("input.txt");
     write_text(&input, 300);
     let output = dir.join("out");
-    let mut graph = JobGraph::builder("slow-consumer");
-    graph.restart_strategy(RestartStrategyConfig::None);
-    let source = graph
-        .vertex("source", TEXT_SOURCE, 2)
-        .config("path", input.display().to_string())
-        .index();
-    let tokenize = graph.vertex("tokenize", TOKENIZE, 2).index();
-    let slow = graph
-        .vertex("slow", SLEEP, 2)
-        .config("ms", "0")
-        .config("per-record-ms", "1")
-        .index();
-    let count = graph.vertex("count", COUNT_BY_KEY, 2).index();
-    let sink = graph
-        .vertex("sink", FILE_SINK, 2)
-        .config("path", output.display().to_string())
-        .index();
-    let pipelined = ExchangeMode::Pipelined;
-    graph.edge(source, tokenize, DistributionPattern::Forward, pipelined);
-    graph.edge(tokenize, slow, DistributionPattern::AllToAll, pipelined);
-    graph.edge(slow, count, DistributionPattern::Forward, pipelined);
-    graph.edge(count, sink, DistributionPattern::Forward, pipelined);
-    let job = client.submit(graph.build(|_| true).unwrap()).await;
+    let graph = SlowWordCount::new(
+        &input,
+        &output,
+        ("per-record-ms", "1"),
+        RestartStrategyConfig::None,
+    );
+    let (source, tokenize, sink) = (graph.source, graph.tokenize, graph.sink);
+    let job = client.submit(graph.graph).await;
 
     // Watch the working directory while the job runs: a pipelined edge never spills.
     let give_up = tokio::time::Instant::now() + DEADLINE;
@@ -532,6 +500,58 @@ fn resident_bytes(pid: u32) -> Option<u64> {
     let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
     let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kib << 10)
+}
+
+/// WordCount with a slow consumer: source → tokenize ─all-to-all─▶ slow (`sleep`, waiting
+/// `per_record` = (key, value) per record) → count → sink, P = 2, all pipelined.
+struct SlowWordCount {
+    graph: flint::job::graph::JobGraph,
+    source: flint::job::graph::VertexIndex,
+    tokenize: flint::job::graph::VertexIndex,
+    slow: flint::job::graph::VertexIndex,
+    sink: flint::job::graph::VertexIndex,
+}
+
+impl SlowWordCount {
+    fn new(
+        input: &std::path::Path,
+        output: &std::path::Path,
+        per_record: (&str, &str),
+        restart: flint::job::graph::RestartStrategyConfig,
+    ) -> Self {
+        use flint::job::graph::{DistributionPattern, ExchangeMode, JobGraph};
+        use flint::operators::builtin::{COUNT_BY_KEY, FILE_SINK, SLEEP, TEXT_SOURCE, TOKENIZE};
+
+        let mut graph = JobGraph::builder("slow-wordcount");
+        graph.restart_strategy(restart);
+        let source = graph
+            .vertex("source", TEXT_SOURCE, 2)
+            .config("path", input.display().to_string())
+            .index();
+        let tokenize = graph.vertex("tokenize", TOKENIZE, 2).index();
+        let slow = graph
+            .vertex("slow", SLEEP, 2)
+            .config("ms", "0")
+            .config(per_record.0, per_record.1)
+            .index();
+        let count = graph.vertex("count", COUNT_BY_KEY, 2).index();
+        let sink = graph
+            .vertex("sink", FILE_SINK, 2)
+            .config("path", output.display().to_string())
+            .index();
+        let pipelined = ExchangeMode::Pipelined;
+        graph.edge(source, tokenize, DistributionPattern::Forward, pipelined);
+        graph.edge(tokenize, slow, DistributionPattern::AllToAll, pipelined);
+        graph.edge(slow, count, DistributionPattern::Forward, pipelined);
+        graph.edge(count, sink, DistributionPattern::Forward, pipelined);
+        Self {
+            graph: graph.build(|_| true).expect("a valid job graph"),
+            source,
+            tokenize,
+            slow,
+            sink,
+        }
+    }
 }
 
 /// Every `*.spill` file under `dir`, recursively.
