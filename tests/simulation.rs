@@ -453,6 +453,18 @@ fn seed_461_refused_deployments_after_a_pause_exhausted_the_restarts() {
     assert!(report.passed(), "{:#?}", report.violations);
 }
 
+/// Regression (the 30,000-seed sweep after the RUNNING fold changed the runs' timing): the
+/// network lost two `SubmitTask` frames of a fail-once job, the JobManager failed both
+/// deployments at the ask timeout, and the job used up its restarts — failures the run caused
+/// but the job-outcome invariant did not count. A lost deployment (or its answer) now counts
+/// as a disturbance (`NetStats::deployments_lost`, decoded with the real codec).
+#[test]
+fn seed_25269_lost_deployment_frames_count_as_disturbances() {
+    let report = run_seed(&SimOptions::new(25269));
+    assert!(report.passed(), "{:#?}", report.violations);
+    assert!(report.network.deployments_lost >= 2, "{:?}", report.network);
+}
+
 /// A sample of seeds, run twice, gives the same digests. Seeds 15841, 55436 and 110869 are kept:
 /// they replayed differently until the transport stopped using tokio's `watch` (which wakes its
 /// waiters in a random order): a TaskManager reconnecting after a partition wrote its queued

@@ -197,6 +197,8 @@ struct Run {
     operator_pool: u32,
     /// Everything so far that may have failed a task: what a FAILED job is judged against.
     disturbances: Vec<Disturbance>,
+    /// Deployments lost by the network so far that are counted in `disturbances`.
+    deployments_lost_seen: u64,
 }
 
 /// How long after a fault ends it may still fail a task: heartbeat and registration timeouts
@@ -238,6 +240,7 @@ async fn simulate(options: SimOptions) -> SimReport {
         unregistered_since: BTreeMap::new(),
         operator_pool: scenario.initial_pool,
         disturbances: Vec::new(),
+        deployments_lost_seen: 0,
     };
 
     // The fault phase: actions at their times, a safety check after each, after every cluster
@@ -521,6 +524,12 @@ impl Run {
 
     async fn check_safety(&mut self) {
         self.cluster.reap_stopped_task_managers();
+        // A deployment (or its answer) the network lost fails its task at the ask timeout.
+        let lost = self.cluster.network.stats().deployments_lost;
+        while self.deployments_lost_seen < lost {
+            self.deployments_lost_seen += 1;
+            self.disturbed(Duration::ZERO);
+        }
         let Some(snapshot) = self.snapshot().await else {
             return;
         };

@@ -105,6 +105,8 @@ struct State {
     cut: BTreeSet<(String, String)>,
     frames_sent: u64,
     frames_lost: u64,
+    /// Of those, frames carrying a `SubmitTask` or its answer (see [`carries_deployment`]).
+    deployments_lost: u64,
 }
 
 #[derive(Default)]
@@ -179,6 +181,10 @@ pub struct NetStats {
     pub frames_sent: u64,
     /// Frames lost (loss or a cut link).
     pub frames_lost: u64,
+    /// Of those, frames carrying a `SubmitTask` or its answer: the JobManager fails that
+    /// deployment when its ask times out — a failure the run caused, which the job-outcome
+    /// invariant counts as a disturbance (over TCP a frame is never lost alone; here it may be).
+    pub deployments_lost: u64,
     /// Connections made.
     pub connections: u64,
 }
@@ -200,6 +206,7 @@ impl SimNetwork {
                     cut: BTreeSet::new(),
                     frames_sent: 0,
                     frames_lost: 0,
+                    deployments_lost: 0,
                 }),
                 wake: Notify::new(),
             }),
@@ -230,6 +237,7 @@ impl SimNetwork {
         NetStats {
             frames_sent: state.frames_sent,
             frames_lost: state.frames_lost,
+            deployments_lost: state.deployments_lost,
             connections: state.next_connection - 1,
         }
     }
@@ -450,6 +458,9 @@ impl State {
         };
         if lost {
             self.frames_lost += 1;
+            if carries_deployment(&frame) {
+                self.deployments_lost += 1;
+            }
             self.trace.record(format!(
                 "net lost {src}->{dst} #{connection} {}B",
                 frame.len()
@@ -769,4 +780,21 @@ impl Drop for SimStream {
         drop(state);
         network.shared.wake.notify_one();
     }
+}
+
+/// Whether a transport frame (length prefix and envelope) carries a `SubmitTask` or its
+/// answer; handshake frames and anything else do not. Decoded with the real codec, read only.
+fn carries_deployment(frame: &[u8]) -> bool {
+    use crate::transport::envelope::{Envelope, Payload, Reply};
+    use crate::transport::frame::HEADER_LEN;
+    let Some(body) = frame.get(HEADER_LEN..) else {
+        return false;
+    };
+    Envelope::decode(body).is_ok_and(|envelope| {
+        matches!(
+            envelope.payload,
+            Payload::TaskManager(crate::messages::task_manager::TaskManagerMessage::SubmitTask(_))
+                | Payload::Reply(Reply::SubmitTask(_))
+        )
+    })
 }
