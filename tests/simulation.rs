@@ -45,8 +45,18 @@ fn sweep_with(
     seeds: impl Iterator<Item = u64> + Send,
     options: impl Fn(u64) -> SimOptions + Sync,
 ) -> Vec<SimReport> {
+    let mut reports = on_every_core(seeds, |seed| run_seed(&options(seed)));
+    reports.sort_by_key(|r| r.seed);
+    reports
+}
+
+/// `run` of every seed, on as many threads as the machine has cores, in no set order.
+fn on_every_core<R: Send>(
+    seeds: impl Iterator<Item = u64> + Send,
+    run: impl Fn(u64) -> R + Sync,
+) -> Vec<R> {
     let seeds = Mutex::new(seeds);
-    let reports = Mutex::new(Vec::new());
+    let results = Mutex::new(Vec::new());
     let threads = thread::available_parallelism().map_or(2, |n| n.get());
     thread::scope(|scope| {
         for _ in 0..threads {
@@ -55,15 +65,40 @@ fn sweep_with(
                     let Some(seed) = seeds.lock().unwrap().next() else {
                         return;
                     };
-                    let report = run_seed(&options(seed));
-                    reports.lock().unwrap().push(report);
+                    let result = run(seed);
+                    results.lock().unwrap().push(result);
                 }
             });
         }
     });
-    let mut reports = reports.into_inner().unwrap();
-    reports.sort_by_key(|r| r.seed);
-    reports
+    results.into_inner().unwrap()
+}
+
+/// Prints every failed seed of a sweep with its violations and, if the sweep has one, the
+/// command that replays it (`replay`, with `{seed}` filled in), then fails the test if any
+/// seed failed.
+fn assert_every_seed_passed(sweep: &str, replay: Option<&str>, reports: &[SimReport]) {
+    let failed: Vec<&SimReport> = reports.iter().filter(|r| !r.passed()).collect();
+    for report in &failed {
+        match replay {
+            Some(replay) => eprintln!(
+                "{sweep} seed {} failed (replay: {}):",
+                report.seed,
+                replay.replace("{seed}", &report.seed.to_string())
+            ),
+            None => eprintln!("{sweep} seed {} failed:", report.seed),
+        }
+        for violation in &report.violations {
+            eprintln!("  {violation}");
+        }
+    }
+    assert!(
+        failed.is_empty(),
+        "{} of {} {sweep} seeds failed: {:?}",
+        failed.len(),
+        reports.len(),
+        failed.iter().map(|r| r.seed).collect::<Vec<_>>()
+    );
 }
 
 /// What a sweep's jobs came to: finished, failed (by reason), cancelled, refused. Printed by
@@ -137,21 +172,10 @@ fn every_invariant_holds_over_the_seed_sweep() {
         started.elapsed().as_secs_f64(),
         outcome_report(&reports)
     );
-    let failed: Vec<&SimReport> = reports.iter().filter(|r| !r.passed()).collect();
-    for report in &failed {
-        eprintln!(
-            "seed {} failed (replay: FLINT_SIM_SEED={} cargo test --test simulation -- --nocapture replay):",
-            report.seed, report.seed
-        );
-        for violation in &report.violations {
-            eprintln!("  {violation}");
-        }
-    }
-    assert!(
-        failed.is_empty(),
-        "{} of {count} seeds failed: {:?}",
-        failed.len(),
-        failed.iter().map(|r| r.seed).collect::<Vec<_>>()
+    assert_every_seed_passed(
+        "classic",
+        Some("FLINT_SIM_SEED={seed} cargo test --test simulation -- --nocapture replay"),
+        &reports,
     );
 }
 
@@ -190,27 +214,16 @@ fn every_invariant_holds_over_the_data_plane_sweep() {
         started.elapsed().as_secs_f64(),
         outcome_report(&reports)
     );
-    let failed: Vec<&SimReport> = reports.iter().filter(|r| !r.passed()).collect();
-    for report in &failed {
-        eprintln!(
-            "data-plane seed {} failed (replay: FLINT_SIM_DATA_SEED={} cargo test --test simulation -- --nocapture data_plane):",
-            report.seed, report.seed
-        );
-        for violation in &report.violations {
-            eprintln!("  {violation}");
-        }
-    }
+    assert_every_seed_passed(
+        "data-plane",
+        Some("FLINT_SIM_DATA_SEED={seed} cargo test --test simulation -- --nocapture data_plane"),
+        &reports,
+    );
     let silent_finished = reports
         .iter()
         .flat_map(|r| &r.jobs)
         .filter(|(kind, status)| *kind == JobKind::Silent && *status == Some(JobStatus::Finished))
         .count();
-    assert!(
-        failed.is_empty(),
-        "{} of {count} data-plane seeds failed: {:?}",
-        failed.len(),
-        failed.iter().map(|r| r.seed).collect::<Vec<_>>()
-    );
     assert!(
         count < 30 || silent_finished > 0,
         "no silent-producer job finished in {count} seeds"
@@ -244,22 +257,13 @@ fn every_invariant_holds_over_the_failure_sweep() {
     }
     let count = env_u64("FLINT_SIM_FAILURE_SEEDS").unwrap_or(DEFAULT_FAILURE_SEEDS);
     let reports = sweep_with(0..count, options);
-    let failed: Vec<&SimReport> = reports.iter().filter(|r| !r.passed()).collect();
-    for report in &failed {
-        eprintln!(
-            "failure-sweep seed {} failed (replay: FLINT_SIM_FAILURE_SEED={} cargo test --test simulation -- --nocapture failure_sweep):",
-            report.seed, report.seed
-        );
-        for violation in &report.violations {
-            eprintln!("  {violation}");
-        }
-    }
     eprintln!("failure sweep, {count} seeds: {}", outcome_report(&reports));
-    assert!(
-        failed.is_empty(),
-        "{} of {count} failure-sweep seeds failed: {:?}",
-        failed.len(),
-        failed.iter().map(|r| r.seed).collect::<Vec<_>>()
+    assert_every_seed_passed(
+        "failure-sweep",
+        Some(
+            "FLINT_SIM_FAILURE_SEED={seed} cargo test --test simulation -- --nocapture failure_sweep",
+        ),
+        &reports,
     );
 }
 
@@ -280,19 +284,7 @@ fn every_invariant_holds_with_tasks_that_ignore_cancel() {
     };
     let reports = sweep_with(0..count, options);
     eprintln!("non-cooperative sweep: {}", outcome_report(&reports));
-    let failed: Vec<&SimReport> = reports.iter().filter(|r| !r.passed()).collect();
-    for report in &failed {
-        eprintln!("non-cooperative seed {} failed:", report.seed);
-        for violation in &report.violations {
-            eprintln!("  {violation}");
-        }
-    }
-    assert!(
-        failed.is_empty(),
-        "{} of {count} non-cooperative seeds failed: {:?}",
-        failed.len(),
-        failed.iter().map(|r| r.seed).collect::<Vec<_>>()
-    );
+    assert_every_seed_passed("non-cooperative", None, &reports);
 }
 
 /// Issue 12, item 4: cancelling a job whose task is stuck for 15 to 30 s where it cannot see
@@ -533,22 +525,9 @@ fn ha_sweep() {
     let count = env_u64("FLINT_SIM_HA_SEEDS").unwrap_or(DEFAULT_HA_SEEDS);
     #[allow(clippy::disallowed_methods)] // the sweep's wall time, for its report
     let started = std::time::Instant::now();
-    let seeds = Mutex::new((0..count).chain(0..count.min(10)));
-    let reports = Mutex::new(Vec::new());
-    thread::scope(|scope| {
-        for _ in 0..thread::available_parallelism().map_or(2, |n| n.get()) {
-            scope.spawn(|| {
-                loop {
-                    let Some(seed) = seeds.lock().unwrap().next() else {
-                        return;
-                    };
-                    let report = run_ha_seed(&HaOptions::for_sweep(seed));
-                    reports.lock().unwrap().push(report);
-                }
-            });
-        }
+    let mut reports = on_every_core((0..count).chain(0..count.min(10)), |seed| {
+        run_ha_seed(&HaOptions::for_sweep(seed))
     });
-    let mut reports = reports.into_inner().unwrap();
     reports.sort_by_key(|r| r.sim.seed);
     let mut digests: BTreeMap<u64, String> = BTreeMap::new();
     let mut differing = Vec::new();
@@ -571,25 +550,14 @@ fn ha_sweep() {
         started.elapsed().as_secs_f64(),
         outcome_report(&sims)
     );
-    let failed: Vec<&SimReport> = sims.iter().filter(|r| !r.passed()).collect();
-    for report in &failed {
-        eprintln!(
-            "HA seed {} failed (replay: FLINT_SIM_HA_SEED={} cargo test --test simulation -- --nocapture ha_sweep):",
-            report.seed, report.seed
-        );
-        for violation in &report.violations {
-            eprintln!("  {violation}");
-        }
-    }
     assert!(
         differing.is_empty(),
         "HA seeds gave two different traces: {differing:?}"
     );
-    assert!(
-        failed.is_empty(),
-        "{} of {count} HA seeds failed: {:?}",
-        failed.len(),
-        failed.iter().map(|r| r.seed).collect::<Vec<_>>()
+    assert_every_seed_passed(
+        "HA",
+        Some("FLINT_SIM_HA_SEED={seed} cargo test --test simulation -- --nocapture ha_sweep"),
+        &sims,
     );
     assert!(
         count < 20 || failovers > 0,
