@@ -548,26 +548,7 @@ fn install_chromium() -> bool {
         );
         false
     };
-    let root = Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|out| String::from_utf8_lossy(&out.stdout).trim() == "0");
-    if !root {
-        return skip("this test is not running as root, so it cannot install it");
-    }
-    eprintln!("chromium is missing: installing Debian's chromium (apt-get install chromium) ...");
-    let apt = |args: &[&str]| {
-        Command::new("apt-get")
-            .args(args)
-            .env("DEBIAN_FRONTEND", "noninteractive")
-            .stdout(Stdio::null())
-            .status()
-            .is_ok_and(|status| status.success())
-    };
-    if !apt(&["update"]) || !apt(&["install", "-y", "chromium"]) {
-        return skip("apt-get could not install it (no network or no package repository?)");
-    }
-    true
+    common::apt_install("chromium", true).map_or_else(skip, |()| true)
 }
 
 /// The flags every run needs: headless, as root in a container, on a small /dev/shm, with a

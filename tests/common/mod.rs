@@ -13,6 +13,40 @@ use std::path::{Path, PathBuf};
 
 use flint::job::graph::JobGraph;
 
+/// Installs Debian's `package` with apt-get, as the tests that need a real component do
+/// (chromium with the packages it recommends, such as fonts; ZooKeeper without); `Err` says
+/// why it could not, for the test's loud skip.
+pub fn apt_install(package: &str, with_recommends: bool) -> Result<(), &'static str> {
+    use std::process::{Command, Stdio};
+    let root = Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|out| String::from_utf8_lossy(&out.stdout).trim() == "0");
+    if !root {
+        return Err("this test is not running as root, so it cannot install it");
+    }
+    eprintln!(
+        "{package} is missing: installing Debian's {package} (apt-get install {package}) ..."
+    );
+    let apt = |args: &[&str]| {
+        Command::new("apt-get")
+            .args(args)
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .stdout(Stdio::null())
+            .status()
+            .is_ok_and(|status| status.success())
+    };
+    let install: &[&str] = if with_recommends {
+        &["install", "-y", package]
+    } else {
+        &["install", "-y", "--no-install-recommends", package]
+    };
+    if !apt(&["update"]) || !apt(install) {
+        return Err("apt-get could not install it (no network or no package repository?)");
+    }
+    Ok(())
+}
+
 /// A fresh scratch directory for one test (under the system temp dir, named after the test
 /// and this process).
 pub fn scratch(name: &str) -> PathBuf {

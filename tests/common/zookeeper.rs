@@ -58,26 +58,8 @@ fn skip(why: &str) -> bool {
 
 /// `apt-get install -y zookeeper`; false (after saying why) if impossible.
 fn install_zookeeper() -> bool {
-    let root = Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|out| String::from_utf8_lossy(&out.stdout).trim() == "0");
-    if !root {
-        return skip("the package is missing and this test is not running as root to install it");
-    }
-    eprintln!(
-        "zookeeper is missing: installing Debian's zookeeper (apt-get install zookeeper) ..."
-    );
-    let apt = |args: &[&str]| {
-        Command::new("apt-get")
-            .args(args)
-            .env("DEBIAN_FRONTEND", "noninteractive")
-            .stdout(Stdio::null())
-            .status()
-            .is_ok_and(|status| status.success())
-    };
-    if !apt(&["update"]) || !apt(&["install", "-y", "--no-install-recommends", "zookeeper"]) {
-        return skip("apt-get could not install it (no network or no package repository?)");
+    if let Err(why) = super::apt_install("zookeeper", false) {
+        return skip(why);
     }
     Path::new(ZOOKEEPER_JAR).is_file() || skip("the package installed no zookeeper.jar")
 }
