@@ -26,16 +26,6 @@ fn median(mut values: Vec<f64>) -> f64 {
     values[values.len() / 2]
 }
 
-fn rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            let line = s.lines().find(|l| l.starts_with("VmRSS:"))?.to_owned();
-            line.split_whitespace().nth(1)?.parse().ok()
-        })
-        .unwrap_or(0)
-}
-
 async fn registered(client: &Client) -> Vec<String> {
     client
         .status()
@@ -77,7 +67,10 @@ async fn round(config: &std::path::Path, client_seed: u64) -> Round {
     // Let them idle through a few heartbeats, then read one's resident memory.
     tokio::time::sleep(Duration::from_millis(500)).await;
     let children = task_managers_of(jm.pid());
-    let idle_rss_kib = children.first().map_or(0, |(pid, _)| rss_kib(*pid));
+    let idle_rss_kib = children
+        .first()
+        .and_then(|(pid, _)| process::resident_kib(*pid))
+        .unwrap_or(0);
     let (pid, victim) = children.first().cloned().expect("a TaskManager process");
     let killed = Instant::now();
     let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();

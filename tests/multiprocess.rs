@@ -13,7 +13,7 @@ use flint::operators::builtin::sequential_word_count;
 use flint::transport::handshake::Secret;
 
 mod common;
-use common::process::{Client, JobManagerProcess, task_managers_of};
+use common::process::{Client, JobManagerProcess, TaskManagerChild, task_managers_of};
 use common::{read_counts, scratch, wordcount_graph, write_text};
 
 const DEADLINE: Duration = Duration::from_secs(120);
@@ -187,7 +187,7 @@ async fn a_producer_killed_mid_stream_fails_its_consumers_naming_it_and_the_coun
             .env_remove("FLINT_SECRET")
             .env("RUST_LOG", "warn")
             .stdout(std::process::Stdio::null());
-        ChildGuard(command.spawn().expect("flint taskmanager starts"))
+        TaskManagerChild(command.spawn().expect("flint taskmanager starts"))
     };
     let mut producer_side = task_manager("remote-a");
     let _consumer_side = task_manager("remote-b");
@@ -263,16 +263,6 @@ async fn a_producer_killed_mid_stream_fails_its_consumers_naming_it_and_the_coun
     client.endpoint.shutdown();
     drop(jm);
     let _ = std::fs::remove_dir_all(&dir);
-}
-
-/// Kills its process when dropped (a TaskManager started by a test, not by the JobManager).
-struct ChildGuard(std::process::Child);
-
-impl Drop for ChildGuard {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 /// Issue 11: `sink (2/2): input unavailable: TaskManager … is gone: Mailbox has closed` after
@@ -451,7 +441,7 @@ async fn a_gigabyte_behind_a_slow_consumer_keeps_task_manager_memory_bounded() {
     let details = loop {
         spilled.extend(spill_files(&work));
         for &pid in &task_managers {
-            most_rss = most_rss.max(resident_bytes(pid).unwrap_or(0));
+            most_rss = most_rss.max(common::process::resident_kib(pid).unwrap_or(0) << 10);
         }
         let details = client.job(job).await;
         most_backpressure = most_backpressure.max(
@@ -492,14 +482,6 @@ async fn a_gigabyte_behind_a_slow_consumer_keeps_task_manager_memory_bounded() {
     client.endpoint.shutdown();
     drop(jm);
     let _ = std::fs::remove_dir_all(&dir);
-}
-
-/// The resident set of process `pid` in bytes (`VmRSS` of /proc/pid/status), if it runs.
-fn resident_bytes(pid: u32) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib << 10)
 }
 
 /// WordCount with a slow consumer: source → tokenize ─all-to-all─▶ slow (`sleep`, waiting

@@ -153,13 +153,7 @@ impl Cluster {
 
     /// The JobManager process's resident memory, in KiB.
     pub fn rss_kib(&self) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
-            .expect("/proc/PID/status");
-        status
-            .lines()
-            .find_map(|line| line.strip_prefix("VmRSS:"))
-            .and_then(|v| v.split_whitespace().next()?.parse().ok())
-            .expect("a VmRSS line")
+        crate::process::resident_kib(self.child.id()).expect("its VmRSS in /proc/PID/status")
     }
 }
 

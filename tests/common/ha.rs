@@ -66,10 +66,10 @@ pub fn wait_until<T>(what: &str, mut probe: impl FnMut() -> Option<T>) -> T {
     }
 }
 
-/// A `flint taskmanager` finding its JobManager through ZooKeeper; killed when dropped.
-pub struct TaskManagerChild(pub Child);
+pub use super::process::TaskManagerChild;
 
 impl TaskManagerChild {
+    /// A `flint taskmanager` finding its JobManager through ZooKeeper.
     pub fn start(config: &Path, name: &str, log: &Path) -> Self {
         let child = Command::new(env!("CARGO_BIN_EXE_flint"))
             .args(["taskmanager", "--slots", "2", "--resource-id", name])
@@ -81,13 +81,6 @@ impl TaskManagerChild {
             .spawn()
             .expect("flint taskmanager starts");
         Self(child)
-    }
-}
-
-impl Drop for TaskManagerChild {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
     }
 }
 

@@ -46,6 +46,17 @@ impl JobManagerProcess {
     }
 }
 
+/// A `flint taskmanager` process a test started itself (not the JobManager's driver); killed
+/// when dropped.
+pub struct TaskManagerChild(pub Child);
+
+impl Drop for TaskManagerChild {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 impl Drop for JobManagerProcess {
     fn drop(&mut self) {
         terminate(&mut self.child);
@@ -60,6 +71,13 @@ pub fn address_in(ready_line: &str) -> String {
         .next()
         .unwrap_or_default()
         .to_owned()
+}
+
+/// The resident set of process `pid` in KiB (`VmRSS` of /proc/pid/status), if it runs.
+pub fn resident_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
 }
 
 /// Stops a `flint` process with SIGTERM (a JobManager stops its TaskManager children first) and
