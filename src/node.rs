@@ -14,6 +14,7 @@ use crate::actors::task_manager::TaskManagerSpec;
 use crate::config::ClusterConfig;
 use crate::drivers::WorkerDriver;
 use crate::env::NodeEnv;
+use crate::ha::LeadershipLease;
 use crate::messages::ids::LeaderSessionId;
 use crate::messages::{ActorAddress, HardwareDescription, NewLeaderAvailable};
 use crate::operators::OperatorRegistry;
@@ -43,17 +44,25 @@ pub fn start_job_manager_node(
     driver: Box<dyn WorkerDriver>,
 ) -> JobManagerNode {
     let leader_session_id = LeaderSessionId::generate(&mut env.rng("leader-election"));
-    start_job_manager_node_leading(config, registry, env, driver, leader_session_id)
+    start_job_manager_node_leading(
+        config,
+        registry,
+        env,
+        driver,
+        leader_session_id,
+        LeadershipLease::unbounded(),
+    )
 }
 
 /// [`start_job_manager_node`] leading the session an election granted (high availability: each
-/// leadership of the process gets a fresh one).
+/// leadership of the process gets a fresh one), acting only while `lease` is held.
 pub fn start_job_manager_node_leading(
     config: &ClusterConfig,
     registry: OperatorRegistry,
     env: NodeEnv,
     driver: Box<dyn WorkerDriver>,
     leader_session_id: LeaderSessionId,
+    lease: LeadershipLease,
 ) -> JobManagerNode {
     let job_manager = JobManager::new(
         JobManagerSettings {
@@ -68,7 +77,8 @@ pub fn start_job_manager_node_leading(
         },
         leader_session_id,
         env.clone(),
-    );
+    )
+    .with_leadership_lease(lease.clone());
     let address = job_manager.address().clone();
     let job_manager = job_manager.start();
     let resource_manager = FlinkResourceManager::new(
@@ -80,6 +90,7 @@ pub fn start_job_manager_node_leading(
         driver,
         env,
     )
+    .with_leadership_lease(lease)
     .start();
     resource_manager.do_send(NewLeaderAvailable {
         address: address.clone(),

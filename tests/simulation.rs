@@ -542,11 +542,10 @@ fn ha_sweep() {
         .iter()
         .map(|r| r.leaderships.saturating_sub(1))
         .sum();
-    let deposed: u32 = reports.iter().map(|r| r.deposed_worker_starts).sum();
     let deployed: u32 = reports.iter().map(|r| r.deposed_deployments).sum();
     let sims: Vec<SimReport> = reports.iter().map(|r| r.sim.clone()).collect();
     eprintln!(
-        "HA sweep in {:.1} s, {failovers} failovers; by deposed leaders within the grace: {deposed} workers asked for, {deployed} attempts started; {}",
+        "HA sweep in {:.1} s, {failovers} failovers; deployments of deposed leaders written before and started within the grace: {deployed}; {}",
         started.elapsed().as_secs_f64(),
         outcome_report(&sims)
     );

@@ -30,6 +30,7 @@ use crate::config::HeartbeatConfig;
 use crate::directory::LocalActor;
 use crate::env::{NodeEnv, NodeRng};
 use crate::events::ClusterEvent;
+use crate::ha::LeadershipLease;
 use crate::messages::ids::{
     AllocationId, ClusterId, InstanceId, JobId, LeaderSessionId, ResourceId,
 };
@@ -104,6 +105,8 @@ pub struct JobManager {
     /// Workers let go for the resource manager, oldest first (bounded): refused if they
     /// register after all.
     released: std::collections::VecDeque<ResourceId>,
+    /// Checked before every deployment (high availability; see [`crate::ha::lease`]).
+    lease: LeadershipLease,
 }
 
 /// The resource manager registered here, watched by heartbeat like a TaskManager.
@@ -142,7 +145,14 @@ impl JobManager {
             mailbox: MailboxStats::default(),
             pool: jobs::PoolView::default(),
             released: std::collections::VecDeque::new(),
+            lease: LeadershipLease::unbounded(),
         }
+    }
+
+    /// Deploys only while `lease` is held (a leader elected through high availability).
+    pub fn with_leadership_lease(mut self, lease: LeadershipLease) -> Self {
+        self.lease = lease;
+        self
     }
 
     /// This JobManager's address on its node.

@@ -31,6 +31,7 @@ use crate::directory::LocalActor;
 use crate::drivers::{WorkerDriver, WorkerRequest};
 use crate::env::NodeEnv;
 use crate::events::ClusterEvent;
+use crate::ha::LeadershipLease;
 use crate::messages::ids::{LeaderSessionId, ResourceId};
 use crate::messages::job_manager::{
     IdleTaskManagersReleased, JobManagerGateway, ReleaseIdleTaskManagers, ResourceRemoved,
@@ -99,6 +100,8 @@ pub struct FlinkResourceManager {
     /// Workers released so far.
     releases: u64,
     stopping: bool,
+    /// Checked before every worker start (high availability; see [`crate::ha::lease`]).
+    lease: LeadershipLease,
 }
 
 impl FlinkResourceManager {
@@ -140,7 +143,15 @@ impl FlinkResourceManager {
             released: VecDeque::new(),
             releases: 0,
             stopping: false,
+            lease: LeadershipLease::unbounded(),
         }
+    }
+
+    /// Starts workers only while `lease` is held (the resource manager of a leader elected
+    /// through high availability).
+    pub fn with_leadership_lease(mut self, lease: LeadershipLease) -> Self {
+        self.lease = lease;
+        self
     }
 
     fn connected_leader(&self) -> Option<(&JobManagerGateway, LeaderSessionId)> {
@@ -206,6 +217,13 @@ impl FlinkResourceManager {
                 return;
             }
             self.paused_until = None;
+        }
+        if !self.lease.is_held_now() {
+            // Maybe no longer the leader's (this process was paused past its lease): wait
+            // until the leader loop renews the lease, or stops this resource manager.
+            log::debug!("resource manager: leadership lease lapsed; {missing} worker starts wait");
+            self.schedule_resume(Instant::now() + crate::ha::lease::RECHECK, ctx);
+            return;
         }
         let (job_manager, session) = (leader.address.clone(), leader.session);
         for _ in 0..missing {

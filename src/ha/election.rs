@@ -34,6 +34,13 @@ pub trait LeaderElectionService {
     /// one must stop acting before then). Never resolves while the leadership holds.
     fn revoked(&mut self) -> impl Future<Output = HaError>;
 
+    /// Proves the leadership still holds by a round trip to the coordination service, for the
+    /// [`LeadershipLease`](super::lease::LeadershipLease). `Ok(d)`: the service heard from this
+    /// session after the call was made, so no other contender can be granted leadership within
+    /// `d` of the call (less than the session timeout, by the margin the client doubts its
+    /// session at). An error means the leadership may be lost.
+    fn renew(&mut self) -> impl Future<Output = Result<std::time::Duration, HaError>>;
+
     /// Gives the leadership (or the candidacy) up and ends the session.
     fn resign(&mut self) -> impl Future<Output = ()>;
 }

@@ -237,8 +237,14 @@ impl<P: JobGraphPointers> JobGraphStore<P> {
 
     /// Every stored job, each with its graph or why it cannot be read.
     pub async fn recover(&self) -> Result<Vec<RecoveredJob>, HaError> {
+        self.recover_only(&self.job_ids().await?).await
+    }
+
+    /// [`recover`](Self::recover) of the stored jobs among `job_ids` (one gone meanwhile is
+    /// skipped).
+    pub async fn recover_only(&self, job_ids: &[JobId]) -> Result<Vec<RecoveredJob>, HaError> {
         let mut recovered = Vec::new();
-        for job_id in self.job_ids().await? {
+        for &job_id in job_ids {
             let Some(file) = self.pointers.get(job_id).await? else {
                 continue;
             };

@@ -16,20 +16,22 @@
 //! `local_process` workers are killed), then the JobManager (no new deployments). Whatever an
 //! actor still sent before it stopped carries the old session and is refused by fencing.
 
+use std::collections::BTreeSet;
 use std::future::Future;
 use std::time::Duration;
 
 use actix::Addr;
 
 use super::election::LeaderElectionService;
-use super::job_graph_store::{JobGraphPointers, JobGraphStore};
+use super::job_graph_store::{JobGraphPointers, JobGraphStore, RecoveredJob};
+use super::lease::{LeadershipLease, RENEW_FRACTION};
 use super::{HaError, LeaderInformation};
 use crate::actors::Shutdown;
 use crate::actors::job_manager::JobManager;
 use crate::config::ClusterConfig;
 use crate::drivers::WorkerDriver;
 use crate::env::NodeEnv;
-use crate::messages::ids::LeaderSessionId;
+use crate::messages::ids::{JobId, LeaderSessionId};
 use crate::messages::job_manager::{JobManagerGateway, ListJobs, RecoverJob};
 use crate::messages::resource_manager::{ResourceManagerGateway, StopCluster};
 use crate::node::{JobManagerNode, start_job_manager_node_leading};
@@ -40,7 +42,8 @@ use crate::rest::leader::LeaderSwitch;
 /// How long a failed election step waits before the next try (a fresh session).
 const RETRY_DELAY: Duration = Duration::from_secs(1);
 
-/// How often a leader removes the graphs of jobs that reached a terminal state.
+/// How often a leader reconciles the job graph store with its JobManager (terminal jobs
+/// leave it, jobs stored after the recovery are adopted).
 const CLEANUP_INTERVAL: Duration = Duration::from_millis(500);
 
 /// How long a ZooKeeper step of the leader loop may take before it counts as failed.
@@ -110,12 +113,28 @@ pub async fn run_leader_loop<E: LeaderElectionService, P: JobGraphPointers>(
             terms.env.node.clone(),
             rng.next_u64() ^ (leadership.token as u64) ^ ((leadership.token >> 64) as u64),
         );
+        // The lease is proven before anything acts, and checked by the actors before each
+        // deployment and worker start (see [`super::lease`]).
+        let lease = LeadershipLease::lapsed();
+        let lease_length = match renew_lease(&mut election, &lease, STEP_TIMEOUT).await {
+            Ok(length) => length,
+            Err(error) => {
+                log::warn!(
+                    "jobmanager: cannot prove the leadership: {}; standing by again",
+                    crate::error_chain::ErrorChain(&error)
+                );
+                lease.revoke();
+                election.resign().await;
+                continue;
+            }
+        };
         let node = start_job_manager_node_leading(
             terms.config,
             OperatorRegistry::with_builtins(),
             env,
             (terms.make_driver)(),
             session,
+            lease.clone(),
         );
         let info = LeaderInformation {
             address: terms.address.clone(),
@@ -134,36 +153,53 @@ pub async fn run_leader_loop<E: LeaderElectionService, P: JobGraphPointers>(
                     _ => format!("no answer from ZooKeeper within {STEP_TIMEOUT:?}"),
                 };
                 log::warn!("jobmanager: cannot take up leadership: {why}; standing by again");
+                lease.revoke();
                 stop_node(node).await;
                 election.resign().await;
                 continue;
             }
         }
-        switch.lead(Gateways {
-            job_manager: JobManagerGateway::of(&node.job_manager),
-            resource_manager: ResourceManagerGateway::of(&node.resource_manager),
-        });
+        switch.lead(
+            Gateways {
+                job_manager: JobManagerGateway::of(&node.job_manager),
+                resource_manager: ResourceManagerGateway::of(&node.resource_manager),
+            },
+            lease.clone(),
+        );
         log::info!(
             "jobmanager: leading at {} ({})",
             info.address,
             info.rest_url
         );
+        let mut known = BTreeSet::new();
         let mut cleanup = tokio::time::interval(CLEANUP_INTERVAL);
+        let mut renewal = tokio::time::interval(lease_length / RENEW_FRACTION);
+        renewal.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let lost = loop {
             tokio::select! {
                 biased;
                 () = &mut stop => break None,
                 lost = election.revoked() => break Some(lost),
+                _ = renewal.tick() => {
+                    if let Err(lost) = renew_lease(&mut election, &lease, lease_length).await {
+                        // The session may be gone: give the leadership up (closing the session
+                        // if it is not) rather than wait for the watch to say so.
+                        lease.revoke();
+                        election.resign().await;
+                        break Some(lost);
+                    }
+                }
                 _ = cleanup.tick() => {
                     let _ = tokio::time::timeout(
                         STEP_TIMEOUT,
-                        remove_terminal_jobs(store, &node.job_manager),
+                        reconcile_store(store, &node.job_manager, &mut known),
                     )
                     .await;
                 }
             }
         };
-        // Suspend at once: no request served, no worker started, no task deployed.
+        // Suspend at once: no task deployed, no worker started, no request served.
+        lease.revoke();
         switch.stand_by();
         match lost {
             Some(lost) => {
@@ -184,6 +220,27 @@ pub async fn run_leader_loop<E: LeaderElectionService, P: JobGraphPointers>(
     Ended::Stopped
 }
 
+/// One renewal of `lease`: a round trip to the coordination service, the lease extended to
+/// when it was sent plus what the service guarantees after it. Returns that guarantee (the
+/// lease's length). No answer within `limit` counts as a lost leadership.
+async fn renew_lease<E: LeaderElectionService>(
+    election: &mut E,
+    lease: &LeadershipLease,
+    limit: Duration,
+) -> Result<Duration, HaError> {
+    let sent = tokio::time::Instant::now();
+    match tokio::time::timeout(limit, election.renew()).await {
+        Ok(Ok(length)) => {
+            lease.extend_to(sent + length);
+            Ok(length)
+        }
+        Ok(Err(error)) => Err(error),
+        Err(_) => Err(HaError::SessionLost {
+            state: format!("no answer to a lease renewal within {limit:?}"),
+        }),
+    }
+}
+
 /// Hands every stored job to the new leader's JobManager (a graph that cannot be read makes
 /// its job FAILED there, with the reason).
 async fn recover_jobs<P: JobGraphPointers>(
@@ -197,6 +254,12 @@ async fn recover_jobs<P: JobGraphPointers>(
             jobs.len()
         );
     }
+    send_recovered(jobs, job_manager).await;
+    Ok(())
+}
+
+/// Hands recovered jobs to the JobManager.
+async fn send_recovered(jobs: Vec<RecoveredJob>, job_manager: &Addr<JobManager>) {
     for job in jobs {
         let job_id = job.job_id;
         match job_manager
@@ -211,15 +274,22 @@ async fn recover_jobs<P: JobGraphPointers>(
             Err(error) => log::warn!("jobmanager: job {job_id} not recovered: {error}"),
         }
     }
-    Ok(())
 }
 
-/// Removes the stored graphs of the jobs that reached a terminal state (they are never run
-/// again).
-async fn remove_terminal_jobs<P: JobGraphPointers>(
+/// Keeps the job graph store and this leadership's JobManager in step: removes the stored
+/// graphs of the jobs that reached a terminal state (they are never run again), and adopts
+/// stored jobs this leadership never knew. Those were stored after it recovered the store: a
+/// deposed leader resumed after a pause and answered a submission it had taken before, whose
+/// graph landed in the store (its session is not the election's) after this leadership began
+/// (Flink's `JobGraphStore` listener adopts added graphs the same way). `known` holds every job
+/// this leadership ever listed, so a job it ran and forgot is never run again.
+async fn reconcile_store<P: JobGraphPointers>(
     store: &JobGraphStore<P>,
     job_manager: &Addr<JobManager>,
+    known: &mut BTreeSet<JobId>,
 ) {
+    // The store first: a job stored by this leadership was submitted to its JobManager
+    // before, so the listing below has it.
     let Ok(stored) = store.job_ids().await else {
         return;
     };
@@ -229,6 +299,22 @@ async fn remove_terminal_jobs<P: JobGraphPointers>(
     let Ok(jobs) = job_manager.send(ListJobs).await else {
         return;
     };
+    known.extend(jobs.iter().map(|job| job.job_id));
+    let strays: Vec<JobId> = stored
+        .iter()
+        .filter(|id| !known.contains(id))
+        .copied()
+        .collect();
+    if !strays.is_empty() {
+        log::info!(
+            "jobmanager: {} job(s) stored after this leadership recovered the store; adopting them",
+            strays.len()
+        );
+        known.extend(strays.iter().copied());
+        if let Ok(recovered) = store.recover_only(&strays).await {
+            send_recovered(recovered, job_manager).await;
+        }
+    }
     for job in jobs {
         if job.status.is_globally_terminal() && stored.binary_search(&job.job_id).is_ok() {
             match store.remove(job.job_id).await {

@@ -35,6 +35,7 @@
 pub mod election;
 pub mod job_graph_store;
 pub mod job_manager;
+pub mod lease;
 pub mod retrieval;
 pub mod task_manager;
 pub mod zookeeper;
@@ -45,6 +46,7 @@ use crate::messages::ids::LeaderSessionId;
 
 pub use election::{LeaderElectionService, Leadership};
 pub use job_graph_store::{JobGraphPointers, JobGraphStore, RecoveredJob, ZooKeeperPointers};
+pub use lease::LeadershipLease;
 pub use retrieval::LeaderRetrievalService;
 
 /// What the leader publishes for everyone else (Flink's `LeaderInformation`): where its

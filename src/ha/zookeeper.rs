@@ -291,6 +291,26 @@ impl LeaderElectionService for ZooKeeperLeaderElection {
         })
     }
 
+    async fn renew(&mut self) -> Result<Duration, HaError> {
+        let (Some(client), Some(own)) = (self.client.clone(), self.latch.clone()) else {
+            return Err(HaError::SessionLost {
+                state: "no session".to_owned(),
+            });
+        };
+        // Our latch node, read back: the server answered this session after the call was made,
+        // and the node still being ours means the leadership is (the lowest latch leads).
+        let latch = format!("{}/{own}", self.settings.paths.latch());
+        match client.check_stat(&latch).await {
+            Ok(Some(stat)) if stat.ephemeral_owner == client.session_id().0 => {
+                Ok(client.session_timeout() * 2 / 5)
+            }
+            Ok(_) => Err(HaError::SessionLost {
+                state: "latch node deleted".to_owned(),
+            }),
+            Err(source) => Err(HaError::zk("stat", latch)(source)),
+        }
+    }
+
     async fn revoked(&mut self) -> HaError {
         let lost = match &self.client {
             Some(client) => session_doubted(client).await,

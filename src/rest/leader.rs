@@ -11,6 +11,7 @@
 use std::sync::{Arc, RwLock};
 
 use super::Gateways;
+use crate::ha::LeadershipLease;
 
 /// What a standby answers a request with.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -25,12 +26,21 @@ pub enum Route {
 
 #[derive(Default)]
 struct Role {
-    /// The actors of the leadership this process holds, while it holds one.
-    leading: Option<Gateways>,
+    /// The actors of the leadership this process holds, while it holds one, and its lease:
+    /// a leader whose lease lapsed (a process resumed after a pause) answers as a standby.
+    leading: Option<(Gateways, LeadershipLease)>,
     /// The leader's REST base URL, as retrieval last published it.
     leader_url: Option<String>,
     /// This process's own REST base URL (never redirect to oneself: a stale announcement).
     own_url: Option<String>,
+}
+
+impl Role {
+    fn leads(&self) -> bool {
+        self.leading
+            .as_ref()
+            .is_some_and(|(_, lease)| lease.is_held_now())
+    }
 }
 
 /// See the module docs. Cheap to clone; every clone flips the same switch.
@@ -65,9 +75,9 @@ impl LeaderSwitch {
         self.write(|role| role.own_url = Some(url));
     }
 
-    /// This process leads with these actors.
-    pub fn lead(&self, gateways: Gateways) {
-        self.write(|role| role.leading = Some(gateways));
+    /// This process leads with these actors while `lease` is held.
+    pub fn lead(&self, gateways: Gateways, lease: LeadershipLease) {
+        self.write(|role| role.leading = Some((gateways, lease)));
     }
 
     /// This process stands by (again).
@@ -82,18 +92,22 @@ impl LeaderSwitch {
 
     /// Whether this process leads now.
     pub fn is_leading(&self) -> bool {
-        self.read(|role| role.leading.is_some())
+        self.read(Role::leads)
     }
 
     /// The actors to ask, while this process leads.
     pub fn leading(&self) -> Option<Gateways> {
-        self.read(|role| role.leading.clone())
+        self.read(|role| {
+            role.leads()
+                .then(|| role.leading.as_ref().map(|(g, _)| g.clone()))
+                .flatten()
+        })
     }
 
     /// How to answer a request for `path_and_query` now.
     pub fn route(&self, path_and_query: &str) -> Route {
         self.read(|role| {
-            if role.leading.is_some() {
+            if role.leads() {
                 return Route::Serve;
             }
             match &role.leader_url {

@@ -72,6 +72,9 @@ struct Service {
     leader: Option<(u64, LeaderInformation, Instant)>,
     /// Job graph pointers: job id → graph file (persistent).
     pointers: BTreeMap<JobId, String>,
+    /// Contenders whose client cannot run before the given instant (see
+    /// [`SimCoordination::starve`]).
+    starved: BTreeMap<usize, Instant>,
 }
 
 impl Service {
@@ -102,6 +105,8 @@ pub struct SimCoordination {
     doubt_after: Duration,
     /// How long a published leader stays unseen by retrieval (zero: seen at the next tick).
     retrieval_delay: Duration,
+    /// What a lease renewal promises (the client's doubt margin unless broken on purpose).
+    lease_length: Option<Duration>,
 }
 
 impl SimCoordination {
@@ -112,7 +117,15 @@ impl SimCoordination {
             session_timeout,
             doubt_after: session_timeout * 2 / 5,
             retrieval_delay: Duration::ZERO,
+            lease_length: None,
         }
+    }
+
+    /// Lease renewals promise `length` (a test breaks the lease with an hour, to see a paused
+    /// leader act the instant it resumes).
+    pub fn with_lease_length(mut self, length: Duration) -> Self {
+        self.lease_length = Some(length);
+        self
     }
 
     /// Leader retrieval learns of a change of leader only `delay` after the new one was
@@ -178,6 +191,20 @@ impl SimCoordination {
     pub fn with_client_doubt_after(mut self, doubt_after: Duration) -> Self {
         self.doubt_after = doubt_after;
         self
+    }
+
+    /// `contender`'s client does not run before `until`: its node is paused, and after it
+    /// resumes the client is the last to be scheduled (the node's actors run on meanwhile).
+    pub fn starve(&self, contender: usize, until: Instant) {
+        self.service.borrow_mut().starved.insert(contender, until);
+    }
+
+    /// Waits until `contender`'s client may run.
+    async fn run_client(&self, contender: usize) {
+        let until = self.service.borrow().starved.get(&contender).copied();
+        if let Some(until) = until {
+            tokio::time::sleep_until(until).await;
+        }
     }
 
     /// Cuts (or heals) the link between `contender` and the service.
@@ -319,6 +346,7 @@ impl LeaderElectionService for SimLeaderElection {
             self.sequence = Some(sequence);
         }
         loop {
+            self.coordination.run_client(self.contender).await;
             if self.doubted(Instant::now()) {
                 return Err(self.lost());
             }
@@ -370,8 +398,32 @@ impl LeaderElectionService for SimLeaderElection {
         }
     }
 
+    async fn renew(&mut self) -> Result<Duration, HaError> {
+        self.coordination.run_client(self.contender).await;
+        // A round trip: it reaches the service unless cut off, and proves the session alive
+        // (the service expires it only a session timeout after this contact).
+        if self.session.is_some()
+            && self.coordination.reachable(self.contender)
+            && !self.doubted(Instant::now())
+        {
+            self.ping();
+            Ok(self
+                .coordination
+                .lease_length
+                .unwrap_or(self.coordination.doubt_after))
+        } else {
+            Err(HaError::SessionLost {
+                state: "simulated session in doubt".to_owned(),
+            })
+        }
+    }
+
     async fn revoked(&mut self) -> HaError {
-        while !self.doubted(Instant::now()) {
+        loop {
+            self.coordination.run_client(self.contender).await;
+            if self.doubted(Instant::now()) {
+                break;
+            }
             self.ping();
             tokio::time::sleep(TICK).await;
         }

@@ -26,16 +26,15 @@
 //!   deployment in flight) after a later leadership was granted. Whatever a deposed leader
 //!   still sends must be refused by fencing.
 //!
-//!   Not counted as acting, but traced and reported ([`HaReport::deposed_worker_starts`],
-//!   [`HaReport::deposed_deployments`]): what a JobManager node paused past its doubt (2/5 of
-//!   the session timeout) does in the instant it resumes. Its actors run their queued messages
-//!   before its leader loop sees the leadership in doubt: its resource manager may ask the
-//!   driver, which is not fenced, for a worker (seed 31 of the first sweep; the worker
-//!   registers at the current leader through retrieval and is adopted or released as surplus),
-//!   and its JobManager may deploy to TaskManagers that have not heard of a new leader yet
-//!   (seed 261 of the 700-seed sweep, where the new leadership was the same node's own, not
-//!   yet published). Closing that window needs a lease check in the actors before they act
-//!   (the election's "still valid now?"), which the election trait does not offer yet.
+//!   Acting is judged where it leaves the node, too: a `SubmitTask` frame written under a
+//!   leader session at or after a later leadership was granted, or a worker asked of the
+//!   driver then, is a violation. That is what the [`LeadershipLease`](crate::ha::lease)
+//!   rules out: a JobManager node paused past its session runs its actors' queued messages the
+//!   instant it resumes, before its leader loop sees the leadership is gone; with the lease
+//!   lapsed they wait (before the lease, seeds 31 and 261 of the first sweeps asked for a worker
+//!   and deployed that way). Deployments written before and delivered after are traced and
+//!   counted ([`HaReport::deposed_deployments`]), not judged: no leader can recall a frame in
+//!   flight, the TaskManagers' fencing and per-attempt commits handle them.
 //! - **(b) no job has attempts of two leader sessions running at once**, beyond the moment
 //!   TaskManagers need to hear of the new leader: TaskManagers say which session their running
 //!   attempts belong to (one drops its work when it registers at another leader), and one that
@@ -115,6 +114,9 @@ pub enum Broken {
     /// The client does not write job graphs to the store: a new leader cannot recover them.
     /// Caught by (c).
     NoPersist,
+    /// Lease renewals promise an hour: a JobManager node paused past its session deploys and
+    /// starts workers the instant it resumes, while another leads. Caught by (a).
+    EndlessLease,
 }
 
 /// How one HA run is shaped.
@@ -195,6 +197,10 @@ pub enum HaAction {
         target: HaTarget,
         /// For how long.
         duration: Duration,
+        /// How long its coordination client stays starved after the node resumes (a ZooKeeper
+        /// thread scheduled last): its actors run on, blind to whether they still lead, and
+        /// only the leadership lease keeps them from acting.
+        client_lag: Duration,
     },
     /// Kill a JobManager node (a process crash) and boot it again later.
     Kill {
@@ -279,7 +285,11 @@ impl HaScenario {
             };
             let action = match below(rng, 3) {
                 0 => HaAction::CutFromCoordination { target, duration },
-                1 => HaAction::Pause { target, duration },
+                1 => HaAction::Pause {
+                    target,
+                    duration,
+                    client_lag: millis(rng, 0, 1_000),
+                },
                 _ => HaAction::Kill {
                     target,
                     restart_after: millis(rng, 1_000, 6_000),
@@ -333,8 +343,6 @@ pub struct HaReport {
     pub sim: SimReport,
     /// Leaderships the coordination service granted.
     pub leaderships: usize,
-    /// Workers a deposed leader's resource manager asked for (tolerated, see the module docs).
-    pub deposed_worker_starts: u32,
     /// Attempts TaskManagers started for a deposed leader within the grace (tolerated, see
     /// the module docs).
     pub deposed_deployments: u32,
@@ -396,8 +404,6 @@ struct Shared {
     hosts: RefCell<Vec<JobManagerHost>>,
     jobs: RefCell<Vec<HaJob>>,
     violations: RefCell<Vec<String>>,
-    /// Workers asked for by a resource manager after a later leadership was granted.
-    deposed_worker_starts: RefCell<u32>,
     /// Attempts started for a deposed leader within the grace (see the module docs).
     deposed_deployments: RefCell<u32>,
     storage: PathBuf,
@@ -512,14 +518,12 @@ impl Shared {
     async fn serve_driver(self: Rc<Self>, mut commands: mpsc::UnboundedReceiver<DriverCommand>) {
         while let Some(command) = commands.recv().await {
             if let DriverCommand::Start(request) = &command {
-                // Not a violation (see the module docs): counted and traced.
                 if let Some(session) = request.leader_session_id
                     && let Some(superseded) = self.coordination.superseded_at(session)
                     && superseded <= Instant::now()
                 {
-                    *self.deposed_worker_starts.borrow_mut() += 1;
-                    self.cluster.trace.record(format!(
-                        "deposed leader: the resource manager of leader session {session} asked for worker {} {:?} after a later leadership was granted",
+                    self.violation(format!(
+                        "(a) at most one leader: the resource manager of leader session {session} asked for worker {} {:?} after a later leadership was granted",
                         request.resource_id,
                         Instant::now() - superseded
                     ));
@@ -596,6 +600,7 @@ async fn simulate(options: HaOptions) -> HaReport {
         options.broken
     ));
     let network = SimNetwork::new(rng.fork(), scenario.net, trace.clone());
+    network.record_deployments();
     tokio::task::spawn_local(network.clone().run());
     let mut coordination = SimCoordination::new(options.session_timeout);
     match options.broken {
@@ -604,6 +609,9 @@ async fn simulate(options: HaOptions) -> HaReport {
         }
         Broken::LateRetrieval => {
             coordination = coordination.with_retrieval_delay(Duration::from_secs(10))
+        }
+        Broken::EndlessLease => {
+            coordination = coordination.with_lease_length(Duration::from_secs(3600))
         }
         Broken::Nothing | Broken::NoPersist => {}
     }
@@ -645,7 +653,6 @@ async fn simulate(options: HaOptions) -> HaReport {
         ),
         jobs: RefCell::new(Vec::new()),
         violations: RefCell::new(Vec::new()),
-        deposed_worker_starts: RefCell::new(0),
         deposed_deployments: RefCell::new(0),
         storage: scratch.join("ha-storage"),
         broken: options.broken,
@@ -780,7 +787,6 @@ async fn simulate(options: HaOptions) -> HaReport {
             network: network.stats(),
         },
         leaderships: leaderships.len(),
-        deposed_worker_starts: *shared.deposed_worker_starts.borrow(),
         deposed_deployments: *shared.deposed_deployments.borrow(),
     };
     let hosts: Vec<NodeHost> = shared
@@ -834,7 +840,11 @@ impl HaRun {
                     ));
                 });
             }
-            HaAction::Pause { target, duration } => {
+            HaAction::Pause {
+                target,
+                duration,
+                client_lag,
+            } => {
                 let index = shared.target(*target);
                 let Some(host) = shared.hosts.borrow()[index].host.clone() else {
                     return;
@@ -843,10 +853,13 @@ impl HaRun {
                     return;
                 }
                 host.pause();
-                cluster
-                    .trace
-                    .record(format!("fault pause jobmanager-{index} for {duration:?}"));
-                let duration = *duration;
+                cluster.trace.record(format!(
+                    "fault pause jobmanager-{index} for {duration:?}, its coordination client {client_lag:?} longer"
+                ));
+                let (duration, client_lag) = (*duration, *client_lag);
+                shared
+                    .coordination
+                    .starve(index, Instant::now() + duration + client_lag);
                 tokio::task::spawn_local(async move {
                     tokio::time::sleep(duration).await;
                     shared.resume(index, &host);
@@ -1054,6 +1067,21 @@ impl HaRun {
                 }
             }
         }
+        // (a) where it leaves the node: no deployment written by a deposed leader.
+        for sent in shared.cluster.network.take_deployments_sent() {
+            if let Some(superseded) = shared.coordination.superseded_at(sent.leader_session_id)
+                && superseded <= sent.at
+            {
+                shared.violation(format!(
+                    "(a) at most one leader: {} sent attempt {} to {} under leader session {} {:?} after a later leadership was granted",
+                    sent.from,
+                    sent.attempt,
+                    sent.to,
+                    sent.leader_session_id,
+                    sent.at - superseded
+                ));
+            }
+        }
         // Job → session → since when the TaskManagers running its attempts under it run.
         let mut sessions_of_job: BTreeMap<JobId, BTreeMap<LeaderSessionId, Instant>> =
             BTreeMap::new();
@@ -1089,7 +1117,7 @@ impl HaRun {
                     if late > self.accept_grace {
                         shared.violation(format!("(a) at most one leader: {what}"));
                     } else {
-                        // Sent before, or in the instant its node resumed: see the module docs.
+                        // Written before, delivered after: see the module docs.
                         *shared.deposed_deployments.borrow_mut() += 1;
                         shared
                             .cluster

@@ -107,6 +107,23 @@ struct State {
     frames_lost: u64,
     /// Of those, frames carrying a `SubmitTask` or its answer (see [`carries_deployment`]).
     deployments_lost: u64,
+    /// Every `SubmitTask` frame written, while [`SimNetwork::record_deployments`] is on.
+    deployments_sent: Option<Vec<DeploymentSent>>,
+}
+
+/// A `SubmitTask` frame as it was written (the HA family judges who still deployed when).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeploymentSent {
+    /// When it was written.
+    pub at: Instant,
+    /// The node that wrote it.
+    pub from: String,
+    /// The node it was written to.
+    pub to: String,
+    /// The leader session it was sent under.
+    pub leader_session_id: crate::messages::ids::LeaderSessionId,
+    /// The attempt it deploys.
+    pub attempt: crate::messages::ids::ExecutionAttemptId,
 }
 
 #[derive(Default)]
@@ -207,6 +224,7 @@ impl SimNetwork {
                     frames_sent: 0,
                     frames_lost: 0,
                     deployments_lost: 0,
+                    deployments_sent: None,
                 }),
                 wake: Notify::new(),
             }),
@@ -229,6 +247,25 @@ impl SimNetwork {
     /// The links' behaviour now.
     pub fn params(&self) -> NetParams {
         lock(&self.shared).params
+    }
+
+    /// From now on, every `SubmitTask` frame written is kept for [`take_deployments_sent`]
+    /// (each frame decoded: only the HA family pays for it).
+    ///
+    /// [`take_deployments_sent`]: Self::take_deployments_sent
+    pub fn record_deployments(&self) {
+        lock(&self.shared)
+            .deployments_sent
+            .get_or_insert_with(Vec::new);
+    }
+
+    /// The `SubmitTask` frames written since the last call.
+    pub fn take_deployments_sent(&self) -> Vec<DeploymentSent> {
+        lock(&self.shared)
+            .deployments_sent
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
     }
 
     /// Counters so far.
@@ -452,6 +489,17 @@ impl State {
             return;
         };
         let (src, dst) = (c.nodes[from].clone(), c.nodes[to].clone());
+        if let Some(sent) = &mut self.deployments_sent
+            && let Some(submit) = submit_task_of(&frame)
+        {
+            sent.push(DeploymentSent {
+                at: Instant::now(),
+                from: src.clone(),
+                to: dst.clone(),
+                leader_session_id: submit.leader_session_id,
+                attempt: submit.descriptor.attempt,
+            });
+        }
         let lost = self.is_cut(&src, &dst) || {
             let loss = self.params.loss;
             self.chance(loss)
@@ -782,19 +830,31 @@ impl Drop for SimStream {
     }
 }
 
-/// Whether a transport frame (length prefix and envelope) carries a `SubmitTask` or its
-/// answer; handshake frames and anything else do not. Decoded with the real codec, read only.
+/// A transport frame's envelope (length prefix and envelope), decoded with the real codec, read
+/// only; `None` for handshake frames and anything else that is not one.
+fn envelope_of(frame: &[u8]) -> Option<crate::transport::envelope::Envelope> {
+    let body = frame.get(crate::transport::frame::HEADER_LEN..)?;
+    crate::transport::envelope::Envelope::decode(body).ok()
+}
+
+/// Whether a transport frame carries a `SubmitTask` or its answer.
 fn carries_deployment(frame: &[u8]) -> bool {
-    use crate::transport::envelope::{Envelope, Payload, Reply};
-    use crate::transport::frame::HEADER_LEN;
-    let Some(body) = frame.get(HEADER_LEN..) else {
-        return false;
-    };
-    Envelope::decode(body).is_ok_and(|envelope| {
+    use crate::transport::envelope::{Payload, Reply};
+    envelope_of(frame).is_some_and(|envelope| {
         matches!(
             envelope.payload,
             Payload::TaskManager(crate::messages::task_manager::TaskManagerMessage::SubmitTask(_))
                 | Payload::Reply(Reply::SubmitTask(_))
         )
     })
+}
+
+/// The `SubmitTask` a transport frame carries, if it does.
+fn submit_task_of(frame: &[u8]) -> Option<crate::messages::task_manager::SubmitTask> {
+    use crate::messages::task_manager::TaskManagerMessage;
+    use crate::transport::envelope::Payload;
+    match envelope_of(frame)?.payload {
+        Payload::TaskManager(TaskManagerMessage::SubmitTask(submit)) => Some(submit),
+        _ => None,
+    }
 }

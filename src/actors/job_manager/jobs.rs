@@ -196,6 +196,21 @@ impl JobManager {
         ctx: &mut Context<Self>,
     ) {
         let attempt = descriptor.attempt;
+        if !self.lease.is_held_now() {
+            // Maybe no longer the leader (this process was paused past its lease): wait until
+            // the leader loop renews the lease, or stops this JobManager.
+            log::debug!("job manager: leadership lease lapsed; deployment of {attempt} waits");
+            ctx.run_later(crate::ha::lease::RECHECK, move |act, ctx| {
+                let waiting = act
+                    .jobs
+                    .get(&job_id)
+                    .is_some_and(|job| job.is_deploying(attempt));
+                if waiting {
+                    act.deploy(job_id, resource_id, descriptor, retries, ctx);
+                }
+            });
+            return;
+        }
         let Some(gateway) = self.gateways.get(&resource_id) else {
             let error = format!("TaskManager {resource_id} is not registered");
             ctx.notify(DeploymentFailed {

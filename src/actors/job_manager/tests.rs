@@ -1125,3 +1125,63 @@ async fn ended_jobs_are_forgotten_beyond_the_job_store_capacity_and_after_their_
     advance(1_100).await; // one slot request sweep, which expires jobs too
     assert!(known(ask(&jm, ListJobs).await).is_empty());
 }
+
+/// High availability: a JobManager whose leadership lease lapsed (its process resumed after a
+/// pause, its leader loop has not run yet) sends no `SubmitTask`; the deployment waits and goes
+/// out once the lease is renewed. A revoked lease never lets it out.
+#[actix::test]
+async fn a_job_manager_deploys_only_while_its_leadership_lease_is_held() {
+    tokio::time::pause();
+    let env = env("jobmanager-node", 3);
+    let lease = crate::ha::LeadershipLease::lapsed();
+    let jm = JobManager::new(settings(), SESSION, env.clone())
+        .with_leadership_lease(lease.clone())
+        .start();
+    let f = Fixture {
+        jm,
+        env,
+        started_at: Instant::now(),
+    };
+    let (probe, registration) = f.task_manager("tm-1");
+    f.register(&registration).await;
+    ask(
+        &f.jm,
+        SubmitJob {
+            job_graph: pipelined_job(1, 60_000),
+        },
+    )
+    .await
+    .expect("accepted");
+    // Many lease rechecks, within the TaskManager's heartbeat timeout.
+    tokio::time::sleep(TIMEOUT / 2).await;
+    settle().await;
+    assert!(
+        deployed_to(&probe).is_empty(),
+        "deployed without a lease: {:?}",
+        deployed_to(&probe)
+    );
+    lease.extend_to(Instant::now() + Duration::from_secs(60));
+    tokio::time::sleep(crate::ha::lease::RECHECK * 2).await;
+    settle().await;
+    let deployed: usize = deployed_to(&probe).values().map(Vec::len).sum();
+    assert_eq!(
+        deployed, 2,
+        "the waiting deployments go out once the lease is held"
+    );
+
+    // A second job after the lease was revoked: never deployed.
+    lease.revoke();
+    ask(
+        &f.jm,
+        SubmitJob {
+            job_graph: pipelined_job(1, 60_000),
+        },
+    )
+    .await
+    .expect("accepted");
+    tokio::time::sleep(TIMEOUT / 2).await;
+    settle().await;
+    let deployed: usize = deployed_to(&probe).values().map(Vec::len).sum();
+    assert_eq!(deployed, 2, "deployed under a revoked lease");
+    let _ = f.started_at;
+}

@@ -1196,3 +1196,38 @@ async fn a_started_worker_missing_from_heartbeat_answers_is_demoted_then_replace
     advance(1_000).await; // the start backoff after a registration timeout
     assert!(f.driver.requested().len() >= 2, "replaced");
 }
+
+/// High availability: a resource manager whose leadership lease lapsed (its process resumed
+/// after a pause, its leader loop has not run yet) asks its driver for no worker; the starts
+/// wait and go out once the lease is renewed, never after it was revoked.
+#[actix::test]
+async fn workers_are_started_only_while_the_leadership_lease_is_held() {
+    tokio::time::pause();
+    let env = env("jobmanager-node", 1);
+    let jm = JobManagerProbeHandle::start(&env, "jobmanager", SESSION);
+    let (driver, handle) = ScriptedDriver::new(true);
+    let lease = crate::ha::LeadershipLease::lapsed();
+    let rm = FlinkResourceManager::new(settings(config(2)), Box::new(driver), env)
+        .with_leadership_lease(lease.clone())
+        .start();
+    rm.do_send(NewLeaderAvailable {
+        address: jm.address.clone(),
+        leader_session_id: SESSION,
+    });
+    advance(2_000).await;
+    assert!(
+        ask(&rm, GetResourceManagerStatus)
+            .await
+            .connected_to_job_manager
+    );
+    assert!(handle.requested().is_empty(), "started without a lease");
+    lease.extend_to(actix::clock::Instant::now() + Duration::from_secs(60));
+    advance(50).await;
+    assert_eq!(handle.requested().len(), 2, "the waiting starts go out");
+    lease.revoke();
+    ask(&rm, SetWorkerPoolSize { size: 4 })
+        .await
+        .expect("a valid size");
+    advance(5_000).await;
+    assert_eq!(handle.requested().len(), 2, "started under a revoked lease");
+}

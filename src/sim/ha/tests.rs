@@ -81,6 +81,7 @@ fn task_managers_that_hear_of_a_new_leader_late_are_caught_running_two_leaders_a
             HaAction::Pause {
                 target: HaTarget::Leader,
                 duration: Duration::from_secs(5),
+                client_lag: Duration::ZERO,
             },
         ),
     ];
@@ -139,5 +140,50 @@ fn a_job_manager_leading_twice_does_not_reuse_its_first_leaderships_ids() {
             (JobKind::Silent, Some(JobStatus::Finished))
         ],
         "{report:#?}"
+    );
+}
+
+/// (a), where it leaves the node: lease renewals that promise an hour let the leader, paused
+/// past its session, act the instant it resumes while the standby leads. Here a fail-once
+/// job's restart comes due during the pause, and the node's coordination client runs only
+/// 500 ms after the node resumes: meanwhile the old JobManager redeploys the job on
+/// TaskManagers that follow the new leader already. The lease as it is makes the deployments
+/// wait until the leader loop stops the node.
+#[test]
+fn a_leader_whose_lease_never_lapses_is_caught_deploying_the_instant_it_resumes() {
+    let steps = vec![
+        (
+            Duration::from_millis(300),
+            HaAction::Submit {
+                kind: JobKind::FailOnce,
+                parallelism: 1,
+            },
+        ),
+        (
+            Duration::from_millis(400),
+            HaAction::Pause {
+                target: HaTarget::Leader,
+                duration: Duration::from_secs(3),
+                client_lag: Duration::from_millis(500),
+            },
+        ),
+    ];
+    let sound = run(5, scenario(2, steps.clone()), Broken::Nothing);
+    assert!(sound.passed(), "{:#?}", sound.sim.violations);
+    assert!(sound.leaderships > 1, "no failover: {sound:#?}");
+    assert_eq!(
+        sound.sim.jobs,
+        vec![(JobKind::FailOnce, Some(JobStatus::Finished))],
+        "{sound:#?}"
+    );
+    let report = run(5, scenario(2, steps), Broken::EndlessLease);
+    assert!(
+        report
+            .sim
+            .violations
+            .iter()
+            .any(|v| v.contains("after a later leadership was granted")),
+        "an endless lease was not caught: {:#?}",
+        report.sim.violations
     );
 }
