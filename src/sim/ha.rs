@@ -9,8 +9,9 @@
 //!
 //! ```text
 //!  seed ─▶ HaScenario: jobs, JobManagers cut from the coordination service (shorter or longer
-//!          than the session timeout), paused past it, killed (and booted again); TaskManager
-//!          crashes, pauses, cuts, resets ─▶ fault phase ─▶ quiet phase
+//!          than the session timeout), paused past it (its coordination client starved after it
+//!          resumes), killed (and booted again); TaskManager crashes, pauses, cuts,
+//!          resets ─▶ fault phase ─▶ quiet phase
 //!  jobmanager-0:6123 … jobmanager-N:6123   run_leader_loop(SimLeaderElection, store, switch)
 //!  tm-K:6121                                follow_leader(SimLeaderRetrieval) ─▶ TaskManager
 //! ```
