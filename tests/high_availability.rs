@@ -72,6 +72,19 @@ fn the_standby_takes_over_after_kill_9_of_the_leader_and_finishes_its_wordcount_
         listed.contains(&job),
         "flint list against the standby: {listed}"
     );
+    // An operator's resize (through the standby) outlives the leader: the new one keeps it.
+    let resize = Command::new(env!("CARGO_BIN_EXE_flint"))
+        .args(["pool-size", "3", "--jobmanager", &b_url])
+        .env_remove("FLINT_JOBMANAGER")
+        .env_remove("FLINT_CONFIG")
+        .output()
+        .expect("flint pool-size runs");
+    assert!(
+        resize.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&resize.stdout),
+        String::from_utf8_lossy(&resize.stderr)
+    );
     signal(&cluster.a.child, "-KILL");
     let _ = cluster.a.child.wait();
     let killed_at = std::time::Instant::now();
@@ -79,6 +92,13 @@ fn the_standby_takes_over_after_kill_9_of_the_leader_and_finishes_its_wordcount_
     wait_until("the standby leads", || leads(&b_url).then_some(()));
     cluster.wait_for_pool(&b_url);
     let pool_back = killed_at.elapsed();
+    let pool_size = get(&b_url, "/cluster/pool-size");
+    assert_eq!(
+        pool_size.json()["size"],
+        3,
+        "the new leader did not keep the operator's pool size: {}",
+        pool_size.body
+    );
     let done = cluster.wait_for_job(&b_url, &job, "the recovered job ends", |j| {
         matches!(
             j["state"].as_str(),

@@ -51,6 +51,13 @@ pub trait JobGraphPointers {
 
     /// The file `job_id`'s pointer names, `None` if it has none (any more).
     fn get(&self, job_id: JobId) -> impl Future<Output = Result<Option<String>, HaError>>;
+
+    /// The worker pool size an operator set last (`PUT /cluster/pool-size`), `None` if none
+    /// was: a new leader starts its resource manager from it, not from the configured size.
+    fn pool_size(&self) -> impl Future<Output = Result<Option<u32>, HaError>>;
+
+    /// Keeps `size` as the pool size an operator set.
+    fn put_pool_size(&self, size: u32) -> impl Future<Output = Result<(), HaError>>;
 }
 
 /// The pointers as persistent znodes `ROOT/CLUSTER/jobgraphs/ID`, in a session of the store's
@@ -61,6 +68,8 @@ pub struct ZooKeeperPointers {
     /// The store's own session, replaced when it ended.
     session: Arc<Mutex<Client>>,
     pointers: String,
+    /// `ROOT/CLUSTER/pool-size` (persistent, the size in decimal).
+    pool_size: String,
 }
 
 impl ZooKeeperPointers {
@@ -133,6 +142,37 @@ impl JobGraphPointers for ZooKeeperPointers {
         Ok(ids)
     }
 
+    async fn pool_size(&self) -> Result<Option<u32>, HaError> {
+        let path = &self.pool_size;
+        match self.client().await?.get_data(path).await {
+            Ok((data, _)) => Ok(std::str::from_utf8(&data)
+                .ok()
+                .and_then(|text| text.trim().parse().ok())
+                .or_else(|| {
+                    log::warn!("job graph store: ignoring {path}: not a pool size");
+                    None
+                })),
+            Err(zookeeper_client::Error::NoNode) => Ok(None),
+            Err(source) => Err(HaError::zk("read", path)(source)),
+        }
+    }
+
+    async fn put_pool_size(&self, size: u32) -> Result<(), HaError> {
+        let path = &self.pool_size;
+        let data = size.to_string();
+        let options = CreateMode::Persistent.with_acls(Acls::anyone_all());
+        let client = self.client().await?;
+        match client.create(path, data.as_bytes(), &options).await {
+            Ok(_) => Ok(()),
+            Err(zookeeper_client::Error::NodeExists) => client
+                .set_data(path, data.as_bytes(), None)
+                .await
+                .map(drop)
+                .map_err(HaError::zk("set", path)),
+            Err(source) => Err(HaError::zk("create", path)(source)),
+        }
+    }
+
     async fn get(&self, job_id: JobId) -> Result<Option<String>, HaError> {
         let pointer = self.pointer_of(job_id);
         match self.client().await?.get_data(&pointer).await {
@@ -164,6 +204,7 @@ impl JobGraphStore {
                 settings: settings.clone(),
                 session: Arc::new(Mutex::new(client)),
                 pointers,
+                pool_size: paths.pool_size(),
             },
             &storage_dir.join(cluster),
         )
@@ -236,6 +277,16 @@ impl<P: JobGraphPointers> JobGraphStore<P> {
     }
 
     /// Every stored job, each with its graph or why it cannot be read.
+    /// The pool size an operator set last, if one did (see [`JobGraphPointers::pool_size`]).
+    pub async fn pool_size(&self) -> Result<Option<u32>, HaError> {
+        self.pointers.pool_size().await
+    }
+
+    /// Keeps the pool size an operator set, for the next leader.
+    pub async fn put_pool_size(&self, size: u32) -> Result<(), HaError> {
+        self.pointers.put_pool_size(size).await
+    }
+
     pub async fn recover(&self) -> Result<Vec<RecoveredJob>, HaError> {
         self.recover_only(&self.job_ids().await?).await
     }

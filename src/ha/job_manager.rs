@@ -128,8 +128,9 @@ pub async fn run_leader_loop<E: LeaderElectionService, P: JobGraphPointers>(
                 continue;
             }
         };
+        let config = with_stored_pool_size(terms.config, store).await;
         let node = start_job_manager_node_leading(
-            terms.config,
+            &config,
             OperatorRegistry::with_builtins(),
             env,
             (terms.make_driver)(),
@@ -218,6 +219,45 @@ pub async fn run_leader_loop<E: LeaderElectionService, P: JobGraphPointers>(
     }
     election.resign().await;
     Ended::Stopped
+}
+
+/// The configuration a leadership starts from: the pool size an operator set last (kept in the
+/// store by `PUT /cluster/pool-size`) instead of the configured one, within
+/// `resourcemanager.max-pool-size`. Without an answer from the store, the configured size.
+async fn with_stored_pool_size<P: JobGraphPointers>(
+    config: &ClusterConfig,
+    store: &JobGraphStore<P>,
+) -> ClusterConfig {
+    let mut config = config.clone();
+    match tokio::time::timeout(STEP_TIMEOUT, store.pool_size()).await {
+        Ok(Ok(Some(size))) => {
+            let max = config.resourcemanager.max_pool_size;
+            if size > max {
+                log::warn!(
+                    "jobmanager: the pool size an operator set, {size}, is over \
+                     resourcemanager.max-pool-size = {max}; starting with {max}"
+                );
+            }
+            config.resourcemanager.pool_size = size.min(max);
+            log::info!(
+                "jobmanager: starting the pool at {} (set by an operator)",
+                config.resourcemanager.pool_size
+            );
+        }
+        Ok(Ok(None)) => {}
+        Ok(Err(error)) => log::warn!(
+            "jobmanager: cannot read the pool size an operator set: {}; starting at the \
+             configured {}",
+            crate::error_chain::ErrorChain(&error),
+            config.resourcemanager.pool_size
+        ),
+        Err(_) => log::warn!(
+            "jobmanager: no answer from the store for the pool size within {STEP_TIMEOUT:?}; \
+             starting at the configured {}",
+            config.resourcemanager.pool_size
+        ),
+    }
+    config
 }
 
 /// One renewal of `lease`: a round trip to the coordination service, the lease extended to

@@ -8,6 +8,7 @@
 //!  ZooKeeper  ROOT/CLUSTER/leaderlatch/latch-NNNN   ephemeral sequential: the lowest leads
 //!             ROOT/CLUSTER/leader                   ephemeral: the leader's LeaderInformation
 //!             ROOT/CLUSTER/jobgraphs/JOB_ID         persistent: pointer to STORAGE/CLUSTER/…
+//!             ROOT/CLUSTER/pool-size                persistent: the pool size an operator set
 //!    │
 //!    ▼ leadership granted                           leadership revoked (session lost/suspended)
 //!  job_manager::run_leader_terms: a fresh LeaderSessionId, the JobManager + resource manager,
@@ -176,6 +177,11 @@ impl ZnodePaths {
     pub fn job_graphs(&self) -> String {
         format!("{}/jobgraphs", self.cluster)
     }
+
+    /// The pool size an operator set last (persistent).
+    pub fn pool_size(&self) -> String {
+        format!("{}/pool-size", self.cluster)
+    }
 }
 
 #[cfg(test)]
@@ -201,6 +207,7 @@ mod tests {
         assert_eq!(paths.latch(), "/flint/c1/leaderlatch");
         assert_eq!(paths.leader(), "/flint/c1/leader");
         assert_eq!(paths.job_graphs(), "/flint/c1/jobgraphs");
+        assert_eq!(paths.pool_size(), "/flint/c1/pool-size");
         assert_eq!(ZnodePaths::new("/", "c1").cluster(), "/c1");
     }
 }

@@ -133,6 +133,19 @@ pub enum ApiError {
     /// Retryable.
     #[error("the job could not be persisted for recovery, so it was cancelled")]
     NotPersisted(#[source] crate::ha::HaError),
+    /// The pool size was set but could not be kept for the next leader (high availability):
+    /// this leader runs with it, a new one would start from the previous size. Retryable.
+    #[error(
+        "the pool size was set to {size} but could not be persisted for the next leader; \
+         set it again"
+    )]
+    PoolSizeNotPersisted {
+        /// The size in effect.
+        size: u32,
+        /// Why it was not kept.
+        #[source]
+        source: crate::ha::HaError,
+    },
 }
 
 impl ApiError {
@@ -195,9 +208,10 @@ impl ResponseError for ApiError {
             Self::ForeignHost { .. } | Self::ForeignOrigin { .. } => StatusCode::FORBIDDEN,
             Self::UnsupportedMediaType { .. } => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
-            Self::Unavailable { .. } | Self::NoLeader | Self::NotPersisted(_) => {
-                StatusCode::SERVICE_UNAVAILABLE
-            }
+            Self::Unavailable { .. }
+            | Self::NoLeader
+            | Self::NotPersisted(_)
+            | Self::PoolSizeNotPersisted { .. } => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 

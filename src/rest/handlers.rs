@@ -204,6 +204,13 @@ pub async fn set_pool_size(
         SetWorkerPoolSize { size },
     )
     .await??;
+    // High availability: kept for the next leader, which starts its pool from it.
+    if let Some(store) = &state.job_graph_store {
+        store
+            .put_pool_size(size)
+            .await
+            .map_err(|source| ApiError::PoolSizeNotPersisted { size, source })?;
+    }
     log::info!("REST: pool size set to {size}");
     ok(&views::PoolSizeSet { size })
 }

@@ -72,6 +72,8 @@ struct Service {
     leader: Option<(u64, LeaderInformation, Instant)>,
     /// Job graph pointers: job id → graph file (persistent).
     pointers: BTreeMap<JobId, String>,
+    /// The pool size an operator set last (persistent).
+    pool_size: Option<u32>,
     /// Contenders whose client cannot run before the given instant (see
     /// [`SimCoordination::starve`]).
     starved: BTreeMap<usize, Instant>,
@@ -107,6 +109,8 @@ pub struct SimCoordination {
     retrieval_delay: Duration,
     /// What a lease renewal promises (the client's doubt margin unless broken on purpose).
     lease_length: Option<Duration>,
+    /// The pool size an operator set is not kept (broken on purpose).
+    forget_pool_size: bool,
 }
 
 impl SimCoordination {
@@ -118,7 +122,15 @@ impl SimCoordination {
             doubt_after: session_timeout * 2 / 5,
             retrieval_delay: Duration::ZERO,
             lease_length: None,
+            forget_pool_size: false,
         }
+    }
+
+    /// The pool size an operator set is never kept (a test breaks the store with it, so a new
+    /// leader starts from the configured size).
+    pub fn forgetting_pool_size(mut self) -> Self {
+        self.forget_pool_size = true;
+        self
     }
 
     /// Lease renewals promise `length` (a test breaks the lease with an hour, to see a paused
@@ -520,6 +532,19 @@ impl JobGraphPointers for SimJobGraphPointers {
 
     async fn get(&self, job_id: JobId) -> Result<Option<String>, HaError> {
         Ok(self.reach()?.pointers.get(&job_id).cloned())
+    }
+
+    async fn pool_size(&self) -> Result<Option<u32>, HaError> {
+        Ok(self.reach()?.pool_size)
+    }
+
+    async fn put_pool_size(&self, size: u32) -> Result<(), HaError> {
+        let forget = self.coordination.forget_pool_size;
+        let mut service = self.reach()?;
+        if !forget {
+            service.pool_size = Some(size);
+        }
+        Ok(())
     }
 }
 

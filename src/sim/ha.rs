@@ -83,7 +83,7 @@ use crate::ha::job_manager::{LeaderTerms, run_leader_loop};
 use crate::job::states::JobStatus;
 use crate::messages::ids::{ExecutionAttemptId, JobId, LeaderSessionId, ResourceId};
 use crate::messages::job_manager::{CancelJob, GetJobManagerStatus, RequestJobStatus, SubmitJob};
-use crate::messages::resource_manager::GetResourceManagerStatus;
+use crate::messages::resource_manager::{GetResourceManagerStatus, SetWorkerPoolSize};
 use crate::messages::task_manager::GetTaskManagerStatus;
 use crate::rest::Gateways;
 use crate::rest::leader::LeaderSwitch;
@@ -98,6 +98,9 @@ pub const STEP_DOWN: Duration = Duration::from_millis(250);
 /// leader was published: its leader retrieval sees it within a tick, and it drops the old
 /// leader's work as it registers at the new one.
 pub const RETRIEVAL_GRACE: Duration = Duration::from_millis(100);
+
+/// How far over the scenario's pool an operator may resize it (`resourcemanager.max-pool-size`).
+const POOL_HEADROOM: u32 = 2;
 
 /// A rule broken on purpose, to see an invariant catch it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -118,6 +121,9 @@ pub enum Broken {
     /// Lease renewals promise an hour: a JobManager node paused past its session deploys and
     /// starts workers the instant it resumes, while another leads. Caught by (a).
     EndlessLease,
+    /// The coordination service forgets the pool size an operator set: a new leader starts
+    /// from the configured size. Caught by (c).
+    PoolSizeForgotten,
 }
 
 /// How one HA run is shaped.
@@ -185,6 +191,9 @@ pub enum HaAction {
     },
     /// Cancel the `index`-th answered job (modulo their number) at the leader.
     Cancel(u64),
+    /// An operator sets the pool size at the leader, as `PUT /cluster/pool-size` does (the
+    /// resource manager, then the store), again at whoever leads until it is stored.
+    SetPoolSize(u32),
     /// Cut a JobManager from the coordination service (not from the network) for a while.
     CutFromCoordination {
         /// Which.
@@ -218,7 +227,7 @@ pub enum HaAction {
 /// A whole HA run.
 #[derive(Debug, Clone, PartialEq)]
 pub struct HaScenario {
-    /// The pool size (never changed: a new leader starts from the configured size).
+    /// The configured pool size (an operator may resize it: [`HaAction::SetPoolSize`]).
     pub pool: u32,
     /// Slots per TaskManager.
     pub slots: u32,
@@ -271,6 +280,11 @@ impl HaScenario {
         let mut steps = Vec::new();
         for _ in 0..1 + below(rng, 3) {
             steps.push((millis(rng, 0, 3_000), job(rng)));
+        }
+        // One seed in two, an operator resizes the pool (a new leader must keep the size).
+        if below(rng, 2) == 0 {
+            let size = 1 + below(rng, u64::from(pool + POOL_HEADROOM)) as u32;
+            steps.push((millis(rng, 0, 9_000), HaAction::SetPoolSize(size)));
         }
         for _ in 0..1 + below(rng, 3) {
             let target = if below(rng, 10) < 7 {
@@ -407,6 +421,9 @@ struct Shared {
     violations: RefCell<Vec<String>>,
     /// Attempts started for a deposed leader within the grace (see the module docs).
     deposed_deployments: RefCell<u32>,
+    /// The pool size an operator set and the store kept last, and whether a resize is still
+    /// being retried.
+    pool_size: RefCell<(Option<u32>, bool)>,
     storage: PathBuf,
     broken: Broken,
     /// Each leadership's driver sends its commands' receiver here.
@@ -614,6 +631,7 @@ async fn simulate(options: HaOptions) -> HaReport {
         Broken::EndlessLease => {
             coordination = coordination.with_lease_length(Duration::from_secs(3600))
         }
+        Broken::PoolSizeForgotten => coordination = coordination.forgetting_pool_size(),
         Broken::Nothing | Broken::NoPersist => {}
     }
     tokio::task::spawn_local(coordination.clone().run());
@@ -622,7 +640,7 @@ async fn simulate(options: HaOptions) -> HaReport {
     let scratch = scratch_dir(&options);
     let config_scenario = Scenario {
         initial_pool: scenario.pool,
-        max_pool: scenario.pool,
+        max_pool: scenario.pool + POOL_HEADROOM,
         slots: scenario.slots,
         net: scenario.net,
         fault_phase: scenario.fault_phase,
@@ -655,6 +673,7 @@ async fn simulate(options: HaOptions) -> HaReport {
         jobs: RefCell::new(Vec::new()),
         violations: RefCell::new(Vec::new()),
         deposed_deployments: RefCell::new(0),
+        pool_size: RefCell::new((None, false)),
         storage: scratch.join("ha-storage"),
         broken: options.broken,
         drivers,
@@ -826,6 +845,7 @@ impl HaRun {
                     trace.record(format!("answer cancel {id}: {:?}", answer.await));
                 });
             }
+            HaAction::SetPoolSize(size) => self.set_pool_size(*size),
             HaAction::CutFromCoordination { target, duration } => {
                 let index = shared.target(*target);
                 shared.coordination.partition(index, true);
@@ -920,6 +940,55 @@ impl HaRun {
 
     /// Builds the job and hands it to a client task: wait for a leader, submit, store the
     /// graph (as `POST /jobs` does: a job the store does not hold is cancelled, not answered).
+    /// An operator's `PUT /cluster/pool-size`, retried at whoever leads (as the 503 says) until
+    /// the store kept it.
+    fn set_pool_size(&mut self, size: u32) {
+        let shared = Rc::clone(&self.shared);
+        shared
+            .cluster
+            .trace
+            .record(format!("action pool size {size}"));
+        shared.pool_size.borrow_mut().1 = true;
+        tokio::task::spawn_local(async move {
+            let give_up = Instant::now() + Duration::from_secs(60);
+            let outcome = loop {
+                if Instant::now() >= give_up {
+                    break "given up after 60 s".to_owned();
+                }
+                let Some((contender, leader)) = shared.leaders().into_iter().next() else {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                };
+                let set = leader
+                    .resource_manager
+                    .set_worker_pool_size
+                    .send(SetWorkerPoolSize { size })
+                    .await;
+                if !matches!(set, Ok(Ok(_))) {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+                let pointers = shared.coordination.job_graph_pointers(contender);
+                let kept = match JobGraphStore::with_pointers(pointers, &shared.storage) {
+                    Ok(store) => store.put_pool_size(size).await,
+                    Err(error) => Err(error),
+                };
+                match kept {
+                    Ok(()) => {
+                        shared.pool_size.borrow_mut().0 = Some(size);
+                        break format!("set and kept by jobmanager-{contender}");
+                    }
+                    Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+                }
+            };
+            shared.pool_size.borrow_mut().1 = false;
+            shared
+                .cluster
+                .trace
+                .record(format!("answer pool size {size}: {outcome}"));
+        });
+    }
+
     fn submit(&mut self, kind: JobKind, parallelism: u32) {
         let shared = Rc::clone(&self.shared);
         let index = shared.jobs.borrow().len();
@@ -1192,6 +1261,18 @@ impl HaRun {
         let pending = shared.jobs.borrow().iter().filter(|j| !j.answered).count();
         if pending > 0 {
             return Err(format!("{pending} submissions unanswered"));
+        }
+        let (kept_size, resizing) = *shared.pool_size.borrow();
+        if resizing {
+            return Err("a pool resize is still being retried".to_owned());
+        }
+        if let Some(size) = kept_size
+            && pool.designated_pool_size != size
+        {
+            return Err(format!(
+                "jobmanager-{index}'s pool size is {}, the operator set {size} (not kept across leaders)",
+                pool.designated_pool_size
+            ));
         }
         let expected: Vec<(JobId, bool)> = shared
             .jobs

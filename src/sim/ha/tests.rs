@@ -187,3 +187,26 @@ fn a_leader_whose_lease_never_lapses_is_caught_deploying_the_instant_it_resumes(
         report.sim.violations
     );
 }
+
+/// (c): a store that forgets the pool size an operator set: after the leader dies the new one
+/// starts its pool from the configured size, undoing the operator's resize.
+#[test]
+fn a_pool_size_not_kept_for_the_next_leader_is_caught_after_the_leader_dies() {
+    let steps = vec![
+        (Duration::from_millis(300), silent_job()),
+        (Duration::from_millis(500), HaAction::SetPoolSize(3)),
+        (
+            Duration::from_secs(2),
+            HaAction::Kill {
+                target: HaTarget::Leader,
+                restart_after: Duration::from_secs(3),
+            },
+        ),
+    ];
+    assert_caught(
+        6,
+        scenario(2, steps),
+        Broken::PoolSizeForgotten,
+        "the operator set 3",
+    );
+}
