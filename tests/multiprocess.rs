@@ -164,10 +164,10 @@ async fn all_to_all_at_p_200_across_four_processes_gives_the_exact_word_count() 
 }
 
 /// Issue 11: a producer's TaskManager `kill -9`'d mid-stream. Its consumers on the other
-/// process learn it first (the data connection breaks; the JobManager only notices at the
-/// heartbeat timeout): they fail naming the producer's TaskManager and the reason, the region
-/// restarts on a replacement, and the count is exact. The job's exception history keeps the
-/// consumer's failure after the restart.
+/// process or the JobManager learn it first (a data connection breaks, or the JobManager's own
+/// connection to it: which one is a race): the failure names the producer's TaskManager and
+/// the reason, never "Mailbox has closed", the region restarts on a replacement, and the count
+/// is exact. The job's exception history keeps the failure after the restart.
 #[actix::test]
 async fn a_producer_killed_mid_stream_fails_its_consumers_naming_it_and_the_count_stays_exact() {
     use flint::job::graph::RestartStrategyConfig;
@@ -239,26 +239,43 @@ async fn a_producer_killed_mid_stream_fails_its_consumers_naming_it_and_the_coun
     assert_eq!(details.summary.status, JobStatus::Finished, "{details:#?}");
     assert_eq!(read_counts(&output), sequential_word_count(&input).unwrap());
     assert!(details.restarts >= 1, "{details:#?}");
-    let named: Vec<_> = details
-        .exceptions
-        .iter()
-        .filter(|e| {
-            e.resource_id.as_ref().map(|r| r.as_str()) == Some("remote-b")
-                && e.reason.contains("remote-a")
-        })
-        .collect();
+    // Who tells first races: the consumer on remote-b (its data connection broke) or the
+    // JobManager (its own connection to remote-a closed, so remote-a is lost and the failover
+    // cancels the consumer before it fails). Either way the failure names remote-a, and a
+    // consumer on remote-b that failed on its own names its producer's TaskManager.
     assert!(
-        !named.is_empty(),
-        "a consumer on remote-b failed naming its producer's TaskManager remote-a: {:#?}",
+        details
+            .exceptions
+            .iter()
+            .any(|e| e.reason.contains("remote-a")),
+        "no failure names the killed TaskManager remote-a: {:#?}",
         details.exceptions
     );
+    for exception in details
+        .exceptions
+        .iter()
+        .filter(|e| e.resource_id.as_ref().map(|r| r.as_str()) == Some("remote-b"))
+    {
+        assert!(
+            exception.reason.contains("remote-a"),
+            "a consumer on remote-b failed without naming its producer's TaskManager remote-a: \
+             {exception:#?}"
+        );
+    }
     for exception in &details.exceptions {
         assert!(
             !exception.reason.contains("Mailbox has closed"),
             "{exception:?}"
         );
     }
-    eprintln!("the consumer's failure: {}", named[0].reason);
+    eprintln!(
+        "failures: {:?}",
+        details
+            .exceptions
+            .iter()
+            .map(|e| &e.reason)
+            .collect::<Vec<_>>()
+    );
 
     client.endpoint.shutdown();
     drop(jm);

@@ -322,7 +322,8 @@ async fn send_recovered(jobs: Vec<RecoveredJob>, job_manager: &Addr<JobManager>)
 /// deposed leader resumed after a pause and answered a submission it had taken before, whose
 /// graph landed in the store (its session is not the election's) after this leadership began
 /// (Flink's `JobGraphStore` listener adopts added graphs the same way). `known` holds every job
-/// this leadership ever listed, so a job it ran and forgot is never run again.
+/// this leadership ever listed, so a job it ran and forgot is never run again (its graph is
+/// removed: it ended before it was forgotten).
 async fn reconcile_store<P: JobGraphPointers>(
     store: &JobGraphStore<P>,
     job_manager: &Addr<JobManager>,
@@ -339,7 +340,23 @@ async fn reconcile_store<P: JobGraphPointers>(
     let Ok(jobs) = job_manager.send(ListJobs).await else {
         return;
     };
-    known.extend(jobs.iter().map(|job| job.job_id));
+    let listed: BTreeSet<JobId> = jobs.iter().map(|job| job.job_id).collect();
+    // Listed before and gone now: the JobManager forgets only ended jobs (`jobstore.*`), so
+    // these ended between two rounds without being seen terminal; they are never run again.
+    let forgotten: Vec<JobId> = stored
+        .iter()
+        .filter(|id| known.contains(id) && !listed.contains(id))
+        .copied()
+        .collect();
+    for job_id in forgotten {
+        if let Err(error) = store.remove(job_id).await {
+            log::warn!(
+                "jobmanager: cannot remove ended job {job_id} from the job graph store: {}",
+                crate::error_chain::ErrorChain(&error)
+            );
+        }
+    }
+    known.extend(listed);
     let strays: Vec<JobId> = stored
         .iter()
         .filter(|id| !known.contains(id))
