@@ -1144,14 +1144,17 @@ async fn a_job_manager_deploys_only_while_its_leadership_lease_is_held() {
     };
     let (probe, registration) = f.task_manager("tm-1");
     f.register(&registration).await;
-    ask(
-        &f.jm,
-        SubmitJob {
-            job_graph: pipelined_job(1, 60_000),
-        },
-    )
-    .await
-    .expect("accepted");
+    let submit = || async {
+        ask(
+            &f.jm,
+            SubmitJob {
+                job_graph: pipelined_job(1, 60_000),
+            },
+        )
+        .await
+        .expect("accepted")
+    };
+    submit().await;
     // Many lease rechecks, within the TaskManager's heartbeat timeout.
     tokio::time::sleep(TIMEOUT / 2).await;
     settle().await;
@@ -1171,14 +1174,7 @@ async fn a_job_manager_deploys_only_while_its_leadership_lease_is_held() {
 
     // A second job after the lease was revoked: never deployed.
     lease.revoke();
-    ask(
-        &f.jm,
-        SubmitJob {
-            job_graph: pipelined_job(1, 60_000),
-        },
-    )
-    .await
-    .expect("accepted");
+    submit().await;
     tokio::time::sleep(TIMEOUT / 2).await;
     settle().await;
     let deployed: usize = deployed_to(&probe).values().map(Vec::len).sum();

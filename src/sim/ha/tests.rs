@@ -32,12 +32,23 @@ fn silent_job() -> HaAction {
 /// Asserts the code as it is passes `scenario` (with a failover and the job FINISHED), and
 /// the broken version fails it with a violation containing `caught`.
 fn assert_caught(seed: u64, scenario: HaScenario, broken: Broken, caught: &str) {
+    assert_caught_running(seed, scenario, broken, caught, JobKind::Silent);
+}
+
+/// [`assert_caught`] with a scenario whose one job is of `kind`.
+fn assert_caught_running(
+    seed: u64,
+    scenario: HaScenario,
+    broken: Broken,
+    caught: &str,
+    kind: JobKind,
+) {
     let sound = run(seed, scenario.clone(), Broken::Nothing);
     assert!(sound.passed(), "{:#?}", sound.sim.violations);
     assert!(sound.leaderships > 1, "no failover: {sound:#?}");
     assert_eq!(
         sound.sim.jobs,
-        vec![(JobKind::Silent, Some(JobStatus::Finished))],
+        vec![(kind, Some(JobStatus::Finished))],
         "{sound:#?}"
     );
     let report = run(seed, scenario, broken);
@@ -168,23 +179,12 @@ fn a_leader_whose_lease_never_lapses_is_caught_deploying_the_instant_it_resumes(
             },
         ),
     ];
-    let sound = run(5, scenario(2, steps.clone()), Broken::Nothing);
-    assert!(sound.passed(), "{:#?}", sound.sim.violations);
-    assert!(sound.leaderships > 1, "no failover: {sound:#?}");
-    assert_eq!(
-        sound.sim.jobs,
-        vec![(JobKind::FailOnce, Some(JobStatus::Finished))],
-        "{sound:#?}"
-    );
-    let report = run(5, scenario(2, steps), Broken::EndlessLease);
-    assert!(
-        report
-            .sim
-            .violations
-            .iter()
-            .any(|v| v.contains("after a later leadership was granted")),
-        "an endless lease was not caught: {:#?}",
-        report.sim.violations
+    assert_caught_running(
+        5,
+        scenario(2, steps),
+        Broken::EndlessLease,
+        "after a later leadership was granted",
+        JobKind::FailOnce,
     );
 }
 
