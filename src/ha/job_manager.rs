@@ -335,6 +335,8 @@ async fn reconcile_store<P: JobGraphPointers>(
         return;
     };
     if stored.is_empty() {
+        // Nothing stored can be a stray or a forgotten job: nothing to remember either.
+        known.clear();
         return;
     }
     let Ok(jobs) = job_manager.send(ListJobs).await else {
@@ -356,6 +358,8 @@ async fn reconcile_store<P: JobGraphPointers>(
             );
         }
     }
+    // Only what is stored or listed can matter later: `known` stays as small as the two.
+    known.retain(|id| listed.contains(id) || stored.binary_search(id).is_ok());
     known.extend(listed);
     let strays: Vec<JobId> = stored
         .iter()

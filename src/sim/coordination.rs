@@ -214,7 +214,7 @@ impl SimCoordination {
     /// Waits until `contender`'s client may run.
     async fn run_client(&self, contender: usize) {
         let until = self.service.borrow().starved.get(&contender).copied();
-        if let Some(until) = until {
+        if let Some(until) = until.filter(|until| *until > Instant::now()) {
             tokio::time::sleep_until(until).await;
         }
     }
