@@ -174,7 +174,9 @@ pub async fn run_leader_loop<E: LeaderElectionService, P: JobGraphPointers>(
         );
         let mut known = BTreeSet::new();
         let mut cleanup = tokio::time::interval(CLEANUP_INTERVAL);
-        let mut renewal = tokio::time::interval(lease_length / RENEW_FRACTION);
+        // (`interval` panics on a zero period; a lease is never that short in practice.)
+        let mut renewal =
+            tokio::time::interval((lease_length / RENEW_FRACTION).max(Duration::from_millis(1)));
         renewal.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let lost = loop {
             tokio::select! {
