@@ -494,6 +494,9 @@ impl ResourceManagerProbeHandle {
 /// A stand-in TaskManager.
 pub struct TaskManagerProbe {
     received: Recorded<TaskManagerMessage>,
+    /// Refuses every task that names a producer list instead of carrying it, as a TaskManager
+    /// whose cache dropped it (see [`TaskManagerProbeHandle::forget_producer_lists`]).
+    forgets_producer_lists: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Actor for TaskManagerProbe {
@@ -513,8 +516,18 @@ impl Handler<SubmitTask> for TaskManagerProbe {
     type Result = Result<(), TaskSubmissionError>;
 
     fn handle(&mut self, msg: SubmitTask, _: &mut Context<Self>) -> Self::Result {
+        let forgets = self
+            .forgets_producer_lists
+            .load(std::sync::atomic::Ordering::Relaxed);
+        let named = msg.descriptor.inputs.iter().find_map(|gate| match gate.producers {
+            crate::messages::deployment::Producers::Known(id) => Some(id),
+            _ => None,
+        });
         self.received.push(msg.into());
-        Ok(())
+        match named {
+            Some(id) if forgets => Err(TaskSubmissionError::UnknownProducers(id)),
+            _ => Ok(()),
+        }
     }
 }
 
@@ -547,6 +560,7 @@ pub struct TaskManagerProbeHandle {
     /// Its address.
     pub address: ActorAddress,
     addr: Addr<TaskManagerProbe>,
+    forgets_producer_lists: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Handler<crate::actors::Shutdown> for TaskManagerProbe {
@@ -568,12 +582,21 @@ impl TaskManagerProbeHandle {
         let _ = self.addr.send(crate::actors::Shutdown).await;
     }
 
+    /// From now on, refuses every task that names a producer list instead of carrying it
+    /// (`UnknownProducers`), as a TaskManager that keeps none.
+    pub fn forget_producer_lists(&self) {
+        self.forgets_producer_lists
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// Starts a probe at `local/taskmanager/<resource_id>`.
     pub fn start(env: &NodeEnv, resource_id: &ResourceId) -> Self {
         let address = env.address_of(&format!("taskmanager/{resource_id}"));
         let received = Recorded::default();
+        let forgets_producer_lists = Arc::default();
         let addr = TaskManagerProbe {
             received: received.clone(),
+            forgets_producer_lists: Arc::clone(&forgets_producer_lists),
         }
         .start();
         register(
@@ -585,6 +608,7 @@ impl TaskManagerProbeHandle {
             received,
             address,
             addr,
+            forgets_producer_lists,
         }
     }
 }

@@ -14,6 +14,7 @@
 //! again as new attempts. A region whose finished results were lost with a TaskManager is
 //! restarted too. If the strategy gives up, the job fails with the first failure's reason.
 
+use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
@@ -32,14 +33,16 @@ use crate::job::regions::{
 };
 use crate::job::restart::{RestartBackoff, RestartDecision};
 use crate::job::states::{ExecutionState, JobStatus, Tracked};
-use crate::messages::ids::{ExecutionAttemptId, JobId, ResourceId};
+use crate::messages::ids::{ExecutionAttemptId, JobId, ProducerListId, ResourceId};
 use crate::messages::job_manager::{
     EXCEPTION_HISTORY_SIZE, JobDetails, JobException, JobSummary, SlotTaskAttempt, SubtaskDetails,
     VertexDetails,
 };
 use crate::messages::{
     ActorAddress, ResultPartitionId,
-    deployment::{InputGate, OutputPartition, ProducerLocation, TaskDeploymentDescriptor},
+    deployment::{
+        InputGate, OutputPartition, ProducerLocation, Producers, TaskDeploymentDescriptor,
+    },
 };
 
 /// Region bulks one job keeps in the scheduler's queue at most; more ready regions wait in the
@@ -164,13 +167,23 @@ pub struct JobMaster {
     suspects: BTreeMap<ResourceId, BTreeSet<ExecutionAttemptId>>,
     /// All-to-all producer lists by edge, shared by every consumer (even across regions, as
     /// with blocking edges) until a producer changes (a restart or a lost TaskManager).
-    gates: BTreeMap<u32, Arc<Vec<ProducerLocation>>>,
+    gates: BTreeMap<u32, SharedProducers>,
     rng: NodeRng,
     submitted_at_ms: u64,
     /// When a new leader recovered this job (high availability), for the status API.
     recovered_at_ms: Option<u64>,
     /// The last [`EXCEPTION_HISTORY_SIZE`] task failures, oldest first.
     exceptions: VecDeque<JobException>,
+}
+
+/// One all-to-all edge's producer list, and the TaskManagers it was sent to: the others get
+/// it with their first task that reads it, and later tasks only name it (see
+/// `messages::deployment`).
+#[derive(Debug)]
+struct SharedProducers {
+    id: ProducerListId,
+    locations: Arc<Vec<ProducerLocation>>,
+    sent_to: BTreeSet<ResourceId>,
 }
 
 impl JobMaster {
@@ -499,11 +512,12 @@ impl JobMaster {
             return;
         }
         let mut shared_gates = std::mem::take(&mut self.gates);
+        let mut list_ids = self.rng.fork();
         for task in members {
             let Some(placement) = self.task(&task).placement.clone() else {
                 continue;
             };
-            match self.descriptor(&task, &placement, cx, &mut shared_gates) {
+            match self.descriptor(&task, &placement, cx, &mut shared_gates, &mut list_ids) {
                 Some(descriptor) => {
                     self.set_state(&task, ExecutionState::Deploying, cx.now_ms);
                     self.used_task_managers
@@ -522,12 +536,21 @@ impl JobMaster {
         self.gates = shared_gates;
     }
 
+    /// The shared producer list `id`, if it is still current (a restart replaces it).
+    pub fn producer_list(&self, id: ProducerListId) -> Option<Arc<Vec<ProducerLocation>>> {
+        self.gates
+            .values()
+            .find(|shared| shared.id == id)
+            .map(|shared| shared.locations.clone())
+    }
+
     fn descriptor(
         &self,
         task: &TaskRef,
         placement: &SlotAssignment,
         cx: &JobContext<'_>,
-        shared_gates: &mut BTreeMap<u32, Arc<Vec<ProducerLocation>>>,
+        shared_gates: &mut BTreeMap<u32, SharedProducers>,
+        list_ids: &mut NodeRng,
     ) -> Option<TaskDeploymentDescriptor> {
         let vertex = &self.graph.vertices[task.vertex];
         let ev = self.task(task);
@@ -549,17 +572,28 @@ impl JobMaster {
                 })
             };
             let (producers, subpartition) = match edge.pattern {
-                DistributionPattern::Forward => (Arc::new(vec![location(task.subtask)?]), 0),
+                DistributionPattern::Forward => (Producers::own(vec![location(task.subtask)?]), 0),
                 DistributionPattern::AllToAll => {
-                    let producers = match shared_gates.get(&edge_index) {
-                        Some(shared) => shared.clone(),
-                        None => {
+                    let shared = match shared_gates.entry(edge_index) {
+                        Entry::Occupied(shared) => shared.into_mut(),
+                        Entry::Vacant(vacant) => {
                             let all = (0..self.graph.vertices[edge.source].parallelism)
                                 .map(location)
                                 .collect::<Option<Vec<_>>>()?;
-                            let shared = Arc::new(all);
-                            shared_gates.insert(edge_index, shared.clone());
-                            shared
+                            vacant.insert(SharedProducers {
+                                id: ProducerListId::generate(list_ids),
+                                locations: Arc::new(all),
+                                sent_to: BTreeSet::new(),
+                            })
+                        }
+                    };
+                    let producers = if shared.sent_to.contains(&placement.resource_id) {
+                        Producers::Known(shared.id)
+                    } else {
+                        shared.sent_to.insert(placement.resource_id.clone());
+                        Producers::Listed {
+                            id: Some(shared.id),
+                            locations: shared.locations.clone(),
                         }
                     };
                     (producers, task.subtask)

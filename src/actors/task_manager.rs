@@ -41,6 +41,9 @@ use crate::messages::{
 use crate::operators::OperatorRegistry;
 use crate::task_blocking::Cancellation;
 
+mod producer_lists;
+use producer_lists::ProducerListCache;
+
 /// What every TaskManager of a cluster shares (a driver starts each worker from one).
 #[derive(Debug, Clone)]
 pub struct TaskManagerSpec {
@@ -123,6 +126,8 @@ pub struct TaskManager {
     unreported_running: BTreeMap<ExecutionAttemptId, JobId>,
     partitions: Arc<PartitionStore>,
     job_partitions: BTreeMap<JobId, BTreeSet<ResultPartitionId>>,
+    /// The all-to-all producer lists sent with earlier tasks.
+    producer_lists: ProducerListCache,
     /// Attempts cancelled before their `SubmitTask` arrived (the two may overtake each other):
     /// they are refused when it does. Bounded.
     cancelled_early: VecDeque<ExecutionAttemptId>,
@@ -196,6 +201,7 @@ impl TaskManager {
                 settings.spec.spill_threshold_bytes,
             )),
             job_partitions: BTreeMap::new(),
+            producer_lists: ProducerListCache::default(),
             cancelled_early: VecDeque::new(),
             settings,
             env,
@@ -448,9 +454,12 @@ impl TaskManager {
 
     fn submit_task(
         &mut self,
-        descriptor: TaskDeploymentDescriptor,
+        mut descriptor: TaskDeploymentDescriptor,
         ctx: &mut Context<Self>,
     ) -> Result<(), TaskSubmissionError> {
+        // First, so the lists it carries are cached even if it is refused for another reason
+        // (the JobManager counts them sent).
+        self.producer_lists.resolve(&mut descriptor)?;
         let attempt = descriptor.attempt;
         if self.running.contains_key(&attempt) {
             return Err(TaskSubmissionError::Duplicate(attempt));
@@ -471,7 +480,11 @@ impl TaskManager {
             self.allocations.insert(allocation_id, 0);
         }
         let network = self.settings.spec.network;
-        let channels: usize = descriptor.inputs.iter().map(|g| g.producers.len()).sum();
+        let channels: usize = descriptor
+            .inputs
+            .iter()
+            .map(|g| g.producers.locations().len())
+            .sum();
         let pipelined: usize = descriptor
             .outputs
             .iter()
@@ -526,7 +539,7 @@ impl TaskManager {
         for producer in descriptor
             .inputs
             .iter()
-            .flat_map(|gate| gate.producers.iter())
+            .flat_map(|gate| gate.producers.locations())
         {
             let address = &producer.task_manager;
             if *address != self.address
@@ -842,6 +855,7 @@ impl Handler<ReleaseJobPartitions> for TaskManager {
         if !self.fenced(msg.leader_session_id, "ReleaseJobPartitions") {
             return;
         }
+        self.producer_lists.release_job(msg.job_id);
         for partition in self.job_partitions.remove(&msg.job_id).unwrap_or_default() {
             self.partitions.release(partition);
         }

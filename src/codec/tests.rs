@@ -368,14 +368,24 @@ pub(crate) fn descriptor() -> TaskDeploymentDescriptor {
         operator: "file-sink".into(),
         config: [("path".to_owned(), "/out".to_owned())].into(),
         allocation_id: AllocationId::from_u128(9),
-        inputs: vec![InputGate {
-            edge: 0,
-            subpartition: 1,
-            producers: std::sync::Arc::new(vec![ProducerLocation {
-                partition,
-                task_manager: address("taskmanager/tm-1"),
-            }]),
-        }],
+        inputs: vec![
+            InputGate {
+                edge: 0,
+                subpartition: 1,
+                producers: Producers::Listed {
+                    id: Some(ProducerListId::from_u128(17)),
+                    locations: std::sync::Arc::new(vec![ProducerLocation {
+                        partition,
+                        task_manager: address("taskmanager/tm-1"),
+                    }]),
+                },
+            },
+            InputGate {
+                edge: 1,
+                subpartition: 1,
+                producers: Producers::Known(ProducerListId::from_u128(18)),
+            },
+        ],
         outputs: vec![OutputPartition {
             partition,
             pattern: DistributionPattern::Forward,
@@ -556,6 +566,9 @@ fn every_answer_round_trips() {
     ));
     round_trip(&Result::<(), TaskSubmissionError>::Err(
         TaskSubmissionError::UnknownOperator("x".into()),
+    ));
+    round_trip(&Result::<(), TaskSubmissionError>::Err(
+        TaskSubmissionError::UnknownProducers(ProducerListId::from_u128(18)),
     ));
     round_trip(&FetchResponse {
         channels: vec![

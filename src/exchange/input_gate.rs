@@ -145,7 +145,7 @@ impl InputGate {
         let mut channels = Vec::new();
         let mut clients: BTreeMap<ActorAddress, PartitionRequestClient> = BTreeMap::new();
         for gate in gates {
-            for producer in gate.producers.iter() {
+            for producer in gate.producers.locations() {
                 let index = channels.len();
                 let is_local = producer.task_manager == *local;
                 if !is_local {

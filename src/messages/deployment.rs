@@ -1,9 +1,15 @@
 //! What the JobManager sends a TaskManager to run one task: the task deployment descriptor.
 //!
 //! An input gate names the partitions to read (producer attempt, edge, the producer's
-//! TaskManager); an all-to-all gate lists every producer once and is shared (`Arc`) by all the
-//! consumers it is built for, so deploying P consumers of P producers costs O(P) memory in one
-//! process, not O(P²).
+//! TaskManager). An all-to-all gate's list of every producer is built once and shared (`Arc`) by
+//! all the consumers it is built for, and it travels to each TaskManager once: the first task
+//! there that reads it carries it ([`Producers::Listed`]), the others name it
+//! ([`Producers::Known`]) and the TaskManager takes it from its cache (Flink's
+//! `ShuffleDescriptorsCache`). Deploying P consumers of P producers thus costs O(P) bytes per
+//! TaskManager on the wire and O(P) memory, not O(P²). A TaskManager that does not have a named
+//! list (its cache dropped it, or the frame that carried it was lost) refuses the task with
+//! [`UnknownProducers`](super::task_manager::TaskSubmissionError::UnknownProducers) and the
+//! JobManager sends it again with the list.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -11,7 +17,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use super::common::{ActorAddress, ResultPartitionId};
-use super::ids::{AllocationId, ExecutionAttemptId, JobId};
+use super::ids::{AllocationId, ExecutionAttemptId, JobId, ProducerListId};
 use crate::job::graph::DistributionPattern;
 
 /// Everything a TaskManager needs to run one task.
@@ -49,7 +55,49 @@ pub struct InputGate {
     /// Which subpartition of each producer's partition is this consumer's.
     pub subpartition: u32,
     /// The producers, one per producer subtask.
-    pub producers: Arc<Vec<ProducerLocation>>,
+    pub producers: Producers,
+}
+
+/// An input gate's producers: listed, or named by a list the TaskManager was sent before.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Producers {
+    /// The list itself, under the id a TaskManager caches it by (`None`: a pointwise gate's
+    /// own short list, never shared).
+    Listed {
+        /// The shared list's id.
+        id: Option<ProducerListId>,
+        /// One location per producer subtask.
+        locations: Arc<Vec<ProducerLocation>>,
+    },
+    /// A list this TaskManager was sent with an earlier task.
+    Known(ProducerListId),
+}
+
+impl Producers {
+    /// A pointwise gate's list (not cached).
+    pub fn own(locations: Vec<ProducerLocation>) -> Self {
+        Self::Listed {
+            id: None,
+            locations: Arc::new(locations),
+        }
+    }
+
+    /// The locations; empty for a [`Known`](Self::Known) list, which a TaskManager replaces by
+    /// the list it cached before it runs the task (it refuses the task if it has none).
+    pub fn locations(&self) -> &[ProducerLocation] {
+        match self {
+            Self::Listed { locations, .. } => locations,
+            Self::Known(_) => &[],
+        }
+    }
+
+    /// The id of a shared list, listed or known.
+    pub fn id(&self) -> Option<ProducerListId> {
+        match self {
+            Self::Listed { id, .. } => *id,
+            Self::Known(id) => Some(*id),
+        }
+    }
 }
 
 /// One producer's partition and the TaskManager holding it.

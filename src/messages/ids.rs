@@ -201,6 +201,12 @@ id_type!(
     AllocationId: random
 );
 id_type!(
+    /// One all-to-all gate's list of producers, as a JobManager built it: a TaskManager caches
+    /// the list under it, so only the first task there that reads the list carries it (random,
+    /// so a new leader's lists never meet an old leader's cached ones).
+    ProducerListId: random
+);
+id_type!(
     /// The fencing token of the current JobManager leader. Messages only the leader may send
     /// carry it; a receiver drops a message whose token is not the leader it knows.
     LeaderSessionId: random

@@ -11,7 +11,8 @@ use serde::{Deserialize, Serialize};
 use super::common::{NewLeaderAvailable, RemovalReason, ResultPartitionId};
 use super::deployment::TaskDeploymentDescriptor;
 use super::ids::{
-    AllocationId, ExecutionAttemptId, InstanceId, JobId, LeaderSessionId, ResourceId,
+    AllocationId, ExecutionAttemptId, InstanceId, JobId, LeaderSessionId, ProducerListId,
+    ResourceId,
 };
 use super::protocol;
 use crate::operators::Record;
@@ -175,6 +176,11 @@ pub enum TaskSubmissionError {
     /// Its output partitions could not be created.
     #[error("cannot create the task's result partitions: {0}")]
     Partition(String),
+    /// An input gate names a producer list this TaskManager does not have (the task that
+    /// carried it was lost, or the cache dropped it): the JobManager sends the task again with
+    /// the list.
+    #[error("producer list {0} is not known here")]
+    UnknownProducers(ProducerListId),
     /// Its network buffers do not fit in the TaskManager's network memory next to the running
     /// tasks' (raise `taskmanager.network.memory`, or lower the buffer settings).
     #[error(

@@ -11,7 +11,7 @@ use actix::prelude::*;
 use super::JobManager;
 use crate::actors::job_master::{JobAction, JobContext, JobMaster};
 use crate::messages::RemovalReason;
-use crate::messages::deployment::TaskDeploymentDescriptor;
+use crate::messages::deployment::{Producers, TaskDeploymentDescriptor};
 use crate::messages::ids::{JobId, ResourceId};
 use crate::messages::job_manager::*;
 use crate::messages::resource_manager::DeclareResourceRequirements;
@@ -250,6 +250,27 @@ impl JobManager {
                             });
                         }
                         return;
+                    }
+                    // It did not get (or dropped) a producer list an earlier task carried:
+                    // send this one again with the list, while the list is current.
+                    Ok(Err(TaskSubmissionError::UnknownProducers(id))) if again.is_some() => {
+                        let list = act.jobs.get(&job_id).and_then(|job| job.producer_list(id));
+                        if let (Some(mut descriptor), Some(locations)) = (again, list) {
+                            for gate in &mut descriptor.inputs {
+                                if gate.producers == Producers::Known(id) {
+                                    gate.producers = Producers::Listed {
+                                        id: Some(id),
+                                        locations: locations.clone(),
+                                    };
+                                }
+                            }
+                            act.deploy(job_id, resource_id, descriptor, retries - 1, ctx);
+                            return;
+                        }
+                        format!(
+                            "TaskManager {resource_id} refused the task: producer list {id} \
+                             is not known there and has been replaced since"
+                        )
                     }
                     Ok(Err(refused)) => {
                         format!("TaskManager {resource_id} refused the task: {refused}")

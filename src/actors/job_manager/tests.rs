@@ -1181,3 +1181,73 @@ async fn a_job_manager_deploys_only_while_its_leadership_lease_is_held() {
     assert_eq!(deployed, 2, "deployed under a revoked lease");
     let _ = f.started_at;
 }
+
+/// Issue 11, item 5: an all-to-all list travels once per TaskManager, and a TaskManager that
+/// does not have a list a task names (its cache dropped it, or the frame carrying it was lost)
+/// refuses the task; the JobManager sends that task again with the list instead of failing it.
+#[actix::test]
+async fn a_task_naming_a_producer_list_its_task_manager_lacks_is_sent_again_with_the_list() {
+    use crate::job::graph::{DistributionPattern, ExchangeMode, JobGraph};
+    use crate::messages::deployment::Producers;
+
+    let f = start().await;
+    let (probe, registration) = f.task_manager("tm-1");
+    f.register(&registration).await;
+    probe.forget_producer_lists();
+    let mut builder = JobGraph::builder("all-to-all");
+    let source = builder
+        .vertex("source", "sleep", 1)
+        .config("ms", "60000")
+        .index();
+    let sink = builder.vertex("sink", "noop", 2).index();
+    builder.edge(
+        source,
+        sink,
+        DistributionPattern::AllToAll,
+        ExchangeMode::Pipelined,
+    );
+    let job_id = ask(
+        &f.jm,
+        SubmitJob {
+            job_graph: builder.build(|_| true).expect("a valid graph"),
+        },
+    )
+    .await
+    .expect("accepted");
+    settle().await;
+
+    let sinks: Vec<_> = probe.received.filter(|m| match m {
+        TaskManagerMessage::SubmitTask(s) if s.descriptor.vertex_name == "sink" => {
+            Some(s.descriptor.clone())
+        }
+        _ => None,
+    });
+    let gates: Vec<&Producers> = sinks.iter().map(|d| &d.inputs[0].producers).collect();
+    let [first, named, again] = gates[..] else {
+        panic!("two sinks, one sent twice: {sinks:#?}");
+    };
+    let Producers::Listed {
+        id: Some(id),
+        locations,
+    } = first
+    else {
+        panic!("the first sink on tm-1 carries the list: {first:?}");
+    };
+    assert_eq!(locations.len(), 1);
+    assert_eq!(*named, Producers::Known(*id), "the second only names it");
+    assert_eq!(sinks[1].attempt, sinks[2].attempt, "the same attempt, sent again");
+    assert_eq!(again, first, "this time with the list");
+
+    let details = ask(&f.jm, RequestJobStatus { job_id })
+        .await
+        .expect("the job is known");
+    assert_eq!(details.restarts, 0, "nothing failed: {details:#?}");
+    assert!(
+        details
+            .vertices
+            .iter()
+            .flat_map(|v| &v.subtasks)
+            .all(|s| s.state == crate::job::states::ExecutionState::Deploying),
+        "{details:#?}"
+    );
+}

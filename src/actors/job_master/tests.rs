@@ -86,6 +86,8 @@ struct Harness {
     log: Vec<JobAction>,
     /// The latest deployment of each (vertex name, subtask).
     deployed: BTreeMap<(String, u32), TaskDeploymentDescriptor>,
+    /// Every shared producer list sent, and the TaskManagers it was sent to.
+    lists: BTreeMap<ProducerListId, (Arc<Vec<ProducerLocation>>, BTreeSet<ResourceId>)>,
 }
 
 impl Harness {
@@ -115,6 +117,7 @@ impl Harness {
             now_ms: 0,
             log: Vec::new(),
             deployed: BTreeMap::new(),
+            lists: BTreeMap::new(),
         }
     }
 
@@ -145,7 +148,35 @@ impl Harness {
         };
         let actions = f(&mut self.master, &mut cx);
         for action in &actions {
-            if let JobAction::Deploy { descriptor, .. } = action {
+            if let JobAction::Deploy {
+                descriptor,
+                resource_id,
+            } = action
+            {
+                // A task names a shared list only where an earlier task carried it.
+                for gate in &descriptor.inputs {
+                    match &gate.producers {
+                        Producers::Listed {
+                            id: Some(id),
+                            locations,
+                        } => {
+                            let (_, sent_to) = self
+                                .lists
+                                .entry(*id)
+                                .or_insert_with(|| (locations.clone(), BTreeSet::new()));
+                            sent_to.insert(resource_id.clone());
+                        }
+                        Producers::Listed { id: None, .. } => {}
+                        Producers::Known(id) => assert!(
+                            self.lists
+                                .get(id)
+                                .is_some_and(|(_, sent_to)| sent_to.contains(resource_id)),
+                            "{} {} names list {id}, never sent to {resource_id}",
+                            descriptor.vertex_name,
+                            descriptor.subtask
+                        ),
+                    }
+                }
                 let key = (descriptor.vertex_name.clone(), descriptor.subtask);
                 self.deployed.insert(key, (**descriptor).clone());
             }
@@ -163,6 +194,15 @@ impl Harness {
         self.deployed
             .get(&(vertex.to_owned(), subtask))
             .unwrap_or_else(|| panic!("{vertex} {subtask} was never deployed"))
+    }
+
+    /// The producers of the first input gate of the latest deployment of `vertex` `subtask`,
+    /// as its TaskManager has them (a named list is the one sent there before).
+    fn producers(&self, vertex: &str, subtask: u32) -> Arc<Vec<ProducerLocation>> {
+        match &self.descriptor(vertex, subtask).inputs[0].producers {
+            Producers::Listed { locations, .. } => locations.clone(),
+            Producers::Known(id) => self.lists[id].0.clone(),
+        }
     }
 
     fn attempt(&self, vertex: &str, subtask: u32) -> ExecutionAttemptId {
@@ -384,7 +424,7 @@ fn forward_pipelined_pairs_deploy_at_once_local_to_their_sources_and_finish() {
             [InputGate {
                 edge: 0,
                 subpartition: 0,
-                producers: Arc::new(vec![location(source.attempt, 0, i as usize)]),
+                producers: Producers::own(vec![location(source.attempt, 0, i as usize)]),
             }]
         );
         assert_eq!(sink.outputs, []);
@@ -441,16 +481,28 @@ fn all_to_all_consumers_share_one_gate_listing_every_producer() {
         assert_eq!(source.outputs[0].subpartitions, 3, "one per consumer");
         assert_eq!(source.outputs[0].pattern, DistributionPattern::AllToAll);
     }
-    let first = h.descriptor("sink", 0).inputs[0].producers.clone();
+    let first = h.producers("sink", 0);
     for j in 0..3u32 {
         let sink = h.descriptor("sink", j);
         assert_eq!(sink.inputs.len(), 1);
         let gate = &sink.inputs[0];
         assert_eq!((gate.edge, gate.subpartition), (0, j));
-        assert_eq!(*gate.producers, producers);
-        assert!(Arc::ptr_eq(&gate.producers, &first), "sink {j}'s gate");
+        assert_eq!(*h.producers("sink", j), producers);
+        assert!(
+            Arc::ptr_eq(&h.producers("sink", j), &first),
+            "sink {j}'s gate"
+        );
         assert_eq!(h.subtask("sink", j).locality, Some(Locality::Local));
     }
+    // The list travels once per TaskManager: sinks 0 (tm-0) and 1 (tm-1) carry it, sink 2
+    // (tm-0 again) only names it.
+    let listed = |j| {
+        matches!(
+            h.descriptor("sink", j).inputs[0].producers,
+            Producers::Listed { .. }
+        )
+    };
+    assert_eq!([listed(0), listed(1), listed(2)], [true, true, false]);
     h.run_all(&[("source", 0), ("source", 1)]);
     for j in 0..3 {
         assert_eq!(h.finish("sink", j), []);
@@ -494,7 +546,7 @@ fn a_blocking_consumer_is_deployed_once_every_producer_finished() {
     for j in 0..2u32 {
         let gate = &h.descriptor("sink", j).inputs[0];
         assert_eq!((gate.edge, gate.subpartition), (0, j));
-        assert_eq!(*gate.producers, producers);
+        assert_eq!(*h.producers("sink", j), producers);
         assert_eq!(h.subtask("sink", j).locality, Some(Locality::Local));
     }
     h.run_all(&[("sink", 0), ("sink", 1)]);
@@ -516,10 +568,12 @@ fn blocking_all_to_all_consumers_deployed_together_share_one_gate() {
     h.finish("source", 0);
     let actions = h.finish("source", 1);
     assert_eq!(deployments(&actions).len(), 3, "every consumer at once");
-    let first = h.descriptor("sink", 0).inputs[0].producers.clone();
+    let first = h.producers("sink", 0);
     for j in 1..3 {
-        let gate = &h.descriptor("sink", j).inputs[0];
-        assert!(Arc::ptr_eq(&gate.producers, &first), "sink {j}'s gate");
+        assert!(
+            Arc::ptr_eq(&h.producers("sink", j), &first),
+            "sink {j}'s gate"
+        );
     }
 }
 
@@ -601,7 +655,7 @@ fn a_failed_task_restarts_its_region_as_new_attempts_after_the_delay() {
     assert_ne!(source.attempt, old_source);
     assert_ne!(sink.attempt, old_sink);
     assert_eq!(
-        sink.inputs[0].producers[0].partition.producer,
+        sink.inputs[0].producers.locations()[0].partition.producer,
         source.attempt
     );
     assert_eq!((h.attempt("source", 1), h.attempt("sink", 1)), untouched);
@@ -878,7 +932,7 @@ fn a_lost_task_manager_reruns_finished_producers_only_for_unfinished_consumers()
         [deployed("sink", 1, 1)]
     );
     assert_eq!(
-        *h.descriptor("sink", 1).inputs[0].producers,
+        *h.producers("sink", 1),
         [location(h.attempt("source", 1), 0, 1)]
     );
     h.run("sink", 1);
@@ -1121,8 +1175,8 @@ fn restarted_consumers_read_the_new_attempts_of_their_producers() {
     let new = h.attempt("source", 0);
     assert_ne!(old, new);
     for j in 0..2 {
-        let producers: Vec<ExecutionAttemptId> = h.descriptor("sink", j).inputs[0]
-            .producers
+        let producers: Vec<ExecutionAttemptId> = h
+            .producers("sink", j)
             .iter()
             .map(|p| p.partition.producer)
             .collect();
@@ -1274,7 +1328,7 @@ fn a_consumer_missing_its_input_partition_reruns_the_producer_region() {
     );
     h.run("sink", 0);
     let sink = h.attempt("sink", 0);
-    let lost = h.descriptor("sink", 0).inputs[0].producers[0].partition;
+    let lost = h.producers("sink", 0)[0].partition;
     assert_eq!(lost.producer, old_source);
     let actions = h.call(|m, cx| {
         m.update_with_lost_input(
@@ -1472,5 +1526,49 @@ fn task_failures_stay_in_the_bounded_exception_history_after_the_restart() {
     assert_eq!(
         exceptions[EXCEPTION_HISTORY_SIZE - 1].reason,
         format!("boom {}", EXCEPTION_HISTORY_SIZE - 1)
+    );
+}
+
+/// Bytes on the wire of every `SubmitTask` of one deployment of `source` (P = `p`) → `sink`
+/// (P = `p`), all-to-all, on four TaskManagers.
+fn all_to_all_deployment_bytes(p: u32) -> usize {
+    use crate::messages::task_manager::SubmitTask;
+    let graph = pipeline(
+        p,
+        p,
+        DistributionPattern::AllToAll,
+        ExchangeMode::Pipelined,
+        fixed_delay(1),
+    );
+    let mut h = Harness::new(graph, &[p / 4; 4]);
+    let actions = h.start();
+    assert_eq!(deployments(&actions).len(), 2 * p as usize);
+    actions
+        .into_iter()
+        .filter_map(|a| match a {
+            JobAction::Deploy { descriptor, .. } => Some(
+                crate::codec::encode(&SubmitTask {
+                    leader_session_id: crate::messages::ids::LeaderSessionId::from_u128(1),
+                    descriptor: *descriptor,
+                })
+                .expect("encodes")
+                .len(),
+            ),
+            _ => None,
+        })
+        .sum()
+}
+
+/// Issue 11, item 5: every consumer's `SubmitTask` carried the whole producer list, O(P²)
+/// bytes for an all-to-all edge (10,000² locations at P = 10,000). Each TaskManager now gets
+/// the list once, so four times the parallelism is about four times the bytes, not sixteen.
+#[test]
+fn all_to_all_deployment_bytes_grow_linearly_with_the_parallelism() {
+    let small = all_to_all_deployment_bytes(100);
+    let large = all_to_all_deployment_bytes(400);
+    eprintln!("SubmitTask bytes: P = 100: {small}, P = 400: {large}");
+    assert!(
+        large <= 5 * small,
+        "P = 100: {small} bytes, P = 400: {large} bytes (quadratic would be ~16x)"
     );
 }

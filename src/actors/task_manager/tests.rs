@@ -674,6 +674,53 @@ async fn a_task_whose_network_buffers_do_not_fit_is_refused_naming_the_setting()
     assert!(status.job_partitions.is_empty(), "no partition created");
 }
 
+/// Issue 11, item 5: a task may name an all-to-all producer list an earlier task carried; a
+/// TaskManager that does not have it refuses the task, taking nothing, and takes it once the
+/// list came with another task.
+#[actix::test]
+async fn a_task_naming_a_producer_list_is_refused_until_a_task_carried_the_list() {
+    use crate::messages::deployment::{InputGate, ProducerLocation, Producers};
+    use crate::messages::ids::ProducerListId;
+
+    let f = start(Some(SESSION), |_| {}).await;
+    let id = ProducerListId::from_u128(5);
+    let reading = |attempt: u128, producers: Producers| {
+        let mut descriptor = sleeping_task(attempt, 1);
+        descriptor.inputs.push(InputGate {
+            edge: 0,
+            subpartition: 0,
+            producers,
+        });
+        SubmitTask {
+            leader_session_id: SESSION,
+            descriptor,
+        }
+    };
+    let answer = ask(&f.tm, reading(1, Producers::Known(id))).await;
+    assert_eq!(answer, Err(TaskSubmissionError::UnknownProducers(id)));
+    let status = ask(&f.tm, GetTaskManagerStatus).await;
+    assert_eq!(status.slots_free, status.slots_total, "no slot taken");
+    assert!(status.running.is_empty());
+
+    let locations = std::sync::Arc::new(vec![ProducerLocation {
+        partition: crate::messages::ResultPartitionId {
+            producer: crate::messages::ids::ExecutionAttemptId::from_u128(99),
+            edge: 0,
+        },
+        task_manager: ActorAddress::new("local", "taskmanager/elsewhere"),
+    }]);
+    let listed = Producers::Listed {
+        id: Some(id),
+        locations,
+    };
+    assert_eq!(ask(&f.tm, reading(2, listed)).await, Ok(()));
+    assert_eq!(
+        ask(&f.tm, reading(3, Producers::Known(id))).await,
+        Ok(()),
+        "the list came with attempt 2"
+    );
+}
+
 /// Issue 12 (partition tracking): a TaskManager that gave up on a silent JobManager dropped its
 /// tasks and partitions, then registered again with its old session and was answered
 /// `AlreadyRegistered`: the JobManager kept believing its finished results existed. Dropping

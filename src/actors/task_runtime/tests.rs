@@ -10,7 +10,7 @@ use super::*;
 use crate::exchange::partition::Fetch;
 use crate::job::graph::DistributionPattern;
 use crate::messages::ResultPartitionId;
-use crate::messages::deployment::{InputGate, OutputPartition, ProducerLocation};
+use crate::messages::deployment::{InputGate, OutputPartition, ProducerLocation, Producers};
 use crate::messages::ids::{AllocationId, ExecutionAttemptId, JobId, ResourceId};
 use crate::messages::task_manager::{
     ChannelResponse, FetchResponse, FetchSubpartitions, SubpartitionRead,
@@ -77,7 +77,7 @@ fn descriptor(
             vec![InputGate {
                 edge: 0,
                 subpartition: 0,
-                producers: Arc::new(producers),
+                producers: Producers::own(producers),
             }]
         },
         outputs,
