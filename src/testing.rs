@@ -519,10 +519,14 @@ impl Handler<SubmitTask> for TaskManagerProbe {
         let forgets = self
             .forgets_producer_lists
             .load(std::sync::atomic::Ordering::Relaxed);
-        let named = msg.descriptor.inputs.iter().find_map(|gate| match gate.producers {
-            crate::messages::deployment::Producers::Known(id) => Some(id),
-            _ => None,
-        });
+        let named = msg
+            .descriptor
+            .inputs
+            .iter()
+            .find_map(|gate| match gate.producers {
+                crate::messages::deployment::Producers::Known(id) => Some(id),
+                _ => None,
+            });
         self.received.push(msg.into());
         match named {
             Some(id) if forgets => Err(TaskSubmissionError::UnknownProducers(id)),

@@ -219,14 +219,30 @@ fn every_invariant_holds_over_the_data_plane_sweep() {
         Some("FLINT_SIM_DATA_SEED={seed} cargo test --test simulation -- --nocapture data_plane"),
         &reports,
     );
-    let silent_finished = reports
-        .iter()
-        .flat_map(|r| &r.jobs)
-        .filter(|(kind, status)| *kind == JobKind::Silent && *status == Some(JobStatus::Finished))
-        .count();
+    let finished = |wanted: JobKind| {
+        reports
+            .iter()
+            .flat_map(|r| &r.jobs)
+            .filter(|(kind, status)| *kind == wanted && *status == Some(JobStatus::Finished))
+            .count()
+    };
     assert!(
-        count < 30 || silent_finished > 0,
+        count < 30 || finished(JobKind::Silent) > 0,
         "no silent-producer job finished in {count} seeds"
+    );
+    // Producer lists travel once per TaskManager through the simulated network (lost and
+    // reordered frames included); a TaskManager missing one refuses and gets it again.
+    let (sent, naming, unknown) = reports.iter().fold((0, 0, 0), |(s, n, u), r| {
+        let d = r.network.deployments;
+        (s + d.sent, n + d.naming_lists, u + d.unknown_lists)
+    });
+    eprintln!(
+        "data-plane deployments: {sent} SubmitTask frames, {naming} naming a producer list \
+         sent before, {unknown} refused for an unknown list (and sent again with it)"
+    );
+    assert!(
+        count < 30 || (naming > 0 && finished(JobKind::BatchWordCount) > 0),
+        "no deployment named a producer list, or no batch WordCount finished, in {count} seeds"
     );
 }
 

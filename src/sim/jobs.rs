@@ -62,7 +62,7 @@ pub fn build(
     builder.restart_strategy(restarts());
     let mut files = None;
     match kind {
-        JobKind::WordCount => {
+        JobKind::WordCount | JobKind::BatchWordCount => {
             fs::create_dir_all(dir)?;
             let input = dir.join("input.txt");
             let output = dir.join("out");
@@ -94,8 +94,12 @@ pub fn build(
                 .config("path", output.display().to_string())
                 .index();
             let pipelined = ExchangeMode::Pipelined;
+            let shuffle = match kind {
+                JobKind::BatchWordCount => ExchangeMode::Blocking,
+                _ => pipelined,
+            };
             builder.edge(source, tokenize, DistributionPattern::Forward, pipelined);
-            builder.edge(tokenize, count, DistributionPattern::AllToAll, pipelined);
+            builder.edge(tokenize, count, DistributionPattern::AllToAll, shuffle);
             builder.edge(count, sink, DistributionPattern::Forward, pipelined);
             files = Some((input, output));
         }

@@ -220,6 +220,9 @@ async fn simulate(options: SimOptions) -> SimReport {
     ));
     let network = SimNetwork::new(rng.fork(), scenario.net, trace.clone());
     tokio::task::spawn_local(network.clone().run());
+    if options.shape.jobs == scenario::JobMix::DataPlane {
+        network.count_deployments();
+    }
     let events = EventSink::new(4096);
     let mut event_stream = events.subscribe().expect("an enabled sink");
     let scratch = scratch_dir(&options);

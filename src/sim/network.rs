@@ -109,6 +109,9 @@ struct State {
     deployments_lost: u64,
     /// Every `SubmitTask` frame written, while [`SimNetwork::record_deployments`] is on.
     deployments_sent: Option<Vec<DeploymentSent>>,
+    /// Whether `SubmitTask` frames are counted ([`SimNetwork::count_deployments`]).
+    count_deployments: bool,
+    deployments: DeploymentCounts,
 }
 
 /// A `SubmitTask` frame as it was written (the HA family judges who still deployed when).
@@ -204,6 +207,20 @@ pub struct NetStats {
     pub deployments_lost: u64,
     /// Connections made.
     pub connections: u64,
+    /// `SubmitTask` frames, while [`SimNetwork::count_deployments`] is on.
+    pub deployments: DeploymentCounts,
+}
+
+/// What the `SubmitTask` frames written carried (issue 11, item 5: producer lists travel once
+/// per TaskManager).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DeploymentCounts {
+    /// `SubmitTask` frames written.
+    pub sent: u64,
+    /// Of those, the ones with an input gate naming a producer list sent before.
+    pub naming_lists: u64,
+    /// Answers refusing a task for a producer list its TaskManager did not have.
+    pub unknown_lists: u64,
 }
 
 impl SimNetwork {
@@ -225,6 +242,8 @@ impl SimNetwork {
                     frames_lost: 0,
                     deployments_lost: 0,
                     deployments_sent: None,
+                    count_deployments: false,
+                    deployments: DeploymentCounts::default(),
                 }),
                 wake: Notify::new(),
             }),
@@ -259,6 +278,12 @@ impl SimNetwork {
             .get_or_insert_with(Vec::new);
     }
 
+    /// From now on, `SubmitTask` frames and their refusals for unknown producer lists are
+    /// counted in [`NetStats::deployments`] (each frame decoded).
+    pub fn count_deployments(&self) {
+        lock(&self.shared).count_deployments = true;
+    }
+
     /// The `SubmitTask` frames written since the last call.
     pub fn take_deployments_sent(&self) -> Vec<DeploymentSent> {
         lock(&self.shared)
@@ -276,6 +301,7 @@ impl SimNetwork {
             frames_lost: state.frames_lost,
             deployments_lost: state.deployments_lost,
             connections: state.next_connection - 1,
+            deployments: state.deployments,
         }
     }
 
@@ -481,6 +507,40 @@ impl State {
         self.cut.contains(&(from.to_owned(), to.to_owned()))
     }
 
+    /// Records and counts a `SubmitTask` frame (or a refusal of one for an unknown list).
+    fn note_deployment(&mut self, frame: &[u8], src: &str, dst: &str) {
+        use crate::messages::deployment::Producers;
+        use crate::messages::task_manager::{TaskManagerMessage, TaskSubmissionError};
+        use crate::transport::envelope::{Payload, Reply};
+        let Some(envelope) = envelope_of(frame) else {
+            return;
+        };
+        match envelope.payload {
+            Payload::TaskManager(TaskManagerMessage::SubmitTask(submit)) => {
+                self.deployments.sent += 1;
+                let naming = submit
+                    .descriptor
+                    .inputs
+                    .iter()
+                    .any(|gate| matches!(gate.producers, Producers::Known(_)));
+                self.deployments.naming_lists += u64::from(naming);
+                if let Some(sent) = &mut self.deployments_sent {
+                    sent.push(DeploymentSent {
+                        at: Instant::now(),
+                        from: src.to_owned(),
+                        to: dst.to_owned(),
+                        leader_session_id: submit.leader_session_id,
+                        attempt: submit.descriptor.attempt,
+                    });
+                }
+            }
+            Payload::Reply(Reply::SubmitTask(Err(TaskSubmissionError::UnknownProducers(_)))) => {
+                self.deployments.unknown_lists += 1;
+            }
+            _ => {}
+        }
+    }
+
     /// A frame written by end `from` of `connection`.
     fn send(&mut self, connection: u64, from: usize, frame: Bytes) {
         self.frames_sent += 1;
@@ -489,16 +549,8 @@ impl State {
             return;
         };
         let (src, dst) = (c.nodes[from].clone(), c.nodes[to].clone());
-        if let Some(sent) = &mut self.deployments_sent
-            && let Some(submit) = submit_task_of(&frame)
-        {
-            sent.push(DeploymentSent {
-                at: Instant::now(),
-                from: src.clone(),
-                to: dst.clone(),
-                leader_session_id: submit.leader_session_id,
-                attempt: submit.descriptor.attempt,
-            });
+        if self.count_deployments || self.deployments_sent.is_some() {
+            self.note_deployment(&frame, &src, &dst);
         }
         let lost = self.is_cut(&src, &dst) || {
             let loss = self.params.loss;
@@ -847,14 +899,4 @@ fn carries_deployment(frame: &[u8]) -> bool {
                 | Payload::Reply(Reply::SubmitTask(_))
         )
     })
-}
-
-/// The `SubmitTask` a transport frame carries, if it does.
-fn submit_task_of(frame: &[u8]) -> Option<crate::messages::task_manager::SubmitTask> {
-    use crate::messages::task_manager::TaskManagerMessage;
-    use crate::transport::envelope::Payload;
-    match envelope_of(frame)?.payload {
-        Payload::TaskManager(TaskManagerMessage::SubmitTask(submit)) => Some(submit),
-        _ => None,
-    }
 }

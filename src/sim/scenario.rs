@@ -12,6 +12,10 @@ use crate::env::NodeRng;
 pub enum JobKind {
     /// WordCount over a small generated text (source → tokenize → count → sink).
     WordCount,
+    /// The same WordCount with a blocking (batch) all-to-all exchange into `count`: its
+    /// consumers deploy once every producer finished, and a restarted consumer reads the same
+    /// producers again, so deployments name producer lists sent before (issue 11, item 5).
+    BatchWordCount,
     /// A generating source and a pass-through, in one slot-sharing group.
     Noop,
     /// Source → sleep → sink, the sleep co-located with the source.
@@ -53,9 +57,10 @@ impl JobMix {
                 2 => JobKind::Sleep,
                 _ => JobKind::FailOnce,
             },
-            Self::DataPlane => match below(rng, 3) {
+            Self::DataPlane => match below(rng, 4) {
                 0 => JobKind::WordCount,
-                1 => JobKind::Silent,
+                1 => JobKind::BatchWordCount,
+                2 => JobKind::Silent,
                 _ => JobKind::SlowConsumer,
             },
             Self::NonCooperative => match below(rng, 3) {

@@ -1235,7 +1235,10 @@ async fn a_task_naming_a_producer_list_its_task_manager_lacks_is_sent_again_with
     };
     assert_eq!(locations.len(), 1);
     assert_eq!(*named, Producers::Known(*id), "the second only names it");
-    assert_eq!(sinks[1].attempt, sinks[2].attempt, "the same attempt, sent again");
+    assert_eq!(
+        sinks[1].attempt, sinks[2].attempt,
+        "the same attempt, sent again"
+    );
     assert_eq!(again, first, "this time with the list");
 
     let details = ask(&f.jm, RequestJobStatus { job_id })
