@@ -8,6 +8,13 @@
 //!    over REST, payload MB/s.
 //!
 //! Both in the same run, as a ratio (issue 11's target: the exchange at ≥ 60 % of raw TCP).
+//!
+//! 3. All-to-all deployment across processes: `noop` source → `noop` sink, all-to-all, at each P
+//!    of `FLINT_BENCH_A2A_P` (default `100,200,400`) on 4 TaskManager processes × 100 slots:
+//!    submit → FINISHED, and the bytes the JobManager's transport sent for the job (its
+//!    `SubmitTask`s above all; issue 11, item 5: O(P) per TaskManager, not O(P²)).
+//!    `FLINT_BENCH_BIN` runs another build of `flint` for a before/after comparison;
+//!    `-- all-to-all` runs this section alone.
 
 // A benchmark measures wall time with the real clock; it is no node code.
 #![allow(clippy::disallowed_methods)]
@@ -89,8 +96,72 @@ fn pair_job(records: u64) -> JobGraph {
     b.build(|_| true).expect("a valid graph")
 }
 
+/// `source` → `sink`, all-to-all and pipelined, P each, 10 records per producer.
+fn all_to_all_job(p: u32) -> JobGraph {
+    let mut b = JobGraph::builder("exchange-all-to-all");
+    let source = b.vertex("source", "noop", p).config("count", "10").index();
+    let sink = b.vertex("sink", "noop", p).index();
+    b.edge(
+        source,
+        sink,
+        DistributionPattern::AllToAll,
+        ExchangeMode::Pipelined,
+    );
+    b.restart_strategy(RestartStrategyConfig::None);
+    b.build(|_| true).expect("a valid graph")
+}
+
+/// The JobManager's `flint_transport_bytes_total{direction="out"}`.
+fn bytes_sent(cluster: &Cluster) -> u64 {
+    cluster
+        .text("/metrics")
+        .lines()
+        .find(|line| {
+            line.starts_with("flint_transport_bytes_total") && line.contains("direction=\"out\"")
+        })
+        .and_then(|line| line.split_whitespace().last()?.parse().ok())
+        .expect("the JobManager's transport byte counter")
+}
+
+/// Section 3 of the module docs.
+fn all_to_all_deployments(rounds: usize) {
+    let sizes: Vec<u32> = std::env::var("FLINT_BENCH_A2A_P")
+        .unwrap_or_else(|_| "100,200,400".to_owned())
+        .split(',')
+        .map(|p| p.trim().parse().expect("FLINT_BENCH_A2A_P: numbers"))
+        .collect();
+    let cluster = Cluster::start(
+        "exchange-a2a",
+        4,
+        100,
+        "[taskmanager.network]\nbuffer-size = \"1kb\"\nmemory = \"512mb\"\n",
+    );
+    for p in sizes {
+        let (mut seconds, mut bytes) = (Vec::new(), Vec::new());
+        for _ in 0..rounds {
+            let before = bytes_sent(&cluster);
+            let began = Instant::now();
+            let id = cluster.submit(&all_to_all_job(p));
+            cluster.wait_all(std::slice::from_ref(&id), Duration::from_millis(2));
+            seconds.push(began.elapsed().as_secs_f64());
+            bytes.push((bytes_sent(&cluster) - before) as f64);
+        }
+        println!(
+            "all-to-all P = {p} across 4 TaskManager processes (median of {rounds}): \
+             submit → FINISHED {:.0} ms, JobManager sent {:.0} KB",
+            median(seconds) * 1e3,
+            median(bytes) / 1e3
+        );
+    }
+}
+
 fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
+    if std::env::args().any(|a| a == "all-to-all") {
+        // Section 3 alone: `cargo bench --bench exchange -- all-to-all`.
+        all_to_all_deployments(if quick { 1 } else { 5 });
+        return;
+    }
     let (rounds, records) = if quick { (1, 200_000) } else { (5, 500_000) };
     let bytes = records * PAYLOAD;
     let cluster = Cluster::start("exchange", 2, 1, "");
@@ -125,4 +196,6 @@ fn main() {
         bytes / 1_000_000,
         flint / raw
     );
+    drop(cluster);
+    all_to_all_deployments(if quick { 1 } else { 5 });
 }

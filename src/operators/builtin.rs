@@ -20,7 +20,8 @@ use super::{Operator, OperatorError, Record, TaskIo, Value};
 
 /// Reads its split of a text file, one record per line.
 pub const TEXT_SOURCE: &str = "text-source";
-/// Splits text lines into lower-cased words, each with a count of 1.
+/// Splits text lines into lower-cased words, each with a count of 1 (or, with `combine`, with
+/// its count so far).
 pub const TOKENIZE: &str = "tokenize";
 /// Sums integer values per key.
 pub const COUNT_BY_KEY: &str = "count-by-key";
@@ -74,20 +75,69 @@ pub fn words(line: &str) -> impl Iterator<Item = String> + '_ {
         .map(str::to_lowercase)
 }
 
+/// Counts of [`words`], kept in a hash map that allocates a word only the first time it is
+/// seen (an ASCII word is lower-cased into a reused buffer; any other goes through
+/// [`str::to_lowercase`], as [`words`] does). Shared by `tokenize`'s combiner and
+/// [`sequential_word_count`], so the reference count is as lean as the distributed one.
+#[derive(Debug, Default)]
+pub struct WordCounts {
+    counts: std::collections::HashMap<String, u64>,
+    word: String,
+}
+
+impl WordCounts {
+    /// Counts the words of `line`.
+    pub fn add_line(&mut self, line: &str) {
+        for run in line.split(|c: char| !c.is_alphanumeric()) {
+            if run.is_empty() {
+                continue;
+            }
+            let word = if run.is_ascii() {
+                self.word.clear();
+                self.word
+                    .extend(run.bytes().map(|b| char::from(b.to_ascii_lowercase())));
+                self.word.as_str()
+            } else {
+                self.word = run.to_lowercase();
+                self.word.as_str()
+            };
+            match self.counts.get_mut(word) {
+                Some(count) => *count += 1,
+                None => {
+                    self.counts.insert(word.to_owned(), 1);
+                }
+            }
+        }
+    }
+
+    /// Distinct words counted.
+    pub fn len(&self) -> usize {
+        self.counts.len()
+    }
+
+    /// Whether no word was counted.
+    pub fn is_empty(&self) -> bool {
+        self.counts.is_empty()
+    }
+
+    /// Takes the counts, leaving none.
+    pub fn drain(&mut self) -> impl Iterator<Item = (String, u64)> + '_ {
+        self.counts.drain()
+    }
+}
+
 /// Counts the words of a file on one thread, with the same line and word definitions as the
 /// distributed pipeline: the reference the tests and benchmarks compare a job's output with.
 pub fn sequential_word_count(path: &Path) -> std::io::Result<BTreeMap<String, u64>> {
-    let mut reader = BufReader::new(File::open(path)?);
-    let mut counts = BTreeMap::new();
+    let mut reader = BufReader::with_capacity(64 * 1024, File::open(path)?);
+    let mut counts = WordCounts::default();
     let mut line = Vec::new();
     loop {
         line.clear();
         if reader.read_until(b'\n', &mut line)? == 0 {
-            return Ok(counts);
+            return Ok(counts.drain().collect());
         }
-        for word in words(&String::from_utf8_lossy(&line)) {
-            *counts.entry(word).or_insert(0) += 1;
-        }
+        counts.add_line(&String::from_utf8_lossy(&line));
     }
 }
 
@@ -232,33 +282,72 @@ impl Operator for TextSource {
 // ---------------------------------------------------------------------------------------------
 // tokenize
 
-fn tokenize(_spec: &OperatorSpec<'_>) -> Result<Box<dyn Operator>, OperatorError> {
-    Ok(Box::new(Tokenize))
+fn tokenize(spec: &OperatorSpec<'_>) -> Result<Box<dyn Operator>, OperatorError> {
+    let combine = match spec.config.get("combine") {
+        Some(value) => parse_u64(spec, "combine", value)? as usize,
+        None => 0,
+    };
+    Ok(Box::new(Tokenize { combine }))
 }
 
-/// Turns each text line into `(word, 1)` records.
-struct Tokenize;
+/// Turns each text line into `(word, 1)` records; with `combine = N` (N > 0) it is its own
+/// combiner (as a Flink `combine` before a shuffle): it sums the words' counts itself and emits
+/// `(word, partial count)` records, each word once whenever N distinct words are held and at
+/// the end of its input. A sum downstream comes out the same; far fewer records cross the
+/// all-to-all exchange. Being a combiner, it emits nothing until then: use it on bounded input.
+struct Tokenize {
+    combine: usize,
+}
+
+impl Tokenize {
+    fn line(record: Record) -> Result<String, OperatorError> {
+        match record.value {
+            Value::Text(line) => Ok(line),
+            other => Err(OperatorError::Failed(format!(
+                "{TOKENIZE}: expected a text value, got {other:?} (key `{}`)",
+                record.key
+            ))),
+        }
+    }
+
+    fn emit_counts(counts: &mut WordCounts, io: &mut dyn TaskIo) -> Result<(), OperatorError> {
+        for (emitted, (word, count)) in (1u64..).zip(counts.drain()) {
+            let count = i64::try_from(count).map_err(|_| {
+                OperatorError::Failed(format!("{TOKENIZE}: a count overflows a 64-bit integer"))
+            })?;
+            io.emit(Record {
+                key: word,
+                value: Value::Int(count),
+            })?;
+            check_cancelled(io, emitted)?;
+        }
+        Ok(())
+    }
+}
 
 impl Operator for Tokenize {
     fn run(&mut self, io: &mut dyn TaskIo) -> Result<(), OperatorError> {
         let mut handled = 0u64;
+        let mut counts = WordCounts::default();
         while let Some(record) = io.next()? {
-            let Value::Text(line) = record.value else {
-                return Err(OperatorError::Failed(format!(
-                    "{TOKENIZE}: expected a text value, got {:?} (key `{}`)",
-                    record.value, record.key
-                )));
-            };
-            for word in words(&line) {
-                io.emit(Record {
-                    key: word,
-                    value: Value::Int(1),
-                })?;
+            let line = Self::line(record)?;
+            if self.combine > 0 {
+                counts.add_line(&line);
+                if counts.len() >= self.combine {
+                    Self::emit_counts(&mut counts, io)?;
+                }
+            } else {
+                for word in words(&line) {
+                    io.emit(Record {
+                        key: word,
+                        value: Value::Int(1),
+                    })?;
+                }
             }
             handled += 1;
             check_cancelled(io, handled)?;
         }
-        Ok(())
+        Self::emit_counts(&mut counts, io)
     }
 }
 

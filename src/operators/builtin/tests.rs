@@ -558,3 +558,72 @@ fn word_count_pipeline_matches_the_sequential_count() {
     assert_eq!(merged, sequential_word_count(&path).unwrap());
     assert!(!merged.is_empty());
 }
+
+#[test]
+fn word_counts_agree_with_words_on_every_kind_of_word() {
+    let lines = [
+        "Straße ÉCOLE 42 don't stop—now, x1y2!",
+        "ΣΑΣ σας Σας ΌΣΟΣ İstanbul ǅemal",
+        "MiXeD mixed MIXED 日本語 Ünïcödé",
+        "",
+    ];
+    let mut counts = WordCounts::default();
+    let mut expected: BTreeMap<String, u64> = BTreeMap::new();
+    for line in lines {
+        counts.add_line(line);
+        for word in words(line) {
+            *expected.entry(word).or_insert(0) += 1;
+        }
+    }
+    assert_eq!(counts.len(), expected.len());
+    let counted: BTreeMap<String, u64> = counts.drain().collect();
+    assert_eq!(counted, expected);
+    assert!(counts.is_empty(), "drained");
+}
+
+/// Issue 11 (WordCount throughput): `tokenize` with `combine` sums counts itself, emitting
+/// each word once per flush (every `combine` distinct words, and at the end); the sums
+/// downstream are the same as without it, from far fewer records.
+#[test]
+fn tokenize_with_a_combiner_emits_partial_counts_that_sum_to_the_same_counts() {
+    let dir = TempDir::new("combine");
+    let path = dir.0.join("in.txt");
+    let content: String = (200..230).map(random_text).collect();
+    fs::write(&path, &content).unwrap();
+    let lines: Vec<Record> = content.lines().map(text).collect();
+
+    let mut plain = build(TOKENIZE, &[]).unwrap();
+    let mut plain_io = TestIo::new(lines.clone());
+    plain.run(&mut plain_io).unwrap();
+    for combine in ["1", "7", "100000"] {
+        let mut op = build(TOKENIZE, &[("combine", combine)]).unwrap();
+        let mut io = TestIo::new(lines.clone());
+        op.run(&mut io).unwrap();
+        let mut sums: BTreeMap<String, u64> = BTreeMap::new();
+        for record in &io.outputs {
+            let Value::Int(n) = record.value else {
+                panic!("not a count: {record:?}")
+            };
+            *sums.entry(record.key.clone()).or_insert(0) += u64::try_from(n).unwrap();
+        }
+        assert_eq!(
+            sums,
+            sequential_word_count(&path).unwrap(),
+            "combine = {combine}"
+        );
+        assert!(
+            io.outputs.len() < plain_io.outputs.len(),
+            "combine = {combine}: {} records, {} without",
+            io.outputs.len(),
+            plain_io.outputs.len()
+        );
+        if combine == "100000" {
+            assert_eq!(
+                io.outputs.len(),
+                sums.len(),
+                "one flush at the end: each word once"
+            );
+        }
+    }
+    assert_config_error(build(TOKENIZE, &[("combine", "many")]), TOKENIZE, "combine");
+}
