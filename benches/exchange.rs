@@ -15,6 +15,10 @@
 //!    `SubmitTask`s above all; issue 11, item 5: O(P) per TaskManager, not O(P²)).
 //!    `FLINT_BENCH_BIN` runs another build of `flint` for a before/after comparison;
 //!    `-- all-to-all` runs this section alone.
+//! 4. WordCount across processes: 67 MB of generated text, examples/wordcount.toml at P = 2 on
+//!    2 TaskManager processes × 2 slots, submit → FINISHED over REST, against a single-threaded
+//!    sequential count of the same file in the same run (MB/s and the ratio; the output is
+//!    checked exact). `-- wordcount` runs this section alone.
 
 // A benchmark measures wall time with the real clock; it is no node code.
 #![allow(clippy::disallowed_methods)]
@@ -155,8 +159,65 @@ fn all_to_all_deployments(rounds: usize) {
     }
 }
 
+/// Section 4 of the module docs.
+fn wordcount_across_processes(rounds: usize) {
+    let cluster = Cluster::start("exchange-wordcount", 2, 2, "");
+    let dir = std::env::temp_dir().join(format!("flint-bench-wc-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a scratch directory");
+    let input = dir.join("input.txt");
+    flint::demo::generate_text(&input, 64 << 20).expect("the input");
+    let megabytes = std::fs::metadata(&input).expect("the input").len() as f64 / 1e6;
+    let registry = flint::operators::OperatorRegistry::with_builtins();
+    let (mut sequential, mut distributed) = (Vec::new(), Vec::new());
+    for round in 0..rounds {
+        let began = Instant::now();
+        let expected =
+            flint::operators::builtin::sequential_word_count(&input).expect("the count");
+        sequential.push(megabytes / began.elapsed().as_secs_f64());
+        let output = dir.join(format!("out-{round}"));
+        let params = std::collections::BTreeMap::from([
+            ("input".to_owned(), input.display().to_string()),
+            ("output".to_owned(), output.display().to_string()),
+        ]);
+        let graph = flint::job::file::parse_job_file(
+            include_str!("../examples/wordcount.toml"),
+            &params,
+            |op| registry.contains(op),
+        )
+        .expect("the example job parses");
+        let began = Instant::now();
+        let id = cluster.submit(&graph);
+        cluster.wait_all(std::slice::from_ref(&id), Duration::from_millis(5));
+        distributed.push(megabytes / began.elapsed().as_secs_f64());
+        let mut counted = std::collections::BTreeMap::new();
+        for entry in std::fs::read_dir(&output).expect("the output") {
+            let text = std::fs::read_to_string(entry.expect("a part").path()).expect("a part");
+            for line in text.lines() {
+                let (word, count) = line.split_once('\t').expect("word<TAB>count");
+                counted.insert(word.to_owned(), count.parse::<u64>().expect("a count"));
+            }
+        }
+        assert_eq!(counted, expected, "the count is exact");
+        eprintln!(
+            "round {round}: sequential {:.1} MB/s, Flint {:.1} MB/s",
+            sequential[round], distributed[round]
+        );
+    }
+    let (sequential, distributed) = (median(sequential), median(distributed));
+    println!(
+        "WordCount {megabytes:.0} MB, P = 2 on 2 TaskManager processes × 2 slots (median of \
+         {rounds}): Flint {distributed:.1} MB/s, sequential {sequential:.1} MB/s, ratio {:.2}",
+        distributed / sequential
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
+    if std::env::args().any(|a| a == "wordcount") {
+        wordcount_across_processes(if quick { 1 } else { 3 });
+        return;
+    }
     if std::env::args().any(|a| a == "all-to-all") {
         // Section 3 alone: `cargo bench --bench exchange -- all-to-all`.
         all_to_all_deployments(if quick { 1 } else { 5 });
@@ -198,4 +259,5 @@ fn main() {
     );
     drop(cluster);
     all_to_all_deployments(if quick { 1 } else { 5 });
+    wordcount_across_processes(if quick { 1 } else { 3 });
 }
