@@ -171,8 +171,7 @@ fn wordcount_across_processes(rounds: usize) {
     let (mut sequential, mut distributed) = (Vec::new(), Vec::new());
     for round in 0..rounds {
         let began = Instant::now();
-        let expected =
-            flint::operators::builtin::sequential_word_count(&input).expect("the count");
+        let expected = flint::operators::builtin::sequential_word_count(&input).expect("the count");
         sequential.push(megabytes / began.elapsed().as_secs_f64());
         let output = dir.join(format!("out-{round}"));
         let params = std::collections::BTreeMap::from([

@@ -33,7 +33,7 @@ use crate::job::regions::{
 };
 use crate::job::restart::{RestartBackoff, RestartDecision};
 use crate::job::states::{ExecutionState, JobStatus, Tracked};
-use crate::messages::ids::{ExecutionAttemptId, JobId, ProducerListId, ResourceId};
+use crate::messages::ids::{AllocationId, ExecutionAttemptId, JobId, ProducerListId, ResourceId};
 use crate::messages::job_manager::{
     EXCEPTION_HISTORY_SIZE, JobDetails, JobException, JobSummary, SlotTaskAttempt, SubtaskDetails,
     VertexDetails,
@@ -165,6 +165,8 @@ pub struct JobMaster {
     /// Attempts a heartbeat of a TaskManager did not list although they run there (by this
     /// job's account): failed if the next heartbeat does not list them either.
     suspects: BTreeMap<ResourceId, BTreeSet<ExecutionAttemptId>>,
+    /// Each vertex's name, operator and configuration as its descriptors share them.
+    vertex_parts: Vec<VertexParts>,
     /// All-to-all producer lists by edge, shared by every consumer (even across regions, as
     /// with blocking edges) until a producer changes (a restart or a lost TaskManager).
     gates: BTreeMap<u32, SharedProducers>,
@@ -174,6 +176,14 @@ pub struct JobMaster {
     recovered_at_ms: Option<u64>,
     /// The last [`EXCEPTION_HISTORY_SIZE`] task failures, oldest first.
     exceptions: VecDeque<JobException>,
+}
+
+/// What every descriptor of a vertex carries, shared rather than copied per subtask.
+#[derive(Debug)]
+struct VertexParts {
+    name: Arc<str>,
+    operator: Arc<str>,
+    config: Arc<BTreeMap<String, String>>,
 }
 
 /// One all-to-all edge's producer list, and the TaskManagers it was sent to: the others get
@@ -267,6 +277,15 @@ impl JobMaster {
             queued_bulks: 0,
             tasks_total,
             gates: BTreeMap::new(),
+            vertex_parts: graph
+                .vertices
+                .iter()
+                .map(|v| VertexParts {
+                    name: v.name.as_str().into(),
+                    operator: v.operator.as_str().into(),
+                    config: Arc::new(v.config.clone()),
+                })
+                .collect(),
             suspects: BTreeMap::new(),
             rng,
             submitted_at_ms: now_ms,
@@ -514,16 +533,26 @@ impl JobMaster {
         let mut shared_gates = std::mem::take(&mut self.gates);
         let mut list_ids = self.rng.fork();
         for task in members {
-            let Some(placement) = self.task(&task).placement.clone() else {
+            let Some(placement) = self.task(&task).placement.as_ref() else {
                 continue;
             };
-            match self.descriptor(&task, &placement, cx, &mut shared_gates, &mut list_ids) {
+            let (allocation_id, resource_id) = (placement.allocation_id, &placement.resource_id);
+            match self.descriptor(
+                &task,
+                allocation_id,
+                resource_id,
+                cx,
+                &mut shared_gates,
+                &mut list_ids,
+            ) {
                 Some(descriptor) => {
+                    let resource_id = resource_id.clone();
                     self.set_state(&task, ExecutionState::Deploying, cx.now_ms);
-                    self.used_task_managers
-                        .insert(placement.resource_id.clone());
+                    if !self.used_task_managers.contains(&resource_id) {
+                        self.used_task_managers.insert(resource_id.clone());
+                    }
                     actions.push(JobAction::Deploy {
-                        resource_id: placement.resource_id,
+                        resource_id,
                         descriptor: Box::new(descriptor),
                     });
                 }
@@ -547,12 +576,14 @@ impl JobMaster {
     fn descriptor(
         &self,
         task: &TaskRef,
-        placement: &SlotAssignment,
+        allocation_id: AllocationId,
+        resource_id: &ResourceId,
         cx: &JobContext<'_>,
         shared_gates: &mut BTreeMap<u32, SharedProducers>,
         list_ids: &mut NodeRng,
     ) -> Option<TaskDeploymentDescriptor> {
         let vertex = &self.graph.vertices[task.vertex];
+        let parts = &self.vertex_parts[task.vertex];
         let ev = self.task(task);
         let mut inputs = Vec::new();
         for (index, edge) in self.graph.edges.iter().enumerate() {
@@ -587,10 +618,10 @@ impl JobMaster {
                             })
                         }
                     };
-                    let producers = if shared.sent_to.contains(&placement.resource_id) {
+                    let producers = if shared.sent_to.contains(resource_id) {
                         Producers::Known(shared.id)
                     } else {
-                        shared.sent_to.insert(placement.resource_id.clone());
+                        shared.sent_to.insert(resource_id.clone());
                         Producers::Listed {
                             id: Some(shared.id),
                             locations: shared.locations.clone(),
@@ -628,12 +659,12 @@ impl JobMaster {
             job_id: self.job_id,
             attempt: ev.attempt,
             attempt_number: ev.attempt_number,
-            vertex_name: vertex.name.clone(),
+            vertex_name: parts.name.clone(),
             subtask: task.subtask,
             parallelism: vertex.parallelism,
-            operator: vertex.operator.clone(),
-            config: vertex.config.clone(),
-            allocation_id: placement.allocation_id,
+            operator: parts.operator.clone(),
+            config: parts.config.clone(),
+            allocation_id,
             inputs,
             outputs,
         })

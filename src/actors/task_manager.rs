@@ -466,7 +466,7 @@ impl TaskManager {
         }
         if !self.settings.spec.registry.contains(&descriptor.operator) {
             return Err(TaskSubmissionError::UnknownOperator(
-                descriptor.operator.clone(),
+                descriptor.operator.to_string(),
             ));
         }
         if self.cancelled_early.contains(&attempt) {

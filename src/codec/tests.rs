@@ -366,7 +366,7 @@ pub(crate) fn descriptor() -> TaskDeploymentDescriptor {
         subtask: 1,
         parallelism: 2,
         operator: "file-sink".into(),
-        config: [("path".to_owned(), "/out".to_owned())].into(),
+        config: std::sync::Arc::new([("path".to_owned(), "/out".to_owned())].into()),
         allocation_id: AllocationId::from_u128(9),
         inputs: vec![
             InputGate {

@@ -29,16 +29,17 @@ pub struct TaskDeploymentDescriptor {
     pub attempt: ExecutionAttemptId,
     /// 0 for the first attempt of this subtask, then 1, 2, ...
     pub attempt_number: u32,
-    /// The vertex's name, for logs.
-    pub vertex_name: String,
+    /// The vertex's name, for logs (shared by the vertex's descriptors, like the operator and
+    /// its configuration: deploying P subtasks copies none of them).
+    pub vertex_name: Arc<str>,
     /// The subtask index.
     pub subtask: u32,
     /// The vertex's parallelism.
     pub parallelism: u32,
     /// The operator to run.
-    pub operator: String,
+    pub operator: Arc<str>,
     /// Its configuration.
-    pub config: BTreeMap<String, String>,
+    pub config: Arc<BTreeMap<String, String>>,
     /// The (shared) slot it runs in.
     pub allocation_id: AllocationId,
     /// One gate per incoming edge.

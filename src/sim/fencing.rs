@@ -178,7 +178,7 @@ fn stray_task(
         subtask: 0,
         parallelism: 1,
         operator: "sleep".into(),
-        config: [("ms".to_owned(), "1000".to_owned())].into(),
+        config: std::sync::Arc::new([("ms".to_owned(), "1000".to_owned())].into()),
         allocation_id,
         inputs: Vec::new(),
         outputs: Vec::new(),

@@ -667,7 +667,7 @@ fn deployed_to(tm: &TaskManagerProbeHandle) -> SlotContents {
         _ => None,
     }) {
         slots.entry(submit.allocation_id).or_default().push((
-            submit.vertex_name,
+            submit.vertex_name.to_string(),
             submit.subtask,
             submit.attempt,
         ));
@@ -1217,7 +1217,7 @@ async fn a_task_naming_a_producer_list_its_task_manager_lacks_is_sent_again_with
     settle().await;
 
     let sinks: Vec<_> = probe.received.filter(|m| match m {
-        TaskManagerMessage::SubmitTask(s) if s.descriptor.vertex_name == "sink" => {
+        TaskManagerMessage::SubmitTask(s) if &*s.descriptor.vertex_name == "sink" => {
             Some(s.descriptor.clone())
         }
         _ => None,

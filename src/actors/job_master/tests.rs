@@ -177,7 +177,7 @@ impl Harness {
                         ),
                     }
                 }
-                let key = (descriptor.vertex_name.clone(), descriptor.subtask);
+                let key = (descriptor.vertex_name.to_string(), descriptor.subtask);
                 self.deployed.insert(key, (**descriptor).clone());
             }
         }
@@ -327,7 +327,7 @@ fn deployments(actions: &[JobAction]) -> Vec<(ResourceId, String, u32)> {
                 descriptor,
             } => Some((
                 resource_id.clone(),
-                descriptor.vertex_name.clone(),
+                descriptor.vertex_name.to_string(),
                 descriptor.subtask,
             )),
             _ => None,
@@ -405,7 +405,7 @@ fn forward_pipelined_pairs_deploy_at_once_local_to_their_sources_and_finish() {
             (source.job_id, source.attempt_number, source.parallelism),
             (JOB, 0, 2)
         );
-        assert_eq!((source.subtask, source.operator.as_str()), (i, "numbers"));
+        assert_eq!((source.subtask, &*source.operator), (i, "numbers"));
         assert_eq!(source.inputs, []);
         assert_eq!(
             source.outputs,

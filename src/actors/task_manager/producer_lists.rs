@@ -98,8 +98,6 @@ impl ProducerListCache {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
-
     use super::*;
     use crate::messages::common::{ActorAddress, ResultPartitionId};
     use crate::messages::deployment::{InputGate, ProducerLocation};
@@ -128,7 +126,7 @@ mod tests {
             subtask: 0,
             parallelism: 1,
             operator: "noop".into(),
-            config: BTreeMap::new(),
+            config: Arc::default(),
             allocation_id: AllocationId::from_u128(1),
             inputs: producers
                 .into_iter()

@@ -476,7 +476,7 @@ fn sleeping_task(
         subtask: 0,
         parallelism: 1,
         operator: "sleep".into(),
-        config: [("ms".to_owned(), "60000".to_owned())].into(),
+        config: std::sync::Arc::new([("ms".to_owned(), "60000".to_owned())].into()),
         allocation_id: crate::messages::ids::AllocationId::from_u128(allocation),
         inputs: vec![],
         outputs: vec![],
@@ -850,7 +850,7 @@ async fn a_task_that_ends_before_its_running_report_is_reported_once_with_its_fi
     let f = start(Some(SESSION), |_| {}).await;
     let mut descriptor = sleeping_task(11, 11);
     descriptor.operator = "noop".into();
-    descriptor.config.clear();
+    descriptor.config = std::sync::Arc::default();
     let submitted = ask(
         &f.tm,
         SubmitTask {

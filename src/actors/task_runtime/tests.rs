@@ -66,10 +66,12 @@ fn descriptor(
         subtask: 0,
         parallelism: 1,
         operator: operator.into(),
-        config: config
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect(),
+        config: Arc::new(
+            config
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+        ),
         allocation_id: AllocationId::from_u128(1),
         inputs: if producers.is_empty() {
             vec![]
