@@ -57,31 +57,52 @@ impl ZooKeeperSettings {
         })
     }
 
-    /// A new session, or [`HaError::Unreachable`] after the connection timeout.
+    /// A new session, or [`HaError::Unreachable`] after the connection timeout. Tries again
+    /// (every [`CONNECT_ATTEMPT`] at most) until then: a connect that went unanswered once may
+    /// wait in the client for the whole timeout (seen against a server that had just started
+    /// and closed the first connections), although the next attempt would succeed.
     pub async fn connect(&self) -> Result<Client, HaError> {
-        let connecting = Client::connector()
-            .with_session_timeout(self.session_timeout)
-            .connect(&self.quorum);
-        let unreachable = |source| HaError::Unreachable {
-            quorum: self.quorum.clone(),
-            timeout: self.connection_timeout,
-            source,
-        };
-        match tokio::time::timeout(self.connection_timeout, connecting).await {
-            Ok(Ok(client)) => {
-                log::info!(
-                    "ZooKeeper: session {} with {} (timeout {:?})",
-                    client.session_id(),
-                    self.quorum,
-                    client.session_timeout()
-                );
-                Ok(client)
+        let deadline = tokio::time::Instant::now() + self.connection_timeout;
+        let mut last_error = None;
+        loop {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            if left.is_zero() {
+                return Err(HaError::Unreachable {
+                    quorum: self.quorum.clone(),
+                    timeout: self.connection_timeout,
+                    source: last_error,
+                });
             }
-            Ok(Err(source)) => Err(unreachable(Some(source))),
-            Err(_) => Err(unreachable(None)),
+            let connecting = Client::connector()
+                .with_session_timeout(self.session_timeout)
+                .connect(&self.quorum);
+            match tokio::time::timeout(left.min(CONNECT_ATTEMPT), connecting).await {
+                Ok(Ok(client)) => {
+                    log::info!(
+                        "ZooKeeper: session {} with {} (timeout {:?})",
+                        client.session_id(),
+                        self.quorum,
+                        client.session_timeout()
+                    );
+                    return Ok(client);
+                }
+                Ok(Err(error)) => {
+                    log::debug!("ZooKeeper: no session with {} yet: {error}", self.quorum);
+                    last_error = Some(error);
+                    tokio::time::sleep(left.min(CONNECT_RETRY_PAUSE)).await;
+                }
+                Err(_) => log::debug!("ZooKeeper: {} did not answer; trying again", self.quorum),
+            }
         }
     }
 }
+
+/// The longest one attempt to open a session may take before [`ZooKeeperSettings::connect`]
+/// starts another (within the connection timeout).
+const CONNECT_ATTEMPT: Duration = Duration::from_secs(4);
+
+/// The pause after a refused attempt.
+const CONNECT_RETRY_PAUSE: Duration = Duration::from_millis(100);
 
 /// The leader published now, for a command-line client outside any runtime: one session on a
 /// runtime of its own, one read.

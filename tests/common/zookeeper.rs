@@ -3,9 +3,9 @@
 //! installs chromium; without Java or the package the tests say loudly why they skip.
 //!
 //! Each [`ZooKeeper`] runs `ZooKeeperServerMain` on a free loopback port with its data in a
-//! scratch directory, answers `ruok` before [`ZooKeeper::start`] returns, and is killed when
-//! dropped. `tickTime` is 500 ms so sessions as short as 1 s can be negotiated (ZooKeeper's
-//! minimum session timeout is two ticks).
+//! scratch directory, serves clients (`srvr` names its mode) before [`ZooKeeper::start`]
+//! returns, and is killed when dropped. `tickTime` is 500 ms so sessions as short as 1 s can be
+//! negotiated (ZooKeeper's minimum session timeout is two ticks).
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 /// Where Debian's package puts the server (its manifest names every other jar it needs).
 const ZOOKEEPER_JAR: &str = "/usr/share/java/zookeeper.jar";
 
-/// How long a server may take to answer `ruok` (a JVM start on two busy cores).
+/// How long a server may take to start serving (a JVM start on two busy cores).
 const START_DEADLINE: Duration = Duration::from_secs(60);
 
 /// A running standalone ZooKeeper server; killed when dropped.
@@ -137,10 +137,10 @@ impl ZooKeeper {
             .expect("java starts ZooKeeper");
         self.child = Some(child);
         let give_up = Instant::now() + START_DEADLINE;
-        while !self.is_ok() {
+        while !self.is_serving() {
             assert!(
                 Instant::now() < give_up,
-                "ZooKeeper did not answer `ruok` on port {} within {START_DEADLINE:?}; see {}",
+                "ZooKeeper did not serve on port {} within {START_DEADLINE:?}; see {}",
                 self.port,
                 self.dir.join("zookeeper.log").display()
             );
@@ -148,18 +148,25 @@ impl ZooKeeper {
         }
     }
 
-    /// Whether the server answers `ruok` with `imok`.
-    pub fn is_ok(&self) -> bool {
+    /// Whether the server serves clients: `srvr` names its mode (before that it answers "This
+    /// ZooKeeper instance is not currently serving requests", while `ruok` may say `imok`
+    /// already and sessions are refused).
+    pub fn is_serving(&self) -> bool {
+        self.four_letters(b"srvr").contains("Mode:")
+    }
+
+    /// The answer to a four-letter command ("" if none).
+    fn four_letters(&self, command: &[u8]) -> String {
         let Ok(mut stream) = TcpStream::connect(("127.0.0.1", self.port)) else {
-            return false;
+            return String::new();
         };
         let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
-        if stream.write_all(b"ruok").is_err() {
-            return false;
+        if stream.write_all(command).is_err() {
+            return String::new();
         }
         let mut answer = String::new();
         let _ = stream.read_to_string(&mut answer);
-        answer == "imok"
+        answer
     }
 }
 
