@@ -103,15 +103,14 @@ impl WordCounts {
             if run.is_empty() {
                 continue;
             }
-            let word = if run.is_ascii() {
+            if run.is_ascii() {
                 self.word.clear();
                 self.word
                     .extend(run.bytes().map(|b| char::from(b.to_ascii_lowercase())));
-                self.word.as_str()
             } else {
                 self.word = run.to_lowercase();
-                self.word.as_str()
-            };
+            }
+            let word = self.word.as_str();
             match self.counts.get_mut(word) {
                 Some(count) => *count += 1,
                 None => {
