@@ -189,6 +189,8 @@ fn scheduler_round(parallelism: u32, exchange: ExchangeMode, phases: &mut Phases
             next.extend(job.restart_due(generation, &mut cx));
             next.extend(serve(&mut job, &mut cx));
             deploy_time = deploy_time.max(redeploy.elapsed());
+            let cancelled: std::collections::BTreeSet<ExecutionAttemptId> =
+                cancelled.into_iter().collect();
             to_finish.retain(|a| *a != deployed[0] && !cancelled.contains(a));
         }
         let finishing = Instant::now();

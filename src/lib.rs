@@ -66,6 +66,7 @@ pub mod events;
 pub mod exchange;
 pub mod executor;
 pub mod ha;
+pub mod index_map;
 pub mod job;
 pub mod latch;
 pub mod lockstep;

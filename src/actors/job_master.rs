@@ -27,6 +27,7 @@ use super::scheduler::{
 };
 use crate::env::NodeRng;
 use crate::exchange::metrics::TaskIoSnapshot;
+use crate::index_map::IndexMap;
 use crate::job::graph::{DistributionPattern, ExchangeMode, JobGraph};
 use crate::job::regions::{
     ExecutionVertexRef, PipelinedRegions, RegionError, RegionId, RegionProgress,
@@ -138,7 +139,7 @@ pub struct JobMaster {
     /// Of those, the ones in regions waiting to restart.
     restarting_active: usize,
     tasks: Vec<Vec<ExecutionVertex>>,
-    attempts: BTreeMap<ExecutionAttemptId, TaskRef>,
+    attempts: IndexMap<ExecutionAttemptId, TaskRef>,
     status: Tracked<JobStatus>,
     progress: RegionProgress,
     /// Regions waiting to run again (their tasks stopping, or the restart delay).
@@ -181,6 +182,7 @@ pub struct JobMaster {
 /// What every descriptor of a vertex carries, shared rather than copied per subtask.
 #[derive(Debug)]
 struct VertexParts {
+    sharing_group: Arc<str>,
     name: Arc<str>,
     operator: Arc<str>,
     config: Arc<BTreeMap<String, String>>,
@@ -260,7 +262,7 @@ impl JobMaster {
             active: 0,
             restarting_active: 0,
             tasks,
-            attempts: BTreeMap::new(),
+            attempts: IndexMap::default(),
             status: Tracked::new(JobStatus::Created, now_ms),
             progress,
             restarting: BTreeSet::new(),
@@ -281,6 +283,7 @@ impl JobMaster {
                 .vertices
                 .iter()
                 .map(|v| VertexParts {
+                    sharing_group: v.slot_sharing_group.as_str().into(),
                     name: v.name.as_str().into(),
                     operator: v.operator.as_str().into(),
                     config: Arc::new(v.config.clone()),
@@ -459,7 +462,7 @@ impl JobMaster {
         }
         SlotRequest {
             task: *task,
-            sharing_group: vertex.slot_sharing_group.clone(),
+            sharing_group: self.vertex_parts[task.vertex].sharing_group.clone(),
             co_location_group: vertex.co_location_group.clone(),
             preferred,
             preferred_tasks,
@@ -938,7 +941,17 @@ impl JobMaster {
     }
 
     fn cancel_all(&mut self, cx: &mut JobContext<'_>, actions: &mut Vec<JobAction>) {
-        let all: Vec<TaskRef> = self.attempts.values().copied().collect();
+        // Every task's current attempt, in graph order.
+        let job = self.job_id;
+        let all: Vec<TaskRef> = (self.tasks.iter().enumerate())
+            .flat_map(|(vertex, subtasks)| {
+                (0..subtasks.len() as u32).map(move |subtask| TaskRef {
+                    job,
+                    vertex,
+                    subtask,
+                })
+            })
+            .collect();
         for task in all {
             self.stop_task(task, cx, actions);
         }

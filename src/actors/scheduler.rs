@@ -36,12 +36,14 @@
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use actix::clock::Instant;
 use serde::{Deserialize, Serialize};
 
 use crate::env::NodeRng;
+use crate::index_map::IndexMap;
 use crate::messages::ids::{AllocationId, JobId, ResourceId};
 
 /// More distinct preferred locations than this count as no preference (Flink's limit).
@@ -78,8 +80,8 @@ impl fmt::Display for BulkId {
 pub struct SlotRequest {
     /// Who asks.
     pub task: TaskRef,
-    /// Its vertex's slot sharing group.
-    pub sharing_group: String,
+    /// Its vertex's slot sharing group (shared text: it keys several indices per placement).
+    pub sharing_group: Arc<str>,
     /// Its vertex's co-location group, if any.
     pub co_location_group: Option<String>,
     /// The TaskManagers of its producers placed already (empty: no preference).
@@ -172,7 +174,7 @@ impl TaskManagerSlots {
 }
 
 /// Key of a slot sharing group instance.
-type GroupKey = (JobId, String);
+type GroupKey = (JobId, Arc<str>);
 
 /// Key of a co-location lock: subtask i of one co-location group of one job.
 type LockKey = (JobId, String, u32);
@@ -181,8 +183,43 @@ type LockKey = (JobId, String, u32);
 struct SharedSlot {
     resource_id: ResourceId,
     group: GroupKey,
-    /// Vertex index → subtask placed here.
-    tasks: BTreeMap<usize, u32>,
+    tasks: SlotTasks,
+}
+
+/// The subtasks in one shared slot, at most one per vertex of its group, sorted by vertex: a
+/// handful of pairs, so a sorted vector (no allocation per slot beyond one small buffer).
+#[derive(Debug, Clone, Default)]
+struct SlotTasks(Vec<(usize, u32)>);
+
+impl SlotTasks {
+    fn contains(&self, vertex: usize) -> bool {
+        self.0.binary_search_by_key(&vertex, |(v, _)| *v).is_ok()
+    }
+
+    /// False (and nothing changes) if `vertex` has a subtask here already.
+    fn insert(&mut self, vertex: usize, subtask: u32) -> bool {
+        match self.0.binary_search_by_key(&vertex, |(v, _)| *v) {
+            Ok(_) => false,
+            Err(at) => {
+                self.0.insert(at, (vertex, subtask));
+                true
+            }
+        }
+    }
+
+    fn remove(&mut self, vertex: usize) {
+        if let Ok(at) = self.0.binary_search_by_key(&vertex, |(v, _)| *v) {
+            self.0.remove(at);
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (usize, u32)> + '_ {
+        self.0.iter().copied()
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -247,14 +284,16 @@ pub struct Scheduler {
     by_free: BTreeSet<(u32, Reverse<ResourceId>)>,
     total_slots: u64,
     free_slots: u64,
-    shared: BTreeMap<AllocationId, SharedSlot>,
+    /// Shared slots by allocation (looked up on every placement and release; never iterated
+    /// where order shows).
+    shared: IndexMap<AllocationId, SharedSlot>,
     /// Every shared slot of a TaskManager.
     slots_on: BTreeMap<ResourceId, BTreeSet<AllocationId>>,
     /// Every shared slot of a group.
     groups: BTreeMap<GroupKey, BTreeSet<AllocationId>>,
     /// Per group and vertex: shared slots without that vertex (initialised on first use).
     available: BTreeMap<(GroupKey, usize), Available>,
-    assignments: BTreeMap<TaskRef, AllocationId>,
+    assignments: IndexMap<TaskRef, AllocationId>,
     co_location: BTreeMap<LockKey, CoLocationLock>,
     /// The locks that point at each shared slot.
     locks_on: BTreeMap<AllocationId, BTreeSet<LockKey>>,
@@ -278,11 +317,11 @@ impl Scheduler {
             by_free: BTreeSet::new(),
             total_slots: 0,
             free_slots: 0,
-            shared: BTreeMap::new(),
+            shared: IndexMap::default(),
             slots_on: BTreeMap::new(),
             groups: BTreeMap::new(),
             available: BTreeMap::new(),
-            assignments: BTreeMap::new(),
+            assignments: IndexMap::default(),
             co_location: BTreeMap::new(),
             locks_on: BTreeMap::new(),
             job_order: BTreeMap::new(),
@@ -345,7 +384,7 @@ impl Scheduler {
             self.counters.slot_visits += 1;
             if let Some(slot) = self.drop_shared_slot(allocation_id) {
                 let job = slot.group.0;
-                for (vertex, subtask) in slot.tasks {
+                for (vertex, subtask) in slot.tasks.iter() {
                     let task = TaskRef {
                         job,
                         vertex,
@@ -486,7 +525,7 @@ impl Scheduler {
             for allocation_id in self.groups.get(group).into_iter().flatten() {
                 self.counters.slot_visits += 1;
                 let slot = &self.shared[allocation_id];
-                if !slot.tasks.contains_key(&vertex) {
+                if !slot.tasks.contains(vertex) {
                     available.insert(&slot.resource_id, *allocation_id);
                 }
             }
@@ -534,7 +573,7 @@ impl Scheduler {
     pub fn release(&mut self, task: &TaskRef) -> Option<AllocationId> {
         let allocation_id = self.assignments.remove(task)?;
         let slot = self.shared.get_mut(&allocation_id)?;
-        slot.tasks.remove(&task.vertex);
+        slot.tasks.remove(task.vertex);
         let (resource_id, group, empty) = (
             slot.resource_id.clone(),
             slot.group.clone(),
@@ -636,7 +675,7 @@ impl Scheduler {
         for key in locks {
             self.remove_lock(&key);
         }
-        let start = ((job, String::new()), 0);
+        let start = ((job, Arc::<str>::from("")), 0);
         let indexes: Vec<(GroupKey, usize)> = self
             .available
             .range(start..)
@@ -695,8 +734,8 @@ impl Scheduler {
                     .iter()
                     .map(|(vertex, subtask)| TaskRef {
                         job: slot.group.0,
-                        vertex: *vertex,
-                        subtask: *subtask,
+                        vertex,
+                        subtask,
                     })
                     .collect()
             })
@@ -713,7 +752,8 @@ impl Scheduler {
     }
 
     /// The shared slots of every TaskManager, each with the tasks placed in it, by allocation id.
-    /// One pass over all slots, so a status report stays linear in the cluster's size.
+    /// One pass over all slots (and a sort per TaskManager), so a status report stays
+    /// O(n log n) in the cluster's size.
     pub fn shared_slots(&self) -> BTreeMap<&ResourceId, Vec<(AllocationId, Vec<TaskRef>)>> {
         let mut by_task_manager: BTreeMap<&ResourceId, Vec<(AllocationId, Vec<TaskRef>)>> =
             BTreeMap::new();
@@ -722,6 +762,9 @@ impl Scheduler {
                 .entry(&slot.resource_id)
                 .or_default()
                 .push((*allocation_id, self.tasks_in(allocation_id)));
+        }
+        for slots in by_task_manager.values_mut() {
+            slots.sort_unstable_by_key(|(allocation_id, _)| *allocation_id);
         }
         by_task_manager
     }
@@ -733,13 +776,16 @@ impl Scheduler {
         new_locks: &mut Vec<LockKey>,
     ) -> Option<SlotAssignment> {
         let task = request.task;
-        let mut wanted = request.preferred.clone();
-        wanted.extend(
-            request
-                .preferred_tasks
-                .iter()
-                .filter_map(|t| self.assignment(t).map(|(_, tm)| tm.clone())),
-        );
+        let mut wanted = Vec::new();
+        if !request.preferred.is_empty() || !request.preferred_tasks.is_empty() {
+            wanted.extend(request.preferred.iter().cloned());
+            wanted.extend(
+                request
+                    .preferred_tasks
+                    .iter()
+                    .filter_map(|t| self.assignment(t).map(|(_, tm)| tm.clone())),
+            );
+        }
         if self.assignments.contains_key(&task) {
             // Asked twice: the existing placement stands.
             let (allocation_id, resource_id) = self.assignment(&task)?;
@@ -757,7 +803,7 @@ impl Scheduler {
             .as_ref()
             .and_then(|key| self.co_location.get(key))
             .cloned();
-        let mut preferred = if with_preferences {
+        let mut preferred = if with_preferences && !wanted.is_empty() {
             distinct_preferences(&wanted)
         } else {
             Vec::new()
@@ -864,7 +910,7 @@ impl Scheduler {
             SharedSlot {
                 resource_id: resource_id.clone(),
                 group: group.clone(),
-                tasks: BTreeMap::new(),
+                tasks: SlotTasks::default(),
             },
         );
         self.slots_on
@@ -920,10 +966,9 @@ impl Scheduler {
         preferred: &[ResourceId],
     ) -> Option<SlotAssignment> {
         let slot = self.shared.get_mut(&allocation_id)?;
-        if slot.tasks.contains_key(&task.vertex) {
+        if !slot.tasks.insert(task.vertex, task.subtask) {
             return None; // a co-location lock onto a slot holding this vertex already
         }
-        slot.tasks.insert(task.vertex, task.subtask);
         let resource_id = slot.resource_id.clone();
         if let Some(available) = self.available.get_mut(&(slot.group.clone(), task.vertex)) {
             available.remove(&resource_id, allocation_id);
@@ -1000,6 +1045,9 @@ fn distinct_preferences(preferred: &[ResourceId]) -> Vec<ResourceId> {
 }
 
 fn locality(preferred: &[ResourceId], placed: &ResourceId) -> Locality {
+    if preferred.is_empty() {
+        return Locality::Unconstrained;
+    }
     let distinct: BTreeSet<&ResourceId> = preferred.iter().collect();
     if distinct.is_empty() || distinct.len() > MAX_PREFERRED_LOCATIONS {
         Locality::Unconstrained

@@ -43,12 +43,14 @@ macro_rules! id_type {
         $(#[$meta])*
         #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
         #[serde(transparent)]
-        pub struct $name(String);
+        // Shared text: ids are cloned into every index and message that names the resource,
+        // and a clone is a reference count, not an allocation.
+        pub struct $name(std::sync::Arc<str>);
 
         impl $name {
             /// Wraps a value chosen by whoever starts the resource.
             pub fn new(value: impl Into<String>) -> Self {
-                Self(value.into())
+                Self(std::sync::Arc::from(value.into()))
             }
 
             /// The id as text.
