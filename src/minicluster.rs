@@ -376,7 +376,7 @@ impl MiniCluster {
     pub async fn submit_job(&self, job_graph: JobGraph) -> Result<JobId, MiniClusterError> {
         Ok(self
             .job_manager
-            .send(SubmitJob { job_graph })
+            .send(SubmitJob::prepared(job_graph))
             .await
             .map_err(|source| MiniClusterError::Unreachable {
                 actor: "JobManager",

@@ -203,10 +203,22 @@ impl JobMaster {
     pub fn new(
         job_id: JobId,
         graph: JobGraph,
-        mut rng: NodeRng,
+        rng: NodeRng,
         now_ms: u64,
     ) -> Result<Self, RegionError> {
         let regions = PipelinedRegions::compute(&graph)?;
+        Ok(Self::with_regions(job_id, graph, regions, rng, now_ms))
+    }
+
+    /// A job, not started, whose regions were computed already (by
+    /// [`PipelinedRegions::compute`] of this very graph, off the JobManager's thread).
+    pub fn with_regions(
+        job_id: JobId,
+        graph: JobGraph,
+        regions: PipelinedRegions,
+        mut rng: NodeRng,
+        now_ms: u64,
+    ) -> Self {
         let progress = RegionProgress::new(&regions);
         let rank: BTreeMap<usize, usize> = graph
             .topological_order()
@@ -297,7 +309,7 @@ impl JobMaster {
             graph: Arc::new(graph),
         };
         master.index_attempts();
-        Ok(master)
+        master
     }
 
     fn index_attempts(&mut self) {

@@ -301,10 +301,7 @@ pub(crate) fn job_manager_samples() -> Vec<JobManagerMessage> {
         }
         .into(),
         GetJobManagerStatus.into(),
-        SubmitJob {
-            job_graph: job_graph(),
-        }
-        .into(),
+        SubmitJob::new(job_graph()).into(),
         CancelJob {
             job_id: JobId::from_u128(5),
         }
@@ -700,4 +697,13 @@ fn random_ids_are_compact_numbers_in_bincode() {
     let bytes = encode(&id).unwrap();
     assert!(bytes.len() <= 17, "a varint u128, not text");
     round_trip(&id);
+}
+
+#[test]
+fn a_prepared_submission_sends_its_graph_and_never_its_regions() {
+    let prepared = SubmitJob::prepared(job_graph());
+    assert!(prepared.regions.is_some(), "a valid graph is analysed");
+    let bytes = encode(&prepared).expect("encodes");
+    let received: SubmitJob = decode(&bytes).expect("decodes");
+    assert_eq!(received, SubmitJob::new(job_graph()));
 }

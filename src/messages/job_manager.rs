@@ -23,6 +23,7 @@ use super::resource_manager::RegisterResourceManagerSuccessful;
 use crate::actors::scheduler::Locality;
 use crate::exchange::metrics::TaskIoSnapshot;
 use crate::job::graph::JobGraph;
+use crate::job::regions::PipelinedRegions;
 use crate::job::states::{ExecutionState, JobStatus};
 
 protocol! {
@@ -458,6 +459,29 @@ impl fmt::Display for RegistrationResponse {
 pub struct SubmitJob {
     /// The job.
     pub job_graph: JobGraph,
+    /// The graph's pipelined regions, computed by an in-process sender on its own thread (the
+    /// REST handler, the mini cluster), so a large graph's O(P) analysis does not hold up the
+    /// JobManager's mailbox. Never sent over the wire: a remote sender's submission is
+    /// analysed by the JobManager.
+    #[serde(skip)]
+    pub regions: Option<PipelinedRegions>,
+}
+
+impl SubmitJob {
+    /// A submission the JobManager analyses itself.
+    pub fn new(job_graph: JobGraph) -> Self {
+        Self {
+            job_graph,
+            regions: None,
+        }
+    }
+
+    /// A submission analysed here, on the caller's thread. A graph whose regions cannot be
+    /// computed goes as is: the JobManager refuses it with the reason.
+    pub fn prepared(job_graph: JobGraph) -> Self {
+        let regions = PipelinedRegions::compute(&job_graph).ok();
+        Self { job_graph, regions }
+    }
 }
 
 /// Run a job again that an earlier leader accepted (high availability: the new leader recovers

@@ -139,7 +139,8 @@ pub async fn submit_job(
         &state,
         &gateways.job_manager.submit_job,
         JOB_MANAGER,
-        SubmitJob { job_graph },
+        // Analysed on this (REST) thread, not in the JobManager's mailbox.
+        SubmitJob::prepared(job_graph),
     )
     .await??;
     if let (Some(store), Some(graph)) = (&state.job_graph_store, kept)

@@ -1031,9 +1031,7 @@ impl HaRun {
             let answer = leader
                 .job_manager
                 .submit_job
-                .send(SubmitJob {
-                    job_graph: graph.clone(),
-                })
+                .send(SubmitJob::new(graph.clone()))
                 .await;
             let trace = shared.cluster.trace.clone();
             trace.record(format!(

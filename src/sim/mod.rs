@@ -410,7 +410,7 @@ impl Run {
                 let jobs = Rc::clone(&self.jobs);
                 let trace = cluster.trace.clone();
                 tokio::task::spawn_local(async move {
-                    let answer = jm.send(SubmitJob { job_graph: graph }).await;
+                    let answer = jm.send(SubmitJob::new(graph)).await;
                     trace.record(format!("answer submit job {index}: {answer:?}"));
                     let mut jobs = jobs.borrow_mut();
                     jobs[index].answered = answer.is_ok();

@@ -157,7 +157,7 @@ impl Client {
     pub async fn submit(&self, graph: JobGraph) -> JobId {
         self.job_manager
             .submit_job
-            .send(SubmitJob { job_graph: graph })
+            .send(SubmitJob::new(graph))
             .await
             .expect("the JobManager answers")
             .expect("the job is accepted")

@@ -378,10 +378,11 @@ impl JobManager {
     fn submit(
         &mut self,
         graph: crate::job::graph::JobGraph,
+        regions: Option<crate::job::regions::PipelinedRegions>,
         ctx: &mut Context<Self>,
     ) -> Result<JobId, JobError> {
         let job_id = JobId::generate(&mut self.rng);
-        self.submit_as(job_id, graph, false, ctx)
+        self.submit_as(job_id, graph, regions, false, ctx)
     }
 
     /// Submits `graph` as job `job_id`; `recovered`: a new leader runs it again (HA).
@@ -389,6 +390,7 @@ impl JobManager {
         &mut self,
         job_id: JobId,
         graph: crate::job::graph::JobGraph,
+        regions: Option<crate::job::regions::PipelinedRegions>,
         recovered: bool,
         ctx: &mut Context<Self>,
     ) -> Result<JobId, JobError> {
@@ -398,8 +400,12 @@ impl JobManager {
             .map_err(|e| JobError::Rejected(e.to_string()))?;
         let now_ms = self.env.clock.now_millis();
         let name = graph.name.clone();
-        let mut job = JobMaster::new(job_id, graph, self.rng.fork(), now_ms)
-            .map_err(|e| JobError::Rejected(e.to_string()))?;
+        let rng = self.rng.fork();
+        let mut job = match regions {
+            Some(regions) => JobMaster::with_regions(job_id, graph, regions, rng, now_ms),
+            None => JobMaster::new(job_id, graph, rng, now_ms)
+                .map_err(|e| JobError::Rejected(e.to_string()))?,
+        };
         if recovered {
             job.mark_recovered(now_ms);
         }
@@ -548,7 +554,7 @@ impl Handler<SubmitJob> for JobManager {
     fn handle(&mut self, msg: SubmitJob, ctx: &mut Context<Self>) -> Self::Result {
         let _timed = self.mailbox.time("SubmitJob");
         log::debug!("job manager <- SubmitJob {}", msg.job_graph.name);
-        self.submit(msg.job_graph, ctx)
+        self.submit(msg.job_graph, msg.regions, ctx)
     }
 }
 
@@ -563,7 +569,7 @@ impl Handler<RecoverJob> for JobManager {
             return Ok(job_id);
         }
         let failed = match msg.job_graph {
-            Ok(graph) => match self.submit_as(job_id, graph, true, ctx) {
+            Ok(graph) => match self.submit_as(job_id, graph, None, true, ctx) {
                 Ok(job_id) => {
                     log::info!("job manager: recovered job {job_id}: it runs again from the start");
                     return Ok(job_id);

@@ -714,14 +714,9 @@ async fn status_lists_each_task_managers_allocations_with_their_tasks_until_rele
         f.register(&registration).await;
         probes.push(probe);
     }
-    let job_id = ask(
-        &f.jm,
-        SubmitJob {
-            job_graph: pipelined_job(2, 60_000),
-        },
-    )
-    .await
-    .expect("accepted");
+    let job_id = ask(&f.jm, SubmitJob::new(pipelined_job(2, 60_000)))
+        .await
+        .expect("accepted");
     settle().await;
     let status = f.status().await;
     assert_slot_counts_agree(&status);
@@ -846,14 +841,9 @@ async fn job_manager_and_task_manager_statuses_agree_on_slots_and_running_attemp
         .collect();
     settle().await;
     assert_eq!(f.status().await.task_managers.len(), 2);
-    let job_id = ask(
-        &f.jm,
-        SubmitJob {
-            job_graph: pipelined_job(3, 60_000),
-        },
-    )
-    .await
-    .expect("accepted");
+    let job_id = ask(&f.jm, SubmitJob::new(pipelined_job(3, 60_000)))
+        .await
+        .expect("accepted");
     settle().await;
 
     // Three shared slots over two TaskManagers: both views agree, TaskManager by TaskManager.
@@ -947,7 +937,9 @@ async fn a_task_manager_holding_results_a_running_job_needs_is_not_idle() {
         ExchangeMode::Blocking,
     );
     let job_graph = builder.build(|_| true).expect("a valid graph");
-    let job_id = ask(&f.jm, SubmitJob { job_graph }).await.expect("accepted");
+    let job_id = ask(&f.jm, SubmitJob::new(job_graph))
+        .await
+        .expect("accepted");
     settle().await;
     let sent = |vertex: &str| -> Vec<ExecutionAttemptId> {
         probes
@@ -1101,7 +1093,7 @@ async fn ended_jobs_are_forgotten_beyond_the_job_store_capacity_and_after_their_
         let mut builder = crate::job::graph::JobGraph::builder(format!("job-{n}"));
         builder.vertex("v", "noop", 1);
         let graph = builder.build(|op| registry.contains(op)).unwrap();
-        let job_id = ask(&jm, SubmitJob { job_graph: graph }).await.unwrap();
+        let job_id = ask(&jm, SubmitJob::new(graph)).await.unwrap();
         // No TaskManager: its task waits for a slot, and the cancel ends it at once.
         ask(&jm, CancelJob { job_id }).await.unwrap();
         ended.push(job_id);
@@ -1145,14 +1137,9 @@ async fn a_job_manager_deploys_only_while_its_leadership_lease_is_held() {
     let (probe, registration) = f.task_manager("tm-1");
     f.register(&registration).await;
     let submit = || async {
-        ask(
-            &f.jm,
-            SubmitJob {
-                job_graph: pipelined_job(1, 60_000),
-            },
-        )
-        .await
-        .expect("accepted")
+        ask(&f.jm, SubmitJob::new(pipelined_job(1, 60_000)))
+            .await
+            .expect("accepted")
     };
     submit().await;
     // Many lease rechecks, within the TaskManager's heartbeat timeout.
@@ -1208,9 +1195,7 @@ async fn a_task_naming_a_producer_list_its_task_manager_lacks_is_sent_again_with
     );
     let job_id = ask(
         &f.jm,
-        SubmitJob {
-            job_graph: builder.build(|_| true).expect("a valid graph"),
-        },
+        SubmitJob::new(builder.build(|_| true).expect("a valid graph")),
     )
     .await
     .expect("accepted");

@@ -1572,3 +1572,19 @@ fn all_to_all_deployment_bytes_grow_linearly_with_the_parallelism() {
         "P = 100: {small} bytes, P = 400: {large} bytes (quadratic would be ~16x)"
     );
 }
+
+#[test]
+fn a_job_built_from_regions_computed_elsewhere_is_the_job_built_from_its_graph() {
+    // The REST handler computes a submission's regions on its own thread; the JobManager then
+    // builds the job from them. Both ways must give the same job.
+    for graph in [
+        pairs(3, fixed_delay(1)),
+        split(4, ExchangeMode::Blocking),
+        split(4, ExchangeMode::Pipelined),
+    ] {
+        let regions = PipelinedRegions::compute(&graph).expect("regions");
+        let here = JobMaster::new(JOB, graph.clone(), NodeRng::seed_from_u64(5), 7).unwrap();
+        let there = JobMaster::with_regions(JOB, graph, regions, NodeRng::seed_from_u64(5), 7);
+        assert_eq!(format!("{here:?}"), format!("{there:?}"));
+    }
+}
