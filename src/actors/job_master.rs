@@ -27,7 +27,7 @@ use super::scheduler::{
 };
 use crate::env::NodeRng;
 use crate::exchange::metrics::TaskIoSnapshot;
-use crate::index_map::IndexMap;
+use crate::fixed_hash::FixedHashMap;
 use crate::job::graph::{DistributionPattern, ExchangeMode, JobGraph};
 use crate::job::regions::{
     ExecutionVertexRef, PipelinedRegions, RegionError, RegionId, RegionProgress,
@@ -139,7 +139,7 @@ pub struct JobMaster {
     /// Of those, the ones in regions waiting to restart.
     restarting_active: usize,
     tasks: Vec<Vec<ExecutionVertex>>,
-    attempts: IndexMap<ExecutionAttemptId, TaskRef>,
+    attempts: FixedHashMap<ExecutionAttemptId, TaskRef>,
     status: Tracked<JobStatus>,
     progress: RegionProgress,
     /// Regions waiting to run again (their tasks stopping, or the restart delay).
@@ -274,7 +274,7 @@ impl JobMaster {
             active: 0,
             restarting_active: 0,
             tasks,
-            attempts: IndexMap::default(),
+            attempts: FixedHashMap::default(),
             status: Tracked::new(JobStatus::Created, now_ms),
             progress,
             restarting: BTreeSet::new(),

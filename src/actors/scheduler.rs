@@ -43,7 +43,7 @@ use actix::clock::Instant;
 use serde::{Deserialize, Serialize};
 
 use crate::env::NodeRng;
-use crate::index_map::IndexMap;
+use crate::fixed_hash::FixedHashMap;
 use crate::messages::ids::{AllocationId, JobId, ResourceId};
 
 /// More distinct preferred locations than this count as no preference (Flink's limit).
@@ -286,14 +286,14 @@ pub struct Scheduler {
     free_slots: u64,
     /// Shared slots by allocation (looked up on every placement and release; never iterated
     /// where order shows).
-    shared: IndexMap<AllocationId, SharedSlot>,
+    shared: FixedHashMap<AllocationId, SharedSlot>,
     /// Every shared slot of a TaskManager.
     slots_on: BTreeMap<ResourceId, BTreeSet<AllocationId>>,
     /// Every shared slot of a group.
     groups: BTreeMap<GroupKey, BTreeSet<AllocationId>>,
     /// Per group and vertex: shared slots without that vertex (initialised on first use).
     available: BTreeMap<(GroupKey, usize), Available>,
-    assignments: IndexMap<TaskRef, AllocationId>,
+    assignments: FixedHashMap<TaskRef, AllocationId>,
     co_location: BTreeMap<LockKey, CoLocationLock>,
     /// The locks that point at each shared slot.
     locks_on: BTreeMap<AllocationId, BTreeSet<LockKey>>,
@@ -317,11 +317,11 @@ impl Scheduler {
             by_free: BTreeSet::new(),
             total_slots: 0,
             free_slots: 0,
-            shared: IndexMap::default(),
+            shared: FixedHashMap::default(),
             slots_on: BTreeMap::new(),
             groups: BTreeMap::new(),
             available: BTreeMap::new(),
-            assignments: IndexMap::default(),
+            assignments: FixedHashMap::default(),
             co_location: BTreeMap::new(),
             locks_on: BTreeMap::new(),
             job_order: BTreeMap::new(),

@@ -6,7 +6,11 @@
 //! and it hashes the 16-byte random ids that key these indices in a few instructions. Use it
 //! for indices looked up by id on every task event (an ordered `BTreeMap` of 10⁴ random keys
 //! costs a cache miss per level there); keep `BTreeMap` wherever the order is read.
+//!
+//! Only for keys the cluster generates: Fx is no defence against keys chosen to collide. Keys
+//! that come from user data (the words of a WordCount) use std's keyed SipHash with a fixed
+//! key instead (`operators::builtin::WordCounts`).
 
 /// See the module docs.
 #[allow(clippy::disallowed_types)] // a fixed hasher: deterministic, see above
-pub type IndexMap<K, V> = std::collections::HashMap<K, V, rustc_hash::FxBuildHasher>;
+pub type FixedHashMap<K, V> = std::collections::HashMap<K, V, rustc_hash::FxBuildHasher>;
