@@ -776,16 +776,13 @@ impl Scheduler {
         new_locks: &mut Vec<LockKey>,
     ) -> Option<SlotAssignment> {
         let task = request.task;
-        let mut wanted = Vec::new();
-        if !request.preferred.is_empty() || !request.preferred_tasks.is_empty() {
-            wanted.extend(request.preferred.iter().cloned());
-            wanted.extend(
-                request
-                    .preferred_tasks
-                    .iter()
-                    .filter_map(|t| self.assignment(t).map(|(_, tm)| tm.clone())),
-            );
-        }
+        let mut wanted = request.preferred.clone();
+        wanted.extend(
+            request
+                .preferred_tasks
+                .iter()
+                .filter_map(|t| self.assignment(t).map(|(_, tm)| tm.clone())),
+        );
         if self.assignments.contains_key(&task) {
             // Asked twice: the existing placement stands.
             let (allocation_id, resource_id) = self.assignment(&task)?;
@@ -803,7 +800,7 @@ impl Scheduler {
             .as_ref()
             .and_then(|key| self.co_location.get(key))
             .cloned();
-        let mut preferred = if with_preferences && !wanted.is_empty() {
+        let mut preferred = if with_preferences {
             distinct_preferences(&wanted)
         } else {
             Vec::new()
