@@ -251,10 +251,10 @@ scripted!(
 );
 recorded!(JobManagerProbe, JobManagerMessage, ResourceRemoved);
 
-impl Handler<UpdateTaskExecutionState> for JobManagerProbe {
-    type Result = MessageResult<UpdateTaskExecutionState>;
+impl Handler<UpdateTaskExecutionStates> for JobManagerProbe {
+    type Result = MessageResult<UpdateTaskExecutionStates>;
 
-    fn handle(&mut self, msg: UpdateTaskExecutionState, _: &mut Context<Self>) -> Self::Result {
+    fn handle(&mut self, msg: UpdateTaskExecutionStates, _: &mut Context<Self>) -> Self::Result {
         self.received.push(JobManagerMessage::from(msg));
         MessageResult(crate::messages::Acknowledge)
     }
@@ -512,26 +512,33 @@ recorded!(
     ReleaseJobPartitions
 );
 
-impl Handler<SubmitTask> for TaskManagerProbe {
-    type Result = Result<(), TaskSubmissionError>;
+impl Handler<SubmitTasks> for TaskManagerProbe {
+    type Result = MessageResult<SubmitTasks>;
 
-    fn handle(&mut self, msg: SubmitTask, _: &mut Context<Self>) -> Self::Result {
+    /// Takes every task, or (with `forgets_producer_lists`) refuses those naming a list.
+    fn handle(&mut self, msg: SubmitTasks, _: &mut Context<Self>) -> Self::Result {
         let forgets = self
             .forgets_producer_lists
             .load(std::sync::atomic::Ordering::Relaxed);
-        let named = msg
-            .descriptor
-            .inputs
+        let answers = msg
+            .descriptors
             .iter()
-            .find_map(|gate| match gate.producers {
-                crate::messages::deployment::Producers::Known(id) => Some(id),
-                _ => None,
-            });
+            .map(|descriptor| {
+                let named = descriptor
+                    .inputs
+                    .iter()
+                    .find_map(|gate| match gate.producers {
+                        crate::messages::deployment::Producers::Known(id) => Some(id),
+                        _ => None,
+                    });
+                match named {
+                    Some(id) if forgets => Err(TaskSubmissionError::UnknownProducers(id)),
+                    _ => Ok(()),
+                }
+            })
+            .collect();
         self.received.push(msg.into());
-        match named {
-            Some(id) if forgets => Err(TaskSubmissionError::UnknownProducers(id)),
-            _ => Ok(()),
-        }
+        MessageResult(answers)
     }
 }
 

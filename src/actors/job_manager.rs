@@ -18,6 +18,7 @@ use std::time::Duration;
 use actix::clock::Instant;
 use actix::prelude::*;
 
+mod deployments;
 mod jobs;
 
 use super::Shutdown;
@@ -99,6 +100,8 @@ pub struct JobManager {
     jobs_on: BTreeMap<ResourceId, BTreeSet<JobId>>,
     /// A [`jobs::ServeQueue`] is on its way (the last serve used its budget).
     serve_pending: bool,
+    /// Placed tasks not sent yet, per TaskManager (see `deployments`).
+    outbox: BTreeMap<ResourceId, Vec<deployments::Deployment>>,
     /// How long messages take here (for `/metrics`).
     mailbox: MailboxStats,
     pool: jobs::PoolView,
@@ -142,6 +145,7 @@ impl JobManager {
             ended: BTreeSet::new(),
             jobs_on: BTreeMap::new(),
             serve_pending: false,
+            outbox: BTreeMap::new(),
             mailbox: MailboxStats::default(),
             pool: jobs::PoolView::default(),
             released: std::collections::VecDeque::new(),

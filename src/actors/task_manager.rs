@@ -30,7 +30,9 @@ use crate::messages::ResultPartitionId;
 use crate::messages::deployment::TaskDeploymentDescriptor;
 use crate::messages::ids::{AllocationId, ExecutionAttemptId, JobId, LeaderSessionId};
 use crate::messages::ids::{ClusterId, InstanceId, ResourceId, TaskManagerSessionId};
-use crate::messages::job_manager::{DisconnectTaskManager, UpdateTaskExecutionState};
+use crate::messages::job_manager::{
+    DisconnectTaskManager, TaskExecutionState, UpdateTaskExecutionStates,
+};
 use crate::messages::job_manager::{
     Heartbeat, HeartbeatReport, HeartbeatResponse, JobManagerGateway, RegisterTaskManager,
 };
@@ -120,6 +122,9 @@ pub struct TaskManager {
     /// Attempts that ended whose final state the JobManager has not acknowledged yet: listed
     /// in heartbeats with the running ones (see `report`).
     reporting: BTreeSet<ExecutionAttemptId>,
+    /// State changes not sent yet: sent together at the end of this turn of the actor
+    /// ([`FlushReports`]), so tasks that end together cost one message.
+    outgoing: Vec<TaskExecutionState>,
     /// Tasks started whose RUNNING report waits for [`RUNNING_REPORT_DELAY`]: one that ends
     /// first is reported FINISHED (or failed, cancelled) only — DEPLOYING → FINISHED is a
     /// transition the JobManager takes, and a no-op task then costs one report, not two.
@@ -147,37 +152,33 @@ pub struct TaskManager {
     fatal_error: Option<tokio::sync::oneshot::Sender<String>>,
 }
 
-/// Times a task's state update is sent before the TaskManager gives up on it (by then the
+/// Times a batch of state changes is sent before the TaskManager gives up on it (by then the
 /// JobManager has surely dropped this TaskManager, which drops all its work).
 const UPDATE_ATTEMPTS: u32 = 8;
 
-/// Sends a task's state update until the JobManager acknowledges it, with a growing pause
-/// (100 ms, doubling, at most 5 s). A repeat the JobManager already has changes nothing there.
-async fn deliver_update(
-    gateway: Recipient<UpdateTaskExecutionState>,
-    update: UpdateTaskExecutionState,
+/// Sends state changes until the JobManager acknowledges them, with a growing pause (100 ms,
+/// doubling, at most 5 s). A repeat the JobManager already has changes nothing there.
+async fn deliver_states(
+    gateway: Recipient<UpdateTaskExecutionStates>,
+    update: UpdateTaskExecutionStates,
     resource_id: ResourceId,
 ) {
     let mut backoff = crate::backoff::ExponentialBackoff::new(
         std::time::Duration::from_millis(100),
         std::time::Duration::from_secs(5),
     );
+    let count = update.states.len();
     for attempt in 1..=UPDATE_ATTEMPTS {
         match gateway.send(update.clone()).await {
             Ok(_) => return,
             Err(error) => log::debug!(
-                "task manager {resource_id}: update {} {} not acknowledged (try {attempt}): {error}",
-                update.attempt,
-                update.state
+                "task manager {resource_id}: {count} state changes not acknowledged (try \
+                 {attempt}): {error}"
             ),
         }
         tokio::time::sleep(backoff.next_delay()).await;
     }
-    log::warn!(
-        "task manager {resource_id}: gave up telling the JobManager that {} is {}",
-        update.attempt,
-        update.state
-    );
+    log::warn!("task manager {resource_id}: gave up telling the JobManager {count} state changes");
 }
 
 impl TaskManager {
@@ -195,6 +196,7 @@ impl TaskManager {
             allocations: BTreeMap::new(),
             running: BTreeMap::new(),
             reporting: BTreeSet::new(),
+            outgoing: Vec::new(),
             unreported_running: BTreeMap::new(),
             partitions: Arc::new(PartitionStore::new(
                 working_dir,
@@ -420,36 +422,29 @@ impl TaskManager {
         }
     }
 
-    /// Reports a task's state to the JobManager. A final state is listed in the heartbeats
-    /// (as if the task still ran) until the JobManager acknowledged it or the delivery gave up:
-    /// otherwise a final report lost once (retried after the ask timeout) let two heartbeats
-    /// without the attempt arrive first, and the JobManager failed a finished task as vanished
-    /// (issue 12: seed 1453, a job failed over a lossy network without a single fault).
-    fn report(&mut self, update: UpdateTaskExecutionState, ctx: &mut Context<Self>) {
-        let (attempt, state) = (update.attempt, update.state);
-        match &self.job_manager {
-            Some(jm) => {
-                let delivery = deliver_update(
-                    jm.update_task_execution_state.clone(),
-                    update,
-                    self.settings.resource_id.clone(),
-                );
-                if state.is_terminal() {
-                    self.reporting.insert(attempt);
-                    let me = ctx.address();
-                    actix::spawn(async move {
-                        delivery.await;
-                        me.do_send(FinalReportSettled(attempt));
-                    });
-                } else {
-                    actix::spawn(delivery);
-                }
-            }
-            None => log::warn!(
-                "task manager {}: no JobManager to tell that {attempt} is {state}",
-                self.settings.resource_id
-            ),
+    /// Reports a task's state to the JobManager, with the others of this turn
+    /// ([`FlushReports`]). A final state is listed in the heartbeats (as if the task still ran)
+    /// until the JobManager acknowledged it or the delivery gave up: otherwise a final report
+    /// lost once (retried after the ask timeout) let two heartbeats without the attempt arrive
+    /// first, and the JobManager failed a finished task as vanished (issue 12: seed 1453, a job
+    /// failed over a lossy network without a single fault).
+    fn report(&mut self, state: TaskExecutionState, ctx: &mut Context<Self>) {
+        if self.job_manager.is_none() {
+            log::warn!(
+                "task manager {}: no JobManager to tell that {} is {}",
+                self.settings.resource_id,
+                state.attempt,
+                state.state
+            );
+            return;
         }
+        if state.state.is_terminal() {
+            self.reporting.insert(state.attempt);
+        }
+        if self.outgoing.is_empty() {
+            ctx.notify(FlushReports);
+        }
+        self.outgoing.push(state);
     }
 
     fn submit_task(
@@ -579,7 +574,7 @@ impl TaskManager {
     /// run.
     fn report_running(&mut self, ctx: &mut Context<Self>) {
         for (attempt, job_id) in std::mem::take(&mut self.unreported_running) {
-            let running = UpdateTaskExecutionState {
+            let running = TaskExecutionState {
                 job_id,
                 attempt,
                 state: ExecutionState::Running,
@@ -669,6 +664,7 @@ impl TaskManager {
         }
         // The JobManager failed them over already.
         self.reporting.clear();
+        self.outgoing.clear();
         self.unreported_running.clear();
         self.allocations.clear();
         self.slots = SlotTable::new(self.settings.spec.slots);
@@ -711,16 +707,62 @@ impl TaskManager {
     }
 }
 
-/// A final state report was acknowledged, or its delivery gave up.
+/// Sends the state changes of this turn ([`TaskManager::report`]).
 #[derive(Message)]
 #[rtype(result = "()")]
-struct FinalReportSettled(ExecutionAttemptId);
+struct FlushReports;
 
-impl Handler<FinalReportSettled> for TaskManager {
+impl Handler<FlushReports> for TaskManager {
     type Result = ();
 
-    fn handle(&mut self, msg: FinalReportSettled, _: &mut Context<Self>) {
-        self.reporting.remove(&msg.0);
+    fn handle(&mut self, _: FlushReports, ctx: &mut Context<Self>) {
+        let states = std::mem::take(&mut self.outgoing);
+        if states.is_empty() {
+            return;
+        }
+        let Some(jm) = &self.job_manager else {
+            log::warn!(
+                "task manager {}: no JobManager to tell {} state changes",
+                self.settings.resource_id,
+                states.len()
+            );
+            for state in &states {
+                self.reporting.remove(&state.attempt);
+            }
+            return;
+        };
+        let terminal: Vec<ExecutionAttemptId> = states
+            .iter()
+            .filter(|s| s.state.is_terminal())
+            .map(|s| s.attempt)
+            .collect();
+        let delivery = deliver_states(
+            jm.update_task_execution_states.clone(),
+            UpdateTaskExecutionStates { states },
+            self.settings.resource_id.clone(),
+        );
+        let me = ctx.address();
+        actix::spawn(async move {
+            delivery.await;
+            if !terminal.is_empty() {
+                me.do_send(FinalReportsSettled(terminal));
+            }
+        });
+    }
+}
+
+/// Final state reports were acknowledged, or their delivery gave up.
+#[derive(Message)]
+#[rtype(result = "()")]
+struct FinalReportsSettled(Vec<ExecutionAttemptId>);
+
+impl Handler<FinalReportsSettled> for TaskManager {
+    type Result = ();
+
+    fn handle(&mut self, msg: FinalReportsSettled, _: &mut Context<Self>) {
+        for attempt in msg.0 {
+            self.reporting.remove(&attempt);
+        }
     }
 }
 
@@ -757,7 +799,7 @@ impl Handler<TaskEnded> for TaskManager {
             msg.attempt,
             msg.outcome.state
         );
-        let ended = UpdateTaskExecutionState {
+        let ended = TaskExecutionState {
             job_id: task.job_id,
             attempt: msg.attempt,
             state: msg.outcome.state,
@@ -769,11 +811,14 @@ impl Handler<TaskEnded> for TaskManager {
     }
 }
 
-impl Handler<SubmitTask> for TaskManager {
-    type Result = ResponseActFuture<Self, Result<(), TaskSubmissionError>>;
+impl Handler<SubmitTasks> for TaskManager {
+    type Result = ResponseActFuture<Self, Vec<Result<(), TaskSubmissionError>>>;
 
-    fn handle(&mut self, msg: SubmitTask, ctx: &mut Context<Self>) -> Self::Result {
-        log::debug!("task manager <- SubmitTask {}", msg.descriptor.attempt);
+    fn handle(&mut self, msg: SubmitTasks, ctx: &mut Context<Self>) -> Self::Result {
+        log::debug!(
+            "task manager <- SubmitTasks ({} tasks)",
+            msg.descriptors.len()
+        );
         if self.registering_without_session() {
             // Probably the acknowledgement's leader, whose reply is not handled yet: decide
             // once the registration settles (bounded by the attempt's timeout).
@@ -800,15 +845,19 @@ impl TaskManager {
             )
     }
 
+    /// Each task's answer, in order; all refused for a stale leader.
     fn fenced_submit(
         &mut self,
-        msg: SubmitTask,
+        msg: SubmitTasks,
         ctx: &mut Context<Self>,
-    ) -> Result<(), TaskSubmissionError> {
-        if !self.fenced(msg.leader_session_id, "SubmitTask") {
-            return Err(TaskSubmissionError::StaleLeader);
+    ) -> Vec<Result<(), TaskSubmissionError>> {
+        if !self.fenced(msg.leader_session_id, "SubmitTasks") {
+            return vec![Err(TaskSubmissionError::StaleLeader); msg.descriptors.len()];
         }
-        self.submit_task(msg.descriptor, ctx)
+        msg.descriptors
+            .into_iter()
+            .map(|descriptor| self.submit_task(descriptor, ctx))
+            .collect()
     }
 }
 

@@ -311,16 +311,28 @@ pub(crate) fn job_manager_samples() -> Vec<JobManagerMessage> {
         }
         .into(),
         ListJobs.into(),
-        UpdateTaskExecutionState {
-            job_id: JobId::from_u128(5),
-            attempt: ExecutionAttemptId::from_u128(6),
-            state: ExecutionState::Failed,
-            error: Some("boom".into()),
-            unavailable_partition: Some(ResultPartitionId {
-                producer: ExecutionAttemptId::from_u128(7),
-                edge: 1,
-            }),
-            io: Some(crate::exchange::metrics::TaskIoSnapshot::default()),
+        UpdateTaskExecutionStates {
+            states: vec![
+                TaskExecutionState {
+                    job_id: JobId::from_u128(5),
+                    attempt: ExecutionAttemptId::from_u128(6),
+                    state: ExecutionState::Failed,
+                    error: Some("boom".into()),
+                    unavailable_partition: Some(ResultPartitionId {
+                        producer: ExecutionAttemptId::from_u128(7),
+                        edge: 1,
+                    }),
+                    io: Some(crate::exchange::metrics::TaskIoSnapshot::default()),
+                },
+                TaskExecutionState {
+                    job_id: JobId::from_u128(5),
+                    attempt: ExecutionAttemptId::from_u128(8),
+                    state: ExecutionState::Running,
+                    error: None,
+                    unavailable_partition: None,
+                    io: None,
+                },
+            ],
         }
         .into(),
         DisconnectTaskManager {
@@ -406,7 +418,7 @@ fn job_manager_variant(message: &JobManagerMessage) -> usize {
         M::CancelJob(_) => 8,
         M::RequestJobStatus(_) => 9,
         M::ListJobs(_) => 10,
-        M::UpdateTaskExecutionState(_) => 11,
+        M::UpdateTaskExecutionStates(_) => 11,
         M::DisconnectTaskManager(_) => 12,
     }
 }
@@ -424,9 +436,9 @@ pub(crate) fn task_manager_samples() -> Vec<TaskManagerMessage> {
         }
         .into(),
         GetTaskManagerStatus.into(),
-        SubmitTask {
+        SubmitTasks {
             leader_session_id: session(),
-            descriptor: descriptor(),
+            descriptors: vec![descriptor(), descriptor()],
         }
         .into(),
         CancelTask {
@@ -460,7 +472,7 @@ fn task_manager_variant(message: &TaskManagerMessage) -> usize {
         M::NewLeaderAvailable(_) => 0,
         M::Disconnect(_) => 1,
         M::GetTaskManagerStatus(_) => 2,
-        M::SubmitTask(_) => 3,
+        M::SubmitTasks(_) => 3,
         M::CancelTask(_) => 4,
         M::ReleaseJobPartitions(_) => 5,
         M::FetchSubpartitions(_) => 6,

@@ -51,8 +51,8 @@ protocol! {
         request_job_status: RequestJobStatus,
         /// A client lists the jobs.
         list_jobs: ListJobs,
-        /// A TaskManager reports a task's state change.
-        update_task_execution_state: UpdateTaskExecutionState,
+        /// A TaskManager reports task state changes.
+        update_task_execution_states: UpdateTaskExecutionStates,
         /// A TaskManager leaves the cluster (it is stopping).
         disconnect_task_manager: DisconnectTaskManager,
         /// Report the registered TaskManagers.
@@ -518,13 +518,30 @@ pub struct RequestJobStatus {
 #[rtype(result = "Vec<JobSummary>")]
 pub struct ListJobs;
 
-/// A task's new state, from the TaskManager running it. Acknowledged, so the TaskManager can
-/// send it again until it arrives: a lost final state would leave the task RUNNING at the
-/// JobManager forever. Repeats and late arrivals are harmless (a state the task has passed, or
-/// any state after a terminal one, changes nothing).
+/// Task state changes, from the TaskManager running the tasks: every change it had to report
+/// since its last such message (a TaskManager batches them per turn of its actor, so a wave of
+/// short tasks costs one message per TaskManager, not one per task). Acknowledged, so the
+/// TaskManager can send it again until it arrives: a lost final state would leave the task
+/// RUNNING at the JobManager forever. Repeats and late arrivals are harmless (a state the task
+/// has passed, or any state after a terminal one, changes nothing).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Message)]
 #[rtype(result = "Acknowledge")]
-pub struct UpdateTaskExecutionState {
+pub struct UpdateTaskExecutionStates {
+    /// The changes, in the order they happened.
+    pub states: Vec<TaskExecutionState>,
+}
+
+impl From<TaskExecutionState> for UpdateTaskExecutionStates {
+    fn from(state: TaskExecutionState) -> Self {
+        Self {
+            states: vec![state],
+        }
+    }
+}
+
+/// A task's new state (Flink's `TaskExecutionState`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskExecutionState {
     /// The job.
     pub job_id: JobId,
     /// The execution attempt.

@@ -28,8 +28,8 @@ protocol! {
         disconnect: Disconnect,
         /// Report registration and slots.
         get_status: GetTaskManagerStatus,
-        /// Run a task.
-        submit_task: SubmitTask,
+        /// Run tasks.
+        submit_tasks: SubmitTasks,
         /// Cancel a task.
         cancel_task: CancelTask,
         /// Drop a job's result partitions.
@@ -145,14 +145,27 @@ impl fmt::Display for RegistrationPhase {
     }
 }
 
-/// Run a task in the slot its descriptor names. Only the current leader may send it.
+/// Run tasks, each in the slot its descriptor names: every task the JobManager placed on this
+/// TaskManager in one turn of its actor (a wave of short tasks costs one message per
+/// TaskManager, not one per task). Answered per task, in order. Only the current leader may
+/// send it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Message)]
-#[rtype(result = "Result<(), TaskSubmissionError>")]
-pub struct SubmitTask {
+#[rtype(result = "Vec<Result<(), TaskSubmissionError>>")]
+pub struct SubmitTasks {
     /// The sender's leader session (fencing).
     pub leader_session_id: LeaderSessionId,
-    /// The task.
-    pub descriptor: TaskDeploymentDescriptor,
+    /// The tasks.
+    pub descriptors: Vec<TaskDeploymentDescriptor>,
+}
+
+impl SubmitTasks {
+    /// One task.
+    pub fn one(leader_session_id: LeaderSessionId, descriptor: TaskDeploymentDescriptor) -> Self {
+        Self {
+            leader_session_id,
+            descriptors: vec![descriptor],
+        }
+    }
 }
 
 /// Why a TaskManager did not accept a task.

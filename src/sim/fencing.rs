@@ -18,7 +18,7 @@ use crate::messages::resource_manager::{
     DeclareResourceRequirements, GetResourceManagerStatus, RemoveResource,
 };
 use crate::messages::task_manager::{
-    CancelTask, GetTaskManagerStatus, ReleaseJobPartitions, SubmitTask, TaskSubmissionError,
+    CancelTask, GetTaskManagerStatus, ReleaseJobPartitions, SubmitTasks, TaskSubmissionError,
 };
 
 /// A stale `RemoveResource` of the started worker picked by `index`, and a stale
@@ -99,7 +99,7 @@ pub async fn probe_job_manager(
     }
 }
 
-/// A stale `SubmitTask` (of a new attempt in a new allocation), `CancelTask` (of a running
+/// A stale `SubmitTasks` (of a new attempt in a new allocation), `CancelTask` (of a running
 /// attempt) and `ReleaseJobPartitions` (of a job with partitions) to one TaskManager: the
 /// submission must be refused as stale, and its slots, running attempts, cancel flags and held
 /// partitions must stay as they were. `Err` describes what changed.
@@ -113,13 +113,13 @@ pub async fn probe_task_manager(
         return Ok(());
     };
     let first = tm.send(GetTaskManagerStatus);
-    let submit = tm.send(SubmitTask {
-        leader_session_id: stale,
-        descriptor: stray_task(
+    let submit = tm.send(SubmitTasks::one(
+        stale,
+        stray_task(
             ExecutionAttemptId::generate(rng),
             AllocationId::generate(rng),
         ),
-    });
+    ));
     if let Some(task) = before.running.first() {
         tm.do_send(CancelTask {
             leader_session_id: stale,
@@ -138,10 +138,10 @@ pub async fn probe_task_manager(
         return Ok(());
     };
     if let Ok(answer) = submit
-        && answer != Err(TaskSubmissionError::StaleLeader)
+        && answer != [Err(TaskSubmissionError::StaleLeader)]
     {
         return Err(format!(
-            "{resource_id} answered a stale leader's SubmitTask with {answer:?}"
+            "{resource_id} answered a stale leader's SubmitTasks with {answer:?}"
         ));
     }
     if first.slots != after.slots {

@@ -105,16 +105,17 @@ struct State {
     cut: BTreeSet<(String, String)>,
     frames_sent: u64,
     frames_lost: u64,
-    /// Of those, frames carrying a `SubmitTask` or its answer (see [`carries_deployment`]).
+    /// Of those, frames carrying a `SubmitTasks` or its answer (see [`carries_deployment`]).
     deployments_lost: u64,
-    /// Every `SubmitTask` frame written, while [`SimNetwork::record_deployments`] is on.
+    /// Every task a `SubmitTasks` frame carried, while [`SimNetwork::record_deployments`] is on.
     deployments_sent: Option<Vec<DeploymentSent>>,
     /// Whether `SubmitTask` frames are counted ([`SimNetwork::count_deployments`]).
     count_deployments: bool,
     deployments: DeploymentCounts,
 }
 
-/// A `SubmitTask` frame as it was written (the HA family judges who still deployed when).
+/// A task as a `SubmitTasks` frame carried it when written (the HA family judges who still
+/// deployed when).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeploymentSent {
     /// When it was written.
@@ -201,21 +202,21 @@ pub struct NetStats {
     pub frames_sent: u64,
     /// Frames lost (loss or a cut link).
     pub frames_lost: u64,
-    /// Of those, frames carrying a `SubmitTask` or its answer: the JobManager fails that
+    /// Of those, frames carrying a `SubmitTasks` or its answer: the JobManager fails that
     /// deployment when its ask times out — a failure the run caused, which the job-outcome
     /// invariant counts as a disturbance (over TCP a frame is never lost alone; here it may be).
     pub deployments_lost: u64,
     /// Connections made.
     pub connections: u64,
-    /// `SubmitTask` frames, while [`SimNetwork::count_deployments`] is on.
+    /// Tasks in `SubmitTasks` frames, while [`SimNetwork::count_deployments`] is on.
     pub deployments: DeploymentCounts,
 }
 
-/// What the `SubmitTask` frames written carried (issue 11, item 5: producer lists travel once
+/// What the `SubmitTasks` frames written carried (issue 11, item 5: producer lists travel once
 /// per TaskManager).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct DeploymentCounts {
-    /// `SubmitTask` frames written.
+    /// Tasks in the `SubmitTasks` frames written.
     pub sent: u64,
     /// Of those, the ones with an input gate naming a producer list sent before.
     pub naming_lists: u64,
@@ -268,7 +269,7 @@ impl SimNetwork {
         lock(&self.shared).params
     }
 
-    /// From now on, every `SubmitTask` frame written is kept for [`take_deployments_sent`]
+    /// From now on, every task a `SubmitTasks` frame carries is kept for [`take_deployments_sent`]
     /// (each frame decoded: only the HA family pays for it).
     ///
     /// [`take_deployments_sent`]: Self::take_deployments_sent
@@ -278,13 +279,13 @@ impl SimNetwork {
             .get_or_insert_with(Vec::new);
     }
 
-    /// From now on, `SubmitTask` frames and their refusals for unknown producer lists are
+    /// From now on, tasks in `SubmitTasks` frames and their refusals for unknown producer lists are
     /// counted in [`NetStats::deployments`] (each frame decoded).
     pub fn count_deployments(&self) {
         lock(&self.shared).count_deployments = true;
     }
 
-    /// The `SubmitTask` frames written since the last call.
+    /// The tasks in `SubmitTasks` frames written since the last call.
     pub fn take_deployments_sent(&self) -> Vec<DeploymentSent> {
         lock(&self.shared)
             .deployments_sent
@@ -507,7 +508,8 @@ impl State {
         self.cut.contains(&(from.to_owned(), to.to_owned()))
     }
 
-    /// Records and counts a `SubmitTask` frame (or a refusal of one for an unknown list).
+    /// Records and counts the tasks of a `SubmitTasks` frame (or their refusals for an unknown
+    /// list).
     fn note_deployment(&mut self, frame: &[u8], src: &str, dst: &str) {
         use crate::messages::deployment::Producers;
         use crate::messages::task_manager::{TaskManagerMessage, TaskSubmissionError};
@@ -516,26 +518,31 @@ impl State {
             return;
         };
         match envelope.payload {
-            Payload::TaskManager(TaskManagerMessage::SubmitTask(submit)) => {
-                self.deployments.sent += 1;
-                let naming = submit
-                    .descriptor
-                    .inputs
-                    .iter()
-                    .any(|gate| matches!(gate.producers, Producers::Known(_)));
-                self.deployments.naming_lists += u64::from(naming);
-                if let Some(sent) = &mut self.deployments_sent {
-                    sent.push(DeploymentSent {
-                        at: Instant::now(),
-                        from: src.to_owned(),
-                        to: dst.to_owned(),
-                        leader_session_id: submit.leader_session_id,
-                        attempt: submit.descriptor.attempt,
-                    });
+            Payload::TaskManager(TaskManagerMessage::SubmitTasks(submit)) => {
+                for descriptor in &submit.descriptors {
+                    self.deployments.sent += 1;
+                    let naming = descriptor
+                        .inputs
+                        .iter()
+                        .any(|gate| matches!(gate.producers, Producers::Known(_)));
+                    self.deployments.naming_lists += u64::from(naming);
+                    if let Some(sent) = &mut self.deployments_sent {
+                        sent.push(DeploymentSent {
+                            at: Instant::now(),
+                            from: src.to_owned(),
+                            to: dst.to_owned(),
+                            leader_session_id: submit.leader_session_id,
+                            attempt: descriptor.attempt,
+                        });
+                    }
                 }
             }
-            Payload::Reply(Reply::SubmitTask(Err(TaskSubmissionError::UnknownProducers(_)))) => {
-                self.deployments.unknown_lists += 1;
+            Payload::Reply(Reply::SubmitTasks(answers)) => {
+                let unknown = answers
+                    .iter()
+                    .filter(|a| matches!(a, Err(TaskSubmissionError::UnknownProducers(_))))
+                    .count();
+                self.deployments.unknown_lists += unknown as u64;
             }
             _ => {}
         }
@@ -889,14 +896,14 @@ fn envelope_of(frame: &[u8]) -> Option<crate::transport::envelope::Envelope> {
     crate::transport::envelope::Envelope::decode(body).ok()
 }
 
-/// Whether a transport frame carries a `SubmitTask` or its answer.
+/// Whether a transport frame carries a `SubmitTasks` or its answer.
 fn carries_deployment(frame: &[u8]) -> bool {
     use crate::transport::envelope::{Payload, Reply};
     envelope_of(frame).is_some_and(|envelope| {
         matches!(
             envelope.payload,
-            Payload::TaskManager(crate::messages::task_manager::TaskManagerMessage::SubmitTask(_))
-                | Payload::Reply(Reply::SubmitTask(_))
+            Payload::TaskManager(crate::messages::task_manager::TaskManagerMessage::SubmitTasks(_))
+                | Payload::Reply(Reply::SubmitTasks(_))
         )
     })
 }

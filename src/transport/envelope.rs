@@ -281,8 +281,8 @@ replies! {
     ResourceManagerStatus(ResourceManagerStatus),
     /// To `GetTaskManagerStatus`.
     TaskManagerStatus(TaskManagerStatus),
-    /// To `SubmitTask`.
-    SubmitTask(Result<(), TaskSubmissionError>),
+    /// To `SubmitTasks`: per task, in order.
+    SubmitTasks(Vec<Result<(), TaskSubmissionError>>),
     /// To `FetchSubpartitions`.
     FetchResponse(FetchResponse),
 }
@@ -457,9 +457,12 @@ mod tests {
                 job_partitions: Vec::new(),
             }
             .into_reply(),
-            Result::<(), TaskSubmissionError>::Err(TaskSubmissionError::Duplicate(
-                ExecutionAttemptId::from_u128(8),
-            ))
+            vec![
+                Ok(()),
+                Err(TaskSubmissionError::Duplicate(
+                    ExecutionAttemptId::from_u128(8),
+                )),
+            ]
             .into_reply(),
             FetchResponse {
                 channels: vec![(
@@ -505,7 +508,7 @@ mod tests {
             M::CancelJob(m) => answer_of(m),
             M::RequestJobStatus(m) => answer_of(m),
             M::ListJobs(m) => answer_of(m),
-            M::UpdateTaskExecutionState(m) => answer_of(m),
+            M::UpdateTaskExecutionStates(m) => answer_of(m),
             M::DisconnectTaskManager(m) => answer_of(m),
             M::GetJobManagerStatus(m) => answer_of(m),
         }
@@ -536,7 +539,7 @@ mod tests {
             M::NewLeaderAvailable(m) => answer_of(m),
             M::Disconnect(m) => answer_of(m),
             M::GetTaskManagerStatus(m) => answer_of(m),
-            M::SubmitTask(m) => answer_of(m),
+            M::SubmitTasks(m) => answer_of(m),
             M::CancelTask(m) => answer_of(m),
             M::ReleaseJobPartitions(m) => answer_of(m),
             M::FetchSubpartitions(m) => answer_of(m),
@@ -561,7 +564,7 @@ mod tests {
             Reply::SetWorkerPoolSize(_) => "SetWorkerPoolSize",
             Reply::ResourceManagerStatus(_) => "ResourceManagerStatus",
             Reply::TaskManagerStatus(_) => "TaskManagerStatus",
-            Reply::SubmitTask(_) => "SubmitTask",
+            Reply::SubmitTasks(_) => "SubmitTasks",
             Reply::FetchResponse(_) => "FetchResponse",
             Reply::Failed(_) => "Failed",
         }

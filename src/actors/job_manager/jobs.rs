@@ -11,13 +11,10 @@ use actix::prelude::*;
 use super::JobManager;
 use crate::actors::job_master::{JobAction, JobContext, JobMaster};
 use crate::messages::RemovalReason;
-use crate::messages::deployment::{Producers, TaskDeploymentDescriptor};
 use crate::messages::ids::{JobId, ResourceId};
 use crate::messages::job_manager::*;
 use crate::messages::resource_manager::DeclareResourceRequirements;
-use crate::messages::task_manager::{
-    CancelTask, ReleaseJobPartitions, SubmitTask, TaskSubmissionError,
-};
+use crate::messages::task_manager::{CancelTask, ReleaseJobPartitions};
 
 /// The JobManager's side of the pool: the resource manager's maximum (from its registration
 /// and heartbeats) and the demand declared to it.
@@ -114,12 +111,13 @@ impl JobManager {
                         .entry(resource_id.clone())
                         .or_default()
                         .insert(job_id);
-                    self.deploy(job_id, resource_id, descriptor, SLOT_BUSY_RETRIES, ctx);
+                    self.deploy(job_id, resource_id, descriptor, ctx);
                 }
                 JobAction::Cancel {
                     resource_id,
                     attempt,
                 } => {
+                    self.flush_deployments_to(&resource_id, ctx);
                     let Some(gateway) = self.gateways.get(&resource_id) else {
                         continue;
                     };
@@ -155,6 +153,7 @@ impl JobManager {
                                 self.jobs_on.remove(&resource_id);
                             }
                         }
+                        self.flush_deployments_to(&resource_id, ctx);
                         if let Some(gateway) = self.gateways.get(&resource_id) {
                             gateway
                                 .release_job_partitions
@@ -178,128 +177,6 @@ impl JobManager {
                 }
             }
         }
-    }
-
-    /// Sends `SubmitTask` and handles its answer. A TaskManager whose slots are all still
-    /// held (tasks the JobManager gave up on, still stopping there, or submissions that
-    /// arrived late after a pause) refuses with `NoFreeSlot`: that is retried `retries` times,
-    /// [`SLOT_BUSY_RETRY`] apart, while the attempt still waits for it, instead of failing the
-    /// attempt at once (issue 12, seed 461: one 3 s pause made five refusals in 56 ms exhaust
-    /// a job's four restarts). Any other outcome resolves the deployment: taken, refused,
-    /// unreachable, or unanswered within the ask timeout.
-    fn deploy(
-        &mut self,
-        job_id: JobId,
-        resource_id: ResourceId,
-        descriptor: Box<TaskDeploymentDescriptor>,
-        retries: u32,
-        ctx: &mut Context<Self>,
-    ) {
-        let attempt = descriptor.attempt;
-        if !self.lease.is_held_now() {
-            // Maybe no longer the leader (this process was paused past its lease): wait until
-            // the leader loop renews the lease, or stops this JobManager.
-            log::debug!("job manager: leadership lease lapsed; deployment of {attempt} waits");
-            ctx.run_later(crate::ha::lease::RECHECK, move |act, ctx| {
-                let waiting = act
-                    .jobs
-                    .get(&job_id)
-                    .is_some_and(|job| job.is_deploying(attempt));
-                if waiting {
-                    act.deploy(job_id, resource_id, descriptor, retries, ctx);
-                }
-            });
-            return;
-        }
-        let Some(gateway) = self.gateways.get(&resource_id) else {
-            let error = format!("TaskManager {resource_id} is not registered");
-            ctx.notify(DeploymentFailed {
-                job_id,
-                attempt,
-                error,
-            });
-            return;
-        };
-        let again = (retries > 0).then(|| descriptor.clone());
-        gateway
-            .submit_task
-            .send(SubmitTask {
-                leader_session_id: self.leader_session_id,
-                descriptor: *descriptor,
-            })
-            .timeout(self.settings.ask_timeout)
-            .into_actor(self)
-            .map(move |result, act, ctx| {
-                let error = match result {
-                    Ok(Ok(())) => {
-                        if let Some(job) = act.jobs.get_mut(&job_id) {
-                            job.deployment_taken(attempt);
-                        }
-                        return;
-                    }
-                    Ok(Err(TaskSubmissionError::NoFreeSlot(_))) if again.is_some() => {
-                        if let Some(descriptor) = again {
-                            ctx.run_later(SLOT_BUSY_RETRY, move |act, ctx| {
-                                let waiting = act
-                                    .jobs
-                                    .get(&job_id)
-                                    .is_some_and(|job| job.is_deploying(attempt));
-                                if waiting {
-                                    act.deploy(job_id, resource_id, descriptor, retries - 1, ctx);
-                                }
-                            });
-                        }
-                        return;
-                    }
-                    // It did not get (or dropped) a producer list an earlier task carried:
-                    // send this one again with the list, while the list is current.
-                    Ok(Err(TaskSubmissionError::UnknownProducers(id))) if again.is_some() => {
-                        let list = act.jobs.get(&job_id).and_then(|job| job.producer_list(id));
-                        if let (Some(mut descriptor), Some(locations)) = (again, list) {
-                            for gate in &mut descriptor.inputs {
-                                if gate.producers == Producers::Known(id) {
-                                    gate.producers = Producers::Listed {
-                                        id: Some(id),
-                                        locations: locations.clone(),
-                                    };
-                                }
-                            }
-                            act.deploy(job_id, resource_id, descriptor, retries - 1, ctx);
-                            return;
-                        }
-                        format!(
-                            "TaskManager {resource_id} refused the task: producer list {id} \
-                             is not known there and has been replaced since"
-                        )
-                    }
-                    Ok(Err(refused)) => {
-                        format!("TaskManager {resource_id} refused the task: {refused}")
-                    }
-                    // A TaskManager whose mailbox is closed is gone: losing it now
-                    // (not at its heartbeat timeout) fails its tasks over once, not
-                    // again each time a restart is placed on it.
-                    Err(MailboxError::Closed) => {
-                        log::warn!("job manager: TaskManager {resource_id} is unreachable");
-                        act.lose_task_manager(&resource_id, RemovalReason::Unreachable, ctx);
-                        format!("TaskManager {resource_id} is unreachable")
-                    }
-                    // Delivered but unanswered: it may run; stop it, since the
-                    // attempt counts as failed from now on.
-                    Err(error) => {
-                        if let Some(gateway) = act.gateways.get(&resource_id) {
-                            gateway.cancel_task.do_send(CancelTask {
-                                leader_session_id: act.leader_session_id,
-                                attempt,
-                            });
-                        }
-                        format!("TaskManager {resource_id} did not take the task: {error}")
-                    }
-                };
-                act.with_job(job_id, ctx, |job, cx| {
-                    job.deployment_failed(attempt, error, cx)
-                });
-            })
-            .spawn(ctx);
     }
 
     /// Every job loses the tasks and results on a TaskManager that is gone.
@@ -503,12 +380,6 @@ impl JobManager {
     }
 }
 
-/// How often a deployment refused for want of a free slot is sent again (see
-/// [`JobManager::deploy`]), and how long it waits in between: at most 2 s in all, about the time
-/// a cancelled task takes to stop and free its slot.
-const SLOT_BUSY_RETRIES: u32 = 10;
-const SLOT_BUSY_RETRY: std::time::Duration = std::time::Duration::from_millis(200);
-
 /// Tasks placed (and deployed) by one [`JobManager::serve_queue`] call at most.
 pub(super) const SERVE_BUDGET: usize = 64;
 
@@ -525,26 +396,6 @@ impl Handler<ServeQueue> for JobManager {
         self.serve_pending = false;
         self.serve_queue(ctx);
         self.declare_resource_requirements();
-    }
-}
-
-/// A deployment that could not even be sent.
-#[derive(Message)]
-#[rtype(result = "()")]
-struct DeploymentFailed {
-    job_id: JobId,
-    attempt: crate::messages::ids::ExecutionAttemptId,
-    error: String,
-}
-
-impl Handler<DeploymentFailed> for JobManager {
-    type Result = ();
-
-    fn handle(&mut self, msg: DeploymentFailed, ctx: &mut Context<Self>) {
-        let _timed = self.mailbox.time("DeploymentFailed");
-        self.with_job(msg.job_id, ctx, |job, cx| {
-            job.deployment_failed(msg.attempt, msg.error, cx)
-        });
     }
 }
 
@@ -656,24 +507,29 @@ impl Handler<ListJobs> for JobManager {
     }
 }
 
-impl Handler<UpdateTaskExecutionState> for JobManager {
-    type Result = MessageResult<UpdateTaskExecutionState>;
+impl Handler<UpdateTaskExecutionStates> for JobManager {
+    type Result = MessageResult<UpdateTaskExecutionStates>;
 
-    fn handle(&mut self, msg: UpdateTaskExecutionState, ctx: &mut Context<Self>) -> Self::Result {
-        let _timed = self.mailbox.time("UpdateTaskExecutionState");
+    /// Every change first, then the slot queue is served once for all the slots they freed.
+    fn handle(&mut self, msg: UpdateTaskExecutionStates, ctx: &mut Context<Self>) -> Self::Result {
+        let _timed = self.mailbox.time("UpdateTaskExecutionStates");
         log::debug!("job manager <- {msg:?}");
-        if let (Some(io), Some(job)) = (msg.io, self.jobs.get_mut(&msg.job_id)) {
-            job.record_io(&[(msg.attempt, io)]);
+        for update in msg.states {
+            if let (Some(io), Some(job)) = (update.io, self.jobs.get_mut(&update.job_id)) {
+                job.record_io(&[(update.attempt, io)]);
+            }
+            self.run_job(update.job_id, ctx, |job, cx| {
+                job.update_with_lost_input(
+                    update.attempt,
+                    update.state,
+                    update.error,
+                    update.unavailable_partition,
+                    cx,
+                )
+            });
         }
-        self.with_job(msg.job_id, ctx, |job, cx| {
-            job.update_with_lost_input(
-                msg.attempt,
-                msg.state,
-                msg.error,
-                msg.unavailable_partition,
-                cx,
-            )
-        });
+        self.serve_queue(ctx);
+        self.declare_resource_requirements();
         MessageResult(crate::messages::Acknowledge)
     }
 }

@@ -662,10 +662,15 @@ type SlotContents = BTreeMap<AllocationId, Vec<(String, u32, ExecutionAttemptId)
 
 fn deployed_to(tm: &TaskManagerProbeHandle) -> SlotContents {
     let mut slots = SlotContents::new();
-    for submit in tm.received.filter(|m| match m {
-        TaskManagerMessage::SubmitTask(s) => Some(s.descriptor.clone()),
-        _ => None,
-    }) {
+    for submit in tm
+        .received
+        .filter(|m| match m {
+            TaskManagerMessage::SubmitTasks(s) => Some(s.descriptors.clone()),
+            _ => None,
+        })
+        .into_iter()
+        .flatten()
+    {
         slots.entry(submit.allocation_id).or_default().push((
             submit.vertex_name.to_string(),
             submit.subtask,
@@ -702,6 +707,28 @@ fn assert_slot_counts_agree(status: &JobManagerStatus) {
             info.slots_total as usize,
             "{info:#?}"
         );
+    }
+}
+
+#[actix::test]
+async fn the_tasks_placed_in_one_turn_reach_each_task_manager_in_one_message() {
+    let f = start().await;
+    let mut probes = Vec::new();
+    for name in ["tm-1", "tm-2"] {
+        let (probe, registration) = f.task_manager(name);
+        f.register(&registration).await;
+        probes.push(probe);
+    }
+    ask(&f.jm, SubmitJob::new(pipelined_job(2, 60_000)))
+        .await
+        .expect("accepted");
+    settle().await;
+    for probe in &probes {
+        let batches: Vec<usize> = probe.received.filter(|m| match m {
+            TaskManagerMessage::SubmitTasks(s) => Some(s.descriptors.len()),
+            _ => None,
+        });
+        assert_eq!(batches, [2], "source i and sink i in one SubmitTasks");
     }
 }
 
@@ -757,14 +784,14 @@ async fn status_lists_each_task_managers_allocations_with_their_tasks_until_rele
         crate::job::states::ExecutionState::Finished,
     ] {
         for attempt in &attempts {
-            f.jm.do_send(UpdateTaskExecutionState {
+            f.jm.do_send(UpdateTaskExecutionStates::from(TaskExecutionState {
                 job_id,
                 attempt: *attempt,
                 state,
                 error: None,
                 unavailable_partition: None,
                 io: None,
-            });
+            }));
         }
         settle().await;
         let status = f.status().await;
@@ -950,14 +977,14 @@ async fn a_task_manager_holding_results_a_running_job_needs_is_not_idle() {
             .collect()
     };
     let report = |attempt: ExecutionAttemptId, state: ExecutionState| {
-        f.jm.do_send(UpdateTaskExecutionState {
+        f.jm.do_send(UpdateTaskExecutionStates::from(TaskExecutionState {
             job_id,
             attempt,
             state,
             error: None,
             unavailable_partition: None,
             io: None,
-        })
+        }))
     };
     for attempt in sent("source") {
         report(attempt, ExecutionState::Running);
@@ -1201,12 +1228,16 @@ async fn a_task_naming_a_producer_list_its_task_manager_lacks_is_sent_again_with
     .expect("accepted");
     settle().await;
 
-    let sinks: Vec<_> = probe.received.filter(|m| match m {
-        TaskManagerMessage::SubmitTask(s) if &*s.descriptor.vertex_name == "sink" => {
-            Some(s.descriptor.clone())
-        }
-        _ => None,
-    });
+    let sinks: Vec<_> = probe
+        .received
+        .filter(|m| match m {
+            TaskManagerMessage::SubmitTasks(s) => Some(s.descriptors.clone()),
+            _ => None,
+        })
+        .into_iter()
+        .flatten()
+        .filter(|d| &*d.vertex_name == "sink")
+        .collect();
     let gates: Vec<&Producers> = sinks.iter().map(|d| &d.inputs[0].producers).collect();
     let [first, named, again] = gates[..] else {
         panic!("two sinks, one sent twice: {sinks:#?}");

@@ -1529,10 +1529,10 @@ fn task_failures_stay_in_the_bounded_exception_history_after_the_restart() {
     );
 }
 
-/// Bytes on the wire of every `SubmitTask` of one deployment of `source` (P = `p`) → `sink`
+/// Bytes on the wire of every task of one deployment of `source` (P = `p`) → `sink`
 /// (P = `p`), all-to-all, on four TaskManagers.
 fn all_to_all_deployment_bytes(p: u32) -> usize {
-    use crate::messages::task_manager::SubmitTask;
+    use crate::messages::task_manager::SubmitTasks;
     let graph = pipeline(
         p,
         p,
@@ -1547,10 +1547,10 @@ fn all_to_all_deployment_bytes(p: u32) -> usize {
         .into_iter()
         .filter_map(|a| match a {
             JobAction::Deploy { descriptor, .. } => Some(
-                crate::codec::encode(&SubmitTask {
-                    leader_session_id: crate::messages::ids::LeaderSessionId::from_u128(1),
-                    descriptor: *descriptor,
-                })
+                crate::codec::encode(&SubmitTasks::one(
+                    crate::messages::ids::LeaderSessionId::from_u128(1),
+                    *descriptor,
+                ))
                 .expect("encodes")
                 .len(),
             ),

@@ -11,7 +11,7 @@ use crate::messages::job_manager::{
     AcknowledgeRegistration, AlreadyRegistered, JobManagerMessage, RefusalReason,
     RefuseRegistration, RegistrationResponse,
 };
-use crate::messages::task_manager::{CancelTask, SubmitTask, TaskSubmissionError};
+use crate::messages::task_manager::{CancelTask, SubmitTasks, TaskSubmissionError};
 use crate::testing::*;
 
 const SESSION: LeaderSessionId = LeaderSessionId::from_u128(5);
@@ -464,6 +464,65 @@ async fn a_job_manager_restarted_at_the_same_address_is_found_again() {
     );
 }
 
+/// Sends one task (at once) and returns its answer.
+fn submit(
+    tm: &Addr<TaskManager>,
+    leader_session_id: LeaderSessionId,
+    descriptor: crate::messages::deployment::TaskDeploymentDescriptor,
+) -> impl std::future::Future<Output = Result<(), TaskSubmissionError>> {
+    let answer = tm.send(SubmitTasks::one(leader_session_id, descriptor));
+    async move {
+        let answers = answer.await.expect("the TaskManager answers");
+        let [answer] = &answers[..] else {
+            panic!("one answer per task: {answers:?}");
+        };
+        answer.clone()
+    }
+}
+
+#[actix::test]
+async fn a_batch_of_tasks_is_answered_per_task_in_order() {
+    let f = start(Some(SESSION), |_| {}).await;
+    let answers = ask(
+        &f.tm,
+        SubmitTasks {
+            leader_session_id: SESSION,
+            descriptors: vec![
+                sleeping_task(1, 1),
+                sleeping_task(1, 2),
+                sleeping_task(2, 2),
+                sleeping_task(3, 3),
+                sleeping_task(4, 4),
+            ],
+        },
+    )
+    .await;
+    let attempt = crate::messages::ids::ExecutionAttemptId::from_u128;
+    assert_eq!(answers.len(), 5, "{answers:?}");
+    assert_eq!(answers[0], Ok(()));
+    assert_eq!(answers[1], Err(TaskSubmissionError::Duplicate(attempt(1))));
+    assert_eq!(answers[2], Ok(()), "a second slot");
+    assert_eq!(answers[3], Ok(()), "the third slot");
+    assert!(
+        matches!(answers[4], Err(TaskSubmissionError::NoFreeSlot(_))),
+        "three slots: {answers:?}"
+    );
+    let status = ask(&f.tm, GetTaskManagerStatus).await;
+    let mut running: Vec<_> = status.running.iter().map(|t| t.attempt).collect();
+    running.sort();
+    assert_eq!(running, [attempt(1), attempt(2), attempt(3)]);
+
+    let stale = ask(
+        &f.tm,
+        SubmitTasks {
+            leader_session_id: STALE,
+            descriptors: vec![sleeping_task(5, 5), sleeping_task(6, 6)],
+        },
+    )
+    .await;
+    assert_eq!(stale, vec![Err(TaskSubmissionError::StaleLeader); 2]);
+}
+
 fn sleeping_task(
     attempt: u128,
     allocation: u128,
@@ -491,14 +550,7 @@ async fn a_task_cancelled_before_its_submission_arrives_is_refused() {
         leader_session_id: SESSION,
         attempt,
     });
-    let answer = ask(
-        &f.tm,
-        SubmitTask {
-            leader_session_id: SESSION,
-            descriptor: sleeping_task(7, 1),
-        },
-    )
-    .await;
+    let answer = submit(&f.tm, SESSION, sleeping_task(7, 1)).await;
     assert_eq!(answer, Err(TaskSubmissionError::Cancelled(attempt)));
     let status = ask(&f.tm, GetTaskManagerStatus).await;
     assert_eq!(status.slots_free, status.slots_total, "no slot taken");
@@ -508,14 +560,7 @@ async fn a_task_cancelled_before_its_submission_arrives_is_refused() {
 async fn a_disconnect_cancels_every_task_and_frees_every_slot() {
     let f = start(Some(SESSION), |_| {}).await;
     for n in 1..=2 {
-        let answer = ask(
-            &f.tm,
-            SubmitTask {
-                leader_session_id: SESSION,
-                descriptor: sleeping_task(n, n),
-            },
-        )
-        .await;
+        let answer = submit(&f.tm, SESSION, sleeping_task(n, n)).await;
         assert_eq!(answer, Ok(()));
     }
     assert_eq!(ask(&f.tm, GetTaskManagerStatus).await.slots_free, 1);
@@ -530,14 +575,7 @@ async fn a_disconnect_cancels_every_task_and_frees_every_slot() {
         "the JobManager failed them over; nothing is held"
     );
     // A stale leader session cannot submit.
-    let stale = ask(
-        &f.tm,
-        SubmitTask {
-            leader_session_id: STALE,
-            descriptor: sleeping_task(9, 9),
-        },
-    )
-    .await;
+    let stale = submit(&f.tm, STALE, sleeping_task(9, 9)).await;
     assert_eq!(stale, Err(TaskSubmissionError::StaleLeader));
 }
 
@@ -568,14 +606,7 @@ async fn status_shows_each_slots_allocation_and_the_running_attempts_until_disco
     assert_eq!(status.leader_session_id, Some(SESSION));
     // Attempts 1 and 3 share allocation 1; attempt 2 has allocation 2.
     for (attempt, allocation) in [(1, 1), (2, 2), (3, 1)] {
-        let answer = ask(
-            &f.tm,
-            SubmitTask {
-                leader_session_id: SESSION,
-                descriptor: sleeping_task(attempt, allocation),
-            },
-        )
-        .await;
+        let answer = submit(&f.tm, SESSION, sleeping_task(attempt, allocation)).await;
         assert_eq!(answer, Ok(()));
     }
     let status = ask(&f.tm, GetTaskManagerStatus).await;
@@ -604,7 +635,7 @@ async fn status_shows_each_slots_allocation_and_the_running_attempts_until_disco
 }
 
 /// The JobManager deploys right after it acknowledges a registration, and the acknowledgement
-/// (an ask's reply) can be handled after the `SubmitTask` behind it. A TaskManager that knew no
+/// (an ask's reply) can be handled after the `SubmitTasks` behind it. A TaskManager that knew no
 /// leader session yet used to drop that task as stale, and the job restarted; now the task
 /// waits for the registration to settle and is fenced then.
 #[actix::test]
@@ -615,22 +646,13 @@ async fn a_task_that_overtakes_the_registration_acknowledgement_waits_for_it() {
     })
     .await;
     assert_eq!(held.len(), 1, "one registration attempt in flight");
-    let early = f.tm.send(SubmitTask {
-        leader_session_id: SESSION,
-        descriptor: sleeping_task(7, 1),
-    });
-    let stale = f.tm.send(SubmitTask {
-        leader_session_id: STALE,
-        descriptor: sleeping_task(8, 2),
-    });
+    let early = submit(&f.tm, SESSION, sleeping_task(7, 1));
+    let stale = submit(&f.tm, STALE, sleeping_task(8, 2));
     settle().await;
     assert!(ask(&f.tm, GetTaskManagerStatus).await.running.is_empty());
     held.answer(0, ack(1, SESSION));
-    assert_eq!(early.await.expect("answered"), Ok(()));
-    assert_eq!(
-        stale.await.expect("answered"),
-        Err(TaskSubmissionError::StaleLeader)
-    );
+    assert_eq!(early.await, Ok(()));
+    assert_eq!(stale.await, Err(TaskSubmissionError::StaleLeader));
     let status = ask(&f.tm, GetTaskManagerStatus).await;
     let running: Vec<_> = status.running.iter().map(|t| t.attempt).collect();
     assert_eq!(running, [ExecutionAttemptId::from_u128(7)]);
@@ -652,14 +674,7 @@ async fn a_task_whose_network_buffers_do_not_fit_is_refused_naming_the_setting()
             subpartitions: 3_000,
             retained: false,
         });
-    let answer = ask(
-        &f.tm,
-        SubmitTask {
-            leader_session_id: SESSION,
-            descriptor,
-        },
-    )
-    .await;
+    let answer = submit(&f.tm, SESSION, descriptor).await;
     let error = answer.expect_err("refused");
     assert!(
         matches!(error, TaskSubmissionError::NetworkMemory { .. }),
@@ -691,12 +706,9 @@ async fn a_task_naming_a_producer_list_is_refused_until_a_task_carried_the_list(
             subpartition: 0,
             producers,
         });
-        SubmitTask {
-            leader_session_id: SESSION,
-            descriptor,
-        }
+        descriptor
     };
-    let answer = ask(&f.tm, reading(1, Producers::Known(id))).await;
+    let answer = submit(&f.tm, SESSION, reading(1, Producers::Known(id))).await;
     assert_eq!(answer, Err(TaskSubmissionError::UnknownProducers(id)));
     let status = ask(&f.tm, GetTaskManagerStatus).await;
     assert_eq!(status.slots_free, status.slots_total, "no slot taken");
@@ -713,9 +725,9 @@ async fn a_task_naming_a_producer_list_is_refused_until_a_task_carried_the_list(
         id: Some(id),
         locations,
     };
-    assert_eq!(ask(&f.tm, reading(2, listed)).await, Ok(()));
+    assert_eq!(submit(&f.tm, SESSION, reading(2, listed)).await, Ok(()));
     assert_eq!(
-        ask(&f.tm, reading(3, Producers::Known(id))).await,
+        submit(&f.tm, SESSION, reading(3, Producers::Known(id))).await,
         Ok(()),
         "the list came with attempt 2"
     );
@@ -728,14 +740,7 @@ async fn a_task_naming_a_producer_list_is_refused_until_a_task_carried_the_list(
 #[actix::test]
 async fn a_task_manager_that_dropped_its_work_registers_as_a_new_incarnation() {
     let f = start(Some(SESSION), |_| {}).await;
-    let answer = ask(
-        &f.tm,
-        SubmitTask {
-            leader_session_id: SESSION,
-            descriptor: sleeping_task(1, 1),
-        },
-    )
-    .await;
+    let answer = submit(&f.tm, SESSION, sleeping_task(1, 1)).await;
     assert_eq!(answer, Ok(()));
     f.jm.script(|s| s.heartbeat = Script::Silent);
     advance((TIMEOUT + INTERVAL * 2).as_millis() as u64).await;
@@ -777,14 +782,7 @@ async fn a_task_ignoring_cancel_fails_its_task_manager_after_the_cancellation_ti
     // held, its job CANCELLING). The watchdog interrupts it again every second and, 5 s after
     // the cancel, the TaskManager says goodbye and stops; the thread is abandoned.
     let f = start(Some(SESSION), |_| {}).await;
-    let submitted = ask(
-        &f.tm,
-        SubmitTask {
-            leader_session_id: SESSION,
-            descriptor: stuck_task(3),
-        },
-    )
-    .await;
+    let submitted = submit(&f.tm, SESSION, stuck_task(3)).await;
     assert_eq!(submitted, Ok(()));
     f.tm.do_send(CancelTask {
         leader_session_id: SESSION,
@@ -807,14 +805,7 @@ async fn a_task_ignoring_cancel_fails_its_task_manager_after_the_cancellation_ti
 #[actix::test]
 async fn a_task_that_stops_when_cancelled_leaves_its_task_manager_running() {
     let f = start(Some(SESSION), |_| {}).await;
-    let submitted = ask(
-        &f.tm,
-        SubmitTask {
-            leader_session_id: SESSION,
-            descriptor: sleeping_task(4, 4),
-        },
-    )
-    .await;
+    let submitted = submit(&f.tm, SESSION, sleeping_task(4, 4)).await;
     assert_eq!(submitted, Ok(()));
     f.tm.do_send(CancelTask {
         leader_session_id: SESSION,
@@ -837,10 +828,36 @@ async fn a_task_that_stops_when_cancelled_leaves_its_task_manager_running() {
 /// The state reports the probe JobManager received for `attempt`, in order.
 fn reports(f: &Fixture, attempt: u128) -> Vec<ExecutionState> {
     let attempt = crate::messages::ids::ExecutionAttemptId::from_u128(attempt);
-    f.jm.received.filter(|m| match m {
-        JobManagerMessage::UpdateTaskExecutionState(u) if u.attempt == attempt => Some(u.state),
+    f.jm.received
+        .filter(|m| match m {
+            JobManagerMessage::UpdateTaskExecutionStates(u) => Some(u.states.clone()),
+            _ => None,
+        })
+        .into_iter()
+        .flatten()
+        .filter(|u| u.attempt == attempt)
+        .map(|u| u.state)
+        .collect()
+}
+
+#[actix::test]
+async fn the_state_changes_of_one_turn_reach_the_job_manager_in_one_message() {
+    let f = start(Some(SESSION), |_| {}).await;
+    for n in 1..=3 {
+        assert_eq!(submit(&f.tm, SESSION, sleeping_task(n, n)).await, Ok(()));
+    }
+    advance(RUNNING_REPORT_DELAY.as_millis() as u64 + 1).await;
+    let batches: Vec<Vec<(u128, ExecutionState)>> = f.jm.received.filter(|m| match m {
+        JobManagerMessage::UpdateTaskExecutionStates(u) => Some(
+            u.states
+                .iter()
+                .map(|s| (s.attempt.as_u128(), s.state))
+                .collect(),
+        ),
         _ => None,
-    })
+    });
+    let running = ExecutionState::Running;
+    assert_eq!(batches, [vec![(1, running), (2, running), (3, running)]]);
 }
 
 #[actix::test]
@@ -851,14 +868,7 @@ async fn a_task_that_ends_before_its_running_report_is_reported_once_with_its_fi
     let mut descriptor = sleeping_task(11, 11);
     descriptor.operator = "noop".into();
     descriptor.config = std::sync::Arc::default();
-    let submitted = ask(
-        &f.tm,
-        SubmitTask {
-            leader_session_id: SESSION,
-            descriptor,
-        },
-    )
-    .await;
+    let submitted = submit(&f.tm, SESSION, descriptor).await;
     assert_eq!(submitted, Ok(()));
     // The task ends on its own thread in real time while virtual time stands still (asks do
     // not advance a paused clock): poll for up to 30 s of real time.
@@ -876,14 +886,7 @@ async fn a_task_that_ends_before_its_running_report_is_reported_once_with_its_fi
 #[actix::test]
 async fn a_task_still_running_after_the_report_delay_is_reported_running() {
     let f = start(Some(SESSION), |_| {}).await;
-    let submitted = ask(
-        &f.tm,
-        SubmitTask {
-            leader_session_id: SESSION,
-            descriptor: sleeping_task(12, 12),
-        },
-    )
-    .await;
+    let submitted = submit(&f.tm, SESSION, sleeping_task(12, 12)).await;
     assert_eq!(submitted, Ok(()));
     assert_eq!(reports(&f, 12), vec![], "not before the delay");
     advance(RUNNING_REPORT_DELAY.as_millis() as u64 + 1).await;
