@@ -67,7 +67,7 @@ fn is_active(state: ExecutionState) -> bool {
 /// Something the JobManager actor must do for a job.
 #[derive(Debug, Clone, PartialEq)]
 pub enum JobAction {
-    /// Send `SubmitTask` to a TaskManager.
+    /// Send `SubmitTasks` to a TaskManager.
     Deploy {
         /// Where.
         resource_id: ResourceId,
@@ -118,7 +118,7 @@ struct ExecutionVertex {
     error: Option<String>,
     /// What its exchange did, as its TaskManager last reported (this attempt only).
     io: Option<TaskIoSnapshot>,
-    /// The TaskManager answered this attempt's `SubmitTask`: from then on a heartbeat that
+    /// The TaskManager answered this attempt's `SubmitTasks`: from then on a heartbeat that
     /// does not list it counts against it, as for a RUNNING task (Flink's deployment
     /// reconciliation). Before that the submission may still be on its way.
     taken: bool,
@@ -1107,7 +1107,7 @@ impl JobMaster {
         })
     }
 
-    /// The TaskManager answered `attempt`'s `SubmitTask`: it holds the task now (see
+    /// The TaskManager answered `attempt`'s `SubmitTasks`: it holds the task now (see
     /// [`reconcile`](Self::reconcile)).
     pub fn deployment_taken(&mut self, attempt: ExecutionAttemptId) {
         let Some(task) = self.attempts.get(&attempt).copied() else {

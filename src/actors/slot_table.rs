@@ -1,5 +1,5 @@
 //! A TaskManager's slots: each free or allocated to one allocation (a task or a slot sharing
-//! group). The scheduler's `SubmitTask` fills them in the next layer.
+//! group). The scheduler's `SubmitTasks` fills them in the next layer.
 
 use crate::messages::ids::AllocationId;
 

@@ -133,7 +133,7 @@ pub struct TaskManager {
     job_partitions: BTreeMap<JobId, BTreeSet<ResultPartitionId>>,
     /// The all-to-all producer lists sent with earlier tasks.
     producer_lists: ProducerListCache,
-    /// Attempts cancelled before their `SubmitTask` arrived (the two may overtake each other):
+    /// Attempts cancelled before their `SubmitTasks` arrived (the two may overtake each other):
     /// they are refused when it does. Bounded.
     cancelled_early: VecDeque<ExecutionAttemptId>,
     /// When the JobManager last acknowledged a heartbeat (or the registration).
@@ -142,7 +142,7 @@ pub struct TaskManager {
     /// `TaskManagerSessionId`); drawn anew whenever it drops its work.
     session: TaskManagerSessionId,
     session_rng: NodeRng,
-    /// `SubmitTask`s that arrived while a registration attempt was in flight and no leader
+    /// `SubmitTasks` that arrived while a registration attempt was in flight and no leader
     /// session was known yet: each waits for the registration to settle, then is fenced.
     /// (The JobManager deploys right after it acknowledges a registration, and the task can be
     /// handled before the acknowledgement, which is an ask's reply, not a mailbox message.)

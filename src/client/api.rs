@@ -190,7 +190,8 @@ mod tests {
         for fixture in [JOB, include_str!("testdata/job_running.json")] {
             let documented: JobView = serde_json::from_str(fixture).unwrap();
             let served =
-                serde_json::to_string(&crate::rest::views::job(&documented.to_status())).unwrap();
+                serde_json::to_string(&crate::rest::views::job(&documented.to_status(), true))
+                    .unwrap();
             let decoded: JobView = serde_json::from_str(&served).unwrap();
             assert_eq!(decoded, documented, "{served}");
         }

@@ -265,18 +265,18 @@ impl Client {
         }
 
         let bars = JobProgress::new(progress, &graph, job_id);
+        // Polled without the subtask lists (the bars need only the counts); read in full once
+        // it ended, for the report.
+        let lost = |source| {
+            // Left as last seen: how far the job got before it was lost.
+            bars.abandon();
+            ClientError::Watch { job_id, source }
+        };
         let ended = loop {
-            let job = match self.rest.job(job_id) {
-                Ok(job) => job,
-                Err(source) => {
-                    // Left as last seen: how far the job got before it was lost.
-                    bars.abandon();
-                    return Err(ClientError::Watch { job_id, source });
-                }
-            };
+            let job = self.rest.job_progress(job_id).map_err(lost)?;
             bars.update(&job.value);
             if job.value.state.is_globally_terminal() {
-                break job;
+                break self.rest.job(job_id).map_err(lost)?;
             }
             if interrupt.wait(POLL_INTERVAL) {
                 // Cleared rather than left: the terminal may have dropped the frame in flight

@@ -230,6 +230,11 @@ impl RestClient {
         self.call(Request::Get, &format!("/jobs/{id}"))
     }
 
+    /// `GET /jobs/{id}?subtasks=false`: the job and its vertices' counts, for a progress poll.
+    pub fn job_progress(&self, id: JobId) -> Result<Answer<JobView>, RestError> {
+        self.call(Request::Get, &format!("/jobs/{id}?subtasks=false"))
+    }
+
     /// `POST /jobs`: submits `graph`.
     pub fn submit(&self, graph: &JobGraph) -> Result<Answer<JobSubmitted>, RestError> {
         self.call(Request::Post(&to_json(graph)), "/jobs")

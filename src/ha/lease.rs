@@ -10,7 +10,7 @@
 //! [`RENEW_FRACTION`] of the lease, and extends the lease to *the moment the round trip was
 //! sent* plus the time the service guarantees the session after it heard from it (2/5 of the
 //! session timeout: the same margin the client doubts its session at). The JobManager checks the
-//! lease before it sends a `SubmitTask`, the resource manager before it asks its driver for a
+//! lease before it sends a `SubmitTasks`, the resource manager before it asks its driver for a
 //! worker; a lease that lapsed (a pause longer than the lease) makes them wait until the loop
 //! renews it or stops them. Because the lease is measured from the send of a round trip that
 //! reached the service, and the service expires a session only a whole session timeout after it

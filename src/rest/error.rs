@@ -46,6 +46,12 @@ pub enum ApiError {
         /// What the decoder said.
         detail: String,
     },
+    /// A query string could not be decoded.
+    #[error("bad query: {detail}")]
+    BadQuery {
+        /// What the decoder said.
+        detail: String,
+    },
     /// The pool size in the body is not a whole number from 0 to the maximum.
     #[error(
         "pool size {value} is not valid: expected a whole number from 0 to \
@@ -186,6 +192,13 @@ impl ApiError {
             detail: error.to_string(),
         }
     }
+
+    /// Translates the query extractor's refusals.
+    pub fn from_query(error: actix_web::error::QueryPayloadError) -> Self {
+        Self::BadQuery {
+            detail: error.to_string(),
+        }
+    }
 }
 
 impl ResponseError for ApiError {
@@ -195,6 +208,7 @@ impl ResponseError for ApiError {
             | Self::Body { .. }
             | Self::BadId(_)
             | Self::BadPath { .. }
+            | Self::BadQuery { .. }
             | Self::InvalidPoolSize { .. } => StatusCode::BAD_REQUEST,
             Self::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Self::PoolSize(SetPoolSizeError::AboveMaximum { .. }) => StatusCode::BAD_REQUEST,

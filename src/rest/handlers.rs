@@ -111,8 +111,25 @@ pub async fn jobs(state: web::Data<RestState>) -> Answer {
     ok(&views::job_list(&jobs))
 }
 
-/// `GET /jobs/{id}`.
-pub async fn job(state: web::Data<RestState>, id: web::Path<String>) -> Answer {
+/// The options of `GET /jobs/{id}`.
+#[derive(Debug, serde::Deserialize)]
+pub struct JobQuery {
+    /// `false`: each vertex's counts without its `subtasks` list (a progress poll of a job of
+    /// 10,000 subtasks then costs a few hundred bytes, not megabytes).
+    #[serde(default = "yes")]
+    subtasks: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// `GET /jobs/{id}[?subtasks=false]`.
+pub async fn job(
+    state: web::Data<RestState>,
+    id: web::Path<String>,
+    query: web::Query<JobQuery>,
+) -> Answer {
     let job_id: JobId = id.parse()?;
     let details = ask(
         &state,
@@ -121,7 +138,7 @@ pub async fn job(state: web::Data<RestState>, id: web::Path<String>) -> Answer {
         RequestJobStatus { job_id },
     )
     .await??;
-    ok(&views::job(&details))
+    ok(&views::job(&details, query.subtasks))
 }
 
 /// `POST /jobs`: a job graph as JSON.

@@ -228,6 +228,9 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     .app_data(
         web::PathConfig::default().error_handler(|error, _| ApiError::from_path(error).into()),
     )
+    .app_data(
+        web::QueryConfig::default().error_handler(|error, _| ApiError::from_query(error).into()),
+    )
     .service(resource("/overview", "GET").route(get().to(handlers::overview)))
     .service(resource("/taskmanagers", "GET").route(get().to(handlers::task_managers)))
     .service(resource("/taskmanagers/{id}", "GET").route(get().to(handlers::task_manager)))

@@ -509,8 +509,8 @@ pub fn job_list(jobs: &[JobSummary]) -> JobList {
     JobList { jobs }
 }
 
-/// Everything about one job.
-pub fn job(details: &JobDetails) -> JobView {
+/// Everything about one job; without each vertex's subtasks unless `subtasks`.
+pub fn job(details: &JobDetails, subtasks: bool) -> JobView {
     let summary = &details.summary;
     let end_time = summary
         .status
@@ -550,11 +550,15 @@ pub fn job(details: &JobDetails) -> JobView {
             .collect(),
         tasks_finished: summary.tasks_finished,
         tasks_total: summary.tasks_total,
-        vertices: details.vertices.iter().map(vertex).collect(),
+        vertices: details
+            .vertices
+            .iter()
+            .map(|v| vertex(v, subtasks))
+            .collect(),
     }
 }
 
-fn vertex(vertex: &VertexDetails) -> VertexView {
+fn vertex(vertex: &VertexDetails, subtasks: bool) -> VertexView {
     let mut tasks: BTreeMap<ExecutionState, u32> = ExecutionState::ALL
         .iter()
         .map(|&state| (state, 0))
@@ -567,7 +571,11 @@ fn vertex(vertex: &VertexDetails) -> VertexView {
         operator: vertex.operator.clone(),
         parallelism: vertex.subtasks.len() as u32,
         tasks,
-        subtasks: vertex.subtasks.iter().map(subtask).collect(),
+        subtasks: if subtasks {
+            vertex.subtasks.iter().map(subtask).collect()
+        } else {
+            Vec::new()
+        },
         metrics: IoView::of(&vertex.io),
     }
 }
@@ -691,7 +699,7 @@ mod tests {
 
     #[test]
     fn a_running_job_has_no_end_and_an_ended_one_has_its_duration() {
-        let running = job(&job_details());
+        let running = job(&job_details(), true);
         assert_eq!((running.end_time, running.duration), (None, None));
         assert_eq!(running.timestamps[&JobStatus::Running], 2);
         let vertex = &running.vertices[0];
@@ -711,11 +719,24 @@ mod tests {
         details.summary.status = JobStatus::Finished;
         details.summary.submitted_at_ms = 100;
         details.status_timestamps.push((JobStatus::Finished, 2100));
-        let ended = job(&details);
+        let ended = job(&details, true);
         assert_eq!((ended.end_time, ended.duration), (Some(2100), Some(2000)));
         let json = serde_json::to_value(&ended).unwrap();
         assert_eq!(json["end-time"], 2100);
         assert!(json["failure"].is_null());
+    }
+
+    #[test]
+    fn a_job_without_its_subtasks_keeps_every_count() {
+        let full = job(&job_details(), true);
+        let light = job(&job_details(), false);
+        assert!(light.vertices.iter().all(|v| v.subtasks.is_empty()));
+        assert!(!full.vertices[0].subtasks.is_empty());
+        let strip = |mut view: JobView| {
+            view.vertices.iter_mut().for_each(|v| v.subtasks.clear());
+            view
+        };
+        assert_eq!(strip(full), light, "only the subtask lists differ");
     }
 
     #[test]
@@ -734,7 +755,7 @@ mod tests {
     /// vertex's backpressure level from its worst subtask.
     #[test]
     fn job_details_show_exchange_metrics_and_the_backpressure_level() {
-        let view = job(&job_details());
+        let view = job(&job_details(), true);
         let json = serde_json::to_value(&view).unwrap();
         let subtask = &json["vertices"][0]["subtasks"][0]["metrics"];
         assert_eq!(subtask["records-in"], 10);

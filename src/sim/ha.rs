@@ -27,7 +27,7 @@
 //!   deployment in flight) after a later leadership was granted. Whatever a deposed leader
 //!   still sends must be refused by fencing.
 //!
-//!   Acting is judged where it leaves the node, too: a `SubmitTask` frame written under a
+//!   Acting is judged where it leaves the node, too: a `SubmitTasks` frame written under a
 //!   leader session at or after a later leadership was granted, or a worker asked of the
 //!   driver then, is a violation. That is what the [`LeadershipLease`](crate::ha::lease)
 //!   rules out: a JobManager node paused past its session runs its actors' queued messages the

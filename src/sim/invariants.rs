@@ -11,7 +11,7 @@ use crate::messages::ids::{AllocationId, ExecutionAttemptId, JobId, ResourceId};
 use crate::messages::job_manager::{JobDetails, JobManagerStatus};
 use crate::messages::resource_manager::ResourceManagerStatus;
 use crate::messages::task_manager::TaskManagerStatus;
-use crate::operators::builtin::FAIL_ONCE;
+use crate::operators::builtin::{FAIL_ONCE, IGNORE_CANCEL};
 
 /// What the JobManager node said at one moment.
 #[derive(Debug, Clone)]
@@ -68,6 +68,11 @@ pub struct JobShape {
     pub failures_absorbed: Option<u32>,
     /// Failures the job has by design, whatever the faults (a fail-once vertex's subtasks).
     pub built_in_failures: u32,
+    /// A vertex ignores cancel: once any fault makes the JobManager cancel (or give up on) its
+    /// task, the slot stays held until the TaskManager's watchdog fails itself (the
+    /// cancellation timeout), and every deployment there until then is refused for want of a
+    /// free slot. Such refusals are failures the fault caused, one each.
+    pub ignores_cancel: bool,
 }
 
 impl JobShape {
@@ -91,6 +96,7 @@ impl JobShape {
                 .filter(|v| v.operator == FAIL_ONCE)
                 .map(|v| v.parallelism)
                 .sum(),
+            ignores_cancel: graph.vertices.iter().any(|v| v.operator == IGNORE_CANCEL),
         }
     }
 }
@@ -350,7 +356,15 @@ pub fn jobs_ended(
             .iter()
             .filter(|d| d.from_ms <= failing_at && d.until_ms >= submitted)
             .count() as u32
-            + shape.built_in_failures;
+            + shape.built_in_failures
+            + if shape.ignores_cancel {
+                job.exceptions
+                    .iter()
+                    .filter(|e| e.reason.contains("no free slot"))
+                    .count() as u32
+            } else {
+                0
+            };
         if caused <= absorbed {
             return Err(format!(
                 "job {} FAILED ({failure}) after at most {caused} failures, but its restart strategy absorbs {absorbed}",

@@ -109,7 +109,7 @@ struct State {
     deployments_lost: u64,
     /// Every task a `SubmitTasks` frame carried, while [`SimNetwork::record_deployments`] is on.
     deployments_sent: Option<Vec<DeploymentSent>>,
-    /// Whether `SubmitTask` frames are counted ([`SimNetwork::count_deployments`]).
+    /// Whether `SubmitTasks` frames are counted ([`SimNetwork::count_deployments`]).
     count_deployments: bool,
     deployments: DeploymentCounts,
 }

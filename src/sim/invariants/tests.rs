@@ -156,6 +156,7 @@ fn shapes(second_group: &str, built_in_failures: u32) -> BTreeMap<JobId, JobShap
             sharing_groups: vec!["a".into(), second_group.into()],
             failures_absorbed: Some(4),
             built_in_failures,
+            ignores_cancel: false,
         },
     )]
     .into()
@@ -301,6 +302,32 @@ fn disturbances(at: &[u64]) -> Vec<Disturbance> {
             until_ms: from_ms + 1_000,
         })
         .collect()
+}
+
+#[test]
+fn jobs_ended_counts_refusals_for_a_slot_held_by_a_task_that_ignores_cancel() {
+    let refused = "sink (1/1): TaskManager tm-2 refused the task: no free slot for allocation x";
+    let mut failed = failed_job(refused);
+    failed.exceptions = (0..4)
+        .map(|n| crate::messages::job_manager::JobException {
+            timestamp_ms: EPOCH + n,
+            vertex: "sink".into(),
+            subtask: 0,
+            attempt_number: n as u32,
+            resource_id: Some(tm(1)),
+            reason: refused.into(),
+            root_cause: true,
+        })
+        .collect();
+    let jobs = [failed];
+    // One fault: the four refusals that followed are failures of a job that ignores cancel
+    // only (its slot stayed held until the TaskManager's watchdog).
+    let seen = disturbances(&[EPOCH + 1]);
+    let error = jobs_ended(&jobs, &shapes("a", 0), &seen).unwrap_err();
+    assert!(error.contains("after at most 1 failures"), "{error}");
+    let mut ignoring = shapes("a", 0);
+    ignoring.values_mut().for_each(|s| s.ignores_cancel = true);
+    assert_eq!(jobs_ended(&jobs, &ignoring, &seen), Ok(()));
 }
 
 #[test]
