@@ -711,28 +711,6 @@ fn assert_slot_counts_agree(status: &JobManagerStatus) {
 }
 
 #[actix::test]
-async fn the_tasks_placed_in_one_turn_reach_each_task_manager_in_one_message() {
-    let f = start().await;
-    let mut probes = Vec::new();
-    for name in ["tm-1", "tm-2"] {
-        let (probe, registration) = f.task_manager(name);
-        f.register(&registration).await;
-        probes.push(probe);
-    }
-    ask(&f.jm, SubmitJob::new(pipelined_job(2, 60_000)))
-        .await
-        .expect("accepted");
-    settle().await;
-    for probe in &probes {
-        let batches: Vec<usize> = probe.received.filter(|m| match m {
-            TaskManagerMessage::SubmitTasks(s) => Some(s.descriptors.len()),
-            _ => None,
-        });
-        assert_eq!(batches, [2], "source i and sink i in one SubmitTasks");
-    }
-}
-
-#[actix::test]
 async fn status_lists_each_task_managers_allocations_with_their_tasks_until_released() {
     let f = start().await;
     let mut probes = Vec::new();
@@ -745,6 +723,14 @@ async fn status_lists_each_task_managers_allocations_with_their_tasks_until_rele
         .await
         .expect("accepted");
     settle().await;
+    // The tasks placed in one turn reach each TaskManager in one message.
+    for probe in &probes {
+        let batches: Vec<usize> = probe.received.filter(|m| match m {
+            TaskManagerMessage::SubmitTasks(s) => Some(s.descriptors.len()),
+            _ => None,
+        });
+        assert_eq!(batches, [2], "source i and sink i in one SubmitTasks");
+    }
     let status = f.status().await;
     assert_slot_counts_agree(&status);
     // New slots spread over the TaskManagers: one shared slot each, with source i and sink i.
