@@ -583,6 +583,18 @@ impl Handler<crate::actors::Shutdown> for TaskManagerProbe {
 }
 
 impl TaskManagerProbeHandle {
+    /// Every task it was sent, in order, over all its `SubmitTasks`.
+    pub fn submitted(&self) -> Vec<crate::messages::deployment::TaskDeploymentDescriptor> {
+        self.received
+            .filter(|m| match m {
+                TaskManagerMessage::SubmitTasks(s) => Some(s.descriptors.clone()),
+                _ => None,
+            })
+            .into_iter()
+            .flatten()
+            .collect()
+    }
+
     /// Its gateway (the same actor the directory resolves it to).
     pub fn gateway(&self) -> TaskManagerGateway {
         TaskManagerGateway::of(&self.addr)

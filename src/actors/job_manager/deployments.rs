@@ -273,7 +273,7 @@ impl JobManager {
 /// Send the queued deployments (see the module docs).
 #[derive(Message)]
 #[rtype(result = "()")]
-pub(super) struct FlushDeployments;
+struct FlushDeployments;
 
 impl Handler<FlushDeployments> for JobManager {
     type Result = ();

@@ -662,15 +662,7 @@ type SlotContents = BTreeMap<AllocationId, Vec<(String, u32, ExecutionAttemptId)
 
 fn deployed_to(tm: &TaskManagerProbeHandle) -> SlotContents {
     let mut slots = SlotContents::new();
-    for submit in tm
-        .received
-        .filter(|m| match m {
-            TaskManagerMessage::SubmitTasks(s) => Some(s.descriptors.clone()),
-            _ => None,
-        })
-        .into_iter()
-        .flatten()
-    {
+    for submit in tm.submitted() {
         slots.entry(submit.allocation_id).or_default().push((
             submit.vertex_name.to_string(),
             submit.subtask,
@@ -1215,13 +1207,8 @@ async fn a_task_naming_a_producer_list_its_task_manager_lacks_is_sent_again_with
     settle().await;
 
     let sinks: Vec<_> = probe
-        .received
-        .filter(|m| match m {
-            TaskManagerMessage::SubmitTasks(s) => Some(s.descriptors.clone()),
-            _ => None,
-        })
+        .submitted()
         .into_iter()
-        .flatten()
         .filter(|d| &*d.vertex_name == "sink")
         .collect();
     let gates: Vec<&Producers> = sinks.iter().map(|d| &d.inputs[0].producers).collect();
