@@ -7,7 +7,7 @@
 //!    own logic (the JobMaster and the slot scheduler, no actors): building the execution graph
 //!    and its pipelined regions, allocating every slot, creating every deployment, finishing the
 //!    job, and the failover computation for one failed task — for pipelined and blocking edges.
-//!    `-- scheduler` runs this section alone.
+//!    `-- scheduler` runs this section alone (`-- scheduler blocking`: blocking edges only).
 //! 2. End to end on the embedded cluster (real TaskManager threads, real data exchange): the
 //!    same shape submitted → FINISHED, and a trivial 8-task job on a warm cluster.
 //! 3. WordCount throughput at parallelism 2 against a single-threaded sequential count of the
@@ -341,7 +341,19 @@ async fn main() {
         "| edges | P | execution graph + regions | allocate every slot | deploy every task | finish every task | failover of one task | all together |"
     );
     println!("|---|---:|---:|---:|---:|---:|---:|---:|");
-    for exchange in [ExchangeMode::Pipelined, ExchangeMode::Blocking] {
+    // `-- scheduler blocking` (or `pipelined`): one kind of edge alone, for profiling.
+    let only = |mode: &str| std::env::args().any(|a| a == mode);
+    let exchanges: Vec<ExchangeMode> = [ExchangeMode::Pipelined, ExchangeMode::Blocking]
+        .into_iter()
+        .filter(|e| {
+            let (this, other) = match e {
+                ExchangeMode::Pipelined => ("pipelined", "blocking"),
+                ExchangeMode::Blocking => ("blocking", "pipelined"),
+            };
+            only(this) || !only(other)
+        })
+        .collect();
+    for exchange in exchanges {
         for parallelism in [1_000, 10_000] {
             let mut phases = Phases::default();
             for _ in 0..rounds {

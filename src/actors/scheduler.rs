@@ -33,7 +33,6 @@
 //! log T), placing one task O(log T), releasing one O(log n), and losing a TaskManager touches
 //! only its own slots. Queued demand and free slots are kept as running totals.
 
-use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::sync::Arc;
@@ -41,6 +40,7 @@ use std::time::Duration;
 
 use actix::clock::Instant;
 use serde::{Deserialize, Serialize};
+use slab::Slab;
 
 use crate::env::NodeRng;
 use crate::fixed_hash::FixedHashMap;
@@ -161,13 +161,17 @@ pub struct SchedulerCounters {
     pub slot_visits: u64,
 }
 
+/// A registered TaskManager: its slots and the shared slots open on it.
 #[derive(Debug, Clone)]
-struct TaskManagerSlots {
+struct TaskManagerEntry {
+    id: ResourceId,
     total: u32,
     used: u32,
+    /// Keys of its shared slots, in no order (each slot knows its position: O(1) removal).
+    slots: Vec<usize>,
 }
 
-impl TaskManagerSlots {
+impl TaskManagerEntry {
     fn free(&self) -> u32 {
         self.total - self.used
     }
@@ -181,8 +185,13 @@ type LockKey = (JobId, String, u32);
 
 #[derive(Debug, Clone)]
 struct SharedSlot {
-    resource_id: ResourceId,
-    group: GroupKey,
+    allocation_id: AllocationId,
+    /// Its TaskManager's key, and its position in that TaskManager's `slots`.
+    task_manager: usize,
+    at_task_manager: usize,
+    /// Its group's key, and its position in that group's `slots`.
+    group: usize,
+    at_group: usize,
     tasks: SlotTasks,
 }
 
@@ -228,35 +237,67 @@ struct CoLocationLock {
     resource_id: ResourceId,
 }
 
-/// Shared slots of one group that still lack a given vertex, by TaskManager, and their number.
-#[derive(Debug, Clone, Default)]
-struct Available {
-    by_task_manager: BTreeMap<ResourceId, BTreeSet<AllocationId>>,
-    len: u64,
+/// One slot sharing group of one job: its shared slots, and per vertex the ones lacking it.
+#[derive(Debug, Clone)]
+struct Group {
+    key: GroupKey,
+    /// Keys of its shared slots, in no order (each slot knows its position).
+    slots: Vec<usize>,
+    /// Per vertex (sorted by vertex): the shared slots without it, initialised on first use.
+    available: Vec<(usize, Available)>,
+    /// Its job ended while slots were still open: the group goes with its last slot.
+    forgotten: bool,
 }
 
+impl Group {
+    fn available_mut(&mut self, vertex: usize) -> Option<&mut Available> {
+        let at = self
+            .available
+            .binary_search_by_key(&vertex, |(v, _)| *v)
+            .ok()?;
+        Some(&mut self.available[at].1)
+    }
+}
+
+/// Shared slots of one group that lack one vertex, as `(TaskManager key, slot key)` packed
+/// into one integer: by TaskManager, so the ones on a preferred TaskManager are a range.
+#[derive(Debug, Clone, Default)]
+struct Available(BTreeSet<u64>);
+
 impl Available {
-    fn insert(&mut self, resource_id: &ResourceId, allocation_id: AllocationId) {
-        if self
-            .by_task_manager
-            .entry(resource_id.clone())
-            .or_default()
-            .insert(allocation_id)
-        {
-            self.len += 1;
-        }
+    fn entry(task_manager: usize, slot: usize) -> u64 {
+        ((task_manager as u64) << 32) | slot as u64
     }
 
-    fn remove(&mut self, resource_id: &ResourceId, allocation_id: AllocationId) {
-        if let Some(set) = self.by_task_manager.get_mut(resource_id) {
-            if set.remove(&allocation_id) {
-                self.len -= 1;
-            }
-            if set.is_empty() {
-                self.by_task_manager.remove(resource_id);
-            }
-        }
+    fn insert(&mut self, task_manager: usize, slot: usize) {
+        self.0.insert(Self::entry(task_manager, slot));
     }
+
+    fn remove(&mut self, task_manager: usize, slot: usize) {
+        self.0.remove(&Self::entry(task_manager, slot));
+    }
+
+    fn len(&self) -> u64 {
+        self.0.len() as u64
+    }
+
+    /// A slot on `task_manager`, or on any for `None` (the first TaskManager's first).
+    fn any_on(&self, task_manager: Option<usize>) -> Option<usize> {
+        let entry = match task_manager {
+            Some(tm) => self
+                .0
+                .range(Self::entry(tm, 0)..Self::entry(tm + 1, 0))
+                .next(),
+            None => self.0.first(),
+        }?;
+        Some((entry & u64::from(u32::MAX)) as usize)
+    }
+}
+
+/// Key of the index of TaskManagers by free slots: the most free last, ties by the smallest key
+/// last.
+fn by_free_entry(free: u32, task_manager: usize) -> u64 {
+    (u64::from(free) << 32) | u64::from(u32::MAX - task_manager as u32)
 }
 
 /// Queue order: job submission (the order jobs first asked), then region.
@@ -266,8 +307,10 @@ type QueueKey = (u64, usize);
 struct QueuedBulk {
     id: BulkId,
     requests: Vec<SlotRequest>,
-    /// Tasks per (sharing group, vertex): what the exact slot count is computed from.
-    per_vertex: Vec<(GroupKey, usize, u64)>,
+    /// Each request's group key, in the order of `requests`.
+    groups: Vec<usize>,
+    /// Tasks per (group key, vertex), sorted: what the exact slot count is computed from.
+    per_vertex: Vec<(usize, usize, u64)>,
     /// Slots it needs with no shared slot of its groups open: Σ over groups of the largest
     /// vertex count.
     need: u64,
@@ -279,21 +322,21 @@ struct QueuedBulk {
 #[derive(Debug)]
 pub struct Scheduler {
     rng: NodeRng,
-    task_managers: BTreeMap<ResourceId, TaskManagerSlots>,
-    /// TaskManagers with a free slot, by free slots (most last), ties by smallest id last.
-    by_free: BTreeSet<(u32, Reverse<ResourceId>)>,
+    /// Registered TaskManagers by key (a small integer: every index below holds keys, not ids).
+    task_managers: Slab<TaskManagerEntry>,
+    task_manager_keys: BTreeMap<ResourceId, usize>,
+    /// TaskManagers with a free slot ([`by_free_entry`]).
+    by_free: BTreeSet<u64>,
     total_slots: u64,
     free_slots: u64,
-    /// Shared slots by allocation (looked up on every placement and release; never iterated
-    /// where order shows).
-    shared: FixedHashMap<AllocationId, SharedSlot>,
-    /// Every shared slot of a TaskManager.
-    slots_on: BTreeMap<ResourceId, BTreeSet<AllocationId>>,
-    /// Every shared slot of a group.
-    groups: BTreeMap<GroupKey, BTreeSet<AllocationId>>,
-    /// Per group and vertex: shared slots without that vertex (initialised on first use).
-    available: BTreeMap<(GroupKey, usize), Available>,
-    assignments: FixedHashMap<TaskRef, AllocationId>,
+    /// Open shared slots by key.
+    slots: Slab<SharedSlot>,
+    slot_keys: FixedHashMap<AllocationId, usize>,
+    /// Slot sharing groups by key.
+    groups: Slab<Group>,
+    group_keys: BTreeMap<GroupKey, usize>,
+    /// Each placed task's shared slot.
+    assignments: FixedHashMap<TaskRef, usize>,
     co_location: BTreeMap<LockKey, CoLocationLock>,
     /// The locks that point at each shared slot.
     locks_on: BTreeMap<AllocationId, BTreeSet<LockKey>>,
@@ -313,14 +356,15 @@ impl Scheduler {
     pub fn new(rng: NodeRng) -> Self {
         Self {
             rng,
-            task_managers: BTreeMap::new(),
+            task_managers: Slab::new(),
+            task_manager_keys: BTreeMap::new(),
             by_free: BTreeSet::new(),
             total_slots: 0,
             free_slots: 0,
-            shared: FixedHashMap::default(),
-            slots_on: BTreeMap::new(),
-            groups: BTreeMap::new(),
-            available: BTreeMap::new(),
+            slots: Slab::new(),
+            slot_keys: FixedHashMap::default(),
+            groups: Slab::new(),
+            group_keys: BTreeMap::new(),
             assignments: FixedHashMap::default(),
             co_location: BTreeMap::new(),
             locks_on: BTreeMap::new(),
@@ -342,19 +386,19 @@ impl Scheduler {
     /// A TaskManager with `slots` slots joined; call [`serve`](Self::serve) after to serve the
     /// queue.
     pub fn add_task_manager(&mut self, resource_id: ResourceId, slots: u32) {
-        if self.task_managers.contains_key(&resource_id) {
+        if self.task_manager_keys.contains_key(&resource_id) {
             return;
         }
         let before = self.total_slots;
-        self.task_managers.insert(
-            resource_id.clone(),
-            TaskManagerSlots {
-                total: slots,
-                used: 0,
-            },
-        );
+        let key = self.task_managers.insert(TaskManagerEntry {
+            id: resource_id.clone(),
+            total: slots,
+            used: 0,
+            slots: Vec::new(),
+        });
+        self.task_manager_keys.insert(resource_id, key);
         if slots > 0 {
-            self.by_free.insert((slots, Reverse(resource_id)));
+            self.by_free.insert(by_free_entry(slots, key));
         }
         self.total_slots += u64::from(slots);
         self.free_slots += u64::from(slots);
@@ -374,30 +418,30 @@ impl Scheduler {
 
     /// A TaskManager left: its shared slots are gone. Returns the tasks that were placed there.
     pub fn remove_task_manager(&mut self, resource_id: &ResourceId) -> Vec<TaskRef> {
-        let Some(slots) = self.task_managers.remove(resource_id) else {
+        let Some(key) = self.task_manager_keys.remove(resource_id) else {
             return Vec::new();
         };
-        self.by_free
-            .remove(&(slots.free(), Reverse(resource_id.clone())));
+        let entry = self.task_managers.remove(key);
+        self.by_free.remove(&by_free_entry(entry.free(), key));
         let mut lost = Vec::new();
-        for allocation_id in self.slots_on.remove(resource_id).unwrap_or_default() {
+        for &slot_key in &entry.slots {
             self.counters.slot_visits += 1;
-            if let Some(slot) = self.drop_shared_slot(allocation_id) {
-                let job = slot.group.0;
-                for (vertex, subtask) in slot.tasks.iter() {
-                    let task = TaskRef {
-                        job,
-                        vertex,
-                        subtask,
-                    };
-                    self.assignments.remove(&task);
-                    lost.push(task);
-                }
+            let slot = self.drop_shared_slot(slot_key, false);
+            let job = self.groups[slot.group].key.0;
+            for (vertex, subtask) in slot.tasks.iter() {
+                let task = TaskRef {
+                    job,
+                    vertex,
+                    subtask,
+                };
+                self.assignments.remove(&task);
+                lost.push(task);
             }
+            self.drop_group_if_done(slot.group);
         }
-        // Dropping its shared slots freed nothing (it was no longer indexed): its slots go.
-        self.total_slots -= u64::from(slots.total);
-        self.free_slots -= u64::from(slots.free());
+        // Dropping its shared slots freed nothing (it was no longer registered): its slots go.
+        self.total_slots -= u64::from(entry.total);
+        self.free_slots -= u64::from(entry.free());
         lost.sort();
         lost
     }
@@ -414,13 +458,21 @@ impl Scheduler {
         if self.queue.contains_key(&key) || requests.is_empty() {
             return;
         }
+        // The requests of one vertex share one group text: one lookup per run of them.
+        let mut groups = Vec::with_capacity(requests.len());
+        let mut last: Option<(&Arc<str>, usize)> = None;
+        for request in &requests {
+            let group = match last {
+                Some((text, group)) if Arc::ptr_eq(text, &request.sharing_group) => group,
+                _ => self.group_key(id.job, &request.sharing_group),
+            };
+            last = Some((&request.sharing_group, group));
+            groups.push(group);
+        }
         let (per_vertex, need) = match requests.as_slice() {
             // One task (independent subtasks: the common case of many regions): one slot.
-            [only] => (
-                vec![((id.job, only.sharing_group.clone()), only.task.vertex, 1)],
-                1,
-            ),
-            _ => bulk_shape(id.job, &requests),
+            [only] => (vec![(groups[0], only.task.vertex, 1)], 1),
+            _ => bulk_shape(&requests, &groups),
         };
         self.queued_tasks += requests.len();
         self.queued_need += need;
@@ -431,11 +483,28 @@ impl Scheduler {
             QueuedBulk {
                 id,
                 requests,
+                groups,
                 per_vertex,
                 need,
                 unfulfillable_since,
             },
         );
+    }
+
+    /// The key of `job`'s slot sharing group `name`, made on first use.
+    fn group_key(&mut self, job: JobId, name: &Arc<str>) -> usize {
+        let key = (job, name.clone());
+        if let Some(group) = self.group_keys.get(&key) {
+            return *group;
+        }
+        let group = self.groups.insert(Group {
+            key: key.clone(),
+            slots: Vec::new(),
+            available: Vec::new(),
+            forgotten: false,
+        });
+        self.group_keys.insert(key, group);
+        group
     }
 
     /// Places bulks from the head of the queue while they fit, until `max_tasks` tasks were
@@ -473,12 +542,15 @@ impl Scheduler {
         }
         // Borrowed out of the queue while placing (placing never touches the queue), not
         // cloned: one region can hold tens of thousands of requests.
-        let requests = std::mem::take(&mut self.queue.get_mut(&key)?.requests);
+        let bulk = self.queue.get_mut(&key)?;
+        let requests = std::mem::take(&mut bulk.requests);
+        let groups = std::mem::take(&mut bulk.groups);
         let placed = [true, false]
             .into_iter()
-            .find_map(|with_preferences| self.place_all(&requests, with_preferences));
+            .find_map(|with_preferences| self.place_all(&requests, &groups, with_preferences));
         let bulk = self.queue.get_mut(&key)?;
         bulk.requests = requests;
+        bulk.groups = groups;
         if placed.is_none() {
             // Only a co-location lock onto a slot this bulk cannot use gets here; the bulk
             // waits for that slot to go.
@@ -496,17 +568,17 @@ impl Scheduler {
         let Some(bulk) = self.queue.get_mut(&key) else {
             return 0;
         };
-        // Sorted by group, then vertex (built from a BTreeMap): one group after the other.
+        // Sorted by group, then vertex: one group after the other.
         let per_vertex = std::mem::take(&mut bulk.per_vertex);
         let (mut total, mut largest) = (0, 0);
-        let mut current: Option<&GroupKey> = None;
-        for (group, vertex, count) in &per_vertex {
+        let mut current = None;
+        for &(group, vertex, count) in &per_vertex {
             if current != Some(group) {
                 total += largest;
                 largest = 0;
                 current = Some(group);
             }
-            let open = self.available_index(group, *vertex).len;
+            let open = self.available_index(group, vertex).len();
             largest = largest.max(count.saturating_sub(open));
         }
         total += largest;
@@ -518,32 +590,37 @@ impl Scheduler {
 
     /// The index of `group`'s shared slots lacking `vertex`, built on first use (one pass over
     /// the group's slots) and kept up to date from then on.
-    fn available_index(&mut self, group: &GroupKey, vertex: usize) -> &Available {
-        let key = (group.clone(), vertex);
-        if !self.available.contains_key(&key) {
-            let mut available = Available::default();
-            for allocation_id in self.groups.get(group).into_iter().flatten() {
-                self.counters.slot_visits += 1;
-                let slot = &self.shared[allocation_id];
-                if !slot.tasks.contains(vertex) {
-                    available.insert(&slot.resource_id, *allocation_id);
+    fn available_index(&mut self, group: usize, vertex: usize) -> &mut Available {
+        let entry = &mut self.groups[group];
+        let at = match entry.available.binary_search_by_key(&vertex, |(v, _)| *v) {
+            Ok(at) => at,
+            Err(at) => {
+                let mut available = Available::default();
+                for &slot_key in &entry.slots {
+                    self.counters.slot_visits += 1;
+                    let slot = &self.slots[slot_key];
+                    if !slot.tasks.contains(vertex) {
+                        available.insert(slot.task_manager, slot_key);
+                    }
                 }
+                entry.available.insert(at, (vertex, available));
+                at
             }
-            self.available.insert(key.clone(), available);
-        }
-        &self.available[&key]
+        };
+        &mut self.groups[group].available[at].1
     }
 
     /// Places every request, or undoes what it placed and returns `None`.
     fn place_all(
         &mut self,
         requests: &[SlotRequest],
+        groups: &[usize],
         with_preferences: bool,
     ) -> Option<Vec<(TaskRef, SlotAssignment)>> {
         let mut placed = Vec::with_capacity(requests.len());
         let mut new_locks = Vec::new();
-        for request in requests {
-            match self.try_place(request, with_preferences, &mut new_locks) {
+        for (request, group) in requests.iter().zip(groups) {
+            match self.try_place(request, *group, with_preferences, &mut new_locks) {
                 Some(assignment) => placed.push((request.task, assignment)),
                 None => {
                     for (task, _) in &placed {
@@ -571,23 +648,17 @@ impl Scheduler {
     /// A task no longer needs its slot (it finished, failed or was cancelled). Returns the
     /// allocation if that freed the whole shared slot (the TaskManager's slot is free again).
     pub fn release(&mut self, task: &TaskRef) -> Option<AllocationId> {
-        let allocation_id = self.assignments.remove(task)?;
-        let slot = self.shared.get_mut(&allocation_id)?;
+        let slot_key = self.assignments.remove(task)?;
+        let slot = self.slots.get_mut(slot_key)?;
         slot.tasks.remove(task.vertex);
-        let (resource_id, group, empty) = (
-            slot.resource_id.clone(),
-            slot.group.clone(),
-            slot.tasks.is_empty(),
-        );
-        if empty {
-            self.drop_shared_slot(allocation_id);
-            if let Some(on) = self.slots_on.get_mut(&resource_id) {
-                on.remove(&allocation_id);
-            }
-            return Some(allocation_id);
+        if slot.tasks.is_empty() {
+            let slot = self.drop_shared_slot(slot_key, true);
+            self.drop_group_if_done(slot.group);
+            return Some(slot.allocation_id);
         }
-        if let Some(available) = self.available.get_mut(&(group, task.vertex)) {
-            available.insert(&resource_id, allocation_id);
+        let (task_manager, group) = (slot.task_manager, slot.group);
+        if let Some(available) = self.groups[group].available_mut(task.vertex) {
+            available.insert(task_manager, slot_key);
         }
         None
     }
@@ -675,23 +746,42 @@ impl Scheduler {
         for key in locks {
             self.remove_lock(&key);
         }
-        let start = ((job, Arc::<str>::from("")), 0);
-        let indexes: Vec<(GroupKey, usize)> = self
-            .available
+        // Its groups: gone now, or with their last slot (tasks still stopping hold some).
+        let start: GroupKey = (job, Arc::from(""));
+        let groups: Vec<(GroupKey, usize)> = self
+            .group_keys
             .range(start..)
-            .take_while(|(((j, _), _), _)| *j == job)
-            .map(|(key, _)| key.clone())
+            .take_while(|((j, _), _)| *j == job)
+            .map(|(key, group)| (key.clone(), *group))
             .collect();
-        for key in indexes {
-            self.available.remove(&key);
+        for (key, group) in groups {
+            self.group_keys.remove(&key);
+            let entry = &mut self.groups[group];
+            entry.forgotten = true;
+            entry.available.clear();
+            self.drop_group_if_done(group);
         }
         dropped
     }
 
+    /// Removes a forgotten group once its last slot is gone.
+    fn drop_group_if_done(&mut self, group: usize) {
+        if self
+            .groups
+            .get(group)
+            .is_some_and(|g| g.forgotten && g.slots.is_empty())
+        {
+            self.groups.remove(group);
+        }
+    }
+
     /// Where a task is placed.
     pub fn assignment(&self, task: &TaskRef) -> Option<(AllocationId, &ResourceId)> {
-        let allocation_id = *self.assignments.get(task)?;
-        Some((allocation_id, &self.shared.get(&allocation_id)?.resource_id))
+        let slot = self.slots.get(*self.assignments.get(task)?)?;
+        Some((
+            slot.allocation_id,
+            &self.task_managers[slot.task_manager].id,
+        ))
     }
 
     /// Slots the jobs want at once: those their tasks hold plus those the queued bulks need
@@ -722,32 +812,42 @@ impl Scheduler {
 
     /// Used slots of one TaskManager (for the instance manager's view and status).
     pub fn used_slots(&self, resource_id: &ResourceId) -> u32 {
-        self.task_managers.get(resource_id).map_or(0, |t| t.used)
+        self.task_manager_keys
+            .get(resource_id)
+            .map_or(0, |key| self.task_managers[*key].used)
     }
 
     /// Tasks placed in the shared slot `allocation_id`.
     pub fn tasks_in(&self, allocation_id: &AllocationId) -> Vec<TaskRef> {
-        self.shared
+        self.slot_keys
             .get(allocation_id)
-            .map_or_else(Vec::new, |slot| {
-                slot.tasks
-                    .iter()
-                    .map(|(vertex, subtask)| TaskRef {
-                        job: slot.group.0,
-                        vertex,
-                        subtask,
-                    })
-                    .collect()
-            })
+            .map_or_else(Vec::new, |key| self.slot_tasks(*key))
     }
 
-    /// Tasks placed on one TaskManager: O(its slots), whatever the cluster's size.
+    fn slot_tasks(&self, slot_key: usize) -> Vec<TaskRef> {
+        let slot = &self.slots[slot_key];
+        let job = self.groups[slot.group].key.0;
+        slot.tasks
+            .iter()
+            .map(|(vertex, subtask)| TaskRef {
+                job,
+                vertex,
+                subtask,
+            })
+            .collect()
+    }
+
+    /// Tasks placed on one TaskManager, by allocation id: O(its slots), whatever the cluster's
+    /// size.
     pub fn tasks_on(&self, resource_id: &ResourceId) -> Vec<TaskRef> {
-        self.slots_on
-            .get(resource_id)
+        let Some(key) = self.task_manager_keys.get(resource_id) else {
+            return Vec::new();
+        };
+        let mut slots = self.task_managers[*key].slots.clone();
+        slots.sort_unstable_by_key(|slot| self.slots[*slot].allocation_id);
+        slots
             .into_iter()
-            .flatten()
-            .flat_map(|allocation_id| self.tasks_in(allocation_id))
+            .flat_map(|slot| self.slot_tasks(slot))
             .collect()
     }
 
@@ -757,14 +857,17 @@ impl Scheduler {
     pub fn shared_slots(&self) -> BTreeMap<&ResourceId, Vec<(AllocationId, Vec<TaskRef>)>> {
         let mut by_task_manager: BTreeMap<&ResourceId, Vec<(AllocationId, Vec<TaskRef>)>> =
             BTreeMap::new();
-        for (allocation_id, slot) in &self.shared {
-            by_task_manager
-                .entry(&slot.resource_id)
-                .or_default()
-                .push((*allocation_id, self.tasks_in(allocation_id)));
-        }
-        for slots in by_task_manager.values_mut() {
+        for (_, entry) in &self.task_managers {
+            if entry.slots.is_empty() {
+                continue;
+            }
+            let mut slots: Vec<_> = entry
+                .slots
+                .iter()
+                .map(|slot| (self.slots[*slot].allocation_id, self.slot_tasks(*slot)))
+                .collect();
             slots.sort_unstable_by_key(|(allocation_id, _)| *allocation_id);
+            by_task_manager.insert(&entry.id, slots);
         }
         by_task_manager
     }
@@ -772,6 +875,7 @@ impl Scheduler {
     fn try_place(
         &mut self,
         request: &SlotRequest,
+        group: usize,
         with_preferences: bool,
         new_locks: &mut Vec<LockKey>,
     ) -> Option<SlotAssignment> {
@@ -806,30 +910,38 @@ impl Scheduler {
             Vec::new()
         };
         if let Some(lock) = &lock {
-            if let Some(allocation_id) = lock.allocation_id
-                && self.shared.contains_key(&allocation_id)
+            if let Some(slot_key) = lock
+                .allocation_id
+                .and_then(|id| self.slot_keys.get(&id).copied())
             {
-                return self.place_in(allocation_id, task, &wanted);
+                return self.place_in(slot_key, task, &wanted);
             }
             // The locked slot is gone: its TaskManager is the one preference.
             if with_preferences {
                 preferred = vec![lock.resource_id.clone()];
             }
         }
-        let group = (task.job, request.sharing_group.clone());
+        let preferred: Vec<usize> = preferred
+            .iter()
+            .filter_map(|tm| self.task_manager_keys.get(tm).copied())
+            .collect();
         // Flink's order: locality first (a shared slot there, else a new slot there), then any
         // shared slot, then a new slot anywhere.
-        let allocation_id = self
-            .shared_slot_for(&group, task.vertex, Some(&preferred))
-            .or_else(|| self.new_shared_slot(&group, Some(&preferred)))
-            .or_else(|| self.shared_slot_for(&group, task.vertex, None))
-            .or_else(|| self.new_shared_slot(&group, None))?;
-        let assignment = self.place_in(allocation_id, task, &wanted)?;
+        let slot_key = self
+            .shared_slot_for(group, task.vertex, Some(&preferred))
+            .or_else(|| self.new_shared_slot(group, Some(&preferred)))
+            .or_else(|| self.shared_slot_for(group, task.vertex, None))
+            .or_else(|| self.new_shared_slot(group, None))?;
+        let assignment = self.place_in(slot_key, task, &wanted)?;
         if let Some(key) = lock_key {
             if lock.is_none() {
                 new_locks.push(key.clone());
             }
-            self.set_lock(key, allocation_id, assignment.resource_id.clone());
+            self.set_lock(
+                key,
+                assignment.allocation_id,
+                assignment.resource_id.clone(),
+            );
         }
         Some(assignment)
     }
@@ -865,112 +977,106 @@ impl Scheduler {
     /// anywhere for `None`.
     fn shared_slot_for(
         &mut self,
-        group: &GroupKey,
+        group: usize,
         vertex: usize,
-        on: Option<&[ResourceId]>,
-    ) -> Option<AllocationId> {
-        let available = &self.available_index(group, vertex).by_task_manager;
+        on: Option<&[usize]>,
+    ) -> Option<usize> {
         match on {
-            Some(preferred) => preferred
-                .iter()
-                .find_map(|tm| available.get(tm).and_then(|set| set.first())),
-            // Empty sets are removed, so the first entry has a slot.
-            None => available.values().next().and_then(|set| set.first()),
+            Some([]) => None,
+            Some(preferred) => {
+                let available = self.available_index(group, vertex);
+                preferred.iter().find_map(|tm| available.any_on(Some(*tm)))
+            }
+            None => self.available_index(group, vertex).any_on(None),
         }
-        .copied()
     }
 
     /// A new shared slot of `group`: on the first of `on` with a free slot, or for `None` on
     /// the TaskManager with the most free slots.
-    fn new_shared_slot(
-        &mut self,
-        group: &GroupKey,
-        on: Option<&[ResourceId]>,
-    ) -> Option<AllocationId> {
-        let resource_id = match on {
+    fn new_shared_slot(&mut self, group: usize, on: Option<&[usize]>) -> Option<usize> {
+        let task_manager = match on {
             Some(preferred) => {
                 self.counters.task_manager_visits += preferred.len() as u64;
                 preferred
                     .iter()
-                    .find(|tm| self.task_managers.get(*tm).is_some_and(|t| t.free() > 0))
-                    .cloned()
+                    .find(|tm| self.task_managers[**tm].free() > 0)
+                    .copied()
             }
             None => {
                 self.counters.task_manager_visits += 1;
-                self.by_free.last().map(|(_, Reverse(id))| id.clone())
+                self.by_free
+                    .last()
+                    .map(|entry| (u32::MAX - (*entry as u32)) as usize)
             }
         }?;
-        self.use_slot(&resource_id);
+        self.use_slot(task_manager);
         let allocation_id = AllocationId::generate(&mut self.rng);
-        self.shared.insert(
+        let slot_key = self.slots.vacant_key();
+        let entry = &mut self.task_managers[task_manager];
+        let at_task_manager = entry.slots.len();
+        entry.slots.push(slot_key);
+        let entry = &mut self.groups[group];
+        let at_group = entry.slots.len();
+        entry.slots.push(slot_key);
+        for (_, available) in &mut entry.available {
+            available.insert(task_manager, slot_key);
+        }
+        self.slots.insert(SharedSlot {
             allocation_id,
-            SharedSlot {
-                resource_id: resource_id.clone(),
-                group: group.clone(),
-                tasks: SlotTasks::default(),
-            },
-        );
-        self.slots_on
-            .entry(resource_id.clone())
-            .or_default()
-            .insert(allocation_id);
-        self.groups
-            .entry(group.clone())
-            .or_default()
-            .insert(allocation_id);
-        for ((g, _), available) in self.available.range_mut((group.clone(), 0)..) {
-            if g != group {
-                break;
-            }
-            available.insert(&resource_id, allocation_id);
-        }
-        Some(allocation_id)
+            task_manager,
+            at_task_manager,
+            group,
+            at_group,
+            tasks: SlotTasks::default(),
+        });
+        self.slot_keys.insert(allocation_id, slot_key);
+        Some(slot_key)
     }
 
-    /// One more used slot on `resource_id`, in every index.
-    fn use_slot(&mut self, resource_id: &ResourceId) {
-        if let Some(slots) = self.task_managers.get_mut(resource_id) {
+    /// One more used slot on `task_manager`, in every index.
+    fn use_slot(&mut self, task_manager: usize) {
+        let entry = &mut self.task_managers[task_manager];
+        self.by_free
+            .remove(&by_free_entry(entry.free(), task_manager));
+        entry.used += 1;
+        if entry.free() > 0 {
             self.by_free
-                .remove(&(slots.free(), Reverse(resource_id.clone())));
-            slots.used += 1;
-            if slots.free() > 0 {
-                self.by_free
-                    .insert((slots.free(), Reverse(resource_id.clone())));
-            }
-            self.free_slots -= 1;
+                .insert(by_free_entry(entry.free(), task_manager));
         }
+        self.free_slots -= 1;
     }
 
-    /// One less used slot on `resource_id`, in every index.
-    fn free_slot(&mut self, resource_id: &ResourceId) {
-        if let Some(slots) = self.task_managers.get_mut(resource_id) {
-            if slots.used == 0 {
-                return;
-            }
-            self.by_free
-                .remove(&(slots.free(), Reverse(resource_id.clone())));
-            slots.used -= 1;
-            self.by_free
-                .insert((slots.free(), Reverse(resource_id.clone())));
-            self.free_slots += 1;
+    /// One less used slot on `task_manager`, in every index.
+    fn free_slot(&mut self, task_manager: usize) {
+        let entry = &mut self.task_managers[task_manager];
+        if entry.used == 0 {
+            return;
         }
+        self.by_free
+            .remove(&by_free_entry(entry.free(), task_manager));
+        entry.used -= 1;
+        self.by_free
+            .insert(by_free_entry(entry.free(), task_manager));
+        self.free_slots += 1;
     }
 
     fn place_in(
         &mut self,
-        allocation_id: AllocationId,
+        slot_key: usize,
         task: TaskRef,
         preferred: &[ResourceId],
     ) -> Option<SlotAssignment> {
-        let slot = self.shared.get_mut(&allocation_id)?;
+        let slot = self.slots.get_mut(slot_key)?;
         if !slot.tasks.insert(task.vertex, task.subtask) {
             return None; // a co-location lock onto a slot holding this vertex already
         }
-        let resource_id = slot.resource_id.clone();
-        if let Some(available) = self.available.get_mut(&(slot.group.clone(), task.vertex)) {
-            available.remove(&resource_id, allocation_id);
+        let (allocation_id, task_manager, group) =
+            (slot.allocation_id, slot.task_manager, slot.group);
+        if let Some(available) = self.groups[group].available_mut(task.vertex) {
+            available.remove(task_manager, slot_key);
         }
-        self.assignments.insert(task, allocation_id);
+        self.assignments.insert(task, slot_key);
+        let resource_id = self.task_managers[task_manager].id.clone();
         Some(SlotAssignment {
             allocation_id,
             locality: locality(preferred, &resource_id),
@@ -978,44 +1084,50 @@ impl Scheduler {
         })
     }
 
-    /// Removes a shared slot from every index but `slots_on` (the caller's) and frees its slot.
-    fn drop_shared_slot(&mut self, allocation_id: AllocationId) -> Option<SharedSlot> {
-        let slot = self.shared.remove(&allocation_id)?;
-        self.free_slot(&slot.resource_id);
-        if let Some(members) = self.groups.get_mut(&slot.group) {
-            members.remove(&allocation_id);
-            if members.is_empty() {
-                self.groups.remove(&slot.group);
+    /// Removes a shared slot from every index and frees its slot (with `registered`: its
+    /// TaskManager is still registered and keeps the slot in its list until now).
+    fn drop_shared_slot(&mut self, slot_key: usize, registered: bool) -> SharedSlot {
+        let slot = self.slots.remove(slot_key);
+        self.slot_keys.remove(&slot.allocation_id);
+        if registered {
+            self.free_slot(slot.task_manager);
+            let slots = &mut self.task_managers[slot.task_manager].slots;
+            slots.swap_remove(slot.at_task_manager);
+            if let Some(moved) = slots.get(slot.at_task_manager) {
+                self.slots[*moved].at_task_manager = slot.at_task_manager;
             }
         }
-        let group = slot.group.clone();
-        for ((g, _), available) in self.available.range_mut((group.clone(), 0)..) {
-            if *g != group {
-                break;
-            }
-            available.remove(&slot.resource_id, allocation_id);
+        let group = &mut self.groups[slot.group];
+        group.slots.swap_remove(slot.at_group);
+        if let Some(moved) = group.slots.get(slot.at_group) {
+            self.slots[*moved].at_group = slot.at_group;
         }
-        for key in self.locks_on.remove(&allocation_id).unwrap_or_default() {
+        for (_, available) in &mut group.available {
+            available.remove(slot.task_manager, slot_key);
+        }
+        for key in self
+            .locks_on
+            .remove(&slot.allocation_id)
+            .unwrap_or_default()
+        {
             if let Some(lock) = self.co_location.get_mut(&key) {
                 lock.allocation_id = None;
             }
         }
-        Some(slot)
+        slot
     }
 }
 
 /// Tasks per (group, vertex), sorted, and the slots they need with no shared slot open: per
 /// group, the vertex with the most tasks.
-fn bulk_shape(job: JobId, requests: &[SlotRequest]) -> (Vec<(GroupKey, usize, u64)>, u64) {
-    let mut counts: BTreeMap<(GroupKey, usize), u64> = BTreeMap::new();
-    for request in requests {
-        *counts
-            .entry(((job, request.sharing_group.clone()), request.task.vertex))
-            .or_default() += 1;
+fn bulk_shape(requests: &[SlotRequest], groups: &[usize]) -> (Vec<(usize, usize, u64)>, u64) {
+    let mut counts: BTreeMap<(usize, usize), u64> = BTreeMap::new();
+    for (request, group) in requests.iter().zip(groups) {
+        *counts.entry((*group, request.task.vertex)).or_default() += 1;
     }
-    let mut per_group: BTreeMap<&GroupKey, u64> = BTreeMap::new();
+    let mut per_group: BTreeMap<usize, u64> = BTreeMap::new();
     for ((group, _), count) in &counts {
-        let largest = per_group.entry(group).or_default();
+        let largest = per_group.entry(*group).or_default();
         *largest = (*largest).max(*count);
     }
     let need = per_group.values().sum();

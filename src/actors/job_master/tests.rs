@@ -1055,7 +1055,7 @@ fn a_region_larger_than_the_cluster_expires_and_fails_the_job_without_restarts()
     );
 }
 
-/// Two unconnected vertices of P = 2 in one group on one TaskManager of 2 slots.
+/// Two unconnected vertices of P = 2 in one group.
 fn side_by_side(co_located: bool) -> JobGraph {
     let mut b = JobGraph::builder("side by side");
     for name in ["head", "tail"] {
@@ -1070,8 +1070,10 @@ fn side_by_side(co_located: bool) -> JobGraph {
 #[test]
 fn co_located_subtasks_share_one_allocation() {
     let allocations = |co_located: bool| {
-        // With this seed the second slot's allocation id sorts first.
-        let mut h = Harness::seeded(side_by_side(co_located), &[2], 2, 2);
+        // TaskManagers of 1 and 2 slots: head 0 opens a slot on the second (most free), head 1
+        // on the first (a tie, the first registered wins), and a tail without a lock joins the
+        // first shared slot lacking it by TaskManager — head 1's for tail 0.
+        let mut h = Harness::seeded(side_by_side(co_located), &[1, 2], 2, 2);
         assert_eq!(deployments(&h.start()).len(), 4);
         (0..2)
             .map(|i| {
