@@ -1218,14 +1218,42 @@ impl JobMaster {
         actions
     }
 
-    /// A deployment could not be delivered (the TaskManager refused or is unreachable).
-    pub fn deployment_failed(
+    /// Deployments that failed together: one batch to one TaskManager lost, unanswered or
+    /// refused. One failure for the restart strategy and one failover of all their regions —
+    /// one lost message is one fault, however many tasks it carried (a strategy of 3 attempts
+    /// must not be spent by one dropped batch of 3).
+    pub fn deployments_failed(
         &mut self,
-        attempt: ExecutionAttemptId,
-        error: String,
+        failed: Vec<(ExecutionAttemptId, String)>,
         cx: &mut JobContext<'_>,
     ) -> Vec<JobAction> {
-        self.update(attempt, ExecutionState::Failed, Some(error), cx)
+        let mut actions = Vec::new();
+        let mut root_causes = Vec::new();
+        for (attempt, error) in failed {
+            let Some(task) = self.attempts.get(&attempt).copied() else {
+                log::debug!("job {}: failure of an old attempt {attempt}", self.job_id);
+                continue;
+            };
+            if self.task(&task).state.state().is_terminal()
+                || !self.set_state(&task, ExecutionState::Failed, cx.now_ms)
+            {
+                continue;
+            }
+            self.task_mut(&task).error = Some(error.clone());
+            self.free_slot(&task, cx);
+            let root_cause = self.status() == JobStatus::Running
+                && !self.restarting.contains(&self.region_of(&task));
+            if root_cause {
+                root_causes.push((task, error));
+            } else {
+                self.record_exception(&task, error, false, cx.now_ms);
+            }
+        }
+        if !root_causes.is_empty() {
+            self.failover(root_causes, cx, &mut actions);
+        }
+        self.after_stop(cx, &mut actions);
+        actions
     }
 
     /// The summary line.

@@ -9,6 +9,8 @@
 //! ([`JobManager::flush_deployments_to`]): a TaskManager sees them in the order they were
 //! decided.
 
+use std::collections::BTreeMap;
+
 use actix::prelude::*;
 
 use super::JobManager;
@@ -123,13 +125,13 @@ impl JobManager {
         let Some(gateway) = self.gateways.get(&resource_id) else {
             // Handled as a message of its own: this may run while a job's actions are carried
             // out.
-            for deployment in deployments {
-                ctx.notify(DeploymentFailed {
-                    job_id: deployment.job_id,
-                    attempt: deployment.descriptor.attempt,
-                    error: format!("TaskManager {resource_id} is not registered"),
-                });
-            }
+            let error = format!("TaskManager {resource_id} is not registered");
+            ctx.notify(DeploymentsFailed(
+                deployments
+                    .into_iter()
+                    .map(|d| (d.job_id, d.descriptor.attempt, error.clone()))
+                    .collect(),
+            ));
             return;
         };
         let mut descriptors = Vec::with_capacity(deployments.len());
@@ -154,9 +156,14 @@ impl JobManager {
             .map(move |result, act, ctx| {
                 let unanswered = match result {
                     Ok(answers) if answers.len() == sent.len() => {
-                        for (sent, answer) in sent.into_iter().zip(answers) {
-                            act.deployment_answered(&resource_id, sent, answer, ctx);
-                        }
+                        let refused = sent
+                            .into_iter()
+                            .zip(answers)
+                            .filter_map(|(sent, answer)| {
+                                act.deployment_answered(&resource_id, sent, answer, ctx)
+                            })
+                            .collect();
+                        act.deployments_failed(refused, ctx);
                         return;
                     }
                     // A TaskManager whose mailbox is closed is gone: losing it now (not at its
@@ -165,12 +172,12 @@ impl JobManager {
                     Err(MailboxError::Closed) => {
                         log::warn!("job manager: TaskManager {resource_id} is unreachable");
                         act.lose_task_manager(&resource_id, RemovalReason::Unreachable, ctx);
-                        for sent in sent {
-                            let error = format!("TaskManager {resource_id} is unreachable");
-                            act.with_job(sent.job_id, ctx, |job, cx| {
-                                job.deployment_failed(sent.attempt, error, cx)
-                            });
-                        }
+                        let error = format!("TaskManager {resource_id} is unreachable");
+                        let failed = sent
+                            .into_iter()
+                            .map(|s| (s.job_id, s.attempt, error.clone()))
+                            .collect();
+                        act.deployments_failed(failed, ctx);
                         return;
                     }
                     Ok(answers) => format!("{} answers to {} tasks", answers.len(), sent.len()),
@@ -178,6 +185,9 @@ impl JobManager {
                 };
                 // Delivered but unanswered: the tasks may run; stop them, since the attempts
                 // count as failed from now on.
+                let error =
+                    format!("TaskManager {resource_id} did not take the task: {unanswered}");
+                let mut failed = Vec::with_capacity(sent.len());
                 for sent in sent {
                     if let Some(gateway) = act.gateways.get(&resource_id) {
                         gateway.cancel_task.do_send(CancelTask {
@@ -185,24 +195,37 @@ impl JobManager {
                             attempt: sent.attempt,
                         });
                     }
-                    let error =
-                        format!("TaskManager {resource_id} did not take the task: {unanswered}");
-                    act.with_job(sent.job_id, ctx, |job, cx| {
-                        job.deployment_failed(sent.attempt, error, cx)
-                    });
+                    failed.push((sent.job_id, sent.attempt, error.clone()));
                 }
+                act.deployments_failed(failed, ctx);
             })
             .spawn(ctx);
     }
 
-    /// One task's answer.
+    /// Fails the tasks of one batch that could not be deployed: one failure per job (see
+    /// `JobMaster::deployments_failed`).
+    fn deployments_failed(
+        &mut self,
+        failed: Vec<(JobId, ExecutionAttemptId, String)>,
+        ctx: &mut Context<Self>,
+    ) {
+        let mut by_job: BTreeMap<JobId, Vec<(ExecutionAttemptId, String)>> = BTreeMap::new();
+        for (job_id, attempt, error) in failed {
+            by_job.entry(job_id).or_default().push((attempt, error));
+        }
+        for (job_id, failed) in by_job {
+            self.with_job(job_id, ctx, |job, cx| job.deployments_failed(failed, cx));
+        }
+    }
+
+    /// One task's answer; a refusal that is not retried comes back as the task's failure.
     fn deployment_answered(
         &mut self,
         resource_id: &ResourceId,
         sent: Sent,
         answer: Result<(), TaskSubmissionError>,
         ctx: &mut Context<Self>,
-    ) {
+    ) -> Option<(JobId, ExecutionAttemptId, String)> {
         let Sent {
             job_id,
             attempt,
@@ -214,7 +237,7 @@ impl JobManager {
                 if let Some(job) = self.jobs.get_mut(&job_id) {
                     job.deployment_taken(attempt);
                 }
-                return;
+                return None;
             }
             Err(TaskSubmissionError::NoFreeSlot(_)) if again.is_some() => {
                 if let Some(descriptor) = again {
@@ -234,7 +257,7 @@ impl JobManager {
                         }
                     });
                 }
-                return;
+                return None;
             }
             // It did not get (or dropped) a producer list an earlier task carried: send this
             // one again with the list, while the list is current.
@@ -255,7 +278,7 @@ impl JobManager {
                         retries: retries - 1,
                     };
                     self.queue_deployment(resource_id.clone(), deployment, ctx);
-                    return;
+                    return None;
                 }
                 format!(
                     "TaskManager {resource_id} refused the task: producer list {id} is not \
@@ -264,9 +287,7 @@ impl JobManager {
             }
             Err(refused) => format!("TaskManager {resource_id} refused the task: {refused}"),
         };
-        self.with_job(job_id, ctx, |job, cx| {
-            job.deployment_failed(attempt, error, cx)
-        });
+        Some((job_id, attempt, error))
     }
 }
 
@@ -284,22 +305,16 @@ impl Handler<FlushDeployments> for JobManager {
     }
 }
 
-/// A deployment that could not even be sent.
+/// Deployments that could not even be sent (their TaskManager is not registered).
 #[derive(Message)]
 #[rtype(result = "()")]
-struct DeploymentFailed {
-    job_id: JobId,
-    attempt: ExecutionAttemptId,
-    error: String,
-}
+struct DeploymentsFailed(Vec<(JobId, ExecutionAttemptId, String)>);
 
-impl Handler<DeploymentFailed> for JobManager {
+impl Handler<DeploymentsFailed> for JobManager {
     type Result = ();
 
-    fn handle(&mut self, msg: DeploymentFailed, ctx: &mut Context<Self>) {
-        let _timed = self.mailbox.time("DeploymentFailed");
-        self.with_job(msg.job_id, ctx, |job, cx| {
-            job.deployment_failed(msg.attempt, msg.error, cx)
-        });
+    fn handle(&mut self, msg: DeploymentsFailed, ctx: &mut Context<Self>) {
+        let _timed = self.mailbox.time("DeploymentsFailed");
+        self.deployments_failed(msg.0, ctx);
     }
 }

@@ -799,6 +799,32 @@ fn fixed_delay_fails_the_job_once_its_attempts_are_used_up() {
     assert_eq!(details.restarts, 1);
 }
 
+/// One `SubmitTasks` to one TaskManager lost with three independent regions in it: one fault,
+/// so one failure for the restart strategy and one restart of all three regions. Failed one
+/// task at a time (as before batches) it would spend three attempts and fail the job.
+#[test]
+fn deployments_failed_together_are_one_failure_restarting_every_region() {
+    let mut h = Harness::new(pairs(3, fixed_delay(1)), &[6]);
+    let placed = h.start();
+    assert_eq!(deployments(&placed).len(), 6);
+    let failed = ["source", "sink"]
+        .into_iter()
+        .flat_map(|vertex| (0..3).map(move |i| (vertex, i)))
+        .map(|(vertex, i)| {
+            (
+                h.attempt(vertex, i),
+                "TaskManager tm-0 did not take the task".into(),
+            )
+        })
+        .collect();
+    let actions = h.call(|m, cx| m.deployments_failed(failed, cx));
+    assert_eq!(actions, [restart_after(1)]);
+    assert_eq!(h.status(), JobStatus::Running);
+    assert_eq!(h.master.details().restarts, 1);
+    let redeployed = h.restart_due(1);
+    assert_eq!(deployments(&redeployed).len(), 6, "every region runs again");
+}
+
 #[test]
 fn cancel_stops_deployed_tasks_drops_queued_requests_and_frees_every_slot() {
     let mut h = Harness::new(pairs(2, fixed_delay(1)), &[1]);
