@@ -19,7 +19,7 @@
 //!
 //! **Placement** of one task, in Flink's order: a shared slot on a preferred TaskManager, else a
 //! new slot there, else any shared slot, else a new slot on the TaskManager with the most free
-//! slots (ties by resource id) so one crash takes few tasks. More than
+//! slots (ties: registration order, see below) so one crash takes few tasks. More than
 //! [`MAX_PREFERRED_LOCATIONS`] distinct producer locations mean no preference. A *shared slot*
 //! is one physical slot holding at most one subtask of each vertex of one slot sharing group of
 //! one job. Co-location locks subtask i of every vertex of a co-location group to the shared slot
@@ -32,6 +32,11 @@
 //! co-location locks per allocation — so serving the head of the queue is O(log Q + bulk size ·
 //! log T), placing one task O(log T), releasing one O(log n), and losing a TaskManager touches
 //! only its own slots. Queued demand and free slots are kept as running totals.
+//!
+//! Inside, TaskManagers, shared slots and slot sharing groups are small integer keys into
+//! tables ([`slab::Slab`], keys reused), resolved from their ids once per request: the indices
+//! compare and copy integers, not text, and a slot leaves its TaskManager's and group's lists in
+//! O(1) (each slot knows its position in both).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
