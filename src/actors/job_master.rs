@@ -115,6 +115,8 @@ struct ExecutionVertex {
     attempt_number: u32,
     state: Tracked<ExecutionState>,
     placement: Option<SlotAssignment>,
+    /// Its position in `JobMaster::placed_on` of its placement's TaskManager.
+    placed_at: usize,
     error: Option<String>,
     /// What its exchange did, as its TaskManager last reported (this attempt only).
     io: Option<TaskIoSnapshot>,
@@ -130,8 +132,9 @@ pub struct JobMaster {
     job_id: JobId,
     graph: Arc<JobGraph>,
     regions: PipelinedRegions,
-    /// Each region's tasks, producers first (so consumers can prefer their producers' places).
-    region_members: Vec<Vec<TaskRef>>,
+    /// Each region's tasks, producers first (so consumers can prefer their producers' places);
+    /// shared, so walking a region while changing the job copies no list.
+    region_members: Vec<Arc<[TaskRef]>>,
     /// Tasks of each scheduled region not finished yet: the region finishes at zero.
     unfinished: Vec<usize>,
     /// Tasks scheduled, deploying, running or canceling (all of the job).
@@ -154,8 +157,9 @@ pub struct JobMaster {
     /// Every TaskManager a task of this job was deployed to (their partitions to release).
     used_task_managers: BTreeSet<ResourceId>,
     /// Tasks whose current attempt is placed on each TaskManager (running, or finished with
-    /// results there), so losing one touches only its own tasks.
-    placed_on: BTreeMap<ResourceId, BTreeSet<TaskRef>>,
+    /// results there), so losing one touches only its own tasks. In no order: each task knows
+    /// its position (`ExecutionVertex::placed_at`).
+    placed_on: FixedHashMap<ResourceId, Vec<TaskRef>>,
     /// Slots each region needs at once (after slot sharing).
     region_slots: Vec<u64>,
     /// Tasks whose current attempt finished (the summary's count, kept, not counted).
@@ -226,7 +230,7 @@ impl JobMaster {
             .enumerate()
             .map(|(i, v)| (v, i))
             .collect();
-        let region_members: Vec<Vec<TaskRef>> = regions
+        let region_members: Vec<Arc<[TaskRef]>> = regions
             .regions
             .iter()
             .map(|region| {
@@ -240,7 +244,7 @@ impl JobMaster {
                     })
                     .collect();
                 members.sort_by_key(|t| (rank.get(&t.vertex).copied().unwrap_or(0), t.subtask));
-                members
+                Arc::from(members)
             })
             .collect();
         let tasks = graph
@@ -253,6 +257,7 @@ impl JobMaster {
                         attempt_number: 0,
                         state: Tracked::new(ExecutionState::Created, now_ms),
                         placement: None,
+                        placed_at: 0,
                         error: None,
                         io: None,
                         taken: false,
@@ -285,7 +290,7 @@ impl JobMaster {
             restarted_tasks: 0,
             failure: None,
             used_task_managers: BTreeSet::new(),
-            placed_on: BTreeMap::new(),
+            placed_on: FixedHashMap::default(),
             region_slots,
             finished_tasks: 0,
             queued_bulks: 0,
@@ -381,7 +386,7 @@ impl JobMaster {
             .expect("a subtask of this job has a region")
     }
 
-    fn members(&self, region: RegionId) -> Vec<TaskRef> {
+    fn members(&self, region: RegionId) -> Arc<[TaskRef]> {
         self.region_members[region.0].clone()
     }
 
@@ -425,7 +430,7 @@ impl JobMaster {
             self.unfinished[region.0] = self.region_members[region.0].len();
             let members = self.members(region);
             let mut requests = Vec::with_capacity(members.len());
-            for task in &members {
+            for task in members.iter() {
                 requests.push(self.slot_request(task));
                 self.set_state(task, ExecutionState::Scheduled, cx.now_ms);
             }
@@ -512,21 +517,36 @@ impl JobMaster {
 
     /// Records where `task`'s current attempt runs.
     fn place(&mut self, task: TaskRef, assignment: SlotAssignment) {
-        self.placed_on
-            .entry(assignment.resource_id.clone())
-            .or_default()
-            .insert(task);
-        if let Some(old) = self.task_mut(&task).placement.replace(assignment) {
+        if let Some(old) = self.task_mut(&task).placement.take() {
             self.unplace(&task, &old.resource_id);
         }
+        let tasks = self
+            .placed_on
+            .entry(assignment.resource_id.clone())
+            .or_default();
+        let at = tasks.len();
+        tasks.push(task);
+        let ev = self.task_mut(&task);
+        ev.placed_at = at;
+        ev.placement = Some(assignment);
     }
 
+    /// Takes `task` off its TaskManager's list: O(1), the last task there takes its place.
     fn unplace(&mut self, task: &TaskRef, resource_id: &ResourceId) {
-        if let Some(tasks) = self.placed_on.get_mut(resource_id) {
-            tasks.remove(task);
-            if tasks.is_empty() {
-                self.placed_on.remove(resource_id);
-            }
+        let at = self.task(task).placed_at;
+        let Some(tasks) = self.placed_on.get_mut(resource_id) else {
+            return;
+        };
+        if tasks.get(at) != Some(task) {
+            return;
+        }
+        tasks.swap_remove(at);
+        let moved = tasks.get(at).copied();
+        if tasks.is_empty() {
+            self.placed_on.remove(resource_id);
+        }
+        if let Some(moved) = moved {
+            self.task_mut(&moved).placed_at = at;
         }
     }
 
@@ -547,7 +567,7 @@ impl JobMaster {
         }
         let mut shared_gates = std::mem::take(&mut self.gates);
         let mut list_ids = self.rng.fork();
-        for task in members {
+        for &task in members.iter() {
             let Some(placement) = self.task(&task).placement.as_ref() else {
                 continue;
             };
@@ -912,7 +932,7 @@ impl JobMaster {
                             .filter(|t| is_active(self.task(t).state.state()))
                             .count();
                     }
-                    for task in self.members(*region) {
+                    for &task in self.members(*region).iter() {
                         self.stop_task(task, cx, actions);
                     }
                 }
@@ -1063,12 +1083,8 @@ impl JobMaster {
         self.gates.clear();
         let reason = format!("TaskManager {resource_id} was lost");
         let mut failed = Vec::new();
-        let on_lost: Vec<TaskRef> = self
-            .placed_on
-            .remove(resource_id)
-            .unwrap_or_default()
-            .into_iter()
-            .collect();
+        let mut on_lost = self.placed_on.remove(resource_id).unwrap_or_default();
+        on_lost.sort_unstable();
         for task in on_lost {
             let now_ms = cx.now_ms;
             let state = self.task(&task).state.state();

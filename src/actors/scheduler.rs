@@ -340,6 +340,8 @@ pub struct Scheduler {
     /// Slot sharing groups by key.
     groups: Slab<Group>,
     group_keys: BTreeMap<GroupKey, usize>,
+    /// The group [`group_key`](Self::group_key) found last.
+    last_group: Option<(JobId, Arc<str>, usize)>,
     /// Each placed task's shared slot.
     assignments: FixedHashMap<TaskRef, usize>,
     co_location: BTreeMap<LockKey, CoLocationLock>,
@@ -370,6 +372,7 @@ impl Scheduler {
             slot_keys: FixedHashMap::default(),
             groups: Slab::new(),
             group_keys: BTreeMap::new(),
+            last_group: None,
             assignments: FixedHashMap::default(),
             co_location: BTreeMap::new(),
             locks_on: BTreeMap::new(),
@@ -463,17 +466,10 @@ impl Scheduler {
         if self.queue.contains_key(&key) || requests.is_empty() {
             return;
         }
-        // The requests of one vertex share one group text: one lookup per run of them.
-        let mut groups = Vec::with_capacity(requests.len());
-        let mut last: Option<(&Arc<str>, usize)> = None;
-        for request in &requests {
-            let group = match last {
-                Some((text, group)) if Arc::ptr_eq(text, &request.sharing_group) => group,
-                _ => self.group_key(id.job, &request.sharing_group),
-            };
-            last = Some((&request.sharing_group, group));
-            groups.push(group);
-        }
+        let groups: Vec<usize> = requests
+            .iter()
+            .map(|request| self.group_key(id.job, &request.sharing_group))
+            .collect();
         let (per_vertex, need) = match requests.as_slice() {
             // One task (independent subtasks: the common case of many regions): one slot.
             [only] => (vec![(groups[0], only.task.vertex, 1)], 1),
@@ -498,10 +494,24 @@ impl Scheduler {
 
     /// The key of `job`'s slot sharing group `name`, made on first use.
     fn group_key(&mut self, job: JobId, name: &Arc<str>) -> usize {
-        let key = (job, name.clone());
-        if let Some(group) = self.group_keys.get(&key) {
+        // A job's regions ask one after the other with the same group text: the last answer
+        // (it holds the text, so the pointer cannot be reused while it is kept).
+        if let Some((last_job, last_name, group)) = &self.last_group
+            && *last_job == job
+            && Arc::ptr_eq(last_name, name)
+        {
             return *group;
         }
+        let key = (job, name.clone());
+        let group = match self.group_keys.get(&key) {
+            Some(group) => *group,
+            None => self.new_group(key),
+        };
+        self.last_group = Some((job, name.clone(), group));
+        group
+    }
+
+    fn new_group(&mut self, key: GroupKey) -> usize {
         let group = self.groups.insert(Group {
             key: key.clone(),
             slots: Vec::new(),
@@ -759,6 +769,9 @@ impl Scheduler {
             .take_while(|((j, _), _)| *j == job)
             .map(|(key, group)| (key.clone(), *group))
             .collect();
+        if self.last_group.as_ref().is_some_and(|(j, _, _)| *j == job) {
+            self.last_group = None;
+        }
         for (key, group) in groups {
             self.group_keys.remove(&key);
             let entry = &mut self.groups[group];

@@ -7,7 +7,6 @@
 //! message from a TaskManager, a duplicate cancel) is an [`InvalidTransition`] the caller logs
 //! and ignores. It never reads a clock either: callers pass `now_ms` from the node's `Clock`.
 
-use std::collections::BTreeMap;
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
@@ -23,11 +22,20 @@ pub struct InvalidTransition<S: fmt::Debug + fmt::Display> {
     pub to: S,
 }
 
+/// States of each machine (both have eight).
+pub const STATES: usize = 8;
+
 /// What [`Tracked`] and [`StateTimestamps`] need of a state enum: the transition table, so one
 /// generic tracker serves both subtasks and jobs.
 pub trait StateMachine: Copy + Ord + fmt::Debug + fmt::Display {
+    /// Every state, in declaration order: [`StateTimestamps`] keeps one time per entry.
+    const ALL: [Self; STATES];
+
     /// Whether the table allows `self → to`.
     fn allows(self, to: Self) -> bool;
+
+    /// The state's position in [`ALL`](Self::ALL).
+    fn index(self) -> usize;
 
     /// Moves to `to` if the table allows it; otherwise says why not and stays.
     fn transition(self, to: Self) -> Result<Self, InvalidTransition<Self>> {
@@ -119,8 +127,14 @@ impl ExecutionState {
 }
 
 impl StateMachine for ExecutionState {
+    const ALL: [Self; STATES] = ExecutionState::ALL;
+
     fn allows(self, to: Self) -> bool {
         ExecutionState::allows(self, to)
+    }
+
+    fn index(self) -> usize {
+        self as usize
     }
 }
 
@@ -206,8 +220,14 @@ impl JobStatus {
 }
 
 impl StateMachine for JobStatus {
+    const ALL: [Self; STATES] = JobStatus::ALL;
+
     fn allows(self, to: Self) -> bool {
         JobStatus::allows(self, to)
+    }
+
+    fn index(self) -> usize {
+        self as usize
     }
 }
 
@@ -220,21 +240,28 @@ impl fmt::Display for JobStatus {
 /// When each state was last entered, in wall-clock milliseconds, for the REST API's timelines
 /// (Flink's `stateTimestamps`). Re-entering a state (a job running again after a restart)
 /// overwrites its time, as Flink does: the REST API shows the current attempt.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(bound(serialize = "S: Serialize", deserialize = "S: Deserialize<'de> + Ord"))]
+/// One time per state (a fixed array, not a map: every subtask has one, and a map costs an
+/// allocation and a search per state change).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StateTimestamps<S> {
-    entered: BTreeMap<S, u64>,
+    /// By [`StateMachine::index`]; [`NEVER`] for a state not entered.
+    entered: [u64; STATES],
+    states: std::marker::PhantomData<S>,
 }
+
+/// The time of a state never entered.
+const NEVER: u64 = u64::MAX;
 
 impl<S> Default for StateTimestamps<S> {
     fn default() -> Self {
         Self {
-            entered: BTreeMap::new(),
+            entered: [NEVER; STATES],
+            states: std::marker::PhantomData,
         }
     }
 }
 
-impl<S: Ord + Copy> StateTimestamps<S> {
+impl<S: StateMachine> StateTimestamps<S> {
     /// No state entered yet.
     pub fn new() -> Self {
         Self::default()
@@ -242,24 +269,26 @@ impl<S: Ord + Copy> StateTimestamps<S> {
 
     /// Records that `state` was entered at `now_ms`.
     pub fn enter(&mut self, state: S, now_ms: u64) {
-        self.entered.insert(state, now_ms);
+        // A clock never reads u64::MAX ms; saturate below the sentinel all the same.
+        self.entered[state.index()] = now_ms.min(NEVER - 1);
     }
 
     /// When `state` was last entered, if ever.
     pub fn entered(&self, state: S) -> Option<u64> {
-        self.entered.get(&state).copied()
+        Some(self.entered[state.index()]).filter(|ms| *ms != NEVER)
     }
 
     /// Every entered state with its time, in state order (REST).
     pub fn iter(&self) -> impl Iterator<Item = (S, u64)> + '_ {
-        self.entered.iter().map(|(state, ms)| (*state, *ms))
+        S::ALL
+            .into_iter()
+            .filter_map(|state| Some((state, self.entered(state)?)))
     }
 }
 
 /// A state together with when each state was entered, so no caller can change one without the
 /// other.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(bound(serialize = "S: Serialize", deserialize = "S: Deserialize<'de> + Ord"))]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Tracked<S> {
     state: S,
     timestamps: StateTimestamps<S>,
@@ -298,7 +327,7 @@ impl<S: StateMachine> Tracked<S> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::BTreeSet;
+    use std::collections::{BTreeMap, BTreeSet};
 
     /// Checks every (from, to) pair of a table against the exact allowed set.
     fn assert_whole_table<S: StateMachine>(all: &[S], allowed: &[(S, S)]) {
@@ -441,6 +470,17 @@ mod tests {
             timestamps.iter().collect::<Vec<_>>(),
             [(JobStatus::Running, 30), (JobStatus::Restarting, 20)]
         );
+    }
+
+    /// The timestamps are kept by `index`: it must be each state's place in `ALL`.
+    #[test]
+    fn each_state_is_indexed_by_its_place_in_all() {
+        for (at, state) in ExecutionState::ALL.into_iter().enumerate() {
+            assert_eq!(StateMachine::index(state), at, "{state}");
+        }
+        for (at, status) in JobStatus::ALL.into_iter().enumerate() {
+            assert_eq!(StateMachine::index(status), at, "{status}");
+        }
     }
 
     #[test]
