@@ -14,7 +14,6 @@
 //! again as new attempts. A region whose finished results were lost with a TaskManager is
 //! restarted too. If the strategy gives up, the job fails with the first failure's reason.
 
-use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
@@ -566,20 +565,45 @@ impl JobMaster {
             return;
         }
         let mut shared_gates = std::mem::take(&mut self.gates);
-        let mut list_ids = self.rng.fork();
+        // The shared producer list of each all-to-all input this region reads and that has
+        // none yet: built once here, before the descriptors name it (every producer is placed:
+        // a producer region runs first, or is this region, placed whole).
+        let mut last_vertex = None;
+        for task in members.iter() {
+            if last_vertex == Some(task.vertex) {
+                continue; // members are grouped by vertex
+            }
+            last_vertex = Some(task.vertex);
+            for (index, edge) in self.graph.edges.iter().enumerate() {
+                let index = index as u32;
+                if edge.target != task.vertex
+                    || edge.pattern != DistributionPattern::AllToAll
+                    || shared_gates.contains_key(&index)
+                {
+                    continue;
+                }
+                let all = (0..self.graph.vertices[edge.source].parallelism)
+                    .map(|subtask| self.producer_location(edge.source, subtask, index, cx))
+                    .collect::<Option<Vec<_>>>();
+                // A producer's TaskManager is gone: its tasks cannot deploy yet (below).
+                if let Some(all) = all {
+                    shared_gates.insert(
+                        index,
+                        SharedProducers {
+                            id: ProducerListId::generate(&mut self.rng),
+                            locations: Arc::new(all),
+                            sent_to: BTreeSet::new(),
+                        },
+                    );
+                }
+            }
+        }
         for &task in members.iter() {
             let Some(placement) = self.task(&task).placement.as_ref() else {
                 continue;
             };
             let (allocation_id, resource_id) = (placement.allocation_id, &placement.resource_id);
-            match self.descriptor(
-                &task,
-                allocation_id,
-                resource_id,
-                cx,
-                &mut shared_gates,
-                &mut list_ids,
-            ) {
+            match self.descriptor(&task, allocation_id, resource_id, cx, &mut shared_gates) {
                 Some(descriptor) => {
                     let resource_id = resource_id.clone();
                     self.set_state(&task, ExecutionState::Deploying, cx.now_ms);
@@ -608,6 +632,26 @@ impl JobMaster {
             .map(|shared| shared.locations.clone())
     }
 
+    /// Where subtask `subtask` of vertex `source` writes its partition of edge `edge`, if its
+    /// TaskManager is known.
+    fn producer_location(
+        &self,
+        source: usize,
+        subtask: u32,
+        edge: u32,
+        cx: &JobContext<'_>,
+    ) -> Option<ProducerLocation> {
+        let producer = &self.tasks[source][subtask as usize];
+        let resource_id = &producer.placement.as_ref()?.resource_id;
+        Some(ProducerLocation {
+            partition: ResultPartitionId {
+                producer: producer.attempt,
+                edge,
+            },
+            task_manager: (cx.address_of)(resource_id)?,
+        })
+    }
+
     fn descriptor(
         &self,
         task: &TaskRef,
@@ -615,7 +659,6 @@ impl JobMaster {
         resource_id: &ResourceId,
         cx: &JobContext<'_>,
         shared_gates: &mut BTreeMap<u32, SharedProducers>,
-        list_ids: &mut NodeRng,
     ) -> Option<TaskDeploymentDescriptor> {
         let vertex = &self.graph.vertices[task.vertex];
         let parts = &self.vertex_parts[task.vertex];
@@ -626,33 +669,14 @@ impl JobMaster {
                 continue;
             }
             let edge_index = index as u32;
-            let location = |subtask: u32| -> Option<ProducerLocation> {
-                let producer = &self.tasks[edge.source][subtask as usize];
-                let resource_id = &producer.placement.as_ref()?.resource_id;
-                Some(ProducerLocation {
-                    partition: ResultPartitionId {
-                        producer: producer.attempt,
-                        edge: edge_index,
-                    },
-                    task_manager: (cx.address_of)(resource_id)?,
-                })
-            };
             let (producers, subpartition) = match edge.pattern {
-                DistributionPattern::Forward => (Producers::own(vec![location(task.subtask)?]), 0),
+                DistributionPattern::Forward => {
+                    let own = self.producer_location(edge.source, task.subtask, edge_index, cx)?;
+                    (Producers::own(vec![own]), 0)
+                }
                 DistributionPattern::AllToAll => {
-                    let shared = match shared_gates.entry(edge_index) {
-                        Entry::Occupied(shared) => shared.into_mut(),
-                        Entry::Vacant(vacant) => {
-                            let all = (0..self.graph.vertices[edge.source].parallelism)
-                                .map(location)
-                                .collect::<Option<Vec<_>>>()?;
-                            vacant.insert(SharedProducers {
-                                id: ProducerListId::generate(list_ids),
-                                locations: Arc::new(all),
-                                sent_to: BTreeSet::new(),
-                            })
-                        }
-                    };
+                    // Built by `try_deploy`; missing while a producer's TaskManager is gone.
+                    let shared = shared_gates.get_mut(&edge_index)?;
                     let producers = if shared.sent_to.contains(resource_id) {
                         Producers::Known(shared.id)
                     } else {

@@ -238,7 +238,9 @@ impl SlotTasks {
 
 #[derive(Debug, Clone)]
 struct CoLocationLock {
+    /// The locked shared slot while it exists, and its key.
     allocation_id: Option<AllocationId>,
+    slot: usize,
     resource_id: ResourceId,
 }
 
@@ -336,7 +338,6 @@ pub struct Scheduler {
     free_slots: u64,
     /// Open shared slots by key.
     slots: Slab<SharedSlot>,
-    slot_keys: FixedHashMap<AllocationId, usize>,
     /// Slot sharing groups by key.
     groups: Slab<Group>,
     group_keys: BTreeMap<GroupKey, usize>,
@@ -369,7 +370,6 @@ impl Scheduler {
             total_slots: 0,
             free_slots: 0,
             slots: Slab::new(),
-            slot_keys: FixedHashMap::default(),
             groups: Slab::new(),
             group_keys: BTreeMap::new(),
             last_group: None,
@@ -835,13 +835,6 @@ impl Scheduler {
             .map_or(0, |key| self.task_managers[*key].used)
     }
 
-    /// Tasks placed in the shared slot `allocation_id`.
-    pub fn tasks_in(&self, allocation_id: &AllocationId) -> Vec<TaskRef> {
-        self.slot_keys
-            .get(allocation_id)
-            .map_or_else(Vec::new, |key| self.slot_tasks(*key))
-    }
-
     fn slot_tasks(&self, slot_key: usize) -> Vec<TaskRef> {
         let slot = &self.slots[slot_key];
         let job = self.groups[slot.group].key.0;
@@ -928,11 +921,13 @@ impl Scheduler {
             Vec::new()
         };
         if let Some(lock) = &lock {
-            if let Some(slot_key) = lock
-                .allocation_id
-                .and_then(|id| self.slot_keys.get(&id).copied())
-            {
-                return self.place_in(slot_key, task, &wanted);
+            let held = lock.allocation_id.is_some_and(|id| {
+                self.slots
+                    .get(lock.slot)
+                    .is_some_and(|slot| slot.allocation_id == id)
+            });
+            if held {
+                return self.place_in(lock.slot, task, &wanted);
             }
             // The locked slot is gone: its TaskManager is the one preference.
             if with_preferences {
@@ -955,20 +950,19 @@ impl Scheduler {
             if lock.is_none() {
                 new_locks.push(key.clone());
             }
-            self.set_lock(
-                key,
-                assignment.allocation_id,
-                assignment.resource_id.clone(),
-            );
+            self.set_lock(key, slot_key);
         }
         Some(assignment)
     }
 
-    fn set_lock(&mut self, key: LockKey, allocation_id: AllocationId, resource_id: ResourceId) {
+    fn set_lock(&mut self, key: LockKey, slot: usize) {
+        let allocation_id = self.slots[slot].allocation_id;
+        let resource_id = self.task_managers[self.slots[slot].task_manager].id.clone();
         if let Some(old) = self.co_location.insert(
             key.clone(),
             CoLocationLock {
                 allocation_id: Some(allocation_id),
+                slot,
                 resource_id,
             },
         ) && let Some(old_allocation) = old.allocation_id
@@ -1047,7 +1041,6 @@ impl Scheduler {
             at_group,
             tasks: SlotTasks::default(),
         });
-        self.slot_keys.insert(allocation_id, slot_key);
         Some(slot_key)
     }
 
@@ -1106,7 +1099,6 @@ impl Scheduler {
     /// TaskManager is still registered and keeps the slot in its list until now).
     fn drop_shared_slot(&mut self, slot_key: usize, registered: bool) -> SharedSlot {
         let slot = self.slots.remove(slot_key);
-        self.slot_keys.remove(&slot.allocation_id);
         if registered {
             self.free_slot(slot.task_manager);
             let slots = &mut self.task_managers[slot.task_manager].slots;
