@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use super::rest::{Answer, JobManagerChild, request};
 use super::zookeeper::ZooKeeper;
-use super::{scratch, write_text};
+use super::{RemoveOnDrop, scratch, write_text};
 
 /// How long a test waits for a cluster to reach a state (elections, a whole WordCount).
 pub const DEADLINE: Duration = Duration::from_secs(120);
@@ -100,6 +100,8 @@ pub struct HaCluster {
     /// Held for their `Drop`: killed with the cluster.
     _task_managers: Vec<TaskManagerChild>,
     pub zk: ZooKeeper,
+    /// Last: removed once every process above was stopped.
+    _scratch: RemoveOnDrop,
 }
 
 impl HaCluster {
@@ -135,6 +137,7 @@ impl HaCluster {
             .map(|name| TaskManagerChild::start(&tm_config, name, &dir.join(format!("{name}.log"))))
             .collect();
         let cluster = Self {
+            _scratch: RemoveOnDrop(dir.clone()),
             dir,
             a,
             b,

@@ -56,6 +56,20 @@ pub fn scratch(name: &str) -> PathBuf {
     dir
 }
 
+/// Removes a scratch directory when dropped, unless the test is failing (its logs and files
+/// are then kept for reading). Hold it in the last field of a struct, so the processes that
+/// write there are stopped first.
+#[derive(Debug)]
+pub struct RemoveOnDrop(pub PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
 /// Writes a deterministic text of `lines` lines: a skewed vocabulary with unicode (ß, ï, É,
 /// 日本, Ω), digits, hyphens, apostrophes and commas, and lines of uneven length (some empty).
 pub fn write_text(path: &Path, lines: usize) {
