@@ -5,6 +5,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use super::rest::{Answer, JobManagerChild, request};
@@ -100,13 +101,22 @@ pub struct HaCluster {
     /// Held for their `Drop`: killed with the cluster.
     _task_managers: Vec<TaskManagerChild>,
     pub zk: ZooKeeper,
-    /// Last: removed once every process above was stopped.
+    /// Removed once every process above was stopped.
     _scratch: RemoveOnDrop,
+    /// Last: released once this cluster is gone (see [`HA_CLUSTERS`]).
+    _one_at_a_time: MutexGuard<'static, ()>,
 }
+
+/// One HA cluster at a time per test binary: each starts a JVM and four processes, and two at
+/// once on 2 cores starved each other's 2 s ZooKeeper sessions (a leader lost its leadership
+/// before the test's fault, and its job never ran there).
+static HA_CLUSTERS: Mutex<()> = Mutex::new(());
 
 impl HaCluster {
     /// `None` (after the loud banner) when ZooKeeper cannot run here.
     pub fn start(name: &str) -> Option<Self> {
+        // A test that failed holding it poisoned it; the next may still run.
+        let one_at_a_time = HA_CLUSTERS.lock().unwrap_or_else(PoisonError::into_inner);
         let dir = scratch(name);
         let zk = ZooKeeper::start(&dir.join("zookeeper"))?;
         let keys = ha_keys(&zk, &dir.join("ha-storage"));
@@ -138,6 +148,7 @@ impl HaCluster {
             .collect();
         let cluster = Self {
             _scratch: RemoveOnDrop(dir.clone()),
+            _one_at_a_time: one_at_a_time,
             dir,
             a,
             b,
