@@ -108,8 +108,8 @@ pub struct HaCluster {
 }
 
 /// One HA cluster at a time per test binary: each starts a JVM and four processes, and two at
-/// once on 2 cores starved each other's 2 s ZooKeeper sessions (a leader lost its leadership
-/// before the test's fault, and its job never ran there).
+/// once on 2 cores compete with their 2 s ZooKeeper sessions (CI logged a TaskManager's first
+/// session expiring while it was being established).
 static HA_CLUSTERS: Mutex<()> = Mutex::new(());
 
 impl HaCluster {
@@ -188,8 +188,24 @@ pub fn mkdir(dir: &Path) -> PathBuf {
     dir.to_owned()
 }
 
-/// Submits WordCount of `lines` lines with `flint run --detach` at the JobManager `url`; its
-/// id, input and output.
+/// examples/wordcount.toml with a `pace` stage after its source (20 µs per line): the tests
+/// inject their fault once they saw the job RUNNING, and a plain WordCount of 200,000 lines could
+/// finish before the first poll (CI saw it FINISHED, never RUNNING). The count stays exact.
+fn paced_wordcount() -> String {
+    let example = include_str!("../../examples/wordcount.toml");
+    let paced = example.replace(
+        "[[edge]]\nfrom = \"source\"\nto = \"tokenize\"",
+        "[[vertex]]\nname = \"pace\"\noperator = \"sleep\"\nparallelism = 2\n\
+         [vertex.config]\nms = \"0\"\nper-record-us = \"20\"\n\n\
+         [[edge]]\nfrom = \"source\"\nto = \"pace\"\npattern = \"forward\"\n\
+         exchange = \"pipelined\"\n\n[[edge]]\nfrom = \"pace\"\nto = \"tokenize\"",
+    );
+    assert_ne!(paced, example, "examples/wordcount.toml changed shape");
+    paced
+}
+
+/// Submits WordCount of `lines` lines (paced, see [`paced_wordcount`]) with `flint run
+/// --detach` at the JobManager `url`; its id, input and output.
 pub fn submit_wordcount(url: &str, dir: &Path, lines: usize) -> (String, PathBuf, PathBuf) {
     submit_wordcount_named(url, dir, "wordcount", lines)
 }
@@ -203,9 +219,11 @@ pub fn submit_wordcount_named(
     let input = dir.join(format!("{name}.txt"));
     let output = dir.join(format!("{name}-output"));
     write_text(&input, lines);
-    let job_file = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/wordcount.toml");
+    let job_file = dir.join(format!("{name}.toml"));
+    std::fs::write(&job_file, paced_wordcount()).unwrap();
     let run = Command::new(env!("CARGO_BIN_EXE_flint"))
-        .args(["run", job_file, "--detach", "--jobmanager", url])
+        .args(["run", "--detach", "--jobmanager", url])
+        .arg(&job_file)
         .arg(format!("--param=input={}", input.display()))
         .arg(format!("--param=output={}", output.display()))
         .env_remove("FLINT_JOBMANAGER")
