@@ -457,6 +457,27 @@ fn forgetting_a_job_drops_its_queue() {
     assert_eq!(cluster.scheduler.slots_wanted(), 1, "only the slot held");
 }
 
+/// A job's sharing groups outlive `forget_job` only while their slots are held (tasks still
+/// stopping), then go: a JobManager running job after job keeps no table entry per ended job,
+/// and a later job with the same id and group name gets a group of its own.
+#[test]
+fn a_forgotten_jobs_groups_go_with_their_last_slot() {
+    let mut cluster = TestCluster::new(1, 2);
+    cluster.assigned(request(0, 0));
+    cluster.assigned(request(0, 1));
+    assert_eq!(cluster.scheduler.groups.len(), 1);
+    cluster.scheduler.forget_job(JOB);
+    assert_eq!(cluster.scheduler.groups.len(), 1, "two slots still held");
+    cluster.scheduler.release(&task(0, 0));
+    assert_eq!(cluster.scheduler.groups.len(), 1, "one slot still held");
+    cluster.scheduler.release(&task(0, 1));
+    assert_eq!(cluster.scheduler.groups.len(), 0);
+    assert_eq!(cluster.scheduler.free_slots(), 2);
+    // Asked again, the job starts afresh.
+    cluster.assigned(request(0, 0));
+    assert_eq!(cluster.scheduler.groups.len(), 1);
+}
+
 /// Q = 10,000 one-task regions queued behind 8 busy slots, then every slot freed and served
 /// one at a time: each freed slot looks at the head of the queue only, O(1) entries (each
 /// lookup O(log Q) in the tree), and a placement at one TaskManager entry. A queue served by a
