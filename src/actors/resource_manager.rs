@@ -100,7 +100,8 @@ pub struct FlinkResourceManager {
     /// Workers released so far.
     releases: u64,
     stopping: bool,
-    /// Checked before every worker start (high availability; see [`crate::ha::lease`]).
+    /// Checked before every worker start and release (high availability; see
+    /// [`crate::ha::lease`]).
     lease: LeadershipLease,
 }
 
@@ -147,8 +148,8 @@ impl FlinkResourceManager {
         }
     }
 
-    /// Starts workers only while `lease` is held (the resource manager of a leader elected
-    /// through high availability).
+    /// Starts and releases workers only while `lease` is held (the resource manager of a
+    /// leader elected through high availability).
     pub fn with_leadership_lease(mut self, lease: LeadershipLease) -> Self {
         self.lease = lease;
         self
@@ -257,6 +258,15 @@ impl FlinkResourceManager {
         if surplus == 0 || self.release_in_flight.is_some() || !self.driver.can_start_workers() {
             return;
         }
+        if !self.lease.is_held_now() {
+            // Releasing stops workers a new leader may already use: as starts, only while
+            // the leadership is proven.
+            log::debug!(
+                "resource manager: leadership lease lapsed; {surplus} worker releases wait"
+            );
+            self.schedule_resume(Instant::now() + crate::ha::lease::RECHECK, ctx);
+            return;
+        }
         let Some((gateway, session)) = self.connected_leader() else {
             log::debug!(
                 "resource manager: {surplus} workers over the target; waiting for a JobManager to say which may go"
@@ -299,6 +309,15 @@ impl FlinkResourceManager {
                 "IdleTaskManagersReleased",
             )
         {
+            return;
+        }
+        if !self.lease.is_held_now() {
+            // The lease lapsed while the JobManager answered: these workers stay; the next
+            // check asks again (the JobManager lets go of the ones it no longer knows).
+            log::debug!(
+                "resource manager: leadership lease lapsed; not releasing {} workers",
+                released.released.len()
+            );
             return;
         }
         for resource_id in released.released {

@@ -146,11 +146,22 @@ fn registrations_at(jm: &JobManagerProbeHandle) -> usize {
 /// A resource manager with a scripted driver (`managed`: can start workers) told of a probe
 /// JobManager leader; by default it registers at once.
 async fn start(config: ResourceManagerConfig, managed: bool) -> Fixture {
+    start_leased(config, managed, LeadershipLease::unbounded()).await
+}
+
+/// [`start`], with the resource manager holding `lease`.
+async fn start_leased(
+    config: ResourceManagerConfig,
+    managed: bool,
+    lease: LeadershipLease,
+) -> Fixture {
     tokio::time::pause();
     let env = env("jobmanager-node", 1);
     let jm = JobManagerProbeHandle::start(&env, "jobmanager", SESSION);
     let (driver, handle) = ScriptedDriver::new(managed);
-    let rm = FlinkResourceManager::new(settings(config), Box::new(driver), env.clone()).start();
+    let rm = FlinkResourceManager::new(settings(config), Box::new(driver), env.clone())
+        .with_leadership_lease(lease)
+        .start();
     let started_at = actix::clock::Instant::now();
     rm.do_send(NewLeaderAvailable {
         address: jm.address.clone(),
@@ -1230,4 +1241,58 @@ async fn workers_are_started_only_while_the_leadership_lease_is_held() {
         .expect("a valid size");
     advance(5_000).await;
     assert_eq!(handle.requested().len(), 2, "started under a revoked lease");
+}
+
+/// A leader paused past its lease must not stop workers a new leader may already use: the
+/// surplus waits until the lease is proven again.
+#[actix::test]
+async fn shrinking_releases_nothing_while_the_leadership_lease_has_lapsed() {
+    let lease = LeadershipLease::lapsed();
+    lease.extend_to(actix::clock::Instant::now() + Duration::from_secs(3600));
+    let f = start_leased(config(3), true, lease.clone()).await;
+    let ids = f.driver.requested();
+    for id in &ids {
+        f.start_and_register(id).await;
+    }
+    f.answer_idle_release(SESSION, vec![ids[2].clone()]);
+    lease.revoke();
+    f.set_pool_size(2).await;
+    settle().await;
+    tokio::time::advance(Duration::from_secs(5)).await;
+    settle().await;
+    let asks = |f: &Fixture| {
+        f.jm.received
+            .filter(|m| matches!(m, JobManagerMessage::ReleaseIdleTaskManagers(_)).then_some(()))
+            .len()
+    };
+    assert_eq!(asks(&f), 0, "no JobManager is asked which workers may go");
+    assert!(f.driver.released().is_empty(), "no worker is stopped");
+    assert_eq!(f.counts().await.0, 3);
+}
+
+/// The lease lapsing while the JobManager answers: the answer is not acted on.
+#[actix::test]
+async fn an_idle_release_answer_arriving_after_the_lease_lapsed_stops_no_worker() {
+    let lease = LeadershipLease::lapsed();
+    lease.extend_to(actix::clock::Instant::now() + Duration::from_secs(3600));
+    let f = start_leased(config(3), true, lease.clone()).await;
+    let ids = f.driver.requested();
+    for id in &ids {
+        f.start_and_register(id).await;
+    }
+    let held = Held::default();
+    f.jm.script(|s| s.release_idle_task_managers = Script::Hold(held.clone()));
+    f.set_pool_size(2).await;
+    settle().await;
+    assert_eq!(held.len(), 1, "asked while the lease is held");
+    lease.revoke();
+    held.answer(
+        0,
+        IdleTaskManagersReleased {
+            leader_session_id: SESSION,
+            released: vec![ids[2].clone()],
+        },
+    );
+    settle().await;
+    assert!(f.driver.released().is_empty(), "no worker is stopped");
 }
