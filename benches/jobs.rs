@@ -333,6 +333,7 @@ async fn main() {
         wordcount_section(quick).await;
         return;
     }
+    let e2e_only = std::env::args().any(|a| a == "e2e");
 
     println!(
         "## Scheduler benchmark (JobManager logic, 100 TaskManagers × 100 slots, median of {rounds}, ms)\n"
@@ -353,7 +354,7 @@ async fn main() {
             only(this) || !only(other)
         })
         .collect();
-    for exchange in exchanges {
+    for exchange in exchanges.into_iter().filter(|_| !e2e_only) {
         for parallelism in [1_000, 10_000] {
             let mut phases = Phases::default();
             for _ in 0..rounds {
@@ -396,6 +397,9 @@ async fn main() {
             2 * parallelism,
             parallelism * parallelism
         );
+    }
+    if e2e_only {
+        return; // `-- e2e`: section 2's all-to-all jobs alone
     }
     let trivial = trivial_job_latency(if quick { 3 } else { 11 }).await;
     println!("| trivial 8-task job on a warm cluster | {trivial:.1} |");

@@ -542,15 +542,40 @@ impl Handler<SubmitTasks> for TaskManagerProbe {
     }
 }
 
-impl Handler<FetchSubpartitions> for TaskManagerProbe {
-    type Result = MessageResult<FetchSubpartitions>;
+impl Handler<PartitionRequests> for TaskManagerProbe {
+    type Result = ();
 
-    fn handle(&mut self, msg: FetchSubpartitions, _: &mut Context<Self>) -> Self::Result {
-        let channels = (0..msg.reads.len() as u32)
-            .map(|index| (index, ChannelResponse::Unknown))
-            .collect();
+    fn handle(&mut self, msg: PartitionRequests, _: &mut Context<Self>) {
         self.received.push(msg.into());
-        MessageResult(FetchResponse { channels })
+    }
+}
+
+/// A probe holds no partitions: every channel subscribed so far is answered `Unknown`.
+impl Handler<PollPartitionData> for TaskManagerProbe {
+    type Result = MessageResult<PollPartitionData>;
+
+    fn handle(&mut self, msg: PollPartitionData, _: &mut Context<Self>) -> Self::Result {
+        let channels: Vec<(u64, ChannelResponse)> = self
+            .received
+            .all()
+            .iter()
+            .filter_map(|m| match m {
+                TaskManagerMessage::PartitionRequests(r) if r.connection == msg.connection => {
+                    Some(r.requests.clone())
+                }
+                _ => None,
+            })
+            .flatten()
+            .filter_map(|request| match request {
+                PartitionRequest::Subscribe { channel, .. } => {
+                    Some((channel, ChannelResponse::Unknown))
+                }
+                _ => None,
+            })
+            .collect();
+        let seq = msg.received + 1;
+        self.received.push(msg.into());
+        MessageResult(PartitionData { seq, channels })
     }
 }
 

@@ -17,14 +17,16 @@ use actix::prelude::*;
 use super::Shutdown;
 use super::registration::{Leader, Registration, RegistrationAction, RegistrationEvent};
 use super::slot_table::SlotTable;
-use super::task_runtime::{TaskEnvironment, TaskOutcome, create_outputs, run_task, serve_fetch};
+use super::task_runtime::{TaskEnvironment, TaskOutcome, create_outputs, run_task};
 use crate::config::{CancellationConfig, HeartbeatConfig, RegistrationConfig};
 use crate::directory::LocalActor;
 use crate::env::{NodeEnv, NodeRng, TaskBlocker};
 use crate::events::ClusterEvent;
 use crate::exchange::NetworkSettings;
+use crate::exchange::client::NetworkClient;
 use crate::exchange::metrics::{TaskIoMetrics, TaskIoSnapshot};
 use crate::exchange::partition::PartitionStore;
+use crate::exchange::server::PartitionRequestServer;
 use crate::job::states::ExecutionState;
 use crate::messages::ResultPartitionId;
 use crate::messages::deployment::TaskDeploymentDescriptor;
@@ -130,6 +132,10 @@ pub struct TaskManager {
     /// transition the JobManager takes, and a no-op task then costs one report, not two.
     unreported_running: BTreeMap<ExecutionAttemptId, JobId>,
     partitions: Arc<PartitionStore>,
+    /// This TaskManager's data connections to the producers its tasks read from.
+    network: NetworkClient,
+    /// The data connections consumers opened to this TaskManager.
+    partition_server: Arc<PartitionRequestServer>,
     job_partitions: BTreeMap<JobId, BTreeSet<ResultPartitionId>>,
     /// The all-to-all producer lists sent with earlier tasks.
     producer_lists: ProducerListCache,
@@ -189,8 +195,11 @@ impl TaskManager {
             .working_dir
             .join(settings.resource_id.as_str());
         let mut session_rng = env.rng("task-manager-session");
+        let address = env.address_of(&Self::name_of(&settings.resource_id));
         Self {
-            address: env.address_of(&Self::name_of(&settings.resource_id)),
+            network: NetworkClient::new(address.clone(), env.rng("data-connections")),
+            partition_server: Arc::default(),
+            address,
             registration: Registration::new(settings.spec.registration),
             slots: SlotTable::new(settings.spec.slots),
             allocations: BTreeMap::new(),
@@ -358,6 +367,7 @@ impl TaskManager {
 
     fn heartbeat(&mut self, ctx: &mut Context<Self>) {
         self.sample_task_metrics();
+        self.partition_server.prune();
         let Some(instance_id) = self.registration.instance_id() else {
             return;
         };
@@ -530,25 +540,31 @@ impl TaskManager {
             "task manager {}: running {name} as {attempt}",
             self.settings.resource_id
         );
-        let mut peers = BTreeMap::new();
+        // Data connections to the producers' TaskManagers are opened here, on the actor's
+        // arbiter (a task thread cannot start the proxy actors a remote peer needs).
+        let mut last: Option<&ActorAddress> = None;
         for producer in descriptor
             .inputs
             .iter()
             .flat_map(|gate| gate.producers.locations())
         {
             let address = &producer.task_manager;
-            if *address != self.address
-                && !peers.contains_key(address)
+            if *address == self.address || last == Some(address) {
+                continue;
+            }
+            last = Some(address);
+            if self.network.connection(address).is_none()
                 && let Some(gateway) = self.env.resolver.task_manager(address)
+                && let Some(drive) = self.network.connect(address, gateway)
             {
-                peers.insert(address.clone(), gateway);
+                ctx.spawn(actix::fut::wrap_future(drive));
             }
         }
         let environment = TaskEnvironment {
             descriptor,
             partitions: self.partitions.clone(),
             registry: self.settings.spec.registry.clone(),
-            peers,
+            data_connections: self.network.clone(),
             local_address: self.address.clone(),
             network,
             cancelled,
@@ -854,10 +870,14 @@ impl TaskManager {
         if !self.fenced(msg.leader_session_id, "SubmitTasks") {
             return vec![Err(TaskSubmissionError::StaleLeader); msg.descriptors.len()];
         }
-        msg.descriptors
+        let results = msg
+            .descriptors
             .into_iter()
             .map(|descriptor| self.submit_task(descriptor, ctx))
-            .collect()
+            .collect();
+        // Subscriptions that came before their partitions look again.
+        self.partition_server.partitions_created();
+        results
     }
 }
 
@@ -911,11 +931,19 @@ impl Handler<ReleaseJobPartitions> for TaskManager {
     }
 }
 
-impl Handler<FetchSubpartitions> for TaskManager {
-    type Result = ResponseFuture<FetchResponse>;
+impl Handler<PartitionRequests> for TaskManager {
+    type Result = ();
 
-    fn handle(&mut self, msg: FetchSubpartitions, _: &mut Context<Self>) -> Self::Result {
-        Box::pin(serve_fetch(self.partitions.clone(), msg))
+    fn handle(&mut self, msg: PartitionRequests, _: &mut Context<Self>) {
+        self.partition_server.apply(msg);
+    }
+}
+
+impl Handler<PollPartitionData> for TaskManager {
+    type Result = ResponseFuture<PartitionData>;
+
+    fn handle(&mut self, msg: PollPartitionData, _: &mut Context<Self>) -> Self::Result {
+        Box::pin(self.partition_server.poll(self.partitions.clone(), msg))
     }
 }
 
@@ -943,6 +971,7 @@ impl Actor for TaskManager {
 
     fn stopping(&mut self, _ctx: &mut Self::Context) -> Running {
         self.env.resolver.unregister(&self.address);
+        self.network.close();
         for task in self.running.values() {
             task.cancelled.cancel();
         }

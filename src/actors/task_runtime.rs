@@ -13,27 +13,27 @@
 //! [`TaskIo::sleep`]) goes through the task's [`TaskBlocker`], never the thread directly, so the
 //! simulation can run tasks in virtual time; a blocker whose runner is gone cancels the task.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::env::{Clock, TaskBlocker};
 use crate::exchange::NetworkSettings;
+use crate::exchange::client::NetworkClient;
 use crate::exchange::input_gate::{GateStats, InputGate, PRODUCER_CANCELLED};
 use crate::exchange::metrics::TaskIoMetrics;
 use crate::exchange::partition::PartitionStore;
 use crate::exchange::writer::{ResultPartitionWriter, WriterStats};
 use crate::job::states::ExecutionState;
 use crate::messages::deployment::TaskDeploymentDescriptor;
-use crate::messages::task_manager::TaskManagerGateway;
 use crate::messages::{ActorAddress, ResultPartitionId};
 use crate::operators::registry::OperatorSpec;
 use crate::operators::{OperatorError, OperatorRegistry, Record, TaskIo};
 use crate::task_blocking::Cancellation;
 
 pub use crate::exchange::input_gate::PARTITION_REQUEST_TIMEOUT;
-pub use crate::exchange::server::{FETCH_BYTES, FETCH_HOLD, serve_fetch};
+pub use crate::exchange::server::{FETCH_BYTES, FETCH_HOLD};
 
 /// How a task ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -58,9 +58,9 @@ pub struct TaskEnvironment {
     pub partitions: Arc<PartitionStore>,
     /// The operators this TaskManager knows.
     pub registry: OperatorRegistry,
-    /// The TaskManagers holding this task's remote inputs, resolved by the TaskManager actor on
-    /// its own arbiter (a task thread cannot start the proxy actors a remote peer needs).
-    pub peers: BTreeMap<ActorAddress, TaskManagerGateway>,
+    /// The TaskManager's data connections; one to every TaskManager holding this task's remote
+    /// inputs was opened by the TaskManager actor before the task started.
+    pub data_connections: NetworkClient,
     /// This TaskManager's address (a producer here is read locally).
     pub local_address: ActorAddress,
     /// The network buffer settings.
@@ -167,7 +167,7 @@ fn run(
         gate: InputGate::new(
             &d.inputs,
             &env.local_address,
-            &env.peers,
+            &env.data_connections,
             env.partitions.clone(),
             env.network,
             env.cancelled.clone(),

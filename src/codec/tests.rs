@@ -451,16 +451,33 @@ pub(crate) fn task_manager_samples() -> Vec<TaskManagerMessage> {
             job_id: JobId::from_u128(5),
         }
         .into(),
-        FetchSubpartitions {
-            reads: vec![SubpartitionRead {
-                partition: ResultPartitionId {
-                    producer: ExecutionAttemptId::from_u128(7),
-                    edge: 0,
+        PartitionRequests {
+            consumer: ActorAddress::new("127.0.0.1:6121", "taskmanager/tm-2"),
+            connection: DataConnectionId::from_u128(12),
+            round: 3,
+            requests: vec![
+                PartitionRequest::Subscribe {
+                    channel: (1 << 32) | 4,
+                    partition: ResultPartitionId {
+                        producer: ExecutionAttemptId::from_u128(7),
+                        edge: 0,
+                    },
+                    subpartition: 1,
+                    credit: 2,
                 },
-                subpartition: 1,
-                from_batch: 3,
-                credit: 2,
-            }],
+                PartitionRequest::Credit {
+                    channel: (1 << 32) | 4,
+                    granted: 9,
+                },
+                PartitionRequest::Cancel { channel: 5 },
+            ],
+        }
+        .into(),
+        PollPartitionData {
+            consumer: ActorAddress::new("127.0.0.1:6121", "taskmanager/tm-2"),
+            connection: DataConnectionId::from_u128(12),
+            poll: 8,
+            received: 6,
         }
         .into(),
     ]
@@ -475,7 +492,8 @@ fn task_manager_variant(message: &TaskManagerMessage) -> usize {
         M::SubmitTasks(_) => 3,
         M::CancelTask(_) => 4,
         M::ReleaseJobPartitions(_) => 5,
-        M::FetchSubpartitions(_) => 6,
+        M::PartitionRequests(_) => 6,
+        M::PollPartitionData(_) => 7,
     }
 }
 
@@ -507,7 +525,7 @@ fn every_job_manager_message_round_trips() {
 #[test]
 fn every_task_manager_message_round_trips() {
     let samples = task_manager_samples();
-    assert_covers(&samples, task_manager_variant, 7);
+    assert_covers(&samples, task_manager_variant, 8);
     samples.iter().for_each(round_trip);
 }
 
@@ -579,7 +597,8 @@ fn every_answer_round_trips() {
     round_trip(&Result::<(), TaskSubmissionError>::Err(
         TaskSubmissionError::UnknownProducers(ProducerListId::from_u128(18)),
     ));
-    round_trip(&FetchResponse {
+    round_trip(&PartitionData {
+        seq: 3,
         channels: vec![
             (
                 0,
@@ -604,10 +623,12 @@ fn every_answer_round_trips() {
                 },
             ),
             (1, ChannelResponse::Failed("gone".into())),
-            (2, ChannelResponse::Unknown),
+            (2, ChannelResponse::Released),
+            (3, ChannelResponse::Unknown),
         ],
     });
-    round_trip(&FetchResponse {
+    round_trip(&PartitionData {
+        seq: 0,
         channels: Vec::new(),
     });
     round_trip(&vec![job_summary()]);

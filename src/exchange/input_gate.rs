@@ -4,21 +4,24 @@
 //!
 //! A channel on this TaskManager is read straight from the [`PartitionStore`] (a pipelined
 //! buffer moves, it is not copied); the gate waits on the store's wake-up when it has caught up.
-//! Channels on another TaskManager are read through that TaskManager's
-//! [`PartitionRequestClient`], one request in flight for all of them.
+//! A channel on another TaskManager is subscribed once through this TaskManager's
+//! [`NetworkClient`] (one data connection per producer TaskManager, shared by every task here)
+//! and its news arrives in the gate's [`GateInbox`].
 //!
 //! Credit-based flow control: a channel has `buffers-per-channel` exclusive buffers, and the
 //! gate `floating-buffers-per-gate` more, lent to channels whose producer reports a backlog. A
 //! channel is read only while it has credit (buffers received and not yet consumed count
-//! against it), so a fast producer fills at most its consumer's buffers and its own
-//! subpartition's capacity, then waits: backpressure, not memory.
+//! against it; a remote channel's producer sends only within the credit the gate granted), so
+//! a fast producer fills at most its consumer's buffers and its own subpartition's capacity,
+//! then waits: backpressure, not memory.
 //!
 //! Waiting has no time limit. A channel fails only when its producer is really gone, and the
 //! error names the producer's TaskManager and the reason: the data connection broke and
-//! [`RECONNECT_ATTEMPTS`] requests in a row could not get through, the partition was released
-//! or failed there, or it never appeared within [`PARTITION_REQUEST_TIMEOUT`].
+//! [`RECONNECT_ATTEMPTS`](super::client::RECONNECT_ATTEMPTS) asks in a row could not get
+//! through, the partition was released or failed there, or it never appeared within
+//! [`PARTITION_REQUEST_TIMEOUT`].
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::Poll;
@@ -28,15 +31,14 @@ use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
 
 use super::NetworkSettings;
-use super::client::{PartitionRequestClient, RECONNECT_ATTEMPTS};
+use super::client::{DataConnection, Delivery, GateInbox, NetworkClient, channel_key};
 use super::metrics::TaskIoMetrics;
 use super::partition::{Fetch, PartitionStore, batch_bytes};
 use super::server::FETCH_BYTES;
 use crate::env::TaskBlocker;
+use crate::fixed_hash::FixedHashMap;
 use crate::messages::deployment::InputGate as GateDescriptor;
-use crate::messages::task_manager::{
-    ChannelResponse, FetchResponse, SubpartitionRead, TaskManagerGateway,
-};
+use crate::messages::task_manager::{ChannelResponse, PartitionRequest};
 use crate::messages::{ActorAddress, ResultPartitionId};
 use crate::operators::{OperatorError, Record};
 use crate::task_blocking::{Cancellation, block_on};
@@ -47,9 +49,6 @@ pub const PARTITION_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Why a cancelled producer's partitions fail: its consumers end CANCELED, not FAILED.
 pub const PRODUCER_CANCELLED: &str = "producer cancelled";
-
-/// The pause before the first request after a failed one; it doubles after each further one.
-const RECONNECT_BACKOFF: Duration = Duration::from_millis(100);
 
 /// What a gate did, for the task's metrics.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -68,8 +67,10 @@ pub struct GateStats {
 enum State {
     /// May be read now (has credit).
     Ready,
-    /// A local wake-up is registered, or a remote request carrying it is in flight.
+    /// A local wake-up is registered.
     Waiting,
+    /// Remote: subscribed; its news comes through the inbox.
+    Subscribed,
     /// No credit left: read again when one of its buffers is consumed.
     NoCredit,
     /// Its partition is not there yet (the producer is being deployed): asked again shortly.
@@ -81,8 +82,14 @@ enum State {
 struct Channel {
     partition: ResultPartitionId,
     subpartition: u32,
-    task_manager: ActorAddress,
+    /// Its producer TaskManager's data connection (an index into the gate's), or `None` for a
+    /// channel read locally.
+    connection: Option<u32>,
     local: bool,
+    /// Remote: buffers granted in all (the producer is told the running total).
+    granted: u64,
+    /// Remote: buffers received in all.
+    received: u64,
     next_batch: u64,
     state: State,
     /// Buffers received and not yet consumed.
@@ -96,16 +103,10 @@ struct Channel {
 }
 
 type LocalWait = Pin<Box<dyn Future<Output = usize> + Send>>;
-type RemoteAnswer = (
-    ActorAddress,
-    Vec<usize>,
-    Result<FetchResponse, actix::MailboxError>,
-);
-type RemoteWait = Pin<Box<dyn Future<Output = RemoteAnswer> + Send>>;
 
 enum Event {
     Local(usize),
-    Remote(RemoteAnswer),
+    Remote,
     Cancelled,
 }
 
@@ -115,7 +116,19 @@ pub struct InputGate {
     settings: NetworkSettings,
     cancellation: Arc<Cancellation>,
     channels: Vec<Channel>,
-    clients: BTreeMap<ActorAddress, PartitionRequestClient>,
+    local_address: ActorAddress,
+    network: NetworkClient,
+    /// This gate's id at the network client, and where its remote news arrives.
+    gate_id: u32,
+    inbox: Arc<GateInbox>,
+    /// The data connections of its remote channels, each with requests not handed over yet.
+    connections: Vec<(Arc<DataConnection>, Vec<PartitionRequest>)>,
+    /// Positions in `connections` with requests queued.
+    dirty: Vec<u32>,
+    /// Remote channels subscribed and not finished.
+    subscribed: usize,
+    /// Local channels whose partition is not there yet.
+    retrying: Vec<usize>,
     queue: VecDeque<(usize, Vec<Record>)>,
     /// Channels not finished.
     open: usize,
@@ -124,57 +137,99 @@ pub struct InputGate {
     /// Local channels to read now.
     to_fetch: VecDeque<usize>,
     local_waits: FuturesUnordered<LocalWait>,
-    remote_waits: FuturesUnordered<RemoteWait>,
     retry_backoff: Duration,
     stats: GateStats,
     metrics: Arc<TaskIoMetrics>,
 }
 
 impl InputGate {
-    /// A gate over every channel of `gates`; `peers` are the gateways of the producers'
-    /// TaskManagers other than `local` (resolved by the TaskManager actor).
+    /// A gate over every channel of `gates`; remote ones are subscribed through `network`,
+    /// which has a connection to every producer TaskManager other than `local` (opened by the
+    /// TaskManager actor before the task starts).
     pub fn new(
         gates: &[GateDescriptor],
         local: &ActorAddress,
-        peers: &BTreeMap<ActorAddress, TaskManagerGateway>,
+        network: &NetworkClient,
         store: Arc<PartitionStore>,
         settings: NetworkSettings,
         cancellation: Arc<Cancellation>,
         metrics: Arc<TaskIoMetrics>,
     ) -> Result<Self, OperatorError> {
-        let mut channels = Vec::new();
-        let mut clients: BTreeMap<ActorAddress, PartitionRequestClient> = BTreeMap::new();
-        for gate in gates {
-            for producer in gate.producers.locations() {
-                let index = channels.len();
+        let (gate_id, inbox) = network.register_gate();
+        let mut gate = Self {
+            store,
+            settings,
+            cancellation,
+            open: 0,
+            channels: Vec::new(),
+            local_address: local.clone(),
+            network: network.clone(),
+            gate_id,
+            inbox,
+            connections: Vec::new(),
+            dirty: Vec::new(),
+            subscribed: 0,
+            retrying: Vec::new(),
+            queue: VecDeque::new(),
+            floating_used: 0,
+            to_fetch: VecDeque::new(),
+            local_waits: FuturesUnordered::new(),
+            retry_backoff: Duration::from_millis(1),
+            stats: GateStats::default(),
+            metrics,
+        };
+        let mut by_address: FixedHashMap<&ActorAddress, u32> = FixedHashMap::default();
+        let credit = gate.settings.buffers_per_channel;
+        for descriptor in gates {
+            for producer in descriptor.producers.locations() {
+                let index = gate.channels.len();
                 let is_local = producer.task_manager == *local;
-                if !is_local {
-                    let client = match clients.get_mut(&producer.task_manager) {
-                        Some(client) => client,
+                let connection = if is_local {
+                    gate.to_fetch.push_back(index);
+                    None
+                } else {
+                    let position = match by_address.get(&producer.task_manager) {
+                        Some(&position) => position,
                         None => {
-                            let gateway = peers.get(&producer.task_manager).ok_or_else(|| {
-                                OperatorError::InputUnavailable(format!(
-                                    "cannot reach TaskManager {} holding {}: no gateway to it",
-                                    producer.task_manager, producer.partition
-                                ))
-                            })?;
-                            clients.entry(producer.task_manager.clone()).or_insert(
-                                PartitionRequestClient::new(
-                                    producer.task_manager.clone(),
-                                    gateway.clone(),
-                                ),
-                            )
+                            let connection =
+                                network.connection(&producer.task_manager).ok_or_else(|| {
+                                    OperatorError::InputUnavailable(format!(
+                                        "cannot reach TaskManager {} holding {}: no data \
+                                         connection to it",
+                                        producer.task_manager, producer.partition
+                                    ))
+                                })?;
+                            let position = gate.connections.len() as u32;
+                            gate.connections.push((connection, Vec::new()));
+                            by_address.insert(&producer.task_manager, position);
+                            position
                         }
                     };
-                    client.channels.push(index);
-                }
-                channels.push(Channel {
+                    gate.request(
+                        position,
+                        PartitionRequest::Subscribe {
+                            channel: channel_key(gate_id, index as u32),
+                            partition: producer.partition,
+                            subpartition: descriptor.subpartition,
+                            credit,
+                        },
+                    );
+                    gate.subscribed += 1;
+                    Some(position)
+                };
+                gate.channels.push(Channel {
                     partition: producer.partition,
-                    subpartition: gate.subpartition,
-                    task_manager: producer.task_manager.clone(),
+                    subpartition: descriptor.subpartition,
+                    connection,
                     local: is_local,
+                    granted: if is_local { 0 } else { u64::from(credit) },
+                    received: 0,
                     next_batch: 0,
-                    state: State::Ready,
+                    state: if is_local {
+                        State::Ready
+                    } else {
+                        State::Subscribed
+                    },
                     queued: 0,
                     backlog: 0,
                     seen: false,
@@ -182,28 +237,17 @@ impl InputGate {
                 });
             }
         }
-        let to_fetch = channels
-            .iter()
-            .enumerate()
-            .filter(|(_, c)| c.local)
-            .map(|(i, _)| i)
-            .collect();
-        Ok(Self {
-            store,
-            settings,
-            cancellation,
-            open: channels.len(),
-            channels,
-            clients,
-            queue: VecDeque::new(),
-            floating_used: 0,
-            to_fetch,
-            local_waits: FuturesUnordered::new(),
-            remote_waits: FuturesUnordered::new(),
-            retry_backoff: Duration::from_millis(1),
-            stats: GateStats::default(),
-            metrics,
-        })
+        gate.open = gate.channels.len();
+        gate.send_requests();
+        Ok(gate)
+    }
+
+    /// The TaskManager holding `channel`'s partition.
+    fn task_manager(&self, channel: &Channel) -> &ActorAddress {
+        match channel.connection {
+            Some(position) => &self.connections[position as usize].0.address,
+            None => &self.local_address,
+        }
     }
 
     /// What it did so far.
@@ -223,6 +267,7 @@ impl InputGate {
         loop {
             if let Some((channel, buffer)) = self.queue.pop_front() {
                 self.consumed(channel);
+                self.send_requests();
                 let bytes = batch_bytes(&buffer) as u64;
                 self.stats.records_in += buffer.len() as u64;
                 self.stats.bytes_in += bytes;
@@ -243,8 +288,7 @@ impl InputGate {
             if !self.queue.is_empty() || self.open == 0 {
                 continue;
             }
-            let retrying = self.channels.iter().any(|c| c.state == State::Retry);
-            if retrying {
+            if !self.retrying.is_empty() {
                 // A producer still being deployed: look again after a short pause (no timer
                 // can run inside a task's wait, so the pause is the blocker's).
                 if !blocker.sleep(self.retry_backoff) {
@@ -252,14 +296,12 @@ impl InputGate {
                 }
                 let pause = self.retry_backoff;
                 self.retry_backoff = (self.retry_backoff * 2).min(Duration::from_millis(100));
-                for index in 0..self.channels.len() {
+                for index in std::mem::take(&mut self.retrying) {
                     let channel = &mut self.channels[index];
                     if channel.state == State::Retry {
                         channel.waited += pause;
                         channel.state = State::Ready;
-                        if channel.local {
-                            self.to_fetch.push_back(index);
-                        }
+                        self.to_fetch.push_back(index);
                     }
                 }
                 // Whatever arrived meanwhile is handled before the next pause.
@@ -268,7 +310,7 @@ impl InputGate {
                 }
                 continue;
             }
-            if self.local_waits.is_empty() && self.remote_waits.is_empty() {
+            if self.local_waits.is_empty() && self.subscribed == 0 {
                 // Every open channel has no credit although no buffer is queued: cannot happen
                 // (consuming a buffer restores credit); fail rather than spin.
                 let states: Vec<String> = self
@@ -277,7 +319,10 @@ impl InputGate {
                     .map(|c| {
                         format!(
                             "{}@{}:{:?}/{}",
-                            c.partition, c.task_manager, c.state, c.queued
+                            c.partition,
+                            self.task_manager(c),
+                            c.state,
+                            c.queued
                         )
                     })
                     .collect();
@@ -306,6 +351,43 @@ impl InputGate {
                 self.to_fetch.push_back(index);
             }
         }
+        self.grant(index);
+    }
+
+    /// Tells a remote channel's producer of the buffers it may send now, if more than it knows.
+    fn grant(&mut self, index: usize) {
+        let channel = &self.channels[index];
+        let Some(position) = channel.connection else {
+            return;
+        };
+        if channel.state != State::Subscribed {
+            return;
+        }
+        let outstanding = channel.granted.saturating_sub(channel.received);
+        let credit = u64::from(self.credit(index));
+        if credit <= outstanding {
+            return;
+        }
+        let channel = &mut self.channels[index];
+        channel.granted += credit - outstanding;
+        let granted = channel.granted;
+        self.request(
+            position,
+            PartitionRequest::Credit {
+                channel: channel_key(self.gate_id, index as u32),
+                granted,
+            },
+        );
+    }
+
+    /// Queues a request for the connection at `position`, handed over at the next
+    /// [`send_requests`](Self::send_requests).
+    fn request(&mut self, position: u32, request: PartitionRequest) {
+        let requests = &mut self.connections[position as usize].1;
+        if requests.is_empty() {
+            self.dirty.push(position);
+        }
+        requests.push(request);
     }
 
     /// Buffers `channel` may receive now: its free exclusive ones, plus one floating buffer
@@ -333,6 +415,7 @@ impl InputGate {
                 self.floating_used += 1;
             }
             channel.queued += 1;
+            channel.received += 1;
             self.stats.buffers_in += 1;
             self.queue.push_back((index, buffer));
             self.metrics.set_buffers_in_use(self.queue.len() as u64);
@@ -382,61 +465,26 @@ impl InputGate {
             }
             Fetch::Failed(reason) => ChannelResponse::Failed(reason),
             Fetch::Unknown => ChannelResponse::Unknown,
+            Fetch::Listening => unreachable!("a local read registers no listener"),
         };
         self.apply(index, response)
     }
 
-    /// Sends a request to every producer TaskManager that has none in flight, for its channels
-    /// with credit.
+    /// Hands the requests gathered since the last time (subscriptions, credit) to their data
+    /// connections.
     fn send_requests(&mut self) {
-        let addresses: Vec<ActorAddress> = self
-            .clients
-            .iter()
-            .filter(|(_, client)| !client.in_flight)
-            .map(|(address, _)| address.clone())
-            .collect();
-        for address in addresses {
-            let Some(channel_indices) = self.clients.get(&address).map(|c| c.channels.clone())
-            else {
-                continue;
-            };
-            let mut reads = Vec::new();
-            let mut asked = Vec::new();
-            for index in channel_indices {
-                if self.channels[index].state != State::Ready {
-                    continue;
-                }
-                let credit = self.credit(index);
-                let channel = &mut self.channels[index];
-                if credit == 0 {
-                    channel.state = State::NoCredit;
-                    continue;
-                }
-                channel.state = State::Waiting;
-                reads.push(SubpartitionRead {
-                    partition: channel.partition,
-                    subpartition: channel.subpartition,
-                    from_batch: channel.next_batch,
-                    credit,
-                });
-                asked.push(index);
+        for position in std::mem::take(&mut self.dirty) {
+            let (connection, requests) = &mut self.connections[position as usize];
+            if !requests.is_empty() {
+                connection.submit(self.gate_id, requests);
             }
-            if reads.is_empty() {
-                continue;
-            }
-            let Some(client) = self.clients.get_mut(&address) else {
-                continue;
-            };
-            let answer = client.request(reads);
-            self.remote_waits
-                .push(Box::pin(async move { (address, asked, answer.await) }));
         }
     }
 
     /// Waits for the first local wake-up, remote answer or cancellation.
     fn wait(&mut self, blocker: &dyn TaskBlocker) -> Result<Event, OperatorError> {
         let mut local = std::mem::take(&mut self.local_waits);
-        let mut remote = std::mem::take(&mut self.remote_waits);
+        let inbox = Arc::clone(&self.inbox);
         let cancellation = Arc::clone(&self.cancellation);
         let waited = block_on(blocker, async move {
             let event = std::future::poll_fn(|cx| {
@@ -446,19 +494,18 @@ impl InputGate {
                 if let Poll::Ready(Some(index)) = local.poll_next_unpin(cx) {
                     return Poll::Ready(Event::Local(index));
                 }
-                if let Poll::Ready(Some(answer)) = remote.poll_next_unpin(cx) {
-                    return Poll::Ready(Event::Remote(answer));
+                if inbox.poll_ready(cx) {
+                    return Poll::Ready(Event::Remote);
                 }
                 Poll::Pending
             })
             .await;
-            (local, remote, event)
+            (local, event)
         });
-        let Some((local, remote, event)) = waited else {
+        let Some((local, event)) = waited else {
             return Err(OperatorError::Cancelled);
         };
         self.local_waits = local;
-        self.remote_waits = remote;
         Ok(event)
     }
 
@@ -468,8 +515,12 @@ impl InputGate {
         if let Some(Some(index)) = self.local_waits.next().now_or_never() {
             return Some(Event::Local(index));
         }
-        if let Some(Some(answer)) = self.remote_waits.next().now_or_never() {
-            return Some(Event::Remote(answer));
+        let waker = futures_util::task::noop_waker();
+        if self
+            .inbox
+            .poll_ready(&mut std::task::Context::from_waker(&waker))
+        {
+            return Some(Event::Remote);
         }
         None
     }
@@ -484,62 +535,37 @@ impl InputGate {
                 }
                 Ok(())
             }
-            Event::Remote((address, asked, answer)) => {
-                let Some(client) = self.clients.get_mut(&address) else {
-                    return Ok(());
-                };
-                client.in_flight = false;
-                let response = match answer {
-                    Ok(response) => {
-                        client.failures = 0;
-                        response
-                    }
-                    Err(_) => {
-                        // The transport has logged the cause. Asking again is safe: a
-                        // pipelined buffer lost with the broken connection is refused by the
-                        // producer's TaskManager, never read as empty.
-                        client.failures += 1;
-                        let failures = client.failures;
-                        for &index in &asked {
-                            if self.channels[index].state == State::Waiting {
-                                self.channels[index].state = State::Ready;
+            Event::Remote => {
+                let _ = blocker;
+                for delivery in self.inbox.take() {
+                    match delivery {
+                        Delivery::Channel(index, response) => {
+                            let index = index as usize;
+                            if self
+                                .channels
+                                .get(index)
+                                .is_some_and(|c| c.state == State::Subscribed)
+                            {
+                                self.apply(index, response)?;
                             }
                         }
-                        if failures >= RECONNECT_ATTEMPTS {
-                            let Some(partition) =
-                                asked.first().map(|&i| self.channels[i].partition)
-                            else {
-                                return Err(OperatorError::InputUnavailable(format!(
-                                    "the data connection to TaskManager {address} broke"
-                                )));
-                            };
-                            return Err(OperatorError::PartitionNotFound {
-                                partition,
-                                message: format!(
-                                    "TaskManager {address} holding {partition} is gone: the data \
-                                     connection broke and could not be re-established ({failures} \
-                                     attempts; connection reset or TaskManager unreachable)"
-                                ),
+                        Delivery::ConnectionLost(address, reason) => {
+                            let open = self.channels.iter().find(|c| {
+                                c.state == State::Subscribed
+                                    && c.connection.is_some_and(|p| {
+                                        self.connections[p as usize].0.address == address
+                                    })
                             });
+                            if let Some(channel) = open {
+                                let partition = channel.partition;
+                                return Err(OperatorError::PartitionNotFound {
+                                    partition,
+                                    message: format!(
+                                        "TaskManager {address} holding {partition} is gone: {reason}"
+                                    ),
+                                });
+                            }
                         }
-                        if !blocker.sleep(RECONNECT_BACKOFF * 2u32.pow(failures - 1)) {
-                            return Err(OperatorError::Cancelled);
-                        }
-                        return Ok(());
-                    }
-                };
-                let mut answered = vec![false; asked.len()];
-                for (position, channel_response) in response.channels {
-                    let Some(&index) = asked.get(position as usize) else {
-                        continue; // not one we asked for: ignore
-                    };
-                    answered[position as usize] = true;
-                    self.apply(index, channel_response)?;
-                }
-                // No news for the others within the hold: ask again.
-                for (position, &index) in asked.iter().enumerate() {
-                    if !answered[position] && self.channels[index].state == State::Waiting {
-                        self.channels[index].state = State::Ready;
                     }
                 }
                 Ok(())
@@ -562,16 +588,22 @@ impl InputGate {
                 let channel = &mut self.channels[index];
                 channel.next_batch = next_batch;
                 channel.backlog = backlog;
+                let remote = !channel.local;
                 if finished {
                     channel.state = State::Finished;
                     self.open -= 1;
-                } else {
-                    channel.state = State::Ready;
-                    if channel.local {
-                        self.to_fetch.push_back(index);
+                    if remote {
+                        self.subscribed -= 1;
                     }
+                } else if channel.local {
+                    channel.state = State::Ready;
+                    self.to_fetch.push_back(index);
                 }
                 self.receive(index, batches);
+                if remote {
+                    // A backlog may earn a floating buffer.
+                    self.grant(index);
+                }
                 Ok(())
             }
             // Flink's CancelTaskException: a consumer whose producer was cancelled is being
@@ -583,32 +615,86 @@ impl InputGate {
                 let channel = &self.channels[index];
                 Err(OperatorError::InputUnavailable(format!(
                     "{} on TaskManager {} failed: {reason}",
-                    channel.partition, channel.task_manager
+                    channel.partition,
+                    self.task_manager(channel)
                 )))
             }
+            ChannelResponse::Released => {
+                let channel = &self.channels[index];
+                Err(OperatorError::PartitionNotFound {
+                    partition: channel.partition,
+                    message: format!(
+                        "{} on TaskManager {} was released",
+                        channel.partition,
+                        self.task_manager(channel)
+                    ),
+                })
+            }
+            ChannelResponse::Unknown if !self.channels[index].local => {
+                // The producer's TaskManager waited for it as long as a local channel would.
+                let channel = &self.channels[index];
+                Err(OperatorError::PartitionNotFound {
+                    partition: channel.partition,
+                    message: format!(
+                        "{} is not on TaskManager {} (waited {PARTITION_REQUEST_TIMEOUT:?})",
+                        channel.partition,
+                        self.task_manager(channel)
+                    ),
+                })
+            }
             ChannelResponse::Unknown => {
-                let channel = &mut self.channels[index];
-                if channel.seen {
-                    Err(OperatorError::PartitionNotFound {
-                        partition: channel.partition,
-                        message: format!(
+                let waited = self.channels[index].waited;
+                let message = {
+                    let channel = &self.channels[index];
+                    if channel.seen {
+                        Some(format!(
                             "{} on TaskManager {} was released",
-                            channel.partition, channel.task_manager
-                        ),
-                    })
-                } else if channel.waited < PARTITION_REQUEST_TIMEOUT {
-                    channel.state = State::Retry;
-                    Ok(())
-                } else {
-                    Err(OperatorError::PartitionNotFound {
-                        partition: channel.partition,
-                        message: format!(
-                            "{} is not on TaskManager {} (waited {:?})",
-                            channel.partition, channel.task_manager, channel.waited
-                        ),
-                    })
+                            channel.partition,
+                            self.task_manager(channel)
+                        ))
+                    } else if waited < PARTITION_REQUEST_TIMEOUT {
+                        None
+                    } else {
+                        Some(format!(
+                            "{} is not on TaskManager {} (waited {waited:?})",
+                            channel.partition,
+                            self.task_manager(channel)
+                        ))
+                    }
+                };
+                match message {
+                    None => {
+                        self.channels[index].state = State::Retry;
+                        self.retrying.push(index);
+                        Ok(())
+                    }
+                    Some(message) => Err(OperatorError::PartitionNotFound {
+                        partition: self.channels[index].partition,
+                        message,
+                    }),
                 }
             }
         }
+    }
+}
+
+impl Drop for InputGate {
+    /// The gate's remote channels still open are cancelled at their producers, and the gate
+    /// leaves its data connections.
+    fn drop(&mut self) {
+        let mut open: Vec<Vec<u64>> = vec![Vec::new(); self.connections.len()];
+        for (index, channel) in self.channels.iter().enumerate() {
+            if let Some(position) = channel.connection
+                && channel.state == State::Subscribed
+            {
+                open[position as usize].push(channel_key(self.gate_id, index as u32));
+            }
+        }
+        let cancels = std::mem::take(&mut self.connections)
+            .into_iter()
+            .zip(open)
+            .map(|((connection, _), channels)| (connection, channels))
+            .collect();
+        self.network.unregister_gate(self.gate_id, cancels);
     }
 }

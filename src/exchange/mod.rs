@@ -6,14 +6,16 @@
 //!                                                                    consumer; pipelined:
 //!                                                                    bounded, never spilled)
 //!  consumer task ◀─ InputGate ◀─ local channels: straight from the store (buffers moved)
-//!                     (credit)  ◀─ remote channels: one PartitionRequestClient per producer
-//!                                  TaskManager, one FetchSubpartitions in flight for all of
-//!                                  this task's channels there ─▶ server::serve_fetch
+//!                     (credit)  ◀─ remote channels: GateInbox ◀─ client::NetworkClient, one
+//!                                  DataConnection per producer TaskManager shared by every
+//!                                  task here: PartitionRequests (subscribe once, credit) and
+//!                                  one PollPartitionData in flight ─▶ server::PartitionRequestServer
+//!                                  (the subscriptions; the store pushes their keys when ready)
 //! ```
 //!
 //! Waiting for data has no time limit: a producer may stay silent as long as it runs. The
-//! producer's TaskManager holds a fetch at most [`server::FETCH_HOLD`] (well inside the
-//! transport's ask timeout) and answers with no news, and the client asks again.
+//! producer's TaskManager holds a poll at most [`server::FETCH_HOLD`] (well inside the
+//! transport's ask timeout) and answers with no news, and the connection polls again.
 
 pub mod client;
 pub mod input_gate;

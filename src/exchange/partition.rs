@@ -111,6 +111,71 @@ pub enum Space {
     Full(oneshot::Receiver<()>),
 }
 
+/// Keys of a data connection's subscriptions to look at again: the store pushes one when a
+/// subpartition its subscription listens to gets a batch, ends, fails or is released (see
+/// [`PartitionStore::fetch_or_listen`]).
+#[derive(Debug, Default)]
+pub struct ReadyQueue {
+    keys: Mutex<Vec<u64>>,
+    notify: tokio::sync::Notify,
+}
+
+impl ReadyQueue {
+    /// Queues `key` and wakes the one waiting (or the next to wait).
+    pub fn push(&self, key: u64) {
+        lock(&self.keys).push(key);
+        self.notify.notify_one();
+    }
+
+    /// Queues every key of `keys`, then wakes as [`push`](Self::push) does.
+    pub fn push_all(&self, keys: Vec<u64>) {
+        if keys.is_empty() {
+            return;
+        }
+        lock(&self.keys).extend(keys);
+        self.notify.notify_one();
+    }
+
+    /// Passes on a wake-up that was taken by a waiter that no longer serves the queue.
+    pub fn renotify(&self) {
+        self.notify.notify_one();
+    }
+
+    /// Every key queued so far, oldest first.
+    pub fn take(&self) -> Vec<u64> {
+        std::mem::take(&mut *lock(&self.keys))
+    }
+
+    /// Whether no key is queued.
+    pub fn is_empty(&self) -> bool {
+        lock(&self.keys).is_empty()
+    }
+
+    /// Completes after the next [`push`](Self::push) (at once if one came since the last wait).
+    pub async fn wait(&self) {
+        self.notify.notified().await;
+    }
+}
+
+/// Who waits for a subpartition's next batch.
+#[derive(Debug)]
+enum Waiter {
+    /// A local consumer's long poll.
+    Once(oneshot::Sender<()>),
+    /// A data connection's subscription: its key goes to the queue.
+    Listener(Arc<ReadyQueue>, u64),
+}
+
+impl Waiter {
+    fn is_closed(&self) -> bool {
+        match self {
+            Self::Once(sender) => sender.is_closed(),
+            // Only the store holds the queue: its connection is gone.
+            Self::Listener(queue, _) => Arc::strong_count(queue) == 1,
+        }
+    }
+}
+
 /// The answer to a [`PartitionStore::fetch`].
 #[derive(Debug)]
 pub enum Fetch {
@@ -128,6 +193,9 @@ pub enum Fetch {
     /// finishes or fails (fetch again then); it closes with an error if the partition is
     /// released. A long poll, so consumers never spin.
     Pending(oneshot::Receiver<()>),
+    /// Nothing new yet, and the [`ReadyQueue`] given to
+    /// [`fetch_or_listen`](PartitionStore::fetch_or_listen) gets the key when there is.
+    Listening,
     /// The partition (or this read of it) failed; the consumer must fail too.
     Failed(String),
     /// No such partition: released or never created. The consumer's producer is gone.
@@ -384,7 +452,15 @@ impl PartitionStore {
         let mut partition = lock(&partition);
         partition.state = State::Released;
         partition.memory_bytes = 0;
-        // Drops the batches, the waiters' senders and the spill files (deleting them).
+        // Listeners hear of it (their next fetch answers `Unknown`); dropping the rest drops
+        // the batches, the other waiters' senders and the spill files (deleting them).
+        for subpartition in &mut partition.subpartitions {
+            for waiter in subpartition.waiters.drain(..) {
+                if let Waiter::Listener(queue, key) = waiter {
+                    queue.push(key);
+                }
+            }
+        }
         partition.subpartitions.clear();
         true
     }
@@ -412,10 +488,51 @@ impl PartitionStore {
         max_bytes: usize,
         credit: usize,
     ) -> Fetch {
+        self.fetch_inner(id, subpartition, from_batch, max_bytes, credit, None)
+    }
+
+    /// Like [`fetch_with_credit`](Self::fetch_with_credit), but when nothing is new it answers
+    /// [`Fetch::Listening`] and pushes `key` to `queue` once the subpartition gets a batch, ends,
+    /// fails or is released: one queue serves every subscription of a data connection, so a
+    /// producer TaskManager waits on one thing per connection, not one per channel.
+    pub fn fetch_or_listen(
+        &self,
+        read: (ResultPartitionId, u32, u64),
+        max_bytes: usize,
+        credit: usize,
+        queue: &Arc<ReadyQueue>,
+        key: u64,
+    ) -> Fetch {
+        let (id, subpartition, from_batch) = read;
+        self.fetch_inner(
+            id,
+            subpartition,
+            from_batch,
+            max_bytes,
+            credit,
+            Some((queue, key)),
+        )
+    }
+
+    fn fetch_inner(
+        &self,
+        id: ResultPartitionId,
+        subpartition: u32,
+        from_batch: u64,
+        max_bytes: usize,
+        credit: usize,
+        listener: Option<(&Arc<ReadyQueue>, u64)>,
+    ) -> Fetch {
         let Ok(partition) = self.get(id) else {
             return Fetch::Unknown;
         };
-        let plan = match lock(&partition).plan_fetch(subpartition, from_batch, max_bytes, credit) {
+        let plan = match lock(&partition).plan_fetch(
+            subpartition,
+            from_batch,
+            max_bytes,
+            credit,
+            listener,
+        ) {
             Ok(plan) => plan,
             Err(answer) => return answer,
         };
@@ -572,6 +689,7 @@ impl Partition {
         from_batch: u64,
         max_bytes: usize,
         credit: usize,
+        listener: Option<(&Arc<ReadyQueue>, u64)>,
     ) -> Result<FetchPlan, Fetch> {
         let finished = match &self.state {
             State::Producing => false,
@@ -608,10 +726,14 @@ impl Partition {
                     finished: true,
                 });
             }
-            let (sender, receiver) = oneshot::channel();
             // Consumers that gave up waiting must not make the list grow without bound.
             sub.waiters.retain(|waiter| !waiter.is_closed());
-            sub.waiters.push(sender);
+            if let Some((queue, key)) = listener {
+                sub.waiters.push(Waiter::Listener(Arc::clone(queue), key));
+                return Err(Fetch::Listening);
+            }
+            let (sender, receiver) = oneshot::channel();
+            sub.waiters.push(Waiter::Once(sender));
             return Err(Fetch::Pending(receiver));
         }
 
@@ -665,7 +787,7 @@ struct Subpartition {
     /// Created at the first spilled batch.
     spill: Option<SpillFile>,
     /// Consumers long-polling for the next batch.
-    waiters: Vec<oneshot::Sender<()>>,
+    waiters: Vec<Waiter>,
     /// A producer waiting for room (a pipelined partition at capacity).
     space_waiters: Vec<oneshot::Sender<()>>,
     /// Of a pipelined (not retained) partition: the in-memory batches before this index were
@@ -676,8 +798,13 @@ struct Subpartition {
 impl Subpartition {
     fn wake(&mut self) {
         for waiter in self.waiters.drain(..) {
-            // A consumer that stopped waiting is no error.
-            let _ = waiter.send(());
+            match waiter {
+                // A consumer that stopped waiting is no error.
+                Waiter::Once(sender) => {
+                    let _ = sender.send(());
+                }
+                Waiter::Listener(queue, key) => queue.push(key),
+            }
         }
     }
 

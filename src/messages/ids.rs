@@ -209,6 +209,12 @@ id_type!(
     ProducerListId: random
 );
 id_type!(
+    /// One data connection of a consumer TaskManager to a producer TaskManager (Flink's
+    /// `PartitionRequestClient`): the producer keeps the connection's subscriptions under it, so
+    /// a restarted consumer TaskManager's new connection never meets the old one's.
+    DataConnectionId: random
+);
+id_type!(
     /// The fencing token of the current JobManager leader. Messages only the leader may send
     /// carry it; a receiver drops a message whose token is not the leader it knows.
     LeaderSessionId: random

@@ -8,11 +8,11 @@ use std::fmt;
 use actix::Message;
 use serde::{Deserialize, Serialize};
 
-use super::common::{NewLeaderAvailable, RemovalReason, ResultPartitionId};
+use super::common::{ActorAddress, NewLeaderAvailable, RemovalReason, ResultPartitionId};
 use super::deployment::TaskDeploymentDescriptor;
 use super::ids::{
-    AllocationId, ExecutionAttemptId, InstanceId, JobId, LeaderSessionId, ProducerListId,
-    ResourceId,
+    AllocationId, DataConnectionId, ExecutionAttemptId, InstanceId, JobId, LeaderSessionId,
+    ProducerListId, ResourceId,
 };
 use super::protocol;
 use crate::operators::Record;
@@ -34,8 +34,10 @@ protocol! {
         cancel_task: CancelTask,
         /// Drop a job's result partitions.
         release_job_partitions: ReleaseJobPartitions,
-        /// A consumer task reads its channels on this TaskManager.
-        fetch_subpartitions: FetchSubpartitions,
+        /// A consumer TaskManager subscribes its channels here and grants credit.
+        partition_requests: PartitionRequests,
+        /// A consumer TaskManager's standing call for its channels' data.
+        poll_partition_data: PollPartitionData,
     }
 }
 
@@ -229,41 +231,83 @@ pub struct ReleaseJobPartitions {
     pub job_id: JobId,
 }
 
-/// A consumer task's reads from every channel it has on one TaskManager, in one message (the
-/// network client multiplexes them: one request in flight per consumer task and producer
-/// TaskManager, never one per channel). Answered when any of them has news (data, the end, a
-/// failure), or empty after a hold time well inside the ask timeout, so a silent producer never
-/// looks like a dead one.
+/// Subscriptions and credit of one data connection (consumer TaskManager → producer
+/// TaskManager; Flink's `PartitionRequest` and `AddCredit`), many channels in one message. Each
+/// message is numbered per connection and applied exactly once, in order: one is in flight at a
+/// time and sent again, with the same number, until answered.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Message)]
-#[rtype(result = "FetchResponse")]
-pub struct FetchSubpartitions {
-    /// The channels, each with where to read from and how much the consumer can take.
-    pub reads: Vec<SubpartitionRead>,
+#[rtype(result = "()")]
+pub struct PartitionRequests {
+    /// The consumer TaskManager, which polls for the data ([`PollPartitionData`]).
+    pub consumer: ActorAddress,
+    /// The connection (a consumer TaskManager opens one per producer TaskManager).
+    pub connection: DataConnectionId,
+    /// This message's number on the connection: 1, 2, 3, ...
+    pub round: u64,
+    /// What changes, in order.
+    pub requests: Vec<PartitionRequest>,
 }
 
-/// One channel of a [`FetchSubpartitions`].
+/// One change of a [`PartitionRequests`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SubpartitionRead {
-    /// The partition.
-    pub partition: ResultPartitionId,
-    /// The consumer's subpartition.
-    pub subpartition: u32,
-    /// The first batch wanted (every batch before it was received: a pipelined partition may
-    /// forget them).
-    pub from_batch: u64,
-    /// The consumer's credit: at most this many batches (buffers it has free for the channel).
-    pub credit: u32,
+pub enum PartitionRequest {
+    /// Read `subpartition` of `partition` from its first batch on, as the consumer's
+    /// `channel`, with `credit` buffers free for it: sent once per channel.
+    Subscribe {
+        /// The consumer's key for the channel (its input gate and the channel's index there).
+        channel: u64,
+        /// The partition.
+        partition: ResultPartitionId,
+        /// The consumer's subpartition.
+        subpartition: u32,
+        /// Buffers the consumer has free for it.
+        credit: u32,
+    },
+    /// The consumer has granted `granted` buffers for `channel` in all, counting the
+    /// subscription's (a running total: a grant sent twice or overtaken changes nothing).
+    Credit {
+        /// The channel.
+        channel: u64,
+        /// Buffers granted since the subscription.
+        granted: u64,
+    },
+    /// The consumer stopped reading `channel` (it ended or failed first).
+    Cancel {
+        /// The channel.
+        channel: u64,
+    },
 }
 
-/// The answer to a [`FetchSubpartitions`]: news for some of its channels, by their index in
-/// `reads`; empty when there was none within the hold time (ask again).
+/// The consumer TaskManager's standing call for whatever its channels on the producer
+/// TaskManager have: answered as soon as any has news (data within its credit, the end, a
+/// failure), or empty after a hold time well inside the ask timeout, so a silent producer
+/// never looks like a dead one. One is in flight per connection; it is also how either side
+/// learns the other is gone.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Message)]
+#[rtype(result = "PartitionData")]
+pub struct PollPartitionData {
+    /// The consumer TaskManager.
+    pub consumer: ActorAddress,
+    /// The connection.
+    pub connection: DataConnectionId,
+    /// This poll's number on the connection: a newer poll ends an older one still held.
+    pub poll: u64,
+    /// The `seq` of the last non-empty [`PartitionData`] the consumer received: an answer
+    /// after it was lost on the way, and its channels are served again (a pipelined buffer it
+    /// carried is gone: those channels fail, their regions restart).
+    pub received: u64,
+}
+
+/// News for some channels of a connection.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct FetchResponse {
-    /// `(index in reads, what happened)`, in index order.
-    pub channels: Vec<(u32, ChannelResponse)>,
+pub struct PartitionData {
+    /// Numbers the non-empty answers of a connection: 1, 2, 3, ... (0 and unchanged: empty).
+    pub seq: u64,
+    /// `(the consumer's channel key, what happened)`.
+    pub channels: Vec<(u64, ChannelResponse)>,
 }
 
-/// What one channel of a [`FetchSubpartitions`] got.
+/// What one channel of a [`PollPartitionData`] got.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ChannelResponse {
     /// Batches from the one asked for on.
@@ -277,8 +321,10 @@ pub enum ChannelResponse {
         /// Batches the producer holds beyond these (for floating credit).
         backlog: u64,
     },
-    /// The producer failed or the partition was released.
+    /// The producer failed.
     Failed(String),
-    /// No such partition here.
+    /// The partition was released (its producer's region restarts, or its job ended).
+    Released,
+    /// No such partition appeared here within the partition request timeout.
     Unknown,
 }

@@ -31,7 +31,7 @@ use crate::messages::resource_manager::{
     SetPoolSizeError,
 };
 use crate::messages::task_manager::{
-    FetchResponse, TaskManagerMessage, TaskManagerStatus, TaskSubmissionError,
+    PartitionData, TaskManagerMessage, TaskManagerStatus, TaskSubmissionError,
 };
 
 /// The prefix of every TaskManager's actor name (`taskmanager/<resource id>`, see
@@ -283,8 +283,8 @@ replies! {
     TaskManagerStatus(TaskManagerStatus),
     /// To `SubmitTasks`: per task, in order.
     SubmitTasks(Vec<Result<(), TaskSubmissionError>>),
-    /// To `FetchSubpartitions`.
-    FetchResponse(FetchResponse),
+    /// To `PollPartitionData`.
+    PartitionData(PartitionData),
 }
 
 /// Why bytes are not a valid envelope. Never retryable: the peer sent something this node cannot
@@ -464,9 +464,10 @@ mod tests {
                 )),
             ]
             .into_reply(),
-            FetchResponse {
+            PartitionData {
+                seq: 4,
                 channels: vec![(
-                    0,
+                    (7 << 32) | 3,
                     ChannelResponse::Data {
                         batches: vec![vec![Record {
                             key: "word".into(),
@@ -542,7 +543,8 @@ mod tests {
             M::SubmitTasks(m) => answer_of(m),
             M::CancelTask(m) => answer_of(m),
             M::ReleaseJobPartitions(m) => answer_of(m),
-            M::FetchSubpartitions(m) => answer_of(m),
+            M::PartitionRequests(m) => answer_of(m),
+            M::PollPartitionData(m) => answer_of(m),
         }
     }
 
@@ -565,7 +567,7 @@ mod tests {
             Reply::ResourceManagerStatus(_) => "ResourceManagerStatus",
             Reply::TaskManagerStatus(_) => "TaskManagerStatus",
             Reply::SubmitTasks(_) => "SubmitTasks",
-            Reply::FetchResponse(_) => "FetchResponse",
+            Reply::PartitionData(_) => "PartitionData",
             Reply::Failed(_) => "Failed",
         }
     }
@@ -604,7 +606,7 @@ mod tests {
         // keep the envelope samples from silently dropping a message.
         assert_eq!(job_manager_samples().len(), 13);
         assert_eq!(resource_manager_samples().len(), 13);
-        assert_eq!(task_manager_samples().len(), 7);
+        assert_eq!(task_manager_samples().len(), 8);
     }
 
     // ---- round trips ----
@@ -663,7 +665,7 @@ mod tests {
     #[test]
     fn every_payload_kind_and_reply_round_trips() {
         let envelopes = envelope_samples();
-        assert_eq!(envelopes.len(), 2 * (13 + 13 + 7) + reply_samples().len());
+        assert_eq!(envelopes.len(), 2 * (13 + 13 + 8) + reply_samples().len());
         for envelope in &envelopes {
             let bytes = envelope.encode().expect("encodes");
             assert_eq!(&Envelope::decode(&bytes).expect("decodes"), envelope);

@@ -76,7 +76,7 @@ use crate::messages::ids::ClusterId;
 
 /// The handshake protocol version this node speaks. A peer with another version is refused
 /// rather than guessed at: the envelopes that follow the handshake would not decode either.
-pub const PROTOCOL_VERSION: u32 = 2;
+pub const PROTOCOL_VERSION: u32 = 3;
 
 /// The largest handshake message, in bytes (after the length prefix). A `Hello` with a sensible
 /// node id is under 200 bytes; the limit stops a peer (or a stray HTTP client) from making us
@@ -908,7 +908,7 @@ mod tests {
             assert!(
                 matches!(
                     result,
-                    Err(HandshakeError::VersionMismatch { ours: 2, theirs: 3 })
+                    Err(HandshakeError::VersionMismatch { ours: 3, theirs: 4 })
                 ),
                 "{role:?}: {result:?}"
             );
@@ -1415,7 +1415,7 @@ mod tests {
         assert_eq!(next, S::Failed);
         assert!(matches!(
             action,
-            HandshakeAction::Fail(HandshakeError::VersionMismatch { ours: 2, theirs: 9 })
+            HandshakeAction::Fail(HandshakeError::VersionMismatch { ours: 3, theirs: 9 })
         ));
 
         let foreign = Hello {

@@ -3,17 +3,19 @@
 //! the gate reads whichever channel has data, and a pipelined producer waits for its consumer
 //! (backpressure) instead of spilling, until it is cancelled.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::*;
+use crate::env::NodeRng;
 use crate::exchange::partition::Fetch;
+use crate::exchange::server::PartitionRequestServer;
 use crate::job::graph::DistributionPattern;
 use crate::messages::ResultPartitionId;
 use crate::messages::deployment::{InputGate, OutputPartition, ProducerLocation, Producers};
+use crate::messages::ids::DataConnectionId;
 use crate::messages::ids::{AllocationId, ExecutionAttemptId, JobId, ResourceId};
 use crate::messages::task_manager::{
-    ChannelResponse, FetchResponse, FetchSubpartitions, SubpartitionRead,
+    ChannelResponse, PartitionData, PartitionRequest, PartitionRequests, PollPartitionData,
 };
 use crate::operators::Value;
 use crate::task_blocking::ThreadBlocker;
@@ -33,15 +35,37 @@ fn store(name: &str) -> Arc<PartitionStore> {
     Arc::new(PartitionStore::new(dir, 0))
 }
 
-fn request(from_batch: u64) -> FetchSubpartitions {
-    FetchSubpartitions {
-        reads: vec![SubpartitionRead {
+fn consumer() -> ActorAddress {
+    ActorAddress::new("local", "taskmanager/tm-consumer")
+}
+
+/// The consumer's subscription of channel 7 to subpartition 0 of partition 41.
+fn subscribe(round: u64) -> PartitionRequests {
+    PartitionRequests {
+        consumer: consumer(),
+        connection: DataConnectionId::from_u128(1),
+        round,
+        requests: vec![PartitionRequest::Subscribe {
+            channel: 7,
             partition: partition(41),
             subpartition: 0,
-            from_batch,
             credit: 2,
         }],
     }
+}
+
+fn poll(poll: u64, received: u64) -> PollPartitionData {
+    PollPartitionData {
+        consumer: consumer(),
+        connection: DataConnectionId::from_u128(1),
+        poll,
+        received,
+    }
+}
+
+/// A network client of `local` with no connections.
+fn network(local: &ActorAddress) -> NetworkClient {
+    NetworkClient::new(local.clone(), NodeRng::seed_from_u64(1))
 }
 
 fn record(i: i64) -> Record {
@@ -90,14 +114,14 @@ fn task(
     descriptor: TaskDeploymentDescriptor,
     store: Arc<PartitionStore>,
     local: ActorAddress,
-    peers: BTreeMap<ActorAddress, TaskManagerGateway>,
+    data_connections: NetworkClient,
 ) -> (TaskEnvironment, Arc<Cancellation>) {
     let cancelled = Arc::new(Cancellation::default());
     let env = TaskEnvironment {
         descriptor,
         partitions: store,
         registry: OperatorRegistry::with_builtins(),
-        peers,
+        data_connections,
         local_address: local,
         network: NetworkSettings::default(),
         cancelled: cancelled.clone(),
@@ -127,28 +151,31 @@ async fn a_silent_producer_is_answered_within_the_hold_for_as_long_as_it_is_sile
     tokio::time::pause();
     let store = store("silent");
     store.create_pipelined(partition(41), 1, 2).unwrap();
-    // A minute of silence: every ask is answered (no news) well inside the ask timeout, so the
-    // consumer's transport never takes the producer's TaskManager for dead.
+    let server = PartitionRequestServer::default();
+    server.apply(subscribe(1));
+    // A minute of silence: every poll is answered (no news) well inside the ask timeout, so
+    // the consumer's transport never takes the producer's TaskManager for dead.
     let silent_until = tokio::time::Instant::now() + Duration::from_secs(60);
-    let mut asks = 0;
+    let mut polls = 0;
     while tokio::time::Instant::now() < silent_until {
         let asked = tokio::time::Instant::now();
-        let answer = serve_fetch(store.clone(), request(0)).await;
-        assert_eq!(answer, FetchResponse { channels: vec![] });
+        let answer = server.poll(store.clone(), poll(polls + 1, 0)).await;
+        assert_eq!(answer.channels, vec![]);
         assert!(asked.elapsed() < crate::node::ASK_TIMEOUT);
-        asks += 1;
+        polls += 1;
     }
-    assert!(asks >= 60 / FETCH_HOLD.as_secs(), "{asks} asks");
+    assert!(polls >= 60 / FETCH_HOLD.as_secs(), "{polls} polls");
 
-    // Data wakes a held fetch at once, and the end of the partition is told.
-    let held = actix::spawn(serve_fetch(store.clone(), request(0)));
+    // Data wakes a held poll at once, and the end of the partition is told.
+    let held = actix::spawn(server.poll(store.clone(), poll(polls + 1, 0)));
     crate::testing::settle().await;
     store.append(partition(41), 0, vec![record(1)]).unwrap();
     assert_eq!(
         held.await.unwrap(),
-        FetchResponse {
+        PartitionData {
+            seq: 1,
             channels: vec![(
-                0,
+                7,
                 ChannelResponse::Data {
                     batches: vec![vec![record(1)]],
                     next_batch: 1,
@@ -160,10 +187,11 @@ async fn a_silent_producer_is_answered_within_the_hold_for_as_long_as_it_is_sile
     );
     store.finish(partition(41)).unwrap();
     assert_eq!(
-        serve_fetch(store.clone(), request(1)).await,
-        FetchResponse {
+        server.poll(store.clone(), poll(polls + 2, 1)).await,
+        PartitionData {
+            seq: 2,
             channels: vec![(
-                0,
+                7,
                 ChannelResponse::Data {
                     batches: vec![],
                     next_batch: 1,
@@ -174,6 +202,75 @@ async fn a_silent_producer_is_answered_within_the_hold_for_as_long_as_it_is_sile
         }
     );
     store.release(partition(41));
+}
+
+/// The producer sends a channel only what the consumer granted, and more as grants come (a
+/// running total: one grant repeated changes nothing).
+#[actix::test]
+async fn a_subscription_is_sent_only_what_its_consumer_granted() {
+    tokio::time::pause();
+    let store = store("granted");
+    store.create(partition(41), 1).unwrap();
+    for i in 0..5 {
+        store.append(partition(41), 0, vec![record(i)]).unwrap();
+    }
+    let server = PartitionRequestServer::default();
+    server.apply(subscribe(1));
+    let batches = |data: &PartitionData| match &data.channels[..] {
+        [(7, ChannelResponse::Data { batches, .. })] => batches.len(),
+        other => panic!("{other:?}"),
+    };
+    let first = server.poll(store.clone(), poll(1, 0)).await;
+    assert_eq!(batches(&first), 2, "the subscription's credit");
+    // No credit left: the poll is held and answered empty.
+    assert_eq!(
+        server.poll(store.clone(), poll(2, 1)).await.channels,
+        vec![]
+    );
+    let grant = |round, granted| PartitionRequests {
+        requests: vec![PartitionRequest::Credit {
+            channel: 7,
+            granted,
+        }],
+        ..subscribe(round)
+    };
+    server.apply(grant(2, 3));
+    server.apply(grant(2, 3)); // the same round again: ignored
+    server.apply(grant(3, 3)); // the same total again: nothing more
+    let next = server.poll(store.clone(), poll(3, 1)).await;
+    assert_eq!(batches(&next), 1);
+}
+
+/// An answer lost on the way is served again: a retained batch is read again, a pipelined one
+/// (moved out) fails its channel rather than leave a gap.
+#[actix::test]
+async fn a_lost_answer_is_served_again_or_fails_a_pipelined_channel() {
+    tokio::time::pause();
+    for retained in [true, false] {
+        let store = store(&format!("lost-{retained}"));
+        if retained {
+            store.create(partition(41), 1).unwrap();
+        } else {
+            store.create_pipelined(partition(41), 1, 2).unwrap();
+        }
+        store.append(partition(41), 0, vec![record(1)]).unwrap();
+        let server = PartitionRequestServer::default();
+        server.apply(subscribe(1));
+        let lost = server.poll(store.clone(), poll(1, 0)).await;
+        assert_eq!(lost.seq, 1);
+        // The consumer never got seq 1.
+        let again = server.poll(store.clone(), poll(2, 0)).await;
+        assert_eq!(again.seq, 2);
+        match (&again.channels[..], retained) {
+            ([(7, ChannelResponse::Data { batches, .. })], true) => {
+                assert_eq!(batches, &vec![vec![record(1)]]);
+            }
+            ([(7, ChannelResponse::Failed(reason))], false) => {
+                assert!(reason.contains("lost on the way"), "{reason}");
+            }
+            (other, _) => panic!("retained {retained}: {other:?}"),
+        }
+    }
 }
 
 #[actix::test]
@@ -194,7 +291,14 @@ async fn a_consumer_whose_producer_task_manager_is_gone_names_it_not_a_closed_ma
         ),
         store("gone"),
         env.address_of("taskmanager/tm-consumer"),
-        [(task_manager.clone(), producer.gateway())].into(),
+        {
+            let network = network(&env.address_of("taskmanager/tm-consumer"));
+            let drive = network
+                .connect(&task_manager, producer.gateway())
+                .expect("a new connection");
+            actix::spawn(drive);
+            network
+        },
     );
     let outcome = spawn_task(task).await.unwrap();
     assert_eq!(outcome.state, ExecutionState::Failed);
@@ -223,7 +327,7 @@ async fn a_partition_released_under_its_reading_consumer_fails_it_as_released() 
         ),
         store.clone(),
         local.clone(),
-        BTreeMap::new(),
+        network(&local),
     );
     let consumer = spawn_task(task);
     // Once the consumer has taken the buffer it waits for more; then the partition goes.
@@ -271,8 +375,8 @@ async fn a_consumer_reads_whichever_channel_has_data_while_another_is_silent() {
             }],
         ),
         store.clone(),
-        local,
-        BTreeMap::new(),
+        local.clone(),
+        network(&local),
     );
     let consumer = spawn_task(task);
     // Enough records from the talkative producer to fill a whole output buffer downstream.
@@ -309,7 +413,7 @@ async fn a_pipelined_producer_waits_for_its_consumer_instead_of_spilling_until_c
         ),
         store.clone(),
         env.address_of("taskmanager/tm-local"),
-        BTreeMap::new(),
+        network(&env.address_of("taskmanager/tm-local")),
     );
     create_outputs(&store, &task.descriptor).unwrap();
     let producer = spawn_task(task);

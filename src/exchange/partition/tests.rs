@@ -449,3 +449,37 @@ fn a_blocking_partition_is_on_disk_read_back_again_and_deleted_when_released() {
     assert!(store.release(id));
     assert!(dir.files().is_empty(), "deleted once released");
 }
+
+/// A data connection's subscription listens through its connection's queue: the key comes
+/// back when the subpartition gets a batch, ends, or its partition fails or is released.
+#[test]
+fn a_listener_gets_its_key_on_append_finish_failure_and_release() {
+    let store = PartitionStore::new(TempDir::new("listen").0.clone(), usize::MAX);
+    let queue = Arc::new(ReadyQueue::default());
+    let listen = |id, key| store.fetch_or_listen((id, 0, 0), 100, 1, &queue, key);
+    let (appended, finished, failed, released) = (pid(20), pid(21), pid(22), pid(23));
+    for id in [appended, finished, failed, released] {
+        store.create(id, 1).unwrap();
+    }
+    for (key, id) in [(1, appended), (2, finished), (3, failed), (4, released)] {
+        assert!(matches!(listen(id, key), Fetch::Listening));
+    }
+    assert!(queue.is_empty());
+    store.append(appended, 0, vec![]).unwrap();
+    assert!(queue.is_empty(), "an empty batch is no news");
+    store
+        .append(
+            appended,
+            0,
+            vec![Record {
+                key: "a".into(),
+                value: Value::Unit,
+            }],
+        )
+        .unwrap();
+    store.finish(finished).unwrap();
+    store.fail(failed, "broken").unwrap();
+    assert!(store.release(released));
+    assert_eq!(queue.take(), vec![1, 2, 3, 4]);
+    assert!(matches!(listen(released, 4), Fetch::Unknown));
+}
