@@ -543,10 +543,11 @@ impl Handler<SubmitTasks> for TaskManagerProbe {
 }
 
 impl Handler<PartitionRequests> for TaskManagerProbe {
-    type Result = ();
+    type Result = MessageResult<PartitionRequests>;
 
-    fn handle(&mut self, msg: PartitionRequests, _: &mut Context<Self>) {
+    fn handle(&mut self, msg: PartitionRequests, _: &mut Context<Self>) -> Self::Result {
         self.received.push(msg.into());
+        MessageResult(crate::messages::Acknowledge)
     }
 }
 

@@ -932,10 +932,11 @@ impl Handler<ReleaseJobPartitions> for TaskManager {
 }
 
 impl Handler<PartitionRequests> for TaskManager {
-    type Result = ();
+    type Result = MessageResult<PartitionRequests>;
 
-    fn handle(&mut self, msg: PartitionRequests, _: &mut Context<Self>) {
+    fn handle(&mut self, msg: PartitionRequests, _: &mut Context<Self>) -> Self::Result {
         self.partition_server.apply(msg);
+        MessageResult(crate::messages::Acknowledge)
     }
 }
 

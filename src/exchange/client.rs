@@ -258,14 +258,16 @@ impl NetworkClient {
                     },
                 )));
             }
+            // Biased: an unbiased select picks at random, and the simulation must replay.
             let failed = tokio::select! {
+                biased;
                 () = connection.wake.notified() => None,
                 answer = async { request_in_flight.as_mut().expect("guarded").await },
                     if request_in_flight.is_some() =>
                 {
                     request_in_flight = None;
                     match answer {
-                        Ok(()) => {
+                        Ok(_acknowledged) => {
                             unanswered = None;
                             failures = 0;
                             None

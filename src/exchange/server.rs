@@ -38,7 +38,7 @@ pub const FETCH_HOLD: Duration = Duration::from_secs(2);
 
 const _: () = assert!(FETCH_HOLD.as_millis() * 4 <= crate::node::ASK_TIMEOUT.as_millis());
 
-/// A connection without subscriptions and without a poll for this long is forgotten.
+/// A connection without a poll or request for this long is forgotten.
 pub const IDLE_CONNECTION: Duration = Duration::from_secs(60);
 
 /// Every data connection consumers opened to this TaskManager. Shared by the TaskManager
@@ -169,16 +169,15 @@ impl PartitionRequestServer {
         }
     }
 
-    /// Forgets connections idle for [`IDLE_CONNECTION`] without a subscription (their consumer
-    /// TaskManager is gone or reads nothing here).
+    /// Forgets connections that neither polled nor sent requests for [`IDLE_CONNECTION`]: a
+    /// consumer TaskManager polls every [`FETCH_HOLD`] while any of its tasks reads here, so
+    /// such a one is gone (its tasks failed when the connection broke) or reads nothing here.
     pub fn prune(&self) {
         let now = Instant::now();
         lock(&self.connections).retain(|_, connection| {
-            let state = lock(&connection.state);
-            !state.subscriptions.is_empty()
-                || state
-                    .last_used
-                    .is_none_or(|used| now.duration_since(used) < IDLE_CONNECTION)
+            lock(&connection.state)
+                .last_used
+                .is_none_or(|used| now.duration_since(used) < IDLE_CONNECTION)
         });
     }
 

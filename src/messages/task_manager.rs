@@ -8,7 +8,9 @@ use std::fmt;
 use actix::Message;
 use serde::{Deserialize, Serialize};
 
-use super::common::{ActorAddress, NewLeaderAvailable, RemovalReason, ResultPartitionId};
+use super::common::{
+    Acknowledge, ActorAddress, NewLeaderAvailable, RemovalReason, ResultPartitionId,
+};
 use super::deployment::TaskDeploymentDescriptor;
 use super::ids::{
     AllocationId, DataConnectionId, ExecutionAttemptId, InstanceId, JobId, LeaderSessionId,
@@ -234,9 +236,10 @@ pub struct ReleaseJobPartitions {
 /// Subscriptions and credit of one data connection (consumer TaskManager → producer
 /// TaskManager; Flink's `PartitionRequest` and `AddCredit`), many channels in one message. Each
 /// message is numbered per connection and applied exactly once, in order: one is in flight at a
-/// time and sent again, with the same number, until answered.
+/// time and sent again, with the same number, until acknowledged (an ask, not a tell: a lost
+/// subscription must be noticed).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Message)]
-#[rtype(result = "()")]
+#[rtype(result = "Acknowledge")]
 pub struct PartitionRequests {
     /// The consumer TaskManager, which polls for the data ([`PollPartitionData`]).
     pub consumer: ActorAddress,
