@@ -576,7 +576,11 @@ impl Handler<PollPartitionData> for TaskManagerProbe {
             .collect();
         let seq = msg.received + 1;
         self.received.push(msg.into());
-        MessageResult(PartitionData { seq, channels })
+        MessageResult(PartitionData {
+            seq,
+            channels,
+            forgotten: false,
+        })
     }
 }
 

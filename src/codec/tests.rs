@@ -478,6 +478,7 @@ pub(crate) fn task_manager_samples() -> Vec<TaskManagerMessage> {
             connection: DataConnectionId::from_u128(12),
             poll: 8,
             received: 6,
+            acknowledged: 3,
         }
         .into(),
     ]
@@ -626,10 +627,12 @@ fn every_answer_round_trips() {
             (2, ChannelResponse::Released),
             (3, ChannelResponse::Unknown),
         ],
+        forgotten: false,
     });
     round_trip(&PartitionData {
         seq: 0,
         channels: Vec::new(),
+        forgotten: true,
     });
     round_trip(&vec![job_summary()]);
     round_trip(&job_details());

@@ -218,8 +218,8 @@ impl NetworkClient {
     /// Runs one connection: sends requests and keeps a poll in flight while gates read there.
     async fn drive(self, connection: Arc<DataConnection>, gateway: TaskManagerGateway) {
         let mut id = self.new_connection_id();
-        let (mut round, mut poll) = (0u64, 0u64);
-        let mut received = 0u64;
+        // Request rounds sent and acknowledged, polls sent, last non-empty answer received.
+        let (mut round, mut acknowledged, mut poll, mut received) = (0u64, 0u64, 0u64, 0u64);
         let mut unanswered: Option<PartitionRequests> = None;
         let mut request_in_flight = None;
         let mut poll_in_flight = None;
@@ -229,6 +229,18 @@ impl NetworkClient {
                 let mut state = lock(&connection.state);
                 if state.closed {
                     return;
+                }
+                let idle = state.gates.is_empty() && state.pending.is_empty();
+                if idle
+                    && round > 0
+                    && unanswered.is_none()
+                    && request_in_flight.is_none()
+                    && poll_in_flight.is_none()
+                {
+                    // Nobody reads there any more: the next reader starts a fresh connection,
+                    // so the producer may forget this one.
+                    id = self.new_connection_id();
+                    (round, acknowledged, poll, received) = (0, 0, 0, 0);
                 }
                 if unanswered.is_none() && !state.pending.is_empty() {
                     round += 1;
@@ -255,67 +267,74 @@ impl NetworkClient {
                         connection: id,
                         poll,
                         received,
+                        acknowledged,
                     },
                 )));
             }
             // Biased: an unbiased select picks at random, and the simulation must replay.
-            let failed = tokio::select! {
+            let outcome = tokio::select! {
                 biased;
-                () = connection.wake.notified() => None,
+                () = connection.wake.notified() => Ok(()),
                 answer = async { request_in_flight.as_mut().expect("guarded").await },
                     if request_in_flight.is_some() =>
                 {
                     request_in_flight = None;
-                    match answer {
-                        Ok(_acknowledged) => {
-                            unanswered = None;
+                    answer
+                        .map(|_acknowledge| {
+                            acknowledged = unanswered.take().map_or(acknowledged, |r| r.round);
                             failures = 0;
-                            None
-                        }
-                        Err(error) => Some(error),
-                    }
+                        })
+                        .map_err(Broken::Ask)
                 }
                 answer = async { poll_in_flight.as_mut().expect("guarded").await },
                     if poll_in_flight.is_some() =>
                 {
                     poll_in_flight = None;
                     match answer {
+                        Ok(data) if data.forgotten => {
+                            Err(Broken::Forgotten)
+                        }
                         Ok(data) => {
                             failures = 0;
                             if !data.channels.is_empty() {
                                 received = data.seq;
                                 self.dispatch(data.channels);
                             }
-                            None
+                            Ok(())
                         }
-                        Err(error) => Some(error),
+                        Err(error) => Err(Broken::Ask(error)),
                     }
                 }
             };
-            let Some(error) = failed else {
-                continue;
+            let reason = match outcome {
+                Ok(()) => continue,
+                Err(Broken::Ask(error)) => {
+                    failures += 1;
+                    if failures < RECONNECT_ATTEMPTS {
+                        tokio::time::sleep(RECONNECT_BACKOFF * 2u32.pow(failures - 1)).await;
+                        continue;
+                    }
+                    // The transport's error (a closed mailbox, a timeout) is logged here; the
+                    // gates say what it means.
+                    log::warn!(
+                        "data connection to {} broke after {failures} failed asks: {error}",
+                        connection.address
+                    );
+                    format!(
+                        "the data connection broke and could not be re-established ({failures} \
+                         attempts; connection reset or TaskManager unreachable)"
+                    )
+                }
+                Err(Broken::Forgotten) => "it no longer knows this TaskManager's subscriptions \
+                     (it restarted, and its partitions with it)"
+                    .to_owned(),
             };
-            failures += 1;
-            if failures < RECONNECT_ATTEMPTS {
-                tokio::time::sleep(RECONNECT_BACKOFF * 2u32.pow(failures - 1)).await;
-                continue;
-            }
             // Broken for good: every gate reading there fails; later gates start afresh.
-            log::warn!(
-                "data connection to {} broke after {failures} failed asks: {error}",
-                connection.address
-            );
             let gates: Vec<u32> = {
                 let mut state = lock(&connection.state);
                 state.pending.clear();
                 std::mem::take(&mut state.gates).into_keys().collect()
             };
-            // The transport's error (a closed mailbox, a timeout) is logged above; the gates
-            // say what it means.
-            let reason = format!(
-                "the data connection broke and could not be re-established ({failures} attempts; \
-                 connection reset or TaskManager unreachable)"
-            );
             {
                 let inboxes = lock(&self.inner.gates);
                 for gate in gates {
@@ -328,12 +347,20 @@ impl NetworkClient {
                 }
             }
             id = self.new_connection_id();
-            (round, poll, received, failures) = (0, 0, 0, 0);
+            (round, acknowledged, poll, received, failures) = (0, 0, 0, 0, 0);
             unanswered = None;
             request_in_flight = None;
             poll_in_flight = None;
         }
     }
+}
+
+/// Why a connection gives up.
+enum Broken {
+    /// An ask failed (one of [`RECONNECT_ATTEMPTS`] in a row).
+    Ask(actix::MailboxError),
+    /// The producer's TaskManager does not know the connection's acknowledged subscriptions.
+    Forgotten,
 }
 
 impl DataConnection {

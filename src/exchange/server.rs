@@ -151,12 +151,8 @@ impl PartitionRequestServer {
         store: Arc<PartitionStore>,
         message: PollPartitionData,
     ) -> impl Future<Output = PartitionData> + use<> {
-        let connection = self.connection(message.consumer, message.connection);
-        async move {
-            connection
-                .serve(&store, message.poll, message.received)
-                .await
-        }
+        let connection = self.connection(message.consumer.clone(), message.connection);
+        async move { connection.serve(&store, &message).await }
     }
 
     /// Partitions were created here: subscriptions waiting for them look again.
@@ -195,14 +191,25 @@ impl PartitionRequestServer {
 }
 
 impl ServerConnection {
-    async fn serve(&self, store: &PartitionStore, poll: u64, received: u64) -> PartitionData {
+    async fn serve(&self, store: &PartitionStore, message: &PollPartitionData) -> PartitionData {
+        let (poll, received) = (message.poll, message.received);
         let (seq, superseded) = {
             let mut state = lock(&self.state);
             state.last_used = Some(Instant::now());
+            if state.applied < message.acknowledged {
+                // Rounds were acknowledged that this TaskManager never applied: it is a new
+                // incarnation at the old address, and the subscriptions went with the old one.
+                return PartitionData {
+                    seq: state.seq,
+                    channels: Vec::new(),
+                    forgotten: true,
+                };
+            }
             if poll < state.poll {
                 return PartitionData {
                     seq: state.seq,
                     channels: Vec::new(),
+                    forgotten: false,
                 };
             }
             if poll > state.poll {
@@ -249,6 +256,7 @@ impl ServerConnection {
                     return PartitionData {
                         seq,
                         channels: Vec::new(),
+                        forgotten: false,
                     };
                 }
                 if held_out {
@@ -264,6 +272,7 @@ impl ServerConnection {
                     return PartitionData {
                         seq: state.seq,
                         channels,
+                        forgotten: false,
                     };
                 }
             }

@@ -299,6 +299,9 @@ pub struct PollPartitionData {
     /// after it was lost on the way, and its channels are served again (a pipelined buffer it
     /// carried is gone: those channels fail, their regions restart).
     pub received: u64,
+    /// The last [`PartitionRequests`] round the producer acknowledged: one that knows fewer
+    /// lost the connection's subscriptions (it restarted) and says so.
+    pub acknowledged: u64,
 }
 
 /// News for some channels of a connection.
@@ -308,6 +311,9 @@ pub struct PartitionData {
     pub seq: u64,
     /// `(the consumer's channel key, what happened)`.
     pub channels: Vec<(u64, ChannelResponse)>,
+    /// This TaskManager does not know the subscriptions the consumer says it acknowledged (it
+    /// restarted, and its partitions with it): every channel of the connection is gone.
+    pub forgotten: bool,
 }
 
 /// What one channel of a [`PollPartitionData`] got.

@@ -478,6 +478,7 @@ mod tests {
                         backlog: 0,
                     },
                 )],
+                forgotten: false,
             }
             .into_reply(),
             Reply::Failed("no actor taskmanager/tm-9 on this node".into()),

@@ -60,6 +60,7 @@ fn poll(poll: u64, received: u64) -> PollPartitionData {
         connection: DataConnectionId::from_u128(1),
         poll,
         received,
+        acknowledged: 1,
     }
 }
 
@@ -182,7 +183,8 @@ async fn a_silent_producer_is_answered_within_the_hold_for_as_long_as_it_is_sile
                     finished: false,
                     backlog: 0,
                 }
-            )]
+            )],
+            forgotten: false,
         }
     );
     store.finish(partition(41)).unwrap();
@@ -198,7 +200,8 @@ async fn a_silent_producer_is_answered_within_the_hold_for_as_long_as_it_is_sile
                     finished: true,
                     backlog: 0,
                 }
-            )]
+            )],
+            forgotten: false,
         }
     );
     store.release(partition(41));
@@ -441,4 +444,22 @@ async fn a_pipelined_producer_waits_for_its_consumer_instead_of_spilling_until_c
     assert_eq!(outcome.state, ExecutionState::Canceled, "{outcome:?}");
     assert!(outcome.output.backpressured_waits >= 1, "{outcome:?}");
     assert_eq!(store.stats(out).unwrap().spilled_batches, 0);
+}
+
+/// A producer TaskManager restarted at the same address knows none of the connection's
+/// subscriptions: it says so (the consumer's channels there fail) instead of answering "no news"
+/// for ever.
+#[actix::test]
+async fn a_producer_that_restarted_says_it_forgot_the_connection() {
+    tokio::time::pause();
+    let store = store("forgotten");
+    let restarted = PartitionRequestServer::default();
+    let answer = restarted.poll(store.clone(), poll(1, 0)).await;
+    assert!(answer.forgotten, "{answer:?}");
+    // A connection whose rounds it applied is known.
+    let known = PartitionRequestServer::default();
+    known.apply(subscribe(1));
+    store.create(partition(41), 1).unwrap();
+    store.finish(partition(41)).unwrap();
+    assert!(!known.poll(store.clone(), poll(1, 0)).await.forgotten);
 }
