@@ -1243,10 +1243,8 @@ async fn workers_are_started_only_while_the_leadership_lease_is_held() {
     assert_eq!(handle.requested().len(), 2, "started under a revoked lease");
 }
 
-/// A leader paused past its lease must not stop workers a new leader may already use: the
-/// surplus waits until the lease is proven again.
-#[actix::test]
-async fn shrinking_releases_nothing_while_the_leadership_lease_has_lapsed() {
+/// A resource manager holding a lease (for an hour) with three workers registered.
+async fn three_registered_workers_under_a_lease() -> (LeadershipLease, Fixture, Vec<ResourceId>) {
     let lease = LeadershipLease::lapsed();
     lease.extend_to(actix::clock::Instant::now() + Duration::from_secs(3600));
     let f = start_leased(config(3), true, lease.clone()).await;
@@ -1254,6 +1252,14 @@ async fn shrinking_releases_nothing_while_the_leadership_lease_has_lapsed() {
     for id in &ids {
         f.start_and_register(id).await;
     }
+    (lease, f, ids)
+}
+
+/// A leader paused past its lease must not stop workers a new leader may already use: the
+/// surplus waits until the lease is proven again.
+#[actix::test]
+async fn shrinking_releases_nothing_while_the_leadership_lease_has_lapsed() {
+    let (lease, f, ids) = three_registered_workers_under_a_lease().await;
     f.answer_idle_release(SESSION, vec![ids[2].clone()]);
     lease.revoke();
     f.set_pool_size(2).await;
@@ -1273,13 +1279,7 @@ async fn shrinking_releases_nothing_while_the_leadership_lease_has_lapsed() {
 /// The lease lapsing while the JobManager answers: the answer is not acted on.
 #[actix::test]
 async fn an_idle_release_answer_arriving_after_the_lease_lapsed_stops_no_worker() {
-    let lease = LeadershipLease::lapsed();
-    lease.extend_to(actix::clock::Instant::now() + Duration::from_secs(3600));
-    let f = start_leased(config(3), true, lease.clone()).await;
-    let ids = f.driver.requested();
-    for id in &ids {
-        f.start_and_register(id).await;
-    }
+    let (lease, f, ids) = three_registered_workers_under_a_lease().await;
     let held = Held::default();
     f.jm.script(|s| s.release_idle_task_managers = Script::Hold(held.clone()));
     f.set_pool_size(2).await;
