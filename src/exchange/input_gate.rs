@@ -306,7 +306,7 @@ impl InputGate {
                 }
                 // Whatever arrived meanwhile is handled before the next pause.
                 while let Some(event) = self.poll_now() {
-                    self.handle(event, blocker)?;
+                    self.handle(event)?;
                 }
                 continue;
             }
@@ -333,7 +333,7 @@ impl InputGate {
                 )));
             }
             let event = self.wait(blocker)?;
-            self.handle(event, blocker)?;
+            self.handle(event)?;
         }
     }
 
@@ -525,7 +525,7 @@ impl InputGate {
         None
     }
 
-    fn handle(&mut self, event: Event, blocker: &dyn TaskBlocker) -> Result<(), OperatorError> {
+    fn handle(&mut self, event: Event) -> Result<(), OperatorError> {
         match event {
             Event::Cancelled => Err(OperatorError::Cancelled),
             Event::Local(index) => {
@@ -536,7 +536,6 @@ impl InputGate {
                 Ok(())
             }
             Event::Remote => {
-                let _ = blocker;
                 for delivery in self.inbox.take() {
                     match delivery {
                         Delivery::Channel(index, response) => {

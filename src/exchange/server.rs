@@ -177,11 +177,6 @@ impl PartitionRequestServer {
         });
     }
 
-    /// Connections held, for tests and status.
-    pub fn connection_count(&self) -> usize {
-        lock(&self.connections).len()
-    }
-
     fn connection(&self, consumer: ActorAddress, id: DataConnectionId) -> Arc<ServerConnection> {
         lock(&self.connections)
             .entry((consumer, id))
