@@ -224,7 +224,12 @@ fn main() {
     }
     let (rounds, records) = if quick { (1, 200_000) } else { (5, 500_000) };
     let bytes = records * PAYLOAD;
-    let cluster = Cluster::start("exchange", 2, 1, "");
+    let cluster = Cluster::start(
+        "exchange",
+        2,
+        1,
+        &std::env::var("FLINT_BENCH_CONFIG").unwrap_or_default(),
+    );
     let mut raw = Vec::new();
     let mut flint = Vec::new();
     for round in 0..rounds {

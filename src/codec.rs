@@ -70,6 +70,18 @@ pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, CodecError> {
     Ok(value)
 }
 
+/// Appends a value's encoding to `out` (a network buffer collects records this way: one
+/// allocation per buffer, not per record); returns the bytes written.
+pub fn encode_into<T: Serialize>(value: &T, out: &mut Vec<u8>) -> Result<usize, CodecError> {
+    bincode::serde::encode_into_std_write(value, out, config()).map_err(CodecError::Encode)
+}
+
+/// Decodes the value at the start of `bytes`; returns it and the bytes it used (the rest may be
+/// further values: the records of a network buffer).
+pub fn decode_prefix<T: DeserializeOwned>(bytes: &[u8]) -> Result<(T, usize), CodecError> {
+    bincode::serde::decode_from_slice(bytes, config()).map_err(CodecError::Decode)
+}
+
 /// Samples of every message, shared with the transport's tests.
 #[cfg(test)]
 pub(crate) mod tests;

@@ -13,18 +13,17 @@
 //! [`TaskIo::sleep`]) goes through the task's [`TaskBlocker`], never the thread directly, so the
 //! simulation can run tasks in virtual time; a blocker whose runner is gone cancels the task.
 
-use std::collections::VecDeque;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::env::{Clock, TaskBlocker};
-use crate::exchange::NetworkSettings;
 use crate::exchange::client::NetworkClient;
 use crate::exchange::input_gate::{GateStats, InputGate, PRODUCER_CANCELLED};
 use crate::exchange::metrics::TaskIoMetrics;
 use crate::exchange::partition::PartitionStore;
 use crate::exchange::writer::{ResultPartitionWriter, WriterStats};
+use crate::exchange::{BufferReader, NetworkSettings};
 use crate::job::states::ExecutionState;
 use crate::messages::deployment::TaskDeploymentDescriptor;
 use crate::messages::{ActorAddress, ResultPartitionId};
@@ -182,7 +181,7 @@ fn run(
         ),
         env: &env,
         blocker,
-        pending: VecDeque::new(),
+        reader: BufferReader::default(),
     };
     let result = operator
         .run(&mut io)
@@ -198,7 +197,8 @@ struct Io<'a> {
     blocker: &'a dyn TaskBlocker,
     gate: InputGate,
     writer: ResultPartitionWriter,
-    pending: VecDeque<Record>,
+    /// The buffer being read: its records are decoded here, on the task's thread, one by one.
+    reader: BufferReader,
 }
 
 impl Io<'_> {
@@ -225,16 +225,19 @@ impl TaskIo for Io<'_> {
     }
 
     fn next(&mut self) -> Result<Option<Record>, OperatorError> {
-        if let Some(record) = self.pending.pop_front() {
-            return Ok(Some(record));
-        }
-        self.check_cancelled()?;
-        match self.gate.next_buffer(self.blocker)? {
-            Some(buffer) => {
-                self.pending = buffer.into();
-                Ok(self.pending.pop_front())
+        loop {
+            let record = self
+                .reader
+                .next_record()
+                .map_err(|e| OperatorError::Failed(format!("an input buffer is garbled: {e}")))?;
+            if record.is_some() {
+                return Ok(record);
             }
-            None => Ok(None),
+            self.check_cancelled()?;
+            match self.gate.next_buffer(self.blocker)? {
+                Some(buffer) => self.reader = buffer.reader(),
+                None => return Ok(None),
+            }
         }
     }
 

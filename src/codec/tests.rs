@@ -604,20 +604,23 @@ fn every_answer_round_trips() {
             (
                 0,
                 ChannelResponse::Data {
-                    batches: vec![vec![
-                        Record {
-                            key: "word".into(),
-                            value: Value::Int(3),
-                        },
-                        Record {
-                            key: String::new(),
-                            value: Value::Text("a line".into()),
-                        },
-                        Record {
-                            key: "u".into(),
-                            value: Value::Unit,
-                        },
-                    ]],
+                    batches: vec![
+                        vec![
+                            Record {
+                                key: "word".into(),
+                                value: Value::Int(3),
+                            },
+                            Record {
+                                key: String::new(),
+                                value: Value::Text("a line".into()),
+                            },
+                            Record {
+                                key: "u".into(),
+                                value: Value::Unit,
+                            },
+                        ]
+                        .into(),
+                    ],
                     next_batch: 1,
                     finished: true,
                     backlog: 0,

@@ -31,16 +31,17 @@ use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
 
 use super::NetworkSettings;
+use super::buffer::Buffer;
 use super::client::{DataConnection, Delivery, GateInbox, NetworkClient, channel_key};
 use super::metrics::TaskIoMetrics;
-use super::partition::{Fetch, PartitionStore, batch_bytes};
+use super::partition::{Fetch, PartitionStore};
 use super::server::FETCH_BYTES;
 use crate::env::TaskBlocker;
 use crate::fixed_hash::FixedHashMap;
 use crate::messages::deployment::InputGate as GateDescriptor;
 use crate::messages::task_manager::{ChannelResponse, PartitionRequest};
 use crate::messages::{ActorAddress, ResultPartitionId};
-use crate::operators::{OperatorError, Record};
+use crate::operators::OperatorError;
 use crate::task_blocking::{Cancellation, block_on};
 
 /// How long a consumer keeps asking for a partition its producer has not created yet
@@ -96,6 +97,11 @@ struct Channel {
     queued: u32,
     /// The producer's last reported backlog.
     backlog: u64,
+    /// Floating buffers the gate lent this channel (its window is its exclusive buffers plus
+    /// these).
+    floating: u32,
+    /// Queued in the gate's `floating_waiters`.
+    wants_floating: bool,
     /// The producer's TaskManager has answered for this partition once: from then on an unknown
     /// partition was released, not yet to be deployed.
     seen: bool,
@@ -129,11 +135,13 @@ pub struct InputGate {
     subscribed: usize,
     /// Local channels whose partition is not there yet.
     retrying: Vec<usize>,
-    queue: VecDeque<(usize, Vec<Record>)>,
+    queue: VecDeque<(usize, Buffer)>,
     /// Channels not finished.
     open: usize,
-    /// Floating buffers lent out (buffers queued beyond their channel's exclusive ones).
-    floating_used: u32,
+    /// Floating buffers not lent to any channel.
+    floating_free: u32,
+    /// Channels whose backlog asks for more floating buffers than they got, oldest first.
+    floating_waiters: VecDeque<usize>,
     /// Local channels to read now.
     to_fetch: VecDeque<usize>,
     local_waits: FuturesUnordered<LocalWait>,
@@ -171,7 +179,8 @@ impl InputGate {
             subscribed: 0,
             retrying: Vec::new(),
             queue: VecDeque::new(),
-            floating_used: 0,
+            floating_free: settings.floating_buffers_per_gate,
+            floating_waiters: VecDeque::new(),
             to_fetch: VecDeque::new(),
             local_waits: FuturesUnordered::new(),
             retry_backoff: Duration::from_millis(1),
@@ -232,6 +241,8 @@ impl InputGate {
                     },
                     queued: 0,
                     backlog: 0,
+                    floating: 0,
+                    wants_floating: false,
                     seen: false,
                     waited: Duration::ZERO,
                 });
@@ -263,15 +274,15 @@ impl InputGate {
     pub fn next_buffer(
         &mut self,
         blocker: &dyn TaskBlocker,
-    ) -> Result<Option<Vec<Record>>, OperatorError> {
+    ) -> Result<Option<Buffer>, OperatorError> {
         loop {
             if let Some((channel, buffer)) = self.queue.pop_front() {
                 self.consumed(channel);
                 self.send_requests();
-                let bytes = batch_bytes(&buffer) as u64;
-                self.stats.records_in += buffer.len() as u64;
+                let (records, bytes) = (u64::from(buffer.records()), buffer.len() as u64);
+                self.stats.records_in += records;
                 self.stats.bytes_in += bytes;
-                self.metrics.read(buffer.len() as u64, bytes);
+                self.metrics.read(records, bytes);
                 self.metrics.set_buffers_in_use(self.queue.len() as u64);
                 return Ok(Some(buffer));
             }
@@ -337,18 +348,72 @@ impl InputGate {
         }
     }
 
-    /// A buffer of `channel` was consumed: its credit grows back.
+    /// A buffer of `channel` was consumed: its credit grows back (or a floating buffer it no
+    /// longer needs goes back to the gate).
     fn consumed(&mut self, index: usize) {
-        let exclusive = self.settings.buffers_per_channel;
         let channel = &mut self.channels[index];
         channel.queued = channel.queued.saturating_sub(1);
-        if channel.queued >= exclusive {
-            self.floating_used = self.floating_used.saturating_sub(1);
-        }
         if channel.state == State::NoCredit {
             channel.state = State::Ready;
             if channel.local {
                 self.to_fetch.push_back(index);
+            }
+        }
+        self.settle(index);
+    }
+
+    /// Buffers `index` holds or may still receive: queued ones plus credit the producer has not
+    /// used yet.
+    fn in_use(&self, index: usize) -> u32 {
+        let channel = &self.channels[index];
+        let outstanding = if channel.state == State::Subscribed {
+            u32::try_from(channel.granted.saturating_sub(channel.received)).unwrap_or(u32::MAX)
+        } else {
+            0
+        };
+        channel.queued.saturating_add(outstanding)
+    }
+
+    /// Lends floating buffers to a channel with a backlog, or takes back those it has no use
+    /// for (Flink's `RemoteInputChannel`: required buffers = backlog + exclusive), then grants
+    /// whatever credit its window has room for. Freed floating buffers go to the channels
+    /// waiting for them, oldest first.
+    fn settle(&mut self, index: usize) {
+        self.settle_one(index);
+        while self.floating_free > 0 {
+            let Some(waiter) = self.floating_waiters.pop_front() else {
+                break;
+            };
+            self.channels[waiter].wants_floating = false;
+            self.settle_one(waiter);
+        }
+    }
+
+    fn settle_one(&mut self, index: usize) {
+        let exclusive = self.settings.buffers_per_channel;
+        let in_use = self.in_use(index);
+        let free = self.floating_free;
+        let channel = &mut self.channels[index];
+        let wanted = if channel.state == State::Finished {
+            0
+        } else {
+            u32::try_from(channel.backlog)
+                .unwrap_or(u32::MAX)
+                .min(self.settings.floating_buffers_per_gate)
+        };
+        if channel.floating > wanted {
+            // Only what the window has free: credit granted cannot be taken back.
+            let unused = (exclusive + channel.floating).saturating_sub(in_use);
+            let back = (channel.floating - wanted).min(unused);
+            channel.floating -= back;
+            self.floating_free += back;
+        } else if channel.floating < wanted {
+            let lent = (wanted - channel.floating).min(free);
+            channel.floating += lent;
+            self.floating_free -= lent;
+            if channel.floating < wanted && !channel.wants_floating {
+                channel.wants_floating = true;
+                self.floating_waiters.push_back(index);
             }
         }
         self.grant(index);
@@ -363,13 +428,12 @@ impl InputGate {
         if channel.state != State::Subscribed {
             return;
         }
-        let outstanding = channel.granted.saturating_sub(channel.received);
-        let credit = u64::from(self.credit(index));
-        if credit <= outstanding {
+        let credit = self.credit(index);
+        if credit == 0 {
             return;
         }
         let channel = &mut self.channels[index];
-        channel.granted += credit - outstanding;
+        channel.granted += u64::from(credit);
         let granted = channel.granted;
         self.request(
             position,
@@ -390,30 +454,19 @@ impl InputGate {
         requests.push(request);
     }
 
-    /// Buffers `channel` may receive now: its free exclusive ones, plus one floating buffer
-    /// while the gate has one and the channel has a backlog (or no exclusive one left).
-    fn credit(&mut self, index: usize) -> u32 {
-        let exclusive = self.settings.buffers_per_channel;
-        let channel = &self.channels[index];
-        let mut credit = exclusive.saturating_sub(channel.queued);
-        if (channel.backlog > 0 || credit == 0)
-            && self.floating_used < self.settings.floating_buffers_per_gate
-        {
-            credit += 1;
-        }
-        credit
+    /// Buffers `channel` may receive now: its window (exclusive buffers plus the floating ones
+    /// lent to it) less those it holds or was promised.
+    fn credit(&self, index: usize) -> u32 {
+        (self.settings.buffers_per_channel + self.channels[index].floating)
+            .saturating_sub(self.in_use(index))
     }
 
-    fn receive(&mut self, index: usize, buffers: Vec<Vec<Record>>) {
-        let exclusive = self.settings.buffers_per_channel;
+    fn receive(&mut self, index: usize, buffers: Vec<Buffer>) {
         for buffer in buffers {
             if buffer.is_empty() {
                 continue;
             }
             let channel = &mut self.channels[index];
-            if channel.queued >= exclusive {
-                self.floating_used += 1;
-            }
             channel.queued += 1;
             channel.received += 1;
             self.stats.buffers_in += 1;
@@ -599,10 +652,8 @@ impl InputGate {
                     self.to_fetch.push_back(index);
                 }
                 self.receive(index, batches);
-                if remote {
-                    // A backlog may earn a floating buffer.
-                    self.grant(index);
-                }
+                // A backlog may earn floating buffers; the end gives them back.
+                self.settle(index);
                 Ok(())
             }
             // Flink's CancelTaskException: a consumer whose producer was cancelled is being
@@ -695,5 +746,94 @@ impl Drop for InputGate {
             .map(|((connection, _), channels)| (connection, channels))
             .collect();
         self.network.unregister_gate(self.gate_id, cancels);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::env::NodeRng;
+    use crate::exchange::partition::tests::AppendRecords;
+    use crate::messages::deployment::{ProducerLocation, Producers};
+    use crate::messages::ids::ExecutionAttemptId;
+    use crate::operators::{Record, Value};
+    use crate::task_blocking::ThreadBlocker;
+
+    fn partition(n: u128) -> ResultPartitionId {
+        ResultPartitionId {
+            producer: ExecutionAttemptId::from_u128(n),
+            edge: 0,
+        }
+    }
+
+    /// Flink's credit model: a channel with a backlog borrows floating buffers up to the
+    /// gate's pool and gives them back as its backlog drains; the gate never holds more than
+    /// its exclusive buffers plus the pool.
+    #[test]
+    fn a_backlogged_channel_borrows_floating_buffers_and_gives_them_back() {
+        let store = Arc::new(PartitionStore::new(std::env::temp_dir(), usize::MAX));
+        let (busy, quiet) = (partition(1), partition(2));
+        store.create(busy, 1).unwrap();
+        store.create(quiet, 1).unwrap();
+        for i in 0..20 {
+            let record = Record {
+                key: format!("k{i}"),
+                value: Value::Int(i),
+            };
+            store.append_records(busy, 0, vec![record]).unwrap();
+        }
+        store.append_records(quiet, 0, vec![]).unwrap();
+        store.finish(busy).unwrap();
+        store.finish(quiet).unwrap();
+        let local = ActorAddress::new("local", "taskmanager/tm");
+        let settings = NetworkSettings {
+            buffers_per_channel: 2,
+            floating_buffers_per_gate: 3,
+            ..NetworkSettings::default()
+        };
+        let descriptor = GateDescriptor {
+            edge: 0,
+            subpartition: 0,
+            producers: Producers::own(
+                [busy, quiet]
+                    .into_iter()
+                    .map(|partition| ProducerLocation {
+                        partition,
+                        task_manager: local.clone(),
+                    })
+                    .collect(),
+            ),
+        };
+        let mut gate = InputGate::new(
+            &[descriptor],
+            &local,
+            &NetworkClient::new(local.clone(), NodeRng::seed_from_u64(1)),
+            store,
+            settings,
+            Arc::default(),
+            Arc::default(),
+        )
+        .unwrap();
+        let mut records = 0;
+        let mut most_held = 0;
+        while let Some(buffer) = gate.next_buffer(&ThreadBlocker).unwrap() {
+            if records == 0 {
+                // Two exclusive buffers read, a backlog of 18 reported: all three floating
+                // ones lent, and read at once.
+                assert_eq!(gate.channels[0].floating, 3);
+                assert_eq!(gate.floating_free, 0);
+            }
+            records += buffer.records();
+            // The one just handed out counts until the next call.
+            most_held = most_held.max(gate.queue.len() + 1);
+        }
+        assert_eq!(records, 20);
+        assert_eq!(
+            most_held,
+            2 + 3,
+            "the busy channel's exclusive and floating buffers"
+        );
+        assert_eq!(gate.floating_free, 3, "every floating buffer came back");
+        assert!(gate.channels.iter().all(|c| c.floating == 0));
     }
 }

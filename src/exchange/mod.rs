@@ -17,6 +17,7 @@
 //! producer's TaskManager holds a poll at most [`server::FETCH_HOLD`] (well inside the
 //! transport's ask timeout) and answers with no news, and the connection polls again.
 
+pub mod buffer;
 pub mod client;
 pub mod input_gate;
 pub mod metrics;
@@ -24,6 +25,7 @@ pub mod partition;
 pub mod server;
 pub mod writer;
 
+pub use buffer::{Buffer, BufferBuilder, BufferError, BufferReader};
 pub use partition::{Fetch, PartitionError, PartitionStats, PartitionStore};
 
 /// The unread buffers a pipelined subpartition holds before its producer waits (Flink's

@@ -31,9 +31,9 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use tokio::sync::oneshot;
 
+use super::buffer::Buffer;
 use crate::codec::{self, CodecError};
 use crate::messages::common::ResultPartitionId;
-use crate::operators::{Record, Value};
 
 /// Why a producer-side operation on a result partition failed.
 #[derive(Debug, thiserror::Error)]
@@ -182,7 +182,7 @@ pub enum Fetch {
     /// Batches from the requested index on.
     Ready {
         /// At least one batch unless `finished` and nothing is left; more up to the byte budget.
-        batches: Vec<Vec<Record>>,
+        batches: Vec<Buffer>,
         /// The index to fetch from next.
         next_batch: u64,
         /// The producer has finished and there is nothing after these batches: the consumer is
@@ -364,7 +364,7 @@ impl PartitionStore {
         &self,
         id: ResultPartitionId,
         subpartition: u32,
-        batch: Vec<Record>,
+        batch: Buffer,
     ) -> Result<(), PartitionError> {
         let partition = self.get(id)?;
         let mut partition = lock(&partition);
@@ -373,7 +373,7 @@ impl PartitionStore {
         if batch.is_empty() {
             return Ok(());
         }
-        let bytes = batch_bytes(&batch);
+        let bytes = batch.len();
         let fits = partition
             .memory_bytes
             .checked_add(bytes)
@@ -381,17 +381,13 @@ impl PartitionStore {
         // A pipelined partition is bounded by its capacity instead: it never spills.
         let stored = if partition.capacity.is_some() || (!partition.spilling && fits) {
             partition.memory_bytes += bytes;
-            Stored::Memory {
-                records: batch,
-                bytes,
-            }
+            Stored::Memory(batch)
         } else {
             partition.spilling = true;
             let spilled = partition.subpartitions[index].spill(
                 id,
                 subpartition,
                 &batch,
-                bytes,
                 &self.working_dir,
                 || self.next_spill_file.fetch_add(1, Ordering::Relaxed),
             );
@@ -607,20 +603,6 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// The memory estimate of a batch: key and text bytes plus 16 per record (enum tags, lengths).
-pub fn batch_bytes(batch: &[Record]) -> usize {
-    batch.iter().map(record_bytes).sum()
-}
-
-/// The memory estimate of one record (see [`batch_bytes`]).
-pub fn record_bytes(record: &Record) -> usize {
-    let text = match &record.value {
-        Value::Text(text) => text.len(),
-        Value::Unit | Value::Int(_) => 0,
-    };
-    record.key.len() + text + 16
-}
-
 /// Where a partition is in its life.
 enum State {
     Producing,
@@ -633,7 +615,7 @@ struct Partition {
     id: ResultPartitionId,
     state: State,
     subpartitions: Vec<Subpartition>,
-    /// Estimated bytes of the batches held in memory, over all subpartitions.
+    /// Bytes of the batches held in memory, over all subpartitions.
     memory_bytes: usize,
     /// Once set, every further batch of the partition goes to disk.
     spilling: bool,
@@ -752,12 +734,13 @@ impl Partition {
             }
             total = total.saturating_add(bytes);
             items.push(match stored {
-                Stored::Memory { records, .. } if !retain => {
+                Stored::Memory(buffer) if !retain => {
                     handed_over += bytes;
                     moved_until = Some(index + 1);
-                    PlannedBatch::Memory(std::mem::take(records))
+                    PlannedBatch::Memory(std::mem::take(buffer))
                 }
-                Stored::Memory { records, .. } => PlannedBatch::Memory(records.clone()),
+                // Shares the bytes: a blocking result in memory is read without a copy too.
+                Stored::Memory(buffer) => PlannedBatch::Memory(buffer.clone()),
                 Stored::Spilled { offset, len, .. } => PlannedBatch::Spilled {
                     offset: *offset,
                     len: *len,
@@ -820,13 +803,12 @@ impl Subpartition {
         &mut self,
         id: ResultPartitionId,
         subpartition: u32,
-        batch: &[Record],
-        bytes: usize,
+        batch: &Buffer,
         working_dir: &Path,
         next_file: impl FnOnce() -> u64,
     ) -> Result<Stored, PartitionError> {
         let payload =
-            codec::encode(&batch).map_err(|source| PartitionError::Encode { id, source })?;
+            codec::encode(batch).map_err(|source| PartitionError::Encode { id, source })?;
         // The codec refuses anything over 16 MiB, so the length fits a u32.
         let len = u32::try_from(payload.len()).map_err(|_| PartitionError::Encode {
             id,
@@ -863,31 +845,30 @@ impl Subpartition {
         Ok(Stored::Spilled {
             offset,
             len: payload.len(),
-            bytes,
+            bytes: batch.len(),
         })
     }
 }
 
 /// One batch, in memory or at a place in its subpartition's spill file.
 enum Stored {
-    Memory {
-        records: Vec<Record>,
-        bytes: usize,
-    },
+    Memory(Buffer),
     Spilled {
         /// Where its frame (4-byte little-endian length, then the encoded batch) starts.
         offset: u64,
         /// The encoded length.
         len: usize,
+        /// The buffer's size.
         bytes: usize,
     },
 }
 
 impl Stored {
-    /// The memory estimate, also used for fetch budgets so both kinds weigh the same.
+    /// The buffer's size, also used for fetch budgets so both kinds weigh the same.
     fn bytes(&self) -> usize {
         match self {
-            Self::Memory { bytes, .. } | Self::Spilled { bytes, .. } => *bytes,
+            Self::Memory(buffer) => buffer.len(),
+            Self::Spilled { bytes, .. } => *bytes,
         }
     }
 }
@@ -939,7 +920,7 @@ impl Drop for SpillFile {
 }
 
 enum PlannedBatch {
-    Memory(Vec<Record>),
+    Memory(Buffer),
     Spilled { offset: u64, len: usize },
 }
 
@@ -980,7 +961,7 @@ enum ReadError {
 
 impl FetchPlan {
     /// Takes the planned batches, reading spilled ones from disk (one open per fetch).
-    fn read(self) -> Result<Vec<Vec<Record>>, ReadError> {
+    fn read(self) -> Result<Vec<Buffer>, ReadError> {
         let mut file: Option<File> = None;
         let mut batches = Vec::with_capacity(self.items.len());
         for item in self.items {
@@ -1023,4 +1004,4 @@ impl FetchPlan {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

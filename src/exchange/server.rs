@@ -21,7 +21,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::input_gate::PARTITION_REQUEST_TIMEOUT;
-use super::partition::{Fetch, PartitionStore, ReadyQueue, batch_bytes};
+use super::partition::{Fetch, PartitionStore, ReadyQueue};
 use crate::fixed_hash::FixedHashMap;
 use crate::messages::ids::DataConnectionId;
 use crate::messages::task_manager::{
@@ -325,7 +325,7 @@ impl ConnectionState {
                     next_batch,
                     finished,
                 } => {
-                    let bytes: usize = batches.iter().map(|b| batch_bytes(b)).sum();
+                    let bytes: usize = batches.iter().map(super::Buffer::len).sum();
                     budget = budget.saturating_sub(bytes);
                     subscription.sent += batches.len() as u64;
                     subscription.next_batch = next_batch;

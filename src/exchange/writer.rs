@@ -1,6 +1,6 @@
 //! The producer side of a task: [`ResultPartitionWriter`] routes each record to its consumer's
-//! subpartition, collects it into that subpartition's buffer, and hands a full buffer
-//! (`taskmanager.network.buffer-size` bytes) to the [`PartitionStore`] — waiting, when a
+//! subpartition, serializes it into that subpartition's [`BufferBuilder`], and hands a full
+//! buffer (at most `taskmanager.network.buffer-size` bytes) to the [`PartitionStore`] — waiting, when a
 //! pipelined subpartition is full, until its consumer takes one. That wait is backpressure: it
 //! is counted per task, and it ends early when the partition fails or is released (which is how
 //! a cancelled producer is woken).
@@ -10,8 +10,10 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::Poll;
 
+use super::buffer::BufferBuilder;
 use super::metrics::TaskIoMetrics;
-use super::partition::{PartitionStore, Space, record_bytes};
+use super::partition::{PartitionStore, Space};
+use crate::codec;
 use crate::env::{Clock, TaskBlocker, fnv1a};
 use crate::job::graph::DistributionPattern;
 use crate::messages::deployment::OutputPartition;
@@ -23,7 +25,7 @@ use crate::task_blocking::{Cancellation, block_on};
 pub struct WriterStats {
     /// Records emitted (counted once per output they went to).
     pub records_out: u64,
-    /// Their estimated bytes.
+    /// Their serialized bytes.
     pub bytes_out: u64,
     /// Buffers handed to the store.
     pub buffers_out: u64,
@@ -31,11 +33,10 @@ pub struct WriterStats {
     pub backpressured_waits: u64,
 }
 
-/// One output's buffers: records collected per subpartition and their estimated bytes.
+/// One output's buffers, one per subpartition.
 struct Output {
     partition: OutputPartition,
-    buffers: Vec<Vec<Record>>,
-    bytes: Vec<usize>,
+    buffers: Vec<BufferBuilder>,
 }
 
 /// See the module docs.
@@ -43,13 +44,15 @@ pub struct ResultPartitionWriter {
     store: Arc<PartitionStore>,
     outputs: Vec<Output>,
     buffer_size: usize,
+    /// One record's encoding, reused: a record is serialized once for all its outputs.
+    scratch: Vec<u8>,
     stats: WriterStats,
     metrics: Arc<TaskIoMetrics>,
     clock: Arc<dyn Clock>,
 }
 
 impl ResultPartitionWriter {
-    /// A writer for `outputs` into `store`, cutting buffers at `buffer_size` estimated bytes,
+    /// A writer for `outputs` into `store`, cutting buffers at `buffer_size` bytes,
     /// counting into `metrics` (its waits timed by `clock`).
     pub fn new(
         store: Arc<PartitionStore>,
@@ -62,14 +65,16 @@ impl ResultPartitionWriter {
             .iter()
             .map(|&partition| Output {
                 partition,
-                buffers: vec![Vec::new(); partition.subpartitions as usize],
-                bytes: vec![0; partition.subpartitions as usize],
+                buffers: (0..partition.subpartitions)
+                    .map(|_| BufferBuilder::default())
+                    .collect(),
             })
             .collect();
         Self {
             store,
             outputs,
             buffer_size: buffer_size.max(1),
+            scratch: Vec::new(),
             stats: WriterStats::default(),
             metrics,
             clock,
@@ -96,37 +101,32 @@ impl ResultPartitionWriter {
         }
     }
 
-    /// Writes `record` to every output; a full buffer goes to the store, waiting for room.
+    /// Writes `record` to every output; a buffer that would pass the buffer size goes to the
+    /// store first, waiting for room. A record larger than a buffer travels alone.
     pub fn emit(
         &mut self,
         record: Record,
         blocker: &dyn TaskBlocker,
         cancelled: &Arc<Cancellation>,
     ) -> Result<(), OperatorError> {
-        let last = self.outputs.len().saturating_sub(1);
-        let mut record = Some(record);
+        if self.outputs.is_empty() {
+            return Ok(());
+        }
+        self.scratch.clear();
+        codec::encode_into(&record, &mut self.scratch)
+            .map_err(|e| OperatorError::Failed(format!("cannot serialize a record: {e}")))?;
+        let bytes = self.scratch.len();
         for index in 0..self.outputs.len() {
-            // Every output but the last gets a copy; the last one the record itself.
-            let record = if index == last {
-                match record.take() {
-                    Some(record) => record,
-                    None => break,
-                }
-            } else {
-                match &record {
-                    Some(record) => record.clone(),
-                    None => break,
-                }
-            };
-            let output = &mut self.outputs[index];
-            let sub = Self::route(&output.partition, &record);
-            let bytes = record_bytes(&record);
+            let sub = Self::route(&self.outputs[index].partition, &record);
+            let filled = self.outputs[index].buffers[sub].len();
+            if filled > 0 && filled + bytes > self.buffer_size {
+                self.hand_over(index, sub, blocker, cancelled)?;
+            }
+            self.outputs[index].buffers[sub].push_encoded(&self.scratch, self.buffer_size);
             self.stats.records_out += 1;
             self.stats.bytes_out += bytes as u64;
             self.metrics.wrote(bytes as u64);
-            output.buffers[sub].push(record);
-            output.bytes[sub] += bytes;
-            if output.bytes[sub] >= self.buffer_size {
+            if self.outputs[index].buffers[sub].len() >= self.buffer_size {
                 self.hand_over(index, sub, blocker, cancelled)?;
             }
         }
@@ -203,9 +203,7 @@ impl ResultPartitionWriter {
                 return Err(OperatorError::Cancelled);
             }
         }
-        let output = &mut self.outputs[index];
-        let buffer = std::mem::take(&mut output.buffers[sub]);
-        output.bytes[sub] = 0;
+        let buffer = self.outputs[index].buffers[sub].finish();
         self.store
             .append(id, subpartition, buffer)
             .map_err(failed)?;

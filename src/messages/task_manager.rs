@@ -17,7 +17,7 @@ use super::ids::{
     ProducerListId, ResourceId,
 };
 use super::protocol;
-use crate::operators::Record;
+use crate::exchange::Buffer;
 
 protocol! {
     /// Every message a TaskManager accepts: the payload of an envelope addressed to it.
@@ -321,8 +321,8 @@ pub struct PartitionData {
 pub enum ChannelResponse {
     /// Batches from the one asked for on.
     Data {
-        /// The batches.
-        batches: Vec<Vec<Record>>,
+        /// The batches (serialized records: the actor threads never decode them).
+        batches: Vec<Buffer>,
         /// The batch to ask for next.
         next_batch: u64,
         /// Nothing follows.

@@ -469,10 +469,13 @@ mod tests {
                 channels: vec![(
                     (7 << 32) | 3,
                     ChannelResponse::Data {
-                        batches: vec![vec![Record {
-                            key: "word".into(),
-                            value: Value::Int(3),
-                        }]],
+                        batches: vec![
+                            vec![Record {
+                                key: "word".into(),
+                                value: Value::Int(3),
+                            }]
+                            .into(),
+                        ],
                         next_batch: 1,
                         finished: true,
                         backlog: 0,

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use super::*;
 use crate::env::NodeRng;
 use crate::exchange::partition::Fetch;
+use crate::exchange::partition::tests::AppendRecords;
 use crate::exchange::server::PartitionRequestServer;
 use crate::job::graph::DistributionPattern;
 use crate::messages::ResultPartitionId;
@@ -170,7 +171,9 @@ async fn a_silent_producer_is_answered_within_the_hold_for_as_long_as_it_is_sile
     // Data wakes a held poll at once, and the end of the partition is told.
     let held = actix::spawn(server.poll(store.clone(), poll(polls + 1, 0)));
     crate::testing::settle().await;
-    store.append(partition(41), 0, vec![record(1)]).unwrap();
+    store
+        .append_records(partition(41), 0, vec![record(1)])
+        .unwrap();
     assert_eq!(
         held.await.unwrap(),
         PartitionData {
@@ -178,7 +181,7 @@ async fn a_silent_producer_is_answered_within_the_hold_for_as_long_as_it_is_sile
             channels: vec![(
                 7,
                 ChannelResponse::Data {
-                    batches: vec![vec![record(1)]],
+                    batches: vec![vec![record(1)].into()],
                     next_batch: 1,
                     finished: false,
                     backlog: 0,
@@ -215,7 +218,9 @@ async fn a_subscription_is_sent_only_what_its_consumer_granted() {
     let store = store("granted");
     store.create(partition(41), 1).unwrap();
     for i in 0..5 {
-        store.append(partition(41), 0, vec![record(i)]).unwrap();
+        store
+            .append_records(partition(41), 0, vec![record(i)])
+            .unwrap();
     }
     let server = PartitionRequestServer::default();
     server.apply(subscribe(1));
@@ -256,7 +261,9 @@ async fn a_lost_answer_is_served_again_or_fails_a_pipelined_channel() {
         } else {
             store.create_pipelined(partition(41), 1, 2).unwrap();
         }
-        store.append(partition(41), 0, vec![record(1)]).unwrap();
+        store
+            .append_records(partition(41), 0, vec![record(1)])
+            .unwrap();
         let server = PartitionRequestServer::default();
         server.apply(subscribe(1));
         let lost = server.poll(store.clone(), poll(1, 0)).await;
@@ -316,7 +323,9 @@ async fn a_partition_released_under_its_reading_consumer_fails_it_as_released() 
     let env = env("consumer", 2);
     let store = store("released");
     store.create_pipelined(partition(41), 1, 2).unwrap();
-    store.append(partition(41), 0, vec![record(1)]).unwrap();
+    store
+        .append_records(partition(41), 0, vec![record(1)])
+        .unwrap();
     let local = env.address_of("taskmanager/tm-local");
     let (task, _) = task(
         descriptor(
@@ -383,8 +392,11 @@ async fn a_consumer_reads_whichever_channel_has_data_while_another_is_silent() {
     );
     let consumer = spawn_task(task);
     // Enough records from the talkative producer to fill a whole output buffer downstream.
-    let batch: Vec<Record> = (0..2_000).map(record).collect();
-    store.append(talkative, 0, batch).unwrap();
+    let batch: Vec<Record> = (0..20_000).map(record).collect();
+    assert!(
+        crate::exchange::Buffer::from(batch.clone()).len() > NetworkSettings::default().buffer_size
+    );
+    store.append_records(talkative, 0, batch).unwrap();
     store.finish(talkative).unwrap();
     eventually("the talkative channel's records were passed on", || {
         matches!(store.fetch(out, 0, 0, usize::MAX), Fetch::Ready { .. })

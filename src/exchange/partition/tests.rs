@@ -5,6 +5,33 @@ use tokio::sync::oneshot::error::TryRecvError;
 
 use super::*;
 use crate::messages::ids::ExecutionAttemptId;
+use crate::operators::{Record, Value};
+
+/// Appends records (serialized into one buffer, as a producer's writer would).
+pub(crate) trait AppendRecords {
+    fn append_records(
+        &self,
+        id: ResultPartitionId,
+        subpartition: u32,
+        records: Vec<Record>,
+    ) -> Result<(), PartitionError>;
+}
+
+impl AppendRecords for PartitionStore {
+    fn append_records(
+        &self,
+        id: ResultPartitionId,
+        subpartition: u32,
+        records: Vec<Record>,
+    ) -> Result<(), PartitionError> {
+        self.append(id, subpartition, Buffer::from(records))
+    }
+}
+
+/// The records of fetched buffers.
+pub(crate) fn records_of(batches: &[Buffer]) -> Vec<Vec<Record>> {
+    batches.iter().map(|b| b.to_records().unwrap()).collect()
+}
 
 /// A fresh directory under the system temp dir, removed on drop.
 struct TempDir(PathBuf);
@@ -64,7 +91,7 @@ fn drain(store: &PartitionStore, id: ResultPartitionId, sub: u32, max_bytes: usi
             } => {
                 assert_eq!(next_batch, next + batches.len() as u64);
                 next = next_batch;
-                records.extend(batches.into_iter().flatten());
+                records.extend(records_of(&batches).into_iter().flatten());
                 if finished {
                     return records;
                 }
@@ -86,10 +113,10 @@ fn in_memory_batches_come_back_in_order() {
     let store = PartitionStore::new(dir.0.clone(), usize::MAX);
     let id = pid(1);
     store.create(id, 2).unwrap();
-    store.append(id, 0, batch(0, 3)).unwrap();
-    store.append(id, 1, batch(100, 1)).unwrap();
-    store.append(id, 0, vec![]).unwrap(); // ignored
-    store.append(id, 0, batch(3, 2)).unwrap();
+    store.append_records(id, 0, batch(0, 3)).unwrap();
+    store.append_records(id, 1, batch(100, 1)).unwrap();
+    store.append_records(id, 0, vec![]).unwrap(); // ignored
+    store.append_records(id, 0, batch(3, 2)).unwrap();
 
     match store.fetch(id, 0, 0, 1) {
         Fetch::Ready {
@@ -135,7 +162,7 @@ fn producer_errors() {
     let store = PartitionStore::new(TempDir::new("errors").0.clone(), usize::MAX);
     let id = pid(2);
     assert!(matches!(
-        store.append(id, 0, batch(0, 1)),
+        store.append_records(id, 0, batch(0, 1)),
         Err(PartitionError::UnknownPartition(_))
     ));
     assert!(matches!(
@@ -148,7 +175,7 @@ fn producer_errors() {
         Err(PartitionError::AlreadyExists(_))
     ));
     assert!(matches!(
-        store.append(id, 2, batch(0, 1)),
+        store.append_records(id, 2, batch(0, 1)),
         Err(PartitionError::SubpartitionOutOfRange {
             subpartition: 2,
             subpartitions: 2,
@@ -159,7 +186,7 @@ fn producer_errors() {
     assert!(matches!(store.fetch(id, 0, 3, 10), Fetch::Failed(_)));
     store.finish(id).unwrap();
     assert!(matches!(
-        store.append(id, 0, batch(0, 1)),
+        store.append_records(id, 0, batch(0, 1)),
         Err(PartitionError::AlreadyFinished(_))
     ));
     assert!(matches!(
@@ -182,7 +209,7 @@ fn pending_fetch_fires_on_append_and_finish() {
     };
     assert_eq!(on_sub0.try_recv(), Err(TryRecvError::Empty));
 
-    store.append(id, 0, batch(0, 1)).unwrap();
+    store.append_records(id, 0, batch(0, 1)).unwrap();
     assert_eq!(on_sub0.try_recv(), Ok(()));
     assert_eq!(
         on_sub1.try_recv(),
@@ -226,7 +253,7 @@ async fn long_poll_wakes_a_waiting_consumer() {
         let store = Arc::clone(&store);
         std::thread::spawn(move || {
             std::thread::sleep(Duration::from_millis(20));
-            store.append(id, 0, batch(7, 2)).unwrap();
+            store.append_records(id, 0, batch(7, 2)).unwrap();
         })
     };
     receiver.await.unwrap();
@@ -243,7 +270,7 @@ fn fail_wakes_pending_and_fails_fetches() {
     let store = PartitionStore::new(dir.0.clone(), 0);
     let id = pid(5);
     store.create(id, 2).unwrap();
-    store.append(id, 1, batch(0, 4)).unwrap();
+    store.append_records(id, 1, batch(0, 4)).unwrap();
     assert_eq!(dir.files().len(), 1, "threshold 0 spills everything");
     let Fetch::Pending(mut waiting) = store.fetch(id, 0, 0, 100) else {
         panic!("nothing appended to subpartition 0")
@@ -260,7 +287,7 @@ fn fail_wakes_pending_and_fails_fetches() {
     );
     store.fail(id, "again").unwrap();
     assert!(matches!(
-        store.append(id, 0, batch(0, 1)),
+        store.append_records(id, 0, batch(0, 1)),
         Err(PartitionError::Failed { ref reason, .. }) if reason == "producer crashed"
     ));
     assert!(store.release(id));
@@ -293,8 +320,8 @@ fn release_forgets_and_closes_pending_fetches() {
 #[test]
 fn spills_beyond_the_threshold_and_reads_back_in_order() {
     let dir = TempDir::new("spill");
-    // Each record of `batch` weighs "key-N".len() + 16 bytes: 10 records are over 200 bytes.
-    let threshold = 500;
+    // Room for two and a half of the largest batches: all but the first few spill.
+    let threshold = Buffer::from(batch(2_990, 10)).len() * 5 / 2;
     let store = PartitionStore::new(dir.0.clone(), threshold);
     let id = pid(7);
     store.create(id, 3).unwrap();
@@ -303,7 +330,7 @@ fn spills_beyond_the_threshold_and_reads_back_in_order() {
         let sub = (i % 3) as u32;
         let b = batch(i * 10, 10);
         expected[sub as usize].extend(b.iter().cloned());
-        store.append(id, sub, b).unwrap();
+        store.append_records(id, sub, b).unwrap();
         let stats = store.stats(id).unwrap();
         assert!(stats.memory_bytes <= threshold, "memory is bounded");
     }
@@ -328,7 +355,7 @@ fn spills_beyond_the_threshold_and_reads_back_in_order() {
     // Another partition in the same store spills on its own account.
     let other = pid(8);
     store.create(other, 1).unwrap();
-    store.append(other, 0, batch(0, 1)).unwrap();
+    store.append_records(other, 0, batch(0, 1)).unwrap();
     assert_eq!(store.stats(other).unwrap().spilled_batches, 0);
 
     assert!(store.release(id));
@@ -359,10 +386,14 @@ fn text_values_are_spilled_and_weighed() {
         },
     ];
     let big = vec![line(&"ß".repeat(100))];
-    store.append(id, 0, small.clone()).unwrap();
-    assert_eq!(store.stats(id).unwrap().memory_bytes, 4 + 16 + 1 + 16);
-    store.append(id, 0, big.clone()).unwrap();
-    store.append(id, 0, small.clone()).unwrap();
+    store.append_records(id, 0, small.clone()).unwrap();
+    // Weighed as serialized (a buffer's bytes).
+    assert_eq!(
+        store.stats(id).unwrap().memory_bytes,
+        Buffer::from(small.clone()).len()
+    );
+    store.append_records(id, 0, big.clone()).unwrap();
+    store.append_records(id, 0, small.clone()).unwrap();
     let stats = store.stats(id).unwrap();
     assert_eq!((stats.batches, stats.spilled_batches), (3, 2));
     store.finish(id).unwrap();
@@ -378,8 +409,8 @@ fn dropping_the_store_deletes_spill_files() {
     let store = PartitionStore::new(dir.0.clone(), 0);
     for n in 0..3 {
         store.create(pid(n), 2).unwrap();
-        store.append(pid(n), 0, batch(0, 2)).unwrap();
-        store.append(pid(n), 1, batch(2, 2)).unwrap();
+        store.append_records(pid(n), 0, batch(0, 2)).unwrap();
+        store.append_records(pid(n), 1, batch(2, 2)).unwrap();
     }
     assert_eq!(dir.files().len(), 6);
     assert!(format!("{store:?}").contains("partitions: 3"));
@@ -397,7 +428,7 @@ fn unwritable_working_dir_fails_the_partition() {
     let store = PartitionStore::new(blocker.join("spill"), 0);
     let id = pid(10);
     store.create(id, 1).unwrap();
-    let err = store.append(id, 0, batch(0, 1)).unwrap_err();
+    let err = store.append_records(id, 0, batch(0, 1)).unwrap_err();
     assert!(err.is_retryable());
     assert!(err.to_string().contains("blocker/spill"), "{err}");
     assert!(matches!(store.fetch(id, 0, 0, 10), Fetch::Failed(_)));
@@ -410,7 +441,7 @@ fn a_pipelined_batch_fetched_again_fails_instead_of_reading_as_empty() {
     let store = PartitionStore::new(TempDir::new("refetch").0.clone(), usize::MAX);
     let id = pid(9);
     store.create_with(id, 1, false).unwrap();
-    store.append(id, 0, batch(0, 2)).unwrap();
+    store.append_records(id, 0, batch(0, 2)).unwrap();
     assert!(matches!(
         store.fetch(id, 0, 0, usize::MAX),
         Fetch::Ready { ref batches, next_batch: 1, .. } if batches == &vec![batch(0, 2)]
@@ -420,7 +451,7 @@ fn a_pipelined_batch_fetched_again_fails_instead_of_reading_as_empty() {
         other => panic!("{other:?}"),
     }
     // Reading on from where the consumer got to still works.
-    store.append(id, 0, batch(2, 1)).unwrap();
+    store.append_records(id, 0, batch(2, 1)).unwrap();
     assert!(matches!(
         store.fetch(id, 0, 1, usize::MAX),
         Fetch::Ready { ref batches, next_batch: 2, .. } if batches == &vec![batch(2, 1)]
@@ -433,8 +464,8 @@ fn a_blocking_partition_is_on_disk_read_back_again_and_deleted_when_released() {
     let store = PartitionStore::new(dir.0.clone(), usize::MAX);
     let id = pid(10);
     store.create_blocking(id, 1).unwrap();
-    store.append(id, 0, batch(0, 3)).unwrap();
-    store.append(id, 0, batch(3, 2)).unwrap();
+    store.append_records(id, 0, batch(0, 3)).unwrap();
+    store.append_records(id, 0, batch(3, 2)).unwrap();
     store.finish(id).unwrap();
     let stats = store.stats(id).unwrap();
     assert_eq!(
@@ -465,10 +496,10 @@ fn a_listener_gets_its_key_on_append_finish_failure_and_release() {
         assert!(matches!(listen(id, key), Fetch::Listening));
     }
     assert!(queue.is_empty());
-    store.append(appended, 0, vec![]).unwrap();
+    store.append_records(appended, 0, vec![]).unwrap();
     assert!(queue.is_empty(), "an empty batch is no news");
     store
-        .append(
+        .append_records(
             appended,
             0,
             vec![Record {

@@ -1,0 +1,308 @@
+//! Network buffers (Flink's `Buffer`): records serialized back to back, up to
+//! `taskmanager.network.buffer-size` bytes.
+//!
+//! A producer's task thread serializes each record once, into its subpartition's
+//! [`BufferBuilder`]; from then on the buffer is bytes. The store, a local consumer and a data
+//! connection hand it on by reference count (`Bytes`: in-process a buffer moves without being
+//! copied), the wire carries it as one byte string, and the consumer's task thread decodes its
+//! records with a [`BufferReader`]. So neither TaskManager's actor thread — which serves every
+//! data connection — ever touches a record.
+
+use std::fmt;
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+
+use crate::codec::{self, CodecError};
+use crate::operators::Record;
+
+/// Why a buffer's records could not be read back.
+#[derive(Debug, thiserror::Error)]
+pub enum BufferError {
+    /// The bytes at `offset` are not a record (a garbled buffer).
+    #[error("record {index} of a {len}-byte buffer (at byte {offset}) cannot be decoded")]
+    Garbled {
+        /// Which record.
+        index: u32,
+        /// Where it starts.
+        offset: usize,
+        /// The buffer's size.
+        len: usize,
+        /// The decoder's complaint.
+        #[source]
+        source: CodecError,
+    },
+    /// The bytes end before (or go on after) the records the buffer claims.
+    #[error("a {len}-byte buffer claims {claimed} records but holds {found}")]
+    WrongCount {
+        /// Records claimed.
+        claimed: u32,
+        /// Records found.
+        found: u32,
+        /// The buffer's size.
+        len: usize,
+    },
+}
+
+/// Serialized records; cloning shares the bytes.
+#[derive(Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Buffer {
+    records: u32,
+    bytes: Bytes,
+}
+
+impl fmt::Debug for Buffer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "Buffer({} records, {} bytes)",
+            self.records,
+            self.bytes.len()
+        )
+    }
+}
+
+impl Buffer {
+    /// A buffer of `records` (tests and tools; producers use a [`BufferBuilder`]).
+    pub fn from_records(records: &[Record]) -> Result<Self, CodecError> {
+        let mut builder = BufferBuilder::default();
+        let mut scratch = Vec::new();
+        for record in records {
+            scratch.clear();
+            codec::encode_into(record, &mut scratch)?;
+            builder.push_encoded(&scratch, usize::MAX);
+        }
+        Ok(builder.finish())
+    }
+
+    /// How many records it holds.
+    pub fn records(&self) -> u32 {
+        self.records
+    }
+
+    /// Its size in bytes.
+    pub fn len(&self) -> usize {
+        self.bytes.len()
+    }
+
+    /// Whether it holds no record.
+    pub fn is_empty(&self) -> bool {
+        self.records == 0
+    }
+
+    /// The raw bytes (spill files store them as they are).
+    pub fn bytes(&self) -> &Bytes {
+        &self.bytes
+    }
+
+    /// Reads its records one by one.
+    pub fn reader(self) -> BufferReader {
+        BufferReader {
+            buffer: self,
+            offset: 0,
+            read: 0,
+        }
+    }
+
+    /// Every record at once (tests and tools; task threads read with [`reader`](Self::reader)).
+    pub fn to_records(&self) -> Result<Vec<Record>, BufferError> {
+        let mut reader = self.clone().reader();
+        let mut records = Vec::with_capacity(self.records as usize);
+        while let Some(record) = reader.next_record()? {
+            records.push(record);
+        }
+        Ok(records)
+    }
+}
+
+/// Tests build and compare buffers as their records.
+#[cfg(test)]
+impl From<Vec<Record>> for Buffer {
+    fn from(records: Vec<Record>) -> Self {
+        Self::from_records(&records).expect("records encode")
+    }
+}
+
+#[cfg(test)]
+impl PartialEq<Vec<Record>> for Buffer {
+    fn eq(&self, records: &Vec<Record>) -> bool {
+        self.to_records().is_ok_and(|mine| &mine == records)
+    }
+}
+
+/// Collects one subpartition's records until the buffer is full.
+#[derive(Debug, Default)]
+pub struct BufferBuilder {
+    bytes: Vec<u8>,
+    records: u32,
+}
+
+impl BufferBuilder {
+    /// Appends one record's encoding. The allocation doubles as it fills, up to `buffer_size`
+    /// (so a subpartition that gets one small record does not hold a whole buffer's memory).
+    pub fn push_encoded(&mut self, encoded: &[u8], buffer_size: usize) {
+        let needed = self.bytes.len() + encoded.len();
+        if needed > self.bytes.capacity() {
+            let grown = (self.bytes.capacity() * 2)
+                .max(256)
+                .min(buffer_size)
+                .max(needed);
+            self.bytes.reserve_exact(grown - self.bytes.len());
+        }
+        self.bytes.extend_from_slice(encoded);
+        self.records += 1;
+    }
+
+    /// Bytes collected so far.
+    pub fn len(&self) -> usize {
+        self.bytes.len()
+    }
+
+    /// Whether no record was collected since the last [`finish`](Self::finish).
+    pub fn is_empty(&self) -> bool {
+        self.records == 0
+    }
+
+    /// The buffer collected so far; the builder starts over empty.
+    pub fn finish(&mut self) -> Buffer {
+        let records = std::mem::take(&mut self.records);
+        Buffer {
+            records,
+            bytes: Bytes::from(std::mem::take(&mut self.bytes)),
+        }
+    }
+}
+
+/// A buffer being read, record by record.
+#[derive(Debug, Default)]
+pub struct BufferReader {
+    buffer: Buffer,
+    offset: usize,
+    read: u32,
+}
+
+impl BufferReader {
+    /// The next record; `None` after the last. A garbled buffer is an error, never a panic.
+    pub fn next_record(&mut self) -> Result<Option<Record>, BufferError> {
+        let len = self.buffer.bytes.len();
+        if self.read == self.buffer.records {
+            return if self.offset == len {
+                Ok(None)
+            } else {
+                Err(self.wrong_count())
+            };
+        }
+        if self.offset == len {
+            return Err(self.wrong_count());
+        }
+        let (record, used) = codec::decode_prefix::<Record>(&self.buffer.bytes[self.offset..])
+            .map_err(|source| BufferError::Garbled {
+                index: self.read,
+                offset: self.offset,
+                len,
+                source,
+            })?;
+        self.offset += used;
+        self.read += 1;
+        Ok(Some(record))
+    }
+
+    fn wrong_count(&self) -> BufferError {
+        BufferError::WrongCount {
+            claimed: self.buffer.records,
+            found: self.read,
+            len: self.buffer.bytes.len(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::operators::Value;
+
+    fn record(i: i64) -> Record {
+        Record {
+            key: format!("k{i}"),
+            value: Value::Text("x".repeat(i as usize)),
+        }
+    }
+
+    #[test]
+    fn records_come_back_in_order() {
+        let records: Vec<Record> = (0..50).map(record).collect();
+        let buffer = Buffer::from_records(&records).unwrap();
+        assert_eq!(buffer.records(), 50);
+        assert_eq!(buffer.to_records().unwrap(), records);
+        // Over the wire too, and a clone shares the bytes.
+        let copy: Buffer = codec::decode(&codec::encode(&buffer).unwrap()).unwrap();
+        assert_eq!(copy, buffer);
+        assert_eq!(buffer.clone().bytes().as_ptr(), buffer.bytes().as_ptr());
+    }
+
+    #[test]
+    fn the_builder_grows_to_the_buffer_size_and_starts_over() {
+        let mut builder = BufferBuilder::default();
+        let mut scratch = Vec::new();
+        codec::encode_into(&record(100), &mut scratch).unwrap();
+        builder.push_encoded(&scratch, 1_000);
+        assert!(
+            builder.bytes.capacity() < 1_000,
+            "one small record, a small allocation"
+        );
+        for _ in 0..8 {
+            builder.push_encoded(&scratch, 1_000);
+        }
+        assert!(
+            builder.bytes.capacity() <= 1_000,
+            "never past the buffer size"
+        );
+        let buffer = builder.finish();
+        assert_eq!(buffer.records(), 9);
+        assert!(builder.is_empty());
+        assert_eq!(builder.bytes.len(), 0);
+    }
+
+    #[test]
+    fn a_garbled_buffer_is_an_error_not_a_panic() {
+        let records: Vec<Record> = (0..3).map(record).collect();
+        let good = Buffer::from_records(&records).unwrap();
+        let truncated = Buffer {
+            records: 3,
+            bytes: good.bytes.slice(..good.len() - 1),
+        };
+        assert!(matches!(
+            truncated.to_records(),
+            Err(BufferError::Garbled { index: 2, .. })
+        ));
+        let overclaimed = Buffer {
+            records: 4,
+            bytes: good.bytes.clone(),
+        };
+        assert!(matches!(
+            overclaimed.to_records(),
+            Err(BufferError::WrongCount {
+                claimed: 4,
+                found: 3,
+                ..
+            })
+        ));
+        let underclaimed = Buffer {
+            records: 2,
+            bytes: good.bytes.clone(),
+        };
+        assert!(matches!(
+            underclaimed.to_records(),
+            Err(BufferError::WrongCount {
+                claimed: 2,
+                found: 2,
+                ..
+            })
+        ));
+        let garbage = Buffer {
+            records: 1,
+            bytes: Bytes::from_static(&[0xff; 16]),
+        };
+        assert!(garbage.to_records().is_err());
+    }
+}
