@@ -56,7 +56,7 @@ pub const PRODUCER_CANCELLED: &str = "producer cancelled";
 pub struct GateStats {
     /// Records read.
     pub records_in: u64,
-    /// Their estimated bytes.
+    /// Their serialized bytes.
     pub bytes_in: u64,
     /// Buffers received.
     pub buffers_in: u64,

@@ -47,11 +47,11 @@ impl Default for TaskIoMetrics {
 pub struct TaskIoSnapshot {
     /// Records read from its inputs.
     pub records_in: u64,
-    /// Their estimated bytes.
+    /// Their serialized bytes.
     pub bytes_in: u64,
     /// Records written to its outputs (once per output).
     pub records_out: u64,
-    /// Their estimated bytes.
+    /// Their serialized bytes.
     pub bytes_out: u64,
     /// Input buffers received and not yet consumed.
     pub buffers_in_use: u64,

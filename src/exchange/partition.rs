@@ -1,8 +1,8 @@
 //! The result partitions a TaskManager holds, between the producer that writes them and the
 //! consumers that read them.
 //!
-//! A producer's task thread [`append`](PartitionStore::append)s batches of records to one
-//! subpartition per consumer subtask; consumers (local task threads, or the TaskManager actor
+//! A producer's task thread [`append`](PartitionStore::append)s batches (byte [`Buffer`]s of
+//! serialized records) to one subpartition per consumer subtask; consumers (local task threads, or the TaskManager actor
 //! answering a remote consumer) [`fetch`](PartitionStore::fetch) them by batch index, long-polling
 //! when they have caught up. Batches stay in memory until a partition's in-memory size would pass
 //! the spill threshold; from then on that partition's batches go to one spill file per
@@ -211,7 +211,7 @@ pub struct PartitionStats {
     pub batches: u64,
     /// How many of them are on disk.
     pub spilled_batches: u64,
-    /// The estimated size of the batches held in memory (at most the spill threshold).
+    /// The bytes of the batches held in memory (at most the spill threshold).
     pub memory_bytes: usize,
     /// Whether the producer has finished it.
     pub finished: bool,
@@ -462,7 +462,7 @@ impl PartitionStore {
     }
 
     /// Reads batches of one subpartition from index `from_batch` on: at least one if any is
-    /// available, more while their estimated size stays within `max_bytes`. Spilled batches are
+    /// available, more while their size stays within `max_bytes`. Spilled batches are
     /// read back from disk outside the locks.
     pub fn fetch(
         &self,
