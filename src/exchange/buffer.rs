@@ -107,7 +107,8 @@ impl Buffer {
     /// Every record at once (tests and tools; task threads read with [`reader`](Self::reader)).
     pub fn to_records(&self) -> Result<Vec<Record>, BufferError> {
         let mut reader = self.clone().reader();
-        let mut records = Vec::with_capacity(self.records as usize);
+        // A record takes at least a byte: a garbled count cannot make this allocate more.
+        let mut records = Vec::with_capacity((self.records as usize).min(self.bytes.len()));
         while let Some(record) = reader.next_record()? {
             records.push(record);
         }
