@@ -169,6 +169,11 @@ pub struct JobMaster {
     /// Attempts a heartbeat of a TaskManager did not list although they run there (by this
     /// job's account): failed if the next heartbeat does not list them either.
     suspects: BTreeMap<ResourceId, BTreeSet<ExecutionAttemptId>>,
+    /// CANCELING attempts a heartbeat of their TaskManager still listed: sent `CancelTask`
+    /// again if the next heartbeat lists them too (the cancel travels as a tell, and a lost
+    /// one left a task blocked for credit running, and its job CANCELLING, for ever; Flink
+    /// retries its cancel call too).
+    cancel_suspects: BTreeMap<ResourceId, BTreeSet<ExecutionAttemptId>>,
     /// Each vertex's name, operator and configuration as its descriptors share them.
     vertex_parts: Vec<VertexParts>,
     /// All-to-all producer lists by edge, shared by every consumer (even across regions, as
@@ -306,6 +311,7 @@ impl JobMaster {
                 })
                 .collect(),
             suspects: BTreeMap::new(),
+            cancel_suspects: BTreeMap::new(),
             rng,
             submitted_at_ms: now_ms,
             recovered_at_ms: None,
@@ -1104,6 +1110,7 @@ impl JobMaster {
         // Its heartbeats are over: nothing of it to suspect any more (a long job on a cluster
         // whose TaskManagers come and go would keep one entry per TaskManager ever lost).
         self.suspects.remove(resource_id);
+        self.cancel_suspects.remove(resource_id);
         self.gates.clear();
         let reason = format!("TaskManager {resource_id} was lost");
         let mut failed = Vec::new();
@@ -1201,6 +1208,34 @@ impl JobMaster {
         let missing: Vec<(TaskRef, ExecutionState)> =
             missing.into_iter().map(|(_, found)| found).collect();
         let mut actions = Vec::new();
+        // Still cancelling there, as at the last heartbeat: the cancel may have been lost.
+        let still_cancelling: BTreeSet<ExecutionAttemptId> = self
+            .placed_on
+            .get(resource_id)
+            .into_iter()
+            .flatten()
+            .map(|task| self.task(task))
+            .filter(|ev| {
+                ev.state.state() == ExecutionState::Canceling && running.contains(&ev.attempt)
+            })
+            .map(|ev| ev.attempt)
+            .collect();
+        let before = self.cancel_suspects.remove(resource_id).unwrap_or_default();
+        for &attempt in still_cancelling.intersection(&before) {
+            log::warn!(
+                "job {}: {attempt} still runs on {resource_id} after its cancellation; \
+                 cancelling it again",
+                self.job_id
+            );
+            actions.push(JobAction::Cancel {
+                resource_id: resource_id.clone(),
+                attempt,
+            });
+        }
+        if !still_cancelling.is_empty() {
+            self.cancel_suspects
+                .insert(resource_id.clone(), still_cancelling);
+        }
         for (task, state) in missing {
             let attempt = self.task(&task).attempt;
             log::warn!(

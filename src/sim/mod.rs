@@ -226,9 +226,19 @@ async fn simulate(options: SimOptions) -> SimReport {
     let events = EventSink::new(4096);
     let mut event_stream = events.subscribe().expect("an enabled sink");
     let scratch = scratch_dir(&options);
+    let mut config = sim_config(&scenario, options.seed);
+    if options.shape.jobs == scenario::JobMix::DataPlane {
+        // Network buffers of 64 B or 512 B in two seeds of three (a job's few kilobytes then
+        // span dozens of buffers, so producers wait for credit, channels report backlogs and
+        // borrow floating buffers, all under the faults); Flink's defaults in the third.
+        let variant = (options.seed % 3) as usize;
+        config.taskmanager.network_buffer_size = [64, 512, 32 << 10][variant];
+        config.taskmanager.network_buffers_per_channel = [1, 2, 2][variant];
+        config.taskmanager.network_floating_buffers_per_gate = [1, 2, 8][variant];
+    }
     let cluster = SimCluster::new(
         options.seed,
-        sim_config(&scenario, options.seed),
+        config,
         network.clone(),
         trace.clone(),
         events,

@@ -1281,6 +1281,50 @@ fn a_task_missing_from_two_heartbeats_in_a_row_has_failed() {
 }
 
 #[test]
+fn a_task_still_listed_cancelling_at_two_heartbeats_is_cancelled_again() {
+    // Regression (data-plane sweep with 64-byte buffers, seeds 882, 1230, 1485): `CancelTask`
+    // travels as a tell; one lost left a producer blocked for credit running, and its job
+    // CANCELLING, for ever.
+    let graph = pipeline(
+        1,
+        1,
+        DistributionPattern::Forward,
+        ExchangeMode::Pipelined,
+        RestartStrategyConfig::None,
+    );
+    let mut h = Harness::new(graph, &[2]);
+    h.start();
+    h.run_all(&[("source", 0), ("sink", 0)]);
+    let (source, sink) = (h.attempt("source", 0), h.attempt("sink", 0));
+    let cancels = |actions: &[JobAction]| -> BTreeSet<ExecutionAttemptId> {
+        actions
+            .iter()
+            .filter_map(|action| match action {
+                JobAction::Cancel { attempt, .. } => Some(*attempt),
+                _ => None,
+            })
+            .collect()
+    };
+    assert_eq!(
+        cancels(&h.call(|m, cx| m.cancel(cx))),
+        [source, sink].into()
+    );
+    h.canceled("sink", 0);
+    let both: BTreeSet<ExecutionAttemptId> = [source, sink].into();
+    // The first heartbeat listing it may simply precede the cancel's effect...
+    assert!(cancels(&h.call(|m, cx| m.reconcile(&tm(0), &both, cx))).is_empty());
+    // ...the second means the cancel was lost: it goes again, for the cancelling one only.
+    assert_eq!(
+        cancels(&h.call(|m, cx| m.reconcile(&tm(0), &both, cx))),
+        [source].into()
+    );
+    assert_eq!(h.state("source", 0), ExecutionState::Canceling);
+    h.canceled("source", 0);
+    assert!(cancels(&h.call(|m, cx| m.reconcile(&tm(0), &both, cx))).is_empty());
+    assert_eq!(h.status(), JobStatus::Canceled);
+}
+
+#[test]
 fn a_taken_deployment_missing_from_two_heartbeats_has_failed() {
     // Regression (issue 12, seeds 21150 and 24138): a TaskManager answered SubmitTask, then its
     // RUNNING update was lost (or it dropped the task on re-registering); heartbeats left
