@@ -909,7 +909,8 @@ mod tests {
             assert!(
                 matches!(
                     result,
-                    Err(HandshakeError::VersionMismatch { ours: 3, theirs: 4 })
+                    Err(HandshakeError::VersionMismatch { ours, theirs })
+                        if ours == PROTOCOL_VERSION && theirs == PROTOCOL_VERSION + 1
                 ),
                 "{role:?}: {result:?}"
             );
@@ -1416,7 +1417,10 @@ mod tests {
         assert_eq!(next, S::Failed);
         assert!(matches!(
             action,
-            HandshakeAction::Fail(HandshakeError::VersionMismatch { ours: 3, theirs: 9 })
+            HandshakeAction::Fail(HandshakeError::VersionMismatch {
+                ours: PROTOCOL_VERSION,
+                theirs: 9
+            })
         ));
 
         let foreign = Hello {
