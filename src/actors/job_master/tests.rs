@@ -1212,10 +1212,8 @@ fn restarted_consumers_read_the_new_attempts_of_their_producers() {
     }
 }
 
-#[test]
-fn a_task_that_reports_canceled_without_being_cancelled_has_failed() {
-    // Regression: RUNNING → CANCELED is no transition, so the report was dropped and the job
-    // waited for the task forever.
+/// Source → sink, one subtask each, forward and pipelined, both RUNNING on one TaskManager.
+fn running_pair() -> Harness {
     let graph = pipeline(
         1,
         1,
@@ -1226,6 +1224,14 @@ fn a_task_that_reports_canceled_without_being_cancelled_has_failed() {
     let mut h = Harness::new(graph, &[2]);
     h.start();
     h.run_all(&[("source", 0), ("sink", 0)]);
+    h
+}
+
+#[test]
+fn a_task_that_reports_canceled_without_being_cancelled_has_failed() {
+    // Regression: RUNNING → CANCELED is no transition, so the report was dropped and the job
+    // waited for the task forever.
+    let mut h = running_pair();
     h.report("source", 0, ExecutionState::Canceled);
     assert_eq!(h.state("source", 0), ExecutionState::Failed);
     assert_eq!(h.status(), JobStatus::Failing);
@@ -1235,16 +1241,7 @@ fn a_task_that_reports_canceled_without_being_cancelled_has_failed() {
 fn a_task_missing_from_two_heartbeats_in_a_row_has_failed() {
     // Regression: a lost final report (or a TaskManager that dropped its tasks) left the task
     // RUNNING here forever.
-    let graph = pipeline(
-        1,
-        1,
-        DistributionPattern::Forward,
-        ExchangeMode::Pipelined,
-        RestartStrategyConfig::None,
-    );
-    let mut h = Harness::new(graph, &[2]);
-    h.start();
-    h.run_all(&[("source", 0), ("sink", 0)]);
+    let mut h = running_pair();
     let sink = h.attempt("sink", 0);
     let only_sink: BTreeSet<ExecutionAttemptId> = [sink].into();
     // The first heartbeat without the source only raises suspicion (it may be stale)...
@@ -1285,16 +1282,7 @@ fn a_task_still_listed_cancelling_at_two_heartbeats_is_cancelled_again() {
     // Regression (data-plane sweep with 64-byte buffers, seeds 882, 1230, 1485): `CancelTask`
     // travels as a tell; one lost left a producer blocked for credit running, and its job
     // CANCELLING, for ever.
-    let graph = pipeline(
-        1,
-        1,
-        DistributionPattern::Forward,
-        ExchangeMode::Pipelined,
-        RestartStrategyConfig::None,
-    );
-    let mut h = Harness::new(graph, &[2]);
-    h.start();
-    h.run_all(&[("source", 0), ("sink", 0)]);
+    let mut h = running_pair();
     let (source, sink) = (h.attempt("source", 0), h.attempt("sink", 0));
     let cancels = |actions: &[JobAction]| -> BTreeSet<ExecutionAttemptId> {
         actions
