@@ -1179,22 +1179,30 @@ impl JobMaster {
         cx: &mut JobContext<'_>,
     ) -> Vec<JobAction> {
         // Only this job's tasks placed there: O(those tasks), whatever the job's size.
-        let candidates: BTreeMap<ExecutionAttemptId, (TaskRef, ExecutionState)> = self
-            .placed_on
-            .get(resource_id)
-            .into_iter()
-            .flatten()
-            .filter_map(|task| {
-                let ev = self.task(task);
-                let state = ev.state.state();
-                let reported = match state {
-                    ExecutionState::Running | ExecutionState::Canceling => true,
-                    ExecutionState::Deploying => ev.taken,
-                    _ => false,
-                };
-                (reported && !running.contains(&ev.attempt)).then_some((ev.attempt, (*task, state)))
-            })
-            .collect();
+        // Tasks that should be listed but are not, and cancelling ones still listed (the
+        // cancel may have been lost).
+        let mut candidates: BTreeMap<ExecutionAttemptId, (TaskRef, ExecutionState)> =
+            BTreeMap::new();
+        let mut still_cancelling = BTreeSet::new();
+        for task in self.placed_on.get(resource_id).into_iter().flatten() {
+            let ev = self.task(task);
+            let state = ev.state.state();
+            let listed = running.contains(&ev.attempt);
+            let reported = match state {
+                ExecutionState::Running => true,
+                ExecutionState::Canceling => {
+                    if listed {
+                        still_cancelling.insert(ev.attempt);
+                    }
+                    true
+                }
+                ExecutionState::Deploying => ev.taken,
+                _ => false,
+            };
+            if reported && !listed {
+                candidates.insert(ev.attempt, (*task, state));
+            }
+        }
         let suspected = self.suspects.remove(resource_id).unwrap_or_default();
         let (missing, first_time): (Vec<_>, Vec<_>) = candidates
             .into_iter()
@@ -1208,18 +1216,7 @@ impl JobMaster {
         let missing: Vec<(TaskRef, ExecutionState)> =
             missing.into_iter().map(|(_, found)| found).collect();
         let mut actions = Vec::new();
-        // Still cancelling there, as at the last heartbeat: the cancel may have been lost.
-        let still_cancelling: BTreeSet<ExecutionAttemptId> = self
-            .placed_on
-            .get(resource_id)
-            .into_iter()
-            .flatten()
-            .map(|task| self.task(task))
-            .filter(|ev| {
-                ev.state.state() == ExecutionState::Canceling && running.contains(&ev.attempt)
-            })
-            .map(|ev| ev.attempt)
-            .collect();
+        // Still cancelling there, as at the last heartbeat: send the cancel again.
         let before = self.cancel_suspects.remove(resource_id).unwrap_or_default();
         for &attempt in still_cancelling.intersection(&before) {
             log::warn!(
