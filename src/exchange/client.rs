@@ -13,7 +13,7 @@
 //! with the transport's own backoff): every gate reading there is told, names the producer's
 //! TaskManager and the reason, and fails; the connection starts afresh for later gates.
 
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -53,12 +53,18 @@ pub enum Delivery {
 pub struct GateInbox {
     items: Mutex<Vec<Delivery>>,
     waker: AtomicWaker,
+    /// The inbox is on its client's list of inboxes to wake.
+    queued: AtomicBool,
 }
 
 impl GateInbox {
     fn deliver(&self, items: impl IntoIterator<Item = Delivery>) {
-        lock(&self.items).extend(items);
+        self.put(items);
         self.waker.wake();
+    }
+
+    fn put(&self, items: impl IntoIterator<Item = Delivery>) {
+        lock(&self.items).extend(items);
     }
 
     /// Everything delivered so far, oldest first.
@@ -86,6 +92,8 @@ struct ClientInner {
     next_gate: AtomicU32,
     connections: Mutex<FixedHashMap<ActorAddress, Arc<DataConnection>>>,
     rng: Mutex<NodeRng>,
+    /// Inboxes given data since their task threads were last woken (see [`NetworkClient::wake`]).
+    to_wake: Mutex<Vec<Arc<GateInbox>>>,
 }
 
 /// One consumer TaskManager's connection to one producer TaskManager.
@@ -116,6 +124,7 @@ impl NetworkClient {
                 next_gate: AtomicU32::new(1),
                 connections: Mutex::default(),
                 rng: Mutex::new(rng),
+                to_wake: Mutex::default(),
             }),
         }
     }
@@ -186,8 +195,18 @@ impl NetworkClient {
         }
     }
 
+    /// Puts an answer's channels into their gates' inboxes; [`Self::wake`] wakes the gates.
     fn dispatch(&self, channels: Vec<(u64, ChannelResponse)>) {
         let gates = lock(&self.inner.gates);
+        let mut to_wake = lock(&self.inner.to_wake);
+        let mut put = |id: u32, items: Vec<Delivery>| {
+            if let Some(inbox) = gates.get(&id) {
+                inbox.put(items);
+                if !inbox.queued.swap(true, Ordering::AcqRel) {
+                    to_wake.push(inbox.clone());
+                }
+            }
+        };
         let mut current: Option<(u32, Vec<Delivery>)> = None;
         for (key, response) in channels {
             let gate = (key >> 32) as u32;
@@ -195,19 +214,28 @@ impl NetworkClient {
             match &mut current {
                 Some((id, items)) if *id == gate => items.push(delivery),
                 _ => {
-                    if let Some((id, items)) = current.take()
-                        && let Some(inbox) = gates.get(&id)
-                    {
-                        inbox.deliver(items);
+                    if let Some((id, items)) = current.take() {
+                        put(id, items);
                     }
                     current = Some((gate, vec![delivery]));
                 }
             }
         }
-        if let Some((id, items)) = current
-            && let Some(inbox) = gates.get(&id)
-        {
-            inbox.deliver(items);
+        if let Some((id, items)) = current {
+            put(id, items);
+        }
+    }
+
+    /// Wakes the task threads of every gate given data since the last call. The connections
+    /// call it one scheduler turn after dispatching, so that when the answers of many producer
+    /// TaskManagers arrive together a gate's thread is woken once for all of them, not once
+    /// per answer: at P = 1,000 over 100 TaskManagers the wake-ups (a futex call and two
+    /// context switches each) were a third of an all-to-all job's CPU.
+    fn wake(&self) {
+        let inboxes = std::mem::take(&mut *lock(&self.inner.to_wake));
+        for inbox in inboxes {
+            inbox.queued.store(false, Ordering::Release);
+            inbox.waker.wake();
         }
     }
 
@@ -299,6 +327,10 @@ impl NetworkClient {
                             if !data.channels.is_empty() {
                                 received = data.seq;
                                 self.dispatch(data.channels);
+                                // Other connections' answers that arrived together are
+                                // dispatched in this turn; their gates are woken once after.
+                                tokio::task::yield_now().await;
+                                self.wake();
                             }
                             Ok(())
                         }
