@@ -82,6 +82,7 @@ fn heartbeat() -> Payload {
             slots_free: 2,
             running: Vec::new(),
             io: vec![],
+            partitions_of: vec![],
         },
     })
     .into()

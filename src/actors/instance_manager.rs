@@ -203,6 +203,7 @@ mod tests {
             slots_free: 1,
             running: vec![],
             io: vec![],
+            partitions_of: vec![],
         };
         assert!(instances.heartbeat(&tm1, InstanceId::from_u128(1), &report, 20));
         assert_eq!(instances.get(&tm1).unwrap().info.last_heartbeat_ms, 20);
@@ -238,6 +239,7 @@ mod tests {
             slots_free: 0,
             running: vec![],
             io: vec![],
+            partitions_of: vec![],
         };
         assert!(instances.heartbeat(&ResourceId::new("tm-3"), InstanceId::from_u128(3), &busy, 1));
         let names: Vec<String> = instances

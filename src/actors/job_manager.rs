@@ -613,6 +613,7 @@ impl Handler<Heartbeat> for JobManager {
             self.heartbeats
                 .record(msg.resource_id.clone(), Instant::now());
             self.reconcile_tasks(&msg.resource_id, &running, &msg.report.io, ctx);
+            self.release_ended_partitions(&msg.resource_id, &msg.report.partitions_of);
             MessageResult(HeartbeatResponse::Acknowledged)
         } else {
             log::info!(

@@ -398,6 +398,7 @@ impl TaskManager {
                         .copied()
                         .collect(),
                     io: self.running.iter().map(|(a, t)| (*a, t.io)).collect(),
+                    partitions_of: self.job_partitions.keys().copied().collect(),
                 },
             })
             .timeout(self.settings.spec.heartbeat.timeout)

@@ -286,6 +286,7 @@ pub(crate) fn job_manager_samples() -> Vec<JobManagerMessage> {
                 slots_free: 3,
                 running: vec![],
                 io: vec![],
+                partitions_of: vec![],
             },
         }
         .into(),

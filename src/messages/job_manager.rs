@@ -216,6 +216,9 @@ pub struct HeartbeatReport {
     /// What each running task's exchange did, sampled this interval (records, bytes, buffers
     /// in use, backpressure): shown per subtask and vertex in the job's details.
     pub io: Vec<(ExecutionAttemptId, TaskIoSnapshot)>,
+    /// The jobs it holds result partitions of: the JobManager releases them again for a job
+    /// that ended (its `ReleaseJobPartitions` is a tell, and may have been lost).
+    pub partitions_of: Vec<JobId>,
 }
 
 /// The JobManager's answer to a heartbeat.

@@ -375,6 +375,28 @@ pub fn jobs_ended(
     Ok(())
 }
 
+/// Liveness of result partitions: a TaskManager registered at the JobManager holds partitions
+/// only of jobs still running there. An ended job's (or one the JobManager no longer lists)
+/// must have been released, even if the release was lost on the way.
+pub fn partitions_released(jobs: &[JobDetails], tm: &TaskManagerStatus) -> Result<(), String> {
+    let running: BTreeSet<JobId> = jobs
+        .iter()
+        .filter(|j| !j.summary.status.is_globally_terminal())
+        .map(|j| j.summary.job_id)
+        .collect();
+    match tm
+        .job_partitions
+        .iter()
+        .find(|(job, count)| *count > 0 && !running.contains(job))
+    {
+        Some((job, count)) => Err(format!(
+            "{} still holds {count} result partitions of job {job}, which is no longer running",
+            tm.resource_id
+        )),
+        None => Ok(()),
+    }
+}
+
 /// How long a TaskManager may keep running tasks after the JobManager dropped it: it notices by
 /// its own heartbeat timeout, and one more interval covers the heartbeat in flight.
 pub fn orphan_grace(interval: Duration, timeout: Duration) -> Duration {

@@ -633,7 +633,19 @@ impl Run {
         if pending > 0 {
             return Err(format!("{pending} submissions unanswered"));
         }
-        invariants::jobs_ended(&snapshot.jobs, &self.shapes(), &self.disturbances)
+        invariants::jobs_ended(&snapshot.jobs, &self.shapes(), &self.disturbances)?;
+        let registered = snapshot.registered();
+        for (id, task_manager, _) in self.cluster.running_task_managers() {
+            if !registered.contains(&id) {
+                continue;
+            }
+            let status = task_manager
+                .send(GetTaskManagerStatus)
+                .await
+                .map_err(|_| format!("{id} does not answer"))?;
+            invariants::partitions_released(&snapshot.jobs, &status)?;
+        }
+        Ok(())
     }
 
     /// Each job's final status (asked once per job) and each FAILED job's reason, and for

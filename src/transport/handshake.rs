@@ -77,7 +77,8 @@ use crate::messages::ids::ClusterId;
 /// The handshake protocol version this node speaks. A peer with another version is refused
 /// rather than guessed at: the envelopes that follow the handshake would not decode either.
 /// 4: a data connection's answers carry byte buffers, not record lists.
-pub const PROTOCOL_VERSION: u32 = 4;
+/// 5: a TaskManager's heartbeat lists the jobs it holds result partitions of.
+pub const PROTOCOL_VERSION: u32 = 5;
 
 /// The largest handshake message, in bytes (after the length prefix). A `Hello` with a sensible
 /// node id is under 200 bytes; the limit stops a peer (or a stray HTTP client) from making us

@@ -336,6 +336,35 @@ impl JobManager {
         }
     }
 
+    /// Sends `ReleaseJobPartitions` again to a TaskManager that reports partitions of a job
+    /// that is not running here (ended, or ended so long ago it was forgotten): the release
+    /// sent when the job ended is a tell and was lost, and without this the partitions (and
+    /// a blocking result's spill files) would stay until the TaskManager restarts. A new
+    /// leader never meets an old leader's partitions: a TaskManager drops them all when its
+    /// JobManager changes.
+    pub(super) fn release_ended_partitions(&self, resource_id: &ResourceId, jobs: &[JobId]) {
+        let Some(gateway) = self.gateways.get(resource_id) else {
+            return;
+        };
+        for &job_id in jobs {
+            let running = self
+                .jobs
+                .get(&job_id)
+                .is_some_and(|job| !job.status().is_globally_terminal());
+            if !running {
+                log::debug!(
+                    "job manager: {resource_id} still holds partitions of ended job {job_id}; releasing them again"
+                );
+                gateway
+                    .release_job_partitions
+                    .do_send(ReleaseJobPartitions {
+                        leader_session_id: self.leader_session_id,
+                        job_id,
+                    });
+            }
+        }
+    }
+
     /// Whether `resource_id` may not be released: a task holds a slot there, or it holds
     /// finished results a running job still needs.
     pub(super) fn is_busy(&self, resource_id: &ResourceId) -> bool {

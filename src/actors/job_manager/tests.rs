@@ -128,6 +128,17 @@ impl Fixture {
     }
 
     async fn heartbeat(&self, id: &str, instance_id: InstanceId, free: u32) -> HeartbeatResponse {
+        self.heartbeat_holding(id, instance_id, free, vec![]).await
+    }
+
+    /// A heartbeat from a TaskManager that holds result partitions of `partitions_of`.
+    async fn heartbeat_holding(
+        &self,
+        id: &str,
+        instance_id: InstanceId,
+        free: u32,
+        partitions_of: Vec<JobId>,
+    ) -> HeartbeatResponse {
         ask(
             &self.jm,
             Heartbeat {
@@ -138,6 +149,7 @@ impl Fixture {
                     slots_free: free,
                     running: vec![],
                     io: vec![],
+                    partitions_of,
                 },
             },
         )
@@ -1242,4 +1254,58 @@ async fn a_task_naming_a_producer_list_its_task_manager_lacks_is_sent_again_with
             .all(|s| s.state == crate::job::states::ExecutionState::Deploying),
         "{details:#?}"
     );
+}
+
+/// `ReleaseJobPartitions` is a tell: when one is lost, the TaskManager's next heartbeat still
+/// lists the ended job, and the JobManager releases it again. A running job's are kept.
+#[actix::test]
+async fn partitions_an_ended_job_left_behind_are_released_again_at_the_next_heartbeat() {
+    let f = start().await;
+    let (probe, registration) = f.task_manager("tm-1");
+    let instance_id = f.register(&registration).await;
+    let job_id = ask(&f.jm, SubmitJob::new(pipelined_job(2, 60_000)))
+        .await
+        .expect("accepted");
+    settle().await;
+    let released = || {
+        probe.received.filter(|m| match m {
+            TaskManagerMessage::ReleaseJobPartitions(r) => Some(r.job_id),
+            _ => None,
+        })
+    };
+    // A job this JobManager does not know (ended and forgotten) is released; the running one
+    // is not.
+    let forgotten = JobId::from_u128(7);
+    f.heartbeat_holding("tm-1", instance_id, 0, vec![job_id, forgotten])
+        .await;
+    settle().await;
+    assert_eq!(released(), [forgotten]);
+
+    let attempts: Vec<ExecutionAttemptId> = deployed_to(&probe)
+        .into_values()
+        .flatten()
+        .map(|(_, _, attempt)| attempt)
+        .collect();
+    for state in [
+        crate::job::states::ExecutionState::Running,
+        crate::job::states::ExecutionState::Finished,
+    ] {
+        for attempt in &attempts {
+            f.jm.do_send(UpdateTaskExecutionStates::from(TaskExecutionState {
+                job_id,
+                attempt: *attempt,
+                state,
+                error: None,
+                unavailable_partition: None,
+                io: None,
+            }));
+        }
+        settle().await;
+    }
+    assert_eq!(released(), [forgotten, job_id], "released as the job ended");
+    // That release was lost: the TaskManager still lists the job, and is told again.
+    f.heartbeat_holding("tm-1", instance_id, 2, vec![job_id])
+        .await;
+    settle().await;
+    assert_eq!(released(), [forgotten, job_id, job_id]);
 }
