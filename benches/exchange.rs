@@ -5,7 +5,7 @@
 //! 2. Flint: a `flint jobmanager` with 2 TaskManager processes × 1 slot; one `noop` producer
 //!    generating records of 1,000 payload bytes, one `noop` consumer in another slot sharing
 //!    group (so on the other TaskManager process), a pipelined forward edge: submit → FINISHED
-//!    over REST, payload MB/s.
+//!    over REST, payload MB/s. `-- pair` runs sections 1 and 2 alone.
 //!
 //! Both in the same run, as a ratio (issue 11's target: the exchange at ≥ 60 % of raw TCP).
 //!
@@ -262,6 +262,9 @@ fn main() {
         flint / raw
     );
     drop(cluster);
+    if std::env::args().any(|a| a == "pair") {
+        return; // `-- pair`: section 1 alone
+    }
     all_to_all_deployments(if quick { 1 } else { 5 });
     wordcount_across_processes(if quick { 1 } else { 3 });
 }

@@ -48,7 +48,39 @@ pub enum BufferError {
 #[derive(Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Buffer {
     records: u32,
+    #[serde(deserialize_with = "bytes_from_slice")]
     bytes: Bytes,
+}
+
+/// Reads a buffer's bytes as a borrowed slice of the frame and copies them once: `Bytes`' own
+/// deserializer asks for an owned buffer, which bincode zero-fills before it copies into it.
+fn bytes_from_slice<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Bytes, D::Error> {
+    struct Visitor;
+    impl<'de> serde::de::Visitor<'de> for Visitor {
+        type Value = Bytes;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a buffer's bytes")
+        }
+
+        fn visit_bytes<E: serde::de::Error>(self, bytes: &[u8]) -> Result<Bytes, E> {
+            Ok(Bytes::copy_from_slice(bytes))
+        }
+
+        fn visit_byte_buf<E: serde::de::Error>(self, bytes: Vec<u8>) -> Result<Bytes, E> {
+            Ok(Bytes::from(bytes))
+        }
+
+        /// Formats without a bytes type (JSON) write them as a list of numbers.
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Bytes, A::Error> {
+            let mut bytes = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(1 << 16));
+            while let Some(byte) = seq.next_element::<u8>()? {
+                bytes.push(byte);
+            }
+            Ok(Bytes::from(bytes))
+        }
+    }
+    deserializer.deserialize_bytes(Visitor)
 }
 
 impl fmt::Debug for Buffer {
@@ -221,6 +253,18 @@ impl BufferReader {
 mod tests {
     use super::*;
     use crate::operators::Value;
+
+    #[test]
+    fn a_buffer_round_trips_through_the_codec_and_json() {
+        let buffer = Buffer::from((0..5).map(record).collect::<Vec<_>>());
+        let decoded: Buffer =
+            crate::codec::decode(&crate::codec::encode(&buffer).expect("encodes"))
+                .expect("decodes");
+        assert_eq!(decoded, buffer);
+        let json: Buffer =
+            serde_json::from_str(&serde_json::to_string(&buffer).expect("json")).expect("back");
+        assert_eq!(json, buffer);
+    }
 
     fn record(i: i64) -> Record {
         Record {

@@ -57,7 +57,7 @@ use futures_util::StreamExt;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
-use tokio_util::codec::{Encoder, FramedRead};
+use tokio_util::codec::FramedRead;
 
 use super::envelope::{Envelope, EnvelopeError, EnvelopeKind, Payload, Reply};
 use super::frame::{DEFAULT_MAX_FRAME, FrameCodec, FrameError, HEADER_LEN};
@@ -493,23 +493,20 @@ impl Connection {
         if shared.state().closed.is_some() {
             return Err(shared.closed_error());
         }
-        let payload = envelope
-            .encode()
+        let frame = shared
+            .codec
+            .frame_with(|out| envelope.encode_into(out))
             .map_err(|source| ConnectionError::Encode {
                 peer: shared.peer.clone(),
                 source,
-            })?;
-        let mut frame = BytesMut::new();
-        let mut codec = shared.codec;
-        codec
-            .encode(payload, &mut frame)
+            })?
             .map_err(|source| ConnectionError::Frame {
                 peer: shared.peer.clone(),
                 source,
             })?;
         let bytes = frame.len() as u64;
         self.outbound
-            .try_send(frame.freeze())
+            .try_send(frame)
             .map(|()| {
                 shared.metrics.messages_out.increment();
                 shared.metrics.bytes_out.add(bytes);
@@ -784,6 +781,7 @@ async fn write_batch<W: AsyncWrite + Unpin>(
 mod tests {
     use futures_util::future::join_all;
     use tokio::io::{AsyncReadExt, DuplexStream, duplex};
+    use tokio_util::codec::Encoder;
 
     use super::*;
     use crate::actors::job_manager::NAME as JOB_MANAGER;

@@ -327,6 +327,17 @@ impl Envelope {
         codec::encode(self).map(Bytes::from)
     }
 
+    /// Appends the envelope's encoding to `out` (the transport writes it behind a frame's
+    /// prefix this way, without a copy); fails as [`Self::encode`] does.
+    pub fn encode_into(&self, out: &mut Vec<u8>) -> Result<(), CodecError> {
+        let size = codec::encoded_size(self)?;
+        if size > codec::MAX_MESSAGE_SIZE {
+            return Err(CodecError::TooLarge { size });
+        }
+        out.reserve(size);
+        codec::encode_into(self, out).map(drop)
+    }
+
     /// Decodes one frame's payload and checks the envelope is consistent (see
     /// [`validate`](Self::validate)), so the dispatcher above never sees a mismatched one.
     pub fn decode(bytes: &[u8]) -> Result<Envelope, EnvelopeError> {

@@ -147,6 +147,22 @@ impl FrameCodec {
         })
     }
 
+    /// One frame whose payload `encode` appends to the buffer it is given (after room for the
+    /// prefix), so a message is written once, not encoded and then copied behind its prefix:
+    /// a data connection's answers carry a megabyte each. The outer error is the encoder's;
+    /// the inner one refuses a payload the peer would refuse, as [`Encoder::encode`] does.
+    pub fn frame_with<E>(
+        &self,
+        encode: impl FnOnce(&mut Vec<u8>) -> Result<(), E>,
+    ) -> Result<Result<Bytes, FrameError>, E> {
+        let mut frame = vec![0u8; HEADER_LEN];
+        encode(&mut frame)?;
+        Ok(self.check_outbound(frame.len() - HEADER_LEN).map(|length| {
+            frame[..HEADER_LEN].copy_from_slice(&length.to_be_bytes());
+            Bytes::from(frame)
+        }))
+    }
+
     /// Writes one frame: the prefix, then the payload, with one reservation for both.
     fn write_frame(&self, payload: &[u8], dst: &mut BytesMut) -> Result<(), FrameError> {
         let length = self.check_outbound(payload.len())?;
@@ -345,6 +361,38 @@ pub(super) mod tests {
             std::io::Error::from(error).kind(),
             std::io::ErrorKind::InvalidData
         );
+    }
+
+    #[test]
+    fn a_frame_written_in_place_is_the_encoders_frame_and_refused_alike() {
+        let codec = FrameCodec::new(8);
+        let mut expected = BytesMut::new();
+        codec
+            .clone()
+            .encode(&b"payload"[..], &mut expected)
+            .expect("fits");
+        let frame = codec
+            .frame_with(|out| {
+                out.extend_from_slice(b"payload");
+                Ok::<(), ()>(())
+            })
+            .expect("encodes")
+            .expect("fits");
+        assert_eq!(frame, expected.freeze());
+        let too_large = codec.frame_with(|out| {
+            out.extend_from_slice(&[0u8; 9]);
+            Ok::<(), ()>(())
+        });
+        assert!(matches!(
+            too_large,
+            Ok(Err(FrameError::PayloadTooLarge { length: 9, max: 8 }))
+        ));
+        let empty = codec.frame_with(|_| Ok::<(), ()>(()));
+        assert!(matches!(empty, Ok(Err(FrameError::EmptyPayload))));
+        assert!(matches!(
+            codec.frame_with(|_| Err::<(), _>("cannot")),
+            Err("cannot")
+        ));
     }
 
     #[test]
