@@ -558,7 +558,11 @@ impl TaskManager {
                 && let Some(gateway) = self.env.resolver.task_manager(address)
                 && let Some(drive) = self.network.connect(address, gateway)
             {
-                ctx.spawn(actix::fut::wrap_future(drive));
+                // Its own task on this TaskManager's thread, not an item of the actor's
+                // context: actix polls every context item whenever the actor wakes, so with a
+                // connection per producer TaskManager each message here polled them all. It
+                // ends when `stopping` closes the client (or with the node's task set).
+                actix::spawn(drive);
             }
         }
         let environment = TaskEnvironment {

@@ -135,7 +135,8 @@ impl NetworkClient {
     }
 
     /// Opens a connection to the TaskManager at `address` unless there is one; the returned
-    /// future drives it (the TaskManager actor runs it, so it ends with the actor).
+    /// future drives it (the TaskManager runs it as a task on its own thread; [`Self::close`]
+    /// ends it).
     pub fn connect(
         &self,
         address: &ActorAddress,
