@@ -131,6 +131,26 @@ impl Fixture {
         self.heartbeat_holding(id, instance_id, free, vec![]).await
     }
 
+    /// Reports each of `attempts` of `job_id` in `state`, as its TaskManager would.
+    fn report(
+        &self,
+        job_id: JobId,
+        attempts: &[ExecutionAttemptId],
+        state: crate::job::states::ExecutionState,
+    ) {
+        for &attempt in attempts {
+            self.jm
+                .do_send(UpdateTaskExecutionStates::from(TaskExecutionState {
+                    job_id,
+                    attempt,
+                    state,
+                    error: None,
+                    unavailable_partition: None,
+                    io: None,
+                }));
+        }
+    }
+
     /// A heartbeat from a TaskManager that holds result partitions of `partitions_of`.
     async fn heartbeat_holding(
         &self,
@@ -773,16 +793,7 @@ async fn status_lists_each_task_managers_allocations_with_their_tasks_until_rele
         crate::job::states::ExecutionState::Running,
         crate::job::states::ExecutionState::Finished,
     ] {
-        for attempt in &attempts {
-            f.jm.do_send(UpdateTaskExecutionStates::from(TaskExecutionState {
-                job_id,
-                attempt: *attempt,
-                state,
-                error: None,
-                unavailable_partition: None,
-                io: None,
-            }));
-        }
+        f.report(job_id, &attempts, state);
         settle().await;
         let status = f.status().await;
         assert_slot_counts_agree(&status);
@@ -1290,16 +1301,7 @@ async fn partitions_an_ended_job_left_behind_are_released_again_at_the_next_hear
         crate::job::states::ExecutionState::Running,
         crate::job::states::ExecutionState::Finished,
     ] {
-        for attempt in &attempts {
-            f.jm.do_send(UpdateTaskExecutionStates::from(TaskExecutionState {
-                job_id,
-                attempt: *attempt,
-                state,
-                error: None,
-                unavailable_partition: None,
-                io: None,
-            }));
-        }
+        f.report(job_id, &attempts, state);
         settle().await;
     }
     assert_eq!(released(), [forgotten, job_id], "released as the job ended");
