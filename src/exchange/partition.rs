@@ -27,12 +27,13 @@ use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 
 use tokio::sync::oneshot;
 
 use super::buffer::Buffer;
 use crate::codec::{self, CodecError};
+use crate::fixed_hash::FixedHashMap;
 use crate::messages::common::ResultPartitionId;
 
 /// Why a producer-side operation on a result partition failed.
@@ -111,19 +112,39 @@ pub enum Space {
     Full(oneshot::Receiver<()>),
 }
 
-/// Keys of a data connection's subscriptions to look at again: the store pushes one when a
-/// subpartition its subscription listens to gets a batch, ends, fails or is released (see
-/// [`PartitionStore::fetch_or_listen`]).
+/// What a data connection's server has to look at again: the store pushes a subscription's key
+/// when a subpartition it listens to gets a batch, ends, fails or is released (see
+/// [`PartitionStore::fetch_or_listen`]); a reader's key with the partition when a subpartition
+/// it reads gets its first batch ([`PartitionStore::add_reader`]); a partition watcher's key
+/// when that partition ends ([`PartitionStore::watch_end`]).
 #[derive(Debug, Default)]
 pub struct ReadyQueue {
-    keys: Mutex<Vec<u64>>,
+    items: Mutex<ReadyItems>,
     notify: tokio::sync::Notify,
+}
+
+/// The items of a [`ReadyQueue`], oldest first in each list.
+#[derive(Debug, Default)]
+pub struct ReadyItems {
+    /// Subscriptions' keys.
+    pub keys: Vec<u64>,
+    /// `(reader key, partition)`: the partition's subpartition the reader reads got data.
+    pub announced: Vec<(u64, ResultPartitionId)>,
+    /// Watchers' keys: their partition finished, failed or was released.
+    pub ended: Vec<u64>,
+}
+
+impl ReadyItems {
+    /// Whether nothing is queued.
+    pub fn is_empty(&self) -> bool {
+        self.keys.is_empty() && self.announced.is_empty() && self.ended.is_empty()
+    }
 }
 
 impl ReadyQueue {
     /// Queues `key` and wakes the one waiting (or the next to wait).
     pub fn push(&self, key: u64) {
-        lock(&self.keys).push(key);
+        lock(&self.items).keys.push(key);
         self.notify.notify_one();
     }
 
@@ -132,7 +153,18 @@ impl ReadyQueue {
         if keys.is_empty() {
             return;
         }
-        lock(&self.keys).extend(keys);
+        lock(&self.items).keys.extend(keys);
+        self.notify.notify_one();
+    }
+
+    fn announce(&self, reader: u64, partition: ResultPartitionId) {
+        lock(&self.items).announced.push((reader, partition));
+        self.notify.notify_one();
+    }
+
+    /// Queues a watcher's key: its partition ended.
+    pub fn push_ended(&self, key: u64) {
+        lock(&self.items).ended.push(key);
         self.notify.notify_one();
     }
 
@@ -141,20 +173,48 @@ impl ReadyQueue {
         self.notify.notify_one();
     }
 
-    /// Every key queued so far, oldest first.
+    /// Every subscription key queued so far, oldest first (the others stay).
     pub fn take(&self) -> Vec<u64> {
-        std::mem::take(&mut *lock(&self.keys))
+        std::mem::take(&mut lock(&self.items).keys)
     }
 
-    /// Whether no key is queued.
+    /// Everything queued so far.
+    pub fn take_all(&self) -> ReadyItems {
+        std::mem::take(&mut *lock(&self.items))
+    }
+
+    /// Whether nothing is queued.
     pub fn is_empty(&self) -> bool {
-        lock(&self.keys).is_empty()
+        lock(&self.items).is_empty()
     }
 
     /// Completes after the next [`push`](Self::push) (at once if one came since the last wait).
     pub async fn wait(&self) {
         self.notify.notified().await;
     }
+}
+
+/// How a partition ended, as a data connection tells its consumer TaskManager once for all the
+/// partition's subpartitions ([`PartitionStore::end_state`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EndState {
+    /// Still being written.
+    Producing,
+    /// Finished; only these subpartitions (ascending) ever had data: the others are finished
+    /// and empty.
+    Finished(Vec<u32>),
+    /// Failed.
+    Failed(String),
+    /// Not here (released, or not created yet).
+    Unknown,
+}
+
+/// The readers of one subpartition index of one result on this TaskManager (every partition of
+/// the result, one per producer subtask), and the partitions whose subpartition has data.
+#[derive(Debug, Default)]
+struct ResultSubpartition {
+    readers: Vec<(std::sync::Weak<ReadyQueue>, u64)>,
+    with_data: Vec<ResultPartitionId>,
 }
 
 /// Who waits for a subpartition's next batch.
@@ -229,6 +289,11 @@ pub struct PartitionStore {
     partitions: Mutex<BTreeMap<ResultPartitionId, Arc<Mutex<Partition>>>>,
     /// Makes every spill file name unique, even for a partition id released and created again.
     next_spill_file: AtomicU64,
+    /// By (edge, subpartition index): who reads it, and which partitions have data there. Taken
+    /// after a partition's lock, never before.
+    results: Mutex<FixedHashMap<(u32, u32), ResultSubpartition>>,
+    /// Who waits for a partition to end (it may not exist yet). Taken after a partition's lock.
+    watchers: Mutex<FixedHashMap<ResultPartitionId, Vec<(Weak<ReadyQueue>, u64)>>>,
 }
 
 impl PartitionStore {
@@ -240,6 +305,8 @@ impl PartitionStore {
             spill_threshold_bytes,
             partitions: Mutex::new(BTreeMap::new()),
             next_spill_file: AtomicU64::new(0),
+            results: Mutex::default(),
+            watchers: Mutex::default(),
         }
     }
 
@@ -274,9 +341,8 @@ impl PartitionStore {
         let partition = Partition {
             id,
             state: State::Producing,
-            subpartitions: (0..subpartitions)
-                .map(|_| Subpartition::default())
-                .collect(),
+            subpartitions: FixedHashMap::default(),
+            count: subpartitions,
             memory_bytes: 0,
             spilling: false,
             retain,
@@ -328,7 +394,9 @@ impl PartitionStore {
         let Some(capacity) = partition.capacity else {
             return Ok(Space::Available);
         };
-        let sub = &mut partition.subpartitions[index];
+        let Some(sub) = partition.subpartitions.get_mut(&index) else {
+            return Ok(Space::Available); // nothing written there yet
+        };
         let unread = (sub.batches.len() as u64).saturating_sub(sub.handed_over);
         if unread < capacity as u64 {
             return Ok(Space::Available);
@@ -348,7 +416,7 @@ impl PartitionStore {
         let partition = lock(&partition);
         partition
             .subpartitions
-            .get(subpartition as usize)
+            .get(&subpartition)
             .map_or(0, |sub| {
                 (sub.batches.len() as u64).saturating_sub(from_batch)
             })
@@ -384,7 +452,7 @@ impl PartitionStore {
             Stored::Memory(batch)
         } else {
             partition.spilling = true;
-            let spilled = partition.subpartitions[index].spill(
+            let spilled = partition.subpartitions.entry(index).or_default().spill(
                 id,
                 subpartition,
                 &batch,
@@ -399,9 +467,24 @@ impl PartitionStore {
                 }
             }
         };
-        let subpartition = &mut partition.subpartitions[index];
-        subpartition.batches.push(stored);
-        subpartition.wake();
+        let sub = partition.subpartitions.entry(index).or_default();
+        let first = sub.batches.is_empty();
+        sub.batches.push(stored);
+        sub.wake();
+        if first {
+            // Its reader on another TaskManager may not listen to it yet (it listens to the
+            // partition's end only): tell it there is data.
+            let mut results = lock(&self.results);
+            let result = results.entry((id.edge, subpartition)).or_default();
+            result.with_data.push(id);
+            result.readers.retain(|(queue, key)| match queue.upgrade() {
+                Some(queue) => {
+                    queue.announce(*key, id);
+                    true
+                }
+                None => false,
+            });
+        }
         Ok(())
     }
 
@@ -411,9 +494,10 @@ impl PartitionStore {
         let mut partition = lock(&partition);
         partition.check_writable()?;
         partition.state = State::Finished;
-        for subpartition in &mut partition.subpartitions {
+        for subpartition in partition.subpartitions.values_mut() {
             subpartition.wake();
         }
+        self.ended(id);
         Ok(())
     }
 
@@ -433,6 +517,7 @@ impl PartitionStore {
             State::Failed(_) => Ok(()),
             State::Producing | State::Finished => {
                 partition.fail(reason.into());
+                self.ended(id);
                 Ok(())
             }
         }
@@ -450,14 +535,27 @@ impl PartitionStore {
         partition.memory_bytes = 0;
         // Listeners hear of it (their next fetch answers `Unknown`); dropping the rest drops
         // the batches, the other waiters' senders and the spill files (deleting them).
-        for subpartition in &mut partition.subpartitions {
+        for subpartition in partition.subpartitions.values_mut() {
             for waiter in subpartition.waiters.drain(..) {
                 if let Waiter::Listener(queue, key) = waiter {
                     queue.push(key);
                 }
             }
         }
+        {
+            let mut results = lock(&self.results);
+            // Every subpartition stored (a failed one's batches are gone, its entry stays).
+            for &index in partition.subpartitions.keys() {
+                if let Some(result) = results.get_mut(&(id.edge, index)) {
+                    result.with_data.retain(|p| *p != id);
+                    if result.with_data.is_empty() && result.readers.is_empty() {
+                        results.remove(&(id.edge, index));
+                    }
+                }
+            }
+        }
         partition.subpartitions.clear();
+        self.ended(id);
         true
     }
 
@@ -556,13 +654,13 @@ impl PartitionStore {
         let partition = self.get(id).ok()?;
         let partition = lock(&partition);
         let mut stats = PartitionStats {
-            subpartitions: partition.subpartitions.len() as u32,
+            subpartitions: partition.count,
             batches: 0,
             spilled_batches: 0,
             memory_bytes: partition.memory_bytes,
             finished: matches!(partition.state, State::Finished),
         };
-        for subpartition in &partition.subpartitions {
+        for subpartition in partition.subpartitions.values() {
             stats.batches += subpartition.batches.len() as u64;
             stats.spilled_batches += subpartition
                 .batches
@@ -576,6 +674,79 @@ impl PartitionStore {
     /// The ids of every partition held, in order: what the TaskManager reports and releases.
     pub fn partition_ids(&self) -> Vec<ResultPartitionId> {
         lock(&self.partitions).keys().copied().collect()
+    }
+
+    /// Registers a reader of subpartition `subpartition` of every partition of `edge` here:
+    /// `queue` gets `(key, partition)` when one of them gets its first batch there. Returns the
+    /// partitions that have data there already.
+    pub fn add_reader(
+        &self,
+        edge: u32,
+        subpartition: u32,
+        queue: &Arc<ReadyQueue>,
+        key: u64,
+    ) -> Vec<ResultPartitionId> {
+        let mut results = lock(&self.results);
+        let result = results.entry((edge, subpartition)).or_default();
+        result.readers.push((Arc::downgrade(queue), key));
+        result.with_data.clone()
+    }
+
+    /// Forgets a reader [`add_reader`](Self::add_reader) registered.
+    pub fn remove_reader(&self, edge: u32, subpartition: u32, queue: &Arc<ReadyQueue>, key: u64) {
+        let mut results = lock(&self.results);
+        if let Some(result) = results.get_mut(&(edge, subpartition)) {
+            let queue = Arc::downgrade(queue);
+            result
+                .readers
+                .retain(|(q, k)| !(*k == key && q.ptr_eq(&queue)) && q.strong_count() > 0);
+            if result.readers.is_empty() && result.with_data.is_empty() {
+                results.remove(&(edge, subpartition));
+            }
+        }
+    }
+
+    /// Registers `key` with `queue` to hear when partition `id` ends (finishes, fails or is
+    /// released), unless it has ended already; says how it stands. `Unknown`: it is not here
+    /// (yet): the watch stands, but a partition created and ended meanwhile may have been
+    /// missed, so the caller looks again once it exists.
+    pub fn watch_end(&self, id: ResultPartitionId, queue: &Arc<ReadyQueue>, key: u64) -> EndState {
+        let partition = self.get(id).ok();
+        let guard = partition.as_ref().map(|partition| lock(partition));
+        let state = guard.as_ref().map_or(EndState::Unknown, |p| p.end_state());
+        if matches!(state, EndState::Producing | EndState::Unknown) {
+            lock(&self.watchers)
+                .entry(id)
+                .or_default()
+                .push((Arc::downgrade(queue), key));
+        }
+        state
+    }
+
+    /// How partition `id` stands (see [`EndState`]).
+    pub fn end_state(&self, id: ResultPartitionId) -> EndState {
+        self.get(id)
+            .map_or(EndState::Unknown, |partition| lock(&partition).end_state())
+    }
+
+    /// Drops the watches of connections that are gone (of partitions that never came).
+    pub fn prune_watchers(&self) {
+        lock(&self.watchers).retain(|_, watchers| {
+            watchers.retain(|(queue, _)| queue.strong_count() > 0);
+            !watchers.is_empty()
+        });
+    }
+
+    /// Partition `id` ended: its watchers hear of it.
+    fn ended(&self, id: ResultPartitionId) {
+        let Some(watchers) = lock(&self.watchers).remove(&id) else {
+            return;
+        };
+        for (queue, key) in watchers {
+            if let Some(queue) = queue.upgrade() {
+                queue.push_ended(key);
+            }
+        }
     }
 
     fn get(&self, id: ResultPartitionId) -> Result<Arc<Mutex<Partition>>, PartitionError> {
@@ -614,7 +785,11 @@ enum State {
 struct Partition {
     id: ResultPartitionId,
     state: State,
-    subpartitions: Vec<Subpartition>,
+    /// Only those written to or waited on: a partition of 10,000 subpartitions of which few get
+    /// data costs memory for those few (an all-to-all job at P = 10,000 has 10⁸).
+    subpartitions: FixedHashMap<u32, Subpartition>,
+    /// How many subpartitions it has.
+    count: u32,
     /// Bytes of the batches held in memory, over all subpartitions.
     memory_bytes: usize,
     /// Once set, every further batch of the partition goes to disk.
@@ -639,16 +814,33 @@ impl Partition {
         }
     }
 
-    fn subpartition_index(&self, subpartition: u32) -> Result<usize, PartitionError> {
-        let index = subpartition as usize;
-        if index < self.subpartitions.len() {
-            Ok(index)
+    fn subpartition_index(&self, subpartition: u32) -> Result<u32, PartitionError> {
+        if subpartition < self.count {
+            Ok(subpartition)
         } else {
             Err(PartitionError::SubpartitionOutOfRange {
                 id: self.id,
                 subpartition,
-                subpartitions: self.subpartitions.len() as u32,
+                subpartitions: self.count,
             })
+        }
+    }
+
+    fn end_state(&self) -> EndState {
+        match &self.state {
+            State::Producing => EndState::Producing,
+            State::Finished => {
+                let mut with_data: Vec<u32> = self
+                    .subpartitions
+                    .iter()
+                    .filter(|(_, sub)| !sub.batches.is_empty())
+                    .map(|(&index, _)| index)
+                    .collect();
+                with_data.sort_unstable();
+                EndState::Finished(with_data)
+            }
+            State::Failed(reason) => EndState::Failed(reason.clone()),
+            State::Released => EndState::Unknown,
         }
     }
 
@@ -656,7 +848,7 @@ impl Partition {
     fn fail(&mut self, reason: String) {
         self.state = State::Failed(reason);
         self.memory_bytes = 0;
-        for subpartition in &mut self.subpartitions {
+        for subpartition in self.subpartitions.values_mut() {
             subpartition.batches.clear();
             subpartition.spill = None;
             subpartition.wake();
@@ -683,8 +875,19 @@ impl Partition {
             .subpartition_index(subpartition)
             .map_err(|err| Fetch::Failed(err.to_string()))?;
         let id = self.id;
-        let sub = &mut self.subpartitions[index];
-        let available = sub.batches.len() as u64;
+        let available = self
+            .subpartitions
+            .get(&index)
+            .map_or(0, |sub| sub.batches.len() as u64);
+        if from_batch == 0 && available == 0 && finished {
+            // Nothing was ever written there (and nothing is stored for it).
+            return Err(Fetch::Ready {
+                batches: Vec::new(),
+                next_batch: 0,
+                finished: true,
+            });
+        }
+        let sub = self.subpartitions.entry(index).or_default();
         if from_batch < sub.handed_over {
             // A pipelined batch moves to its reader; one asked for again was lost on its way
             // (the data connection broke while the answer travelled). Never answer with the
