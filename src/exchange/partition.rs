@@ -209,11 +209,14 @@ pub enum EndState {
     Unknown,
 }
 
+/// A data connection's queue and the key it knows the watch by (the connection may be gone).
+type Watcher = (Weak<ReadyQueue>, u64);
+
 /// The readers of one subpartition index of one result on this TaskManager (every partition of
 /// the result, one per producer subtask), and the partitions whose subpartition has data.
 #[derive(Debug, Default)]
 struct ResultSubpartition {
-    readers: Vec<(std::sync::Weak<ReadyQueue>, u64)>,
+    readers: Vec<Watcher>,
     with_data: Vec<ResultPartitionId>,
 }
 
@@ -293,7 +296,7 @@ pub struct PartitionStore {
     /// after a partition's lock, never before.
     results: Mutex<FixedHashMap<(u32, u32), ResultSubpartition>>,
     /// Who waits for a partition to end (it may not exist yet). Taken after a partition's lock.
-    watchers: Mutex<FixedHashMap<ResultPartitionId, Vec<(Weak<ReadyQueue>, u64)>>>,
+    watchers: Mutex<FixedHashMap<ResultPartitionId, Vec<Watcher>>>,
 }
 
 impl PartitionStore {
