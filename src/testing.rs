@@ -551,12 +551,13 @@ impl Handler<PartitionRequests> for TaskManagerProbe {
     }
 }
 
-/// A probe holds no partitions: every channel subscribed so far is answered `Unknown`.
+/// A probe holds no partitions: every partition of every set named so far is answered
+/// `Unknown`.
 impl Handler<PollPartitionData> for TaskManagerProbe {
     type Result = MessageResult<PollPartitionData>;
 
     fn handle(&mut self, msg: PollPartitionData, _: &mut Context<Self>) -> Self::Result {
-        let channels: Vec<(u64, ChannelResponse)> = self
+        let notices: Vec<PartitionNotice> = self
             .received
             .all()
             .iter()
@@ -567,18 +568,23 @@ impl Handler<PollPartitionData> for TaskManagerProbe {
                 _ => None,
             })
             .flatten()
-            .filter_map(|request| match request {
-                PartitionRequest::Subscribe { channel, .. } => {
-                    Some((channel, ChannelResponse::Unknown))
-                }
-                _ => None,
+            .flat_map(|request| match request {
+                PartitionRequest::Set { set, members, .. } => (0..members.len() as u32)
+                    .map(|member| PartitionNotice {
+                        set,
+                        member,
+                        end: PartitionEnd::Unknown,
+                    })
+                    .collect(),
+                _ => Vec::new(),
             })
             .collect();
         let seq = msg.received + 1;
         self.received.push(msg.into());
         MessageResult(PartitionData {
             seq,
-            channels,
+            channels: Vec::new(),
+            notices,
             forgotten: false,
         })
     }

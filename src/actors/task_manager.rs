@@ -367,7 +367,7 @@ impl TaskManager {
 
     fn heartbeat(&mut self, ctx: &mut Context<Self>) {
         self.sample_task_metrics();
-        self.partition_server.prune();
+        self.partition_server.prune(&self.partitions);
         let Some(instance_id) = self.registration.instance_id() else {
             return;
         };
@@ -543,17 +543,19 @@ impl TaskManager {
         );
         // Data connections to the producers' TaskManagers are opened here, on the actor's
         // arbiter (a task thread cannot start the proxy actors a remote peer needs).
-        let mut last: Option<&ActorAddress> = None;
-        for producer in descriptor
+        // Grouped by TaskManager once per shared list (the gates take the same grouping).
+        let groupings: Vec<_> = descriptor
             .inputs
             .iter()
-            .flat_map(|gate| gate.producers.locations())
-        {
-            let address = &producer.task_manager;
-            if *address == self.address || last == Some(address) {
+            .map(|gate| {
+                self.network
+                    .grouping(gate.producers.id(), gate.producers.locations())
+            })
+            .collect();
+        for (address, _) in groupings.iter().flat_map(|grouping| &grouping.groups) {
+            if *address == self.address {
                 continue;
             }
-            last = Some(address);
             if self.network.connection(address).is_none()
                 && let Some(gateway) = self.env.resolver.task_manager(address)
                 && let Some(drive) = self.network.connect(address, gateway)
@@ -940,7 +942,7 @@ impl Handler<PartitionRequests> for TaskManager {
     type Result = MessageResult<PartitionRequests>;
 
     fn handle(&mut self, msg: PartitionRequests, _: &mut Context<Self>) -> Self::Result {
-        self.partition_server.apply(msg);
+        self.partition_server.apply(&self.partitions, msg);
         MessageResult(crate::messages::Acknowledge)
     }
 }

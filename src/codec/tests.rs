@@ -457,12 +457,17 @@ pub(crate) fn task_manager_samples() -> Vec<TaskManagerMessage> {
             connection: DataConnectionId::from_u128(12),
             round: 3,
             requests: vec![
-                PartitionRequest::Subscribe {
-                    channel: (1 << 32) | 4,
-                    partition: ResultPartitionId {
+                PartitionRequest::Set {
+                    set: 3,
+                    edge: 0,
+                    members: std::sync::Arc::new(vec![ResultPartitionId {
                         producer: ExecutionAttemptId::from_u128(7),
                         edge: 0,
-                    },
+                    }]),
+                },
+                PartitionRequest::SubscribeSet {
+                    channels: (1 << 32) | 4,
+                    set: 3,
                     subpartition: 1,
                     credit: 2,
                 },
@@ -471,6 +476,8 @@ pub(crate) fn task_manager_samples() -> Vec<TaskManagerMessage> {
                     granted: 9,
                 },
                 PartitionRequest::Cancel { channel: 5 },
+                PartitionRequest::CancelSet { channels: 1 << 32 },
+                PartitionRequest::ForgetSet { set: 3 },
             ],
         }
         .into(),
@@ -631,11 +638,36 @@ fn every_answer_round_trips() {
             (2, ChannelResponse::Released),
             (3, ChannelResponse::Unknown),
         ],
+        notices: vec![
+            PartitionNotice {
+                set: 3,
+                member: 0,
+                end: PartitionEnd::Finished {
+                    with_data: vec![1, 7],
+                },
+            },
+            PartitionNotice {
+                set: 3,
+                member: 1,
+                end: PartitionEnd::Failed("gone".into()),
+            },
+            PartitionNotice {
+                set: 4,
+                member: 0,
+                end: PartitionEnd::Released,
+            },
+            PartitionNotice {
+                set: 4,
+                member: 1,
+                end: PartitionEnd::Unknown,
+            },
+        ],
         forgotten: false,
     });
     round_trip(&PartitionData {
         seq: 0,
         channels: Vec::new(),
+        notices: Vec::new(),
         forgotten: true,
     });
     round_trip(&vec![job_summary()]);

@@ -2,8 +2,12 @@
 //! [`DataConnection`] per producer TaskManager its tasks read from (Flink's
 //! `PartitionRequestClient`), shared by every input gate of every task here.
 //!
-//! A gate subscribes each remote channel once and then grants credit as it consumes; the
-//! connection carries what all gates asked for in one [`PartitionRequests`] at a time
+//! The partitions of one producer list held by one producer TaskManager are named to it once
+//! per connection (a [`ClientSet`], shared by every gate here reading that list); a gate
+//! subscribes to its subpartition of a whole set at once and then grants credit, channel by
+//! channel, to those that get data. How each partition of a set ended comes once per
+//! connection and goes to every gate reading the set. The connection carries what all gates
+//! asked for in one [`PartitionRequests`] at a time
 //! (numbered, sent again until answered), and keeps one [`PollPartitionData`] in flight while
 //! any gate reads there. Each answer's channels go to their gates' [`GateInbox`]es. So the
 //! messages between two TaskManagers grow with the data and with how often gates ask, not
@@ -22,9 +26,13 @@ use futures_util::task::AtomicWaker;
 use crate::env::NodeRng;
 use crate::fixed_hash::FixedHashMap;
 use crate::messages::ActorAddress;
+use crate::messages::ResultPartitionId;
+use crate::messages::deployment::ProducerLocation;
 use crate::messages::ids::DataConnectionId;
+use crate::messages::ids::ProducerListId;
 use crate::messages::task_manager::{
-    ChannelResponse, PartitionRequest, PartitionRequests, PollPartitionData, TaskManagerGateway,
+    ChannelResponse, PartitionEnd, PartitionNotice, PartitionRequest, PartitionRequests,
+    PollPartitionData, TaskManagerGateway,
 };
 
 /// Asks in a row to a producer's TaskManager that may fail before its data connection counts as
@@ -44,8 +52,63 @@ pub fn channel_key(gate: u32, channel: u32) -> u64 {
 pub enum Delivery {
     /// News for one of its channels, by index.
     Channel(u32, ChannelResponse),
+    /// Partitions of the set the gate's channel group `group` reads ended: `(position in the
+    /// set, how)`.
+    Ended {
+        /// The gate's group.
+        group: u32,
+        /// The partitions.
+        notices: Arc<Vec<(u32, PartitionEnd)>>,
+    },
     /// The data connection to this producer TaskManager broke for good.
     ConnectionLost(ActorAddress, String),
+}
+
+/// The partitions of one producer list that live on one producer TaskManager, as gates here
+/// read them: named to it once per connection and shared by every gate reading the list.
+#[derive(Debug)]
+pub struct ClientSet {
+    /// Its number on the connection.
+    pub number: u32,
+    list: Option<ProducerListId>,
+    state: Mutex<SetState>,
+}
+
+#[derive(Debug, Default)]
+struct SetState {
+    /// `(gate, the gate's group)` reading it.
+    gates: Vec<(u32, u32)>,
+    /// How each member ended, once told.
+    ended: Vec<Option<PartitionEnd>>,
+}
+
+/// A producer list's partitions grouped by the TaskManager holding them, in the order of first
+/// appearance: a gate numbers its channels group by group. Computed once per list and
+/// TaskManager (an all-to-all list is shared by every consumer of the edge).
+#[derive(Debug)]
+pub struct Grouping {
+    /// `(TaskManager, its partitions in list order)`.
+    pub groups: Vec<(ActorAddress, Arc<Vec<ResultPartitionId>>)>,
+}
+
+impl Grouping {
+    fn of(locations: &[ProducerLocation]) -> Self {
+        let mut position: FixedHashMap<&ActorAddress, usize> = FixedHashMap::default();
+        let mut groups: Vec<(ActorAddress, Vec<ResultPartitionId>)> = Vec::new();
+        for location in locations {
+            let index = *position.entry(&location.task_manager).or_insert_with(|| {
+                groups.push((location.task_manager.clone(), Vec::new()));
+                groups.len() - 1
+            });
+            groups[index].1.push(location.partition);
+        }
+        Self {
+            groups: groups
+                .into_iter()
+                .map(|(address, members)| (address, Arc::new(members)))
+                .collect(),
+        }
+    }
 }
 
 /// Where a gate's deliveries wait for its task thread.
@@ -94,6 +157,8 @@ struct ClientInner {
     rng: Mutex<NodeRng>,
     /// Inboxes given data since their task threads were last woken (see [`NetworkClient::wake`]).
     to_wake: Mutex<Vec<Arc<GateInbox>>>,
+    /// The groupings of shared producer lists, while a gate uses them.
+    groupings: Mutex<FixedHashMap<ProducerListId, std::sync::Weak<Grouping>>>,
 }
 
 /// One consumer TaskManager's connection to one producer TaskManager.
@@ -111,6 +176,11 @@ struct ConnectionState {
     pending: Vec<PartitionRequest>,
     /// Gates reading here: the connection polls while there is one.
     gates: FixedHashMap<u32, ()>,
+    /// The sets named on this connection, by number.
+    sets: FixedHashMap<u32, Arc<ClientSet>>,
+    /// The numbers of the sets of shared producer lists.
+    shared: FixedHashMap<ProducerListId, u32>,
+    next_set: u32,
     closed: bool,
 }
 
@@ -125,6 +195,7 @@ impl NetworkClient {
                 connections: Mutex::default(),
                 rng: Mutex::new(rng),
                 to_wake: Mutex::default(),
+                groupings: Mutex::default(),
             }),
         }
     }
@@ -167,6 +238,28 @@ impl NetworkClient {
         }
     }
 
+    /// `locations` grouped by TaskManager; a shared list (`id`) is grouped once while gates
+    /// use it.
+    pub fn grouping(
+        &self,
+        id: Option<ProducerListId>,
+        locations: &[ProducerLocation],
+    ) -> Arc<Grouping> {
+        let Some(id) = id else {
+            return Arc::new(Grouping::of(locations));
+        };
+        let mut groupings = lock(&self.inner.groupings);
+        if let Some(grouping) = groupings.get(&id).and_then(std::sync::Weak::upgrade) {
+            return grouping;
+        }
+        let grouping = Arc::new(Grouping::of(locations));
+        if groupings.len() >= 64 {
+            groupings.retain(|_, grouping| grouping.strong_count() > 0);
+        }
+        groupings.insert(id, Arc::downgrade(&grouping));
+        grouping
+    }
+
     /// A new gate's id and inbox.
     pub fn register_gate(&self) -> (u32, Arc<GateInbox>) {
         let inbox = Arc::new(GateInbox::default());
@@ -180,24 +273,93 @@ impl NetworkClient {
         }
     }
 
-    /// The gate ended: it is forgotten, its last `cancels` go out.
-    pub fn unregister_gate(&self, gate: u32, cancels: Vec<(Arc<DataConnection>, Vec<u64>)>) {
+    /// The gate ended: it is forgotten, its last requests (cancellations) go out, and it
+    /// leaves its sets (a set no gate reads any more is forgotten at the producer).
+    pub fn unregister_gate(&self, gate: u32, leaving: Vec<Leaving>) {
         lock(&self.inner.gates).remove(&gate);
-        for (connection, channels) in cancels {
+        for (connection, requests, sets) in leaving {
             let mut state = lock(&connection.state);
             state.gates.remove(&gate);
-            state.pending.extend(
-                channels
-                    .into_iter()
-                    .map(|channel| PartitionRequest::Cancel { channel }),
-            );
+            state.pending.extend(requests);
+            for set in sets {
+                let mut set_state = lock(&set.state);
+                set_state.gates.retain(|(g, _)| *g != gate);
+                let unread = set_state.gates.is_empty();
+                drop(set_state);
+                // Only if it is still this connection's (a broken one forgot its sets).
+                if unread
+                    && state
+                        .sets
+                        .get(&set.number)
+                        .is_some_and(|s| Arc::ptr_eq(s, &set))
+                {
+                    state.sets.remove(&set.number);
+                    if let Some(list) = set.list {
+                        state.shared.remove(&list);
+                    }
+                    state
+                        .pending
+                        .push(PartitionRequest::ForgetSet { set: set.number });
+                }
+            }
             drop(state);
             connection.wake.notify_one();
         }
     }
 
-    /// Puts an answer's channels into their gates' inboxes; [`Self::wake`] wakes the gates.
-    fn dispatch(&self, channels: Vec<(u64, ChannelResponse)>) {
+    /// Puts an answer's channels and notices into their gates' inboxes; [`Self::wake`] wakes
+    /// the gates.
+    fn dispatch(
+        &self,
+        connection: &DataConnection,
+        channels: Vec<(u64, ChannelResponse)>,
+        notices: Vec<PartitionNotice>,
+    ) {
+        // Each set's news once, for every gate reading it.
+        let mut by_set: Vec<(Arc<ClientSet>, Vec<(u32, PartitionEnd)>)> = Vec::new();
+        {
+            let state = lock(&connection.state);
+            for notice in notices {
+                let Some(set) = state.sets.get(&notice.set) else {
+                    continue; // forgotten
+                };
+                match by_set.last_mut() {
+                    Some((last, news)) if Arc::ptr_eq(last, set) => {
+                        news.push((notice.member, notice.end));
+                    }
+                    _ => by_set.push((set.clone(), vec![(notice.member, notice.end)])),
+                }
+            }
+        }
+        let mut ended: Vec<(u32, Delivery)> = Vec::new();
+        for (set, news) in by_set {
+            let mut set_state = lock(&set.state);
+            let news: Vec<(u32, PartitionEnd)> = news
+                .into_iter()
+                .filter(|(member, end)| {
+                    match set_state.ended.get_mut(*member as usize) {
+                        Some(slot @ None) => {
+                            *slot = Some(end.clone());
+                            true
+                        }
+                        _ => false, // told before (an answer served again), or out of range
+                    }
+                })
+                .collect();
+            if news.is_empty() {
+                continue;
+            }
+            let news = Arc::new(news);
+            for &(gate, group) in &set_state.gates {
+                ended.push((
+                    gate,
+                    Delivery::Ended {
+                        group,
+                        notices: news.clone(),
+                    },
+                ));
+            }
+        }
         let gates = lock(&self.inner.gates);
         let mut to_wake = lock(&self.inner.to_wake);
         let mut put = |id: u32, items: Vec<Delivery>| {
@@ -224,6 +386,9 @@ impl NetworkClient {
         }
         if let Some((id, items)) = current {
             put(id, items);
+        }
+        for (id, delivery) in ended {
+            put(id, vec![delivery]);
         }
     }
 
@@ -325,9 +490,9 @@ impl NetworkClient {
                         }
                         Ok(data) => {
                             failures = 0;
-                            if !data.channels.is_empty() {
+                            if !data.channels.is_empty() || !data.notices.is_empty() {
                                 received = data.seq;
-                                self.dispatch(data.channels);
+                                self.dispatch(&connection, data.channels, data.notices);
                                 // Other connections' answers that arrived together are
                                 // dispatched in this turn; their gates are woken once after.
                                 tokio::task::yield_now().await;
@@ -366,6 +531,9 @@ impl NetworkClient {
             let gates: Vec<u32> = {
                 let mut state = lock(&connection.state);
                 state.pending.clear();
+                // The producer forgets them with the connection; later gates name them again.
+                state.sets.clear();
+                state.shared.clear();
                 std::mem::take(&mut state.gates).into_keys().collect()
             };
             {
@@ -396,7 +564,71 @@ enum Broken {
     Forgotten,
 }
 
+/// A gate leaving one connection: the connection, the gate's last requests there, and the sets
+/// it read there.
+pub type Leaving = (
+    Arc<DataConnection>,
+    Vec<PartitionRequest>,
+    Vec<Arc<ClientSet>>,
+);
+
 impl DataConnection {
+    /// Makes `gate` (its channel group `group`) a reader of the set of `members` of `edge`:
+    /// the set of the shared list `list` if one is named here already, else a new one, named to
+    /// the producer before any subscription to it. Returns the set and how its members that
+    /// ended so far ended.
+    pub fn join_set(
+        &self,
+        list: Option<ProducerListId>,
+        edge: u32,
+        members: &Arc<Vec<ResultPartitionId>>,
+        gate: u32,
+        group: u32,
+    ) -> (Arc<ClientSet>, Vec<(u32, PartitionEnd)>) {
+        let mut state = lock(&self.state);
+        state.gates.insert(gate, ());
+        let existing = list
+            .and_then(|list| state.shared.get(&list))
+            .and_then(|number| state.sets.get(number))
+            .cloned();
+        let set = match existing {
+            Some(set) => set,
+            None => {
+                state.next_set = state.next_set.wrapping_add(1);
+                let number = state.next_set;
+                let set = Arc::new(ClientSet {
+                    number,
+                    list,
+                    state: Mutex::new(SetState {
+                        gates: Vec::new(),
+                        ended: vec![None; members.len()],
+                    }),
+                });
+                state.sets.insert(number, set.clone());
+                if let Some(list) = list {
+                    state.shared.insert(list, number);
+                }
+                state.pending.push(PartitionRequest::Set {
+                    set: number,
+                    edge,
+                    members: members.clone(),
+                });
+                set
+            }
+        };
+        drop(state);
+        let mut set_state = lock(&set.state);
+        set_state.gates.push((gate, group));
+        let ended = set_state
+            .ended
+            .iter()
+            .enumerate()
+            .filter_map(|(member, end)| end.clone().map(|end| (member as u32, end)))
+            .collect();
+        drop(set_state);
+        (set, ended)
+    }
+
     /// Queues `requests` of `gate` (which reads here from now on) and wakes the connection.
     pub fn submit(&self, gate: u32, requests: &mut Vec<PartitionRequest>) {
         let mut state = lock(&self.state);

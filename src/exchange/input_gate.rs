@@ -4,9 +4,13 @@
 //!
 //! A channel on this TaskManager is read straight from the [`PartitionStore`] (a pipelined
 //! buffer moves, it is not copied); the gate waits on the store's wake-up when it has caught up.
-//! A channel on another TaskManager is subscribed once through this TaskManager's
-//! [`NetworkClient`] (one data connection per producer TaskManager, shared by every task here)
-//! and its news arrives in the gate's [`GateInbox`].
+//! The channels on another TaskManager are subscribed group by group through this
+//! TaskManager's [`NetworkClient`] (one data connection per producer TaskManager, shared by
+//! every task here; one subscription per producer TaskManager and incoming edge), and their
+//! news arrives in the gate's [`GateInbox`]: data channel by channel, and how each partition
+//! ended once for all the channels that had no data. The gate keeps state only for channels
+//! that are local or got data, and one bit per channel for the finished ones, so a gate of
+//! 10,000 channels that mostly stay empty is small.
 //!
 //! Credit-based flow control: a channel has `buffers-per-channel` exclusive buffers, and the
 //! gate `floating-buffers-per-gate` more, lent to channels whose producer reports a backlog. A
@@ -32,14 +36,16 @@ use futures_util::stream::FuturesUnordered;
 
 use super::NetworkSettings;
 use super::buffer::Buffer;
-use super::client::{DataConnection, Delivery, GateInbox, NetworkClient, channel_key};
+use super::client::{
+    ClientSet, DataConnection, Delivery, GateInbox, Leaving, NetworkClient, channel_key,
+};
 use super::metrics::TaskIoMetrics;
 use super::partition::{Fetch, PartitionStore};
 use super::server::FETCH_BYTES;
 use crate::env::TaskBlocker;
 use crate::fixed_hash::FixedHashMap;
 use crate::messages::deployment::InputGate as GateDescriptor;
-use crate::messages::task_manager::{ChannelResponse, PartitionRequest};
+use crate::messages::task_manager::{ChannelResponse, PartitionEnd, PartitionRequest};
 use crate::messages::{ActorAddress, ResultPartitionId};
 use crate::operators::OperatorError;
 use crate::task_blocking::{Cancellation, block_on};
@@ -80,6 +86,16 @@ enum State {
     Finished,
 }
 
+/// The channels of one incoming edge whose partitions are on one TaskManager: numbered
+/// `base..base + partitions.len()` in the gate.
+struct Group {
+    base: u32,
+    partitions: Arc<Vec<ResultPartitionId>>,
+    subpartition: u32,
+    /// Remote: its data connection (an index into the gate's) and the set it reads there.
+    remote: Option<(u32, Arc<ClientSet>)>,
+}
+
 struct Channel {
     partition: ResultPartitionId,
     subpartition: u32,
@@ -108,6 +124,39 @@ struct Channel {
     waited: Duration,
 }
 
+impl Channel {
+    /// A channel read locally (`connection` `None`), or a remote one that got data, with
+    /// `granted` buffers granted at the subscription.
+    fn new(
+        partition: ResultPartitionId,
+        subpartition: u32,
+        connection: Option<u32>,
+        granted: u64,
+    ) -> Self {
+        let local = connection.is_none();
+        Self {
+            partition,
+            subpartition,
+            connection,
+            local,
+            granted,
+            received: 0,
+            next_batch: 0,
+            state: if local {
+                State::Ready
+            } else {
+                State::Subscribed
+            },
+            queued: 0,
+            backlog: 0,
+            floating: 0,
+            wants_floating: false,
+            seen: !local,
+            waited: Duration::ZERO,
+        }
+    }
+}
+
 type LocalWait = Pin<Box<dyn Future<Output = usize> + Send>>;
 
 enum Event {
@@ -121,7 +170,11 @@ pub struct InputGate {
     store: Arc<PartitionStore>,
     settings: NetworkSettings,
     cancellation: Arc<Cancellation>,
-    channels: Vec<Channel>,
+    /// The channels read locally or that got data, by index.
+    channels: FixedHashMap<u32, Channel>,
+    groups: Vec<Group>,
+    /// One bit per channel: finished.
+    finished: Vec<u64>,
     local_address: ActorAddress,
     network: NetworkClient,
     /// This gate's id at the network client, and where its remote news arrives.
@@ -131,7 +184,7 @@ pub struct InputGate {
     connections: Vec<(Arc<DataConnection>, Vec<PartitionRequest>)>,
     /// Positions in `connections` with requests queued.
     dirty: Vec<u32>,
-    /// Remote channels subscribed and not finished.
+    /// Remote channels not finished.
     subscribed: usize,
     /// Local channels whose partition is not there yet.
     retrying: Vec<usize>,
@@ -169,7 +222,9 @@ impl InputGate {
             settings,
             cancellation,
             open: 0,
-            channels: Vec::new(),
+            channels: FixedHashMap::default(),
+            groups: Vec::new(),
+            finished: Vec::new(),
             local_address: local.clone(),
             network: network.clone(),
             gate_id,
@@ -187,78 +242,191 @@ impl InputGate {
             stats: GateStats::default(),
             metrics,
         };
-        let mut by_address: FixedHashMap<&ActorAddress, u32> = FixedHashMap::default();
+        let mut by_address: FixedHashMap<ActorAddress, u32> = FixedHashMap::default();
         let credit = gate.settings.buffers_per_channel;
+        let mut told = Vec::new();
+        let mut total = 0u32;
         for descriptor in gates {
-            for producer in descriptor.producers.locations() {
-                let index = gate.channels.len();
-                let is_local = producer.task_manager == *local;
-                let connection = if is_local {
-                    gate.to_fetch.push_back(index);
-                    None
-                } else {
-                    let position = match by_address.get(&producer.task_manager) {
-                        Some(&position) => position,
-                        None => {
-                            let connection =
-                                network.connection(&producer.task_manager).ok_or_else(|| {
-                                    OperatorError::InputUnavailable(format!(
-                                        "cannot reach TaskManager {} holding {}: no data \
-                                         connection to it",
-                                        producer.task_manager, producer.partition
-                                    ))
-                                })?;
-                            let position = gate.connections.len() as u32;
-                            gate.connections.push((connection, Vec::new()));
-                            by_address.insert(&producer.task_manager, position);
-                            position
-                        }
-                    };
-                    gate.request(
-                        position,
-                        PartitionRequest::Subscribe {
-                            channel: channel_key(gate_id, index as u32),
-                            partition: producer.partition,
-                            subpartition: descriptor.subpartition,
-                            credit,
-                        },
-                    );
-                    gate.subscribed += 1;
-                    Some(position)
+            let grouping =
+                network.grouping(descriptor.producers.id(), descriptor.producers.locations());
+            for (address, partitions) in &grouping.groups {
+                let base = total;
+                total += partitions.len() as u32;
+                let group = gate.groups.len() as u32;
+                if address == local {
+                    for (member, partition) in partitions.iter().enumerate() {
+                        let index = base + member as u32;
+                        gate.to_fetch.push_back(index as usize);
+                        gate.channels.insert(
+                            index,
+                            Channel::new(*partition, descriptor.subpartition, None, 0),
+                        );
+                    }
+                    gate.groups.push(Group {
+                        base,
+                        partitions: partitions.clone(),
+                        subpartition: descriptor.subpartition,
+                        remote: None,
+                    });
+                    continue;
+                }
+                let position = match by_address.get(address) {
+                    Some(&position) => position,
+                    None => {
+                        let connection = network.connection(address).ok_or_else(|| {
+                            OperatorError::InputUnavailable(format!(
+                                "cannot reach TaskManager {address} holding {}: no data \
+                                 connection to it",
+                                partitions[0]
+                            ))
+                        })?;
+                        let position = gate.connections.len() as u32;
+                        gate.connections.push((connection, Vec::new()));
+                        by_address.insert(address.clone(), position);
+                        position
+                    }
                 };
-                gate.channels.push(Channel {
-                    partition: producer.partition,
-                    subpartition: descriptor.subpartition,
-                    connection,
-                    local: is_local,
-                    granted: if is_local { 0 } else { u64::from(credit) },
-                    received: 0,
-                    next_batch: 0,
-                    state: if is_local {
-                        State::Ready
-                    } else {
-                        State::Subscribed
+                let (set, ended) = gate.connections[position as usize].0.join_set(
+                    descriptor.producers.id(),
+                    descriptor.edge,
+                    partitions,
+                    gate_id,
+                    group,
+                );
+                gate.request(
+                    position,
+                    PartitionRequest::SubscribeSet {
+                        channels: channel_key(gate_id, base),
+                        set: set.number,
+                        subpartition: descriptor.subpartition,
+                        credit,
                     },
-                    queued: 0,
-                    backlog: 0,
-                    floating: 0,
-                    wants_floating: false,
-                    seen: false,
-                    waited: Duration::ZERO,
+                );
+                gate.subscribed += partitions.len();
+                gate.groups.push(Group {
+                    base,
+                    partitions: partitions.clone(),
+                    subpartition: descriptor.subpartition,
+                    remote: Some((position, set)),
                 });
+                if !ended.is_empty() {
+                    told.push((group, ended));
+                }
             }
         }
-        gate.open = gate.channels.len();
+        gate.finished = vec![0; (total as usize).div_ceil(64)];
+        gate.open = total as usize;
         gate.send_requests();
+        // How partitions of sets other gates read here ended before this one joined.
+        for (group, ended) in told {
+            gate.ended(group, &ended)?;
+        }
         Ok(gate)
     }
 
-    /// The TaskManager holding `channel`'s partition.
-    fn task_manager(&self, channel: &Channel) -> &ActorAddress {
-        match channel.connection {
-            Some(position) => &self.connections[position as usize].0.address,
-            None => &self.local_address,
+    /// The group of channel `index`.
+    fn group_of(&self, index: u32) -> &Group {
+        &self.groups[self.groups.partition_point(|g| g.base <= index) - 1]
+    }
+
+    fn is_finished(&self, index: u32) -> bool {
+        self.finished[index as usize / 64] & (1 << (index % 64)) != 0
+    }
+
+    /// Channel `index` is done (its producer finished and it read everything).
+    fn finish(&mut self, index: u32) {
+        let word = &mut self.finished[index as usize / 64];
+        let bit = 1 << (index % 64);
+        if *word & bit != 0 {
+            return;
         }
+        *word |= bit;
+        self.open -= 1;
+        if self.group_of(index).remote.is_some() {
+            self.subscribed -= 1;
+        }
+        if let Some(channel) = self.channels.get_mut(&index) {
+            channel.state = State::Finished;
+        }
+    }
+
+    /// Partitions of group `group`'s set ended: its channels that had no data are finished, and
+    /// one whose partition failed or is gone fails the gate.
+    fn ended(&mut self, group: u32, notices: &[(u32, PartitionEnd)]) -> Result<(), OperatorError> {
+        let (base, subpartition) = {
+            let group = &self.groups[group as usize];
+            (group.base, group.subpartition)
+        };
+        for (member, end) in notices {
+            let index = base + member;
+            if self.is_finished(index) {
+                continue;
+            }
+            match end {
+                PartitionEnd::Finished { with_data } => {
+                    if with_data.binary_search(&subpartition).is_err() {
+                        self.finish(index);
+                    }
+                    // Otherwise its data and its end come channel by channel.
+                }
+                PartitionEnd::Failed(reason) => {
+                    return Err(self.lost(index, ChannelResponse::Failed(reason.clone())));
+                }
+                PartitionEnd::Released => return Err(self.lost(index, ChannelResponse::Released)),
+                PartitionEnd::Unknown => return Err(self.lost(index, ChannelResponse::Unknown)),
+            }
+        }
+        Ok(())
+    }
+
+    /// The partition of channel `index` and the TaskManager holding it.
+    fn producer(&self, index: u32) -> (ResultPartitionId, &ActorAddress) {
+        let group = self.group_of(index);
+        let partition = group.partitions[(index - group.base) as usize];
+        let address = match &group.remote {
+            Some((position, _)) => &self.connections[*position as usize].0.address,
+            None => &self.local_address,
+        };
+        (partition, address)
+    }
+
+    /// Why the gate fails: the producer of remote channel `index` failed, was released or never
+    /// appeared.
+    fn lost(&self, index: u32, response: ChannelResponse) -> OperatorError {
+        let (partition, address) = self.producer(index);
+        match response {
+            // Flink's CancelTaskException: a consumer whose producer was cancelled is being
+            // cancelled with it (its own CancelTask may still be on the way).
+            ChannelResponse::Failed(reason) if reason == PRODUCER_CANCELLED => {
+                OperatorError::Cancelled
+            }
+            ChannelResponse::Failed(reason) => OperatorError::InputUnavailable(format!(
+                "{partition} on TaskManager {address} failed: {reason}"
+            )),
+            ChannelResponse::Unknown => OperatorError::PartitionNotFound {
+                partition,
+                message: format!(
+                    "{partition} is not on TaskManager {address} (waited \
+                     {PARTITION_REQUEST_TIMEOUT:?})"
+                ),
+            },
+            ChannelResponse::Released | ChannelResponse::Data { .. } => {
+                OperatorError::PartitionNotFound {
+                    partition,
+                    message: format!("{partition} on TaskManager {address} was released"),
+                }
+            }
+        }
+    }
+
+    fn ch(&self, index: usize) -> &Channel {
+        &self.channels[&(index as u32)]
+    }
+
+    fn ch_mut(&mut self, index: usize) -> &mut Channel {
+        self.channels
+            .get_mut(&(index as u32))
+            .expect("a channel with state")
     }
 
     /// What it did so far.
@@ -308,7 +476,10 @@ impl InputGate {
                 let pause = self.retry_backoff;
                 self.retry_backoff = (self.retry_backoff * 2).min(Duration::from_millis(100));
                 for index in std::mem::take(&mut self.retrying) {
-                    let channel = &mut self.channels[index];
+                    let channel = self
+                        .channels
+                        .get_mut(&(index as u32))
+                        .expect("a channel with state");
                     if channel.state == State::Retry {
                         channel.waited += pause;
                         channel.state = State::Ready;
@@ -327,11 +498,12 @@ impl InputGate {
                 let states: Vec<String> = self
                     .channels
                     .iter()
-                    .map(|c| {
+                    .filter(|(_, c)| c.state != State::Finished)
+                    .map(|(&index, c)| {
                         format!(
                             "{}@{}:{:?}/{}",
                             c.partition,
-                            self.task_manager(c),
+                            self.producer(index).1,
                             c.state,
                             c.queued
                         )
@@ -351,7 +523,10 @@ impl InputGate {
     /// A buffer of `channel` was consumed: its credit grows back (or a floating buffer it no
     /// longer needs goes back to the gate).
     fn consumed(&mut self, index: usize) {
-        let channel = &mut self.channels[index];
+        let channel = self
+            .channels
+            .get_mut(&(index as u32))
+            .expect("a channel with state");
         channel.queued = channel.queued.saturating_sub(1);
         if channel.state == State::NoCredit {
             channel.state = State::Ready;
@@ -365,7 +540,7 @@ impl InputGate {
     /// Buffers `index` holds or may still receive: queued ones plus credit the producer has not
     /// used yet.
     fn in_use(&self, index: usize) -> u32 {
-        let channel = &self.channels[index];
+        let channel = self.ch(index);
         let outstanding = if channel.state == State::Subscribed {
             u32::try_from(channel.granted.saturating_sub(channel.received)).unwrap_or(u32::MAX)
         } else {
@@ -384,7 +559,7 @@ impl InputGate {
             let Some(waiter) = self.floating_waiters.pop_front() else {
                 break;
             };
-            self.channels[waiter].wants_floating = false;
+            self.ch_mut(waiter).wants_floating = false;
             self.settle_one(waiter);
         }
     }
@@ -393,7 +568,10 @@ impl InputGate {
         let exclusive = self.settings.buffers_per_channel;
         let in_use = self.in_use(index);
         let free = self.floating_free;
-        let channel = &mut self.channels[index];
+        let channel = self
+            .channels
+            .get_mut(&(index as u32))
+            .expect("a channel with state");
         let wanted = if channel.state == State::Finished {
             0
         } else {
@@ -421,7 +599,7 @@ impl InputGate {
 
     /// Tells a remote channel's producer of the buffers it may send now, if more than it knows.
     fn grant(&mut self, index: usize) {
-        let channel = &self.channels[index];
+        let channel = self.ch(index);
         let Some(position) = channel.connection else {
             return;
         };
@@ -432,7 +610,10 @@ impl InputGate {
         if credit == 0 {
             return;
         }
-        let channel = &mut self.channels[index];
+        let channel = self
+            .channels
+            .get_mut(&(index as u32))
+            .expect("a channel with state");
         channel.granted += u64::from(credit);
         let granted = channel.granted;
         self.request(
@@ -457,7 +638,7 @@ impl InputGate {
     /// Buffers `channel` may receive now: its window (exclusive buffers plus the floating ones
     /// lent to it) less those it holds or was promised.
     fn credit(&self, index: usize) -> u32 {
-        (self.settings.buffers_per_channel + self.channels[index].floating)
+        (self.settings.buffers_per_channel + self.ch(index).floating)
             .saturating_sub(self.in_use(index))
     }
 
@@ -466,7 +647,10 @@ impl InputGate {
             if buffer.is_empty() {
                 continue;
             }
-            let channel = &mut self.channels[index];
+            let channel = self
+                .channels
+                .get_mut(&(index as u32))
+                .expect("a channel with state");
             channel.queued += 1;
             channel.received += 1;
             self.stats.buffers_in += 1;
@@ -476,15 +660,15 @@ impl InputGate {
     }
 
     fn fetch_local(&mut self, index: usize) -> Result<(), OperatorError> {
-        if self.channels[index].state != State::Ready {
+        if self.ch(index).state != State::Ready {
             return Ok(());
         }
         let credit = self.credit(index);
         if credit == 0 {
-            self.channels[index].state = State::NoCredit;
+            self.ch_mut(index).state = State::NoCredit;
             return Ok(());
         }
-        let channel = &self.channels[index];
+        let channel = self.ch(index);
         let fetch = self.store.fetch_with_credit(
             channel.partition,
             channel.subpartition,
@@ -506,8 +690,8 @@ impl InputGate {
                 finished,
             },
             Fetch::Pending(wake) => {
-                self.channels[index].state = State::Waiting;
-                self.channels[index].seen = true;
+                self.ch_mut(index).state = State::Waiting;
+                self.ch_mut(index).seen = true;
                 self.local_waits.push(Box::pin(async move {
                     // Woken by an append, the end or a failure; a dropped sender (released)
                     // wakes it too: the next fetch tells which.
@@ -582,8 +766,8 @@ impl InputGate {
         match event {
             Event::Cancelled => Err(OperatorError::Cancelled),
             Event::Local(index) => {
-                if self.channels[index].state == State::Waiting {
-                    self.channels[index].state = State::Ready;
+                if self.ch(index).state == State::Waiting {
+                    self.ch_mut(index).state = State::Ready;
                     self.to_fetch.push_back(index);
                 }
                 Ok(())
@@ -592,24 +776,40 @@ impl InputGate {
                 for delivery in self.inbox.take() {
                     match delivery {
                         Delivery::Channel(index, response) => {
-                            let index = index as usize;
-                            if self
-                                .channels
-                                .get(index)
-                                .is_some_and(|c| c.state == State::Subscribed)
+                            if index as usize >= self.finished.len() * 64 || self.is_finished(index)
                             {
-                                self.apply(index, response)?;
+                                continue;
+                            }
+                            if !self.channels.contains_key(&index) {
+                                // Its first data: from now on it has a state of its own.
+                                let group = self.group_of(index);
+                                let Some((position, _)) = &group.remote else {
+                                    continue;
+                                };
+                                let channel = Channel::new(
+                                    group.partitions[(index - group.base) as usize],
+                                    group.subpartition,
+                                    Some(*position),
+                                    u64::from(self.settings.buffers_per_channel),
+                                );
+                                self.channels.insert(index, channel);
+                            }
+                            if self.ch(index as usize).state == State::Subscribed {
+                                self.apply(index as usize, response)?;
                             }
                         }
+                        Delivery::Ended { group, notices } => self.ended(group, &notices)?,
                         Delivery::ConnectionLost(address, reason) => {
-                            let open = self.channels.iter().find(|c| {
-                                c.state == State::Subscribed
-                                    && c.connection.is_some_and(|p| {
-                                        self.connections[p as usize].0.address == address
-                                    })
+                            let open = self.groups.iter().find_map(|group| {
+                                let (position, _) = group.remote.as_ref()?;
+                                if self.connections[*position as usize].0.address != address {
+                                    return None;
+                                }
+                                (0..group.partitions.len() as u32)
+                                    .find(|member| !self.is_finished(group.base + member))
+                                    .map(|member| group.partitions[member as usize])
                             });
-                            if let Some(channel) = open {
-                                let partition = channel.partition;
+                            if let Some(partition) = open {
                                 return Err(OperatorError::PartitionNotFound {
                                     partition,
                                     message: format!(
@@ -628,7 +828,7 @@ impl InputGate {
     /// Applies one channel's news.
     fn apply(&mut self, index: usize, response: ChannelResponse) -> Result<(), OperatorError> {
         if !matches!(response, ChannelResponse::Unknown) {
-            self.channels[index].seen = true;
+            self.ch_mut(index).seen = true;
         }
         match response {
             ChannelResponse::Data {
@@ -637,16 +837,14 @@ impl InputGate {
                 finished,
                 backlog,
             } => {
-                let channel = &mut self.channels[index];
+                let channel = self
+                    .channels
+                    .get_mut(&(index as u32))
+                    .expect("a channel with state");
                 channel.next_batch = next_batch;
                 channel.backlog = backlog;
-                let remote = !channel.local;
                 if finished {
-                    channel.state = State::Finished;
-                    self.open -= 1;
-                    if remote {
-                        self.subscribed -= 1;
-                    }
+                    self.finish(index as u32);
                 } else if channel.local {
                     channel.state = State::Ready;
                     self.to_fetch.push_back(index);
@@ -656,70 +854,40 @@ impl InputGate {
                 self.settle(index);
                 Ok(())
             }
-            // Flink's CancelTaskException: a consumer whose producer was cancelled is being
-            // cancelled with it (its own CancelTask may still be on the way).
-            ChannelResponse::Failed(reason) if reason == PRODUCER_CANCELLED => {
-                Err(OperatorError::Cancelled)
+            ChannelResponse::Failed(_) | ChannelResponse::Released => {
+                Err(self.lost(index as u32, response))
             }
-            ChannelResponse::Failed(reason) => {
-                let channel = &self.channels[index];
-                Err(OperatorError::InputUnavailable(format!(
-                    "{} on TaskManager {} failed: {reason}",
-                    channel.partition,
-                    self.task_manager(channel)
-                )))
-            }
-            ChannelResponse::Released => {
-                let channel = &self.channels[index];
-                Err(OperatorError::PartitionNotFound {
-                    partition: channel.partition,
-                    message: format!(
-                        "{} on TaskManager {} was released",
-                        channel.partition,
-                        self.task_manager(channel)
-                    ),
-                })
-            }
-            ChannelResponse::Unknown if !self.channels[index].local => {
-                // The producer's TaskManager waited for it as long as a local channel would.
-                let channel = &self.channels[index];
-                Err(OperatorError::PartitionNotFound {
-                    partition: channel.partition,
-                    message: format!(
-                        "{} is not on TaskManager {} (waited {PARTITION_REQUEST_TIMEOUT:?})",
-                        channel.partition,
-                        self.task_manager(channel)
-                    ),
-                })
+            // The producer's TaskManager waited for it as long as a local channel would.
+            ChannelResponse::Unknown if !self.ch(index).local => {
+                Err(self.lost(index as u32, response))
             }
             ChannelResponse::Unknown => {
-                let waited = self.channels[index].waited;
+                let waited = self.ch(index).waited;
                 let message = {
-                    let channel = &self.channels[index];
+                    let channel = self.ch(index);
+                    let address = &self.local_address;
                     if channel.seen {
                         Some(format!(
-                            "{} on TaskManager {} was released",
+                            "{} on TaskManager {address} was released",
                             channel.partition,
-                            self.task_manager(channel)
                         ))
                     } else if waited < PARTITION_REQUEST_TIMEOUT {
                         None
                     } else {
                         Some(format!(
-                            "{} is not on TaskManager {} (waited {waited:?})",
+                            "{} is not on TaskManager {address} (waited {waited:?})",
                             channel.partition,
-                            self.task_manager(channel)
                         ))
                     }
                 };
                 match message {
                     None => {
-                        self.channels[index].state = State::Retry;
+                        self.ch_mut(index).state = State::Retry;
                         self.retrying.push(index);
                         Ok(())
                     }
                     Some(message) => Err(OperatorError::PartitionNotFound {
-                        partition: self.channels[index].partition,
+                        partition: self.ch(index).partition,
                         message,
                     }),
                 }
@@ -730,22 +898,31 @@ impl InputGate {
 
 impl Drop for InputGate {
     /// The gate's remote channels still open are cancelled at their producers, and the gate
-    /// leaves its data connections.
+    /// leaves its sets and data connections.
     fn drop(&mut self) {
-        let mut open: Vec<Vec<u64>> = vec![Vec::new(); self.connections.len()];
-        for (index, channel) in self.channels.iter().enumerate() {
+        let mut leaving: Vec<Leaving> = std::mem::take(&mut self.connections)
+            .into_iter()
+            .map(|(connection, _)| (connection, Vec::new(), Vec::new()))
+            .collect();
+        for (&index, channel) in &self.channels {
             if let Some(position) = channel.connection
                 && channel.state == State::Subscribed
             {
-                open[position as usize].push(channel_key(self.gate_id, index as u32));
+                leaving[position as usize].1.push(PartitionRequest::Cancel {
+                    channel: channel_key(self.gate_id, index),
+                });
             }
         }
-        let cancels = std::mem::take(&mut self.connections)
-            .into_iter()
-            .zip(open)
-            .map(|((connection, _), channels)| (connection, channels))
-            .collect();
-        self.network.unregister_gate(self.gate_id, cancels);
+        for group in &self.groups {
+            if let Some((position, set)) = &group.remote {
+                let (_, requests, sets) = &mut leaving[*position as usize];
+                requests.push(PartitionRequest::CancelSet {
+                    channels: channel_key(self.gate_id, group.base),
+                });
+                sets.push(set.clone());
+            }
+        }
+        self.network.unregister_gate(self.gate_id, leaving);
     }
 }
 
@@ -820,7 +997,7 @@ mod tests {
             if records == 0 {
                 // Two exclusive buffers read, a backlog of 18 reported: all three floating
                 // ones lent, and read at once.
-                assert_eq!(gate.channels[0].floating, 3);
+                assert_eq!(gate.channels[&0].floating, 3);
                 assert_eq!(gate.floating_free, 0);
             }
             records += buffer.records();
@@ -834,6 +1011,6 @@ mod tests {
             "the busy channel's exclusive and floating buffers"
         );
         assert_eq!(gate.floating_free, 3, "every floating buffer came back");
-        assert!(gate.channels.iter().all(|c| c.floating == 0));
+        assert!(gate.channels.values().all(|c| c.floating == 0));
     }
 }

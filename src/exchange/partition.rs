@@ -417,12 +417,9 @@ impl PartitionStore {
             return 0;
         };
         let partition = lock(&partition);
-        partition
-            .subpartitions
-            .get(&subpartition)
-            .map_or(0, |sub| {
-                (sub.batches.len() as u64).saturating_sub(from_batch)
-            })
+        partition.subpartitions.get(&subpartition).map_or(0, |sub| {
+            (sub.batches.len() as u64).saturating_sub(from_batch)
+        })
     }
 
     /// Appends a batch to one subpartition; called by the producer's task thread.

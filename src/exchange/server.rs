@@ -3,11 +3,16 @@
 //! connection, every channel it subscribed with its position and credit, and answers the
 //! connection's standing [`PollPartitionData`] with whatever its channels have.
 //!
-//! A channel is subscribed once. From then on nothing is sent for it until it has news: a
-//! subscription with nothing to read listens on its subpartition through the connection's one
-//! [`ReadyQueue`], so a producer TaskManager waits on one thing per connection, and a silent,
-//! empty or finished channel costs no message of its own — the end of a thousand channels
-//! travels in one answer. An answer carries at most [`FETCH_BYTES`]; a poll with nothing to
+//! A consumer TaskManager names the partitions it reads here once per producer list (a set),
+//! and a gate subscribes to its subpartition of every partition of a set at once. Nothing is
+//! kept per channel until its subpartition gets data (the store tells the set's reader): from
+//! then on the channel is served one by one, listening on its subpartition through the
+//! connection's one [`ReadyQueue`] when it has caught up. How each partition of a set ends
+//! (finished, failed, released) is told once per partition and connection
+//! ([`PartitionNotice`]): the consumer finishes every channel of it that had no data. So a
+//! silent, empty or finished channel costs no message and no memory of its own, and an
+//! all-to-all job of P = 10,000 (10⁸ channels) costs per TaskManager pair what it has
+//! partitions there. An answer carries at most [`FETCH_BYTES`]; a poll with nothing to
 //! say is held at most [`FETCH_HOLD`] (well inside the transport's ask timeout) and answered
 //! empty, and the consumer polls again.
 //!
@@ -21,11 +26,13 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::input_gate::PARTITION_REQUEST_TIMEOUT;
+use super::partition::EndState;
 use super::partition::{Fetch, PartitionStore, ReadyQueue};
 use crate::fixed_hash::FixedHashMap;
 use crate::messages::ids::DataConnectionId;
 use crate::messages::task_manager::{
-    ChannelResponse, PartitionData, PartitionRequest, PartitionRequests, PollPartitionData,
+    ChannelResponse, PartitionData, PartitionEnd, PartitionNotice, PartitionRequest,
+    PartitionRequests, PollPartitionData,
 };
 use crate::messages::{ActorAddress, ResultPartitionId};
 
@@ -60,9 +67,18 @@ struct ServerConnection {
 struct ConnectionState {
     /// The last [`PartitionRequests`] round applied.
     applied: u64,
+    /// The channels served one by one (their subpartition has data), by key.
     subscriptions: FixedHashMap<u64, Subscription>,
-    /// Subscriptions whose partition is not here yet (its producer is being deployed).
-    awaiting: Vec<u64>,
+    /// The sets the consumer named, by number.
+    sets: FixedHashMap<u32, ServerSet>,
+    /// The gates' set subscriptions, by the key of their first channel.
+    readers: FixedHashMap<u64, SetReader>,
+    /// Partitions created here since the last look: sets waiting for members look again.
+    created: bool,
+    /// Notices not sent yet.
+    notices: Vec<PartitionNotice>,
+    /// The notices of the last non-empty answer, to send again if it is lost.
+    last_notices: Vec<PartitionNotice>,
     /// The newest poll seen.
     poll: u64,
     /// The last non-empty answer's number.
@@ -71,6 +87,34 @@ struct ConnectionState {
     /// is lost.
     last_answer: Vec<(u64, Subscription)>,
     last_used: Option<Instant>,
+}
+
+/// The partitions of one producer list the consumer reads here.
+#[derive(Debug)]
+struct ServerSet {
+    edge: u32,
+    members: Arc<Vec<ResultPartitionId>>,
+    position: FixedHashMap<ResultPartitionId, u32>,
+    /// Per member: it was here once (missing now means released).
+    seen: Vec<bool>,
+    /// Per member: its end was told.
+    told: Vec<bool>,
+    /// Members not here yet (their producers are being deployed).
+    awaiting: Vec<u32>,
+    since: Instant,
+}
+
+/// A gate's subscription to a set.
+#[derive(Debug, Clone, Copy)]
+struct SetReader {
+    set: u32,
+    subpartition: u32,
+    credit: u32,
+}
+
+/// The key a set member's end watch goes by.
+fn member_key(set: u32, member: u32) -> u64 {
+    (u64::from(set) << 32) | u64::from(member)
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -83,17 +127,14 @@ struct Subscription {
     granted: u64,
     /// Buffers sent in all.
     sent: u64,
-    /// The partition was here once: missing now means released.
-    seen: bool,
     /// Its key is registered with the store (it comes back through the ready queue).
     listening: bool,
-    since: Instant,
 }
 
 impl PartitionRequestServer {
     /// Applies one round of subscriptions and credit (a round applied before is ignored: the
     /// consumer sends a round again until it is answered).
-    pub fn apply(&self, message: PartitionRequests) {
+    pub fn apply(&self, store: &PartitionStore, message: PartitionRequests) {
         let connection = self.connection(message.consumer, message.connection);
         let now = Instant::now();
         let mut ready = Vec::new();
@@ -106,26 +147,67 @@ impl PartitionRequestServer {
             state.applied = message.round;
             for request in message.requests {
                 match request {
-                    PartitionRequest::Subscribe {
-                        channel,
-                        partition,
+                    PartitionRequest::Set { set, edge, members } => {
+                        let mut server_set = ServerSet {
+                            edge,
+                            position: members
+                                .iter()
+                                .enumerate()
+                                .map(|(i, p)| (*p, i as u32))
+                                .collect(),
+                            seen: vec![false; members.len()],
+                            told: vec![false; members.len()],
+                            awaiting: Vec::new(),
+                            members,
+                            since: now,
+                        };
+                        for (member, partition) in server_set.members.iter().enumerate() {
+                            let key = member_key(set, member as u32);
+                            match store.watch_end(*partition, &connection.ready, key) {
+                                EndState::Producing => server_set.seen[member] = true,
+                                EndState::Unknown => server_set.awaiting.push(member as u32),
+                                EndState::Finished(_) | EndState::Failed(_) => {
+                                    server_set.seen[member] = true;
+                                    connection.ready.push_ended(key);
+                                }
+                            }
+                        }
+                        state.sets.insert(set, server_set);
+                    }
+                    PartitionRequest::SubscribeSet {
+                        channels,
+                        set,
                         subpartition,
                         credit,
                     } => {
-                        state.subscriptions.insert(
-                            channel,
-                            Subscription {
-                                partition,
+                        let Some(server_set) = state.sets.get(&set) else {
+                            log::warn!("a subscription names set {set}, which was never named");
+                            continue;
+                        };
+                        let edge = server_set.edge;
+                        let with_data =
+                            store.add_reader(edge, subpartition, &connection.ready, channels);
+                        let found: Vec<(u64, ResultPartitionId)> = with_data
+                            .into_iter()
+                            .filter_map(|p| {
+                                server_set
+                                    .position
+                                    .get(&p)
+                                    .map(|&member| (channels + u64::from(member), p))
+                            })
+                            .collect();
+                        state.readers.insert(
+                            channels,
+                            SetReader {
+                                set,
                                 subpartition,
-                                next_batch: 0,
-                                granted: u64::from(credit),
-                                sent: 0,
-                                seen: false,
-                                listening: false,
-                                since: now,
+                                credit,
                             },
                         );
-                        ready.push(channel);
+                        for (key, partition) in found {
+                            state.serve_channel(key, partition, subpartition, credit);
+                            ready.push(key);
+                        }
                     }
                     PartitionRequest::Credit { channel, granted } => {
                         if let Some(subscription) = state.subscriptions.get_mut(&channel) {
@@ -137,6 +219,26 @@ impl PartitionRequestServer {
                     }
                     PartitionRequest::Cancel { channel } => {
                         state.subscriptions.remove(&channel);
+                    }
+                    PartitionRequest::CancelSet { channels } => {
+                        let Some(reader) = state.readers.remove(&channels) else {
+                            continue;
+                        };
+                        if let Some(server_set) = state.sets.get(&reader.set) {
+                            let (edge, len) = (server_set.edge, server_set.members.len());
+                            store.remove_reader(
+                                edge,
+                                reader.subpartition,
+                                &connection.ready,
+                                channels,
+                            );
+                            for member in 0..len as u64 {
+                                state.subscriptions.remove(&(channels + member));
+                            }
+                        }
+                    }
+                    PartitionRequest::ForgetSet { set } => {
+                        state.sets.remove(&set);
                     }
                 }
             }
@@ -155,26 +257,31 @@ impl PartitionRequestServer {
         async move { connection.serve(&store, &message).await }
     }
 
-    /// Partitions were created here: subscriptions waiting for them look again.
+    /// Partitions were created here: sets waiting for them look again.
     pub fn partitions_created(&self) {
         let connections: Vec<Arc<ServerConnection>> =
             lock(&self.connections).values().cloned().collect();
         for connection in connections {
-            let awaiting = std::mem::take(&mut lock(&connection.state).awaiting);
-            connection.ready.push_all(awaiting);
+            let mut state = lock(&connection.state);
+            if state.sets.values().any(|set| !set.awaiting.is_empty()) {
+                state.created = true;
+                drop(state);
+                connection.ready.renotify();
+            }
         }
     }
 
     /// Forgets connections that neither polled nor sent requests for [`IDLE_CONNECTION`]: a
     /// consumer TaskManager polls every [`FETCH_HOLD`] while any of its tasks reads here, so
     /// such a one is gone (its tasks failed when the connection broke) or reads nothing here.
-    pub fn prune(&self) {
+    pub fn prune(&self, store: &PartitionStore) {
         let now = Instant::now();
         lock(&self.connections).retain(|_, connection| {
             lock(&connection.state)
                 .last_used
                 .is_none_or(|used| now.duration_since(used) < IDLE_CONNECTION)
         });
+        store.prune_watchers();
     }
 
     fn connection(&self, consumer: ActorAddress, id: DataConnectionId) -> Arc<ServerConnection> {
@@ -197,6 +304,7 @@ impl ServerConnection {
                 return PartitionData {
                     seq: state.seq,
                     channels: Vec::new(),
+                    notices: Vec::new(),
                     forgotten: true,
                 };
             }
@@ -204,6 +312,7 @@ impl ServerConnection {
                 return PartitionData {
                     seq: state.seq,
                     channels: Vec::new(),
+                    notices: Vec::new(),
                     forgotten: false,
                 };
             }
@@ -230,10 +339,14 @@ impl ServerConnection {
                         .subscriptions
                         .insert(key, Subscription { granted, ..before });
                 }
+                let mut notices = std::mem::take(&mut state.last_notices);
+                notices.append(&mut state.notices);
+                state.notices = notices;
                 drop(state);
                 self.ready.push_all(keys);
             } else {
                 state.last_answer.clear();
+                state.last_notices.clear();
             }
             (seq, superseded)
         };
@@ -251,22 +364,26 @@ impl ServerConnection {
                     return PartitionData {
                         seq,
                         channels: Vec::new(),
+                        notices: Vec::new(),
                         forgotten: false,
                     };
                 }
-                if held_out {
-                    // Subscriptions still waiting for their partition look again, to time out.
-                    let awaiting = std::mem::take(&mut state.awaiting);
-                    self.ready.push_all(awaiting);
+                if held_out || std::mem::take(&mut state.created) {
+                    // Sets still waiting for members look again (and time out).
+                    state.look_for_awaited(store, &self.ready);
                 }
                 let channels = state.collect(store, &self.ready);
-                if !channels.is_empty() || held_out {
-                    if !channels.is_empty() {
+                let notices = std::mem::take(&mut state.notices);
+                let news = !channels.is_empty() || !notices.is_empty();
+                if news || held_out {
+                    if news {
                         state.seq += 1;
+                        state.last_notices = notices.clone();
                     }
                     return PartitionData {
                         seq: state.seq,
                         channels,
+                        notices,
                         forgotten: false,
                     };
                 }
@@ -282,14 +399,114 @@ impl ServerConnection {
 }
 
 impl ConnectionState {
-    /// What the ready subscriptions have, within their credit and [`FETCH_BYTES`].
+    /// Serves channel `key` (of `partition`'s `subpartition`) one by one from now on.
+    fn serve_channel(
+        &mut self,
+        key: u64,
+        partition: ResultPartitionId,
+        subpartition: u32,
+        credit: u32,
+    ) {
+        self.subscriptions.entry(key).or_insert(Subscription {
+            partition,
+            subpartition,
+            next_batch: 0,
+            granted: u64::from(credit),
+            sent: 0,
+            listening: false,
+        });
+    }
+
+    /// Members of sets that were not here: those here now are watched, those that ended are
+    /// told, and those awaited longer than [`PARTITION_REQUEST_TIMEOUT`] are told unknown.
+    fn look_for_awaited(&mut self, store: &PartitionStore, ready: &ReadyQueue) {
+        let now = Instant::now();
+        for (&number, set) in &mut self.sets {
+            let timed_out = now.duration_since(set.since) >= PARTITION_REQUEST_TIMEOUT;
+            let mut awaiting = std::mem::take(&mut set.awaiting);
+            awaiting.retain(|&member| {
+                match store.end_state(set.members[member as usize]) {
+                    EndState::Producing => set.seen[member as usize] = true,
+                    EndState::Finished(_) | EndState::Failed(_) => {
+                        // Created and ended since the watch: it may have been missed.
+                        set.seen[member as usize] = true;
+                        ready.push_ended(member_key(number, member));
+                    }
+                    EndState::Unknown if timed_out => {
+                        set.told[member as usize] = true;
+                        self.notices.push(PartitionNotice {
+                            set: number,
+                            member,
+                            end: PartitionEnd::Unknown,
+                        });
+                    }
+                    EndState::Unknown => return true,
+                }
+                false
+            });
+            set.awaiting = awaiting;
+        }
+    }
+
+    /// Notices for the set members that ended (each told once).
+    fn tell_ended(&mut self, store: &PartitionStore, keys: Vec<u64>) {
+        for key in keys {
+            let (number, member) = ((key >> 32) as u32, key as u32);
+            let Some(set) = self.sets.get_mut(&number) else {
+                continue; // forgotten
+            };
+            let index = member as usize;
+            if set.told.get(index).is_none_or(|&told| told) {
+                continue;
+            }
+            let end = match store.end_state(set.members[index]) {
+                EndState::Producing => continue,
+                EndState::Finished(with_data) => PartitionEnd::Finished { with_data },
+                EndState::Failed(reason) => PartitionEnd::Failed(reason),
+                EndState::Unknown if set.seen[index] => PartitionEnd::Released,
+                // Not created yet: it stays awaited.
+                EndState::Unknown => continue,
+            };
+            set.told[index] = true;
+            self.notices.push(PartitionNotice {
+                set: number,
+                member,
+                end,
+            });
+        }
+    }
+
+    /// What the ready subscriptions have, within their credit and [`FETCH_BYTES`]; notices of
+    /// ended partitions go to `self.notices`.
     fn collect(
         &mut self,
         store: &PartitionStore,
         ready: &Arc<ReadyQueue>,
     ) -> Vec<(u64, ChannelResponse)> {
-        let now = Instant::now();
-        let keys = ready.take();
+        let items = ready.take_all();
+        self.tell_ended(store, items.ended);
+        let mut keys = items.keys;
+        // Subpartitions of sets that got their first batch: their channels are served from now.
+        for (reader, partition) in items.announced {
+            let Some(&SetReader {
+                set,
+                subpartition,
+                credit,
+            }) = self.readers.get(&reader)
+            else {
+                continue; // cancelled
+            };
+            let Some(&member) = self
+                .sets
+                .get(&set)
+                .and_then(|set| set.position.get(&partition))
+            else {
+                continue; // another set's partition of the edge
+            };
+            let key = reader + u64::from(member);
+            self.serve_channel(key, partition, subpartition, credit);
+            keys.push(key);
+        }
         let mut channels = Vec::new();
         let mut again = Vec::new();
         let mut budget = FETCH_BYTES;
@@ -329,7 +546,6 @@ impl ConnectionState {
                     budget = budget.saturating_sub(bytes);
                     subscription.sent += batches.len() as u64;
                     subscription.next_batch = next_batch;
-                    subscription.seen = true;
                     let backlog = if finished {
                         0
                     } else {
@@ -352,28 +568,17 @@ impl ConnectionState {
                         },
                     ));
                 }
-                Fetch::Listening | Fetch::Pending(_) => {
-                    subscription.listening = true;
-                    subscription.seen = true;
-                }
+                Fetch::Listening | Fetch::Pending(_) => subscription.listening = true,
                 Fetch::Failed(reason) => {
                     self.last_answer.push((key, before));
                     self.subscriptions.remove(&key);
                     channels.push((key, ChannelResponse::Failed(reason)));
                 }
-                Fetch::Unknown if subscription.seen => {
+                // It had data, so it was here: it was released.
+                Fetch::Unknown => {
                     self.last_answer.push((key, before));
                     self.subscriptions.remove(&key);
                     channels.push((key, ChannelResponse::Released));
-                }
-                Fetch::Unknown => {
-                    if now.duration_since(subscription.since) >= PARTITION_REQUEST_TIMEOUT {
-                        self.last_answer.push((key, before));
-                        self.subscriptions.remove(&key);
-                        channels.push((key, ChannelResponse::Unknown));
-                    } else {
-                        self.awaiting.push(key);
-                    }
                 }
             }
         }

@@ -4,6 +4,7 @@
 //! own initiative, and is told by the JobManager when that registration ended (`Disconnect`).
 
 use std::fmt;
+use std::sync::Arc;
 
 use actix::Message;
 use serde::{Deserialize, Serialize};
@@ -252,18 +253,35 @@ pub struct PartitionRequests {
 }
 
 /// One change of a [`PartitionRequests`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+///
+/// A consumer TaskManager names the partitions it reads on the producer's TaskManager once per
+/// producer list (a [`Set`](Self::Set)), and each gate subscribes to one subpartition of every
+/// partition of a set at once ([`SubscribeSet`](Self::SubscribeSet)): an all-to-all gate of P
+/// producers on N TaskManagers sends N subscriptions, not P. The producer's TaskManager serves a
+/// channel one by one only once its subpartition has data; how the others end (finished and
+/// empty, failed, released) it tells once per partition ([`PartitionNotice`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum PartitionRequest {
-    /// Read `subpartition` of `partition` from its first batch on, as the consumer's
-    /// `channel`, with `credit` buffers free for it: sent once per channel.
-    Subscribe {
-        /// The consumer's key for the channel (its input gate and the channel's index there).
-        channel: u64,
-        /// The partition.
-        partition: ResultPartitionId,
+    /// The partitions of edge `edge` this TaskManager reads there, under a number of the
+    /// connection's own; sent before any subscription names it.
+    Set {
+        /// The set's number on the connection.
+        set: u32,
+        /// The edge, whose partitions they are.
+        edge: u32,
+        /// The partitions, in the order their channels are numbered.
+        members: Arc<Vec<ResultPartitionId>>,
+    },
+    /// A gate reads `subpartition` of every partition of `set`: the one at position i is its
+    /// channel `channels + i`, with `credit` buffers free for it.
+    SubscribeSet {
+        /// The key of the set's first channel (the gate and the channel's index there).
+        channels: u64,
+        /// The set.
+        set: u32,
         /// The consumer's subpartition.
         subpartition: u32,
-        /// Buffers the consumer has free for it.
+        /// Buffers the consumer has free for each channel.
         credit: u32,
     },
     /// The consumer has granted `granted` buffers for `channel` in all, counting the
@@ -278,6 +296,16 @@ pub enum PartitionRequest {
     Cancel {
         /// The channel.
         channel: u64,
+    },
+    /// The gate whose set subscription starts at `channels` stopped reading it.
+    CancelSet {
+        /// The key [`SubscribeSet`](Self::SubscribeSet) gave.
+        channels: u64,
+    },
+    /// No gate reads `set` any more.
+    ForgetSet {
+        /// The set.
+        set: u32,
     },
 }
 
@@ -311,9 +339,39 @@ pub struct PartitionData {
     pub seq: u64,
     /// `(the consumer's channel key, what happened)`.
     pub channels: Vec<(u64, ChannelResponse)>,
+    /// Partitions of the connection's sets that ended.
+    pub notices: Vec<PartitionNotice>,
     /// This TaskManager does not know the subscriptions the consumer says it acknowledged (it
     /// restarted, and its partitions with it): every channel of the connection is gone.
     pub forgotten: bool,
+}
+
+/// A partition of a set ended: every channel of it that had no data is done (or fails).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartitionNotice {
+    /// The set.
+    pub set: u32,
+    /// The partition's position in it.
+    pub member: u32,
+    /// How it ended.
+    pub end: PartitionEnd,
+}
+
+/// How a partition ended, for all its subpartitions at once.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PartitionEnd {
+    /// Its producer finished; the subpartitions not listed (ascending) never had data and are
+    /// finished; those listed are served channel by channel.
+    Finished {
+        /// The subpartitions that had data.
+        with_data: Vec<u32>,
+    },
+    /// The producer failed.
+    Failed(String),
+    /// The partition was released.
+    Released,
+    /// It never appeared within the partition request timeout.
+    Unknown,
 }
 
 /// What one channel of a [`PollPartitionData`] got.

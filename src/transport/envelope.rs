@@ -492,6 +492,7 @@ mod tests {
                         backlog: 0,
                     },
                 )],
+                notices: Vec::new(),
                 forgotten: false,
             }
             .into_reply(),

@@ -78,7 +78,9 @@ use crate::messages::ids::ClusterId;
 /// rather than guessed at: the envelopes that follow the handshake would not decode either.
 /// 4: a data connection's answers carry byte buffers, not record lists.
 /// 5: a TaskManager's heartbeat lists the jobs it holds result partitions of.
-pub const PROTOCOL_VERSION: u32 = 5;
+/// 6: a data connection subscribes a gate to a set of partitions at once and hears how each
+///    partition ended once (`PartitionNotice`), not channel by channel.
+pub const PROTOCOL_VERSION: u32 = 6;
 
 /// The largest handshake message, in bytes (after the length prefix). A `Hello` with a sensible
 /// node id is under 200 bytes; the limit stops a peer (or a stray HTTP client) from making us

@@ -16,7 +16,8 @@ use crate::messages::deployment::{InputGate, OutputPartition, ProducerLocation, 
 use crate::messages::ids::DataConnectionId;
 use crate::messages::ids::{AllocationId, ExecutionAttemptId, JobId, ResourceId};
 use crate::messages::task_manager::{
-    ChannelResponse, PartitionData, PartitionRequest, PartitionRequests, PollPartitionData,
+    ChannelResponse, PartitionData, PartitionEnd, PartitionNotice, PartitionRequest,
+    PartitionRequests, PollPartitionData,
 };
 use crate::operators::Value;
 use crate::task_blocking::ThreadBlocker;
@@ -40,18 +41,25 @@ fn consumer() -> ActorAddress {
     ActorAddress::new("local", "taskmanager/tm-consumer")
 }
 
-/// The consumer's subscription of channel 7 to subpartition 0 of partition 41.
+/// The consumer names partition 41 (set 1) and subscribes to its subpartition 0 as channel 7.
 fn subscribe(round: u64) -> PartitionRequests {
     PartitionRequests {
         consumer: consumer(),
         connection: DataConnectionId::from_u128(1),
         round,
-        requests: vec![PartitionRequest::Subscribe {
-            channel: 7,
-            partition: partition(41),
-            subpartition: 0,
-            credit: 2,
-        }],
+        requests: vec![
+            PartitionRequest::Set {
+                set: 1,
+                edge: partition(41).edge,
+                members: Arc::new(vec![partition(41)]),
+            },
+            PartitionRequest::SubscribeSet {
+                channels: 7,
+                set: 1,
+                subpartition: 0,
+                credit: 2,
+            },
+        ],
     }
 }
 
@@ -154,7 +162,7 @@ async fn a_silent_producer_is_answered_within_the_hold_for_as_long_as_it_is_sile
     let store = store("silent");
     store.create_pipelined(partition(41), 1, 2).unwrap();
     let server = PartitionRequestServer::default();
-    server.apply(subscribe(1));
+    server.apply(&store, subscribe(1));
     // A minute of silence: every poll is answered (no news) well inside the ask timeout, so
     // the consumer's transport never takes the producer's TaskManager for dead.
     let silent_until = tokio::time::Instant::now() + Duration::from_secs(60);
@@ -187,6 +195,7 @@ async fn a_silent_producer_is_answered_within_the_hold_for_as_long_as_it_is_sile
                     backlog: 0,
                 }
             )],
+            notices: vec![],
             forgotten: false,
         }
     );
@@ -204,6 +213,12 @@ async fn a_silent_producer_is_answered_within_the_hold_for_as_long_as_it_is_sile
                     backlog: 0,
                 }
             )],
+            // The set hears of the end too; the channel that had data ends by itself.
+            notices: vec![PartitionNotice {
+                set: 1,
+                member: 0,
+                end: PartitionEnd::Finished { with_data: vec![0] },
+            }],
             forgotten: false,
         }
     );
@@ -223,7 +238,7 @@ async fn a_subscription_is_sent_only_what_its_consumer_granted() {
             .unwrap();
     }
     let server = PartitionRequestServer::default();
-    server.apply(subscribe(1));
+    server.apply(&store, subscribe(1));
     let batches = |data: &PartitionData| match &data.channels[..] {
         [(7, ChannelResponse::Data { batches, .. })] => batches.len(),
         other => panic!("{other:?}"),
@@ -242,9 +257,9 @@ async fn a_subscription_is_sent_only_what_its_consumer_granted() {
         }],
         ..subscribe(round)
     };
-    server.apply(grant(2, 3));
-    server.apply(grant(2, 3)); // the same round again: ignored
-    server.apply(grant(3, 3)); // the same total again: nothing more
+    server.apply(&store, grant(2, 3));
+    server.apply(&store, grant(2, 3)); // the same round again: ignored
+    server.apply(&store, grant(3, 3)); // the same total again: nothing more
     let next = server.poll(store.clone(), poll(3, 1)).await;
     assert_eq!(batches(&next), 1);
 }
@@ -265,7 +280,7 @@ async fn a_lost_answer_is_served_again_or_fails_a_pipelined_channel() {
             .append_records(partition(41), 0, vec![record(1)])
             .unwrap();
         let server = PartitionRequestServer::default();
-        server.apply(subscribe(1));
+        server.apply(&store, subscribe(1));
         let lost = server.poll(store.clone(), poll(1, 0)).await;
         assert_eq!(lost.seq, 1);
         // The consumer never got seq 1.
@@ -470,7 +485,7 @@ async fn a_producer_that_restarted_says_it_forgot_the_connection() {
     assert!(answer.forgotten, "{answer:?}");
     // A connection whose rounds it applied is known.
     let known = PartitionRequestServer::default();
-    known.apply(subscribe(1));
+    known.apply(&store, subscribe(1));
     store.create(partition(41), 1).unwrap();
     store.finish(partition(41)).unwrap();
     assert!(!known.poll(store.clone(), poll(1, 0)).await.forgotten);
