@@ -316,7 +316,7 @@ impl NetworkClient {
         notices: Vec<PartitionNotice>,
     ) {
         // Each set's news once, for every gate reading it.
-        let mut by_set: Vec<(Arc<ClientSet>, Vec<(u32, PartitionEnd)>)> = Vec::new();
+        let mut by_set: Vec<(Arc<ClientSet>, Ended)> = Vec::new();
         {
             let state = lock(&connection.state);
             for notice in notices {
@@ -563,6 +563,9 @@ enum Broken {
     /// The producer's TaskManager does not know the connection's acknowledged subscriptions.
     Forgotten,
 }
+
+/// How partitions of a set ended: `(position in the set, how)`.
+pub type Ended = Vec<(u32, PartitionEnd)>;
 
 /// A gate leaving one connection: the connection, the gate's last requests there, and the sets
 /// it read there.
