@@ -237,7 +237,12 @@ async fn end_to_end(parallelism: u32, rounds: usize) -> f64 {
             .wait_for_job(job, Duration::from_secs(600))
             .await
             .expect("ends");
-        assert_eq!(details.summary.status, JobStatus::Finished);
+        assert_eq!(
+            details.summary.status,
+            JobStatus::Finished,
+            "{:?}",
+            details.failure
+        );
         times.push(ms(started.elapsed()));
     }
     cluster.shutdown().await.expect("stops");

@@ -17,7 +17,7 @@
 //! with the transport's own backoff): every gate reading there is told, names the producer's
 //! TaskManager and the reason, and fails; the connection starts afresh for later gates.
 
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -76,8 +76,8 @@ pub struct ClientSet {
 
 #[derive(Debug, Default)]
 struct SetState {
-    /// `(gate, the gate's group)` reading it.
-    gates: Vec<(u32, u32)>,
+    /// `(gate, the gate's group, its subpartition)` reading it.
+    gates: Vec<(u32, u32, u32)>,
     /// How each member ended, once told.
     ended: Vec<Option<PartitionEnd>>,
 }
@@ -118,6 +118,25 @@ pub struct GateInbox {
     waker: AtomicWaker,
     /// The inbox is on its client's list of inboxes to wake.
     queued: AtomicBool,
+    /// Channels finished empty by the notices delivered so far ([`finished_empty`]).
+    finished_empty: AtomicU64,
+    /// The gate's thread is woken for notices that only finish empty channels once
+    /// `finished_empty` reaches this: when every remote channel it waits for without data is
+    /// finished. At P = 10,000 a gate hears from 100 TaskManagers; waking its thread for each
+    /// (a futex call and two context switches) was most of the job's time.
+    wake_at: AtomicU64,
+}
+
+/// How many of `notices` finish a channel of `subpartition` that had no data: counted alike by
+/// the client and the gate.
+pub fn finished_empty(notices: &[(u32, PartitionEnd)], subpartition: u32) -> u64 {
+    notices
+        .iter()
+        .filter(|(_, end)| match end {
+            PartitionEnd::Finished { with_data } => with_data.binary_search(&subpartition).is_err(),
+            _ => false,
+        })
+        .count() as u64
 }
 
 impl GateInbox {
@@ -128,6 +147,12 @@ impl GateInbox {
 
     fn put(&self, items: impl IntoIterator<Item = Delivery>) {
         lock(&self.items).extend(items);
+    }
+
+    /// Before the gate's thread waits: wake it for notices that finish empty channels only
+    /// once `finished_empty` reaches `at`.
+    pub fn wake_at(&self, at: u64) {
+        self.wake_at.store(at, Ordering::SeqCst);
     }
 
     /// Everything delivered so far, oldest first.
@@ -283,7 +308,7 @@ impl NetworkClient {
             state.pending.extend(requests);
             for set in sets {
                 let mut set_state = lock(&set.state);
-                set_state.gates.retain(|(g, _)| *g != gate);
+                set_state.gates.retain(|(g, _, _)| *g != gate);
                 let unread = set_state.gates.is_empty();
                 drop(set_state);
                 // Only if it is still this connection's (a broken one forgot its sets).
@@ -331,7 +356,7 @@ impl NetworkClient {
                 }
             }
         }
-        let mut ended: Vec<(u32, Delivery)> = Vec::new();
+        let mut ended: Vec<(u32, Delivery, Option<u64>)> = Vec::new();
         for (set, news) in by_set {
             let mut set_state = lock(&set.state);
             let news: Vec<(u32, PartitionEnd)> = news
@@ -350,21 +375,36 @@ impl NetworkClient {
                 continue;
             }
             let news = Arc::new(news);
-            for &(gate, group) in &set_state.gates {
+            for &(gate, group, subpartition) in &set_state.gates {
+                let finishing = finished_empty(&news, subpartition);
+                // Anything but a channel finished empty (a failure) is news at once.
+                let urgent = news
+                    .iter()
+                    .any(|(_, end)| !matches!(end, PartitionEnd::Finished { .. }));
                 ended.push((
                     gate,
                     Delivery::Ended {
                         group,
                         notices: news.clone(),
                     },
+                    if urgent { None } else { Some(finishing) },
                 ));
             }
         }
         let gates = lock(&self.inner.gates);
         let mut to_wake = lock(&self.inner.to_wake);
-        let mut put = |id: u32, items: Vec<Delivery>| {
+        // `finishing`: the delivery only finishes that many empty channels; the gate is woken
+        // for it only once it has all the ones it waits for (see `GateInbox::wake_at`).
+        let mut put = |id: u32, items: Vec<Delivery>, finishing: Option<u64>| {
             if let Some(inbox) = gates.get(&id) {
                 inbox.put(items);
+                if let Some(finishing) = finishing {
+                    let total =
+                        inbox.finished_empty.fetch_add(finishing, Ordering::SeqCst) + finishing;
+                    if total < inbox.wake_at.load(Ordering::SeqCst) {
+                        return;
+                    }
+                }
                 if !inbox.queued.swap(true, Ordering::AcqRel) {
                     to_wake.push(inbox.clone());
                 }
@@ -378,17 +418,17 @@ impl NetworkClient {
                 Some((id, items)) if *id == gate => items.push(delivery),
                 _ => {
                     if let Some((id, items)) = current.take() {
-                        put(id, items);
+                        put(id, items, None);
                     }
                     current = Some((gate, vec![delivery]));
                 }
             }
         }
         if let Some((id, items)) = current {
-            put(id, items);
+            put(id, items, None);
         }
-        for (id, delivery) in ended {
-            put(id, vec![delivery]);
+        for (id, delivery, finishing) in ended {
+            put(id, vec![delivery], finishing);
         }
     }
 
@@ -587,6 +627,7 @@ impl DataConnection {
         members: &Arc<Vec<ResultPartitionId>>,
         gate: u32,
         group: u32,
+        subpartition: u32,
     ) -> (Arc<ClientSet>, Vec<(u32, PartitionEnd)>) {
         let mut state = lock(&self.state);
         state.gates.insert(gate, ());
@@ -621,7 +662,7 @@ impl DataConnection {
         };
         drop(state);
         let mut set_state = lock(&set.state);
-        set_state.gates.push((gate, group));
+        set_state.gates.push((gate, group, subpartition));
         let ended = set_state
             .ended
             .iter()

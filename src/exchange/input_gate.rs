@@ -38,6 +38,7 @@ use super::NetworkSettings;
 use super::buffer::Buffer;
 use super::client::{
     ClientSet, DataConnection, Delivery, GateInbox, Leaving, NetworkClient, channel_key,
+    finished_empty,
 };
 use super::metrics::TaskIoMetrics;
 use super::partition::{Fetch, PartitionStore};
@@ -186,6 +187,11 @@ pub struct InputGate {
     dirty: Vec<u32>,
     /// Remote channels not finished.
     subscribed: usize,
+    /// Of those, the ones that got data (with a state of their own).
+    served: usize,
+    /// Channels finished empty by the notices taken from the inbox, counted as the client
+    /// counts them ([`finished_empty`]).
+    inbox_finished: u64,
     /// Local channels whose partition is not there yet.
     retrying: Vec<usize>,
     queue: VecDeque<(usize, Buffer)>,
@@ -232,6 +238,8 @@ impl InputGate {
             connections: Vec::new(),
             dirty: Vec::new(),
             subscribed: 0,
+            served: 0,
+            inbox_finished: 0,
             retrying: Vec::new(),
             queue: VecDeque::new(),
             floating_free: settings.floating_buffers_per_gate,
@@ -292,6 +300,7 @@ impl InputGate {
                     partitions,
                     gate_id,
                     group,
+                    descriptor.subpartition,
                 );
                 gate.request(
                     position,
@@ -342,11 +351,15 @@ impl InputGate {
         }
         *word |= bit;
         self.open -= 1;
-        if self.group_of(index).remote.is_some() {
+        let remote = self.group_of(index).remote.is_some();
+        if remote {
             self.subscribed -= 1;
         }
         if let Some(channel) = self.channels.get_mut(&index) {
             channel.state = State::Finished;
+            if remote {
+                self.served -= 1;
+            }
         }
     }
 
@@ -720,6 +733,10 @@ impl InputGate {
 
     /// Waits for the first local wake-up, remote answer or cancellation.
     fn wait(&mut self, blocker: &dyn TaskBlocker) -> Result<Event, OperatorError> {
+        // Notices that only finish empty channels wake this thread once they finish all the
+        // remote channels it waits for without data; anything else wakes it at once.
+        self.inbox
+            .wake_at(self.inbox_finished + (self.subscribed - self.served) as u64);
         let mut local = std::mem::take(&mut self.local_waits);
         let inbox = Arc::clone(&self.inbox);
         let cancellation = Arc::clone(&self.cancellation);
@@ -793,12 +810,17 @@ impl InputGate {
                                     u64::from(self.settings.buffers_per_channel),
                                 );
                                 self.channels.insert(index, channel);
+                                self.served += 1;
                             }
                             if self.ch(index as usize).state == State::Subscribed {
                                 self.apply(index as usize, response)?;
                             }
                         }
-                        Delivery::Ended { group, notices } => self.ended(group, &notices)?,
+                        Delivery::Ended { group, notices } => {
+                            let subpartition = self.groups[group as usize].subpartition;
+                            self.inbox_finished += finished_empty(&notices, subpartition);
+                            self.ended(group, &notices)?;
+                        }
                         Delivery::ConnectionLost(address, reason) => {
                             let open = self.groups.iter().find_map(|group| {
                                 let (position, _) = group.remote.as_ref()?;

@@ -278,6 +278,9 @@ pub struct PartitionStats {
     pub memory_bytes: usize,
     /// Whether the producer has finished it.
     pub finished: bool,
+    /// Subpartitions with state of their own (written to or waited on); the others cost
+    /// nothing.
+    pub stored_subpartitions: u32,
 }
 
 /// Every result partition a TaskManager holds.
@@ -659,6 +662,7 @@ impl PartitionStore {
             spilled_batches: 0,
             memory_bytes: partition.memory_bytes,
             finished: matches!(partition.state, State::Finished),
+            stored_subpartitions: partition.subpartitions.len() as u32,
         };
         for subpartition in partition.subpartitions.values() {
             stats.batches += subpartition.batches.len() as u64;

@@ -490,3 +490,137 @@ async fn a_producer_that_restarted_says_it_forgot_the_connection() {
     store.finish(partition(41)).unwrap();
     assert!(!known.poll(store.clone(), poll(1, 0)).await.forgotten);
 }
+
+/// All-to-all between two TaskManagers: one set of P partitions, P gates each subscribing to
+/// it once. The empty channels end with one notice per partition (not one message per
+/// channel), only the channel that got data is served on its own, and the producer keeps
+/// state only for that one subpartition.
+#[actix::test]
+async fn empty_channels_end_with_one_notice_per_partition_not_a_message_per_channel() {
+    tokio::time::pause();
+    const P: u32 = 40;
+    let store = store("sets");
+    let partitions: Vec<ResultPartitionId> =
+        (0..P).map(|i| partition(100 + u128::from(i))).collect();
+    for &p in &partitions {
+        store.create_pipelined(p, P, 2).unwrap();
+    }
+    let server = PartitionRequestServer::default();
+    let gate_key = |gate: u32| crate::exchange::client::channel_key(gate, 0);
+    let mut requests = vec![PartitionRequest::Set {
+        set: 1,
+        edge: 0,
+        members: Arc::new(partitions.clone()),
+    }];
+    requests.extend((0..P).map(|gate| PartitionRequest::SubscribeSet {
+        channels: gate_key(gate),
+        set: 1,
+        subpartition: gate,
+        credit: 2,
+    }));
+    server.apply(
+        &store,
+        PartitionRequests {
+            requests,
+            ..subscribe(1)
+        },
+    );
+    // Producer 5 writes to consumer 3 only; then every producer finishes.
+    store
+        .append_records(partitions[5], 3, vec![record(1)])
+        .unwrap();
+    for &p in &partitions {
+        store.finish(p).unwrap();
+    }
+    let (mut notices, mut channels, mut answers) = (Vec::new(), Vec::new(), 0);
+    let mut received = 0;
+    while notices.len() < P as usize || channels.is_empty() {
+        let answer = server
+            .poll(store.clone(), poll(answers + 1, received))
+            .await;
+        answers += 1;
+        received = answer.seq;
+        notices.extend(answer.notices);
+        channels.extend(answer.channels);
+        assert!(answers < 10, "{answers} answers");
+    }
+    assert_eq!(notices.len(), P as usize, "one notice per partition");
+    for notice in &notices {
+        let with_data = if notice.member == 5 { vec![3] } else { vec![] };
+        assert_eq!(notice.end, PartitionEnd::Finished { with_data });
+    }
+    assert_eq!(
+        channels,
+        vec![(
+            gate_key(3) + 5,
+            ChannelResponse::Data {
+                batches: vec![vec![record(1)].into()],
+                next_batch: 1,
+                finished: true,
+                backlog: 0,
+            }
+        )],
+        "only the channel with data is served on its own"
+    );
+    let stored: u32 = partitions
+        .iter()
+        .map(|&p| store.stats(p).unwrap().stored_subpartitions)
+        .sum();
+    assert_eq!(stored, 1, "of {} subpartitions", P * P);
+    for &p in &partitions {
+        store.release(p);
+    }
+}
+
+/// A set member that never appears is told unknown once the partition request timeout has
+/// passed (its producer was never deployed); one that was there and is released is told
+/// released at once.
+#[actix::test]
+async fn a_member_that_never_appears_is_unknown_and_a_released_one_released() {
+    tokio::time::pause();
+    let store = store("unknown");
+    let (here, never) = (partition(41), partition(99));
+    store.create_pipelined(here, 1, 2).unwrap();
+    let server = PartitionRequestServer::default();
+    let started = tokio::time::Instant::now();
+    server.apply(
+        &store,
+        PartitionRequests {
+            requests: vec![PartitionRequest::Set {
+                set: 1,
+                edge: 0,
+                members: Arc::new(vec![here, never]),
+            }],
+            ..subscribe(1)
+        },
+    );
+    store.release(here);
+    let answer = server.poll(store.clone(), poll(1, 0)).await;
+    assert_eq!(
+        answer.notices,
+        vec![PartitionNotice {
+            set: 1,
+            member: 0,
+            end: PartitionEnd::Released,
+        }]
+    );
+    let (mut received, mut polls) = (answer.seq, 1);
+    let unknown = loop {
+        polls += 1;
+        let answer = server.poll(store.clone(), poll(polls, received)).await;
+        received = answer.seq;
+        if let Some(notice) = answer.notices.into_iter().next() {
+            break notice;
+        }
+        assert!(polls < 100, "never told");
+    };
+    assert_eq!(
+        unknown,
+        PartitionNotice {
+            set: 1,
+            member: 1,
+            end: PartitionEnd::Unknown,
+        }
+    );
+    assert!(started.elapsed() >= crate::exchange::input_gate::PARTITION_REQUEST_TIMEOUT);
+}
