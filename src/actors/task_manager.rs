@@ -573,6 +573,7 @@ impl TaskManager {
             registry: self.settings.spec.registry.clone(),
             data_connections: self.network.clone(),
             local_address: self.address.clone(),
+            groupings,
             network,
             cancelled,
             metrics,

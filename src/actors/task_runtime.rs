@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::env::{Clock, TaskBlocker};
-use crate::exchange::client::NetworkClient;
+use crate::exchange::client::{Grouping, NetworkClient};
 use crate::exchange::input_gate::{GateStats, InputGate, PRODUCER_CANCELLED};
 use crate::exchange::metrics::TaskIoMetrics;
 use crate::exchange::partition::PartitionStore;
@@ -62,6 +62,9 @@ pub struct TaskEnvironment {
     pub data_connections: NetworkClient,
     /// This TaskManager's address (a producer here is read locally).
     pub local_address: ActorAddress,
+    /// Each input's producers grouped by TaskManager, as the TaskManager actor grouped them to
+    /// open the connections (empty: the gate groups them).
+    pub groupings: Vec<Arc<Grouping>>,
     /// The network buffer settings.
     pub network: NetworkSettings,
     /// Set (and any wait woken) by `CancelTask`.
@@ -165,6 +168,7 @@ fn run(
     let mut io = Io {
         gate: InputGate::new(
             &d.inputs,
+            &env.groupings,
             &env.local_address,
             &env.data_connections,
             env.partitions.clone(),

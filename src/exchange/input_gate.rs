@@ -37,7 +37,7 @@ use futures_util::stream::FuturesUnordered;
 use super::NetworkSettings;
 use super::buffer::Buffer;
 use super::client::{
-    ClientSet, DataConnection, Delivery, GateInbox, Leaving, NetworkClient, channel_key,
+    ClientSet, DataConnection, Delivery, GateInbox, Grouping, Leaving, NetworkClient, channel_key,
     finished_empty,
 };
 use super::metrics::TaskIoMetrics;
@@ -215,6 +215,7 @@ impl InputGate {
     /// TaskManager actor before the task starts).
     pub fn new(
         gates: &[GateDescriptor],
+        groupings: &[Arc<Grouping>],
         local: &ActorAddress,
         network: &NetworkClient,
         store: Arc<PartitionStore>,
@@ -254,9 +255,10 @@ impl InputGate {
         let credit = gate.settings.buffers_per_channel;
         let mut told = Vec::new();
         let mut total = 0u32;
-        for descriptor in gates {
-            let grouping =
-                network.grouping(descriptor.producers.id(), descriptor.producers.locations());
+        for (i, descriptor) in gates.iter().enumerate() {
+            let grouping = groupings.get(i).cloned().unwrap_or_else(|| {
+                network.grouping(descriptor.producers.id(), descriptor.producers.locations())
+            });
             for (address, partitions) in &grouping.groups {
                 let base = total;
                 total += partitions.len() as u32;
@@ -1005,6 +1007,7 @@ mod tests {
         };
         let mut gate = InputGate::new(
             &[descriptor],
+            &[],
             &local,
             &NetworkClient::new(local.clone(), NodeRng::seed_from_u64(1)),
             store,

@@ -133,6 +133,7 @@ fn task(
         registry: OperatorRegistry::with_builtins(),
         data_connections,
         local_address: local,
+        groupings: Vec::new(),
         network: NetworkSettings::default(),
         cancelled: cancelled.clone(),
         metrics: Arc::default(),
