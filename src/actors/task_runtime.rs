@@ -169,7 +169,6 @@ fn run(
         gate: InputGate::new(
             &d.inputs,
             &env.groupings,
-            &env.local_address,
             &env.data_connections,
             env.partitions.clone(),
             env.network,

@@ -225,6 +225,11 @@ impl NetworkClient {
         }
     }
 
+    /// The TaskManager whose client this is.
+    pub fn local(&self) -> &ActorAddress {
+        &self.inner.local
+    }
+
     /// The connection to `address`, if one was opened.
     pub fn connection(&self, address: &ActorAddress) -> Option<Arc<DataConnection>> {
         lock(&self.inner.connections).get(address).cloned()

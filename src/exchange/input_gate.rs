@@ -210,19 +210,20 @@ pub struct InputGate {
 }
 
 impl InputGate {
-    /// A gate over every channel of `gates`; remote ones are subscribed through `network`,
-    /// which has a connection to every producer TaskManager other than `local` (opened by the
+    /// A gate over every channel of `gates` (their producers grouped by TaskManager in
+    /// `groupings`, or here if that is empty); remote ones are subscribed through `network`,
+    /// which has a connection to every producer TaskManager other than its own (opened by the
     /// TaskManager actor before the task starts).
     pub fn new(
         gates: &[GateDescriptor],
         groupings: &[Arc<Grouping>],
-        local: &ActorAddress,
         network: &NetworkClient,
         store: Arc<PartitionStore>,
         settings: NetworkSettings,
         cancellation: Arc<Cancellation>,
         metrics: Arc<TaskIoMetrics>,
     ) -> Result<Self, OperatorError> {
+        let local = network.local();
         let (gate_id, inbox) = network.register_gate();
         let mut gate = Self {
             store,
@@ -1008,7 +1009,6 @@ mod tests {
         let mut gate = InputGate::new(
             &[descriptor],
             &[],
-            &local,
             &NetworkClient::new(local.clone(), NodeRng::seed_from_u64(1)),
             store,
             settings,
