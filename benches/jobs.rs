@@ -243,6 +243,13 @@ async fn end_to_end(parallelism: u32, rounds: usize) -> f64 {
             "{:?}",
             details.failure
         );
+        if details.restarts > 0 {
+            eprintln!(
+                "P = {parallelism}: the job restarted {} times: {:?}",
+                details.restarts,
+                details.exceptions.iter().map(|e| &e.reason).take(3).collect::<Vec<_>>()
+            );
+        }
         times.push(ms(started.elapsed()));
     }
     cluster.shutdown().await.expect("stops");
