@@ -247,7 +247,12 @@ async fn end_to_end(parallelism: u32, rounds: usize) -> f64 {
             eprintln!(
                 "P = {parallelism}: the job restarted {} times: {:?}",
                 details.restarts,
-                details.exceptions.iter().map(|e| &e.reason).take(3).collect::<Vec<_>>()
+                details
+                    .exceptions
+                    .iter()
+                    .map(|e| &e.reason)
+                    .take(3)
+                    .collect::<Vec<_>>()
             );
         }
         times.push(ms(started.elapsed()));

@@ -94,7 +94,9 @@ struct ConnectionState {
 struct ServerSet {
     edge: u32,
     members: Arc<Vec<ResultPartitionId>>,
-    position: FixedHashMap<ResultPartitionId, u32>,
+    /// Each member's position; only for sets larger than [`SMALL_SET`] (a small one is
+    /// searched: at P = 100 on 100 TaskManagers every set has one member).
+    position: Option<FixedHashMap<ResultPartitionId, u32>>,
     /// Per member: it was here once (missing now means released).
     seen: Vec<bool>,
     /// Per member: its end was told.
@@ -102,6 +104,23 @@ struct ServerSet {
     /// Members not here yet (their producers are being deployed).
     awaiting: Vec<u32>,
     since: Instant,
+}
+
+/// Sets up to this size find a member by searching (no index of their own).
+const SMALL_SET: usize = 16;
+
+impl ServerSet {
+    /// The position of `partition` in the set.
+    fn member(&self, partition: ResultPartitionId) -> Option<u32> {
+        match &self.position {
+            Some(position) => position.get(&partition).copied(),
+            None => self
+                .members
+                .iter()
+                .position(|p| *p == partition)
+                .map(|i| i as u32),
+        }
+    }
 }
 
 /// A gate's subscription to a set.
@@ -150,11 +169,13 @@ impl PartitionRequestServer {
                     PartitionRequest::Set { set, edge, members } => {
                         let mut server_set = ServerSet {
                             edge,
-                            position: members
-                                .iter()
-                                .enumerate()
-                                .map(|(i, p)| (*p, i as u32))
-                                .collect(),
+                            position: (members.len() > SMALL_SET).then(|| {
+                                members
+                                    .iter()
+                                    .enumerate()
+                                    .map(|(i, p)| (*p, i as u32))
+                                    .collect()
+                            }),
                             seen: vec![false; members.len()],
                             told: vec![false; members.len()],
                             awaiting: Vec::new(),
@@ -191,9 +212,8 @@ impl PartitionRequestServer {
                             .into_iter()
                             .filter_map(|p| {
                                 server_set
-                                    .position
-                                    .get(&p)
-                                    .map(|&member| (channels + u64::from(member), p))
+                                    .member(p)
+                                    .map(|member| (channels + u64::from(member), p))
                             })
                             .collect();
                         state.readers.insert(
@@ -496,11 +516,7 @@ impl ConnectionState {
             else {
                 continue; // cancelled
             };
-            let Some(&member) = self
-                .sets
-                .get(&set)
-                .and_then(|set| set.position.get(&partition))
-            else {
+            let Some(member) = self.sets.get(&set).and_then(|set| set.member(partition)) else {
                 continue; // another set's partition of the edge
             };
             let key = reader + u64::from(member);
