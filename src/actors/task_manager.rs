@@ -572,7 +572,6 @@ impl TaskManager {
             partitions: self.partitions.clone(),
             registry: self.settings.spec.registry.clone(),
             data_connections: self.network.clone(),
-            local_address: self.address.clone(),
             groupings,
             network,
             cancelled,

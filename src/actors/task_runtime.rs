@@ -25,8 +25,8 @@ use crate::exchange::partition::PartitionStore;
 use crate::exchange::writer::{ResultPartitionWriter, WriterStats};
 use crate::exchange::{BufferReader, NetworkSettings};
 use crate::job::states::ExecutionState;
+use crate::messages::ResultPartitionId;
 use crate::messages::deployment::TaskDeploymentDescriptor;
-use crate::messages::{ActorAddress, ResultPartitionId};
 use crate::operators::registry::OperatorSpec;
 use crate::operators::{OperatorError, OperatorRegistry, Record, TaskIo};
 use crate::task_blocking::Cancellation;
@@ -60,8 +60,6 @@ pub struct TaskEnvironment {
     /// The TaskManager's data connections; one to every TaskManager holding this task's remote
     /// inputs was opened by the TaskManager actor before the task started.
     pub data_connections: NetworkClient,
-    /// This TaskManager's address (a producer here is read locally).
-    pub local_address: ActorAddress,
     /// Each input's producers grouped by TaskManager, as the TaskManager actor grouped them to
     /// open the connections (empty: the gate groups them).
     pub groupings: Vec<Arc<Grouping>>,

@@ -173,19 +173,9 @@ impl ReadyQueue {
         self.notify.notify_one();
     }
 
-    /// Every subscription key queued so far, oldest first (the others stay).
-    pub fn take(&self) -> Vec<u64> {
-        std::mem::take(&mut lock(&self.items).keys)
-    }
-
     /// Everything queued so far.
     pub fn take_all(&self) -> ReadyItems {
         std::mem::take(&mut *lock(&self.items))
-    }
-
-    /// Whether nothing is queued.
-    pub fn is_empty(&self) -> bool {
-        lock(&self.items).is_empty()
     }
 
     /// Completes after the next [`push`](Self::push) (at once if one came since the last wait).

@@ -978,14 +978,7 @@ async fn a_task_manager_holding_results_a_running_job_needs_is_not_idle() {
             .collect()
     };
     let report = |attempt: ExecutionAttemptId, state: ExecutionState| {
-        f.jm.do_send(UpdateTaskExecutionStates::from(TaskExecutionState {
-            job_id,
-            attempt,
-            state,
-            error: None,
-            unavailable_partition: None,
-            io: None,
-        }))
+        f.report(job_id, &[attempt], state);
     };
     for attempt in sent("source") {
         report(attempt, ExecutionState::Running);

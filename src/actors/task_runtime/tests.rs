@@ -11,7 +11,6 @@ use crate::exchange::partition::Fetch;
 use crate::exchange::partition::tests::AppendRecords;
 use crate::exchange::server::PartitionRequestServer;
 use crate::job::graph::DistributionPattern;
-use crate::messages::ResultPartitionId;
 use crate::messages::deployment::{InputGate, OutputPartition, ProducerLocation, Producers};
 use crate::messages::ids::DataConnectionId;
 use crate::messages::ids::{AllocationId, ExecutionAttemptId, JobId, ResourceId};
@@ -19,6 +18,7 @@ use crate::messages::task_manager::{
     ChannelResponse, PartitionData, PartitionEnd, PartitionNotice, PartitionRequest,
     PartitionRequests, PollPartitionData,
 };
+use crate::messages::{ActorAddress, ResultPartitionId};
 use crate::operators::Value;
 use crate::task_blocking::ThreadBlocker;
 use crate::testing::{TaskManagerProbeHandle, env};
@@ -123,7 +123,6 @@ fn descriptor(
 fn task(
     descriptor: TaskDeploymentDescriptor,
     store: Arc<PartitionStore>,
-    local: ActorAddress,
     data_connections: NetworkClient,
 ) -> (TaskEnvironment, Arc<Cancellation>) {
     let cancelled = Arc::new(Cancellation::default());
@@ -132,7 +131,6 @@ fn task(
         partitions: store,
         registry: OperatorRegistry::with_builtins(),
         data_connections,
-        local_address: local,
         groupings: Vec::new(),
         network: NetworkSettings::default(),
         cancelled: cancelled.clone(),
@@ -316,7 +314,6 @@ async fn a_consumer_whose_producer_task_manager_is_gone_names_it_not_a_closed_ma
             vec![],
         ),
         store("gone"),
-        env.address_of("taskmanager/tm-consumer"),
         {
             let network = network(&env.address_of("taskmanager/tm-consumer"));
             let drive = network
@@ -354,7 +351,6 @@ async fn a_partition_released_under_its_reading_consumer_fails_it_as_released() 
             vec![],
         ),
         store.clone(),
-        local.clone(),
         network(&local),
     );
     let consumer = spawn_task(task);
@@ -403,7 +399,6 @@ async fn a_consumer_reads_whichever_channel_has_data_while_another_is_silent() {
             }],
         ),
         store.clone(),
-        local.clone(),
         network(&local),
     );
     let consumer = spawn_task(task);
@@ -443,7 +438,6 @@ async fn a_pipelined_producer_waits_for_its_consumer_instead_of_spilling_until_c
             }],
         ),
         store.clone(),
-        env.address_of("taskmanager/tm-local"),
         network(&env.address_of("taskmanager/tm-local")),
     );
     create_outputs(&store, &task.descriptor).unwrap();

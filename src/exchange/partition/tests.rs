@@ -494,10 +494,12 @@ fn a_listener_gets_its_key_on_append_finish_failure_and_release() {
     }
     for (key, id) in [(1, appended), (2, finished), (3, failed), (4, released)] {
         assert!(matches!(listen(id, key), Fetch::Listening));
+        // The partition's end is watched too, under another key.
+        assert_eq!(store.watch_end(id, &queue, key + 10), EndState::Producing);
     }
-    assert!(queue.is_empty());
+    assert!(queue.take_all().is_empty());
     store.append_records(appended, 0, vec![]).unwrap();
-    assert!(queue.is_empty(), "an empty batch is no news");
+    assert!(queue.take_all().is_empty(), "an empty batch is no news");
     store
         .append_records(
             appended,
@@ -511,6 +513,13 @@ fn a_listener_gets_its_key_on_append_finish_failure_and_release() {
     store.finish(finished).unwrap();
     store.fail(failed, "broken").unwrap();
     assert!(store.release(released));
-    assert_eq!(queue.take(), vec![1, 2, 3, 4]);
+    let ready = queue.take_all();
+    assert_eq!(ready.keys, vec![1, 2, 3, 4]);
+    assert_eq!(
+        ready.ended,
+        vec![12, 13, 14],
+        "only the partitions that ended"
+    );
     assert!(matches!(listen(released, 4), Fetch::Unknown));
+    assert_eq!(store.end_state(released), EndState::Unknown);
 }
