@@ -16,7 +16,7 @@
 //!    ├── fails ──▶ Err(ConnectionError::Handshake), the stream is dropped (closed)
 //!    ▼
 //!  Connection (a cheap handle)                     two tasks on the current arbiter (spawn_local)
-//!    tell / ask / reply ─ encode ─▶ outbound queue ─▶ writer: coalesce, write_all, flush ─▶ stream
+//!    tell / ask / reply ─ encode ─▶ outbound queue ─▶ writer: coalesce small, write_all, flush ─▶ stream
 //!      (full: QueueFull, at once)    (bounded)
 //!    ask: correlation id ─▶ pending asks ◀── Reply ── reader: frame ─▶ Envelope::decode ◀─ stream
 //!          (bounded; timeout                               │
@@ -90,6 +90,10 @@ pub const DEFAULT_ASK_TIMEOUT: Duration = Duration::from_secs(10);
 /// The writer stops coalescing once a batch holds this many bytes, so one `write_all` never
 /// needs a buffer much larger than this (plus one frame).
 const BATCH_BYTES: usize = 64 * 1024;
+
+/// A frame this large is written from its own bytes rather than copied into the batch: the copy
+/// would cost more than the syscall it saves.
+const DIRECT_BYTES: usize = 16 * 1024;
 
 /// How one connection behaves. Both ends should agree on `max_frame`: a frame one side may send
 /// and the other refuses closes the connection.
@@ -720,9 +724,9 @@ async fn read_loop<R: AsyncRead + Unpin>(
     drop(inbound.send(down).await);
 }
 
-/// Drains the outbound queue: every frame waiting is copied into one buffer (up to
-/// [`BATCH_BYTES`]) and written with one `write_all`; the stream is flushed whenever the queue
-/// is momentarily empty, so a burst costs few writes and a lone envelope is not held back.
+/// Drains the outbound queue: every frame waiting goes out in one go (up to about
+/// [`BATCH_BYTES`]); the stream is flushed whenever the queue is momentarily empty, so a burst
+/// costs few writes and a lone envelope is not held back.
 async fn write_loop<W: AsyncWrite + Unpin>(
     shared: Arc<Shared>,
     mut writer: W,
@@ -740,24 +744,16 @@ async fn write_loop<W: AsyncWrite + Unpin>(
                 None => break CloseReason::Released,
             },
         };
-        batch.clear();
-        batch.extend_from_slice(&first);
-        while batch.len() < BATCH_BYTES {
-            match queue.try_recv() {
-                Ok(frame) => batch.extend_from_slice(&frame),
-                Err(_) => break,
-            }
-        }
         tokio::select! {
             biased;
             reason = closing(&signal) => break reason,
-            written = write_batch(&mut writer, &batch, &queue) => {
+            written = write_frames(&mut writer, first, &mut queue, &mut batch) => {
                 if let Err(error) = written {
                     break CloseReason::Write(Arc::new(error));
                 }
             }
         }
-        // One huge frame must not pin its buffer for the connection's lifetime.
+        // One huge batch must not pin its buffer for the connection's lifetime.
         if batch.capacity() > 4 * BATCH_BYTES {
             batch = BytesMut::new();
         }
@@ -765,12 +761,39 @@ async fn write_loop<W: AsyncWrite + Unpin>(
     shared.shut_down(ended);
 }
 
-async fn write_batch<W: AsyncWrite + Unpin>(
+/// Writes `first` and the frames queued behind it, in order, until about [`BATCH_BYTES`] went
+/// out: small frames are copied into `batch` and written together (one syscall for many
+/// envelopes), a frame of [`DIRECT_BYTES`] or more is written from its own bytes (a data answer
+/// of many buffers is not copied once more). Flushes if the queue is then empty.
+async fn write_frames<W: AsyncWrite + Unpin>(
     writer: &mut W,
-    batch: &[u8],
-    queue: &mpsc::Receiver<Bytes>,
+    first: Bytes,
+    queue: &mut mpsc::Receiver<Bytes>,
+    batch: &mut BytesMut,
 ) -> io::Result<()> {
-    writer.write_all(batch).await?;
+    batch.clear();
+    let mut taken = 0;
+    let mut next = Some(first);
+    while let Some(frame) = next {
+        taken += frame.len();
+        if frame.len() >= DIRECT_BYTES {
+            if !batch.is_empty() {
+                writer.write_all(batch).await?;
+                batch.clear();
+            }
+            writer.write_all(&frame).await?;
+        } else {
+            batch.extend_from_slice(&frame);
+        }
+        next = if taken < BATCH_BYTES {
+            queue.try_recv().ok()
+        } else {
+            None
+        };
+    }
+    if !batch.is_empty() {
+        writer.write_all(batch).await?;
+    }
     if queue.is_empty() {
         writer.flush().await?;
     }
@@ -1133,6 +1156,42 @@ mod tests {
         };
         tokio::join!(sending, receiving);
         assert!(refused > 0, "the 16-envelope queue pushed back");
+    }
+
+    /// Frames of [`DIRECT_BYTES`] and more skip the batch; they must still go out in order
+    /// with the small ones around them.
+    #[actix::test]
+    async fn large_frames_written_directly_keep_their_place_among_small_ones() {
+        tokio::time::pause();
+        let (a, mut b) = pair().await;
+        let large = |n: u128| Envelope {
+            sender: Some(ActorAddress::new(
+                "a",
+                "x".repeat(DIRECT_BYTES + n as usize),
+            )),
+            ..tell_of(n)
+        };
+        let sent: Vec<Envelope> = (0..40)
+            .map(|n| if n % 3 == 1 { large(n) } else { tell_of(n) })
+            .collect();
+        assert!(sent[1].encode().expect("encodes").len() >= DIRECT_BYTES);
+        let sending = async {
+            for envelope in &sent {
+                loop {
+                    match a.conn.tell(envelope.clone()) {
+                        Ok(()) => break,
+                        Err(ConnectionError::QueueFull { .. }) => tokio::task::yield_now().await,
+                        Err(error) => panic!("tell: {error}"),
+                    }
+                }
+            }
+        };
+        let receiving = async {
+            for envelope in &sent {
+                assert_eq!(&b.next_envelope().await, envelope);
+            }
+        };
+        tokio::join!(sending, receiving);
     }
 
     #[actix::test]
