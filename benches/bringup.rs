@@ -18,6 +18,9 @@ use flint::events::ClusterEvent;
 use flint::{ClusterConfig, MiniCluster};
 use tokio::sync::broadcast::error::RecvError;
 
+// The allocator of the `flint` and `demo` binaries (flint::allocator).
+flint::global_allocator!();
+
 fn config(pool_size: u32) -> ClusterConfig {
     let mut config = ClusterConfig::default();
     config.resourcemanager.pool_size = pool_size;

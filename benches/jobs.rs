@@ -31,6 +31,9 @@ use flint::operators::OperatorRegistry;
 use flint::operators::builtin::sequential_word_count;
 use flint::{ClusterConfig, MiniCluster};
 
+// The allocator of the `flint` and `demo` binaries (flint::allocator).
+flint::global_allocator!();
+
 fn median(mut values: Vec<f64>) -> f64 {
     values.sort_by(f64::total_cmp);
     values[values.len() / 2]

@@ -18,6 +18,9 @@ use flint::job::states::JobStatus;
 use flint::{ClusterConfig, MiniCluster};
 use rest_cluster::Cluster;
 
+// The allocator of the `flint` and `demo` binaries (flint::allocator).
+flint::global_allocator!();
+
 /// The process helpers of the integration tests (SIGTERM-and-wait).
 #[path = "common/rest_cluster.rs"]
 #[allow(dead_code)]

@@ -53,6 +53,7 @@
 //! ```
 
 pub mod actors;
+pub mod allocator;
 pub mod backoff;
 pub mod client;
 pub mod codec;

@@ -431,7 +431,11 @@ impl MiniCluster {
     ) -> Result<JobDetails, MiniClusterError> {
         let give_up = tokio::time::Instant::now() + deadline;
         loop {
-            let summary = self.list_jobs().await?.into_iter().find(|j| j.job_id == job_id);
+            let summary = self
+                .list_jobs()
+                .await?
+                .into_iter()
+                .find(|j| j.job_id == job_id);
             let Some(summary) = summary else {
                 // Unknown: the details call says so.
                 return self.job_status(job_id).await;

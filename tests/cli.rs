@@ -335,3 +335,19 @@ fn no_subcommand_prints_help() {
     assert_eq!(run.code, Some(2), "{run:?}");
     assert!(run.stderr.contains("Usage: flint"), "{run:?}");
 }
+
+/// The binary allocates with jemalloc without thread caches (flint::allocator): jemalloc reads
+/// the options Flint exports under its prefixed symbol name, or silently ignores them under
+/// any other. Its statistics at exit (asked for through the run-time variable, which adds to
+/// the compiled-in options) show what it read.
+#[test]
+fn the_binary_allocates_with_jemalloc_without_thread_caches() {
+    let output = Command::new(env!("CARGO_BIN_EXE_flint"))
+        .arg("--version")
+        .env("_RJEM_MALLOC_CONF", "stats_print:true")
+        .output()
+        .expect("the flint binary runs");
+    assert!(output.status.success());
+    let stats = String::from_utf8_lossy(&output.stderr);
+    assert!(stats.contains("opt.tcache: false"), "{stats}");
+}

@@ -3,6 +3,9 @@
 
 use std::process::ExitCode;
 
+// jemalloc without thread caches: see flint::allocator.
+flint::global_allocator!();
+
 #[actix::main]
 async fn main() -> ExitCode {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();

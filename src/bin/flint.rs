@@ -15,6 +15,9 @@ use flint::messages::ids::ResourceId;
 use flint::run::{RunError, RunOptions};
 use indicatif::ProgressDrawTarget;
 
+// jemalloc without thread caches: see flint::allocator.
+flint::global_allocator!();
+
 /// The exit codes, as `flint::run` and `flint::client::exit` document them (`--help` of `flint`
 /// and of every command).
 macro_rules! exit_codes {
