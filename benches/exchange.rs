@@ -10,7 +10,8 @@
 //! Both in the same run, as a ratio (issue 11's target: the exchange at ≥ 60 % of raw TCP).
 //!
 //! 3. All-to-all deployment across processes: `noop` source → `noop` sink, all-to-all, at each P
-//!    of `FLINT_BENCH_A2A_P` (default `100,200,400`) on 4 TaskManager processes × 100 slots:
+//!    of `FLINT_BENCH_A2A_P` (default `100,200,400`) on 4 TaskManager processes × 100 slots
+//!    (`FLINT_BENCH_A2A_SLOTS` for more: P = 10,000 needs 2,500):
 //!    submit → FINISHED, and the bytes the JobManager's transport sent for the job (its
 //!    `SubmitTask`s above all; issue 11, item 5: O(P) per TaskManager, not O(P²)).
 //!    `FLINT_BENCH_BIN` runs another build of `flint` for a before/after comparison;
@@ -134,11 +135,16 @@ fn all_to_all_deployments(rounds: usize) {
         .split(',')
         .map(|p| p.trim().parse().expect("FLINT_BENCH_A2A_P: numbers"))
         .collect();
+    let slots: u32 = std::env::var("FLINT_BENCH_A2A_SLOTS")
+        .map(|s| s.trim().parse().expect("FLINT_BENCH_A2A_SLOTS: a number"))
+        .unwrap_or(100);
+    // Every sink reserves 2 buffers per channel: at P = 10,000 that is 20 MB per task. The job
+    // sends no data, so the reservation is raised, as Flink users raise it for such jobs.
     let cluster = Cluster::start(
         "exchange-a2a",
         4,
-        100,
-        "[taskmanager.network]\nbuffer-size = \"1kb\"\nmemory = \"512mb\"\n",
+        slots,
+        "[taskmanager.network]\nbuffer-size = \"1kb\"\nmemory = \"1tb\"\n",
     );
     for p in sizes {
         let (mut seconds, mut bytes) = (Vec::new(), Vec::new());
@@ -151,8 +157,8 @@ fn all_to_all_deployments(rounds: usize) {
             bytes.push((bytes_sent(&cluster) - before) as f64);
         }
         println!(
-            "all-to-all P = {p} across 4 TaskManager processes (median of {rounds}): \
-             submit → FINISHED {:.0} ms, JobManager sent {:.0} KB",
+            "all-to-all P = {p} across 4 TaskManager processes × {slots} slots (median of \
+             {rounds}): submit → FINISHED {:.0} ms, JobManager sent {:.0} KB",
             median(seconds) * 1e3,
             median(bytes) / 1e3
         );
