@@ -20,14 +20,15 @@
 //! failing it, or dropping the store deletes them. It never blocks on an actor or a network, only
 //! briefly on its locks and, for spilled batches, on the local disk.
 
-use std::collections::BTreeMap;
 use std::fmt;
 use std::fs::{self, File};
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::sync::{
+    Arc, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard, Weak,
+};
 
 use tokio::sync::oneshot;
 
@@ -276,13 +277,15 @@ pub struct PartitionStats {
 /// Every result partition a TaskManager holds.
 ///
 /// Shared (`Send + Sync`, behind an `Arc`) by the task threads that produce and consume and the
-/// TaskManager actor that serves remote consumers and releases partitions. One lock guards the
-/// map and one lock each partition, so producers and consumers of different partitions never
-/// wait for each other, and spilled batches are read from disk outside any lock.
+/// TaskManager actor that serves remote consumers and releases partitions. A read-write lock
+/// guards the map (looked up by every fetch of every task, changed only when a partition comes
+/// or goes: thousands of task threads reading local channels must not queue behind one mutex)
+/// and one lock each partition, so producers and consumers of different partitions never wait
+/// for each other, and spilled batches are read from disk outside any lock.
 pub struct PartitionStore {
     working_dir: PathBuf,
     spill_threshold_bytes: usize,
-    partitions: Mutex<BTreeMap<ResultPartitionId, Arc<Mutex<Partition>>>>,
+    partitions: RwLock<FixedHashMap<ResultPartitionId, Arc<Mutex<Partition>>>>,
     /// Makes every spill file name unique, even for a partition id released and created again.
     next_spill_file: AtomicU64,
     /// By (edge, subpartition index): who reads it, and which partitions have data there. Taken
@@ -299,7 +302,7 @@ impl PartitionStore {
         Self {
             working_dir,
             spill_threshold_bytes,
-            partitions: Mutex::new(BTreeMap::new()),
+            partitions: RwLock::new(FixedHashMap::default()),
             next_spill_file: AtomicU64::new(0),
             results: Mutex::default(),
             watchers: Mutex::default(),
@@ -330,7 +333,7 @@ impl PartitionStore {
         if subpartitions == 0 {
             return Err(PartitionError::NoSubpartitions(id));
         }
-        let mut partitions = lock(&self.partitions);
+        let mut partitions = write(&self.partitions);
         if partitions.contains_key(&id) {
             return Err(PartitionError::AlreadyExists(id));
         }
@@ -520,7 +523,7 @@ impl PartitionStore {
     /// an error (their sender is dropped) and later fetches answer `Unknown`. Returns whether the
     /// partition existed, so releasing twice is harmless.
     pub fn release(&self, id: ResultPartitionId) -> bool {
-        let Some(partition) = lock(&self.partitions).remove(&id) else {
+        let Some(partition) = write(&self.partitions).remove(&id) else {
             return false;
         };
         let mut partition = lock(&partition);
@@ -667,7 +670,9 @@ impl PartitionStore {
 
     /// The ids of every partition held, in order: what the TaskManager reports and releases.
     pub fn partition_ids(&self) -> Vec<ResultPartitionId> {
-        lock(&self.partitions).keys().copied().collect()
+        let mut ids: Vec<ResultPartitionId> = read(&self.partitions).keys().copied().collect();
+        ids.sort_unstable();
+        ids
     }
 
     /// Registers a reader of subpartition `subpartition` of every partition of `edge` here:
@@ -744,7 +749,7 @@ impl PartitionStore {
     }
 
     fn get(&self, id: ResultPartitionId) -> Result<Arc<Mutex<Partition>>, PartitionError> {
-        lock(&self.partitions)
+        read(&self.partitions)
             .get(&id)
             .cloned()
             .ok_or(PartitionError::UnknownPartition(id))
@@ -756,7 +761,7 @@ impl fmt::Debug for PartitionStore {
         f.debug_struct("PartitionStore")
             .field("working_dir", &self.working_dir)
             .field("spill_threshold_bytes", &self.spill_threshold_bytes)
-            .field("partitions", &lock(&self.partitions).len())
+            .field("partitions", &read(&self.partitions).len())
             .finish()
     }
 }
@@ -766,6 +771,16 @@ impl fmt::Debug for PartitionStore {
 /// store must still release and delete its files.
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// [`lock`] for reading the map of partitions.
+fn read<T>(lock: &RwLock<T>) -> RwLockReadGuard<'_, T> {
+    lock.read().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// [`lock`] for changing the map of partitions.
+fn write<T>(lock: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
+    lock.write().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// Where a partition is in its life.
