@@ -224,7 +224,7 @@ async fn with_restart_strategy_none_a_failure_fails_the_job_with_its_reason() {
     cluster.shutdown().await.unwrap();
 }
 
-/// The pool tests are about demand, not failure detection, and their jobs restart never: a
+/// The pool tests are about demand, not failure detection, and their jobs never restart: a
 /// heartbeat answered late under the parallel load of this binary (300 ms elsewhere here) must
 /// not fail them. Released TaskManagers leave the JobManager at once, not by heartbeat.
 const DEMAND_TEST_HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(5);

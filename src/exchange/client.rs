@@ -380,12 +380,12 @@ impl NetworkClient {
                 continue;
             }
             let news = Arc::new(news);
+            // Anything but a channel finished empty (a failure) is news at once.
+            let urgent = news
+                .iter()
+                .any(|(_, end)| !matches!(end, PartitionEnd::Finished { .. }));
             for &(gate, group, subpartition) in &set_state.gates {
                 let finishing = finished_empty(&news, subpartition);
-                // Anything but a channel finished empty (a failure) is news at once.
-                let urgent = news
-                    .iter()
-                    .any(|(_, end)| !matches!(end, PartitionEnd::Finished { .. }));
                 ended.push((
                     gate,
                     Delivery::Ended {

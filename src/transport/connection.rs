@@ -753,10 +753,6 @@ async fn write_loop<W: AsyncWrite + Unpin>(
                 }
             }
         }
-        // One huge batch must not pin its buffer for the connection's lifetime.
-        if batch.capacity() > 4 * BATCH_BYTES {
-            batch = BytesMut::new();
-        }
     };
     shared.shut_down(ended);
 }
@@ -764,7 +760,8 @@ async fn write_loop<W: AsyncWrite + Unpin>(
 /// Writes `first` and the frames queued behind it, in order, until about [`BATCH_BYTES`] went
 /// out: small frames are copied into `batch` and written together (one syscall for many
 /// envelopes), a frame of [`DIRECT_BYTES`] or more is written from its own bytes (a data answer
-/// of many buffers is not copied once more). Flushes if the queue is then empty.
+/// of many buffers is not copied once more), so `batch` never grows past
+/// `BATCH_BYTES + DIRECT_BYTES`. Flushes if the queue is then empty.
 async fn write_frames<W: AsyncWrite + Unpin>(
     writer: &mut W,
     first: Bytes,
