@@ -168,6 +168,10 @@ impl PartialEq<Vec<Record>> for Buffer {
 pub struct BufferBuilder {
     bytes: Vec<u8>,
     records: u32,
+    /// The capacity the last buffer grew to: the next starts there, so a subpartition that
+    /// fills buffers allocates each once instead of doubling its way up every time (the
+    /// reallocations were a sixth of a fast producer's thread).
+    warm: usize,
 }
 
 impl BufferBuilder {
@@ -178,6 +182,7 @@ impl BufferBuilder {
         if needed > self.bytes.capacity() {
             let grown = (self.bytes.capacity() * 2)
                 .max(256)
+                .max(self.warm)
                 .min(buffer_size)
                 .max(needed);
             self.bytes.reserve_exact(grown - self.bytes.len());
@@ -199,6 +204,7 @@ impl BufferBuilder {
     /// The buffer collected so far; the builder starts over empty.
     pub fn finish(&mut self) -> Buffer {
         let records = std::mem::take(&mut self.records);
+        self.warm = self.bytes.capacity();
         Buffer {
             records,
             bytes: Bytes::from(std::mem::take(&mut self.bytes)),
@@ -302,10 +308,24 @@ mod tests {
             builder.bytes.capacity() <= 1_000,
             "never past the buffer size"
         );
+        let grown = builder.bytes.capacity();
         let buffer = builder.finish();
         assert_eq!(buffer.records(), 9);
         assert!(builder.is_empty());
         assert_eq!(builder.bytes.len(), 0);
+        // The next buffer starts at the size the last one grew to: one allocation, no doubling.
+        builder.push_encoded(&scratch, 1_000);
+        assert_eq!(builder.bytes.capacity(), grown);
+        for _ in 0..8 {
+            builder.push_encoded(&scratch, 1_000);
+        }
+        assert_eq!(builder.bytes.capacity(), grown, "no reallocation");
+        builder.finish();
+        // A record larger than a buffer travels alone; the next buffer is no larger than one.
+        builder.push_encoded(&[7; 5_000], 1_000);
+        builder.finish();
+        builder.push_encoded(&scratch, 1_000);
+        assert!(builder.bytes.capacity() <= 1_000);
     }
 
     #[test]

@@ -108,8 +108,9 @@ impl PartitionError {
 pub enum Space {
     /// There is room for one more batch.
     Available,
-    /// The subpartition is full. The receiver fires when its consumer takes a batch, or the
-    /// partition fails (it closes if the partition is released); reserve again then.
+    /// The subpartition is full. The receiver fires when its consumer has taken it down to half
+    /// its capacity, or the partition fails (it closes if the partition is released); reserve
+    /// again then.
     Full(oneshot::Receiver<()>),
 }
 
@@ -896,6 +897,7 @@ impl Partition {
                 finished: true,
             });
         }
+        let capacity = self.capacity;
         let sub = self.subpartitions.entry(index).or_default();
         if from_batch < sub.handed_over {
             // A pipelined batch moves to its reader; one asked for again was lost on its way
@@ -962,7 +964,14 @@ impl Partition {
         let next_batch = from_batch + items.len() as u64;
         if let Some(moved_until) = moved_until {
             sub.handed_over = moved_until;
-            sub.wake_producer();
+            // A producer waiting for room is woken once half its subpartition is free, not for
+            // every answer that takes a buffer or two: each wake-up is a futex call and two
+            // context switches, and across processes they were a tenth of both actor threads.
+            // What stays unread is more than nothing, so its consumer comes back for it.
+            let unread = (sub.batches.len() as u64).saturating_sub(moved_until);
+            if capacity.is_none_or(|capacity| unread <= capacity as u64 / 2) {
+                sub.wake_producer();
+            }
         }
         let plan = FetchPlan {
             spill_path: sub.spill.as_ref().map(|spill| spill.path.clone()),

@@ -452,15 +452,20 @@ async fn a_pipelined_producer_waits_for_its_consumer_instead_of_spilling_until_c
     let stats = store.stats(out).unwrap();
     assert_eq!((stats.batches, stats.spilled_batches), (capacity, 0));
     assert!(!producer.is_finished());
-    // A consumer taking one buffer lets exactly one more in.
+    // A consumer taking half of it lets the producer fill it up again, and no further.
+    let half = capacity / 2;
     assert!(matches!(
-        store.fetch_with_credit(out, 0, 0, usize::MAX, 1),
-        Fetch::Ready { next_batch: 1, .. }
+        store.fetch_with_credit(out, 0, 0, usize::MAX, half as usize),
+        Fetch::Ready { next_batch, .. } if next_batch == half
     ));
-    eventually("the producer handed over one more buffer", || {
-        store.stats(out).is_some_and(|s| s.batches == capacity + 1)
+    eventually("the producer filled the subpartition again", || {
+        store
+            .stats(out)
+            .is_some_and(|s| s.batches == capacity + half)
     })
     .await;
+    tokio::task::yield_now().await;
+    assert_eq!(store.stats(out).unwrap().batches, capacity + half);
     cancelled.cancel();
     let outcome = producer.await.unwrap();
     assert_eq!(outcome.state, ExecutionState::Canceled, "{outcome:?}");

@@ -434,6 +434,44 @@ fn unwritable_working_dir_fails_the_partition() {
     assert!(matches!(store.fetch(id, 0, 0, 10), Fetch::Failed(_)));
 }
 
+/// A producer waiting for room in a full pipelined subpartition is woken once its consumer has
+/// taken half of it, not by every fetch that takes a buffer or two.
+#[test]
+fn a_full_producer_is_woken_when_half_its_subpartition_is_free() {
+    let store = PartitionStore::new(TempDir::new("room").0.clone(), usize::MAX);
+    let id = pid(8);
+    store.create_pipelined(id, 1, 10).unwrap();
+    for i in 0..10 {
+        assert!(matches!(store.reserve(id, 0).unwrap(), Space::Available));
+        store.append_records(id, 0, batch(i, 1)).unwrap();
+    }
+    let Space::Full(mut room) = store.reserve(id, 0).unwrap() else {
+        panic!("ten unread buffers fill a capacity of ten");
+    };
+    let mut next = 0;
+    for (taken, woken) in [(3, false), (1, false), (1, true)] {
+        match store.fetch_with_credit(id, 0, next, usize::MAX, taken) {
+            Fetch::Ready { next_batch, .. } => next = next_batch,
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            room.try_recv().is_ok(),
+            woken,
+            "after taking {next} of 10 buffers"
+        );
+    }
+    assert!(matches!(store.reserve(id, 0).unwrap(), Space::Available));
+    // A failure wakes a waiting producer at once, however full.
+    for i in 10..15 {
+        store.append_records(id, 0, batch(i, 1)).unwrap();
+    }
+    let Space::Full(mut room) = store.reserve(id, 0).unwrap() else {
+        panic!("full again");
+    };
+    store.fail(id, "boom").unwrap();
+    assert!(room.try_recv().is_ok());
+}
+
 #[test]
 fn a_pipelined_batch_fetched_again_fails_instead_of_reading_as_empty() {
     // A remote consumer whose answer was lost with its connection asks again from the same
