@@ -508,7 +508,7 @@ recorded!(
     TaskManagerMessage,
     NewLeaderAvailable,
     Disconnect,
-    CancelTask,
+    CancelTasks,
     ReleaseJobPartitions
 );
 

@@ -165,7 +165,7 @@ fn a_leader_paused_past_its_session_timeout_steps_down_when_it_resumes() {
         )
     });
     assert_eq!(done["state"], "FINISHED", "{done:#}");
-    // Whatever the resumed old leader sent (a Disconnect, a CancelTask for its old attempts)
+    // Whatever the resumed old leader sent (a Disconnect, a CancelTasks for its old attempts)
     // was refused: the new leader's run of the job was never disturbed.
     assert_eq!(done["restarts"], 0, "{done:#}");
     assert_eq!(

@@ -73,7 +73,7 @@ pub enum JobAction {
         /// What.
         descriptor: Box<TaskDeploymentDescriptor>,
     },
-    /// Send `CancelTask` to a TaskManager.
+    /// Send `CancelTasks` to a TaskManager.
     Cancel {
         /// Where.
         resource_id: ResourceId,
@@ -169,7 +169,7 @@ pub struct JobMaster {
     /// Attempts a heartbeat of a TaskManager did not list although they run there (by this
     /// job's account): failed if the next heartbeat does not list them either.
     suspects: BTreeMap<ResourceId, BTreeSet<ExecutionAttemptId>>,
-    /// CANCELING attempts a heartbeat of their TaskManager still listed: sent `CancelTask`
+    /// CANCELING attempts a heartbeat of their TaskManager still listed: sent `CancelTasks`
     /// again if the next heartbeat lists them too (the cancel travels as a tell, and a lost
     /// one left a task blocked for credit running, and its job CANCELLING, for ever; Flink
     /// retries its cancel call too).

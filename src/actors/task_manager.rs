@@ -888,21 +888,33 @@ impl TaskManager {
     }
 }
 
-impl Handler<CancelTask> for TaskManager {
+impl Handler<CancelTasks> for TaskManager {
     type Result = ();
 
-    fn handle(&mut self, msg: CancelTask, ctx: &mut Context<Self>) {
-        log::debug!("task manager <- {msg:?}");
-        if !self.fenced(msg.leader_session_id, "CancelTask") {
+    fn handle(&mut self, msg: CancelTasks, ctx: &mut Context<Self>) {
+        log::debug!(
+            "task manager <- CancelTasks of {} attempts",
+            msg.attempts.len()
+        );
+        if !self.fenced(msg.leader_session_id, "CancelTasks") {
             return;
         }
-        match self.running.get_mut(&msg.attempt) {
+        for attempt in msg.attempts {
+            self.cancel_task(attempt, ctx);
+        }
+    }
+}
+
+impl TaskManager {
+    /// Cancels `attempt` if it runs here (the cancellation watchdog starts with the first
+    /// cancel), or remembers it in case its submission is still on the way.
+    fn cancel_task(&mut self, attempt: ExecutionAttemptId, ctx: &mut Context<Self>) {
+        match self.running.get_mut(&attempt) {
             Some(task) => {
                 task.cancelled.cancel();
                 if task.cancelled_at.is_none() {
                     task.cancelled_at = Some(Instant::now());
                     let interval = self.settings.spec.cancellation.interval;
-                    let attempt = msg.attempt;
                     ctx.run_later(interval, move |act, ctx| {
                         act.press_cancellation(attempt, ctx)
                     });
@@ -910,14 +922,13 @@ impl Handler<CancelTask> for TaskManager {
             }
             None => {
                 log::debug!(
-                    "task manager {}: cancel for {}, which does not run here (yet)",
+                    "task manager {}: cancel for {attempt}, which does not run here (yet)",
                     self.settings.resource_id,
-                    msg.attempt
                 );
                 if self.cancelled_early.len() == CANCELLED_EARLY_KEPT {
                     self.cancelled_early.pop_front();
                 }
-                self.cancelled_early.push_back(msg.attempt);
+                self.cancelled_early.push_back(attempt);
             }
         }
     }

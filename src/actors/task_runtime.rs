@@ -65,7 +65,7 @@ pub struct TaskEnvironment {
     pub groupings: Vec<Arc<Grouping>>,
     /// The network buffer settings.
     pub network: NetworkSettings,
-    /// Set (and any wait woken) by `CancelTask`.
+    /// Set (and any wait woken) by `CancelTasks`.
     pub cancelled: Arc<Cancellation>,
     /// What the task's exchange does, read by the TaskManager while it runs.
     pub metrics: Arc<TaskIoMetrics>,

@@ -442,9 +442,12 @@ pub(crate) fn task_manager_samples() -> Vec<TaskManagerMessage> {
             descriptors: vec![descriptor(), descriptor()],
         }
         .into(),
-        CancelTask {
+        CancelTasks {
             leader_session_id: session(),
-            attempt: ExecutionAttemptId::from_u128(8),
+            attempts: vec![
+                ExecutionAttemptId::from_u128(8),
+                ExecutionAttemptId::from_u128(9),
+            ],
         }
         .into(),
         ReleaseJobPartitions {
@@ -499,7 +502,7 @@ fn task_manager_variant(message: &TaskManagerMessage) -> usize {
         M::Disconnect(_) => 1,
         M::GetTaskManagerStatus(_) => 2,
         M::SubmitTasks(_) => 3,
-        M::CancelTask(_) => 4,
+        M::CancelTasks(_) => 4,
         M::ReleaseJobPartitions(_) => 5,
         M::PartitionRequests(_) => 6,
         M::PollPartitionData(_) => 7,

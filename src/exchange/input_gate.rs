@@ -412,7 +412,7 @@ impl InputGate {
         let (partition, address) = self.producer(index);
         match response {
             // Flink's CancelTaskException: a consumer whose producer was cancelled is being
-            // cancelled with it (its own CancelTask may still be on the way).
+            // cancelled with it (its own CancelTasks may still be on the way).
             ChannelResponse::Failed(reason) if reason == PRODUCER_CANCELLED => {
                 OperatorError::Cancelled
             }

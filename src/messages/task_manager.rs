@@ -33,8 +33,8 @@ protocol! {
         get_status: GetTaskManagerStatus,
         /// Run tasks.
         submit_tasks: SubmitTasks,
-        /// Cancel a task.
-        cancel_task: CancelTask,
+        /// Cancel tasks.
+        cancel_tasks: CancelTasks,
         /// Drop a job's result partitions.
         release_job_partitions: ReleaseJobPartitions,
         /// A consumer TaskManager subscribes its channels here and grants credit.
@@ -213,14 +213,17 @@ pub enum TaskSubmissionError {
     },
 }
 
-/// Cancel a task (cooperatively: it stops at its next check). Only the current leader may send it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Message)]
+/// Cancel tasks (cooperatively: each stops at its next check). One message per TaskManager for
+/// everything the JobManager cancels there in one turn: a job of 5,000 tasks on one TaskManager
+/// sent 5,000 messages, more than the transport's outbound queue holds. Only the current leader
+/// may send it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Message)]
 #[rtype(result = "()")]
-pub struct CancelTask {
+pub struct CancelTasks {
     /// The sender's leader session (fencing).
     pub leader_session_id: LeaderSessionId,
-    /// The attempt.
-    pub attempt: ExecutionAttemptId,
+    /// The attempts.
+    pub attempts: Vec<ExecutionAttemptId>,
 }
 
 /// The job ended: drop every result partition of it (memory and spill files). Only the current

@@ -18,7 +18,7 @@ use crate::messages::resource_manager::{
     DeclareResourceRequirements, GetResourceManagerStatus, RemoveResource,
 };
 use crate::messages::task_manager::{
-    CancelTask, GetTaskManagerStatus, ReleaseJobPartitions, SubmitTasks, TaskSubmissionError,
+    CancelTasks, GetTaskManagerStatus, ReleaseJobPartitions, SubmitTasks, TaskSubmissionError,
 };
 
 /// A stale `RemoveResource` of the started worker picked by `index`, and a stale
@@ -99,7 +99,7 @@ pub async fn probe_job_manager(
     }
 }
 
-/// A stale `SubmitTasks` (of a new attempt in a new allocation), `CancelTask` (of a running
+/// A stale `SubmitTasks` (of a new attempt in a new allocation), `CancelTasks` (of a running
 /// attempt) and `ReleaseJobPartitions` (of a job with partitions) to one TaskManager: the
 /// submission must be refused as stale, and its slots, running attempts, cancel flags and held
 /// partitions must stay as they were. `Err` describes what changed.
@@ -121,9 +121,9 @@ pub async fn probe_task_manager(
         ),
     ));
     if let Some(task) = before.running.first() {
-        tm.do_send(CancelTask {
+        tm.do_send(CancelTasks {
             leader_session_id: stale,
-            attempt: task.attempt,
+            attempts: vec![task.attempt],
         });
     }
     if let Some((job_id, _)) = before.job_partitions.first() {

@@ -499,7 +499,7 @@ impl Run {
         }
         let (id, tm, _) = &task_managers[(index % task_managers.len() as u64) as usize];
         self.cluster.trace.record(format!(
-            "fault stale leader SubmitTasks/CancelTask/ReleaseJobPartitions {id}"
+            "fault stale leader SubmitTasks/CancelTasks/ReleaseJobPartitions {id}"
         ));
         if let Err(violation) = fencing::probe_task_manager(tm, id, &mut self.rng).await {
             self.violation(violation);

@@ -557,7 +557,7 @@ mod tests {
             M::Disconnect(m) => answer_of(m),
             M::GetTaskManagerStatus(m) => answer_of(m),
             M::SubmitTasks(m) => answer_of(m),
-            M::CancelTask(m) => answer_of(m),
+            M::CancelTasks(m) => answer_of(m),
             M::ReleaseJobPartitions(m) => answer_of(m),
             M::PartitionRequests(m) => answer_of(m),
             M::PollPartitionData(m) => answer_of(m),

@@ -17,7 +17,7 @@ use super::JobManager;
 use crate::messages::RemovalReason;
 use crate::messages::deployment::{Producers, TaskDeploymentDescriptor};
 use crate::messages::ids::{ExecutionAttemptId, JobId, ResourceId};
-use crate::messages::task_manager::{CancelTask, SubmitTasks, TaskSubmissionError};
+use crate::messages::task_manager::{CancelTasks, SubmitTasks, TaskSubmissionError};
 
 /// How often a deployment refused for want of a free slot is sent again, and how long it waits
 /// in between: at most 2 s in all, about the time a cancelled task takes to stop and free its
@@ -187,16 +187,16 @@ impl JobManager {
                 // count as failed from now on.
                 let error =
                     format!("TaskManager {resource_id} did not take the task: {unanswered}");
-                let mut failed = Vec::with_capacity(sent.len());
-                for sent in sent {
-                    if let Some(gateway) = act.gateways.get(&resource_id) {
-                        gateway.cancel_task.do_send(CancelTask {
-                            leader_session_id: act.leader_session_id,
-                            attempt: sent.attempt,
-                        });
-                    }
-                    failed.push((sent.job_id, sent.attempt, error.clone()));
+                if let Some(gateway) = act.gateways.get(&resource_id) {
+                    gateway.cancel_tasks.do_send(CancelTasks {
+                        leader_session_id: act.leader_session_id,
+                        attempts: sent.iter().map(|s| s.attempt).collect(),
+                    });
                 }
+                let failed = sent
+                    .into_iter()
+                    .map(|s| (s.job_id, s.attempt, error.clone()))
+                    .collect();
                 act.deployments_failed(failed, ctx);
             })
             .spawn(ctx);

@@ -5,16 +5,18 @@
 //! updates, served slot requests, lost TaskManagers, expired requests, restart timers) and turns
 //! its [`JobAction`]s into messages. After anything that may free a slot, the queue is served.
 
+use std::collections::BTreeMap;
+
 use actix::clock::Instant;
 use actix::prelude::*;
 
 use super::JobManager;
 use crate::actors::job_master::{JobAction, JobContext, JobMaster};
 use crate::messages::RemovalReason;
-use crate::messages::ids::{JobId, ResourceId};
+use crate::messages::ids::{ExecutionAttemptId, JobId, ResourceId};
 use crate::messages::job_manager::*;
 use crate::messages::resource_manager::DeclareResourceRequirements;
-use crate::messages::task_manager::{CancelTask, ReleaseJobPartitions};
+use crate::messages::task_manager::{CancelTasks, ReleaseJobPartitions};
 
 /// The JobManager's side of the pool: the resource manager's maximum (from its registration
 /// and heartbeats) and the demand declared to it.
@@ -101,7 +103,13 @@ impl JobManager {
     }
 
     fn carry_out(&mut self, job_id: JobId, actions: Vec<JobAction>, ctx: &mut Context<Self>) {
+        // A run of cancellations goes out as one message per TaskManager, before whatever
+        // action comes next (the order of cancels and the rest is kept).
+        let mut cancels: BTreeMap<ResourceId, Vec<ExecutionAttemptId>> = BTreeMap::new();
         for action in actions {
+            if !matches!(action, JobAction::Cancel { .. }) {
+                self.send_cancels(std::mem::take(&mut cancels), ctx);
+            }
             match action {
                 JobAction::Deploy {
                     resource_id,
@@ -116,30 +124,7 @@ impl JobManager {
                 JobAction::Cancel {
                     resource_id,
                     attempt,
-                } => {
-                    self.flush_deployments_to(&resource_id, ctx);
-                    let Some(gateway) = self.gateways.get(&resource_id) else {
-                        continue;
-                    };
-                    gateway
-                        .cancel_task
-                        .send(CancelTask {
-                            leader_session_id: self.leader_session_id,
-                            attempt,
-                        })
-                        .into_actor(self)
-                        .map(move |result, act, ctx| {
-                            // Undeliverable: the TaskManager is gone, and with it the task.
-                            if let Err(MailboxError::Closed) = result {
-                                act.lose_task_manager(
-                                    &resource_id,
-                                    RemovalReason::Unreachable,
-                                    ctx,
-                                );
-                            }
-                        })
-                        .spawn(ctx);
-                }
+                } => cancels.entry(resource_id).or_default().push(attempt),
                 JobAction::RestartAfter { delay, generation } => {
                     ctx.run_later(delay, move |act, ctx| {
                         act.with_job(job_id, ctx, |job, cx| job.restart_due(generation, cx));
@@ -176,6 +161,36 @@ impl JobManager {
                         .emit(crate::events::ClusterEvent::JobTerminated { job_id, status });
                 }
             }
+        }
+        self.send_cancels(cancels, ctx);
+    }
+
+    /// Sends each TaskManager one `CancelTasks` of its attempts in `cancels`, after the
+    /// deployments queued for it.
+    pub(super) fn send_cancels(
+        &mut self,
+        cancels: BTreeMap<ResourceId, Vec<ExecutionAttemptId>>,
+        ctx: &mut Context<Self>,
+    ) {
+        for (resource_id, attempts) in cancels {
+            self.flush_deployments_to(&resource_id, ctx);
+            let Some(gateway) = self.gateways.get(&resource_id) else {
+                continue;
+            };
+            gateway
+                .cancel_tasks
+                .send(CancelTasks {
+                    leader_session_id: self.leader_session_id,
+                    attempts,
+                })
+                .into_actor(self)
+                .map(move |result, act, ctx| {
+                    // Undeliverable: the TaskManager is gone, and with it the tasks.
+                    if let Err(MailboxError::Closed) = result {
+                        act.lose_task_manager(&resource_id, RemovalReason::Unreachable, ctx);
+                    }
+                })
+                .spawn(ctx);
         }
     }
 

@@ -1260,6 +1260,34 @@ async fn a_task_naming_a_producer_list_its_task_manager_lacks_is_sent_again_with
     );
 }
 
+/// Cancelling a job sends each TaskManager one `CancelTasks` naming every attempt it runs of
+/// the job, not one message per task (5,000 of them overflowed a transport queue of 4,096).
+#[actix::test]
+async fn cancelling_a_job_sends_each_task_manager_one_message_for_all_its_tasks() {
+    let f = start().await;
+    let (probe, registration) = f.task_manager("tm-1");
+    f.register(&registration).await;
+    // Two slots, each shared by a source and a sink: four tasks on one TaskManager.
+    let job_id = ask(&f.jm, SubmitJob::new(pipelined_job(2, 60_000)))
+        .await
+        .expect("accepted");
+    settle().await;
+    let attempts: BTreeSet<ExecutionAttemptId> =
+        probe.submitted().iter().map(|d| d.attempt).collect();
+    assert_eq!(attempts.len(), 4);
+    ask(&f.jm, CancelJob { job_id }).await.expect("cancelled");
+    settle().await;
+    let cancels: Vec<Vec<ExecutionAttemptId>> = probe.received.filter(|m| match m {
+        TaskManagerMessage::CancelTasks(c) => Some(c.attempts.clone()),
+        _ => None,
+    });
+    assert_eq!(cancels.len(), 1, "{cancels:?}");
+    assert_eq!(
+        cancels[0].iter().copied().collect::<BTreeSet<_>>(),
+        attempts
+    );
+}
+
 /// `ReleaseJobPartitions` is a tell: when one is lost, the TaskManager's next heartbeat still
 /// lists the ended job, and the JobManager releases it again. A running job's are kept.
 #[actix::test]

@@ -1279,7 +1279,7 @@ fn a_task_missing_from_two_heartbeats_in_a_row_has_failed() {
 
 #[test]
 fn a_task_still_listed_cancelling_at_two_heartbeats_is_cancelled_again() {
-    // Regression (data-plane sweep with 64-byte buffers, seeds 882, 1230, 1485): `CancelTask`
+    // Regression (data-plane sweep with 64-byte buffers, seeds 882, 1230, 1485): `CancelTasks`
     // travels as a tell; one lost left a producer blocked for credit running, and its job
     // CANCELLING, for ever.
     let mut h = running_pair();

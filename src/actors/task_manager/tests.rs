@@ -11,7 +11,7 @@ use crate::messages::job_manager::{
     AcknowledgeRegistration, AlreadyRegistered, JobManagerMessage, RefusalReason,
     RefuseRegistration, RegistrationResponse,
 };
-use crate::messages::task_manager::{CancelTask, SubmitTasks, TaskSubmissionError};
+use crate::messages::task_manager::{CancelTasks, SubmitTasks, TaskSubmissionError};
 use crate::testing::*;
 
 const SESSION: LeaderSessionId = LeaderSessionId::from_u128(5);
@@ -546,9 +546,9 @@ fn sleeping_task(
 async fn a_task_cancelled_before_its_submission_arrives_is_refused() {
     let f = start(Some(SESSION), |_| {}).await;
     let attempt = crate::messages::ids::ExecutionAttemptId::from_u128(7);
-    f.tm.do_send(CancelTask {
+    f.tm.do_send(CancelTasks {
         leader_session_id: SESSION,
-        attempt,
+        attempts: vec![attempt],
     });
     let answer = submit(&f.tm, SESSION, sleeping_task(7, 1)).await;
     assert_eq!(answer, Err(TaskSubmissionError::Cancelled(attempt)));
@@ -784,9 +784,9 @@ async fn a_task_ignoring_cancel_fails_its_task_manager_after_the_cancellation_ti
     let f = start(Some(SESSION), |_| {}).await;
     let submitted = submit(&f.tm, SESSION, stuck_task(3)).await;
     assert_eq!(submitted, Ok(()));
-    f.tm.do_send(CancelTask {
+    f.tm.do_send(CancelTasks {
         leader_session_id: SESSION,
-        attempt: crate::messages::ids::ExecutionAttemptId::from_u128(3),
+        attempts: vec![crate::messages::ids::ExecutionAttemptId::from_u128(3)],
     });
     advance(4_900).await;
     let status = ask(&f.tm, GetTaskManagerStatus).await;
@@ -807,9 +807,9 @@ async fn a_task_that_stops_when_cancelled_leaves_its_task_manager_running() {
     let f = start(Some(SESSION), |_| {}).await;
     let submitted = submit(&f.tm, SESSION, sleeping_task(4, 4)).await;
     assert_eq!(submitted, Ok(()));
-    f.tm.do_send(CancelTask {
+    f.tm.do_send(CancelTasks {
         leader_session_id: SESSION,
-        attempt: crate::messages::ids::ExecutionAttemptId::from_u128(4),
+        attempts: vec![crate::messages::ids::ExecutionAttemptId::from_u128(4)],
     });
     // The sleeping task sees its cancellation within 10 ms of real time on its own thread:
     // poll for up to 30 s of real time.
