@@ -167,7 +167,7 @@ impl JobManager {
 
     /// Sends each TaskManager one `CancelTasks` of its attempts in `cancels`, after the
     /// deployments queued for it.
-    pub(super) fn send_cancels(
+    fn send_cancels(
         &mut self,
         cancels: BTreeMap<ResourceId, Vec<ExecutionAttemptId>>,
         ctx: &mut Context<Self>,
