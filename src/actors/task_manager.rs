@@ -23,7 +23,7 @@ use crate::directory::LocalActor;
 use crate::env::{NodeEnv, NodeRng, TaskBlocker};
 use crate::events::ClusterEvent;
 use crate::exchange::NetworkSettings;
-use crate::exchange::client::NetworkClient;
+use crate::exchange::client::{NetworkClient, Peer};
 use crate::exchange::metrics::{TaskIoMetrics, TaskIoSnapshot};
 use crate::exchange::partition::PartitionStore;
 use crate::exchange::server::PartitionRequestServer;
@@ -552,13 +552,24 @@ impl TaskManager {
                     .grouping(gate.producers.id(), gate.producers.locations())
             })
             .collect();
+        // Partitions here are read through a connection to this TaskManager itself (direct
+        // calls of its partition server): local channels are subscribed set by set and finish by one notice
+        // per partition like remote ones, not fetched and woken one by one (at P = 10,000 on
+        // four TaskManagers a gate has 2,500 local channels).
         for (address, _) in groupings.iter().flat_map(|grouping| &grouping.groups) {
-            if *address == self.address {
+            if self.network.connection(address).is_some() {
                 continue;
             }
-            if self.network.connection(address).is_none()
-                && let Some(gateway) = self.env.resolver.task_manager(address)
-                && let Some(drive) = self.network.connect(address, gateway)
+            let peer = if *address == self.address {
+                Some(Peer::Local(
+                    self.partition_server.clone(),
+                    self.partitions.clone(),
+                ))
+            } else {
+                self.env.resolver.task_manager(address).map(Peer::Remote)
+            };
+            if let Some(peer) = peer
+                && let Some(drive) = self.network.connect(address, peer)
             {
                 // Its own task on this TaskManager's thread, not an item of the actor's
                 // context: actix polls every context item whenever the actor wakes, so with a

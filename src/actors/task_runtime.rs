@@ -168,7 +168,6 @@ fn run(
             &d.inputs,
             &env.groupings,
             &env.data_connections,
-            env.partitions.clone(),
             env.network,
             env.cancelled.clone(),
             env.metrics.clone(),

@@ -13,10 +13,15 @@
 //! messages between two TaskManagers grow with the data and with how often gates ask, not
 //! with channels or tasks: the end of every channel between them may travel in one answer.
 //!
+//! The TaskManager's own partitions are read the same way, through a connection whose asks
+//! are direct calls of its [`PartitionRequestServer`] ([`Peer::Local`]): a gate's local
+//! channels that stay empty then cost one notice per partition, like remote ones.
+//!
 //! A connection is broken when [`RECONNECT_ATTEMPTS`] asks in a row fail (each re-dials the peer
 //! with the transport's own backoff): every gate reading there is told, names the producer's
 //! TaskManager and the reason, and fails; the connection starts afresh for later gates.
 
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -31,9 +36,12 @@ use crate::messages::deployment::ProducerLocation;
 use crate::messages::ids::DataConnectionId;
 use crate::messages::ids::ProducerListId;
 use crate::messages::task_manager::{
-    ChannelResponse, PartitionEnd, PartitionNotice, PartitionRequest, PartitionRequests,
-    PollPartitionData, TaskManagerGateway,
+    ChannelResponse, PartitionData, PartitionEnd, PartitionNotice, PartitionRequest,
+    PartitionRequests, PollPartitionData, TaskManagerGateway,
 };
+
+use super::partition::PartitionStore;
+use super::server::PartitionRequestServer;
 
 /// Asks in a row to a producer's TaskManager that may fail before its data connection counts as
 /// broken for good.
@@ -41,6 +49,44 @@ pub const RECONNECT_ATTEMPTS: u32 = 3;
 
 /// The pause after the first failed ask; it doubles after each further one.
 const RECONNECT_BACKOFF: Duration = Duration::from_millis(100);
+
+/// Where a data connection's asks go.
+#[derive(Debug, Clone)]
+pub enum Peer {
+    /// Another TaskManager, through the transport.
+    Remote(TaskManagerGateway),
+    /// This TaskManager's own partitions: its server, called directly (not through its
+    /// mailbox, where local data would queue behind deployments).
+    Local(Arc<PartitionRequestServer>, Arc<PartitionStore>),
+}
+
+/// An ask in flight.
+type Ask<T> = Pin<Box<dyn Future<Output = Result<T, actix::MailboxError>>>>;
+
+impl Peer {
+    fn requests(&self, requests: PartitionRequests) -> Ask<()> {
+        match self {
+            Self::Remote(gateway) => {
+                let sent = gateway.partition_requests.send(requests);
+                Box::pin(async move { sent.await.map(|_acknowledge| ()) })
+            }
+            Self::Local(server, store) => {
+                server.apply(store, requests);
+                Box::pin(std::future::ready(Ok(())))
+            }
+        }
+    }
+
+    fn poll(&self, poll: PollPartitionData) -> Ask<PartitionData> {
+        match self {
+            Self::Remote(gateway) => Box::pin(gateway.poll_partition_data.send(poll)),
+            Self::Local(server, store) => {
+                let answer = server.poll(store.clone(), poll);
+                Box::pin(async move { Ok(answer.await) })
+            }
+        }
+    }
+}
 
 /// A channel's key on the wire: its gate's id and its index there.
 pub fn channel_key(gate: u32, channel: u32) -> u64 {
@@ -235,13 +281,13 @@ impl NetworkClient {
         lock(&self.inner.connections).get(address).cloned()
     }
 
-    /// Opens a connection to the TaskManager at `address` unless there is one; the returned
-    /// future drives it (the TaskManager runs it as a task on its own thread; [`Self::close`]
-    /// ends it).
+    /// Opens a connection to the TaskManager at `address` (reached through `peer`) unless there
+    /// is one; the returned future drives it (the TaskManager runs it as a task on its own
+    /// thread; [`Self::close`] ends it).
     pub fn connect(
         &self,
         address: &ActorAddress,
-        gateway: TaskManagerGateway,
+        peer: Peer,
     ) -> Option<impl Future<Output = ()> + use<>> {
         let connection = {
             let mut connections = lock(&self.inner.connections);
@@ -257,7 +303,7 @@ impl NetworkClient {
             connection
         };
         let client = self.clone();
-        Some(async move { client.drive(connection, gateway).await })
+        Some(async move { client.drive(connection, peer).await })
     }
 
     /// Stops every connection (the TaskManager stops).
@@ -455,7 +501,7 @@ impl NetworkClient {
     }
 
     /// Runs one connection: sends requests and keeps a poll in flight while gates read there.
-    async fn drive(self, connection: Arc<DataConnection>, gateway: TaskManagerGateway) {
+    async fn drive(self, connection: Arc<DataConnection>, peer: Peer) {
         let mut id = self.new_connection_id();
         // Request rounds sent and acknowledged, polls sent, last non-empty answer received.
         let (mut round, mut acknowledged, mut poll, mut received) = (0u64, 0u64, 0u64, 0u64);
@@ -495,20 +541,17 @@ impl NetworkClient {
             if request_in_flight.is_none()
                 && let Some(requests) = &unanswered
             {
-                request_in_flight =
-                    Some(Box::pin(gateway.partition_requests.send(requests.clone())));
+                request_in_flight = Some(peer.requests(requests.clone()));
             }
             if poll_in_flight.is_none() && polling {
                 poll += 1;
-                poll_in_flight = Some(Box::pin(gateway.poll_partition_data.send(
-                    PollPartitionData {
-                        consumer: self.inner.local.clone(),
-                        connection: id,
-                        poll,
-                        received,
-                        acknowledged,
-                    },
-                )));
+                poll_in_flight = Some(peer.poll(PollPartitionData {
+                    consumer: self.inner.local.clone(),
+                    connection: id,
+                    poll,
+                    received,
+                    acknowledged,
+                }));
             }
             // Biased: an unbiased select picks at random, and the simulation must replay.
             let outcome = tokio::select! {
@@ -519,7 +562,7 @@ impl NetworkClient {
                 {
                     request_in_flight = None;
                     answer
-                        .map(|_acknowledge| {
+                        .map(|()| {
                             acknowledged = unanswered.take().map_or(acknowledged, |r| r.round);
                             failures = 0;
                         })

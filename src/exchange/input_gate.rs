@@ -2,15 +2,15 @@
 //! incoming edges, as Flink's union gate) and hands out whichever buffer arrives first — it never
 //! waits on one channel while another has data.
 //!
-//! A channel on this TaskManager is read straight from the [`PartitionStore`] (a pipelined
-//! buffer moves, it is not copied); the gate waits on the store's wake-up when it has caught up.
-//! The channels on another TaskManager are subscribed group by group through this
-//! TaskManager's [`NetworkClient`] (one data connection per producer TaskManager, shared by
-//! every task here; one subscription per producer TaskManager and incoming edge), and their
-//! news arrives in the gate's [`GateInbox`]: data channel by channel, and how each partition
-//! ended once for all the channels that had no data. The gate keeps state only for channels
-//! that are local or got data, and one bit per channel for the finished ones, so a gate of
-//! 10,000 channels that mostly stay empty is small.
+//! Channels are subscribed group by group through this TaskManager's [`NetworkClient`] (one
+//! data connection per producer TaskManager, shared by every task here; one subscription per
+//! producer TaskManager and incoming edge), and their news arrives in the gate's [`GateInbox`]:
+//! data channel by channel, and how each partition ended once for all the channels that had no
+//! data. Channels on this TaskManager go the same way, through its connection to itself (direct
+//! calls of its partition server: a buffer moves, it is not copied), so that 2,500 local channels of a gate that
+//! stay empty cost one notice per partition, not 2,500 reads and wake-ups. The gate keeps
+//! state only for channels that got data, and one bit per channel for the finished ones, so a
+//! gate of 10,000 channels that mostly stay empty is small.
 //!
 //! Credit-based flow control: a channel has `buffers-per-channel` exclusive buffers, and the
 //! gate `floating-buffers-per-gate` more, lent to channels whose producer reports a backlog. A
@@ -23,16 +23,12 @@
 //! error names the producer's TaskManager and the reason: the data connection broke and
 //! [`RECONNECT_ATTEMPTS`](super::client::RECONNECT_ATTEMPTS) asks in a row could not get
 //! through, the partition was released or failed there, or it never appeared within
-//! [`PARTITION_REQUEST_TIMEOUT`].
+//! [`PARTITION_REQUEST_TIMEOUT`] (the producer's TaskManager waits that long for it).
 
 use std::collections::VecDeque;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
-
-use futures_util::StreamExt;
-use futures_util::stream::FuturesUnordered;
 
 use super::NetworkSettings;
 use super::buffer::Buffer;
@@ -41,8 +37,6 @@ use super::client::{
     finished_empty,
 };
 use super::metrics::TaskIoMetrics;
-use super::partition::{Fetch, PartitionStore};
-use super::server::FETCH_BYTES;
 use crate::env::TaskBlocker;
 use crate::fixed_hash::FixedHashMap;
 use crate::messages::deployment::InputGate as GateDescriptor;
@@ -71,45 +65,28 @@ pub struct GateStats {
     pub buffers_queued: u64,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum State {
-    /// May be read now (has credit).
-    Ready,
-    /// A local wake-up is registered.
-    Waiting,
-    /// Remote: subscribed; its news comes through the inbox.
-    Subscribed,
-    /// No credit left: read again when one of its buffers is consumed.
-    NoCredit,
-    /// Its partition is not there yet (the producer is being deployed): asked again shortly.
-    Retry,
-    /// Its producer finished and everything was read.
-    Finished,
-}
-
 /// The channels of one incoming edge whose partitions are on one TaskManager: numbered
 /// `base..base + partitions.len()` in the gate.
 struct Group {
     base: u32,
     partitions: Arc<Vec<ResultPartitionId>>,
     subpartition: u32,
-    /// Remote: its data connection (an index into the gate's) and the set it reads there.
-    remote: Option<(u32, Arc<ClientSet>)>,
+    /// Its data connection (an index into the gate's).
+    connection: u32,
+    /// The set it reads there.
+    set: Arc<ClientSet>,
 }
 
+/// A channel that got data.
 struct Channel {
-    partition: ResultPartitionId,
-    subpartition: u32,
-    /// Its producer TaskManager's data connection (an index into the gate's), or `None` for a
-    /// channel read locally.
-    connection: Option<u32>,
-    local: bool,
-    /// Remote: buffers granted in all (the producer is told the running total).
+    /// Its producer TaskManager's data connection (an index into the gate's).
+    connection: u32,
+    /// Buffers granted in all (the producer is told the running total).
     granted: u64,
-    /// Remote: buffers received in all.
+    /// Buffers received in all.
     received: u64,
-    next_batch: u64,
-    state: State,
+    /// Its producer finished and everything was read.
+    finished: bool,
     /// Buffers received and not yet consumed.
     queued: u32,
     /// The producer's last reported backlog.
@@ -119,136 +96,88 @@ struct Channel {
     floating: u32,
     /// Queued in the gate's `floating_waiters`.
     wants_floating: bool,
-    /// The producer's TaskManager has answered for this partition once: from then on an unknown
-    /// partition was released, not yet to be deployed.
-    seen: bool,
-    waited: Duration,
 }
 
 impl Channel {
-    /// A channel read locally (`connection` `None`), or a remote one that got data, with
-    /// `granted` buffers granted at the subscription.
-    fn new(
-        partition: ResultPartitionId,
-        subpartition: u32,
-        connection: Option<u32>,
-        granted: u64,
-    ) -> Self {
-        let local = connection.is_none();
+    /// A channel that got its first data, with `granted` buffers granted at the subscription.
+    fn new(connection: u32, granted: u64) -> Self {
         Self {
-            partition,
-            subpartition,
             connection,
-            local,
             granted,
             received: 0,
-            next_batch: 0,
-            state: if local {
-                State::Ready
-            } else {
-                State::Subscribed
-            },
+            finished: false,
             queued: 0,
             backlog: 0,
             floating: 0,
             wants_floating: false,
-            seen: !local,
-            waited: Duration::ZERO,
         }
     }
 }
 
-type LocalWait = Pin<Box<dyn Future<Output = usize> + Send>>;
-
-enum Event {
-    Local(usize),
-    Remote,
-    Cancelled,
-}
-
 /// See the module docs.
 pub struct InputGate {
-    store: Arc<PartitionStore>,
     settings: NetworkSettings,
     cancellation: Arc<Cancellation>,
-    /// The channels read locally or that got data, by index.
+    /// The channels that got data, by index.
     channels: FixedHashMap<u32, Channel>,
     groups: Vec<Group>,
     /// One bit per channel: finished.
     finished: Vec<u64>,
-    local_address: ActorAddress,
     network: NetworkClient,
     /// This gate's id at the network client, and where its remote news arrives.
     gate_id: u32,
     inbox: Arc<GateInbox>,
-    /// The data connections of its remote channels, each with requests not handed over yet.
+    /// The data connections of its channels, each with requests not handed over yet.
     connections: Vec<(Arc<DataConnection>, Vec<PartitionRequest>)>,
     /// Positions in `connections` with requests queued.
     dirty: Vec<u32>,
-    /// Remote channels not finished.
-    subscribed: usize,
+    /// Channels not finished.
+    open: usize,
     /// Of those, the ones that got data (with a state of their own).
     served: usize,
     /// Channels finished empty by the notices taken from the inbox, counted as the client
     /// counts them ([`finished_empty`]).
     inbox_finished: u64,
-    /// Local channels whose partition is not there yet.
-    retrying: Vec<usize>,
     queue: VecDeque<(usize, Buffer)>,
-    /// Channels not finished.
-    open: usize,
     /// Floating buffers not lent to any channel.
     floating_free: u32,
     /// Channels whose backlog asks for more floating buffers than they got, oldest first.
     floating_waiters: VecDeque<usize>,
-    /// Local channels to read now.
-    to_fetch: VecDeque<usize>,
-    local_waits: FuturesUnordered<LocalWait>,
-    retry_backoff: Duration,
     stats: GateStats,
     metrics: Arc<TaskIoMetrics>,
 }
 
 impl InputGate {
     /// A gate over every channel of `gates` (their producers grouped by TaskManager in
-    /// `groupings`, or here if that is empty); remote ones are subscribed through `network`,
-    /// which has a connection to every producer TaskManager other than its own (opened by the
-    /// TaskManager actor before the task starts).
+    /// `groupings`, or here if that is empty), subscribed through `network`, which has a
+    /// connection to every producer TaskManager, its own included (opened by the TaskManager
+    /// actor before the task starts).
     pub fn new(
         gates: &[GateDescriptor],
         groupings: &[Arc<Grouping>],
         network: &NetworkClient,
-        store: Arc<PartitionStore>,
         settings: NetworkSettings,
         cancellation: Arc<Cancellation>,
         metrics: Arc<TaskIoMetrics>,
     ) -> Result<Self, OperatorError> {
-        let local = network.local();
         let (gate_id, inbox) = network.register_gate();
         let mut gate = Self {
-            store,
             settings,
             cancellation,
             open: 0,
             channels: FixedHashMap::default(),
             groups: Vec::new(),
             finished: Vec::new(),
-            local_address: local.clone(),
             network: network.clone(),
             gate_id,
             inbox,
             connections: Vec::new(),
             dirty: Vec::new(),
-            subscribed: 0,
             served: 0,
             inbox_finished: 0,
-            retrying: Vec::new(),
             queue: VecDeque::new(),
             floating_free: settings.floating_buffers_per_gate,
             floating_waiters: VecDeque::new(),
-            to_fetch: VecDeque::new(),
-            local_waits: FuturesUnordered::new(),
-            retry_backoff: Duration::from_millis(1),
             stats: GateStats::default(),
             metrics,
         };
@@ -264,23 +193,6 @@ impl InputGate {
                 let base = total;
                 total += partitions.len() as u32;
                 let group = gate.groups.len() as u32;
-                if address == local {
-                    for (member, partition) in partitions.iter().enumerate() {
-                        let index = base + member as u32;
-                        gate.to_fetch.push_back(index as usize);
-                        gate.channels.insert(
-                            index,
-                            Channel::new(*partition, descriptor.subpartition, None, 0),
-                        );
-                    }
-                    gate.groups.push(Group {
-                        base,
-                        partitions: partitions.clone(),
-                        subpartition: descriptor.subpartition,
-                        remote: None,
-                    });
-                    continue;
-                }
                 let position = match by_address.get(address) {
                     Some(&position) => position,
                     None => {
@@ -314,12 +226,12 @@ impl InputGate {
                         credit,
                     },
                 );
-                gate.subscribed += partitions.len();
                 gate.groups.push(Group {
                     base,
                     partitions: partitions.clone(),
                     subpartition: descriptor.subpartition,
-                    remote: Some((position, set)),
+                    connection: position,
+                    set,
                 });
                 if !ended.is_empty() {
                     told.push((group, ended));
@@ -354,15 +266,9 @@ impl InputGate {
         }
         *word |= bit;
         self.open -= 1;
-        let remote = self.group_of(index).remote.is_some();
-        if remote {
-            self.subscribed -= 1;
-        }
         if let Some(channel) = self.channels.get_mut(&index) {
-            channel.state = State::Finished;
-            if remote {
-                self.served -= 1;
-            }
+            channel.finished = true;
+            self.served -= 1;
         }
     }
 
@@ -399,14 +305,13 @@ impl InputGate {
     fn producer(&self, index: u32) -> (ResultPartitionId, &ActorAddress) {
         let group = self.group_of(index);
         let partition = group.partitions[(index - group.base) as usize];
-        let address = match &group.remote {
-            Some((position, _)) => &self.connections[*position as usize].0.address,
-            None => &self.local_address,
-        };
-        (partition, address)
+        (
+            partition,
+            &self.connections[group.connection as usize].0.address,
+        )
     }
 
-    /// Why the gate fails: the producer of remote channel `index` failed, was released or never
+    /// Why the gate fails: the producer of channel `index` failed, was released or never
     /// appeared.
     fn lost(&self, index: u32, response: ChannelResponse) -> OperatorError {
         let (partition, address) = self.producer(index);
@@ -476,80 +381,17 @@ impl InputGate {
             if self.cancellation.is_cancelled() {
                 return Err(OperatorError::Cancelled);
             }
-            while let Some(channel) = self.to_fetch.pop_front() {
-                self.fetch_local(channel)?;
-            }
             self.send_requests();
-            if !self.queue.is_empty() || self.open == 0 {
-                continue;
-            }
-            if !self.retrying.is_empty() {
-                // A producer still being deployed: look again after a short pause (no timer
-                // can run inside a task's wait, so the pause is the blocker's).
-                if !blocker.sleep(self.retry_backoff) {
-                    return Err(OperatorError::Cancelled);
-                }
-                let pause = self.retry_backoff;
-                self.retry_backoff = (self.retry_backoff * 2).min(Duration::from_millis(100));
-                for index in std::mem::take(&mut self.retrying) {
-                    let channel = self
-                        .channels
-                        .get_mut(&(index as u32))
-                        .expect("a channel with state");
-                    if channel.state == State::Retry {
-                        channel.waited += pause;
-                        channel.state = State::Ready;
-                        self.to_fetch.push_back(index);
-                    }
-                }
-                // Whatever arrived meanwhile is handled before the next pause.
-                while let Some(event) = self.poll_now() {
-                    self.handle(event)?;
-                }
-                continue;
-            }
-            if self.local_waits.is_empty() && self.subscribed == 0 {
-                // Every open channel has no credit although no buffer is queued: cannot happen
-                // (consuming a buffer restores credit); fail rather than spin.
-                let states: Vec<String> = self
-                    .channels
-                    .iter()
-                    .filter(|(_, c)| c.state != State::Finished)
-                    .map(|(&index, c)| {
-                        format!(
-                            "{}@{}:{:?}/{}",
-                            c.partition,
-                            self.producer(index).1,
-                            c.state,
-                            c.queued
-                        )
-                    })
-                    .collect();
-                return Err(OperatorError::Failed(format!(
-                    "input gate has {} open channels but nothing to wait for: {}",
-                    self.open,
-                    states.join(", ")
-                )));
-            }
-            let event = self.wait(blocker)?;
-            self.handle(event)?;
+            self.wait(blocker)?;
+            self.take_inbox()?;
         }
     }
 
     /// A buffer of `channel` was consumed: its credit grows back (or a floating buffer it no
     /// longer needs goes back to the gate).
     fn consumed(&mut self, index: usize) {
-        let channel = self
-            .channels
-            .get_mut(&(index as u32))
-            .expect("a channel with state");
+        let channel = self.ch_mut(index);
         channel.queued = channel.queued.saturating_sub(1);
-        if channel.state == State::NoCredit {
-            channel.state = State::Ready;
-            if channel.local {
-                self.to_fetch.push_back(index);
-            }
-        }
         self.settle(index);
     }
 
@@ -557,10 +399,10 @@ impl InputGate {
     /// used yet.
     fn in_use(&self, index: usize) -> u32 {
         let channel = self.ch(index);
-        let outstanding = if channel.state == State::Subscribed {
-            u32::try_from(channel.granted.saturating_sub(channel.received)).unwrap_or(u32::MAX)
-        } else {
+        let outstanding = if channel.finished {
             0
+        } else {
+            u32::try_from(channel.granted.saturating_sub(channel.received)).unwrap_or(u32::MAX)
         };
         channel.queued.saturating_add(outstanding)
     }
@@ -588,7 +430,7 @@ impl InputGate {
             .channels
             .get_mut(&(index as u32))
             .expect("a channel with state");
-        let wanted = if channel.state == State::Finished {
+        let wanted = if channel.finished {
             0
         } else {
             u32::try_from(channel.backlog)
@@ -613,13 +455,11 @@ impl InputGate {
         self.grant(index);
     }
 
-    /// Tells a remote channel's producer of the buffers it may send now, if more than it knows.
+    /// Tells a channel's producer of the buffers it may send now, if more than it knows.
     fn grant(&mut self, index: usize) {
         let channel = self.ch(index);
-        let Some(position) = channel.connection else {
-            return;
-        };
-        if channel.state != State::Subscribed {
+        let position = channel.connection;
+        if channel.finished {
             return;
         }
         let credit = self.credit(index);
@@ -675,54 +515,6 @@ impl InputGate {
         }
     }
 
-    fn fetch_local(&mut self, index: usize) -> Result<(), OperatorError> {
-        if self.ch(index).state != State::Ready {
-            return Ok(());
-        }
-        let credit = self.credit(index);
-        if credit == 0 {
-            self.ch_mut(index).state = State::NoCredit;
-            return Ok(());
-        }
-        let channel = self.ch(index);
-        let fetch = self.store.fetch_with_credit(
-            channel.partition,
-            channel.subpartition,
-            channel.next_batch,
-            FETCH_BYTES,
-            credit as usize,
-        );
-        let response = match fetch {
-            Fetch::Ready {
-                batches,
-                next_batch,
-                finished,
-            } => ChannelResponse::Data {
-                backlog: self
-                    .store
-                    .backlog(channel.partition, channel.subpartition, next_batch),
-                batches,
-                next_batch,
-                finished,
-            },
-            Fetch::Pending(wake) => {
-                self.ch_mut(index).state = State::Waiting;
-                self.ch_mut(index).seen = true;
-                self.local_waits.push(Box::pin(async move {
-                    // Woken by an append, the end or a failure; a dropped sender (released)
-                    // wakes it too: the next fetch tells which.
-                    let _ = wake.await;
-                    index
-                }));
-                return Ok(());
-            }
-            Fetch::Failed(reason) => ChannelResponse::Failed(reason),
-            Fetch::Unknown => ChannelResponse::Unknown,
-            Fetch::Listening => unreachable!("a local read registers no listener"),
-        };
-        self.apply(index, response)
-    }
-
     /// Hands the requests gathered since the last time (subscriptions, credit) to their data
     /// connections.
     fn send_requests(&mut self) {
@@ -734,188 +526,98 @@ impl InputGate {
         }
     }
 
-    /// Waits for the first local wake-up, remote answer or cancellation.
-    fn wait(&mut self, blocker: &dyn TaskBlocker) -> Result<Event, OperatorError> {
+    /// Waits until something was delivered or the task is cancelled.
+    fn wait(&mut self, blocker: &dyn TaskBlocker) -> Result<(), OperatorError> {
         // Notices that only finish empty channels wake this thread once they finish all the
-        // remote channels it waits for without data; anything else wakes it at once.
+        // channels it waits for without data; anything else wakes it at once.
         self.inbox
-            .wake_at(self.inbox_finished + (self.subscribed - self.served) as u64);
-        let mut local = std::mem::take(&mut self.local_waits);
+            .wake_at(self.inbox_finished + (self.open - self.served) as u64);
         let inbox = Arc::clone(&self.inbox);
         let cancellation = Arc::clone(&self.cancellation);
-        let waited = block_on(blocker, async move {
-            let event = std::future::poll_fn(|cx| {
+        let delivered = block_on(blocker, async move {
+            std::future::poll_fn(|cx| {
                 if cancellation.poll_cancelled(cx) {
-                    return Poll::Ready(Event::Cancelled);
-                }
-                if let Poll::Ready(Some(index)) = local.poll_next_unpin(cx) {
-                    return Poll::Ready(Event::Local(index));
+                    return Poll::Ready(false);
                 }
                 if inbox.poll_ready(cx) {
-                    return Poll::Ready(Event::Remote);
+                    return Poll::Ready(true);
                 }
                 Poll::Pending
             })
-            .await;
-            (local, event)
+            .await
         });
-        let Some((local, event)) = waited else {
-            return Err(OperatorError::Cancelled);
-        };
-        self.local_waits = local;
-        Ok(event)
+        match delivered {
+            Some(true) => Ok(()),
+            Some(false) | None => Err(OperatorError::Cancelled),
+        }
     }
 
-    /// An event that is already there, without waiting.
-    fn poll_now(&mut self) -> Option<Event> {
-        use futures_util::FutureExt;
-        if let Some(Some(index)) = self.local_waits.next().now_or_never() {
-            return Some(Event::Local(index));
-        }
-        let waker = futures_util::task::noop_waker();
-        if self
-            .inbox
-            .poll_ready(&mut std::task::Context::from_waker(&waker))
-        {
-            return Some(Event::Remote);
-        }
-        None
-    }
-
-    fn handle(&mut self, event: Event) -> Result<(), OperatorError> {
-        match event {
-            Event::Cancelled => Err(OperatorError::Cancelled),
-            Event::Local(index) => {
-                if self.ch(index).state == State::Waiting {
-                    self.ch_mut(index).state = State::Ready;
-                    self.to_fetch.push_back(index);
+    /// Applies everything delivered to the inbox.
+    fn take_inbox(&mut self) -> Result<(), OperatorError> {
+        for delivery in self.inbox.take() {
+            match delivery {
+                Delivery::Channel(index, response) => {
+                    if index as usize >= self.finished.len() * 64 || self.is_finished(index) {
+                        continue;
+                    }
+                    if !self.channels.contains_key(&index) {
+                        // Its first data: from now on it has a state of its own.
+                        let connection = self.group_of(index).connection;
+                        let granted = u64::from(self.settings.buffers_per_channel);
+                        self.channels
+                            .insert(index, Channel::new(connection, granted));
+                        self.served += 1;
+                    }
+                    self.apply(index as usize, response)?;
                 }
-                Ok(())
-            }
-            Event::Remote => {
-                for delivery in self.inbox.take() {
-                    match delivery {
-                        Delivery::Channel(index, response) => {
-                            if index as usize >= self.finished.len() * 64 || self.is_finished(index)
-                            {
-                                continue;
-                            }
-                            if !self.channels.contains_key(&index) {
-                                // Its first data: from now on it has a state of its own.
-                                let group = self.group_of(index);
-                                let Some((position, _)) = &group.remote else {
-                                    continue;
-                                };
-                                let channel = Channel::new(
-                                    group.partitions[(index - group.base) as usize],
-                                    group.subpartition,
-                                    Some(*position),
-                                    u64::from(self.settings.buffers_per_channel),
-                                );
-                                self.channels.insert(index, channel);
-                                self.served += 1;
-                            }
-                            if self.ch(index as usize).state == State::Subscribed {
-                                self.apply(index as usize, response)?;
-                            }
+                Delivery::Ended { group, notices } => {
+                    let subpartition = self.groups[group as usize].subpartition;
+                    self.inbox_finished += finished_empty(&notices, subpartition);
+                    self.ended(group, &notices)?;
+                }
+                Delivery::ConnectionLost(address, reason) => {
+                    let open = self.groups.iter().find_map(|group| {
+                        if self.connections[group.connection as usize].0.address != address {
+                            return None;
                         }
-                        Delivery::Ended { group, notices } => {
-                            let subpartition = self.groups[group as usize].subpartition;
-                            self.inbox_finished += finished_empty(&notices, subpartition);
-                            self.ended(group, &notices)?;
-                        }
-                        Delivery::ConnectionLost(address, reason) => {
-                            let open = self.groups.iter().find_map(|group| {
-                                let (position, _) = group.remote.as_ref()?;
-                                if self.connections[*position as usize].0.address != address {
-                                    return None;
-                                }
-                                (0..group.partitions.len() as u32)
-                                    .find(|member| !self.is_finished(group.base + member))
-                                    .map(|member| group.partitions[member as usize])
-                            });
-                            if let Some(partition) = open {
-                                return Err(OperatorError::PartitionNotFound {
-                                    partition,
-                                    message: format!(
-                                        "TaskManager {address} holding {partition} is gone: {reason}"
-                                    ),
-                                });
-                            }
-                        }
+                        (0..group.partitions.len() as u32)
+                            .find(|member| !self.is_finished(group.base + member))
+                            .map(|member| group.partitions[member as usize])
+                    });
+                    if let Some(partition) = open {
+                        return Err(OperatorError::PartitionNotFound {
+                            partition,
+                            message: format!(
+                                "TaskManager {address} holding {partition} is gone: {reason}"
+                            ),
+                        });
                     }
                 }
-                Ok(())
             }
         }
+        Ok(())
     }
 
     /// Applies one channel's news.
     fn apply(&mut self, index: usize, response: ChannelResponse) -> Result<(), OperatorError> {
-        if !matches!(response, ChannelResponse::Unknown) {
-            self.ch_mut(index).seen = true;
-        }
         match response {
             ChannelResponse::Data {
                 batches,
-                next_batch,
                 finished,
                 backlog,
+                ..
             } => {
-                let channel = self
-                    .channels
-                    .get_mut(&(index as u32))
-                    .expect("a channel with state");
-                channel.next_batch = next_batch;
-                channel.backlog = backlog;
+                self.ch_mut(index).backlog = backlog;
                 if finished {
                     self.finish(index as u32);
-                } else if channel.local {
-                    channel.state = State::Ready;
-                    self.to_fetch.push_back(index);
                 }
                 self.receive(index, batches);
                 // A backlog may earn floating buffers; the end gives them back.
                 self.settle(index);
                 Ok(())
             }
-            ChannelResponse::Failed(_) | ChannelResponse::Released => {
+            ChannelResponse::Failed(_) | ChannelResponse::Released | ChannelResponse::Unknown => {
                 Err(self.lost(index as u32, response))
-            }
-            // The producer's TaskManager waited for it as long as a local channel would.
-            ChannelResponse::Unknown if !self.ch(index).local => {
-                Err(self.lost(index as u32, response))
-            }
-            ChannelResponse::Unknown => {
-                let waited = self.ch(index).waited;
-                let message = {
-                    let channel = self.ch(index);
-                    let address = &self.local_address;
-                    if channel.seen {
-                        Some(format!(
-                            "{} on TaskManager {address} was released",
-                            channel.partition,
-                        ))
-                    } else if waited < PARTITION_REQUEST_TIMEOUT {
-                        None
-                    } else {
-                        Some(format!(
-                            "{} is not on TaskManager {address} (waited {waited:?})",
-                            channel.partition,
-                        ))
-                    }
-                };
-                match message {
-                    None => {
-                        self.ch_mut(index).state = State::Retry;
-                        self.retrying.push(index);
-                        Ok(())
-                    }
-                    Some(message) => Err(OperatorError::PartitionNotFound {
-                        partition: self.ch(index).partition,
-                        message,
-                    }),
-                }
             }
         }
     }
@@ -930,22 +632,20 @@ impl Drop for InputGate {
             .map(|(connection, _)| (connection, Vec::new(), Vec::new()))
             .collect();
         for (&index, channel) in &self.channels {
-            if let Some(position) = channel.connection
-                && channel.state == State::Subscribed
-            {
-                leaving[position as usize].1.push(PartitionRequest::Cancel {
-                    channel: channel_key(self.gate_id, index),
-                });
+            if !channel.finished {
+                leaving[channel.connection as usize]
+                    .1
+                    .push(PartitionRequest::Cancel {
+                        channel: channel_key(self.gate_id, index),
+                    });
             }
         }
         for group in &self.groups {
-            if let Some((position, set)) = &group.remote {
-                let (_, requests, sets) = &mut leaving[*position as usize];
-                requests.push(PartitionRequest::CancelSet {
-                    channels: channel_key(self.gate_id, group.base),
-                });
-                sets.push(set.clone());
-            }
+            let (_, requests, sets) = &mut leaving[group.connection as usize];
+            requests.push(PartitionRequest::CancelSet {
+                channels: channel_key(self.gate_id, group.base),
+            });
+            sets.push(group.set.clone());
         }
         self.network.unregister_gate(self.gate_id, leaving);
     }
@@ -955,6 +655,8 @@ impl Drop for InputGate {
 mod tests {
     use super::*;
     use crate::env::NodeRng;
+    use crate::exchange::client::Peer;
+    use crate::exchange::partition::PartitionStore;
     use crate::exchange::partition::tests::AppendRecords;
     use crate::messages::deployment::{ProducerLocation, Producers};
     use crate::messages::ids::ExecutionAttemptId;
@@ -971,8 +673,8 @@ mod tests {
     /// Flink's credit model: a channel with a backlog borrows floating buffers up to the
     /// gate's pool and gives them back as its backlog drains; the gate never holds more than
     /// its exclusive buffers plus the pool.
-    #[test]
-    fn a_backlogged_channel_borrows_floating_buffers_and_gives_them_back() {
+    #[actix::test]
+    async fn a_backlogged_channel_borrows_floating_buffers_and_gives_them_back() {
         let store = Arc::new(PartitionStore::new(std::env::temp_dir(), usize::MAX));
         let (busy, quiet) = (partition(1), partition(2));
         store.create(busy, 1).unwrap();
@@ -988,6 +690,11 @@ mod tests {
         store.finish(busy).unwrap();
         store.finish(quiet).unwrap();
         let local = ActorAddress::new("local", "taskmanager/tm");
+        let network = NetworkClient::new(local.clone(), NodeRng::seed_from_u64(1));
+        let drive = network
+            .connect(&local, Peer::Local(Arc::default(), store))
+            .expect("a new connection");
+        actix::spawn(drive);
         let settings = NetworkSettings {
             buffers_per_channel: 2,
             floating_buffers_per_gate: 3,
@@ -1006,36 +713,42 @@ mod tests {
                     .collect(),
             ),
         };
-        let mut gate = InputGate::new(
-            &[descriptor],
-            &[],
-            &NetworkClient::new(local.clone(), NodeRng::seed_from_u64(1)),
-            store,
-            settings,
-            Arc::default(),
-            Arc::default(),
-        )
-        .unwrap();
-        let mut records = 0;
-        let mut most_held = 0;
-        while let Some(buffer) = gate.next_buffer(&ThreadBlocker).unwrap() {
-            if records == 0 {
-                // Two exclusive buffers read, a backlog of 18 reported: all three floating
-                // ones lent, and read at once.
-                assert_eq!(gate.channels[&0].floating, 3);
-                assert_eq!(gate.floating_free, 0);
+        // The gate blocks its thread while it waits; the connection runs on this one.
+        let read = tokio::task::spawn_blocking(move || {
+            let mut gate = InputGate::new(
+                &[descriptor],
+                &[],
+                &network,
+                settings,
+                Arc::default(),
+                Arc::default(),
+            )
+            .unwrap();
+            let mut records = 0;
+            let mut most_held = 0;
+            while let Some(buffer) = gate.next_buffer(&ThreadBlocker).unwrap() {
+                if records == 0 {
+                    // Two exclusive buffers read, a backlog of 18 reported: all three floating
+                    // ones lent.
+                    assert_eq!(gate.channels[&0].floating, 3);
+                    assert_eq!(gate.floating_free, 0);
+                }
+                records += buffer.records();
+                // Queued, and granted and on their way.
+                most_held = most_held.max(gate.in_use(0));
             }
-            records += buffer.records();
-            // The one just handed out counts until the next call.
-            most_held = most_held.max(gate.queue.len() + 1);
-        }
-        assert_eq!(records, 20);
-        assert_eq!(
-            most_held,
-            2 + 3,
-            "the busy channel's exclusive and floating buffers"
-        );
-        assert_eq!(gate.floating_free, 3, "every floating buffer came back");
-        assert!(gate.channels.values().all(|c| c.floating == 0));
+            assert_eq!(records, 20);
+            assert!(
+                most_held <= 2 + 3,
+                "at most the busy channel's exclusive and floating buffers: {most_held}"
+            );
+            assert_eq!(gate.floating_free, 3, "every floating buffer came back");
+            assert!(gate.channels.values().all(|c| c.floating == 0));
+            assert!(
+                !gate.channels.contains_key(&1),
+                "the empty channel finished by its partition's notice, with no state of its own"
+            );
+        });
+        read.await.unwrap();
     }
 }

@@ -5,12 +5,13 @@
 //!                   (waits for room: backpressure)                  (one subpartition per
 //!                                                                    consumer; pipelined:
 //!                                                                    bounded, never spilled)
-//!  consumer task ◀─ InputGate ◀─ local channels: straight from the store (buffers moved)
-//!                     (credit)  ◀─ remote channels: GateInbox ◀─ client::NetworkClient, one
-//!                                  DataConnection per producer TaskManager shared by every
-//!                                  task here: PartitionRequests (subscribe once, credit) and
-//!                                  one PollPartitionData in flight ─▶ server::PartitionRequestServer
-//!                                  (the subscriptions; the store pushes their keys when ready)
+//!  consumer task ◀─ InputGate ◀─ GateInbox ◀─ client::NetworkClient, one DataConnection per
+//!                    (credit)     producer TaskManager (this one too) shared by every task
+//!                                 here: PartitionRequests (subscribe once, credit) and one
+//!                                 PollPartitionData in flight ─▶ server::PartitionRequestServer
+//!                                 (the subscriptions; the store pushes their keys when ready);
+//!                                 to this TaskManager itself the asks are direct calls
+//!                                 (client::Peer::Local) and buffers move, not copied
 //! ```
 //!
 //! Waiting for data has no time limit: a producer may stay silent as long as it runs. The

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use super::*;
 use crate::env::NodeRng;
+use crate::exchange::client::Peer;
 use crate::exchange::partition::Fetch;
 use crate::exchange::partition::tests::AppendRecords;
 use crate::exchange::server::PartitionRequestServer;
@@ -73,9 +74,15 @@ fn poll(poll: u64, received: u64) -> PollPartitionData {
     }
 }
 
-/// A network client of `local` with no connections.
-fn network(local: &ActorAddress) -> NetworkClient {
-    NetworkClient::new(local.clone(), NodeRng::seed_from_u64(1))
+/// A network client of `local` with its connection to `store` (the TaskManager's own
+/// partitions) driven on this thread.
+fn network(local: &ActorAddress, store: &Arc<PartitionStore>) -> NetworkClient {
+    let network = NetworkClient::new(local.clone(), NodeRng::seed_from_u64(1));
+    let drive = network
+        .connect(local, Peer::Local(Arc::default(), store.clone()))
+        .expect("a new connection");
+    actix::spawn(drive);
+    network
 }
 
 fn record(i: i64) -> Record {
@@ -315,9 +322,12 @@ async fn a_consumer_whose_producer_task_manager_is_gone_names_it_not_a_closed_ma
         ),
         store("gone"),
         {
-            let network = network(&env.address_of("taskmanager/tm-consumer"));
+            let network = NetworkClient::new(
+                env.address_of("taskmanager/tm-consumer"),
+                NodeRng::seed_from_u64(1),
+            );
             let drive = network
-                .connect(&task_manager, producer.gateway())
+                .connect(&task_manager, Peer::Remote(producer.gateway()))
                 .expect("a new connection");
             actix::spawn(drive);
             network
@@ -351,7 +361,7 @@ async fn a_partition_released_under_its_reading_consumer_fails_it_as_released() 
             vec![],
         ),
         store.clone(),
-        network(&local),
+        network(&local, &store),
     );
     let consumer = spawn_task(task);
     // Once the consumer has taken the buffer it waits for more; then the partition goes.
@@ -399,7 +409,7 @@ async fn a_consumer_reads_whichever_channel_has_data_while_another_is_silent() {
             }],
         ),
         store.clone(),
-        network(&local),
+        network(&local, &store),
     );
     let consumer = spawn_task(task);
     // Enough records from the talkative producer to fill a whole output buffer downstream.
@@ -438,7 +448,7 @@ async fn a_pipelined_producer_waits_for_its_consumer_instead_of_spilling_until_c
             }],
         ),
         store.clone(),
-        network(&env.address_of("taskmanager/tm-local")),
+        network(&env.address_of("taskmanager/tm-local"), &store),
     );
     create_outputs(&store, &task.descriptor).unwrap();
     let producer = spawn_task(task);
