@@ -714,6 +714,7 @@ mod tests {
             ),
         };
         // The gate blocks its thread while it waits; the connection runs on this one.
+        #[allow(clippy::disallowed_methods)] // the test plays the task runner
         let read = tokio::task::spawn_blocking(move || {
             let mut gate = InputGate::new(
                 &[descriptor],
