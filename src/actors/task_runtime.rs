@@ -168,6 +168,7 @@ fn run(
             &d.inputs,
             &env.groupings,
             &env.data_connections,
+            env.partitions.clone(),
             env.network,
             env.cancelled.clone(),
             env.metrics.clone(),

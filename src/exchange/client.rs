@@ -135,7 +135,13 @@ struct SetState {
 pub struct Grouping {
     /// `(TaskManager, its partitions in list order)`.
     pub groups: Vec<(ActorAddress, Arc<Vec<ResultPartitionId>>)>,
+    /// Per group, each partition's position, built when first asked for (a gate looks a local
+    /// partition up when it gets its first data).
+    positions: Vec<std::sync::OnceLock<FixedHashMap<ResultPartitionId, u32>>>,
 }
+
+/// Groups up to this size find a partition by searching (no index of their own).
+const SMALL_GROUP: usize = 16;
 
 impl Grouping {
     fn of(locations: &[ProducerLocation]) -> Self {
@@ -149,11 +155,33 @@ impl Grouping {
             groups[index].1.push(location.partition);
         }
         Self {
+            positions: groups.iter().map(|_| std::sync::OnceLock::new()).collect(),
             groups: groups
                 .into_iter()
                 .map(|(address, members)| (address, Arc::new(members)))
                 .collect(),
         }
+    }
+
+    /// The position of `partition` in group `group`.
+    pub fn position(&self, group: usize, partition: ResultPartitionId) -> Option<u32> {
+        let members = &self.groups[group].1;
+        if members.len() <= SMALL_GROUP {
+            return members
+                .iter()
+                .position(|p| *p == partition)
+                .map(|i| i as u32);
+        }
+        self.positions[group]
+            .get_or_init(|| {
+                members
+                    .iter()
+                    .enumerate()
+                    .map(|(i, p)| (*p, i as u32))
+                    .collect()
+            })
+            .get(&partition)
+            .copied()
     }
 }
 

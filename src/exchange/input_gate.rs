@@ -6,9 +6,12 @@
 //! data connection per producer TaskManager, shared by every task here; one subscription per
 //! producer TaskManager and incoming edge), and their news arrives in the gate's [`GateInbox`]:
 //! data channel by channel, and how each partition ended once for all the channels that had no
-//! data. Channels on this TaskManager go the same way, through its connection to itself (direct
-//! calls of its partition server: a buffer moves, it is not copied), so that 2,500 local channels of a gate that
-//! stay empty cost one notice per partition, not 2,500 reads and wake-ups. The gate keeps
+//! data. Channels on this TaskManager end the same way, through its connection to itself
+//! (direct calls of its partition server), so that 2,500 local channels of a gate that stay
+//! empty cost one notice per partition, not 2,500 reads and wake-ups; but a local channel that
+//! gets data (the store tells the gate, which reads its subpartition index of the edge here) is
+//! read straight from the [`PartitionStore`] (Flink's `LocalInputChannel`: a buffer moves, it
+//! is not copied, and no other thread stands between producer and consumer). The gate keeps
 //! state only for channels that got data, and one bit per channel for the finished ones, so a
 //! gate of 10,000 channels that mostly stay empty is small.
 //!
@@ -26,9 +29,14 @@
 //! [`PARTITION_REQUEST_TIMEOUT`] (the producer's TaskManager waits that long for it).
 
 use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
+
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
 
 use super::NetworkSettings;
 use super::buffer::Buffer;
@@ -37,6 +45,8 @@ use super::client::{
     finished_empty,
 };
 use super::metrics::TaskIoMetrics;
+use super::partition::{Fetch, PartitionStore, ReadyQueue};
+use super::server::FETCH_BYTES;
 use crate::env::TaskBlocker;
 use crate::fixed_hash::FixedHashMap;
 use crate::messages::deployment::InputGate as GateDescriptor;
@@ -75,6 +85,26 @@ struct Group {
     connection: u32,
     /// The set it reads there.
     set: Arc<ClientSet>,
+    /// On this TaskManager: where its partitions are looked up, and its edge.
+    local: Option<(Arc<Grouping>, usize, u32)>,
+}
+
+/// A channel on this TaskManager that got data: read straight from the store.
+struct LocalRead {
+    partition: ResultPartitionId,
+    subpartition: u32,
+    next_batch: u64,
+    state: LocalState,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LocalState {
+    /// May be read now.
+    Ready,
+    /// Its subpartition's wake-up is registered.
+    Waiting,
+    /// No credit left: read again when one of its buffers is consumed.
+    NoCredit,
 }
 
 /// A channel that got data.
@@ -96,11 +126,13 @@ struct Channel {
     floating: u32,
     /// Queued in the gate's `floating_waiters`.
     wants_floating: bool,
+    /// On this TaskManager: how it is read.
+    local: Option<LocalRead>,
 }
 
 impl Channel {
     /// A channel that got its first data, with `granted` buffers granted at the subscription.
-    fn new(connection: u32, granted: u64) -> Self {
+    fn new(connection: u32, granted: u64, local: Option<LocalRead>) -> Self {
         Self {
             connection,
             granted,
@@ -110,12 +142,19 @@ impl Channel {
             backlog: 0,
             floating: 0,
             wants_floating: false,
+            local,
         }
     }
 }
 
+type LocalWait = Pin<Box<dyn Future<Output = usize> + Send>>;
+
 /// See the module docs.
 pub struct InputGate {
+    store: Arc<PartitionStore>,
+    /// Where the store tells which local partitions got data in a group's subpartition (the
+    /// group's number is the key).
+    announced: Arc<ReadyQueue>,
     settings: NetworkSettings,
     cancellation: Arc<Cancellation>,
     /// The channels that got data, by index.
@@ -143,6 +182,9 @@ pub struct InputGate {
     floating_free: u32,
     /// Channels whose backlog asks for more floating buffers than they got, oldest first.
     floating_waiters: VecDeque<usize>,
+    /// Local channels to read now.
+    to_fetch: VecDeque<usize>,
+    local_waits: FuturesUnordered<LocalWait>,
     stats: GateStats,
     metrics: Arc<TaskIoMetrics>,
 }
@@ -156,12 +198,15 @@ impl InputGate {
         gates: &[GateDescriptor],
         groupings: &[Arc<Grouping>],
         network: &NetworkClient,
+        store: Arc<PartitionStore>,
         settings: NetworkSettings,
         cancellation: Arc<Cancellation>,
         metrics: Arc<TaskIoMetrics>,
     ) -> Result<Self, OperatorError> {
         let (gate_id, inbox) = network.register_gate();
         let mut gate = Self {
+            store,
+            announced: Arc::default(),
             settings,
             cancellation,
             open: 0,
@@ -178,18 +223,21 @@ impl InputGate {
             queue: VecDeque::new(),
             floating_free: settings.floating_buffers_per_gate,
             floating_waiters: VecDeque::new(),
+            to_fetch: VecDeque::new(),
+            local_waits: FuturesUnordered::new(),
             stats: GateStats::default(),
             metrics,
         };
         let mut by_address: FixedHashMap<ActorAddress, u32> = FixedHashMap::default();
         let credit = gate.settings.buffers_per_channel;
         let mut told = Vec::new();
+        let mut wake = Vec::new();
         let mut total = 0u32;
         for (i, descriptor) in gates.iter().enumerate() {
             let grouping = groupings.get(i).cloned().unwrap_or_else(|| {
                 network.grouping(descriptor.producers.id(), descriptor.producers.locations())
             });
-            for (address, partitions) in &grouping.groups {
+            for (number, (address, partitions)) in grouping.groups.iter().enumerate() {
                 let base = total;
                 total += partitions.len() as u32;
                 let group = gate.groups.len() as u32;
@@ -217,21 +265,28 @@ impl InputGate {
                     group,
                     descriptor.subpartition,
                 );
-                gate.request(
-                    position,
-                    PartitionRequest::SubscribeSet {
-                        channels: channel_key(gate_id, base),
-                        set: set.number,
-                        subpartition: descriptor.subpartition,
-                        credit,
-                    },
-                );
+                let local = address == network.local();
+                if local {
+                    // Only the set's notices come through the connection; the data is read here.
+                    wake.push(position);
+                } else {
+                    gate.request(
+                        position,
+                        PartitionRequest::SubscribeSet {
+                            channels: channel_key(gate_id, base),
+                            set: set.number,
+                            subpartition: descriptor.subpartition,
+                            credit,
+                        },
+                    );
+                }
                 gate.groups.push(Group {
                     base,
                     partitions: partitions.clone(),
                     subpartition: descriptor.subpartition,
                     connection: position,
                     set,
+                    local: local.then(|| (grouping.clone(), number, descriptor.edge)),
                 });
                 if !ended.is_empty() {
                     told.push((group, ended));
@@ -241,11 +296,56 @@ impl InputGate {
         gate.finished = vec![0; (total as usize).div_ceil(64)];
         gate.open = total as usize;
         gate.send_requests();
+        for position in wake {
+            // It names the sets joined (and polls for their notices) from now on.
+            gate.connections[position as usize]
+                .0
+                .submit(gate_id, &mut Vec::new());
+        }
         // How partitions of sets other gates read here ended before this one joined.
         for (group, ended) in told {
             gate.ended(group, &ended)?;
         }
+        // The local partitions that have data in this gate's subpartitions already; the store
+        // tells of the others when they get some.
+        for group in 0..gate.groups.len() {
+            if let Some((_, _, edge)) = gate.groups[group].local {
+                let subpartition = gate.groups[group].subpartition;
+                let with_data =
+                    gate.store
+                        .add_reader(edge, subpartition, &gate.announced, group as u64);
+                for partition in with_data {
+                    gate.local_data(group, partition);
+                }
+            }
+        }
         Ok(gate)
+    }
+
+    /// Local `partition` has data in group `group`'s subpartition: its channel is read from
+    /// now on (unless the partition is another list's of the same edge).
+    fn local_data(&mut self, group: usize, partition: ResultPartitionId) {
+        let group = &self.groups[group];
+        let Some((grouping, number, _)) = &group.local else {
+            return;
+        };
+        let Some(member) = grouping.position(*number, partition) else {
+            return;
+        };
+        let index = group.base + member;
+        if self.is_finished(index) || self.channels.contains_key(&index) {
+            return;
+        }
+        let read = LocalRead {
+            partition,
+            subpartition: group.subpartition,
+            next_batch: 0,
+            state: LocalState::Ready,
+        };
+        self.channels
+            .insert(index, Channel::new(group.connection, 0, Some(read)));
+        self.served += 1;
+        self.to_fetch.push_back(index as usize);
     }
 
     /// The group of channel `index`.
@@ -381,8 +481,23 @@ impl InputGate {
             if self.cancellation.is_cancelled() {
                 return Err(OperatorError::Cancelled);
             }
+            for (group, partition) in self.announced.take_all().announced {
+                self.local_data(group as usize, partition);
+            }
+            while let Some(channel) = self.to_fetch.pop_front() {
+                self.fetch_local(channel)?;
+            }
             self.send_requests();
-            self.wait(blocker)?;
+            if !self.queue.is_empty() || self.open == 0 {
+                continue;
+            }
+            if let Some(index) = self.wait(blocker)?
+                && let Some(read) = self.ch_mut(index).local.as_mut()
+                && read.state == LocalState::Waiting
+            {
+                read.state = LocalState::Ready;
+                self.to_fetch.push_back(index);
+            }
             self.take_inbox()?;
         }
     }
@@ -392,6 +507,12 @@ impl InputGate {
     fn consumed(&mut self, index: usize) {
         let channel = self.ch_mut(index);
         channel.queued = channel.queued.saturating_sub(1);
+        if let Some(read) = channel.local.as_mut()
+            && read.state == LocalState::NoCredit
+        {
+            read.state = LocalState::Ready;
+            self.to_fetch.push_back(index);
+        }
         self.settle(index);
     }
 
@@ -399,7 +520,7 @@ impl InputGate {
     /// used yet.
     fn in_use(&self, index: usize) -> u32 {
         let channel = self.ch(index);
-        let outstanding = if channel.finished {
+        let outstanding = if channel.finished || channel.local.is_some() {
             0
         } else {
             u32::try_from(channel.granted.saturating_sub(channel.received)).unwrap_or(u32::MAX)
@@ -459,7 +580,7 @@ impl InputGate {
     fn grant(&mut self, index: usize) {
         let channel = self.ch(index);
         let position = channel.connection;
-        if channel.finished {
+        if channel.finished || channel.local.is_some() {
             return;
         }
         let credit = self.credit(index);
@@ -526,30 +647,108 @@ impl InputGate {
         }
     }
 
-    /// Waits until something was delivered or the task is cancelled.
-    fn wait(&mut self, blocker: &dyn TaskBlocker) -> Result<(), OperatorError> {
+    /// Reads local channel `index` from the store, within its credit.
+    fn fetch_local(&mut self, index: usize) -> Result<(), OperatorError> {
+        let credit = self.credit(index);
+        let channel = self.ch_mut(index);
+        let finished = channel.finished;
+        let Some(read) = channel.local.as_mut() else {
+            return Ok(());
+        };
+        if finished || read.state != LocalState::Ready {
+            return Ok(());
+        }
+        if credit == 0 {
+            read.state = LocalState::NoCredit;
+            return Ok(());
+        }
+        let (partition, subpartition, from) = (read.partition, read.subpartition, read.next_batch);
+        let fetch = self.store.fetch_with_credit(
+            partition,
+            subpartition,
+            from,
+            FETCH_BYTES,
+            credit as usize,
+        );
+        match fetch {
+            Fetch::Ready {
+                batches,
+                next_batch,
+                finished,
+            } => {
+                let backlog = if finished {
+                    0
+                } else {
+                    self.store.backlog(partition, subpartition, next_batch)
+                };
+                let channel = self.ch_mut(index);
+                channel.backlog = backlog;
+                if let Some(read) = channel.local.as_mut() {
+                    read.next_batch = next_batch;
+                }
+                if finished {
+                    self.finish(index as u32);
+                } else {
+                    // More may be there already (read once the queue is empty).
+                    self.to_fetch.push_back(index);
+                }
+                self.receive(index, batches);
+                // A backlog may earn floating buffers; the end gives them back.
+                self.settle(index);
+                Ok(())
+            }
+            Fetch::Pending(wake) => {
+                if let Some(read) = self.ch_mut(index).local.as_mut() {
+                    read.state = LocalState::Waiting;
+                }
+                self.local_waits.push(Box::pin(async move {
+                    // Woken by an append, the end or a failure; a dropped sender (released)
+                    // wakes it too: the next fetch tells which.
+                    let _ = wake.await;
+                    index
+                }));
+                Ok(())
+            }
+            Fetch::Failed(reason) => Err(self.lost(index as u32, ChannelResponse::Failed(reason))),
+            // It had data, so it was here: it was released.
+            Fetch::Unknown => Err(self.lost(index as u32, ChannelResponse::Released)),
+            Fetch::Listening => unreachable!("a local read registers no listener"),
+        }
+    }
+
+    /// Waits until a local channel's wake-up fires (`Some(index)`), something was delivered or
+    /// announced (`None`), or the task is cancelled.
+    fn wait(&mut self, blocker: &dyn TaskBlocker) -> Result<Option<usize>, OperatorError> {
         // Notices that only finish empty channels wake this thread once they finish all the
         // channels it waits for without data; anything else wakes it at once.
         self.inbox
             .wake_at(self.inbox_finished + (self.open - self.served) as u64);
+        let mut local = std::mem::take(&mut self.local_waits);
         let inbox = Arc::clone(&self.inbox);
+        let announced = Arc::clone(&self.announced);
         let cancellation = Arc::clone(&self.cancellation);
-        let delivered = block_on(blocker, async move {
-            std::future::poll_fn(|cx| {
+        let waited = block_on(blocker, async move {
+            let mut news = std::pin::pin!(announced.wait());
+            let event = std::future::poll_fn(|cx| {
                 if cancellation.poll_cancelled(cx) {
-                    return Poll::Ready(false);
+                    return Poll::Ready(Err(OperatorError::Cancelled));
                 }
-                if inbox.poll_ready(cx) {
-                    return Poll::Ready(true);
+                if let Poll::Ready(Some(index)) = local.poll_next_unpin(cx) {
+                    return Poll::Ready(Ok(Some(index)));
+                }
+                if news.as_mut().poll(cx).is_ready() || inbox.poll_ready(cx) {
+                    return Poll::Ready(Ok(None));
                 }
                 Poll::Pending
             })
-            .await
+            .await;
+            (local, event)
         });
-        match delivered {
-            Some(true) => Ok(()),
-            Some(false) | None => Err(OperatorError::Cancelled),
-        }
+        let Some((local, event)) = waited else {
+            return Err(OperatorError::Cancelled);
+        };
+        self.local_waits = local;
+        event
     }
 
     /// Applies everything delivered to the inbox.
@@ -562,10 +761,14 @@ impl InputGate {
                     }
                     if !self.channels.contains_key(&index) {
                         // Its first data: from now on it has a state of its own.
-                        let connection = self.group_of(index).connection;
+                        let group = self.group_of(index);
+                        if group.local.is_some() {
+                            continue; // read here, never served through the connection
+                        }
+                        let connection = group.connection;
                         let granted = u64::from(self.settings.buffers_per_channel);
                         self.channels
-                            .insert(index, Channel::new(connection, granted));
+                            .insert(index, Channel::new(connection, granted, None));
                         self.served += 1;
                     }
                     self.apply(index as usize, response)?;
@@ -632,7 +835,7 @@ impl Drop for InputGate {
             .map(|(connection, _)| (connection, Vec::new(), Vec::new()))
             .collect();
         for (&index, channel) in &self.channels {
-            if !channel.finished {
+            if !channel.finished && channel.local.is_none() {
                 leaving[channel.connection as usize]
                     .1
                     .push(PartitionRequest::Cancel {
@@ -640,11 +843,19 @@ impl Drop for InputGate {
                     });
             }
         }
-        for group in &self.groups {
+        for (number, group) in self.groups.iter().enumerate() {
             let (_, requests, sets) = &mut leaving[group.connection as usize];
-            requests.push(PartitionRequest::CancelSet {
-                channels: channel_key(self.gate_id, group.base),
-            });
+            match group.local {
+                Some((_, _, edge)) => self.store.remove_reader(
+                    edge,
+                    group.subpartition,
+                    &self.announced,
+                    number as u64,
+                ),
+                None => requests.push(PartitionRequest::CancelSet {
+                    channels: channel_key(self.gate_id, group.base),
+                }),
+            }
             sets.push(group.set.clone());
         }
         self.network.unregister_gate(self.gate_id, leaving);
@@ -692,7 +903,7 @@ mod tests {
         let local = ActorAddress::new("local", "taskmanager/tm");
         let network = NetworkClient::new(local.clone(), NodeRng::seed_from_u64(1));
         let drive = network
-            .connect(&local, Peer::Local(Arc::default(), store))
+            .connect(&local, Peer::Local(Arc::default(), store.clone()))
             .expect("a new connection");
         actix::spawn(drive);
         let settings = NetworkSettings {
@@ -720,6 +931,7 @@ mod tests {
                 &[descriptor],
                 &[],
                 &network,
+                store,
                 settings,
                 Arc::default(),
                 Arc::default(),
@@ -735,13 +947,14 @@ mod tests {
                     assert_eq!(gate.floating_free, 0);
                 }
                 records += buffer.records();
-                // Queued, and granted and on their way.
-                most_held = most_held.max(gate.in_use(0));
+                // The one just handed out counts until the next call.
+                most_held = most_held.max(gate.queue.len() + 1);
             }
             assert_eq!(records, 20);
-            assert!(
-                most_held <= 2 + 3,
-                "at most the busy channel's exclusive and floating buffers: {most_held}"
+            assert_eq!(
+                most_held,
+                2 + 3,
+                "the busy channel's exclusive and floating buffers"
             );
             assert_eq!(gate.floating_free, 3, "every floating buffer came back");
             assert!(gate.channels.values().all(|c| c.floating == 0));
