@@ -552,10 +552,9 @@ impl TaskManager {
                     .grouping(gate.producers.id(), gate.producers.locations())
             })
             .collect();
-        // Partitions here are read through a connection to this TaskManager itself (direct
-        // calls of its partition server): local channels are subscribed set by set and finish by one notice
-        // per partition like remote ones, not fetched and woken one by one (at P = 10,000 on
-        // four TaskManagers a gate has 2,500 local channels).
+        // And one to this TaskManager itself (direct calls of its partition server): local
+        // channels that stay empty end by one notice per partition, like remote ones, not by
+        // a read and a wake-up each (at P = 10,000 on four TaskManagers a gate has 2,500).
         for (address, _) in groupings.iter().flat_map(|grouping| &grouping.groups) {
             if self.network.connection(address).is_some() {
                 continue;

@@ -13,9 +13,11 @@
 //! messages between two TaskManagers grow with the data and with how often gates ask, not
 //! with channels or tasks: the end of every channel between them may travel in one answer.
 //!
-//! The TaskManager's own partitions are read the same way, through a connection whose asks
-//! are direct calls of its [`PartitionRequestServer`] ([`Peer::Local`]): a gate's local
-//! channels that stay empty then cost one notice per partition, like remote ones.
+//! The TaskManager has a connection to itself too, whose asks are direct calls of its
+//! [`PartitionRequestServer`] ([`Peer::Local`]): through it a gate hears how the local
+//! partitions it reads ended, one notice per partition like remote ones, so local channels
+//! that stay empty cost nothing of their own (the gate reads local data straight from the
+//! store).
 //!
 //! A connection is broken when [`RECONNECT_ATTEMPTS`] asks in a row fail (each re-dials the peer
 //! with the transport's own backoff): every gate reading there is told, names the producer's

@@ -5,13 +5,14 @@
 //!                   (waits for room: backpressure)                  (one subpartition per
 //!                                                                    consumer; pipelined:
 //!                                                                    bounded, never spilled)
-//!  consumer task ◀─ InputGate ◀─ GateInbox ◀─ client::NetworkClient, one DataConnection per
-//!                    (credit)     producer TaskManager (this one too) shared by every task
-//!                                 here: PartitionRequests (subscribe once, credit) and one
-//!                                 PollPartitionData in flight ─▶ server::PartitionRequestServer
-//!                                 (the subscriptions; the store pushes their keys when ready);
-//!                                 to this TaskManager itself the asks are direct calls
-//!                                 (client::Peer::Local) and buffers move, not copied
+//!  consumer task ◀─ InputGate ◀─ local channels with data: straight from the store (moved)
+//!                     (credit)  ◀─ GateInbox ◀─ client::NetworkClient, one DataConnection per
+//!                                  producer TaskManager shared by every task here:
+//!                                  PartitionRequests (subscribe once, credit) and one
+//!                                  PollPartitionData in flight ─▶ server::PartitionRequestServer
+//!                                  (the subscriptions; the store pushes their keys when ready);
+//!                                  one to this TaskManager itself (client::Peer::Local, direct
+//!                                  calls) tells how local partitions ended, one notice each
 //! ```
 //!
 //! Waiting for data has no time limit: a producer may stay silent as long as it runs. The
