@@ -965,4 +965,81 @@ mod tests {
         });
         read.await.unwrap();
     }
+
+    /// Deployment is concurrent: a consumer's gate may start before its local producers have
+    /// created their partitions. Among 40 local producers created only after the gate started,
+    /// the one that writes is read straight from the store and the 39 that stay empty end by
+    /// their partitions' notices, with no state of their own.
+    #[actix::test]
+    async fn local_partitions_created_after_the_gate_are_read_or_end_by_notice() {
+        let store = Arc::new(PartitionStore::new(std::env::temp_dir(), usize::MAX));
+        let local = ActorAddress::new("local", "taskmanager/tm");
+        let network = NetworkClient::new(local.clone(), NodeRng::seed_from_u64(1));
+        let drive = network
+            .connect(&local, Peer::Local(Arc::default(), store.clone()))
+            .expect("a new connection");
+        actix::spawn(drive);
+        let partitions: Vec<ResultPartitionId> = (1..=40).map(partition).collect();
+        let descriptor = GateDescriptor {
+            edge: 0,
+            subpartition: 1,
+            producers: Producers::own(
+                partitions
+                    .iter()
+                    .map(|&partition| ProducerLocation {
+                        partition,
+                        task_manager: local.clone(),
+                    })
+                    .collect(),
+            ),
+        };
+        let (started, gate_started) = tokio::sync::oneshot::channel();
+        let gate_store = store.clone();
+        #[allow(clippy::disallowed_methods)] // the test plays the task runner
+        let read = tokio::task::spawn_blocking(move || {
+            let mut gate = InputGate::new(
+                &[descriptor],
+                &[],
+                &network,
+                gate_store,
+                NetworkSettings::default(),
+                Arc::default(),
+                Arc::default(),
+            )
+            .unwrap();
+            started.send(()).unwrap();
+            let mut keys = Vec::new();
+            while let Some(buffer) = gate.next_buffer(&ThreadBlocker).unwrap() {
+                let mut reader = buffer.reader();
+                while let Some(record) = reader.next_record().unwrap() {
+                    keys.push(record.key);
+                }
+            }
+            (keys, gate.channels.len())
+        });
+        gate_started.await.unwrap();
+        for &id in &partitions {
+            store.create_pipelined(id, 2, 10).unwrap();
+        }
+        let record = |key: &str| Record {
+            key: key.to_owned(),
+            value: Value::Int(1),
+        };
+        // Partition 7 writes to this gate's subpartition (1), partition 8 only to another one.
+        store
+            .append_records(partitions[7], 1, vec![record("a"), record("b")])
+            .unwrap();
+        store
+            .append_records(partitions[8], 0, vec![record("elsewhere")])
+            .unwrap();
+        for &id in &partitions {
+            store.finish(id).unwrap();
+        }
+        let (keys, with_state) = read.await.unwrap();
+        assert_eq!(keys, ["a", "b"]);
+        assert_eq!(
+            with_state, 1,
+            "only the channel that got data has state of its own"
+        );
+    }
 }
