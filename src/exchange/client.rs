@@ -674,6 +674,21 @@ impl NetworkClient {
     }
 }
 
+#[cfg(test)]
+impl NetworkClient {
+    /// A client of the TaskManager at `local` with its connection to itself, serving `store`,
+    /// driven on this thread (an actix runtime): what a TaskManager opens for its local
+    /// channels.
+    pub(crate) fn reading_locally(local: &ActorAddress, store: &Arc<PartitionStore>) -> Self {
+        let network = Self::new(local.clone(), NodeRng::seed_from_u64(1));
+        let drive = network
+            .connect(local, Peer::Local(Arc::default(), store.clone()))
+            .expect("a new connection");
+        actix::spawn(drive);
+        network
+    }
+}
+
 /// Why a connection gives up.
 enum Broken {
     /// An ask failed (one of [`RECONNECT_ATTEMPTS`] in a row).

@@ -865,8 +865,6 @@ impl Drop for InputGate {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::env::NodeRng;
-    use crate::exchange::client::Peer;
     use crate::exchange::partition::PartitionStore;
     use crate::exchange::partition::tests::AppendRecords;
     use crate::messages::deployment::{ProducerLocation, Producers};
@@ -879,6 +877,40 @@ mod tests {
             producer: ExecutionAttemptId::from_u128(n),
             edge: 0,
         }
+    }
+
+    /// A gate of a TaskManager reading `subpartition` of `partitions`, all its own, through its
+    /// connection to itself (driven on this thread).
+    fn local_gate(
+        store: &Arc<PartitionStore>,
+        partitions: &[ResultPartitionId],
+        subpartition: u32,
+        settings: NetworkSettings,
+    ) -> InputGate {
+        let local = ActorAddress::new("local", "taskmanager/tm");
+        let descriptor = GateDescriptor {
+            edge: 0,
+            subpartition,
+            producers: Producers::own(
+                partitions
+                    .iter()
+                    .map(|&partition| ProducerLocation {
+                        partition,
+                        task_manager: local.clone(),
+                    })
+                    .collect(),
+            ),
+        };
+        InputGate::new(
+            &[descriptor],
+            &[],
+            &NetworkClient::reading_locally(&local, store),
+            store.clone(),
+            settings,
+            Arc::default(),
+            Arc::default(),
+        )
+        .unwrap()
     }
 
     /// Flink's credit model: a channel with a backlog borrows floating buffers up to the
@@ -900,43 +932,15 @@ mod tests {
         store.append_records(quiet, 0, vec![]).unwrap();
         store.finish(busy).unwrap();
         store.finish(quiet).unwrap();
-        let local = ActorAddress::new("local", "taskmanager/tm");
-        let network = NetworkClient::new(local.clone(), NodeRng::seed_from_u64(1));
-        let drive = network
-            .connect(&local, Peer::Local(Arc::default(), store.clone()))
-            .expect("a new connection");
-        actix::spawn(drive);
         let settings = NetworkSettings {
             buffers_per_channel: 2,
             floating_buffers_per_gate: 3,
             ..NetworkSettings::default()
         };
-        let descriptor = GateDescriptor {
-            edge: 0,
-            subpartition: 0,
-            producers: Producers::own(
-                [busy, quiet]
-                    .into_iter()
-                    .map(|partition| ProducerLocation {
-                        partition,
-                        task_manager: local.clone(),
-                    })
-                    .collect(),
-            ),
-        };
+        let mut gate = local_gate(&store, &[busy, quiet], 0, settings);
         // The gate blocks its thread while it waits; the connection runs on this one.
         #[allow(clippy::disallowed_methods)] // the test plays the task runner
         let read = tokio::task::spawn_blocking(move || {
-            let mut gate = InputGate::new(
-                &[descriptor],
-                &[],
-                &network,
-                store,
-                settings,
-                Arc::default(),
-                Arc::default(),
-            )
-            .unwrap();
             let mut records = 0;
             let mut most_held = 0;
             while let Some(buffer) = gate.next_buffer(&ThreadBlocker).unwrap() {
@@ -973,41 +977,10 @@ mod tests {
     #[actix::test]
     async fn local_partitions_created_after_the_gate_are_read_or_end_by_notice() {
         let store = Arc::new(PartitionStore::new(std::env::temp_dir(), usize::MAX));
-        let local = ActorAddress::new("local", "taskmanager/tm");
-        let network = NetworkClient::new(local.clone(), NodeRng::seed_from_u64(1));
-        let drive = network
-            .connect(&local, Peer::Local(Arc::default(), store.clone()))
-            .expect("a new connection");
-        actix::spawn(drive);
         let partitions: Vec<ResultPartitionId> = (1..=40).map(partition).collect();
-        let descriptor = GateDescriptor {
-            edge: 0,
-            subpartition: 1,
-            producers: Producers::own(
-                partitions
-                    .iter()
-                    .map(|&partition| ProducerLocation {
-                        partition,
-                        task_manager: local.clone(),
-                    })
-                    .collect(),
-            ),
-        };
-        let (started, gate_started) = tokio::sync::oneshot::channel();
-        let gate_store = store.clone();
+        let mut gate = local_gate(&store, &partitions, 1, NetworkSettings::default());
         #[allow(clippy::disallowed_methods)] // the test plays the task runner
         let read = tokio::task::spawn_blocking(move || {
-            let mut gate = InputGate::new(
-                &[descriptor],
-                &[],
-                &network,
-                gate_store,
-                NetworkSettings::default(),
-                Arc::default(),
-                Arc::default(),
-            )
-            .unwrap();
-            started.send(()).unwrap();
             let mut keys = Vec::new();
             while let Some(buffer) = gate.next_buffer(&ThreadBlocker).unwrap() {
                 let mut reader = buffer.reader();
@@ -1017,7 +990,6 @@ mod tests {
             }
             (keys, gate.channels.len())
         });
-        gate_started.await.unwrap();
         for &id in &partitions {
             store.create_pipelined(id, 2, 10).unwrap();
         }

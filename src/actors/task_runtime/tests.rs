@@ -74,17 +74,6 @@ fn poll(poll: u64, received: u64) -> PollPartitionData {
     }
 }
 
-/// A network client of `local` with its connection to `store` (the TaskManager's own
-/// partitions) driven on this thread.
-fn network(local: &ActorAddress, store: &Arc<PartitionStore>) -> NetworkClient {
-    let network = NetworkClient::new(local.clone(), NodeRng::seed_from_u64(1));
-    let drive = network
-        .connect(local, Peer::Local(Arc::default(), store.clone()))
-        .expect("a new connection");
-    actix::spawn(drive);
-    network
-}
-
 fn record(i: i64) -> Record {
     Record {
         key: format!("k{i}"),
@@ -361,7 +350,7 @@ async fn a_partition_released_under_its_reading_consumer_fails_it_as_released() 
             vec![],
         ),
         store.clone(),
-        network(&local, &store),
+        NetworkClient::reading_locally(&local, &store),
     );
     let consumer = spawn_task(task);
     // Once the consumer has taken the buffer it waits for more; then the partition goes.
@@ -409,7 +398,7 @@ async fn a_consumer_reads_whichever_channel_has_data_while_another_is_silent() {
             }],
         ),
         store.clone(),
-        network(&local, &store),
+        NetworkClient::reading_locally(&local, &store),
     );
     let consumer = spawn_task(task);
     // Enough records from the talkative producer to fill a whole output buffer downstream.
@@ -448,7 +437,7 @@ async fn a_pipelined_producer_waits_for_its_consumer_instead_of_spilling_until_c
             }],
         ),
         store.clone(),
-        network(&env.address_of("taskmanager/tm-local"), &store),
+        NetworkClient::reading_locally(&env.address_of("taskmanager/tm-local"), &store),
     );
     create_outputs(&store, &task.descriptor).unwrap();
     let producer = spawn_task(task);
