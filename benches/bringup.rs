@@ -14,11 +14,11 @@
 
 use std::time::{Duration, Instant};
 
-use flint::events::ClusterEvent;
+use flint::env::events::ClusterEvent;
 use flint::{ClusterConfig, MiniCluster};
 use tokio::sync::broadcast::error::RecvError;
 
-// The allocator of the `flint` and `demo` binaries (flint::allocator).
+// The allocator of the `flint` and `demo` binaries (flint::process::allocator).
 flint::global_allocator!();
 
 fn config(pool_size: u32) -> ClusterConfig {

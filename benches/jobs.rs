@@ -19,19 +19,19 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use flint::actors::job_master::{JobAction, JobContext, JobMaster};
-use flint::actors::scheduler::{BulkId, Scheduler, SlotRequest, TaskRef};
+use flint::actors::job_manager::execution_graph::{JobAction, JobContext, JobMaster};
+use flint::actors::job_manager::scheduler::{BulkId, Scheduler, SlotRequest, TaskRef};
+use flint::base::ids::{ExecutionAttemptId, JobId, ResourceId};
 use flint::env::NodeRng;
 use flint::job::file::parse_job_file;
 use flint::job::graph::{DistributionPattern, ExchangeMode, JobGraph, RestartStrategyConfig};
 use flint::job::states::{ExecutionState, JobStatus};
 use flint::messages::ActorAddress;
-use flint::messages::ids::{ExecutionAttemptId, JobId, ResourceId};
 use flint::operators::OperatorRegistry;
 use flint::operators::builtin::sequential_word_count;
 use flint::{ClusterConfig, MiniCluster};
 
-// The allocator of the `flint` and `demo` binaries (flint::allocator).
+// The allocator of the `flint` and `demo` binaries (flint::process::allocator).
 flint::global_allocator!();
 
 fn median(mut values: Vec<f64>) -> f64 {

@@ -25,9 +25,9 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use flint::actors::{job_manager, resource_manager};
+use flint::base::ids::{ClusterId, InstanceId, ResourceId};
 use flint::env::NodeRng;
 use flint::messages::ActorAddress;
-use flint::messages::ids::{ClusterId, InstanceId, ResourceId};
 use flint::messages::job_manager::{
     Heartbeat, HeartbeatReport, HeartbeatResponse, JobManagerMessage,
 };

@@ -18,7 +18,7 @@ use flint::job::states::JobStatus;
 use flint::{ClusterConfig, MiniCluster};
 use rest_cluster::Cluster;
 
-// The allocator of the `flint` and `demo` binaries (flint::allocator).
+// The allocator of the `flint` and `demo` binaries (flint::process::allocator).
 flint::global_allocator!();
 
 /// The process helpers of the integration tests (SIGTERM-and-wait).

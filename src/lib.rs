@@ -53,44 +53,30 @@
 //! ```
 
 pub mod actors;
-pub mod allocator;
-pub mod backoff;
+pub mod base;
 pub mod client;
-pub mod codec;
+pub mod cluster;
 pub mod config;
 pub mod demo;
-pub mod directory;
 pub mod drivers;
 pub mod env;
-pub mod error_chain;
-pub mod events;
 pub mod exchange;
-pub mod executor;
-pub mod fixed_hash;
 pub mod ha;
 pub mod job;
-pub mod latch;
-pub mod lockstep;
 pub mod messages;
-pub mod metrics;
-pub mod minicluster;
-pub mod node;
 pub mod operators;
 pub mod process;
 pub mod rest;
-pub mod run;
+pub mod rpc;
 pub mod sim;
-pub mod task_blocking;
-pub mod task_threads;
 pub mod transport;
-pub mod working_dir;
 
 #[cfg(test)]
 pub(crate) mod testing;
 
+pub use cluster::minicluster::{ClusterStatus, MiniCluster, MiniClusterError};
 pub use config::ClusterConfig;
-pub use events::ClusterEvent;
-pub use minicluster::{ClusterStatus, MiniCluster, MiniClusterError};
+pub use env::events::ClusterEvent;
 
 /// The README's examples compile (`cargo test --doc`).
 #[cfg(doctest)]

@@ -11,15 +11,15 @@ use actix::dev::ToEnvelope;
 use actix::prelude::*;
 use tokio::sync::oneshot;
 
-use crate::directory::{LocalActor, LocalDirectory};
+use crate::base::ids::{LeaderSessionId, ResourceId};
 use crate::drivers::{DriverError, WorkerDriver, WorkerRequest};
+use crate::env::events::EventSink;
 use crate::env::{CurrentArbiterSpawner, ManualClock, NodeEnv, Spawner};
-use crate::events::EventSink;
-use crate::messages::ids::{LeaderSessionId, ResourceId};
 use crate::messages::job_manager::*;
 use crate::messages::resource_manager::*;
 use crate::messages::task_manager::*;
 use crate::messages::*;
+use crate::rpc::directory::{LocalActor, LocalDirectory};
 
 /// An environment whose spawner keeps everything on the current arbiter (so a paused clock
 /// governs every timer), with a fresh local directory.
@@ -261,7 +261,7 @@ impl Handler<UpdateTaskExecutionStates> for JobManagerProbe {
 }
 
 impl Handler<SubmitJob> for JobManagerProbe {
-    type Result = Result<crate::messages::ids::JobId, JobError>;
+    type Result = Result<crate::base::ids::JobId, JobError>;
 
     fn handle(&mut self, msg: SubmitJob, _: &mut Context<Self>) -> Self::Result {
         self.received.push(msg.into());
@@ -337,7 +337,7 @@ impl JobManagerProbeHandle {
         let scripts = Arc::new(Mutex::new(JobManagerScripts {
             register_task_manager: Script::Answer(RegistrationResponse::AcknowledgeRegistration(
                 AcknowledgeRegistration {
-                    instance_id: crate::messages::ids::InstanceId::from_u128(1),
+                    instance_id: crate::base::ids::InstanceId::from_u128(1),
                     leader_session_id: session,
                 },
             )),

@@ -16,17 +16,17 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use flint::directory::Resolver;
+use flint::base::ids::{ClusterId, LeaderSessionId};
 use flint::env::NodeRng;
-use flint::messages::ids::{ClusterId, LeaderSessionId};
 use flint::messages::job_manager::{GetJobManagerStatus, JobManagerGateway};
 use flint::messages::task_manager::GetTaskManagerStatus;
 use flint::messages::{ActorAddress, NewLeaderAvailable};
+use flint::rpc::directory::Resolver;
+use flint::rpc::endpoint::{EndpointConfig, NodeEndpoint, RemoteResolver};
 use flint::transport::envelope::{Envelope, EnvelopeKind, Payload, Reply};
 use flint::transport::handshake::{
     self, HandshakeConfig, HandshakeMessage, Hello, MAX_HANDSHAKE_MESSAGE, PROTOCOL_VERSION, Secret,
 };
-use flint::transport::remote::{EndpointConfig, NodeEndpoint, RemoteResolver};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
@@ -393,7 +393,7 @@ async fn wrong_version(cluster: &Cluster) {
     let mut stream = connect(&cluster.address).await;
     // The server speaks first; its Hello proves this test frames handshake messages as it does.
     let theirs: HandshakeMessage =
-        flint::codec::decode(&read_frame(&mut stream).await.unwrap()).unwrap();
+        flint::base::codec::decode(&read_frame(&mut stream).await.unwrap()).unwrap();
     match theirs {
         HandshakeMessage::Hello(hello) => {
             assert_eq!(hello.protocol_version, PROTOCOL_VERSION);
@@ -408,7 +408,7 @@ async fn wrong_version(cluster: &Cluster) {
         nonce: [7; 32],
     });
     stream
-        .write_all(&framed(&flint::codec::encode(&ours).unwrap()))
+        .write_all(&framed(&flint::base::codec::encode(&ours).unwrap()))
         .await
         .unwrap();
     assert_closed_by_server(&mut stream, "a wrong protocol version").await;
@@ -456,7 +456,7 @@ async fn own_node_id(cluster: &Cluster) {
     // server must hang up without ever sending a proof.
     let mut stream = connect(&cluster.address).await;
     let theirs: HandshakeMessage =
-        flint::codec::decode(&read_frame(&mut stream).await.unwrap()).unwrap();
+        flint::base::codec::decode(&read_frame(&mut stream).await.unwrap()).unwrap();
     let HandshakeMessage::Hello(theirs) = theirs else {
         panic!("the server opened with {theirs:?}");
     };
@@ -466,13 +466,13 @@ async fn own_node_id(cluster: &Cluster) {
         ..theirs
     });
     stream
-        .write_all(&framed(&flint::codec::encode(&ours).unwrap()))
+        .write_all(&framed(&flint::base::codec::encode(&ours).unwrap()))
         .await
         .unwrap();
     let sent = tokio::time::timeout(CLOSE_DEADLINE, async {
         let mut sent = Vec::new();
         while let Ok(frame) = read_frame(&mut stream).await {
-            sent.push(flint::codec::decode::<HandshakeMessage>(&frame));
+            sent.push(flint::base::codec::decode::<HandshakeMessage>(&frame));
         }
         sent
     })

@@ -336,7 +336,7 @@ fn no_subcommand_prints_help() {
     assert!(run.stderr.contains("Usage: flint"), "{run:?}");
 }
 
-/// The binary allocates with jemalloc without thread caches (flint::allocator): jemalloc reads
+/// The binary allocates with jemalloc without thread caches (flint::process::allocator): jemalloc reads
 /// the options Flint exports under its prefixed symbol name, or silently ignores them under
 /// any other. Its statistics at exit (asked for through the run-time variable, which adds to
 /// the compiled-in options) show what it read.

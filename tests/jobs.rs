@@ -67,7 +67,7 @@ fn slow_wordcount(input: &Path, output: &Path, parallelism: u32, sleep_ms: u64) 
 /// Waits until every subtask of vertex `vertex` runs (the sleeping one: sources may be done).
 async fn wait_until_running(
     cluster: &MiniCluster,
-    job: flint::messages::ids::JobId,
+    job: flint::base::ids::JobId,
     vertex: usize,
 ) -> JobDetails {
     let give_up = tokio::time::Instant::now() + DEADLINE;

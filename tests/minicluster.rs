@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use flint::events::ClusterEvent;
+use flint::env::events::ClusterEvent;
 use flint::messages::RemovalReason;
 use flint::{ClusterConfig, MiniCluster, MiniClusterError};
 
@@ -101,7 +101,7 @@ async fn bad_requests_are_refused_and_change_nothing() {
             .contains("resourcemanager.max-pool-size"),
         "{too_big}"
     );
-    let unknown = flint::messages::ids::ResourceId::new("no-such-worker");
+    let unknown = flint::base::ids::ResourceId::new("no-such-worker");
     assert!(matches!(
         cluster.kill_worker(&unknown),
         Err(MiniClusterError::UnknownWorker(_))

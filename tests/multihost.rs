@@ -10,12 +10,12 @@
 use std::process::Command;
 use std::time::Duration;
 
+use flint::base::ids::ClusterId;
 use flint::job::states::JobStatus;
 use flint::messages::ActorAddress;
-use flint::messages::ids::ClusterId;
 use flint::operators::builtin::sequential_word_count;
+use flint::rpc::endpoint::EndpointConfig;
 use flint::transport::handshake::Secret;
-use flint::transport::remote::EndpointConfig;
 
 mod common;
 use common::process::{Client, JobManagerProcess};

@@ -9,10 +9,10 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
+use flint::base::ids::ResourceId;
 use flint::config::RestConfig;
 use flint::job::graph::JobGraph;
 use flint::job::states::{ExecutionState, JobStatus};
-use flint::messages::ids::ResourceId;
 use flint::messages::job_manager::JobManagerGateway;
 use flint::messages::resource_manager::ResourceManagerGateway;
 use flint::rest::views::{JobList, JobView, Overview, PoolSize, TaskManagerList, TaskManagerView};

@@ -296,13 +296,13 @@ async fn a_secret_that_is_not_utf8_reaches_the_children_byte_for_byte() {
         .await;
     client.endpoint.shutdown();
     // And the JobManager does not run without one: the lossy version of it is refused.
-    let (lossy, resolver) = flint::transport::remote::NodeEndpoint::bind(Client::loopback_config(
+    let (lossy, resolver) = flint::rpc::endpoint::NodeEndpoint::bind(Client::loopback_config(
         Secret::from_bytes(String::from_utf8_lossy(secret).into_owned()),
         4,
     ))
     .await
     .expect("binds");
-    let proxy = flint::directory::Resolver::job_manager(
+    let proxy = flint::rpc::directory::Resolver::job_manager(
         &*resolver,
         &flint::messages::ActorAddress::new(jm.address.clone(), "jobmanager"),
     )

@@ -482,7 +482,7 @@ fn seed_25062_lost_deployment_frames_count_as_disturbances() {
 /// A sample of seeds, run twice, gives the same digests. Seeds 15841, 55436 and 110869 are kept:
 /// they replayed differently until the transport stopped using tokio's `watch` (which wakes its
 /// waiters in a random order): a TaskManager reconnecting after a partition wrote its queued
-/// messages in a different order each run. See `flint::latch`.
+/// messages in a different order each run. See `flint::base::latch`.
 #[test]
 fn the_same_seed_gives_the_same_trace() {
     if env_u64("FLINT_SIM_SEED").is_some() {

@@ -19,22 +19,23 @@ use actix::clock::Instant;
 use actix::prelude::*;
 
 mod deployments;
+pub mod execution_graph;
+pub mod heartbeat_monitor;
+pub mod instance_manager;
 mod jobs;
+pub mod scheduler;
 
+use self::execution_graph::JobMaster;
+use self::heartbeat_monitor::HeartbeatMonitor;
+use self::instance_manager::InstanceManager;
+use self::scheduler::{Scheduler, TaskRef};
 use super::Shutdown;
-use super::heartbeat_monitor::HeartbeatMonitor;
-use super::instance_manager::InstanceManager;
-use super::job_master::JobMaster;
 use super::mailbox_stats::MailboxStats;
-use super::scheduler::{Scheduler, TaskRef};
+use crate::base::ids::{AllocationId, ClusterId, InstanceId, JobId, LeaderSessionId, ResourceId};
 use crate::config::HeartbeatConfig;
-use crate::directory::LocalActor;
+use crate::env::events::ClusterEvent;
 use crate::env::{NodeEnv, NodeRng};
-use crate::events::ClusterEvent;
 use crate::ha::LeadershipLease;
-use crate::messages::ids::{
-    AllocationId, ClusterId, InstanceId, JobId, LeaderSessionId, ResourceId,
-};
 use crate::messages::job_manager::*;
 use crate::messages::resource_manager::{
     NotifyResourceStarted, RegisterResourceManagerSuccessful, RemoveResource,
@@ -43,6 +44,7 @@ use crate::messages::resource_manager::{
 use crate::messages::task_manager::{Disconnect, GetTaskManagerStatus, TaskManagerGateway};
 use crate::messages::{ActorAddress, RemovalReason};
 use crate::operators::OperatorRegistry;
+use crate::rpc::directory::LocalActor;
 
 /// The actor's name on its node.
 pub const NAME: &str = "jobmanager";

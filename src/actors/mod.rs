@@ -6,18 +6,11 @@
 //! | [`job_manager::JobManager`] | [`instance_manager::InstanceManager`], [`heartbeat_monitor::HeartbeatMonitor`] |
 //! | [`task_manager::TaskManager`] | [`registration::Registration`], [`slot_table::SlotTable`] |
 
-pub mod heartbeat_monitor;
-pub mod instance_manager;
 pub mod job_manager;
-pub mod job_master;
 pub mod mailbox_stats;
-pub mod registration;
+pub mod node;
 pub mod resource_manager;
-pub mod scheduler;
-pub mod slot_table;
 pub mod task_manager;
-pub mod task_runtime;
-pub mod worker_pool;
 
 /// Stop the actor (a local control message, never sent over the wire: remote peers leave
 /// through the protocol).

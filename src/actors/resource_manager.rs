@@ -17,6 +17,7 @@
 //! so a paused tokio clock drives them in tests.
 
 mod connection;
+pub mod worker_pool;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
@@ -24,20 +25,20 @@ use std::time::Duration;
 use actix::clock::Instant;
 use actix::prelude::*;
 
-use super::worker_pool::{RegistrationOutcome, WorkerPool, WorkerState};
-use crate::backoff::ExponentialBackoff;
+use self::worker_pool::{RegistrationOutcome, WorkerPool, WorkerState};
+use crate::base::backoff::ExponentialBackoff;
+use crate::base::ids::{LeaderSessionId, ResourceId};
 use crate::config::{HeartbeatConfig, ResourceManagerConfig};
-use crate::directory::LocalActor;
 use crate::drivers::{WorkerDriver, WorkerRequest};
 use crate::env::NodeEnv;
-use crate::events::ClusterEvent;
+use crate::env::events::ClusterEvent;
 use crate::ha::LeadershipLease;
-use crate::messages::ids::{LeaderSessionId, ResourceId};
 use crate::messages::job_manager::{
     IdleTaskManagersReleased, JobManagerGateway, ReleaseIdleTaskManagers, ResourceRemoved,
 };
 use crate::messages::resource_manager::*;
 use crate::messages::{Acknowledge, ActorAddress, RemovalReason, is_current_leader};
+use crate::rpc::directory::LocalActor;
 
 /// The actor's name on its node.
 pub const NAME: &str = "resourcemanager";

@@ -14,14 +14,16 @@ use std::sync::Arc;
 use actix::clock::Instant;
 use actix::prelude::*;
 
+use self::registration::{Leader, Registration, RegistrationAction, RegistrationEvent};
+use self::slot_table::SlotTable;
+use self::task_runtime::{TaskEnvironment, TaskOutcome, create_outputs, run_task};
 use super::Shutdown;
-use super::registration::{Leader, Registration, RegistrationAction, RegistrationEvent};
-use super::slot_table::SlotTable;
-use super::task_runtime::{TaskEnvironment, TaskOutcome, create_outputs, run_task};
+use crate::base::ids::{AllocationId, ExecutionAttemptId, JobId, LeaderSessionId};
+use crate::base::ids::{ClusterId, InstanceId, ResourceId, TaskManagerSessionId};
 use crate::config::{CancellationConfig, HeartbeatConfig, RegistrationConfig};
-use crate::directory::LocalActor;
+use crate::env::events::ClusterEvent;
+use crate::env::task_blocking::Cancellation;
 use crate::env::{NodeEnv, NodeRng, TaskBlocker};
-use crate::events::ClusterEvent;
 use crate::exchange::NetworkSettings;
 use crate::exchange::client::{NetworkClient, Peer};
 use crate::exchange::metrics::{TaskIoMetrics, TaskIoSnapshot};
@@ -30,8 +32,6 @@ use crate::exchange::server::PartitionRequestServer;
 use crate::job::states::ExecutionState;
 use crate::messages::ResultPartitionId;
 use crate::messages::deployment::TaskDeploymentDescriptor;
-use crate::messages::ids::{AllocationId, ExecutionAttemptId, JobId, LeaderSessionId};
-use crate::messages::ids::{ClusterId, InstanceId, ResourceId, TaskManagerSessionId};
 use crate::messages::job_manager::{
     DisconnectTaskManager, TaskExecutionState, UpdateTaskExecutionStates,
 };
@@ -43,9 +43,12 @@ use crate::messages::{
     ActorAddress, HardwareDescription, NewLeaderAvailable, TaskManagerLocation, is_current_leader,
 };
 use crate::operators::OperatorRegistry;
-use crate::task_blocking::Cancellation;
+use crate::rpc::directory::LocalActor;
 
 mod producer_lists;
+pub mod registration;
+pub mod slot_table;
+pub mod task_runtime;
 use producer_lists::ProducerListCache;
 
 /// What every TaskManager of a cluster shares (a driver starts each worker from one).
@@ -169,7 +172,7 @@ async fn deliver_states(
     update: UpdateTaskExecutionStates,
     resource_id: ResourceId,
 ) {
-    let mut backoff = crate::backoff::ExponentialBackoff::new(
+    let mut backoff = crate::base::backoff::ExponentialBackoff::new(
         std::time::Duration::from_millis(100),
         std::time::Duration::from_secs(5),
     );

@@ -1,5 +1,5 @@
 //! `flint`: the command line. Parses arguments, sets up logging and calls into the library
-//! ([`flint::run`]); everything else lives there.
+//! ([`flint::process::run`]); everything else lives there.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -9,16 +9,16 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use flint::ClusterConfig;
+use flint::base::ids::ResourceId;
 use flint::client::{Client, ClientError, Interrupt, OutputFormat, SubmitOptions};
 use flint::config::{ConfigSources, FlagOverride, LoadedConfig};
-use flint::messages::ids::ResourceId;
-use flint::run::{RunError, RunOptions};
+use flint::process::run::{RunError, RunOptions};
 use indicatif::ProgressDrawTarget;
 
-// jemalloc without thread caches: see flint::allocator.
+// jemalloc without thread caches: see flint::process::allocator.
 flint::global_allocator!();
 
-/// The exit codes, as `flint::run` and `flint::client::exit` document them (`--help` of `flint`
+/// The exit codes, as `flint::process::run` and `flint::client::exit` document them (`--help` of `flint`
 /// and of every command).
 macro_rules! exit_codes {
     () => {
@@ -471,7 +471,7 @@ struct RunArgs {
     embedded: bool,
 
     /// Set the job file's parameter `${NAME}` to VALUE (repeatable).
-    #[arg(long = "param", value_name = "NAME=VALUE", value_parser = flint::run::parse_param)]
+    #[arg(long = "param", value_name = "NAME=VALUE", value_parser = flint::process::run::parse_param)]
     params: Vec<(String, String)>,
 
     /// Print the job id and return without waiting for the job.
@@ -509,7 +509,7 @@ impl RunArgs {
     fn into_options(self) -> Result<RunOptions, RunError> {
         Ok(RunOptions {
             job_file: self.job_file,
-            params: flint::run::collect_params(self.params)?,
+            params: flint::process::run::collect_params(self.params)?,
             pool_size: self.pool_size,
             slots: self.slots,
             config: self.source.config.clone(),
@@ -609,13 +609,13 @@ fn report(result: anyhow::Result<()>) -> ExitCode {
 async fn run(args: RunArgs) -> Result<u8, RunError> {
     let options = args.into_options()?;
     let mut out = std::io::stdout().lock();
-    let report = flint::run::run_embedded(options, &mut out).await?;
+    let report = flint::process::run::run_embedded(options, &mut out).await?;
     Ok(report.exit_code())
 }
 
 /// `flint run` against a running cluster: progress on stderr, Ctrl-C leaves the job running.
 fn run_on_cluster(args: RunArgs, out: &mut impl std::io::Write) -> Result<u8, ClientError> {
-    let params = flint::run::collect_params(args.params)?;
+    let params = flint::process::run::collect_params(args.params)?;
     let client = Client::from_environment(
         args.jobmanager.as_deref(),
         args.source.config.as_deref(),

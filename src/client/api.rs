@@ -3,14 +3,14 @@
 //!
 //! [`JobView::to_status`] turns a job's answer into the JobManager's own
 //! [`messages::job_manager::JobDetails`](crate::messages::job_manager::JobDetails), so a run
-//! against a cluster reports through the same [`RunReport`](crate::run::RunReport) as an
+//! against a cluster reports through the same [`RunReport`](crate::process::run::RunReport) as an
 //! embedded one.
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::actors::scheduler::Locality;
+use crate::actors::job_manager::scheduler::Locality;
 use crate::job::states::ExecutionState;
 use crate::messages::job_manager as jm;
 pub use crate::rest::views::{
@@ -118,8 +118,8 @@ pub struct ErrorBody {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::base::ids::ResourceId;
     use crate::job::states::JobStatus;
-    use crate::messages::ids::ResourceId;
 
     const JOB: &str = include_str!("testdata/job_finished.json");
 

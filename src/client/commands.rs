@@ -3,7 +3,7 @@
 //!
 //! Output goes to the writer the caller gives (stdout for the CLI): the human rendering
 //! ([`super::render`]) or, with [`OutputFormat::Json`], the REST answer exactly as the server
-//! sent it. Live progress goes to its own draw target (stderr). Like [`crate::run`], nothing
+//! sent it. Live progress goes to its own draw target (stderr). Like [`crate::process::run`], nothing
 //! here exits the process or prints to stderr: each command returns its exit code or a
 //! [`ClientError`] that knows its own ([`ClientError::exit_code`]).
 
@@ -20,10 +20,10 @@ use super::interrupt::Interrupt;
 use super::progress::JobProgress;
 use super::render;
 use super::rest::{Answer, RestClient, RestError};
+use crate::base::ids::{IdParseError, JobId};
 use crate::job::file::{JobFileError, read_job_file};
-use crate::messages::ids::{IdParseError, JobId};
 use crate::operators::OperatorRegistry;
-use crate::run::{RunReport, UsageError, sink_outputs};
+use crate::process::run::{RunReport, UsageError, sink_outputs};
 
 /// How often `run` asks for the job's status while it waits.
 pub const POLL_INTERVAL: Duration = Duration::from_millis(200);

@@ -38,10 +38,10 @@ pub use endpoint::{Endpoint, EndpointError, JobManagerUrl};
 pub use interrupt::Interrupt;
 pub use rest::{RestClient, RestError};
 
-/// The CLI's exit codes. `flint run --embedded` uses the first four ([`crate::run`]); the client
+/// The CLI's exit codes. `flint run --embedded` uses the first four ([`crate::process::run`]); the client
 /// commands add the others. Documented in the README and in `flint --help`.
 pub mod exit {
-    use crate::run;
+    use crate::process::run;
 
     /// The command did what it was asked (`run`: the job FINISHED).
     pub const SUCCESS: u8 = run::EXIT_FINISHED;

@@ -9,9 +9,9 @@
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use super::api::{JobView, VertexView};
+use crate::base::ids::JobId;
 use crate::job::graph::JobGraph;
 use crate::job::states::ExecutionState;
-use crate::messages::ids::JobId;
 
 /// The bars of one job.
 pub struct JobProgress {

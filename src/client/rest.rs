@@ -25,8 +25,8 @@ use super::api::{
 };
 use super::endpoint::Endpoint;
 use super::exit;
+use crate::base::ids::JobId;
 use crate::job::graph::JobGraph;
-use crate::messages::ids::JobId;
 
 /// How long connecting may take before the JobManager counts as unreachable.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);

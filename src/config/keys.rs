@@ -10,7 +10,7 @@ use std::path::PathBuf;
 
 use super::kind::{Field, Kind};
 use super::{ClusterConfig, DriverKind, HighAvailabilityKind, POOL_SIZE_LIMIT};
-use crate::messages::ids::ClusterId;
+use crate::base::ids::ClusterId;
 use crate::messages::job_manager::MAX_SLOTS_PER_TASK_MANAGER;
 use crate::transport::tls::TlsConfig;
 

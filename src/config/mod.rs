@@ -36,7 +36,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::messages::ids::ClusterId;
+use crate::base::ids::ClusterId;
 
 mod error;
 pub mod high_availability;
@@ -332,7 +332,7 @@ pub struct TaskManagerConfig {
     /// `taskmanager.slots`: slots each TaskManager offers.
     pub slots: u32,
     /// `taskmanager.working-dir`: where each process makes its private working directory
-    /// ([`WorkingDir`](crate::working_dir::WorkingDir)), in which TaskManagers spill result
+    /// ([`WorkingDir`](crate::env::working_dir::WorkingDir)), in which TaskManagers spill result
     /// partitions. Default: the system temp directory.
     pub working_dir: Option<PathBuf>,
     /// `taskmanager.spill-threshold`: a result partition above this many bytes spills to disk.

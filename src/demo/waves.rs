@@ -8,10 +8,10 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::{DemoError, STEP_DEADLINE};
+use crate::cluster::minicluster::MiniCluster;
 use crate::job::graph::{JobGraph, RestartStrategyConfig};
 use crate::job::states::{ExecutionState, JobStatus};
 use crate::messages::job_manager::JobDetails;
-use crate::minicluster::MiniCluster;
 
 /// Subtasks of the job.
 const SUBTASKS: u32 = 64;

@@ -9,11 +9,11 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::DemoError;
+use crate::base::ids::JobId;
+use crate::cluster::minicluster::MiniCluster;
 use crate::job::file::parse_job_file;
 use crate::job::states::{ExecutionState, JobStatus};
-use crate::messages::ids::JobId;
 use crate::messages::job_manager::JobDetails;
-use crate::minicluster::MiniCluster;
 use crate::operators::OperatorRegistry;
 use crate::operators::builtin::sequential_word_count;
 

@@ -13,10 +13,10 @@ use actix::{Actor, Addr, Arbiter};
 
 use super::{DriverError, WorkerDriver, WorkerRequest};
 use crate::actors::Shutdown;
-use crate::actors::registration::Leader;
+use crate::actors::task_manager::registration::Leader;
 use crate::actors::task_manager::{TaskManager, TaskManagerSettings, TaskManagerSpec};
+use crate::base::ids::{LeaderSessionId, ResourceId};
 use crate::env::{NodeEnv, NodeRng, Placement};
-use crate::messages::ids::{LeaderSessionId, ResourceId};
 use crate::messages::resource_manager::{ResourceManagerGateway, WorkerStarted};
 use crate::messages::{ActorAddress, NewLeaderAvailable};
 
@@ -229,11 +229,11 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+    use crate::base::ids::ClusterId;
+    use crate::base::ids::LeaderSessionId;
     use crate::config::{HeartbeatConfig, RegistrationConfig};
     use crate::env::ArbiterSpawner;
     use crate::messages::HardwareDescription;
-    use crate::messages::ids::ClusterId;
-    use crate::messages::ids::LeaderSessionId;
     use crate::messages::resource_manager::ResourceManagerMessage;
     use crate::messages::task_manager::GetTaskManagerStatus;
     use crate::testing::*;
@@ -308,7 +308,7 @@ mod tests {
             s.register_task_manager = Script::Answer(
                 crate::messages::job_manager::RegistrationResponse::AcknowledgeRegistration(
                     crate::messages::job_manager::AcknowledgeRegistration {
-                        instance_id: crate::messages::ids::InstanceId::from_u128(9),
+                        instance_id: crate::base::ids::InstanceId::from_u128(9),
                         leader_session_id: new_session,
                     },
                 ),

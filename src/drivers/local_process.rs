@@ -24,7 +24,7 @@ use std::process::Stdio;
 use tokio::sync::oneshot;
 
 use super::{DriverError, WorkerDriver, WorkerRequest};
-use crate::messages::ids::ResourceId;
+use crate::base::ids::ResourceId;
 use crate::messages::resource_manager::WorkerStarted;
 use crate::messages::resource_manager::{ResourceManagerGateway, WorkerTerminated};
 

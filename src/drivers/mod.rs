@@ -15,8 +15,8 @@ pub mod in_process;
 pub mod local_process;
 pub mod standalone;
 
+use crate::base::ids::{LeaderSessionId, ResourceId};
 use crate::messages::ActorAddress;
-use crate::messages::ids::{LeaderSessionId, ResourceId};
 use crate::messages::resource_manager::ResourceManagerGateway;
 
 /// One worker to start.

@@ -3,7 +3,7 @@
 //! designated pool size is what the operator intends, and a shortfall is logged, never filled.
 
 use super::{DriverError, WorkerDriver, WorkerRequest};
-use crate::messages::ids::ResourceId;
+use crate::base::ids::ResourceId;
 use crate::messages::resource_manager::ResourceManagerGateway;
 
 /// Starts nothing; counts what registers.

@@ -13,7 +13,7 @@ use std::fmt;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
-use crate::codec::{self, CodecError};
+use crate::base::codec::{self, CodecError};
 use crate::operators::Record;
 
 /// Why a buffer's records could not be read back.
@@ -264,7 +264,7 @@ mod tests {
     fn a_buffer_round_trips_through_the_codec_and_json() {
         let buffer = Buffer::from((0..5).map(record).collect::<Vec<_>>());
         let decoded: Buffer =
-            crate::codec::decode(&crate::codec::encode(&buffer).expect("encodes"))
+            crate::base::codec::decode(&crate::base::codec::encode(&buffer).expect("encodes"))
                 .expect("decodes");
         assert_eq!(decoded, buffer);
         let json: Buffer =

@@ -30,13 +30,13 @@ use std::time::Duration;
 
 use futures_util::task::AtomicWaker;
 
+use crate::base::hash::FixedHashMap;
+use crate::base::ids::DataConnectionId;
+use crate::base::ids::ProducerListId;
 use crate::env::NodeRng;
-use crate::fixed_hash::FixedHashMap;
 use crate::messages::ActorAddress;
 use crate::messages::ResultPartitionId;
 use crate::messages::deployment::ProducerLocation;
-use crate::messages::ids::DataConnectionId;
-use crate::messages::ids::ProducerListId;
 use crate::messages::task_manager::{
     ChannelResponse, PartitionData, PartitionEnd, PartitionNotice, PartitionRequest,
     PartitionRequests, PollPartitionData, TaskManagerGateway,

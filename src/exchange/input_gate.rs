@@ -47,13 +47,13 @@ use super::client::{
 use super::metrics::TaskIoMetrics;
 use super::partition::{Fetch, PartitionStore, ReadyQueue};
 use super::server::FETCH_BYTES;
+use crate::base::hash::FixedHashMap;
 use crate::env::TaskBlocker;
-use crate::fixed_hash::FixedHashMap;
+use crate::env::task_blocking::{Cancellation, block_on};
 use crate::messages::deployment::InputGate as GateDescriptor;
 use crate::messages::task_manager::{ChannelResponse, PartitionEnd, PartitionRequest};
 use crate::messages::{ActorAddress, ResultPartitionId};
 use crate::operators::OperatorError;
-use crate::task_blocking::{Cancellation, block_on};
 
 /// How long a consumer keeps asking for a partition its producer has not created yet
 /// (deployment is concurrent: Flink's `taskmanager.network.request-backoff.max`, 10 s).
@@ -865,12 +865,12 @@ impl Drop for InputGate {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::base::ids::ExecutionAttemptId;
+    use crate::env::task_blocking::ThreadBlocker;
     use crate::exchange::partition::PartitionStore;
     use crate::exchange::partition::tests::AppendRecords;
     use crate::messages::deployment::{ProducerLocation, Producers};
-    use crate::messages::ids::ExecutionAttemptId;
     use crate::operators::{Record, Value};
-    use crate::task_blocking::ThreadBlocker;
 
     fn partition(n: u128) -> ResultPartitionId {
         ResultPartitionId {

@@ -33,8 +33,8 @@ use std::sync::{
 use tokio::sync::oneshot;
 
 use super::buffer::Buffer;
-use crate::codec::{self, CodecError};
-use crate::fixed_hash::FixedHashMap;
+use crate::base::codec::{self, CodecError};
+use crate::base::hash::FixedHashMap;
 use crate::messages::common::ResultPartitionId;
 
 /// Why a producer-side operation on a result partition failed.
@@ -1109,7 +1109,7 @@ impl SpillFile {
         path: PathBuf,
     ) -> Result<Self, PartitionError> {
         // Inside the process's private working directory; made 0700 if this is its first
-        // spill, and the file 0600, new, never through a planted link (crate::working_dir).
+        // spill, and the file 0600, new, never through a planted link (crate::env::working_dir).
         std::fs::DirBuilder::new()
             .recursive(true)
             .mode(0o700)
@@ -1119,7 +1119,7 @@ impl SpillFile {
                 path: working_dir.to_path_buf(),
                 source,
             })?;
-        let file = crate::working_dir::create_private_file(&path).map_err(|source| {
+        let file = crate::env::working_dir::create_private_file(&path).map_err(|source| {
             PartitionError::Spill {
                 id,
                 path: path.clone(),

@@ -28,8 +28,8 @@ use tokio::time::Instant;
 use super::input_gate::PARTITION_REQUEST_TIMEOUT;
 use super::partition::EndState;
 use super::partition::{Fetch, PartitionStore, ReadyQueue};
-use crate::fixed_hash::FixedHashMap;
-use crate::messages::ids::DataConnectionId;
+use crate::base::hash::FixedHashMap;
+use crate::base::ids::DataConnectionId;
 use crate::messages::task_manager::{
     ChannelResponse, PartitionData, PartitionEnd, PartitionNotice, PartitionRequest,
     PartitionRequests, PollPartitionData,
@@ -43,7 +43,7 @@ pub const FETCH_BYTES: usize = 1 << 20;
 /// inside the transport's ask timeout, so a silent channel never looks like a dead peer.
 pub const FETCH_HOLD: Duration = Duration::from_secs(2);
 
-const _: () = assert!(FETCH_HOLD.as_millis() * 4 <= crate::node::ASK_TIMEOUT.as_millis());
+const _: () = assert!(FETCH_HOLD.as_millis() * 4 <= crate::actors::node::ASK_TIMEOUT.as_millis());
 
 /// A connection without a poll or request for this long is forgotten.
 pub const IDLE_CONNECTION: Duration = Duration::from_secs(60);

@@ -13,12 +13,12 @@ use std::task::Poll;
 use super::buffer::BufferBuilder;
 use super::metrics::TaskIoMetrics;
 use super::partition::{PartitionStore, Space};
-use crate::codec;
+use crate::base::codec;
+use crate::env::task_blocking::{Cancellation, block_on};
 use crate::env::{Clock, TaskBlocker, fnv1a};
 use crate::job::graph::DistributionPattern;
 use crate::messages::deployment::OutputPartition;
 use crate::operators::{OperatorError, Record};
-use crate::task_blocking::{Cancellation, block_on};
 
 /// What a writer did, for the task's metrics.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -24,8 +24,8 @@ use zookeeper_client::{Acls, Client, CreateMode};
 
 use super::HaError;
 use super::zookeeper::{ZooKeeperSettings, ensure_path};
+use crate::base::ids::JobId;
 use crate::job::graph::JobGraph;
-use crate::messages::ids::JobId;
 
 /// One job found in the store by a new leader.
 #[derive(Debug, Clone, PartialEq)]

@@ -35,7 +35,6 @@
 
 pub mod election;
 pub mod job_graph_store;
-pub mod job_manager;
 pub mod lease;
 pub mod retrieval;
 pub mod task_manager;
@@ -43,7 +42,7 @@ pub mod zookeeper;
 
 use serde::{Deserialize, Serialize};
 
-use crate::messages::ids::LeaderSessionId;
+use crate::base::ids::LeaderSessionId;
 
 pub use election::{LeaderElectionService, Leadership};
 pub use job_graph_store::{JobGraphPointers, JobGraphStore, RecoveredJob, ZooKeeperPointers};

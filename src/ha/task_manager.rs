@@ -36,7 +36,7 @@ pub async fn follow_leader<R: LeaderRetrievalService>(
             Err(error) => {
                 log::warn!(
                     "taskmanager: leader retrieval failed: {}; retrying",
-                    crate::error_chain::ErrorChain(&error)
+                    crate::base::error_chain::ErrorChain(&error)
                 );
                 tokio::time::sleep(RETRY_DELAY).await;
             }
@@ -53,8 +53,8 @@ mod tests {
     use actix::{Actor, Context, Handler};
 
     use super::*;
+    use crate::base::ids::LeaderSessionId;
     use crate::ha::{HaError, LeaderInformation};
-    use crate::messages::ids::LeaderSessionId;
 
     /// Leaders handed out in turn; an error in between; then nothing more.
     struct Scripted(VecDeque<Result<Option<LeaderInformation>, HaError>>);

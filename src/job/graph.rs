@@ -27,7 +27,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::messages::ids::JobVertexId;
+use crate::base::ids::JobVertexId;
 
 /// The slot sharing group of vertices that name none (Flink's "default").
 pub const DEFAULT_SLOT_SHARING_GROUP: &str = "default";
@@ -1276,12 +1276,12 @@ mod tests {
         });
         b.vertex("extra", "sleep", 1).co_location_group("c");
         let graph = b.build(known).unwrap();
-        let bytes = crate::codec::encode(&graph).unwrap();
-        let decoded: JobGraph = crate::codec::decode(&bytes).unwrap();
+        let bytes = crate::base::codec::encode(&graph).unwrap();
+        let decoded: JobGraph = crate::base::codec::decode(&bytes).unwrap();
         assert_eq!(decoded, graph);
         let default = RestartStrategyConfig::default();
         let decoded: RestartStrategyConfig =
-            crate::codec::decode(&crate::codec::encode(&default).unwrap()).unwrap();
+            crate::base::codec::decode(&crate::base::codec::encode(&default).unwrap()).unwrap();
         assert_eq!(decoded, default);
     }
 }

@@ -774,10 +774,10 @@ impl UnionFind {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::base::ids::JobVertexId;
     use crate::job::graph::{
         DEFAULT_SLOT_SHARING_GROUP, JobEdge, JobVertex, RestartStrategyConfig,
     };
-    use crate::messages::ids::JobVertexId;
     use DistributionPattern::{AllToAll, Forward};
     use ExchangeMode::{Blocking, Pipelined};
 

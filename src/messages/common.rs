@@ -5,12 +5,12 @@ use std::fmt;
 use actix::Message;
 use serde::{Deserialize, Serialize};
 
-use super::ids::{LeaderSessionId, ResourceId};
+use crate::base::ids::{LeaderSessionId, ResourceId};
 
 /// Where an actor can be reached: the node it lives on and its name there.
 ///
 /// In one process every node is `local`; across machines the node is the `host:port` of its
-/// transport endpoint. A [`Resolver`](crate::directory::Resolver) turns an address into a gateway.
+/// transport endpoint. A [`Resolver`](crate::rpc::directory::Resolver) turns an address into a gateway.
 #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct ActorAddress {
     /// The node: `local`, or the `host:port` of its transport endpoint.
@@ -145,7 +145,7 @@ pub fn is_current_leader(
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct ResultPartitionId {
     /// The producing execution attempt.
-    pub producer: super::ids::ExecutionAttemptId,
+    pub producer: crate::base::ids::ExecutionAttemptId,
     /// The index of the edge in the job graph.
     pub edge: u32,
 }

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use super::common::{ActorAddress, ResultPartitionId};
-use super::ids::{AllocationId, ExecutionAttemptId, JobId, ProducerListId};
+use crate::base::ids::{AllocationId, ExecutionAttemptId, JobId, ProducerListId};
 use crate::job::graph::DistributionPattern;
 
 /// Everything a TaskManager needs to run one task.

@@ -14,13 +14,13 @@ use super::common::{
     Acknowledge, ActorAddress, HardwareDescription, RemovalReason, ResultPartitionId,
     TaskManagerLocation,
 };
-use super::ids::{
+use super::protocol;
+use super::resource_manager::RegisterResourceManagerSuccessful;
+use crate::actors::job_manager::scheduler::Locality;
+use crate::base::ids::{
     AllocationId, ClusterId, ExecutionAttemptId, InstanceId, JobId, LeaderSessionId, ResourceId,
     TaskManagerSessionId,
 };
-use super::protocol;
-use super::resource_manager::RegisterResourceManagerSuccessful;
-use crate::actors::scheduler::Locality;
 use crate::exchange::metrics::TaskIoSnapshot;
 use crate::job::graph::JobGraph;
 use crate::job::regions::PipelinedRegions;

@@ -1,7 +1,7 @@
 //! The typed protocol: one file per receiving actor, plus the ids and types they share.
 //!
 //! Every message derives `Serialize`/`Deserialize` so the same values travel in-process (actix
-//! mailboxes) and between processes (the transport encodes them with [`crate::codec`]). Wire enums
+//! mailboxes) and between processes (the transport encodes them with [`crate::base::codec`]). Wire enums
 //! use serde's default externally tagged form, which bincode can decode.
 //!
 //! For each receiving actor, the [`protocol!`] macro makes two things from one list:
@@ -13,7 +13,6 @@
 
 pub mod common;
 pub mod deployment;
-pub mod ids;
 pub mod job_manager;
 pub mod resource_manager;
 pub mod task_manager;

@@ -10,8 +10,8 @@ use actix::Message;
 use serde::{Deserialize, Serialize};
 
 use super::common::{Acknowledge, ActorAddress, NewLeaderAvailable, RemovalReason};
-use super::ids::{LeaderSessionId, ResourceId};
 use super::protocol;
+use crate::base::ids::{LeaderSessionId, ResourceId};
 
 protocol! {
     /// Every message the resource manager accepts: the payload of an envelope addressed to it.

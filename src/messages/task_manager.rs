@@ -13,11 +13,11 @@ use super::common::{
     Acknowledge, ActorAddress, NewLeaderAvailable, RemovalReason, ResultPartitionId,
 };
 use super::deployment::TaskDeploymentDescriptor;
-use super::ids::{
+use super::protocol;
+use crate::base::ids::{
     AllocationId, DataConnectionId, ExecutionAttemptId, InstanceId, JobId, LeaderSessionId,
     ProducerListId, ResourceId,
 };
-use super::protocol;
 use crate::exchange::Buffer;
 
 protocol! {

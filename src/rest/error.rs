@@ -12,7 +12,7 @@ use actix_web::{HttpRequest, HttpResponse, ResponseError};
 
 use super::auth::AuthError;
 use super::views::ErrorBody;
-use crate::messages::ids::{IdParseError, ResourceId};
+use crate::base::ids::{IdParseError, ResourceId};
 use crate::messages::job_manager::JobError;
 use crate::messages::resource_manager::SetPoolSizeError;
 
@@ -274,8 +274,8 @@ mod tests {
     use actix_web::body::MessageBody;
 
     use super::*;
+    use crate::base::ids::JobId;
     use crate::job::states::JobStatus;
-    use crate::messages::ids::JobId;
 
     fn body(error: &ApiError) -> serde_json::Value {
         let bytes = error

@@ -11,8 +11,8 @@ use super::auth::Authorized;
 use super::error::ApiError;
 use super::prometheus::{CONTENT_TYPE, MetricsSnapshot, VertexIo};
 use super::views;
+use crate::base::ids::{JobId, ResourceId};
 use crate::job::graph::JobGraph;
-use crate::messages::ids::{JobId, ResourceId};
 use crate::messages::job_manager::{
     CancelJob, GetJobManagerStatus, JobManagerStatus, JobSummary, ListJobs, RequestJobStatus,
     SubmitJob,

@@ -5,7 +5,7 @@
 //! retrieval), so `flint list` and the dashboard work against any JobManager; with no leader
 //! known yet, `503`.
 //!
-//! The switch is flipped by the HA leader loop ([`crate::ha::job_manager`]) and read by the
+//! The switch is flipped by the HA leader loop ([`crate::cluster::leader_loop`]) and read by the
 //! guard middleware and the handlers; it holds addresses only, never cluster state.
 
 use std::sync::{Arc, RwLock};

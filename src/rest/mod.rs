@@ -38,12 +38,12 @@ use actix_web::{App, HttpRequest, HttpServer, web};
 pub use auth::{AuthError, Token};
 pub use error::ApiError;
 
+use crate::base::latch::Latch;
 use crate::config::RestConfig;
 use crate::env::{Clock, SystemClock};
-use crate::latch::Latch;
 use crate::messages::job_manager::JobManagerGateway;
 use crate::messages::resource_manager::ResourceManagerGateway;
-use crate::metrics::TransportMetrics;
+use crate::transport::metrics::TransportMetrics;
 
 /// The largest request body (a job graph), as docs/rest.md promises: 16 MiB.
 pub const BODY_LIMIT: usize = 16 << 20;
@@ -150,7 +150,7 @@ impl RestState {
             max_pool_size,
             transport: TransportMetrics::new(),
             clock: Arc::new(SystemClock),
-            ask_timeout: crate::node::ASK_TIMEOUT,
+            ask_timeout: crate::actors::node::ASK_TIMEOUT,
             token: None,
             allowed_hosts: guard::AllowedHosts::default(),
             body_timeout: guard::DEFAULT_BODY_TIMEOUT,

@@ -20,7 +20,7 @@ use prometheus_client::registry::Registry;
 use crate::job::states::JobStatus;
 use crate::messages::job_manager::{JobManagerStatus, JobSummary};
 use crate::messages::resource_manager::ResourceManagerStatus;
-use crate::metrics::TransportMetrics;
+use crate::transport::metrics::TransportMetrics;
 
 /// The media type of the text format.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -449,7 +449,7 @@ mod tests {
 
     #[test]
     fn a_snapshot_reads_each_value_from_its_source() {
-        use crate::codec::tests::{job_manager_status, job_summary, resource};
+        use crate::base::codec::tests::{job_manager_status, job_summary, resource};
         let rm = ResourceManagerStatus {
             designated_pool_size: 3,
             demand: 7,

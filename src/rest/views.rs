@@ -9,9 +9,9 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::base::ids::{AllocationId, InstanceId, JobId, ResourceId};
 use crate::exchange::metrics::TaskIoSnapshot;
 use crate::job::states::{ExecutionState, JobStatus};
-use crate::messages::ids::{AllocationId, InstanceId, JobId, ResourceId};
 use crate::messages::job_manager::{
     AllocatedSlotInfo, JobDetails, JobManagerStatus, JobSummary, SubtaskDetails, TaskManagerInfo,
     VertexDetails,
@@ -596,7 +596,7 @@ fn subtask(subtask: &SubtaskDetails) -> SubtaskView {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::codec::tests::{job_details, job_manager_status, job_summary, resource};
+    use crate::base::codec::tests::{job_details, job_manager_status, job_summary, resource};
 
     fn rm_status() -> ResourceManagerStatus {
         ResourceManagerStatus {

@@ -22,22 +22,22 @@ use super::host::NodeHost;
 use super::network::{CrashKind, SimNetwork};
 use super::trace::Trace;
 use crate::actors::job_manager::JobManager;
-use crate::actors::registration::Leader;
+use crate::actors::node::{start_job_manager_node, task_manager_spec};
 use crate::actors::resource_manager::FlinkResourceManager;
+use crate::actors::task_manager::registration::Leader;
 use crate::actors::task_manager::{TaskManager, TaskManagerSettings};
+use crate::base::ids::ResourceId;
 use crate::config::ClusterConfig;
 use crate::drivers::WorkerRequest;
+use crate::env::events::EventSink;
 use crate::env::{Clock, CurrentArbiterSpawner, NodeEnv, NodeRng, fnv1a};
-use crate::events::EventSink;
 use crate::messages::ActorAddress;
-use crate::messages::ids::ResourceId;
 use crate::messages::resource_manager::{
     ResourceManagerGateway, WorkerFailed, WorkerStarted, WorkerTerminated,
 };
-use crate::node::{start_job_manager_node, task_manager_spec};
 use crate::operators::OperatorRegistry;
+use crate::rpc::endpoint::{EndpointConfig, NodeEndpoint};
 use crate::transport::handshake::Secret;
-use crate::transport::remote::{EndpointConfig, NodeEndpoint};
 
 /// The JobManager node's id on the simulated network.
 pub const JOB_MANAGER_NODE: &str = "jobmanager:6123";
@@ -224,7 +224,7 @@ impl SimCluster {
             Secret::from_bytes(b"simulated cluster secret".to_vec()),
             seed,
         );
-        config.ask_timeout = crate::node::ASK_TIMEOUT;
+        config.ask_timeout = crate::actors::node::ASK_TIMEOUT;
         config
     }
 
@@ -232,7 +232,7 @@ impl SimCluster {
         &self,
         name: &str,
         seed: u64,
-        resolver: Arc<dyn crate::directory::Resolver>,
+        resolver: Arc<dyn crate::rpc::directory::Resolver>,
     ) -> NodeEnv {
         let mut env = NodeEnv::new(
             name,
@@ -243,7 +243,7 @@ impl SimCluster {
             resolver,
             self.events.clone(),
         );
-        env.task_runner = Arc::new(crate::lockstep::LockstepTaskRunner::new(
+        env.task_runner = Arc::new(crate::sim::lockstep::LockstepTaskRunner::new(
             Duration::from_millis(1 + seed % 20),
         ));
         env

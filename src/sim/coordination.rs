@@ -26,10 +26,10 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::base::ids::{JobId, LeaderSessionId};
 use crate::env::NodeRng;
 use crate::ha::election::{LeaderElectionService, Leadership};
 use crate::ha::{HaError, JobGraphPointers, LeaderInformation, LeaderRetrievalService};
-use crate::messages::ids::{JobId, LeaderSessionId};
 
 /// How often pings are delivered and expiries checked (virtual time).
 pub const TICK: Duration = Duration::from_millis(20);
@@ -586,7 +586,7 @@ pub async fn check_at_most_one_leader(
                 let info = LeaderInformation {
                     address: format!("jm-{contender}"),
                     rest_url: String::new(),
-                    leader_session_id: crate::messages::ids::LeaderSessionId::from_u128(0),
+                    leader_session_id: crate::base::ids::LeaderSessionId::from_u128(0),
                 };
                 if election.confirm(&info).await.is_err() {
                     continue;

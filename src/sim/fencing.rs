@@ -9,10 +9,10 @@ use actix::Addr;
 use crate::actors::job_manager::JobManager;
 use crate::actors::resource_manager::FlinkResourceManager;
 use crate::actors::task_manager::TaskManager;
+use crate::base::ids::{AllocationId, ExecutionAttemptId, JobId, LeaderSessionId, ResourceId};
 use crate::env::NodeRng;
 use crate::messages::RemovalReason;
 use crate::messages::deployment::TaskDeploymentDescriptor;
-use crate::messages::ids::{AllocationId, ExecutionAttemptId, JobId, LeaderSessionId, ResourceId};
 use crate::messages::job_manager::{GetJobManagerStatus, ResourceRemoved};
 use crate::messages::resource_manager::{
     DeclareResourceRequirements, GetResourceManagerStatus, RemoveResource,

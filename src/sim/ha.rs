@@ -75,19 +75,19 @@ use super::network::{CrashKind, NetParams, SimNetwork};
 use super::scenario::{Action, JobKind, Scenario, Target};
 use super::trace::Trace;
 use super::{SimReport, sim_config};
+use crate::base::ids::{ExecutionAttemptId, JobId, LeaderSessionId, ResourceId};
+use crate::cluster::leader_loop::{LeaderTerms, run_leader_loop};
 use crate::drivers::WorkerDriver;
 use crate::env::NodeRng;
-use crate::events::EventSink;
+use crate::env::events::EventSink;
 use crate::ha::JobGraphStore;
-use crate::ha::job_manager::{LeaderTerms, run_leader_loop};
 use crate::job::states::JobStatus;
-use crate::messages::ids::{ExecutionAttemptId, JobId, LeaderSessionId, ResourceId};
 use crate::messages::job_manager::{CancelJob, GetJobManagerStatus, RequestJobStatus, SubmitJob};
 use crate::messages::resource_manager::{GetResourceManagerStatus, SetWorkerPoolSize};
 use crate::messages::task_manager::GetTaskManagerStatus;
 use crate::rest::Gateways;
 use crate::rest::leader::LeaderSwitch;
-use crate::transport::remote::NodeEndpoint;
+use crate::rpc::endpoint::NodeEndpoint;
 
 /// How long a JobManager may go on leading, while it runs, after its leadership ended at the
 /// coordination service: its election client notices within a tick of running, and stopping

@@ -10,7 +10,7 @@ use std::task::{Context, Poll, Waker};
 
 use tokio::task::LocalSet;
 
-use crate::executor::NodeExecutor;
+use crate::base::executor::NodeExecutor;
 
 /// A node's loop, polled by a task on the simulation's root loop.
 #[derive(Clone)]

@@ -5,9 +5,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
+use crate::base::ids::{AllocationId, ExecutionAttemptId, JobId, ResourceId};
 use crate::job::graph::{JobGraph, RestartStrategyConfig};
 use crate::job::states::{ExecutionState, JobStatus};
-use crate::messages::ids::{AllocationId, ExecutionAttemptId, JobId, ResourceId};
 use crate::messages::job_manager::{JobDetails, JobManagerStatus};
 use crate::messages::resource_manager::ResourceManagerStatus;
 use crate::messages::task_manager::TaskManagerStatus;

@@ -5,7 +5,7 @@
 //! `LocalSet` ([`host`]) with its own endpoint on a [`network::SimNetwork`] that delays, loses,
 //! reorders and cuts the real frames of the real transport. Everything a node does that is not
 //! deterministic comes from its `NodeEnv`: an RNG seeded per node and incarnation, the
-//! simulation's clock, and the [`lockstep`](crate::lockstep) task runner, under which task code
+//! simulation's clock, and the [`lockstep`](crate::sim::lockstep) task runner, under which task code
 //! runs on its own thread but strictly in turn with the simulation, sleeping in virtual time.
 //!
 //! ```text
@@ -30,6 +30,7 @@ pub mod ha;
 pub mod host;
 pub mod invariants;
 pub mod jobs;
+pub mod lockstep;
 pub mod network;
 pub mod scenario;
 pub mod trace;
@@ -48,11 +49,11 @@ use self::jobs::JobSpec;
 use self::network::{NetStats, SimNetwork};
 use self::scenario::{Action, JobKind, Scenario, Shape, Target};
 use self::trace::Trace;
+use crate::base::ids::{JobId, LeaderSessionId, ResourceId};
 use crate::config::ClusterConfig;
 use crate::env::NodeRng;
-use crate::events::{ClusterEvent, EventSink};
+use crate::env::events::{ClusterEvent, EventSink};
 use crate::job::states::JobStatus;
-use crate::messages::ids::{JobId, LeaderSessionId, ResourceId};
 use crate::messages::job_manager::{CancelJob, GetJobManagerStatus, RequestJobStatus, SubmitJob};
 use crate::messages::resource_manager::{GetResourceManagerStatus, SetWorkerPoolSize};
 use crate::messages::task_manager::GetTaskManagerStatus;

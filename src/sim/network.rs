@@ -38,8 +38,8 @@ use tokio::time::Instant;
 
 use super::trace::Trace;
 use crate::env::NodeRng;
+use crate::rpc::endpoint::DialError;
 use crate::transport::network::{Bound, BoxStream, Listener, Network};
-use crate::transport::remote::DialError;
 
 /// How the links behave. Latency is drawn per frame: usually `base`, with a long tail.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -125,9 +125,9 @@ pub struct DeploymentSent {
     /// The node it was written to.
     pub to: String,
     /// The leader session it was sent under.
-    pub leader_session_id: crate::messages::ids::LeaderSessionId,
+    pub leader_session_id: crate::base::ids::LeaderSessionId,
     /// The attempt it deploys.
-    pub attempt: crate::messages::ids::ExecutionAttemptId,
+    pub attempt: crate::base::ids::ExecutionAttemptId,
 }
 
 #[derive(Default)]

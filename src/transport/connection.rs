@@ -62,12 +62,12 @@ use tokio_util::codec::FramedRead;
 use super::envelope::{Envelope, EnvelopeError, EnvelopeKind, Payload, Reply};
 use super::frame::{DEFAULT_MAX_FRAME, FrameCodec, FrameError, HEADER_LEN};
 use super::handshake::{self, HandshakeConfig, HandshakeError};
-use crate::codec::CodecError;
+use crate::base::codec::CodecError;
+use crate::base::error_chain::ErrorChain as Chain;
+use crate::base::latch::Latch;
 use crate::env::NodeRng;
-use crate::error_chain::ErrorChain as Chain;
-use crate::latch::Latch;
 use crate::messages::ActorAddress;
-use crate::metrics::TransportMetrics;
+use crate::transport::metrics::TransportMetrics;
 
 /// Which end of the connection this node is: the side that connected out shakes hands as the
 /// initiator, the side that accepted as the acceptor. It is the handshake's [`Role`]
@@ -805,7 +805,7 @@ mod tests {
 
     use super::*;
     use crate::actors::job_manager::NAME as JOB_MANAGER;
-    use crate::messages::ids::{ClusterId, JobId};
+    use crate::base::ids::{ClusterId, JobId};
     use crate::messages::job_manager::{JobError, JobManagerMessage, RequestJobStatus};
     use crate::transport::handshake::Secret;
 
@@ -1617,7 +1617,7 @@ mod tests {
     #[test]
     fn only_errors_a_later_try_can_fix_are_retryable() {
         let peer = || "b".to_owned();
-        let codec_error = crate::codec::decode::<Envelope>(&[0xff]).expect_err("garbage");
+        let codec_error = crate::base::codec::decode::<Envelope>(&[0xff]).expect_err("garbage");
         let cases = [
             (
                 ConnectionError::Handshake(HandshakeError::Closed),

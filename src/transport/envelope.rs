@@ -6,7 +6,7 @@
 //! one alike, moves envelopes encoded by [`Envelope::encode`], so the simulation exercises the real
 //! codec.
 //!
-//! This module owns the envelope's shape, its encoding through [`crate::codec`], and the check
+//! This module owns the envelope's shape, its encoding through [`crate::base::codec`], and the check
 //! that a decoded envelope is internally consistent (a JobManager message addressed to the
 //! JobManager, a reply carrying a reply). It never dispatches, tracks correlation ids or times
 //! asks out: those live above the transport boundary. It never names bincode either.
@@ -17,11 +17,11 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 use crate::actors::{job_manager, resource_manager};
-use crate::codec::{self, CodecError};
+use crate::base::codec::{self, CodecError};
+use crate::base::ids::JobId;
 use crate::job::states::JobStatus;
 use crate::messages::ActorAddress;
 use crate::messages::common::Acknowledge;
-use crate::messages::ids::JobId;
 use crate::messages::job_manager::{
     HeartbeatResponse, IdleTaskManagersReleased, JobDetails, JobError, JobManagerMessage,
     JobManagerStatus, JobSummary, RegistrationResponse, ResourceManagerHeartbeatResponse,
@@ -377,13 +377,13 @@ mod tests {
 
     use super::*;
     use crate::actors::task_manager::TaskManager;
-    use crate::codec::tests::{
+    use crate::base::codec::tests::{
         address, job_details, job_manager_samples, job_manager_status, job_summary, resource,
         resource_manager_samples, session, task_manager_samples,
     };
+    use crate::base::ids::*;
     use crate::env::NodeRng;
     use crate::messages::common::*;
-    use crate::messages::ids::*;
     use crate::messages::job_manager::*;
     use crate::messages::resource_manager::*;
     use crate::messages::task_manager::*;

@@ -17,7 +17,7 @@
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use tokio_util::codec::{Decoder, Encoder};
 
-use crate::codec::MAX_MESSAGE_SIZE;
+use crate::base::codec::MAX_MESSAGE_SIZE;
 
 /// The default largest frame payload, in bytes: large enough for any message the codec accepts
 /// (a job graph, a batch of records), small enough that a connection cannot pin much memory.

@@ -48,7 +48,7 @@
 //!   `(initiator, acceptor, cluster)` triples hash the same bytes (`"ab" ‖ "c"` vs `"a" ‖ "bc"`).
 //!
 //! Each message travels in a tiny frame of its own: a 4-byte big-endian length, then the
-//! [`crate::codec`] encoding of a [`HandshakeMessage`]. A length over [`MAX_HANDSHAKE_MESSAGE`] is
+//! [`crate::base::codec`] encoding of a [`HandshakeMessage`]. A length over [`MAX_HANDSHAKE_MESSAGE`] is
 //! refused before anything is allocated for it.
 //!
 //! # What the handshake does not do
@@ -70,9 +70,9 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-use crate::codec::{self, CodecError};
+use crate::base::codec::{self, CodecError};
+use crate::base::ids::ClusterId;
 use crate::env::NodeRng;
-use crate::messages::ids::ClusterId;
 
 /// The handshake protocol version this node speaks. A peer with another version is refused
 /// rather than guessed at: the envelopes that follow the handshake would not decode either.

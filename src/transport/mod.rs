@@ -14,6 +14,6 @@ pub mod connection;
 pub mod envelope;
 pub mod frame;
 pub mod handshake;
+pub mod metrics;
 pub mod network;
-pub mod remote;
 pub mod tls;

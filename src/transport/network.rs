@@ -19,8 +19,8 @@ use futures_util::future::LocalBoxFuture;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 
-use super::remote::{DialError, EndpointError};
 use crate::env::NodeRng;
+use crate::rpc::endpoint::{DialError, EndpointError};
 
 /// A connected byte stream of any network.
 pub trait ByteStream: AsyncRead + AsyncWrite + Unpin {}

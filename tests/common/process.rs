@@ -6,14 +6,14 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
+use flint::base::ids::{ClusterId, JobId};
 use flint::job::graph::JobGraph;
 use flint::messages::ActorAddress;
-use flint::messages::ids::{ClusterId, JobId};
 use flint::messages::job_manager::{
     GetJobManagerStatus, JobDetails, JobManagerGateway, JobManagerStatus, RequestJobStatus,
     SubmitJob,
 };
-use flint::transport::remote::{EndpointConfig, NodeEndpoint, RemoteResolver};
+use flint::rpc::endpoint::{EndpointConfig, NodeEndpoint, RemoteResolver};
 
 /// A running `flint jobmanager`; dropping it stops it with SIGTERM (it stops its TaskManager
 /// children first) and waits for it.
@@ -102,7 +102,7 @@ impl Client {
     /// Binds an endpoint from `config` (its cluster must be the JobManager's) and makes the proxy.
     pub async fn connect(config: EndpointConfig, address: &str) -> Self {
         let (endpoint, resolver) = NodeEndpoint::bind(config).await.expect("a client endpoint");
-        let job_manager = flint::directory::Resolver::job_manager(
+        let job_manager = flint::rpc::directory::Resolver::job_manager(
             &*resolver,
             &ActorAddress::new(address, "jobmanager"),
         )

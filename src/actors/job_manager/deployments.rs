@@ -14,9 +14,9 @@ use std::collections::BTreeMap;
 use actix::prelude::*;
 
 use super::JobManager;
+use crate::base::ids::{ExecutionAttemptId, JobId, ResourceId};
 use crate::messages::RemovalReason;
 use crate::messages::deployment::{Producers, TaskDeploymentDescriptor};
-use crate::messages::ids::{ExecutionAttemptId, JobId, ResourceId};
 use crate::messages::task_manager::{CancelTasks, SubmitTasks, TaskSubmissionError};
 
 /// How often a deployment refused for want of a free slot is sent again, and how long it waits

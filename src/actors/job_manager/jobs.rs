@@ -11,9 +11,9 @@ use actix::clock::Instant;
 use actix::prelude::*;
 
 use super::JobManager;
-use crate::actors::job_master::{JobAction, JobContext, JobMaster};
+use crate::actors::job_manager::execution_graph::{JobAction, JobContext, JobMaster};
+use crate::base::ids::{ExecutionAttemptId, JobId, ResourceId};
 use crate::messages::RemovalReason;
-use crate::messages::ids::{ExecutionAttemptId, JobId, ResourceId};
 use crate::messages::job_manager::*;
 use crate::messages::resource_manager::DeclareResourceRequirements;
 use crate::messages::task_manager::{CancelTasks, ReleaseJobPartitions};
@@ -158,7 +158,7 @@ impl JobManager {
                     }
                     self.env
                         .events
-                        .emit(crate::events::ClusterEvent::JobTerminated { job_id, status });
+                        .emit(crate::env::events::ClusterEvent::JobTerminated { job_id, status });
                 }
             }
         }
@@ -327,9 +327,9 @@ impl JobManager {
     pub(super) fn reconcile_tasks(
         &mut self,
         resource_id: &ResourceId,
-        running: &std::collections::BTreeSet<crate::messages::ids::ExecutionAttemptId>,
+        running: &std::collections::BTreeSet<crate::base::ids::ExecutionAttemptId>,
         io: &[(
-            crate::messages::ids::ExecutionAttemptId,
+            crate::base::ids::ExecutionAttemptId,
             crate::exchange::metrics::TaskIoSnapshot,
         )],
         ctx: &mut Context<Self>,

@@ -5,7 +5,7 @@ use std::time::Duration;
 use actix::prelude::*;
 
 use super::*;
-use crate::messages::ids::{ExecutionAttemptId, TaskManagerSessionId};
+use crate::base::ids::{ExecutionAttemptId, TaskManagerSessionId};
 use crate::messages::resource_manager::ResourceManagerMessage;
 use crate::messages::task_manager::TaskManagerMessage;
 use crate::messages::{HardwareDescription, TaskManagerLocation};
@@ -819,7 +819,7 @@ async fn status_lists_each_task_managers_allocations_with_their_tasks_until_rele
 
 #[actix::test]
 async fn job_manager_and_task_manager_statuses_agree_on_slots_and_running_attempts() {
-    use crate::actors::registration::Leader;
+    use crate::actors::task_manager::registration::Leader;
     use crate::actors::task_manager::{TaskManager, TaskManagerSettings, TaskManagerSpec};
     use crate::config::RegistrationConfig;
 
@@ -849,7 +849,7 @@ async fn job_manager_and_task_manager_statuses_agree_on_slots_and_running_attemp
     };
     // Task threads in lock-step with the paused clock: cancellation is seen in virtual time.
     let mut tm_env = f.env.clone();
-    tm_env.task_runner = std::sync::Arc::new(crate::lockstep::LockstepTaskRunner::default());
+    tm_env.task_runner = std::sync::Arc::new(crate::sim::lockstep::LockstepTaskRunner::default());
     let task_managers: Vec<Addr<TaskManager>> = ["tm-1", "tm-2"]
         .into_iter()
         .map(|name| {
@@ -1093,8 +1093,8 @@ async fn ended_jobs_are_forgotten_beyond_the_job_store_capacity_and_after_their_
         3,
         clock.clone(),
         std::sync::Arc::new(crate::env::CurrentArbiterSpawner),
-        std::sync::Arc::new(crate::directory::LocalDirectory::new()),
-        crate::events::EventSink::new(16),
+        std::sync::Arc::new(crate::rpc::directory::LocalDirectory::new()),
+        crate::env::events::EventSink::new(16),
     );
     let jm = JobManager::new(
         JobManagerSettings {

@@ -14,8 +14,8 @@ use actix::clock::Instant;
 use actix::prelude::*;
 
 use super::{FlinkResourceManager, Leader, NAME};
-use crate::events::ClusterEvent;
-use crate::messages::ids::ResourceId;
+use crate::base::ids::ResourceId;
+use crate::env::events::ClusterEvent;
 use crate::messages::job_manager::{
     RegisterResourceManager, ResourceManagerHeartbeat, ResourceManagerHeartbeatResponse,
 };

@@ -10,8 +10,8 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
+use crate::base::ids::{JobId, ProducerListId};
 use crate::messages::deployment::{Producers, TaskDeploymentDescriptor};
-use crate::messages::ids::{JobId, ProducerListId};
 use crate::messages::task_manager::TaskSubmissionError;
 
 /// The most lists kept; the oldest goes first. A job's lists live until its consumers are all
@@ -99,9 +99,9 @@ impl ProducerListCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::base::ids::{AllocationId, ExecutionAttemptId};
     use crate::messages::common::{ActorAddress, ResultPartitionId};
     use crate::messages::deployment::{InputGate, ProducerLocation};
-    use crate::messages::ids::{AllocationId, ExecutionAttemptId};
 
     fn locations(n: u128) -> Locations {
         Arc::new(

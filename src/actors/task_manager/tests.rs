@@ -5,8 +5,8 @@ use std::time::Duration;
 use actix::prelude::*;
 
 use super::*;
+use crate::base::ids::LeaderSessionId;
 use crate::messages::RemovalReason;
-use crate::messages::ids::LeaderSessionId;
 use crate::messages::job_manager::{
     AcknowledgeRegistration, AlreadyRegistered, JobManagerMessage, RefusalReason,
     RefuseRegistration, RegistrationResponse,
@@ -497,7 +497,7 @@ async fn a_batch_of_tasks_is_answered_per_task_in_order() {
         },
     )
     .await;
-    let attempt = crate::messages::ids::ExecutionAttemptId::from_u128;
+    let attempt = crate::base::ids::ExecutionAttemptId::from_u128;
     assert_eq!(answers.len(), 5, "{answers:?}");
     assert_eq!(answers[0], Ok(()));
     assert_eq!(answers[1], Err(TaskSubmissionError::Duplicate(attempt(1))));
@@ -528,15 +528,15 @@ fn sleeping_task(
     allocation: u128,
 ) -> crate::messages::deployment::TaskDeploymentDescriptor {
     crate::messages::deployment::TaskDeploymentDescriptor {
-        job_id: crate::messages::ids::JobId::from_u128(1),
-        attempt: crate::messages::ids::ExecutionAttemptId::from_u128(attempt),
+        job_id: crate::base::ids::JobId::from_u128(1),
+        attempt: crate::base::ids::ExecutionAttemptId::from_u128(attempt),
         attempt_number: 0,
         vertex_name: "nap".into(),
         subtask: 0,
         parallelism: 1,
         operator: "sleep".into(),
         config: std::sync::Arc::new([("ms".to_owned(), "60000".to_owned())].into()),
-        allocation_id: crate::messages::ids::AllocationId::from_u128(allocation),
+        allocation_id: crate::base::ids::AllocationId::from_u128(allocation),
         inputs: vec![],
         outputs: vec![],
     }
@@ -545,7 +545,7 @@ fn sleeping_task(
 #[actix::test]
 async fn a_task_cancelled_before_its_submission_arrives_is_refused() {
     let f = start(Some(SESSION), |_| {}).await;
-    let attempt = crate::messages::ids::ExecutionAttemptId::from_u128(7);
+    let attempt = crate::base::ids::ExecutionAttemptId::from_u128(7);
     f.tm.do_send(CancelTasks {
         leader_session_id: SESSION,
         attempts: vec![attempt],
@@ -597,7 +597,7 @@ async fn a_graceful_stop_tells_the_job_manager_it_leaves() {
 
 #[actix::test]
 async fn status_shows_each_slots_allocation_and_the_running_attempts_until_disconnected() {
-    use crate::messages::ids::{AllocationId, ExecutionAttemptId, JobId};
+    use crate::base::ids::{AllocationId, ExecutionAttemptId, JobId};
     let f = start(Some(SESSION), |_| {}).await;
     let status = ask(&f.tm, GetTaskManagerStatus).await;
     assert_eq!(status.slots, [None, None, None]);
@@ -694,8 +694,8 @@ async fn a_task_whose_network_buffers_do_not_fit_is_refused_naming_the_setting()
 /// list came with another task.
 #[actix::test]
 async fn a_task_naming_a_producer_list_is_refused_until_a_task_carried_the_list() {
+    use crate::base::ids::ProducerListId;
     use crate::messages::deployment::{InputGate, ProducerLocation, Producers};
-    use crate::messages::ids::ProducerListId;
 
     let f = start(Some(SESSION), |_| {}).await;
     let id = ProducerListId::from_u128(5);
@@ -716,7 +716,7 @@ async fn a_task_naming_a_producer_list_is_refused_until_a_task_carried_the_list(
 
     let locations = std::sync::Arc::new(vec![ProducerLocation {
         partition: crate::messages::ResultPartitionId {
-            producer: crate::messages::ids::ExecutionAttemptId::from_u128(99),
+            producer: crate::base::ids::ExecutionAttemptId::from_u128(99),
             edge: 0,
         },
         task_manager: ActorAddress::new("local", "taskmanager/elsewhere"),
@@ -786,7 +786,7 @@ async fn a_task_ignoring_cancel_fails_its_task_manager_after_the_cancellation_ti
     assert_eq!(submitted, Ok(()));
     f.tm.do_send(CancelTasks {
         leader_session_id: SESSION,
-        attempts: vec![crate::messages::ids::ExecutionAttemptId::from_u128(3)],
+        attempts: vec![crate::base::ids::ExecutionAttemptId::from_u128(3)],
     });
     advance(4_900).await;
     let status = ask(&f.tm, GetTaskManagerStatus).await;
@@ -809,7 +809,7 @@ async fn a_task_that_stops_when_cancelled_leaves_its_task_manager_running() {
     assert_eq!(submitted, Ok(()));
     f.tm.do_send(CancelTasks {
         leader_session_id: SESSION,
-        attempts: vec![crate::messages::ids::ExecutionAttemptId::from_u128(4)],
+        attempts: vec![crate::base::ids::ExecutionAttemptId::from_u128(4)],
     });
     // The sleeping task sees its cancellation within 10 ms of real time on its own thread:
     // poll for up to 30 s of real time.
@@ -827,7 +827,7 @@ async fn a_task_that_stops_when_cancelled_leaves_its_task_manager_running() {
 
 /// The state reports the probe JobManager received for `attempt`, in order.
 fn reports(f: &Fixture, attempt: u128) -> Vec<ExecutionState> {
-    let attempt = crate::messages::ids::ExecutionAttemptId::from_u128(attempt);
+    let attempt = crate::base::ids::ExecutionAttemptId::from_u128(attempt);
     f.jm.received
         .filter(|m| match m {
             JobManagerMessage::UpdateTaskExecutionStates(u) => Some(u.states.clone()),

@@ -4,7 +4,7 @@ use std::time::Duration;
 use tokio::sync::oneshot::error::TryRecvError;
 
 use super::*;
-use crate::messages::ids::ExecutionAttemptId;
+use crate::base::ids::ExecutionAttemptId;
 use crate::operators::{Record, Value};
 
 /// Appends records (serialized into one buffer, as a producer's writer would).

@@ -2,7 +2,7 @@
 //! nothing): hand-made snapshots, one rule broken each.
 
 use super::*;
-use crate::messages::ids::InstanceId;
+use crate::base::ids::InstanceId;
 use crate::messages::job_manager::{
     AllocatedSlotInfo, JobSummary, MailboxFigures, SlotTaskAttempt, SlotTaskInfo, SubtaskDetails,
     TaskManagerInfo, VertexDetails,
@@ -70,7 +70,7 @@ fn slot(n: u128, tasks: Vec<SlotTaskInfo>) -> AllocatedSlotInfo {
 
 fn cluster(task_managers: Vec<TaskManagerInfo>) -> JobManagerStatus {
     JobManagerStatus {
-        leader_session_id: crate::messages::ids::LeaderSessionId::from_u128(1),
+        leader_session_id: crate::base::ids::LeaderSessionId::from_u128(1),
         resource_manager_connected: true,
         task_managers,
         heartbeat_timeouts: 0,

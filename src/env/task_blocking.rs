@@ -3,7 +3,7 @@
 //!
 //! Task code never parks or sleeps its thread itself: every wait goes through the blocker its
 //! [`TaskRunner`](crate::env::TaskRunner) hands it, so the simulation
-//! ([`LockstepTaskRunner`](crate::lockstep::LockstepTaskRunner)) can run the same code in
+//! ([`LockstepTaskRunner`](crate::sim::lockstep::LockstepTaskRunner)) can run the same code in
 //! virtual time. This module must stay free of any async runtime: production task threads have
 //! none, and actix mailboxes and tokio oneshot channels need none to make progress.
 

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::messages::ids::{InstanceId, ResourceId, TaskManagerSessionId};
+use crate::base::ids::{InstanceId, ResourceId, TaskManagerSessionId};
 use crate::messages::job_manager::{HeartbeatReport, TaskManagerInfo};
 use crate::messages::{HardwareDescription, TaskManagerLocation};
 

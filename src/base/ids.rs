@@ -9,13 +9,13 @@
 //! Ids of different kinds cannot be mixed up:
 //!
 //! ```compile_fail
-//! use flint::messages::ids::{InstanceId, JobId};
+//! use flint::base::ids::{InstanceId, JobId};
 //! fn cancel(_job: JobId) {}
 //! cancel(InstanceId::from_u128(7)); // an InstanceId is not a JobId
 //! ```
 //!
 //! ```
-//! use flint::messages::ids::{InstanceId, JobId};
+//! use flint::base::ids::{InstanceId, JobId};
 //! fn cancel(_job: JobId) {}
 //! cancel(JobId::from_u128(7));
 //! assert_eq!(InstanceId::from_u128(7).to_string(), "00000000-0000-0000-0000-000000000007");

@@ -15,6 +15,9 @@
 //! Security: a node without a secret binds only loopback addresses unless started with
 //! `--insecure` (then anyone who can reach the port can join the cluster).
 
+pub mod allocator;
+pub mod run;
+
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -24,28 +27,28 @@ use std::time::Duration;
 use actix::Actor;
 
 use crate::actors::Shutdown;
-use crate::actors::registration::Leader;
+use crate::actors::node::{start_job_manager_node, task_manager_spec, working_dir_parent};
+use crate::actors::task_manager::registration::Leader;
 use crate::actors::task_manager::{TaskManager, TaskManagerSettings};
+use crate::base::ids::ResourceId;
+use crate::cluster::leader_loop::{LeaderTerms, run_leader_loop};
 use crate::config::{ClusterConfig, ConfigError, DriverKind};
 use crate::drivers::WorkerDriver;
 use crate::drivers::local_process::{LocalProcessDriver, ProcessTemplate};
 use crate::drivers::standalone::StandaloneDriver;
+use crate::env::events::EventSink;
+use crate::env::working_dir::{WorkingDir, WorkingDirError, write_private_file};
 use crate::env::{ArbiterSpawner, NodeEnv, NodeRng, SystemClock};
-use crate::events::EventSink;
 use crate::ha::JobGraphStore;
-use crate::ha::job_manager::{LeaderTerms, run_leader_loop};
 use crate::ha::zookeeper::{ZooKeeperLeaderElection, ZooKeeperLeaderRetrieval, ZooKeeperSettings};
 use crate::messages::ActorAddress;
-use crate::messages::ids::ResourceId;
 use crate::messages::job_manager::JobManagerGateway;
 use crate::messages::resource_manager::{ResourceManagerGateway, StopCluster};
-use crate::node::{start_job_manager_node, task_manager_spec, working_dir_parent};
 use crate::operators::OperatorRegistry;
 use crate::rest::leader::LeaderSwitch;
 use crate::rest::{RestError, RestListener, RestState};
+use crate::rpc::endpoint::{EndpointConfig, EndpointError, NodeEndpoint};
 use crate::transport::handshake::Secret;
-use crate::transport::remote::{EndpointConfig, EndpointError, NodeEndpoint};
-use crate::working_dir::{WorkingDir, WorkingDirError, write_private_file};
 
 /// The environment variable holding the cluster secret.
 pub const SECRET_ENV: &str = "FLINT_SECRET";
@@ -166,11 +169,11 @@ fn endpoint_config(
         node_name: name.to_owned(),
         secret,
         handshake_timeout: Duration::from_secs(5),
-        accept_timeout: crate::transport::remote::DEFAULT_ACCEPT_TIMEOUT,
-        ask_timeout: crate::node::ASK_TIMEOUT,
+        accept_timeout: crate::rpc::endpoint::DEFAULT_ACCEPT_TIMEOUT,
+        ask_timeout: crate::actors::node::ASK_TIMEOUT,
         max_frame: crate::transport::frame::DEFAULT_MAX_FRAME,
         outbound_queue: 4096,
-        max_inbound_in_flight: crate::transport::remote::DEFAULT_MAX_INBOUND_IN_FLIGHT,
+        max_inbound_in_flight: crate::rpc::endpoint::DEFAULT_MAX_INBOUND_IN_FLIGHT,
         seed,
         tls,
     })
@@ -333,7 +336,7 @@ async fn run_high_availability(
     let mut rest = rest.serve(state)?;
     let rest_url = rest.url();
     switch.set_own_url(rest_url.clone());
-    let follower = actix::spawn(crate::ha::job_manager::follow_leader_for_rest(
+    let follower = actix::spawn(crate::cluster::leader_loop::follow_leader_for_rest(
         ZooKeeperLeaderRetrieval::new(ha.settings.clone()),
         switch.clone(),
     ));

@@ -9,8 +9,8 @@ use std::fmt;
 
 use tokio::sync::broadcast;
 
+use crate::base::ids::{InstanceId, ResourceId};
 use crate::messages::RemovalReason;
-use crate::messages::ids::{InstanceId, ResourceId};
 
 /// One milestone of the cluster's life.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -77,7 +77,7 @@ pub enum ClusterEvent {
     /// A job reached a final status.
     JobTerminated {
         /// The job.
-        job_id: crate::messages::ids::JobId,
+        job_id: crate::base::ids::JobId,
         /// FINISHED, FAILED or CANCELED.
         status: crate::job::states::JobStatus,
     },

@@ -3,7 +3,7 @@
 //! timers, lost TaskManagers) and records every action, so each test asserts exact deployments,
 //! cancellations and statuses without actors or threads.
 
-use crate::actors::scheduler::Locality;
+use crate::actors::job_manager::scheduler::Locality;
 use crate::job::graph::{ExchangeMode, RestartStrategyConfig};
 use crate::messages::job_manager::SubtaskDetails;
 
@@ -1607,8 +1607,8 @@ fn all_to_all_deployment_bytes(p: u32) -> usize {
         .into_iter()
         .filter_map(|a| match a {
             JobAction::Deploy { descriptor, .. } => Some(
-                crate::codec::encode(&SubmitTasks::one(
-                    crate::messages::ids::LeaderSessionId::from_u128(1),
+                crate::base::codec::encode(&SubmitTasks::one(
+                    crate::base::ids::LeaderSessionId::from_u128(1),
                     *descriptor,
                 ))
                 .expect("encodes")

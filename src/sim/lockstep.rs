@@ -202,7 +202,7 @@ mod tests {
     use tokio::time::Instant;
 
     use super::*;
-    use crate::task_blocking::block_on;
+    use crate::env::task_blocking::block_on;
 
     /// A node's runtime in the simulation: one thread, a paused clock, a `LocalSet`.
     fn simulation() -> (tokio::runtime::Runtime, LocalSet) {

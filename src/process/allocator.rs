@@ -18,20 +18,23 @@ pub use tikv_jemallocator::Jemalloc;
 /// jemalloc's options, read before `main` (a C string: the pointer to its first byte).
 pub const MALLOC_CONF: &std::ffi::CStr = c"tcache:false";
 
-/// Makes jemalloc, configured by [`MALLOC_CONF`](crate::allocator::MALLOC_CONF), the global
+/// Makes jemalloc, configured by [`MALLOC_CONF`](crate::process::allocator::MALLOC_CONF), the global
 /// allocator of the binary it is invoked in (at most once per binary).
 #[macro_export]
 macro_rules! global_allocator {
     () => {
         #[global_allocator]
-        static ALLOCATOR: $crate::allocator::Jemalloc = $crate::allocator::Jemalloc;
+        static ALLOCATOR: $crate::process::allocator::Jemalloc =
+            $crate::process::allocator::Jemalloc;
 
         /// jemalloc (as built by `tikv-jemalloc-sys`, with prefixed symbols) reads its
         /// compiled-in options from this symbol.
         #[allow(non_upper_case_globals)]
         #[unsafe(export_name = "_rjem_malloc_conf")]
-        static _rjem_malloc_conf: $crate::allocator::ConfPointer =
-            $crate::allocator::ConfPointer($crate::allocator::MALLOC_CONF.as_ptr());
+        static _rjem_malloc_conf: $crate::process::allocator::ConfPointer =
+            $crate::process::allocator::ConfPointer(
+                $crate::process::allocator::MALLOC_CONF.as_ptr(),
+            );
     };
 }
 

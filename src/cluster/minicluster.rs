@@ -13,15 +13,15 @@ use tokio::sync::broadcast;
 
 use crate::actors::Shutdown;
 use crate::actors::job_manager::JobManager;
+use crate::actors::node::{start_job_manager_node, task_manager_spec};
 use crate::actors::resource_manager::FlinkResourceManager;
+use crate::base::ids::{JobId, LeaderSessionId, ResourceId};
 use crate::config::{ClusterConfig, ConfigError};
-use crate::directory::LocalDirectory;
 use crate::drivers::in_process::{InProcessDriver, InProcessWorkers};
+use crate::env::events::{ClusterEvent, EventSink};
 use crate::env::{ArbiterSpawner, NodeEnv, NodeRng, Spawner, SystemClock};
-use crate::events::{ClusterEvent, EventSink};
 use crate::job::graph::JobGraph;
 use crate::job::states::JobStatus;
-use crate::messages::ids::{JobId, LeaderSessionId, ResourceId};
 use crate::messages::job_manager::{
     CancelJob, GetJobManagerStatus, JobDetails, JobError, JobManagerGateway, JobSummary, ListJobs,
     RequestJobStatus, SubmitJob, TaskManagerInfo,
@@ -30,8 +30,8 @@ use crate::messages::resource_manager::{
     GetResourceManagerStatus, ResourceManagerGateway, SetPoolSizeError, SetWorkerPoolSize,
     StopCluster,
 };
-use crate::node::{start_job_manager_node, task_manager_spec};
 use crate::operators::OperatorRegistry;
+use crate::rpc::directory::LocalDirectory;
 
 /// How many events a subscriber may fall behind before it misses some.
 const EVENT_BUFFER: usize = 65_536;
@@ -44,7 +44,7 @@ pub enum MiniClusterError {
     Config(#[from] ConfigError),
     /// The private working directory (spill files) could not be created.
     #[error(transparent)]
-    WorkingDir(#[from] crate::working_dir::WorkingDirError),
+    WorkingDir(#[from] crate::env::working_dir::WorkingDirError),
     /// `start` was called outside a running actix System.
     #[error("the mini-cluster must be started inside a running actix System (e.g. #[actix::main])")]
     NoSystem,
@@ -169,7 +169,7 @@ pub struct MiniCluster {
     events: EventSink,
     leader_session_id: LeaderSessionId,
     /// The TaskManagers' spill directory (0700), removed when the cluster is dropped.
-    working_dir: crate::working_dir::WorkingDir,
+    working_dir: crate::env::working_dir::WorkingDir,
 }
 
 impl MiniCluster {
@@ -198,8 +198,8 @@ impl MiniCluster {
         let seed = config
             .seed
             .unwrap_or_else(|| NodeRng::from_entropy().next_u64());
-        let working_dir = crate::working_dir::WorkingDir::create(
-            &crate::node::working_dir_parent(&config),
+        let working_dir = crate::env::working_dir::WorkingDir::create(
+            &crate::actors::node::working_dir_parent(&config),
             "mini",
         )?;
         let events = EventSink::new(EVENT_BUFFER);

@@ -24,16 +24,16 @@ use super::scheduler::{
     BulkId, MAX_PREFERRED_LOCATIONS, NoResourceAvailable, Scheduler, SlotAssignment, SlotRequest,
     TaskRef,
 };
+use crate::base::hash::FixedHashMap;
+use crate::base::ids::{AllocationId, ExecutionAttemptId, JobId, ProducerListId, ResourceId};
 use crate::env::NodeRng;
 use crate::exchange::metrics::TaskIoSnapshot;
-use crate::fixed_hash::FixedHashMap;
 use crate::job::graph::{DistributionPattern, ExchangeMode, JobGraph};
 use crate::job::regions::{
     ExecutionVertexRef, PipelinedRegions, RegionError, RegionId, RegionProgress,
 };
 use crate::job::restart::{RestartBackoff, RestartDecision};
 use crate::job::states::{ExecutionState, JobStatus, Tracked};
-use crate::messages::ids::{AllocationId, ExecutionAttemptId, JobId, ProducerListId, ResourceId};
 use crate::messages::job_manager::{
     EXCEPTION_HISTORY_SIZE, JobDetails, JobException, JobSummary, SlotTaskAttempt, SubtaskDetails,
     VertexDetails,

@@ -40,15 +40,15 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::actors::job_master::JobMaster;
+use crate::actors::job_manager::execution_graph::JobMaster;
+use crate::base::error_chain::ErrorChain;
+use crate::base::ids::JobId;
+use crate::cluster::minicluster::{MiniCluster, MiniClusterError};
 use crate::config::{ClusterConfig, ConfigError, ConfigSources, FlagOverride};
-use crate::error_chain::ErrorChain;
 use crate::job::file::{JobFileError, read_job_file};
 use crate::job::graph::JobGraph;
 use crate::job::states::{ExecutionState, JobStatus};
-use crate::messages::ids::JobId;
 use crate::messages::job_manager::{JobDetails, SubtaskDetails, VertexDetails};
-use crate::minicluster::{MiniCluster, MiniClusterError};
 use crate::operators::OperatorRegistry;
 use crate::operators::builtin::FILE_SINK;
 
@@ -489,7 +489,9 @@ impl SlotNeeds {
         let peak = JobMaster::peak_slots(graph);
         // The regions of a validated graph always compute; were they not to, the peak is the
         // safe bound.
-        let largest_region = crate::actors::job_master::largest_region_slots(graph).unwrap_or(peak);
+        let largest_region =
+            crate::actors::job_manager::execution_graph::largest_region_slots(graph)
+                .unwrap_or(peak);
         Self {
             peak,
             largest_region,

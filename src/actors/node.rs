@@ -11,11 +11,11 @@ use actix::{Actor, Addr};
 use crate::actors::job_manager::{JobManager, JobManagerSettings};
 use crate::actors::resource_manager::{FlinkResourceManager, ResourceManagerSettings};
 use crate::actors::task_manager::TaskManagerSpec;
+use crate::base::ids::LeaderSessionId;
 use crate::config::ClusterConfig;
 use crate::drivers::WorkerDriver;
 use crate::env::NodeEnv;
 use crate::ha::LeadershipLease;
-use crate::messages::ids::LeaderSessionId;
 use crate::messages::{ActorAddress, HardwareDescription, NewLeaderAvailable};
 use crate::operators::OperatorRegistry;
 
@@ -105,7 +105,7 @@ pub fn start_job_manager_node_leading(
 }
 
 /// What every TaskManager of the cluster is started with; its spill files go under
-/// `working_dir` (a [`WorkingDir`](crate::working_dir::WorkingDir) of the caller's).
+/// `working_dir` (a [`WorkingDir`](crate::env::working_dir::WorkingDir) of the caller's).
 pub fn task_manager_spec(
     config: &ClusterConfig,
     registry: OperatorRegistry,
@@ -128,7 +128,7 @@ pub fn task_manager_spec(
     }
 }
 
-/// Where a process makes its [`WorkingDir`](crate::working_dir::WorkingDir):
+/// Where a process makes its [`WorkingDir`](crate::env::working_dir::WorkingDir):
 /// `taskmanager.working-dir` if set, else the system's temporary directory.
 pub fn working_dir_parent(config: &ClusterConfig) -> PathBuf {
     config

@@ -18,7 +18,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::messages::ids::ResourceId;
+use crate::base::ids::ResourceId;
 
 /// Where a worker stands in the pool.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -6,22 +6,22 @@
 use std::sync::Arc;
 
 use super::*;
+use crate::base::ids::DataConnectionId;
+use crate::base::ids::{AllocationId, ExecutionAttemptId, JobId, ResourceId};
 use crate::env::NodeRng;
+use crate::env::task_blocking::ThreadBlocker;
 use crate::exchange::client::Peer;
 use crate::exchange::partition::Fetch;
 use crate::exchange::partition::tests::AppendRecords;
 use crate::exchange::server::PartitionRequestServer;
 use crate::job::graph::DistributionPattern;
 use crate::messages::deployment::{InputGate, OutputPartition, ProducerLocation, Producers};
-use crate::messages::ids::DataConnectionId;
-use crate::messages::ids::{AllocationId, ExecutionAttemptId, JobId, ResourceId};
 use crate::messages::task_manager::{
     ChannelResponse, PartitionData, PartitionEnd, PartitionNotice, PartitionRequest,
     PartitionRequests, PollPartitionData,
 };
 use crate::messages::{ActorAddress, ResultPartitionId};
 use crate::operators::Value;
-use crate::task_blocking::ThreadBlocker;
 use crate::testing::{TaskManagerProbeHandle, env};
 
 fn partition(n: u128) -> ResultPartitionId {
@@ -166,7 +166,7 @@ async fn a_silent_producer_is_answered_within_the_hold_for_as_long_as_it_is_sile
         let asked = tokio::time::Instant::now();
         let answer = server.poll(store.clone(), poll(polls + 1, 0)).await;
         assert_eq!(answer.channels, vec![]);
-        assert!(asked.elapsed() < crate::node::ASK_TIMEOUT);
+        assert!(asked.elapsed() < crate::actors::node::ASK_TIMEOUT);
         polls += 1;
     }
     assert!(polls >= 60 / FETCH_HOLD.as_secs(), "{polls} polls");

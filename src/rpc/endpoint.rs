@@ -70,27 +70,29 @@ use actix::{Actor, Context, Handler, Message};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 
-use super::connection::{
-    self, Connection, ConnectionConfig, ConnectionError, DEFAULT_ASK_TIMEOUT,
-    DEFAULT_MAX_PENDING_ASKS, DEFAULT_OUTBOUND_QUEUE, Inbound, Side,
-};
-use super::envelope::{Answer, Envelope, EnvelopeKind, Payload, PayloadKind, Reply, ReplyError};
-use super::frame::DEFAULT_MAX_FRAME;
-use super::handshake::{HandshakeConfig, Secret};
-use super::network::{BoxStream, Listener, Network, TcpNetwork};
-use super::tls::{Tls, TlsError};
-use crate::backoff::ExponentialBackoff;
-use crate::directory::{LocalActor, LocalDirectory, Resolver};
+use crate::base::backoff::ExponentialBackoff;
+use crate::base::error_chain::ErrorChain as Chain;
+use crate::base::executor::NodeExecutor;
+use crate::base::ids::ClusterId;
+use crate::base::latch::Latch;
 use crate::env::NodeRng;
-use crate::error_chain::ErrorChain as Chain;
-use crate::executor::NodeExecutor;
-use crate::latch::Latch;
 use crate::messages::ActorAddress;
-use crate::messages::ids::ClusterId;
 use crate::messages::job_manager::{JobManagerGateway, JobManagerMessage};
 use crate::messages::resource_manager::{ResourceManagerGateway, ResourceManagerMessage};
 use crate::messages::task_manager::{TaskManagerGateway, TaskManagerMessage};
-use crate::metrics::TransportMetrics;
+use crate::rpc::directory::{LocalActor, LocalDirectory, Resolver};
+use crate::transport::connection::{
+    self, Connection, ConnectionConfig, ConnectionError, DEFAULT_ASK_TIMEOUT,
+    DEFAULT_MAX_PENDING_ASKS, DEFAULT_OUTBOUND_QUEUE, Inbound, Side,
+};
+use crate::transport::envelope::{
+    Answer, Envelope, EnvelopeKind, Payload, PayloadKind, Reply, ReplyError,
+};
+use crate::transport::frame::DEFAULT_MAX_FRAME;
+use crate::transport::handshake::{HandshakeConfig, Secret};
+use crate::transport::metrics::TransportMetrics;
+use crate::transport::network::{BoxStream, Listener, Network, TcpNetwork};
+use crate::transport::tls::{Tls, TlsError};
 
 /// Tries to connect to a peer per need (an ask or tell that finds no live connection). Bounded,
 /// so an unreachable peer fails the ask instead of hanging it.
@@ -1317,13 +1319,13 @@ mod tests {
 
     use super::*;
     use crate::actors::job_manager::{JobManager, JobManagerSettings};
-    use crate::actors::registration::Leader;
+    use crate::actors::task_manager::registration::Leader;
     use crate::actors::task_manager::{TaskManager, TaskManagerSettings, TaskManagerSpec};
+    use crate::base::ids::{LeaderSessionId, ResourceId};
     use crate::config::{HeartbeatConfig, RegistrationConfig};
+    use crate::env::events::EventSink;
     use crate::env::{CurrentArbiterSpawner, ManualClock, NodeEnv};
-    use crate::events::EventSink;
     use crate::messages::HardwareDescription;
-    use crate::messages::ids::{LeaderSessionId, ResourceId};
     use crate::messages::job_manager::{GetJobManagerStatus, JobManagerStatus};
     use crate::messages::task_manager::{
         GetTaskManagerStatus, RegistrationPhase, TaskManagerStatus,
@@ -1558,7 +1560,7 @@ mod tests {
         stream.read_exact(&mut header).await.expect("a length");
         let mut body = vec![0u8; u32::from_be_bytes(header) as usize];
         stream.read_exact(&mut body).await.expect("a Hello");
-        match crate::codec::decode(&body).expect("decodes") {
+        match crate::base::codec::decode(&body).expect("decodes") {
             crate::transport::handshake::HandshakeMessage::Hello(hello) => hello,
             other => panic!("opened with {other:?}"),
         }

@@ -16,10 +16,10 @@ use std::time::Duration;
 use tokio::sync::broadcast::{self, error::TryRecvError};
 use tokio::time::Instant;
 
+use crate::cluster::minicluster::{ClusterStatus, MiniCluster, MiniClusterError};
 use crate::config::ClusterConfig;
-use crate::events::ClusterEvent;
+use crate::env::events::ClusterEvent;
 use crate::messages::RemovalReason;
-use crate::minicluster::{ClusterStatus, MiniCluster, MiniClusterError};
 
 /// How long any one step may take before the demo gives up.
 pub(crate) const STEP_DEADLINE: Duration = Duration::from_secs(20);

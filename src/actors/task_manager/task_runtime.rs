@@ -17,6 +17,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::env::task_blocking::Cancellation;
 use crate::env::{Clock, TaskBlocker};
 use crate::exchange::client::{Grouping, NetworkClient};
 use crate::exchange::input_gate::{GateStats, InputGate, PRODUCER_CANCELLED};
@@ -29,7 +30,6 @@ use crate::messages::ResultPartitionId;
 use crate::messages::deployment::TaskDeploymentDescriptor;
 use crate::operators::registry::OperatorSpec;
 use crate::operators::{OperatorError, OperatorRegistry, Record, TaskIo};
-use crate::task_blocking::Cancellation;
 
 pub use crate::exchange::input_gate::PARTITION_REQUEST_TIMEOUT;
 pub use crate::exchange::server::{FETCH_BYTES, FETCH_HOLD};

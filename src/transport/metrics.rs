@@ -9,7 +9,7 @@
 //! so it is safe in node code and changes nothing in a deterministic simulation (nobody decides
 //! anything on a counter's value). It must never be used to make a decision.
 //!
-//! [`NodeEndpoint`]: crate::transport::remote::NodeEndpoint
+//! [`NodeEndpoint`]: crate::rpc::endpoint::NodeEndpoint
 
 use std::fmt;
 use std::sync::Arc;

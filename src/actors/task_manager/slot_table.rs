@@ -1,7 +1,7 @@
 //! A TaskManager's slots: each free or allocated to one allocation (a task or a slot sharing
 //! group). The scheduler's `SubmitTasks` fills them in the next layer.
 
-use crate::messages::ids::AllocationId;
+use crate::base::ids::AllocationId;
 
 /// Why a slot could not be allocated.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

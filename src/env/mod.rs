@@ -7,6 +7,11 @@
 //! all of these from here and never from `SystemTime`, a thread RNG or `Arbiter::new` directly
 //! (`clippy.toml` enforces it; the few production-only exceptions are marked).
 
+pub mod events;
+pub mod task_blocking;
+pub mod task_threads;
+pub mod working_dir;
+
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
@@ -18,10 +23,10 @@ use actix::{Arbiter, ArbiterHandle};
 use rand_chacha::ChaCha8Rng;
 use rand_core::{RngCore, SeedableRng};
 
-use crate::directory::Resolver;
-use crate::events::EventSink;
-use crate::task_blocking::ThreadBlocker;
-use crate::task_threads::TaskThreadPool;
+use crate::env::events::EventSink;
+use crate::env::task_blocking::ThreadBlocker;
+use crate::env::task_threads::TaskThreadPool;
+use crate::rpc::directory::Resolver;
 
 /// Wall-clock time in milliseconds since the Unix epoch, for timestamps shown to people.
 /// Timers and timeouts never use it: they go through `tokio::time`, which tests can pause.
@@ -186,8 +191,8 @@ pub trait TaskRunner: Send + Sync + fmt::Debug {
 pub type TaskBody = Box<dyn FnOnce(&dyn TaskBlocker) + Send>;
 
 /// Every point where task code waits, supplied by its [`TaskRunner`]: production parks the task
-/// thread, the simulation ([`crate::lockstep`]) runs the wait on its own thread in virtual time.
-/// Helpers: [`block_on`](crate::task_blocking::block_on) for futures with an output.
+/// thread, the simulation ([`crate::sim::lockstep`]) runs the wait on its own thread in virtual time.
+/// Helpers: [`block_on`](crate::env::task_blocking::block_on) for futures with an output.
 pub trait TaskBlocker {
     /// Waits until `future` completes (production: parks this thread; simulation: the future
     /// runs on the simulation's thread in virtual time). Returns false if the runner is gone

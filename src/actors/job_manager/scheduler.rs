@@ -47,9 +47,9 @@ use actix::clock::Instant;
 use serde::{Deserialize, Serialize};
 use slab::Slab;
 
+use crate::base::hash::FixedHashMap;
+use crate::base::ids::{AllocationId, JobId, ResourceId};
 use crate::env::NodeRng;
-use crate::fixed_hash::FixedHashMap;
-use crate::messages::ids::{AllocationId, JobId, ResourceId};
 
 /// More distinct preferred locations than this count as no preference (Flink's limit).
 pub const MAX_PREFERRED_LOCATIONS: usize = 8;

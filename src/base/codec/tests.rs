@@ -9,10 +9,10 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::*;
+use crate::base::ids::*;
 use crate::job::graph::{DistributionPattern, ExchangeMode, JobGraph};
 use crate::job::states::{ExecutionState, JobStatus};
 use crate::messages::deployment::*;
-use crate::messages::ids::*;
 use crate::messages::job_manager::*;
 use crate::messages::resource_manager::*;
 use crate::messages::task_manager::*;
@@ -87,7 +87,7 @@ pub(crate) fn job_details() -> JobDetails {
                 attempt_number: 1,
                 state: ExecutionState::Running,
                 resource_id: Some(resource(1)),
-                locality: Some(crate::actors::scheduler::Locality::Local),
+                locality: Some(crate::actors::job_manager::scheduler::Locality::Local),
                 timestamps: vec![(ExecutionState::Created, 1)],
                 error: None,
                 io: Some(crate::exchange::metrics::TaskIoSnapshot {

@@ -22,19 +22,19 @@ use std::time::Duration;
 
 use actix::Addr;
 
-use super::election::LeaderElectionService;
-use super::job_graph_store::{JobGraphPointers, JobGraphStore, RecoveredJob};
-use super::lease::{LeadershipLease, RENEW_FRACTION};
-use super::{HaError, LeaderInformation};
 use crate::actors::Shutdown;
 use crate::actors::job_manager::JobManager;
+use crate::actors::node::{JobManagerNode, start_job_manager_node_leading};
+use crate::base::ids::{JobId, LeaderSessionId};
 use crate::config::ClusterConfig;
 use crate::drivers::WorkerDriver;
 use crate::env::NodeEnv;
-use crate::messages::ids::{JobId, LeaderSessionId};
+use crate::ha::election::LeaderElectionService;
+use crate::ha::job_graph_store::{JobGraphPointers, JobGraphStore, RecoveredJob};
+use crate::ha::lease::{LeadershipLease, RENEW_FRACTION};
+use crate::ha::{HaError, LeaderInformation};
 use crate::messages::job_manager::{JobManagerGateway, ListJobs, RecoverJob};
 use crate::messages::resource_manager::{ResourceManagerGateway, StopCluster};
-use crate::node::{JobManagerNode, start_job_manager_node_leading};
 use crate::operators::OperatorRegistry;
 use crate::rest::Gateways;
 use crate::rest::leader::LeaderSwitch;
@@ -93,7 +93,7 @@ pub async fn run_leader_loop<E: LeaderElectionService, P: JobGraphPointers>(
             Err(error) => {
                 log::warn!(
                     "jobmanager: election failed: {}; trying again",
-                    crate::error_chain::ErrorChain(&error)
+                    crate::base::error_chain::ErrorChain(&error)
                 );
                 tokio::select! {
                     biased;
@@ -114,14 +114,14 @@ pub async fn run_leader_loop<E: LeaderElectionService, P: JobGraphPointers>(
             rng.next_u64() ^ (leadership.token as u64) ^ ((leadership.token >> 64) as u64),
         );
         // The lease is proven before anything acts, and checked by the actors before each
-        // deployment and worker start (see [`super::lease`]).
+        // deployment and worker start (see [`crate::ha::lease`]).
         let lease = LeadershipLease::lapsed();
         let lease_length = match renew_lease(&mut election, &lease, STEP_TIMEOUT).await {
             Ok(length) => length,
             Err(error) => {
                 log::warn!(
                     "jobmanager: cannot prove the leadership: {}; standing by again",
-                    crate::error_chain::ErrorChain(&error)
+                    crate::base::error_chain::ErrorChain(&error)
                 );
                 lease.revoke();
                 election.resign().await;
@@ -150,7 +150,7 @@ pub async fn run_leader_loop<E: LeaderElectionService, P: JobGraphPointers>(
             Ok(Ok(())) => {}
             outcome => {
                 let why = match outcome {
-                    Ok(Err(error)) => crate::error_chain::ErrorChain(&error).to_string(),
+                    Ok(Err(error)) => crate::base::error_chain::ErrorChain(&error).to_string(),
                     _ => format!("no answer from ZooKeeper within {STEP_TIMEOUT:?}"),
                 };
                 log::warn!("jobmanager: cannot take up leadership: {why}; standing by again");
@@ -208,7 +208,7 @@ pub async fn run_leader_loop<E: LeaderElectionService, P: JobGraphPointers>(
             Some(lost) => {
                 log::warn!(
                     "jobmanager: leadership lost ({}): suspending session {session} and standing by",
-                    crate::error_chain::ErrorChain(&lost)
+                    crate::base::error_chain::ErrorChain(&lost)
                 );
                 stop_node(node).await;
             }
@@ -250,7 +250,7 @@ async fn with_stored_pool_size<P: JobGraphPointers>(
         Ok(Err(error)) => log::warn!(
             "jobmanager: cannot read the pool size an operator set: {}; starting at the \
              configured {}",
-            crate::error_chain::ErrorChain(&error),
+            crate::base::error_chain::ErrorChain(&error),
             config.resourcemanager.pool_size
         ),
         Err(_) => log::warn!(
@@ -356,7 +356,7 @@ async fn reconcile_store<P: JobGraphPointers>(
         if let Err(error) = store.remove(job_id).await {
             log::warn!(
                 "jobmanager: cannot remove ended job {job_id} from the job graph store: {}",
-                crate::error_chain::ErrorChain(&error)
+                crate::base::error_chain::ErrorChain(&error)
             );
         }
     }
@@ -389,7 +389,7 @@ async fn reconcile_store<P: JobGraphPointers>(
                 Err(error) => log::warn!(
                     "jobmanager: cannot remove job {} from the job graph store: {}",
                     job.job_id,
-                    crate::error_chain::ErrorChain(&error)
+                    crate::base::error_chain::ErrorChain(&error)
                 ),
             }
         }
@@ -411,7 +411,7 @@ pub async fn stop_node(node: JobManagerNode) {
 }
 
 /// Follows the published leader for the standby's REST redirects until the process ends.
-pub async fn follow_leader_for_rest<R: super::LeaderRetrievalService>(
+pub async fn follow_leader_for_rest<R: crate::ha::LeaderRetrievalService>(
     mut retrieval: R,
     switch: LeaderSwitch,
 ) {
@@ -427,7 +427,7 @@ pub async fn follow_leader_for_rest<R: super::LeaderRetrievalService>(
             Err(error) => {
                 log::debug!(
                     "jobmanager: leader retrieval failed: {}; retrying",
-                    crate::error_chain::ErrorChain(&error)
+                    crate::base::error_chain::ErrorChain(&error)
                 );
                 tokio::time::sleep(RETRY_DELAY).await;
             }

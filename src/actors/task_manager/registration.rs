@@ -13,9 +13,9 @@
 
 use std::time::Duration;
 
+use crate::base::ids::{InstanceId, LeaderSessionId};
 use crate::config::RegistrationConfig;
 use crate::messages::ActorAddress;
-use crate::messages::ids::{InstanceId, LeaderSessionId};
 use crate::messages::job_manager::{RefusalReason, RegistrationResponse};
 use crate::messages::task_manager::RegistrationPhase;
 

@@ -1,0 +1,4 @@
+//! Remote actors over the transport.
+
+pub mod directory;
+pub mod endpoint;
