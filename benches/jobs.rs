@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use flint::actors::job_manager::execution_graph::{JobAction, JobContext, JobMaster};
 use flint::actors::job_manager::scheduler::{BulkId, Scheduler, SlotRequest, TaskRef};
 use flint::base::ids::{ExecutionAttemptId, JobId, ResourceId};
-use flint::env::NodeRng;
+use flint::base::rng::NodeRng;
 use flint::job::file::parse_job_file;
 use flint::job::graph::{DistributionPattern, ExchangeMode, JobGraph, RestartStrategyConfig};
 use flint::job::states::{ExecutionState, JobStatus};

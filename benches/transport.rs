@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use flint::actors::{job_manager, resource_manager};
 use flint::base::ids::{ClusterId, InstanceId, ResourceId};
-use flint::env::NodeRng;
+use flint::base::rng::NodeRng;
 use flint::messages::ActorAddress;
 use flint::messages::job_manager::{
     Heartbeat, HeartbeatReport, HeartbeatResponse, JobManagerMessage,

@@ -11,10 +11,11 @@ use actix::dev::ToEnvelope;
 use actix::prelude::*;
 use tokio::sync::oneshot;
 
+use crate::base::clock::ManualClock;
 use crate::base::ids::{LeaderSessionId, ResourceId};
 use crate::drivers::{DriverError, WorkerDriver, WorkerRequest};
 use crate::env::events::EventSink;
-use crate::env::{CurrentArbiterSpawner, ManualClock, NodeEnv, Spawner};
+use crate::env::{CurrentArbiterSpawner, NodeEnv, Spawner};
 use crate::messages::job_manager::*;
 use crate::messages::resource_manager::*;
 use crate::messages::task_manager::*;

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use flint::base::ids::{ClusterId, LeaderSessionId};
-use flint::env::NodeRng;
+use flint::base::rng::NodeRng;
 use flint::messages::job_manager::{GetJobManagerStatus, JobManagerGateway};
 use flint::messages::task_manager::GetTaskManagerStatus;
 use flint::messages::{ActorAddress, NewLeaderAvailable};

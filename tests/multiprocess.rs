@@ -299,7 +299,7 @@ async fn a_producer_silent_longer_than_the_ask_timeout_does_not_fail_its_remote_
     // Two TaskManagers of one slot: each sink reads one of the two producers across processes.
     // A minute of silence, as the issue asks: six times the ask timeout, many fetch holds.
     let silence = Duration::from_secs(60);
-    assert!(silence > flint::actors::node::ASK_TIMEOUT * 5);
+    assert!(silence > flint::transport::ASK_TIMEOUT * 5);
     let registry = flint::operators::OperatorRegistry::with_builtins();
     let graph = flint::job::file::parse_job_file(
         include_str!("../examples/slow-producer.toml"),

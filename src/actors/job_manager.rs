@@ -32,9 +32,10 @@ use self::scheduler::{Scheduler, TaskRef};
 use super::Shutdown;
 use super::mailbox_stats::MailboxStats;
 use crate::base::ids::{AllocationId, ClusterId, InstanceId, JobId, LeaderSessionId, ResourceId};
+use crate::base::rng::NodeRng;
 use crate::config::HeartbeatConfig;
+use crate::env::NodeEnv;
 use crate::env::events::ClusterEvent;
-use crate::env::{NodeEnv, NodeRng};
 use crate::ha::LeadershipLease;
 use crate::messages::job_manager::*;
 use crate::messages::resource_manager::{

@@ -4,7 +4,6 @@
 //! both wire the actors the same way.
 
 use std::path::PathBuf;
-use std::time::Duration;
 
 use actix::{Actor, Addr};
 
@@ -18,9 +17,7 @@ use crate::env::NodeEnv;
 use crate::ha::LeadershipLease;
 use crate::messages::{ActorAddress, HardwareDescription, NewLeaderAvailable};
 use crate::operators::OperatorRegistry;
-
-/// How long an ask between actors may take (Flink's `akka.ask.timeout`).
-pub const ASK_TIMEOUT: Duration = Duration::from_secs(10);
+use crate::transport::ASK_TIMEOUT;
 
 /// The actors of a JobManager process.
 pub struct JobManagerNode {

@@ -20,17 +20,19 @@ use self::task_runtime::{TaskEnvironment, TaskOutcome, create_outputs, run_task}
 use super::Shutdown;
 use crate::base::ids::{AllocationId, ExecutionAttemptId, JobId, LeaderSessionId};
 use crate::base::ids::{ClusterId, InstanceId, ResourceId, TaskManagerSessionId};
+use crate::base::rng::NodeRng;
 use crate::config::{CancellationConfig, HeartbeatConfig, RegistrationConfig};
 use crate::env::events::ClusterEvent;
 use crate::env::task_blocking::Cancellation;
-use crate::env::{NodeEnv, NodeRng, TaskBlocker};
+use crate::env::{NodeEnv, TaskBlocker};
 use crate::exchange::NetworkSettings;
 use crate::exchange::client::{NetworkClient, Peer};
-use crate::exchange::metrics::{TaskIoMetrics, TaskIoSnapshot};
+use crate::exchange::metrics::TaskIoMetrics;
 use crate::exchange::partition::PartitionStore;
 use crate::exchange::server::PartitionRequestServer;
 use crate::job::states::ExecutionState;
 use crate::messages::ResultPartitionId;
+use crate::messages::TaskIoSnapshot;
 use crate::messages::deployment::TaskDeploymentDescriptor;
 use crate::messages::job_manager::{
     DisconnectTaskManager, TaskExecutionState, UpdateTaskExecutionStates,

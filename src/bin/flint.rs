@@ -445,7 +445,7 @@ async fn task_manager(args: TaskManagerArgs) -> anyhow::Result<()> {
     let resource_id = args.resource_id.map(ResourceId::new).unwrap_or_else(|| {
         ResourceId::new(format!(
             "tm-{:08x}",
-            flint::env::NodeRng::from_entropy().next_u64() as u32
+            flint::base::rng::NodeRng::from_entropy().next_u64() as u32
         ))
     });
     let options = flint::process::TaskManagerOptions {

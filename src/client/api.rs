@@ -10,9 +10,9 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::actors::job_manager::scheduler::Locality;
 use crate::job::states::ExecutionState;
 use crate::messages::job_manager as jm;
+use crate::messages::job_manager::Locality;
 pub use crate::rest::views::{
     ExceptionView, HardwareView, IoView, JobCancelled, JobList, JobSubmitted, JobSummaryView,
     JobView, Message, Overview, PoolSize, PoolSizeSet, PoolView, SlotTaskView, SlotView,

@@ -15,11 +15,13 @@ use crate::actors::Shutdown;
 use crate::actors::job_manager::JobManager;
 use crate::actors::node::{start_job_manager_node, task_manager_spec};
 use crate::actors::resource_manager::FlinkResourceManager;
+use crate::base::clock::SystemClock;
 use crate::base::ids::{JobId, LeaderSessionId, ResourceId};
+use crate::base::rng::NodeRng;
 use crate::config::{ClusterConfig, ConfigError};
 use crate::drivers::in_process::{InProcessDriver, InProcessWorkers};
 use crate::env::events::{ClusterEvent, EventSink};
-use crate::env::{ArbiterSpawner, NodeEnv, NodeRng, Spawner, SystemClock};
+use crate::env::{ArbiterSpawner, NodeEnv, Spawner};
 use crate::job::graph::JobGraph;
 use crate::job::states::JobStatus;
 use crate::messages::job_manager::{

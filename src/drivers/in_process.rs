@@ -16,7 +16,8 @@ use crate::actors::Shutdown;
 use crate::actors::task_manager::registration::Leader;
 use crate::actors::task_manager::{TaskManager, TaskManagerSettings, TaskManagerSpec};
 use crate::base::ids::{LeaderSessionId, ResourceId};
-use crate::env::{NodeEnv, NodeRng, Placement};
+use crate::base::rng::NodeRng;
+use crate::env::{NodeEnv, Placement};
 use crate::messages::resource_manager::{ResourceManagerGateway, WorkerStarted};
 use crate::messages::{ActorAddress, NewLeaderAvailable};
 

@@ -16,102 +16,17 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use actix::{Arbiter, ArbiterHandle};
-use rand_chacha::ChaCha8Rng;
-use rand_core::{RngCore, SeedableRng};
 
+use crate::base::clock::Clock;
+use crate::base::hash::fnv1a;
+use crate::base::rng::NodeRng;
 use crate::env::events::EventSink;
 use crate::env::task_blocking::ThreadBlocker;
 use crate::env::task_threads::TaskThreadPool;
 use crate::rpc::directory::Resolver;
-
-/// Wall-clock time in milliseconds since the Unix epoch, for timestamps shown to people.
-/// Timers and timeouts never use it: they go through `tokio::time`, which tests can pause.
-pub trait Clock: Send + Sync + fmt::Debug {
-    /// Milliseconds since the Unix epoch.
-    fn now_millis(&self) -> u64;
-}
-
-/// The machine's clock.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct SystemClock;
-
-impl Clock for SystemClock {
-    #[allow(clippy::disallowed_methods)] // the one production source of wall time
-    fn now_millis(&self) -> u64 {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_millis() as u64)
-            .unwrap_or(0)
-    }
-}
-
-/// A clock that only moves when told to (tests, simulation).
-#[derive(Debug, Default)]
-pub struct ManualClock(AtomicU64);
-
-impl ManualClock {
-    /// A clock standing at `millis`.
-    pub fn new(millis: u64) -> Self {
-        Self(AtomicU64::new(millis))
-    }
-
-    /// Moves the clock forward.
-    pub fn advance(&self, millis: u64) {
-        self.0.fetch_add(millis, Ordering::Relaxed);
-    }
-}
-
-impl Clock for ManualClock {
-    fn now_millis(&self) -> u64 {
-        self.0.load(Ordering::Relaxed)
-    }
-}
-
-/// A node's seeded random number generator: ids, session tokens, jitter.
-///
-/// ChaCha8 is named explicitly (not `StdRng`) so a seed replays the same stream across versions.
-#[derive(Debug, Clone)]
-pub struct NodeRng(ChaCha8Rng);
-
-impl NodeRng {
-    /// A generator that replays the same stream for the same seed.
-    pub fn seed_from_u64(seed: u64) -> Self {
-        Self(ChaCha8Rng::seed_from_u64(seed))
-    }
-
-    /// A generator seeded from the operating system (production only: a node's seed).
-    #[allow(clippy::disallowed_methods)] // the one production source of a fresh seed
-    pub fn from_entropy() -> Self {
-        Self(ChaCha8Rng::from_os_rng())
-    }
-
-    /// The next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
-        self.0.next_u64()
-    }
-
-    /// The next 128 random bits.
-    pub fn next_u128(&mut self) -> u128 {
-        (u128::from(self.0.next_u64()) << 64) | u128::from(self.0.next_u64())
-    }
-
-    /// An independent generator for a child (an actor, a spawned node), seeded from this one.
-    pub fn fork(&mut self) -> Self {
-        Self::seed_from_u64(self.next_u64())
-    }
-
-    /// Like [`fork`](Self::fork), with a full 256-bit seed drawn from this one: a generator
-    /// seeded from the operating system stays as unpredictable through it (handshake nonces).
-    pub fn fork_wide(&mut self) -> Self {
-        let mut seed = [0u8; 32];
-        self.0.fill_bytes(&mut seed);
-        Self(ChaCha8Rng::from_seed(seed))
-    }
-}
 
 /// Where a node's actors run. Production gives each TaskManager its own arbiter (thread), so a
 /// crash can be modelled by stopping that arbiter; tests and the simulation keep everything on
@@ -286,38 +201,12 @@ impl NodeEnv {
     }
 }
 
-/// FNV-1a: a stable hash (std's `DefaultHasher` may change between releases).
-pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, byte| {
-        (hash ^ u64::from(*byte)).wrapping_mul(0x0100_0000_01b3)
-    })
-}
-
 #[cfg(test)]
 mod tests {
-    use super::*;
-
-    #[test]
-    fn forked_generators_are_reproducible_and_independent() {
-        let mut a = NodeRng::seed_from_u64(7);
-        let mut b = NodeRng::seed_from_u64(7);
-        let (mut fa, mut fb) = (a.fork(), b.fork());
-        assert_eq!(fa.next_u64(), fb.next_u64());
-        assert_ne!(a.next_u64(), fa.next_u64());
-    }
-
     #[test]
     fn labelled_generators_differ_by_label_only() {
         let env = crate::testing::env("node", 1);
         assert_eq!(env.rng("rm").next_u64(), env.rng("rm").next_u64());
         assert_ne!(env.rng("rm").next_u64(), env.rng("jm").next_u64());
-    }
-
-    #[test]
-    fn manual_clock_moves_only_when_told() {
-        let clock = ManualClock::new(1_000);
-        assert_eq!(clock.now_millis(), 1_000);
-        clock.advance(5);
-        assert_eq!(clock.now_millis(), 1_005);
     }
 }

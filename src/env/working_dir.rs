@@ -26,7 +26,7 @@ use std::io::{self, Write};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
-use crate::env::NodeRng;
+use crate::base::rng::NodeRng;
 
 /// Every working directory's name starts with this, then the role.
 const PREFIX: &str = "flint-";

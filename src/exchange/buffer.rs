@@ -8,13 +8,10 @@
 //! records with a [`BufferReader`]. So neither TaskManager's actor thread — which serves every
 //! data connection — ever touches a record.
 
-use std::fmt;
-
-use bytes::Bytes;
-use serde::{Deserialize, Serialize};
-
 use crate::base::codec::{self, CodecError};
+pub use crate::messages::buffer::Buffer;
 use crate::operators::Record;
+use bytes::Bytes;
 
 /// Why a buffer's records could not be read back.
 #[derive(Debug, thiserror::Error)]
@@ -44,56 +41,6 @@ pub enum BufferError {
     },
 }
 
-/// Serialized records; cloning shares the bytes.
-#[derive(Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Buffer {
-    records: u32,
-    #[serde(deserialize_with = "bytes_from_slice")]
-    bytes: Bytes,
-}
-
-/// Reads a buffer's bytes as a borrowed slice of the frame and copies them once: `Bytes`' own
-/// deserializer asks for an owned buffer, which bincode zero-fills before it copies into it.
-fn bytes_from_slice<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Bytes, D::Error> {
-    struct Visitor;
-    impl<'de> serde::de::Visitor<'de> for Visitor {
-        type Value = Bytes;
-
-        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.write_str("a buffer's bytes")
-        }
-
-        fn visit_bytes<E: serde::de::Error>(self, bytes: &[u8]) -> Result<Bytes, E> {
-            Ok(Bytes::copy_from_slice(bytes))
-        }
-
-        fn visit_byte_buf<E: serde::de::Error>(self, bytes: Vec<u8>) -> Result<Bytes, E> {
-            Ok(Bytes::from(bytes))
-        }
-
-        /// Formats without a bytes type (JSON) write them as a list of numbers.
-        fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Bytes, A::Error> {
-            let mut bytes = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(1 << 16));
-            while let Some(byte) = seq.next_element::<u8>()? {
-                bytes.push(byte);
-            }
-            Ok(Bytes::from(bytes))
-        }
-    }
-    deserializer.deserialize_bytes(Visitor)
-}
-
-impl fmt::Debug for Buffer {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "Buffer({} records, {} bytes)",
-            self.records,
-            self.bytes.len()
-        )
-    }
-}
-
 impl Buffer {
     /// A buffer of `records` (tests and tools; producers use a [`BufferBuilder`]).
     pub fn from_records(records: &[Record]) -> Result<Self, CodecError> {
@@ -105,26 +52,6 @@ impl Buffer {
             builder.push_encoded(&scratch, usize::MAX);
         }
         Ok(builder.finish())
-    }
-
-    /// How many records it holds.
-    pub fn records(&self) -> u32 {
-        self.records
-    }
-
-    /// Its size in bytes.
-    pub fn len(&self) -> usize {
-        self.bytes.len()
-    }
-
-    /// Whether it holds no record.
-    pub fn is_empty(&self) -> bool {
-        self.records == 0
-    }
-
-    /// The raw bytes (spill files store them as they are).
-    pub fn bytes(&self) -> &Bytes {
-        &self.bytes
     }
 
     /// Reads its records one by one.
@@ -140,7 +67,7 @@ impl Buffer {
     pub fn to_records(&self) -> Result<Vec<Record>, BufferError> {
         let mut reader = self.clone().reader();
         // A record takes at least a byte: a garbled count cannot make this allocate more.
-        let mut records = Vec::with_capacity((self.records as usize).min(self.bytes.len()));
+        let mut records = Vec::with_capacity((self.records() as usize).min(self.len()));
         while let Some(record) = reader.next_record()? {
             records.push(record);
         }
@@ -205,10 +132,7 @@ impl BufferBuilder {
     pub fn finish(&mut self) -> Buffer {
         let records = std::mem::take(&mut self.records);
         self.warm = self.bytes.capacity();
-        Buffer {
-            records,
-            bytes: Bytes::from(std::mem::take(&mut self.bytes)),
-        }
+        Buffer::new(records, Bytes::from(std::mem::take(&mut self.bytes)))
     }
 }
 
@@ -223,8 +147,8 @@ pub struct BufferReader {
 impl BufferReader {
     /// The next record; `None` after the last. A garbled buffer is an error, never a panic.
     pub fn next_record(&mut self) -> Result<Option<Record>, BufferError> {
-        let len = self.buffer.bytes.len();
-        if self.read == self.buffer.records {
+        let len = self.buffer.len();
+        if self.read == self.buffer.records() {
             return if self.offset == len {
                 Ok(None)
             } else {
@@ -234,7 +158,7 @@ impl BufferReader {
         if self.offset == len {
             return Err(self.wrong_count());
         }
-        let (record, used) = codec::decode_prefix::<Record>(&self.buffer.bytes[self.offset..])
+        let (record, used) = codec::decode_prefix::<Record>(&self.buffer.bytes()[self.offset..])
             .map_err(|source| BufferError::Garbled {
                 index: self.read,
                 offset: self.offset,
@@ -248,9 +172,9 @@ impl BufferReader {
 
     fn wrong_count(&self) -> BufferError {
         BufferError::WrongCount {
-            claimed: self.buffer.records,
+            claimed: self.buffer.records(),
             found: self.read,
-            len: self.buffer.bytes.len(),
+            len: self.buffer.len(),
         }
     }
 }
@@ -332,18 +256,12 @@ mod tests {
     fn a_garbled_buffer_is_an_error_not_a_panic() {
         let records: Vec<Record> = (0..3).map(record).collect();
         let good = Buffer::from_records(&records).unwrap();
-        let truncated = Buffer {
-            records: 3,
-            bytes: good.bytes.slice(..good.len() - 1),
-        };
+        let truncated = Buffer::new(3, good.bytes().slice(..good.len() - 1));
         assert!(matches!(
             truncated.to_records(),
             Err(BufferError::Garbled { index: 2, .. })
         ));
-        let overclaimed = Buffer {
-            records: 4,
-            bytes: good.bytes.clone(),
-        };
+        let overclaimed = Buffer::new(4, good.bytes().clone());
         assert!(matches!(
             overclaimed.to_records(),
             Err(BufferError::WrongCount {
@@ -352,10 +270,7 @@ mod tests {
                 ..
             })
         ));
-        let underclaimed = Buffer {
-            records: 2,
-            bytes: good.bytes.clone(),
-        };
+        let underclaimed = Buffer::new(2, good.bytes().clone());
         assert!(matches!(
             underclaimed.to_records(),
             Err(BufferError::WrongCount {
@@ -364,10 +279,7 @@ mod tests {
                 ..
             })
         ));
-        let garbage = Buffer {
-            records: 1,
-            bytes: Bytes::from_static(&[0xff; 16]),
-        };
+        let garbage = Buffer::new(1, Bytes::from_static(&[0xff; 16]));
         assert!(garbage.to_records().is_err());
     }
 }

@@ -33,7 +33,7 @@ use futures_util::task::AtomicWaker;
 use crate::base::hash::FixedHashMap;
 use crate::base::ids::DataConnectionId;
 use crate::base::ids::ProducerListId;
-use crate::env::NodeRng;
+use crate::base::rng::NodeRng;
 use crate::messages::ActorAddress;
 use crate::messages::ResultPartitionId;
 use crate::messages::deployment::ProducerLocation;

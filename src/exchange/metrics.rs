@@ -5,7 +5,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use serde::{Deserialize, Serialize};
+use crate::messages::TaskIoSnapshot;
 
 /// Counters shared by a running task's thread and its TaskManager (relaxed atomics: each is a
 /// figure for people, not a synchronisation point).
@@ -40,26 +40,6 @@ impl Default for TaskIoMetrics {
             waiting_since_ms: AtomicU64::new(NOT_WAITING),
         }
     }
-}
-
-/// A snapshot of a task's [`TaskIoMetrics`], with its backpressure rate.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TaskIoSnapshot {
-    /// Records read from its inputs.
-    pub records_in: u64,
-    /// Their serialized bytes.
-    pub bytes_in: u64,
-    /// Records written to its outputs (once per output).
-    pub records_out: u64,
-    /// Their serialized bytes.
-    pub bytes_out: u64,
-    /// Input buffers received and not yet consumed.
-    pub buffers_in_use: u64,
-    /// Milliseconds it waited for room in a full output, in all.
-    pub backpressured_ms: u64,
-    /// Of the last sampling interval, the milliseconds per second it was backpressured (Flink's
-    /// `backPressuredTimeMsPerSecond`, 0 to 1000).
-    pub back_pressured_time_ms_per_second: u64,
 }
 
 impl TaskIoMetrics {

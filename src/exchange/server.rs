@@ -43,7 +43,7 @@ pub const FETCH_BYTES: usize = 1 << 20;
 /// inside the transport's ask timeout, so a silent channel never looks like a dead peer.
 pub const FETCH_HOLD: Duration = Duration::from_secs(2);
 
-const _: () = assert!(FETCH_HOLD.as_millis() * 4 <= crate::actors::node::ASK_TIMEOUT.as_millis());
+const _: () = assert!(FETCH_HOLD.as_millis() * 4 <= crate::transport::ASK_TIMEOUT.as_millis());
 
 /// A connection without a poll or request for this long is forgotten.
 pub const IDLE_CONNECTION: Duration = Duration::from_secs(60);

@@ -27,6 +27,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::base::hash::fnv1a;
 use crate::base::ids::JobVertexId;
 
 /// The slot sharing group of vertices that name none (Flink's "default").
@@ -366,16 +367,8 @@ impl JobVertex {
     /// resubmitted job keeps its vertex ids. The hash fills the upper half of the id because
     /// ids print their upper 32 bits in logs.
     pub fn id_for(name: &str) -> JobVertexId {
-        JobVertexId::from_u128(u128::from(fnv1a_64(name.as_bytes())) << 64)
+        JobVertexId::from_u128(u128::from(fnv1a(name.as_bytes())) << 64)
     }
-}
-
-fn fnv1a_64(bytes: &[u8]) -> u64 {
-    const OFFSET_BASIS: u64 = 0xcbf2_9ce4_8422_2325;
-    const PRIME: u64 = 0x0000_0100_0000_01b3;
-    bytes.iter().fold(OFFSET_BASIS, |hash, byte| {
-        (hash ^ u64::from(*byte)).wrapping_mul(PRIME)
-    })
 }
 
 /// Builds a [`JobGraph`] in code; [`JobGraphBuilder::build`] validates it.
@@ -927,15 +920,11 @@ mod tests {
 
     #[test]
     fn vertex_ids_are_fnv1a_of_the_name_and_deterministic() {
-        // Published FNV-1a 64 test vectors.
-        assert_eq!(fnv1a_64(b""), 0xcbf2_9ce4_8422_2325);
-        assert_eq!(fnv1a_64(b"a"), 0xaf63_dc4c_8601_ec8c);
-        assert_eq!(fnv1a_64(b"foobar"), 0x8594_4171_f739_67e8);
         let graph = graph();
         assert_eq!(graph.vertices[0].id, JobVertex::id_for("source"));
         assert_eq!(
             JobVertex::id_for("source").as_u128(),
-            u128::from(fnv1a_64(b"source")) << 64
+            u128::from(fnv1a(b"source")) << 64
         );
         assert_eq!(graph, self::graph());
         assert_ne!(graph.vertices[0].id, graph.vertices[1].id);

@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use crate::env::NodeRng;
+use crate::base::rng::NodeRng;
 use crate::job::graph::RestartStrategyConfig;
 
 /// What to do about a failure.

@@ -155,3 +155,24 @@ impl fmt::Display for ResultPartitionId {
         write!(f, "{}#{}", self.producer, self.edge)
     }
 }
+
+/// What a task's exchange did so far, with its backpressure rate: reported in heartbeats and
+/// shown per subtask (sampled from the exchange's `TaskIoMetrics`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskIoSnapshot {
+    /// Records read from its inputs.
+    pub records_in: u64,
+    /// Their serialized bytes.
+    pub bytes_in: u64,
+    /// Records written to its outputs (once per output).
+    pub records_out: u64,
+    /// Their serialized bytes.
+    pub bytes_out: u64,
+    /// Input buffers received and not yet consumed.
+    pub buffers_in_use: u64,
+    /// Milliseconds it waited for room in a full output, in all.
+    pub backpressured_ms: u64,
+    /// Of the last sampling interval, the milliseconds per second it was backpressured (Flink's
+    /// `backPressuredTimeMsPerSecond`, 0 to 1000).
+    pub back_pressured_time_ms_per_second: u64,
+}

@@ -16,15 +16,14 @@ use super::common::{
 };
 use super::protocol;
 use super::resource_manager::RegisterResourceManagerSuccessful;
-use crate::actors::job_manager::scheduler::Locality;
 use crate::base::ids::{
     AllocationId, ClusterId, ExecutionAttemptId, InstanceId, JobId, LeaderSessionId, ResourceId,
     TaskManagerSessionId,
 };
-use crate::exchange::metrics::TaskIoSnapshot;
 use crate::job::graph::JobGraph;
 use crate::job::regions::PipelinedRegions;
 use crate::job::states::{ExecutionState, JobStatus};
+use crate::messages::TaskIoSnapshot;
 
 protocol! {
     /// Every message the JobManager accepts: the payload of an envelope addressed to it.
@@ -57,6 +56,27 @@ protocol! {
         disconnect_task_manager: DisconnectTaskManager,
         /// Report the registered TaskManagers.
         get_status: GetJobManagerStatus,
+    }
+}
+
+/// How well a placement met the request's preferences.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Locality {
+    /// On a preferred TaskManager.
+    Local,
+    /// Preferences existed and could not be met.
+    NonLocal,
+    /// There were no preferences.
+    Unconstrained,
+}
+
+impl fmt::Display for Locality {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Local => "LOCAL",
+            Self::NonLocal => "NON_LOCAL",
+            Self::Unconstrained => "UNCONSTRAINED",
+        })
     }
 }
 

@@ -11,6 +11,7 @@
 //!   gateways, never `Addr`s of their peers, so a test can plug in a probe and the transport a
 //!   remote proxy without the actor noticing.
 
+pub mod buffer;
 pub mod common;
 pub mod deployment;
 pub mod job_manager;

@@ -18,7 +18,7 @@ use crate::base::ids::{
     AllocationId, DataConnectionId, ExecutionAttemptId, InstanceId, JobId, LeaderSessionId,
     ProducerListId, ResourceId,
 };
-use crate::exchange::Buffer;
+use crate::messages::buffer::Buffer;
 
 protocol! {
     /// Every message a TaskManager accepts: the payload of an envelope addressed to it.
@@ -110,7 +110,7 @@ pub struct RunningTaskInfo {
     pub cancel_requested: bool,
     /// What its exchange did (records and bytes in and out, input buffers in use,
     /// backpressure), as of the TaskManager's last sample (every heartbeat interval).
-    pub io: crate::exchange::metrics::TaskIoSnapshot,
+    pub io: crate::messages::TaskIoSnapshot,
 }
 
 /// Where a TaskManager's registration stands.

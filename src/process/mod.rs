@@ -30,7 +30,9 @@ use crate::actors::Shutdown;
 use crate::actors::node::{start_job_manager_node, task_manager_spec, working_dir_parent};
 use crate::actors::task_manager::registration::Leader;
 use crate::actors::task_manager::{TaskManager, TaskManagerSettings};
+use crate::base::clock::SystemClock;
 use crate::base::ids::ResourceId;
+use crate::base::rng::NodeRng;
 use crate::cluster::leader_loop::{LeaderTerms, run_leader_loop};
 use crate::config::{ClusterConfig, ConfigError, DriverKind};
 use crate::drivers::WorkerDriver;
@@ -38,7 +40,7 @@ use crate::drivers::local_process::{LocalProcessDriver, ProcessTemplate};
 use crate::drivers::standalone::StandaloneDriver;
 use crate::env::events::EventSink;
 use crate::env::working_dir::{WorkingDir, WorkingDirError, write_private_file};
-use crate::env::{ArbiterSpawner, NodeEnv, NodeRng, SystemClock};
+use crate::env::{ArbiterSpawner, NodeEnv};
 use crate::ha::JobGraphStore;
 use crate::ha::zookeeper::{ZooKeeperLeaderElection, ZooKeeperLeaderRetrieval, ZooKeeperSettings};
 use crate::messages::ActorAddress;
@@ -170,7 +172,7 @@ fn endpoint_config(
         secret,
         handshake_timeout: Duration::from_secs(5),
         accept_timeout: crate::rpc::endpoint::DEFAULT_ACCEPT_TIMEOUT,
-        ask_timeout: crate::actors::node::ASK_TIMEOUT,
+        ask_timeout: crate::transport::ASK_TIMEOUT,
         max_frame: crate::transport::frame::DEFAULT_MAX_FRAME,
         outbound_queue: 4096,
         max_inbound_in_flight: crate::rpc::endpoint::DEFAULT_MAX_INBOUND_IN_FLIGHT,

@@ -38,9 +38,9 @@ use actix_web::{App, HttpRequest, HttpServer, web};
 pub use auth::{AuthError, Token};
 pub use error::ApiError;
 
+use crate::base::clock::{Clock, SystemClock};
 use crate::base::latch::Latch;
 use crate::config::RestConfig;
-use crate::env::{Clock, SystemClock};
 use crate::messages::job_manager::JobManagerGateway;
 use crate::messages::resource_manager::ResourceManagerGateway;
 use crate::transport::metrics::TransportMetrics;
@@ -150,7 +150,7 @@ impl RestState {
             max_pool_size,
             transport: TransportMetrics::new(),
             clock: Arc::new(SystemClock),
-            ask_timeout: crate::actors::node::ASK_TIMEOUT,
+            ask_timeout: crate::transport::ASK_TIMEOUT,
             token: None,
             allowed_hosts: guard::AllowedHosts::default(),
             body_timeout: guard::DEFAULT_BODY_TIMEOUT,

@@ -33,7 +33,7 @@ pub struct VertexIo {
     /// The vertex's name.
     pub vertex: String,
     /// What its subtasks did.
-    pub io: crate::exchange::metrics::TaskIoSnapshot,
+    pub io: crate::messages::TaskIoSnapshot,
 }
 
 /// Every value one scrape reports, read at one moment.
@@ -278,7 +278,7 @@ impl MetricsSnapshot {
     /// The running jobs' vertices, labelled by job id and vertex name (bounded by the
     /// vertices, not the subtasks, of running jobs: Flink's per-task metrics, summed).
     fn register_vertices(&self, registry: &mut Registry) {
-        type Pick = fn(&crate::exchange::metrics::TaskIoSnapshot) -> u64;
+        type Pick = fn(&crate::messages::TaskIoSnapshot) -> u64;
         let gauges: [(&str, &str, Pick); 2] = [
             (
                 "flint_vertex_back_pressured_time_ms_per_second",
@@ -355,7 +355,7 @@ mod tests {
             vertices: vec![VertexIo {
                 job_id: "j1".into(),
                 vertex: "tokenize".into(),
-                io: crate::exchange::metrics::TaskIoSnapshot {
+                io: crate::messages::TaskIoSnapshot {
                     records_in: 20,
                     records_out: 40,
                     back_pressured_time_ms_per_second: 650,

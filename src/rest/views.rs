@@ -10,8 +10,8 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::base::ids::{AllocationId, InstanceId, JobId, ResourceId};
-use crate::exchange::metrics::TaskIoSnapshot;
 use crate::job::states::{ExecutionState, JobStatus};
+use crate::messages::TaskIoSnapshot;
 use crate::messages::job_manager::{
     AllocatedSlotInfo, JobDetails, JobManagerStatus, JobSummary, SubtaskDetails, TaskManagerInfo,
     VertexDetails,

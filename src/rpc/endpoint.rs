@@ -75,15 +75,15 @@ use crate::base::error_chain::ErrorChain as Chain;
 use crate::base::executor::NodeExecutor;
 use crate::base::ids::ClusterId;
 use crate::base::latch::Latch;
-use crate::env::NodeRng;
+use crate::base::rng::NodeRng;
 use crate::messages::ActorAddress;
 use crate::messages::job_manager::{JobManagerGateway, JobManagerMessage};
 use crate::messages::resource_manager::{ResourceManagerGateway, ResourceManagerMessage};
 use crate::messages::task_manager::{TaskManagerGateway, TaskManagerMessage};
 use crate::rpc::directory::{LocalActor, LocalDirectory, Resolver};
 use crate::transport::connection::{
-    self, Connection, ConnectionConfig, ConnectionError, DEFAULT_ASK_TIMEOUT,
-    DEFAULT_MAX_PENDING_ASKS, DEFAULT_OUTBOUND_QUEUE, Inbound, Side,
+    self, ASK_TIMEOUT, Connection, ConnectionConfig, ConnectionError, DEFAULT_MAX_PENDING_ASKS,
+    DEFAULT_OUTBOUND_QUEUE, Inbound, Side,
 };
 use crate::transport::envelope::{
     Answer, Envelope, EnvelopeKind, Payload, PayloadKind, Reply, ReplyError,
@@ -181,7 +181,7 @@ impl EndpointConfig {
             secret,
             handshake_timeout: Duration::from_secs(5),
             accept_timeout: DEFAULT_ACCEPT_TIMEOUT,
-            ask_timeout: DEFAULT_ASK_TIMEOUT,
+            ask_timeout: ASK_TIMEOUT,
             max_frame: DEFAULT_MAX_FRAME,
             outbound_queue: DEFAULT_OUTBOUND_QUEUE,
             max_inbound_in_flight: DEFAULT_MAX_INBOUND_IN_FLIGHT,
@@ -1321,10 +1321,11 @@ mod tests {
     use crate::actors::job_manager::{JobManager, JobManagerSettings};
     use crate::actors::task_manager::registration::Leader;
     use crate::actors::task_manager::{TaskManager, TaskManagerSettings, TaskManagerSpec};
+    use crate::base::clock::ManualClock;
     use crate::base::ids::{LeaderSessionId, ResourceId};
     use crate::config::{HeartbeatConfig, RegistrationConfig};
     use crate::env::events::EventSink;
-    use crate::env::{CurrentArbiterSpawner, ManualClock, NodeEnv};
+    use crate::env::{CurrentArbiterSpawner, NodeEnv};
     use crate::messages::HardwareDescription;
     use crate::messages::job_manager::{GetJobManagerStatus, JobManagerStatus};
     use crate::messages::task_manager::{

@@ -26,11 +26,14 @@ use crate::actors::node::{start_job_manager_node, task_manager_spec};
 use crate::actors::resource_manager::FlinkResourceManager;
 use crate::actors::task_manager::registration::Leader;
 use crate::actors::task_manager::{TaskManager, TaskManagerSettings};
+use crate::base::clock::Clock;
+use crate::base::hash::fnv1a;
 use crate::base::ids::ResourceId;
+use crate::base::rng::NodeRng;
 use crate::config::ClusterConfig;
 use crate::drivers::WorkerRequest;
 use crate::env::events::EventSink;
-use crate::env::{Clock, CurrentArbiterSpawner, NodeEnv, NodeRng, fnv1a};
+use crate::env::{CurrentArbiterSpawner, NodeEnv};
 use crate::messages::ActorAddress;
 use crate::messages::resource_manager::{
     ResourceManagerGateway, WorkerFailed, WorkerStarted, WorkerTerminated,
@@ -224,7 +227,7 @@ impl SimCluster {
             Secret::from_bytes(b"simulated cluster secret".to_vec()),
             seed,
         );
-        config.ask_timeout = crate::actors::node::ASK_TIMEOUT;
+        config.ask_timeout = crate::transport::ASK_TIMEOUT;
         config
     }
 

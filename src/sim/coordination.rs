@@ -27,7 +27,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::base::ids::{JobId, LeaderSessionId};
-use crate::env::NodeRng;
+use crate::base::rng::NodeRng;
 use crate::ha::election::{LeaderElectionService, Leadership};
 use crate::ha::{HaError, JobGraphPointers, LeaderInformation, LeaderRetrievalService};
 

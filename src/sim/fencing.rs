@@ -10,7 +10,7 @@ use crate::actors::job_manager::JobManager;
 use crate::actors::resource_manager::FlinkResourceManager;
 use crate::actors::task_manager::TaskManager;
 use crate::base::ids::{AllocationId, ExecutionAttemptId, JobId, LeaderSessionId, ResourceId};
-use crate::env::NodeRng;
+use crate::base::rng::NodeRng;
 use crate::messages::RemovalReason;
 use crate::messages::deployment::TaskDeploymentDescriptor;
 use crate::messages::job_manager::{GetJobManagerStatus, ResourceRemoved};

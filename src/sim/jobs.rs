@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::scenario::JobKind;
-use crate::env::NodeRng;
+use crate::base::rng::NodeRng;
 use crate::job::graph::{DistributionPattern, ExchangeMode, JobGraph, RestartStrategyConfig};
 use crate::operators::OperatorRegistry;
 use crate::operators::builtin::{

@@ -37,7 +37,7 @@ use tokio::sync::{Notify, mpsc};
 use tokio::time::Instant;
 
 use super::trace::Trace;
-use crate::env::NodeRng;
+use crate::base::rng::NodeRng;
 use crate::rpc::endpoint::DialError;
 use crate::transport::network::{Bound, BoxStream, Listener, Network};
 

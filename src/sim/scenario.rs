@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use super::network::{CrashKind, NetParams};
-use crate::env::NodeRng;
+use crate::base::rng::NodeRng;
 
 /// The kinds of job a scenario submits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

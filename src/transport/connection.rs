@@ -65,7 +65,7 @@ use super::handshake::{self, HandshakeConfig, HandshakeError};
 use crate::base::codec::CodecError;
 use crate::base::error_chain::ErrorChain as Chain;
 use crate::base::latch::Latch;
-use crate::env::NodeRng;
+use crate::base::rng::NodeRng;
 use crate::messages::ActorAddress;
 use crate::transport::metrics::TransportMetrics;
 
@@ -84,8 +84,9 @@ pub const DEFAULT_MAX_PENDING_ASKS: usize = 65_536;
 /// without making senders handle [`ConnectionError::QueueFull`] in normal operation.
 pub const DEFAULT_OUTBOUND_QUEUE: usize = 1024;
 
-/// The default time an ask waits for its reply.
-pub const DEFAULT_ASK_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long an ask may wait for its reply (Flink's `akka.ask.timeout`): the transport's
+/// default, and the timeout every actor puts on its asks, local or remote.
+pub const ASK_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The writer stops coalescing once a batch holds this many bytes, so one `write_all` never
 /// needs a buffer much larger than this (plus one frame).
@@ -118,7 +119,7 @@ pub struct ConnectionConfig {
 }
 
 impl ConnectionConfig {
-    /// The defaults ([`DEFAULT_MAX_FRAME`], [`DEFAULT_OUTBOUND_QUEUE`], [`DEFAULT_ASK_TIMEOUT`],
+    /// The defaults ([`DEFAULT_MAX_FRAME`], [`DEFAULT_OUTBOUND_QUEUE`], [`ASK_TIMEOUT`],
     /// [`DEFAULT_MAX_PENDING_ASKS`]) around a node's handshake settings, so callers only spell
     /// out what they change.
     pub fn new(handshake: HandshakeConfig) -> Self {
@@ -126,7 +127,7 @@ impl ConnectionConfig {
             handshake,
             max_frame: DEFAULT_MAX_FRAME,
             outbound_queue: DEFAULT_OUTBOUND_QUEUE,
-            ask_timeout: DEFAULT_ASK_TIMEOUT,
+            ask_timeout: ASK_TIMEOUT,
             max_pending_asks: DEFAULT_MAX_PENDING_ASKS,
             metrics: TransportMetrics::new(),
         }
@@ -810,7 +811,7 @@ mod tests {
     use crate::transport::handshake::Secret;
 
     const SECRET: &[u8] = b"correct horse battery staple";
-    const ASK_TIMEOUT: Duration = Duration::from_secs(30);
+    const TEST_ASK_TIMEOUT: Duration = Duration::from_secs(30);
     const MAX_FRAME: usize = 64 * 1024;
     /// Far more than any test writes before the other side reads.
     const PIPE: usize = 64 * 1024;
@@ -831,7 +832,7 @@ mod tests {
         ConnectionConfig {
             max_frame: MAX_FRAME,
             outbound_queue: 16,
-            ask_timeout: ASK_TIMEOUT,
+            ask_timeout: TEST_ASK_TIMEOUT,
             max_pending_asks: 1024,
             ..ConnectionConfig::new(handshake_config(node))
         }
@@ -1199,14 +1200,14 @@ mod tests {
         let result = ask_of(&a.conn, 1).await;
         match result {
             Err(ref error @ ConnectionError::Timeout { ref peer, after }) => {
-                assert_eq!((peer.as_str(), after), ("b", ASK_TIMEOUT));
+                assert_eq!((peer.as_str(), after), ("b", TEST_ASK_TIMEOUT));
                 assert!(error.is_retryable());
             }
             other => panic!("expected a timeout, got {other:?}"),
         }
         let waited = started.elapsed();
         assert!(
-            waited >= ASK_TIMEOUT && waited < ASK_TIMEOUT + Duration::from_secs(1),
+            waited >= TEST_ASK_TIMEOUT && waited < TEST_ASK_TIMEOUT + Duration::from_secs(1),
             "{waited:?}"
         );
         assert_eq!(a.conn.pending_asks(), 0, "the timed-out ask is forgotten");
@@ -1309,7 +1310,7 @@ mod tests {
         let result = tokio::time::timeout(PATIENCE, asked).await.expect("fails");
         assert!(
             started.elapsed() < Duration::from_secs(1),
-            "failed at once, not at the {ASK_TIMEOUT:?} ask timeout"
+            "failed at once, not at the {TEST_ASK_TIMEOUT:?} ask timeout"
         );
         match result {
             Err(
@@ -1654,7 +1655,7 @@ mod tests {
             (
                 ConnectionError::Timeout {
                     peer: peer(),
-                    after: ASK_TIMEOUT,
+                    after: TEST_ASK_TIMEOUT,
                 },
                 true,
                 "no reply from b within 30s",

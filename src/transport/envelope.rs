@@ -382,7 +382,7 @@ mod tests {
         resource_manager_samples, session, task_manager_samples,
     };
     use crate::base::ids::*;
-    use crate::env::NodeRng;
+    use crate::base::rng::NodeRng;
     use crate::messages::common::*;
     use crate::messages::job_manager::*;
     use crate::messages::resource_manager::*;

@@ -246,7 +246,7 @@ impl Encoder<&[u8]> for FrameCodec {
 #[cfg(test)]
 pub(super) mod tests {
     use super::*;
-    use crate::env::NodeRng;
+    use crate::base::rng::NodeRng;
 
     fn framed(payloads: &[&[u8]]) -> BytesMut {
         let mut codec = FrameCodec::default();

@@ -72,7 +72,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use crate::base::codec::{self, CodecError};
 use crate::base::ids::ClusterId;
-use crate::env::NodeRng;
+use crate::base::rng::NodeRng;
 
 /// The handshake protocol version this node speaks. A peer with another version is refused
 /// rather than guessed at: the envelopes that follow the handshake would not decode either.

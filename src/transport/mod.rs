@@ -17,3 +17,5 @@ pub mod handshake;
 pub mod metrics;
 pub mod network;
 pub mod tls;
+
+pub use connection::ASK_TIMEOUT;

@@ -19,7 +19,7 @@ use futures_util::future::LocalBoxFuture;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 
-use crate::env::NodeRng;
+use crate::base::rng::NodeRng;
 use crate::rpc::endpoint::{DialError, EndpointError};
 
 /// A connected byte stream of any network.

@@ -26,14 +26,14 @@ use super::scheduler::{
 };
 use crate::base::hash::FixedHashMap;
 use crate::base::ids::{AllocationId, ExecutionAttemptId, JobId, ProducerListId, ResourceId};
-use crate::env::NodeRng;
-use crate::exchange::metrics::TaskIoSnapshot;
+use crate::base::rng::NodeRng;
 use crate::job::graph::{DistributionPattern, ExchangeMode, JobGraph};
 use crate::job::regions::{
     ExecutionVertexRef, PipelinedRegions, RegionError, RegionId, RegionProgress,
 };
 use crate::job::restart::{RestartBackoff, RestartDecision};
 use crate::job::states::{ExecutionState, JobStatus, Tracked};
+use crate::messages::TaskIoSnapshot;
 use crate::messages::job_manager::{
     EXCEPTION_HISTORY_SIZE, JobDetails, JobException, JobSummary, SlotTaskAttempt, SubtaskDetails,
     VertexDetails,

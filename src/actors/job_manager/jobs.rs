@@ -330,7 +330,7 @@ impl JobManager {
         running: &std::collections::BTreeSet<crate::base::ids::ExecutionAttemptId>,
         io: &[(
             crate::base::ids::ExecutionAttemptId,
-            crate::exchange::metrics::TaskIoSnapshot,
+            crate::messages::TaskIoSnapshot,
         )],
         ctx: &mut Context<Self>,
     ) {

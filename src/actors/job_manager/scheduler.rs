@@ -49,7 +49,8 @@ use slab::Slab;
 
 use crate::base::hash::FixedHashMap;
 use crate::base::ids::{AllocationId, JobId, ResourceId};
-use crate::env::NodeRng;
+use crate::base::rng::NodeRng;
+use crate::messages::job_manager::Locality;
 
 /// More distinct preferred locations than this count as no preference (Flink's limit).
 pub const MAX_PREFERRED_LOCATIONS: usize = 8;
@@ -94,27 +95,6 @@ pub struct SlotRequest {
     /// Producers in the same bulk: their TaskManagers count as preferred once they are placed
     /// (the bulk places producers first).
     pub preferred_tasks: Vec<TaskRef>,
-}
-
-/// How well a placement met the request's preferences.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Locality {
-    /// On a preferred TaskManager.
-    Local,
-    /// Preferences existed and could not be met.
-    NonLocal,
-    /// There were no preferences.
-    Unconstrained,
-}
-
-impl fmt::Display for Locality {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Self::Local => "LOCAL",
-            Self::NonLocal => "NON_LOCAL",
-            Self::Unconstrained => "UNCONSTRAINED",
-        })
-    }
 }
 
 /// Where a task was placed.

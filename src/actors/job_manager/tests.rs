@@ -1087,7 +1087,7 @@ async fn of_the_pending_workers_only_unknown_or_idle_ones_may_go() {
 #[actix::test]
 async fn ended_jobs_are_forgotten_beyond_the_job_store_capacity_and_after_their_expiration() {
     tokio::time::pause();
-    let clock = std::sync::Arc::new(crate::env::ManualClock::new(1_000_000));
+    let clock = std::sync::Arc::new(crate::base::clock::ManualClock::new(1_000_000));
     let env = NodeEnv::new(
         "jobmanager-node",
         3,

@@ -17,8 +17,9 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::base::clock::Clock;
+use crate::env::TaskBlocker;
 use crate::env::task_blocking::Cancellation;
-use crate::env::{Clock, TaskBlocker};
 use crate::exchange::client::{Grouping, NetworkClient};
 use crate::exchange::input_gate::{GateStats, InputGate, PRODUCER_CANCELLED};
 use crate::exchange::metrics::TaskIoMetrics;

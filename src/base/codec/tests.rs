@@ -87,10 +87,10 @@ pub(crate) fn job_details() -> JobDetails {
                 attempt_number: 1,
                 state: ExecutionState::Running,
                 resource_id: Some(resource(1)),
-                locality: Some(crate::actors::job_manager::scheduler::Locality::Local),
+                locality: Some(crate::messages::job_manager::Locality::Local),
                 timestamps: vec![(ExecutionState::Created, 1)],
                 error: None,
-                io: Some(crate::exchange::metrics::TaskIoSnapshot {
+                io: Some(crate::messages::TaskIoSnapshot {
                     records_in: 10,
                     bytes_in: 100,
                     records_out: 9,
@@ -100,7 +100,7 @@ pub(crate) fn job_details() -> JobDetails {
                     back_pressured_time_ms_per_second: 600,
                 }),
             }],
-            io: crate::exchange::metrics::TaskIoSnapshot::default(),
+            io: crate::messages::TaskIoSnapshot::default(),
         }],
     }
 }
@@ -169,7 +169,7 @@ pub(crate) fn task_manager_status(registration: RegistrationPhase) -> TaskManage
             job_id: JobId::from_u128(5),
             allocation_id: AllocationId::from_u128(9),
             cancel_requested: true,
-            io: crate::exchange::metrics::TaskIoSnapshot {
+            io: crate::messages::TaskIoSnapshot {
                 records_in: 1,
                 bytes_in: 2,
                 records_out: 3,
@@ -323,7 +323,7 @@ pub(crate) fn job_manager_samples() -> Vec<JobManagerMessage> {
                         producer: ExecutionAttemptId::from_u128(7),
                         edge: 1,
                     }),
-                    io: Some(crate::exchange::metrics::TaskIoSnapshot::default()),
+                    io: Some(crate::messages::TaskIoSnapshot::default()),
                 },
                 TaskExecutionState {
                     job_id: JobId::from_u128(5),

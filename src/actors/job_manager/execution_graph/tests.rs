@@ -3,8 +3,8 @@
 //! timers, lost TaskManagers) and records every action, so each test asserts exact deployments,
 //! cancellations and statuses without actors or threads.
 
-use crate::actors::job_manager::scheduler::Locality;
 use crate::job::graph::{ExchangeMode, RestartStrategyConfig};
+use crate::messages::job_manager::Locality;
 use crate::messages::job_manager::SubtaskDetails;
 
 use super::*;
@@ -1480,7 +1480,7 @@ fn finished_results_still_to_be_read_keep_their_task_manager_needed() {
 /// the attempt is replaced.
 #[test]
 fn task_io_samples_show_per_subtask_and_per_vertex_and_reset_on_restart() {
-    use crate::exchange::metrics::TaskIoSnapshot;
+    use crate::messages::TaskIoSnapshot;
     let mut h = Harness::new(pairs(2, fixed_delay(1)), &[2, 2]);
     h.start();
     let sample = |records: u64, pressure: u64| TaskIoSnapshot {

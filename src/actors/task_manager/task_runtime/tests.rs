@@ -8,7 +8,7 @@ use std::sync::Arc;
 use super::*;
 use crate::base::ids::DataConnectionId;
 use crate::base::ids::{AllocationId, ExecutionAttemptId, JobId, ResourceId};
-use crate::env::NodeRng;
+use crate::base::rng::NodeRng;
 use crate::env::task_blocking::ThreadBlocker;
 use crate::exchange::client::Peer;
 use crate::exchange::partition::Fetch;
@@ -131,7 +131,7 @@ fn task(
         network: NetworkSettings::default(),
         cancelled: cancelled.clone(),
         metrics: Arc::default(),
-        clock: Arc::new(crate::env::SystemClock),
+        clock: Arc::new(crate::base::clock::SystemClock),
     };
     (env, cancelled)
 }
@@ -166,7 +166,7 @@ async fn a_silent_producer_is_answered_within_the_hold_for_as_long_as_it_is_sile
         let asked = tokio::time::Instant::now();
         let answer = server.poll(store.clone(), poll(polls + 1, 0)).await;
         assert_eq!(answer.channels, vec![]);
-        assert!(asked.elapsed() < crate::actors::node::ASK_TIMEOUT);
+        assert!(asked.elapsed() < crate::transport::ASK_TIMEOUT);
         polls += 1;
     }
     assert!(polls >= 60 / FETCH_HOLD.as_secs(), "{polls} polls");
