@@ -32,8 +32,12 @@ use flint::messages::job_manager::{
     Heartbeat, HeartbeatReport, HeartbeatResponse, JobManagerMessage,
 };
 use flint::messages::resource_manager::{ResourceManagerMessage, WorkerFailed};
-use flint::transport::connection::{ConnectionConfig, ConnectionError, Inbound, Side, establish};
-use flint::transport::envelope::{Answer, Envelope, EnvelopeKind, Payload};
+use flint::transport::connection::{ConnectionConfig, ConnectionError, Side, establish};
+
+type Inbound = flint::transport::connection::Inbound<Payload>;
+use flint::messages::payload::{Envelope, Payload};
+use flint::messages::reply::Answer;
+use flint::transport::envelope::EnvelopeKind;
 use flint::transport::handshake::{HandshakeConfig, Secret};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::{TcpListener, TcpStream};
@@ -367,7 +371,7 @@ async fn flint_answer(address: &str, rng: &mut NodeRng) {
             connection
                 .reply(
                     envelope.correlation,
-                    HeartbeatResponse::Acknowledged.into_reply(),
+                    Payload::Reply(HeartbeatResponse::Acknowledged.into_reply()),
                 )
                 .expect("replies");
         }

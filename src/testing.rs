@@ -11,9 +11,9 @@ use actix::dev::ToEnvelope;
 use actix::prelude::*;
 use tokio::sync::oneshot;
 
+use crate::actors::resource_manager::driver::{DriverError, WorkerDriver, WorkerRequest};
 use crate::base::clock::ManualClock;
 use crate::base::ids::{LeaderSessionId, ResourceId};
-use crate::drivers::{DriverError, WorkerDriver, WorkerRequest};
 use crate::env::events::EventSink;
 use crate::env::{CurrentArbiterSpawner, NodeEnv, Spawner};
 use crate::messages::job_manager::*;

@@ -19,11 +19,13 @@ use std::time::Duration;
 use flint::base::ids::{ClusterId, LeaderSessionId};
 use flint::base::rng::NodeRng;
 use flint::messages::job_manager::{GetJobManagerStatus, JobManagerGateway};
+use flint::messages::payload::{Envelope, Payload};
+use flint::messages::reply::Reply;
 use flint::messages::task_manager::GetTaskManagerStatus;
 use flint::messages::{ActorAddress, NewLeaderAvailable};
 use flint::rpc::directory::Resolver;
 use flint::rpc::endpoint::{EndpointConfig, NodeEndpoint, RemoteResolver};
-use flint::transport::envelope::{Envelope, EnvelopeKind, Payload, Reply};
+use flint::transport::envelope::EnvelopeKind;
 use flint::transport::handshake::{
     self, HandshakeConfig, HandshakeMessage, Hello, MAX_HANDSHAKE_MESSAGE, PROTOCOL_VERSION, Secret,
 };

@@ -48,7 +48,7 @@ use crate::operators::OperatorRegistry;
 use crate::rpc::directory::LocalActor;
 
 /// The actor's name on its node.
-pub const NAME: &str = "jobmanager";
+pub const NAME: &str = crate::base::address::JOB_MANAGER;
 
 /// How many workers the resource manager was allowed to let go are remembered, to refuse them
 /// if they register after all (their process is being stopped).

@@ -8,11 +8,11 @@ use std::path::PathBuf;
 use actix::{Actor, Addr};
 
 use crate::actors::job_manager::{JobManager, JobManagerSettings};
+use crate::actors::resource_manager::driver::WorkerDriver;
 use crate::actors::resource_manager::{FlinkResourceManager, ResourceManagerSettings};
 use crate::actors::task_manager::TaskManagerSpec;
 use crate::base::ids::LeaderSessionId;
 use crate::config::ClusterConfig;
-use crate::drivers::WorkerDriver;
 use crate::env::NodeEnv;
 use crate::ha::LeadershipLease;
 use crate::messages::{ActorAddress, HardwareDescription, NewLeaderAvailable};

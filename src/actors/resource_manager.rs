@@ -17,6 +17,7 @@
 //! so a paused tokio clock drives them in tests.
 
 mod connection;
+pub mod driver;
 pub mod worker_pool;
 
 use std::collections::{BTreeMap, VecDeque};
@@ -26,10 +27,10 @@ use actix::clock::Instant;
 use actix::prelude::*;
 
 use self::worker_pool::{RegistrationOutcome, WorkerPool, WorkerState};
+use crate::actors::resource_manager::driver::{WorkerDriver, WorkerRequest};
 use crate::base::backoff::ExponentialBackoff;
 use crate::base::ids::{LeaderSessionId, ResourceId};
 use crate::config::{HeartbeatConfig, ResourceManagerConfig};
-use crate::drivers::{WorkerDriver, WorkerRequest};
 use crate::env::NodeEnv;
 use crate::env::events::ClusterEvent;
 use crate::ha::LeadershipLease;
@@ -41,7 +42,7 @@ use crate::messages::{Acknowledge, ActorAddress, RemovalReason, is_current_leade
 use crate::rpc::directory::LocalActor;
 
 /// The actor's name on its node.
-pub const NAME: &str = "resourcemanager";
+pub const NAME: &str = crate::base::address::RESOURCE_MANAGER;
 
 /// How many released resource ids are remembered, to catch a released worker registering again.
 const RELEASED_MEMORY: usize = 4096;

@@ -238,7 +238,7 @@ impl TaskManager {
 
     /// The actor name of the TaskManager of `resource_id` on its node.
     pub fn name_of(resource_id: &ResourceId) -> String {
-        format!("taskmanager/{resource_id}")
+        crate::base::address::task_manager_name(resource_id)
     }
 
     fn on_event(&mut self, event: RegistrationEvent, ctx: &mut Context<Self>) {

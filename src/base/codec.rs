@@ -89,7 +89,3 @@ pub fn encoded_size<T: Serialize>(value: &T) -> Result<usize, CodecError> {
 pub fn decode_prefix<T: DeserializeOwned>(bytes: &[u8]) -> Result<(T, usize), CodecError> {
     bincode::serde::decode_from_slice(bytes, config()).map_err(CodecError::Decode)
 }
-
-/// Samples of every message, shared with the transport's tests.
-#[cfg(test)]
-pub(crate) mod tests;

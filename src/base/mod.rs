@@ -1,5 +1,6 @@
 //! The base: what every layer above may use and what names no concept above it.
 
+pub mod address;
 pub mod backoff;
 pub mod clock;
 pub mod codec;

@@ -1,10 +1,9 @@
 //! How the resource manager gets workers: Flink's ResourceManagerDriver.
 //!
-//! The resource manager decides *how many* workers; a [`WorkerDriver`] decides *how* one is
-//! started and stopped. Drivers are called from inside the resource manager actor and must not
-//! block: a start is requested synchronously, and its outcome comes back later as
-//! `WorkerStarted` / `WorkerFailed` / `WorkerTerminated` through the resource manager's gateway.
-//! The trait never mentions an in-process actor, so process and remote drivers fit it too.
+//! The resource manager decides *how many* workers; a [`WorkerDriver`] (the trait, beside the
+//! resource manager in [`crate::actors::resource_manager::driver`]) decides *how* one is started
+//! and stopped. [`worker_driver`] picks the driver `resourcemanager.driver` names: the place to
+//! add a new one.
 //!
 //! | driver | starts a worker by |
 //! | --- | --- |
@@ -15,70 +14,61 @@ pub mod in_process;
 pub mod local_process;
 pub mod standalone;
 
-use crate::base::ids::{LeaderSessionId, ResourceId};
-use crate::messages::ActorAddress;
-use crate::messages::resource_manager::ResourceManagerGateway;
+use std::path::{Path, PathBuf};
 
-/// One worker to start.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WorkerRequest {
-    /// The id the worker registers with (chosen by the resource manager).
-    pub resource_id: ResourceId,
-    /// The JobManager leader it registers at.
-    pub job_manager: ActorAddress,
-    /// That leader's session, when known.
-    pub leader_session_id: Option<LeaderSessionId>,
-}
+pub use crate::actors::resource_manager::driver::{DriverError, WorkerDriver, WorkerRequest};
+use crate::config::{ClusterConfig, DriverKind};
+use crate::transport::handshake::{SECRET_ENV, Secret};
+use local_process::{LocalProcessDriver, ProcessTemplate};
+use standalone::StandaloneDriver;
 
-/// Why a driver could not even try to start a worker.
-#[derive(Debug, thiserror::Error)]
-pub enum DriverError {
-    /// This driver never starts workers (standalone). Not retryable.
-    #[error("the {driver} driver does not start workers; start TaskManagers yourself")]
-    CannotStartWorkers {
-        /// The driver's name.
-        driver: &'static str,
-    },
-    /// Starting failed at once (a spawn error). Retryable after a backoff.
-    #[error("cannot start worker {resource_id}")]
-    Spawn {
-        /// The worker.
-        resource_id: ResourceId,
-        /// What failed.
-        #[source]
-        source: std::io::Error,
-    },
-}
-
-/// Starts and stops workers for the resource manager.
-pub trait WorkerDriver: Send {
-    /// The driver's name in status reports (`in_process`, `standalone`, ...).
-    fn name(&self) -> &'static str;
-
-    /// Called once when the resource manager starts, with the gateway to report events to.
-    fn initialize(&mut self, resource_manager: ResourceManagerGateway);
-
-    /// Whether [`request_worker`](Self::request_worker) can start anything. A driver that
-    /// cannot also never releases workers: it does not own them.
-    fn can_start_workers(&self) -> bool;
-
-    /// Whether a TaskManager this driver did not start counts as a started worker when it
-    /// registers (standalone: every TaskManager does; managed drivers: only their own).
-    fn adopts_unknown_workers(&self) -> bool;
-
-    /// Starts a worker. `Ok` means the start is under way: `WorkerStarted` or `WorkerFailed`
-    /// follows.
-    fn request_worker(&mut self, request: WorkerRequest) -> Result<(), DriverError>;
-
-    /// Stops a worker (cancels it, if still starting). Unknown ids are ignored. No
-    /// `WorkerTerminated` follows a release.
-    fn release_worker(&mut self, resource_id: &ResourceId);
-
-    /// Stops every worker and waits until they are gone.
-    fn shutdown(&mut self);
-
-    /// A new JobManager leader: tell the workers this driver runs, if it can reach them (leader
-    /// retrieval for drivers whose workers cannot watch a leader election themselves).
-    fn leader_changed(&mut self, _job_manager: &ActorAddress, _leader_session_id: LeaderSessionId) {
+/// The worker driver `resourcemanager.driver` names, starting `program` (this binary) as
+/// `flint taskmanager --config child_config` for `local_process`. A fresh one per leadership.
+pub fn worker_driver(
+    config: &ClusterConfig,
+    program: &Path,
+    child_config: &Path,
+    secret: &Secret,
+) -> Box<dyn WorkerDriver> {
+    match config.resourcemanager.driver {
+        DriverKind::Standalone => Box::new(StandaloneDriver),
+        kind => {
+            let mut template = match kind {
+                DriverKind::Command => {
+                    let command = &config.resourcemanager.command;
+                    ProcessTemplate {
+                        program: PathBuf::from(&command.template[0]),
+                        args: command.template[1..].to_vec(),
+                        env: Vec::new(),
+                        slots: config.taskmanager.slots,
+                        hosts: command.hosts.clone(),
+                    }
+                }
+                _ => {
+                    let mut template = ProcessTemplate::flint_taskmanager(
+                        program.to_path_buf(),
+                        config.taskmanager.slots,
+                    );
+                    // The file is the whole configuration: the children inherit this process's
+                    // environment, whose FLINT_* variables must not override its flags.
+                    template.args.extend([
+                        "--config".to_owned(),
+                        child_config.display().to_string(),
+                        "--ignore-env".to_owned(),
+                    ]);
+                    template
+                }
+            };
+            if let Some(secret) = secret.expose() {
+                // Byte for byte: the children must prove exactly the parent's secret.
+                template.env.push((
+                    SECRET_ENV.to_owned(),
+                    std::os::unix::ffi::OsStringExt::from_vec(secret.to_vec()),
+                ));
+            } else if kind == DriverKind::LocalProcess {
+                template.args.push("--insecure".to_owned());
+            }
+            Box::new(LocalProcessDriver::new(template))
+        }
     }
 }

@@ -7,39 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::base::ids::{LeaderSessionId, ResourceId};
 
-/// Where an actor can be reached: the node it lives on and its name there.
-///
-/// In one process every node is `local`; across machines the node is the `host:port` of its
-/// transport endpoint. A [`Resolver`](crate::rpc::directory::Resolver) turns an address into a gateway.
-#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub struct ActorAddress {
-    /// The node: `local`, or the `host:port` of its transport endpoint.
-    pub node: String,
-    /// The actor's name on that node (`jobmanager`, `resourcemanager`, `taskmanager/<id>`).
-    pub name: String,
-}
-
-impl ActorAddress {
-    /// An address from its parts.
-    pub fn new(node: impl Into<String>, name: impl Into<String>) -> Self {
-        Self {
-            node: node.into(),
-            name: name.into(),
-        }
-    }
-}
-
-impl fmt::Display for ActorAddress {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "flint://{}/{}", self.node, self.name)
-    }
-}
-
-impl fmt::Debug for ActorAddress {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(self, f)
-    }
-}
+pub use crate::base::address::ActorAddress;
 
 /// Where a TaskManager runs and how to reach it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -15,10 +15,16 @@ pub mod buffer;
 pub mod common;
 pub mod deployment;
 pub mod job_manager;
+pub mod payload;
+pub mod reply;
 pub mod resource_manager;
 pub mod task_manager;
 
 pub use common::*;
+
+/// Samples of every message, shared with the protocol's other tests.
+#[cfg(test)]
+pub(crate) mod tests;
 
 /// Declares a receiving actor's wire enum and gateway from one list of its messages.
 macro_rules! protocol {
@@ -54,7 +60,7 @@ macro_rules! protocol {
             ) -> std::pin::Pin<
                 Box<
                     dyn std::future::Future<
-                        Output = Result<$crate::transport::envelope::Reply, actix::MailboxError>,
+                        Output = Result<$crate::messages::reply::Reply, actix::MailboxError>,
                     >,
                 >,
             > {
@@ -65,7 +71,7 @@ macro_rules! protocol {
                             Box::pin(async move {
                                 request
                                     .await
-                                    .map($crate::transport::envelope::Answer::into_reply)
+                                    .map($crate::messages::reply::Answer::into_reply)
                             })
                         }
                     )+

@@ -34,10 +34,8 @@ use crate::base::clock::SystemClock;
 use crate::base::ids::ResourceId;
 use crate::base::rng::NodeRng;
 use crate::cluster::leader_loop::{LeaderTerms, run_leader_loop};
-use crate::config::{ClusterConfig, ConfigError, DriverKind};
-use crate::drivers::WorkerDriver;
-use crate::drivers::local_process::{LocalProcessDriver, ProcessTemplate};
-use crate::drivers::standalone::StandaloneDriver;
+use crate::config::{ClusterConfig, ConfigError};
+use crate::drivers::{WorkerDriver, worker_driver};
 use crate::env::events::EventSink;
 use crate::env::working_dir::{WorkingDir, WorkingDirError, write_private_file};
 use crate::env::{ArbiterSpawner, NodeEnv};
@@ -49,11 +47,12 @@ use crate::messages::resource_manager::{ResourceManagerGateway, StopCluster};
 use crate::operators::OperatorRegistry;
 use crate::rest::leader::LeaderSwitch;
 use crate::rest::{RestError, RestListener, RestState};
-use crate::rpc::endpoint::{EndpointConfig, EndpointError, NodeEndpoint};
+use crate::rpc::endpoint::{EndpointConfig, NodeEndpoint};
 use crate::transport::handshake::Secret;
+use crate::transport::network::EndpointError;
 
 /// The environment variable holding the cluster secret.
-pub const SECRET_ENV: &str = "FLINT_SECRET";
+pub use crate::transport::handshake::SECRET_ENV;
 
 /// Why a process could not run. Not retryable without changing its configuration.
 #[derive(Debug, thiserror::Error)]
@@ -365,57 +364,6 @@ async fn run_high_availability(
     follower.abort();
     rest.stop().await;
     Ok(())
-}
-
-/// The worker driver `resourcemanager.driver` names, starting `program` (this binary) as
-/// `flint taskmanager --config child_config` for `local_process`. A fresh one per leadership.
-fn worker_driver(
-    config: &ClusterConfig,
-    program: &std::path::Path,
-    child_config: &std::path::Path,
-    secret: &Secret,
-) -> Box<dyn WorkerDriver> {
-    match config.resourcemanager.driver {
-        DriverKind::Standalone => Box::new(StandaloneDriver),
-        kind => {
-            let mut template = match kind {
-                DriverKind::Command => {
-                    let command = &config.resourcemanager.command;
-                    ProcessTemplate {
-                        program: PathBuf::from(&command.template[0]),
-                        args: command.template[1..].to_vec(),
-                        env: Vec::new(),
-                        slots: config.taskmanager.slots,
-                        hosts: command.hosts.clone(),
-                    }
-                }
-                _ => {
-                    let mut template = ProcessTemplate::flint_taskmanager(
-                        program.to_path_buf(),
-                        config.taskmanager.slots,
-                    );
-                    // The file is the whole configuration: the children inherit this process's
-                    // environment, whose FLINT_* variables must not override its flags.
-                    template.args.extend([
-                        "--config".to_owned(),
-                        child_config.display().to_string(),
-                        "--ignore-env".to_owned(),
-                    ]);
-                    template
-                }
-            };
-            if let Some(secret) = secret.expose() {
-                // Byte for byte: the children must prove exactly the parent's secret.
-                template.env.push((
-                    SECRET_ENV.to_owned(),
-                    std::os::unix::ffi::OsStringExt::from_vec(secret.to_vec()),
-                ));
-            } else if kind == DriverKind::LocalProcess {
-                template.args.push("--insecure".to_owned());
-            }
-            Box::new(LocalProcessDriver::new(template))
-        }
-    }
 }
 
 /// Removes the JobManager's working directory once its children are gone: they were killed by

@@ -449,7 +449,7 @@ mod tests {
 
     #[test]
     fn a_snapshot_reads_each_value_from_its_source() {
-        use crate::base::codec::tests::{job_manager_status, job_summary, resource};
+        use crate::messages::tests::{job_manager_status, job_summary, resource};
         let rm = ResourceManagerStatus {
             designated_pool_size: 3,
             demand: 7,

@@ -596,7 +596,7 @@ fn subtask(subtask: &SubtaskDetails) -> SubtaskView {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::base::codec::tests::{job_details, job_manager_status, job_summary, resource};
+    use crate::messages::tests::{job_details, job_manager_status, job_summary, resource};
 
     fn rm_status() -> ResourceManagerStatus {
         ResourceManagerStatus {

@@ -78,21 +78,28 @@ use crate::base::latch::Latch;
 use crate::base::rng::NodeRng;
 use crate::messages::ActorAddress;
 use crate::messages::job_manager::{JobManagerGateway, JobManagerMessage};
+use crate::messages::payload::{Envelope, Payload, PayloadKind};
+use crate::messages::reply::{Answer, Reply, ReplyError};
 use crate::messages::resource_manager::{ResourceManagerGateway, ResourceManagerMessage};
 use crate::messages::task_manager::{TaskManagerGateway, TaskManagerMessage};
 use crate::rpc::directory::{LocalActor, LocalDirectory, Resolver};
 use crate::transport::connection::{
-    self, ASK_TIMEOUT, Connection, ConnectionConfig, ConnectionError, DEFAULT_MAX_PENDING_ASKS,
-    DEFAULT_OUTBOUND_QUEUE, Inbound, Side,
+    self, ASK_TIMEOUT, ConnectionConfig, ConnectionError, DEFAULT_MAX_PENDING_ASKS,
+    DEFAULT_OUTBOUND_QUEUE, Side,
 };
-use crate::transport::envelope::{
-    Answer, Envelope, EnvelopeKind, Payload, PayloadKind, Reply, ReplyError,
-};
+use crate::transport::envelope::{self, EnvelopeKind};
 use crate::transport::frame::DEFAULT_MAX_FRAME;
 use crate::transport::handshake::{HandshakeConfig, Secret};
 use crate::transport::metrics::TransportMetrics;
 use crate::transport::network::{BoxStream, Listener, Network, TcpNetwork};
+use crate::transport::network::{DialError, EndpointError};
 use crate::transport::tls::{Tls, TlsError};
+
+/// A connection carrying Flint's protocol.
+type Connection = connection::Connection<Payload>;
+
+/// What a connection hands to the endpoint.
+type Inbound = connection::Inbound<Payload>;
 
 /// Tries to connect to a peer per need (an ask or tell that finds no live connection). Bounded,
 /// so an unreachable peer fails the ask instead of hanging it.
@@ -187,52 +194,6 @@ impl EndpointConfig {
             max_inbound_in_flight: DEFAULT_MAX_INBOUND_IN_FLIGHT,
             seed,
             tls: None,
-        }
-    }
-}
-
-/// Why an endpoint could not start.
-#[derive(Debug, thiserror::Error)]
-pub enum EndpointError {
-    /// The address could not be bound (in use, not ours). Retryable only if it becomes free.
-    #[error("cannot listen on {address}")]
-    Bind {
-        /// The address asked for.
-        address: SocketAddr,
-        /// Why.
-        #[source]
-        source: io::Error,
-    },
-    /// The listener's own address could not be read.
-    #[error("cannot read the address the endpoint listens on")]
-    LocalAddress(#[source] io::Error),
-}
-
-/// Why one connection attempt failed.
-#[derive(Debug, thiserror::Error)]
-pub enum DialError {
-    /// The TCP connection could not be made (refused, no route, DNS). Retryable.
-    #[error("cannot connect")]
-    Connect(#[source] io::Error),
-    /// The TCP connection took longer than the handshake timeout. Retryable.
-    #[error("connecting took longer than {0:?}")]
-    ConnectTimeout(Duration),
-    /// Connected, but the handshake failed (a wrong secret or cluster is not retryable).
-    #[error(transparent)]
-    Connection(#[from] ConnectionError),
-    /// Connected, but TLS could not be opened (retryable: a restarting peer looks the same as
-    /// an untrusted one here, and dialling is bounded anyway).
-    #[error(transparent)]
-    Tls(#[from] TlsError),
-}
-
-impl DialError {
-    /// Whether dialling again may succeed.
-    pub fn is_retryable(&self) -> bool {
-        match self {
-            Self::Connect(_) | Self::ConnectTimeout(_) => true,
-            Self::Tls(error) => !matches!(error, TlsError::ServerName(_)),
-            Self::Connection(error) => error.is_retryable(),
         }
     }
 }
@@ -375,19 +336,6 @@ impl AsyncWrite for Watched {
 fn source_of(from: &str) -> String {
     from.parse::<SocketAddr>()
         .map_or_else(|_| from.to_owned(), |address| address.ip().to_string())
-}
-
-/// Messages only this process may send its actors: a peer that sends one is refused. The leader
-/// comes from leader retrieval (in this process), never from the network, or any peer holding
-/// the secret could point a resource manager or a TaskManager at a JobManager of its choice.
-fn local_only(payload: &Payload) -> Option<&'static str> {
-    match payload {
-        Payload::ResourceManager(ResourceManagerMessage::NewLeaderAvailable(_))
-        | Payload::TaskManager(TaskManagerMessage::NewLeaderAvailable(_)) => {
-            Some("NewLeaderAvailable")
-        }
-        _ => None,
-    }
 }
 
 /// A future answer to a proxied message.
@@ -761,7 +709,7 @@ impl Inner {
             connection.close(format!("{peer} claimed to send as {sender}"));
             return;
         }
-        if let Some(name) = local_only(&payload) {
+        if let Some(name) = payload.local_only() {
             log::warn!(
                 "{}: {peer} sent {name}, which only this process may send; closing the connection",
                 self.config.node_name
@@ -833,7 +781,7 @@ impl Inner {
                     if let Reply::Failed(reason) = &reply {
                         log::warn!("{node}: ask from {peer} failed: {reason}");
                     }
-                    if let Err(error) = connection.reply(correlation, reply) {
+                    if let Err(error) = connection.reply(correlation, Payload::Reply(reply)) {
                         log::warn!(
                             "{node}: cannot answer {name} from {peer}: {}",
                             Chain(&error)
@@ -1006,7 +954,16 @@ fn send_on(connection: &Connection, target: String, payload: Payload, tell: bool
         Box::pin(std::future::ready(sent))
     } else {
         let asked = connection.ask(target, None, payload);
-        Box::pin(async move { Ok(asked.await?) })
+        Box::pin(async move {
+            match asked.await? {
+                Payload::Reply(reply) => Ok(reply),
+                // The connection validated that a reply envelope carries a reply; kept total.
+                other => Err(RemoteError::Reply(ReplyError::Unexpected {
+                    expected: "reply",
+                    got: envelope::Payload::describe(&other),
+                })),
+            }
+        })
     }
 }
 

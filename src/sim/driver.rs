@@ -3,8 +3,8 @@
 
 use tokio::sync::mpsc;
 
+use crate::actors::resource_manager::driver::{DriverError, WorkerDriver, WorkerRequest};
 use crate::base::ids::ResourceId;
-use crate::drivers::{DriverError, WorkerDriver, WorkerRequest};
 use crate::messages::resource_manager::ResourceManagerGateway;
 
 /// What the driver asks of the simulation.

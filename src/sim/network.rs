@@ -38,7 +38,7 @@ use tokio::time::Instant;
 
 use super::trace::Trace;
 use crate::base::rng::NodeRng;
-use crate::rpc::endpoint::DialError;
+use crate::transport::network::DialError;
 use crate::transport::network::{Bound, BoxStream, Listener, Network};
 
 /// How the links behave. Latency is drawn per frame: usually `base`, with a long tail.
@@ -512,8 +512,9 @@ impl State {
     /// list).
     fn note_deployment(&mut self, frame: &[u8], src: &str, dst: &str) {
         use crate::messages::deployment::Producers;
+        use crate::messages::payload::Payload;
+        use crate::messages::reply::Reply;
         use crate::messages::task_manager::{TaskManagerMessage, TaskSubmissionError};
-        use crate::transport::envelope::{Payload, Reply};
         let Some(envelope) = envelope_of(frame) else {
             return;
         };
@@ -891,14 +892,15 @@ impl Drop for SimStream {
 
 /// A transport frame's envelope (length prefix and envelope), decoded with the real codec, read
 /// only; `None` for handshake frames and anything else that is not one.
-fn envelope_of(frame: &[u8]) -> Option<crate::transport::envelope::Envelope> {
+fn envelope_of(frame: &[u8]) -> Option<crate::messages::payload::Envelope> {
     let body = frame.get(crate::transport::frame::HEADER_LEN..)?;
-    crate::transport::envelope::Envelope::decode(body).ok()
+    crate::messages::payload::Envelope::decode(body).ok()
 }
 
 /// Whether a transport frame carries a `SubmitTasks` or its answer.
 fn carries_deployment(frame: &[u8]) -> bool {
-    use crate::transport::envelope::{Payload, Reply};
+    use crate::messages::payload::Payload;
+    use crate::messages::reply::Reply;
     envelope_of(frame).is_some_and(|envelope| {
         matches!(
             envelope.payload,

@@ -59,14 +59,14 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tokio_util::codec::FramedRead;
 
-use super::envelope::{Envelope, EnvelopeError, EnvelopeKind, Payload, Reply};
+use super::envelope::{Envelope, EnvelopeError, EnvelopeKind, Payload};
 use super::frame::{DEFAULT_MAX_FRAME, FrameCodec, FrameError, HEADER_LEN};
 use super::handshake::{self, HandshakeConfig, HandshakeError};
+use crate::base::address::ActorAddress;
 use crate::base::codec::CodecError;
 use crate::base::error_chain::ErrorChain as Chain;
 use crate::base::latch::Latch;
 use crate::base::rng::NodeRng;
-use crate::messages::ActorAddress;
 use crate::transport::metrics::TransportMetrics;
 
 /// Which end of the connection this node is: the side that connected out shakes hands as the
@@ -138,18 +138,14 @@ impl ConnectionConfig {
 #[derive(Debug)]
 // Nearly every item is an envelope; `PeerDown` comes once per connection. Boxing the envelope
 // would cost an allocation per message to shrink a variant that is almost never used.
-#[expect(
-    clippy::large_enum_variant,
-    reason = "the large variant is the common one"
-)]
-pub enum Inbound {
+pub enum Inbound<P> {
     /// The peer sent a tell or an ask (never a reply: replies complete this connection's asks).
     /// An ask is answered with [`Connection::reply`] and the envelope's correlation id.
     Envelope {
         /// The peer's node id, as proven in the handshake.
         peer: String,
         /// The validated envelope.
-        envelope: Envelope,
+        envelope: Envelope<P>,
     },
     /// The connection ended; nothing more comes from it. The dispatcher treats it as a fast
     /// failure signal (the heartbeat need not wait for its timeout).
@@ -313,15 +309,16 @@ impl ConnectionError {
 ///
 /// Outside a `LocalSet`, as `spawn_local` does: a programming error in the node's setup, never
 /// something a peer can cause.
-pub async fn establish<S>(
+pub async fn establish<S, P>(
     mut stream: S,
     side: Side,
     config: ConnectionConfig,
     rng: &mut NodeRng,
-    inbound: mpsc::Sender<Inbound>,
-) -> Result<Connection, ConnectionError>
+    inbound: mpsc::Sender<Inbound<P>>,
+) -> Result<Connection<P>, ConnectionError>
 where
     S: AsyncRead + AsyncWrite + Unpin + 'static,
+    P: Payload,
 {
     let established = match side {
         Side::Initiator => handshake::initiate(&mut stream, &config.handshake, rng).await,
@@ -358,15 +355,23 @@ where
 
 /// A handle to one established connection. Clones share the connection; when the last clone is
 /// dropped the connection closes ([`CloseReason::Released`]).
-#[derive(Clone)]
-pub struct Connection {
-    shared: Arc<Shared>,
+pub struct Connection<P> {
+    shared: Arc<Shared<P>>,
     /// Encoded frames for the writer. The tasks hold no sender, so the queue closing means every
     /// handle is gone.
     outbound: mpsc::Sender<Bytes>,
 }
 
-impl fmt::Debug for Connection {
+impl<P> Clone for Connection<P> {
+    fn clone(&self) -> Self {
+        Self {
+            shared: Arc::clone(&self.shared),
+            outbound: self.outbound.clone(),
+        }
+    }
+}
+
+impl<P: Payload> fmt::Debug for Connection<P> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Connection")
             .field("peer", &self.shared.peer)
@@ -375,7 +380,7 @@ impl fmt::Debug for Connection {
     }
 }
 
-impl Connection {
+impl<P: Payload> Connection<P> {
     /// The peer's node id, as it proved it in the handshake: what the transport keys its one
     /// connection per peer by.
     pub fn peer(&self) -> &str {
@@ -386,7 +391,7 @@ impl Connection {
     /// never waits: a full queue is [`ConnectionError::QueueFull`], so a slow peer slows its
     /// senders down instead of growing memory. Errors are the sender's alone; the connection
     /// stays up. The peer validates the envelope, and closes the connection if it is invalid.
-    pub fn tell(&self, envelope: Envelope) -> Result<(), ConnectionError> {
+    pub fn tell(&self, envelope: Envelope<P>) -> Result<(), ConnectionError> {
         self.send(&envelope)
     }
 
@@ -398,8 +403,8 @@ impl Connection {
         &self,
         target: String,
         sender: Option<ActorAddress>,
-        payload: Payload,
-    ) -> impl Future<Output = Result<Reply, ConnectionError>> + 'static + use<> {
+        payload: P,
+    ) -> impl Future<Output = Result<P, ConnectionError>> + 'static + use<P> {
         let started = self.start_ask(target, sender, payload);
         async move {
             let (ask, answer, deadline) = started?;
@@ -431,13 +436,13 @@ impl Connection {
 
     /// Answers the peer's ask with id `correlation`. Replies are matched by correlation id on
     /// the asking side, so the envelope names no target. Errors as [`tell`](Self::tell).
-    pub fn reply(&self, correlation: u64, reply: Reply) -> Result<(), ConnectionError> {
+    pub fn reply(&self, correlation: u64, reply: P) -> Result<(), ConnectionError> {
         self.send(&Envelope {
             target: String::new(),
             sender: None,
             correlation,
             kind: EnvelopeKind::Reply,
-            payload: Payload::Reply(reply),
+            payload: reply,
         })
     }
 
@@ -452,7 +457,7 @@ impl Connection {
 
     /// Resolves with the reason once the connection has ended (at once if it has), so an owner
     /// (the peer's session actor) can deregister and reconnect.
-    pub fn closed(&self) -> impl Future<Output = CloseReason> + 'static + use<> {
+    pub fn closed(&self) -> impl Future<Output = CloseReason> + 'static + use<P> {
         let signal = self.shared.closed.clone();
         async move { closing(&signal).await }
     }
@@ -474,8 +479,8 @@ impl Connection {
         &self,
         target: String,
         sender: Option<ActorAddress>,
-        payload: Payload,
-    ) -> Result<(PendingAsk, oneshot::Receiver<Answer>, Option<Instant>), ConnectionError> {
+        payload: P,
+    ) -> Result<StartedAsk<P>, ConnectionError> {
         let deadline = Instant::now().checked_add(self.shared.ask_timeout);
         let (correlation, answer) = self.shared.register()?;
         let ask = PendingAsk {
@@ -493,7 +498,7 @@ impl Connection {
     }
 
     /// Encodes and frames `envelope` here, so its errors are the caller's, and queues the frame.
-    fn send(&self, envelope: &Envelope) -> Result<(), ConnectionError> {
+    fn send(&self, envelope: &Envelope<P>) -> Result<(), ConnectionError> {
         let shared = &self.shared;
         if shared.state().closed.is_some() {
             return Err(shared.closed_error());
@@ -528,10 +533,13 @@ impl Connection {
 }
 
 /// What a pending ask receives: the reply, or why the connection ended first.
-type Answer = Result<Reply, CloseReason>;
+type Answer<P> = Result<P, CloseReason>;
+
+/// An ask just sent: its registration, where its answer comes, and its deadline (`None`: none).
+type StartedAsk<P> = (PendingAsk<P>, oneshot::Receiver<Answer<P>>, Option<Instant>);
 
 /// The state the handles and the two tasks share.
-struct Shared {
+struct Shared<P> {
     peer: String,
     /// For framing outbound envelopes (in the senders) and reading inbound ones.
     codec: FrameCodec,
@@ -539,7 +547,7 @@ struct Shared {
     max_pending_asks: usize,
     ask_timeout: Duration,
     metrics: TransportMetrics,
-    state: Mutex<State>,
+    state: Mutex<State<P>>,
     /// Publishes the close reason: the tasks stop on it, [`Connection::closed`] waits for it.
     /// `State::closed` is the truth; this follows it.
     closed: Latch<CloseReason>,
@@ -547,19 +555,19 @@ struct Shared {
 
 /// What changes under the lock: the open asks and whether the connection has ended. One lock
 /// for both makes "refuse new asks once closed" and "fail every open ask on close" atomic.
-struct State {
+struct State<P> {
     /// Open asks by correlation id. Bounded by `max_pending_asks`; an entry leaves when its
     /// reply arrives, its ask times out or is dropped, or the connection closes.
-    pending: BTreeMap<u64, oneshot::Sender<Answer>>,
+    pending: BTreeMap<u64, oneshot::Sender<Answer<P>>>,
     /// The next correlation id to try; 0 is never used (tells carry it).
     next_correlation: u64,
     closed: Option<CloseReason>,
 }
 
-impl Shared {
+impl<P: Payload> Shared<P> {
     /// The state. A panic while holding the lock cannot leave it inconsistent (every update is
     /// a single map or field operation), so a poisoned lock is used as is.
-    fn state(&self) -> MutexGuard<'_, State> {
+    fn state(&self) -> MutexGuard<'_, State<P>> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -570,7 +578,7 @@ impl Shared {
     }
 
     /// Opens an ask: a fresh correlation id and the channel its answer comes through.
-    fn register(&self) -> Result<(u64, oneshot::Receiver<Answer>), ConnectionError> {
+    fn register(&self) -> Result<(u64, oneshot::Receiver<Answer<P>>), ConnectionError> {
         let mut state = self.state();
         if state.closed.is_some() {
             return Err(self.closed_error());
@@ -596,7 +604,7 @@ impl Shared {
 
     /// Hands a reply to the ask it answers. A reply nobody waits for (its ask timed out or was
     /// dropped, or the peer is confused) is dropped: it must not close a healthy connection.
-    fn complete(&self, correlation: u64, reply: Reply) {
+    fn complete(&self, correlation: u64, reply: P) {
         let waiter = self.state().pending.remove(&correlation);
         match waiter {
             // The asker may give up between the removal and this send; nothing to do then.
@@ -604,7 +612,7 @@ impl Shared {
             None => log::debug!(
                 "connection to {}: dropped a {} reply for correlation {correlation}, which no ask awaits (timed out or cancelled)",
                 self.peer,
-                reply.name()
+                reply.describe()
             ),
         }
     }
@@ -636,12 +644,12 @@ impl Shared {
 
 /// An open ask, owned by the ask's future: dropping it (reply, timeout, cancellation) removes
 /// the registration, so the map of pending asks only holds asks someone still waits for.
-struct PendingAsk {
-    shared: Arc<Shared>,
+struct PendingAsk<P: Payload> {
+    shared: Arc<Shared<P>>,
     correlation: u64,
 }
 
-impl Drop for PendingAsk {
+impl<P: Payload> Drop for PendingAsk<P> {
     fn drop(&mut self) {
         self.shared.state().pending.remove(&self.correlation);
     }
@@ -656,10 +664,10 @@ async fn closing(signal: &Latch<CloseReason>) -> CloseReason {
 /// Frames in, envelopes out: replies to their asks, asks and tells to `inbound`. Ends on the
 /// first bad frame or envelope, at EOF, or when the connection closes; then reports
 /// [`Inbound::PeerDown`] as the last thing from this peer.
-async fn read_loop<R: AsyncRead + Unpin>(
-    shared: Arc<Shared>,
+async fn read_loop<R: AsyncRead + Unpin, P: Payload>(
+    shared: Arc<Shared<P>>,
     reader: R,
-    inbound: mpsc::Sender<Inbound>,
+    inbound: mpsc::Sender<Inbound<P>>,
 ) {
     let mut frames = FramedRead::new(reader, shared.codec);
     let signal = shared.closed.clone();
@@ -677,7 +685,7 @@ async fn read_loop<R: AsyncRead + Unpin>(
                     .metrics
                     .bytes_in
                     .add((HEADER_LEN + bytes.len()) as u64);
-                match Envelope::decode(&bytes) {
+                match Envelope::<P>::decode(&bytes) {
                     Ok(envelope) => {
                         shared.metrics.messages_in.increment();
                         envelope
@@ -687,17 +695,8 @@ async fn read_loop<R: AsyncRead + Unpin>(
             }
         };
         if envelope.kind == EnvelopeKind::Reply {
-            match envelope.payload {
-                Payload::Reply(reply) => shared.complete(envelope.correlation, reply),
-                // `Envelope::decode` validated that a reply carries a `Reply`; kept total.
-                other => {
-                    break CloseReason::Envelope(Arc::new(EnvelopeError::Mismatch {
-                        target: envelope.target,
-                        kind: envelope.kind,
-                        payload: other.kind(),
-                    }));
-                }
-            }
+            // `Envelope::decode` validated that the payload fits a reply.
+            shared.complete(envelope.correlation, envelope.payload);
             continue;
         }
         let item = Inbound::Envelope {
@@ -728,8 +727,8 @@ async fn read_loop<R: AsyncRead + Unpin>(
 /// Drains the outbound queue: every frame waiting goes out in one go (up to about
 /// [`BATCH_BYTES`]); the stream is flushed whenever the queue is momentarily empty, so a burst
 /// costs few writes and a lone envelope is not held back.
-async fn write_loop<W: AsyncWrite + Unpin>(
-    shared: Arc<Shared>,
+async fn write_loop<W: AsyncWrite + Unpin, P: Payload>(
+    shared: Arc<Shared<P>>,
     mut writer: W,
     mut queue: mpsc::Receiver<Bytes>,
 ) {
@@ -805,10 +804,16 @@ mod tests {
     use tokio_util::codec::Encoder;
 
     use super::*;
-    use crate::actors::job_manager::NAME as JOB_MANAGER;
+    use crate::base::address::JOB_MANAGER;
     use crate::base::ids::{ClusterId, JobId};
     use crate::messages::job_manager::{JobError, JobManagerMessage, RequestJobStatus};
+    use crate::messages::payload::{Envelope, Payload};
+    use crate::messages::reply::Reply;
     use crate::transport::handshake::Secret;
+
+    /// The connection under test carries Flint's protocol.
+    type Connection = super::Connection<Payload>;
+    type Inbound = super::Inbound<Payload>;
 
     const SECRET: &[u8] = b"correct horse battery staple";
     const TEST_ASK_TIMEOUT: Duration = Duration::from_secs(30);
@@ -856,13 +861,17 @@ mod tests {
     }
 
     /// An answer that carries the number back.
-    fn answer(n: u128) -> Reply {
-        Reply::RequestJobStatus(Err(JobError::UnknownJob(JobId::from_u128(n))))
+    fn answer(n: u128) -> Payload {
+        Payload::Reply(Reply::RequestJobStatus(Err(JobError::UnknownJob(
+            JobId::from_u128(n),
+        ))))
     }
 
-    fn answered(reply: &Reply) -> u128 {
+    fn answered(reply: &Payload) -> u128 {
         match reply {
-            Reply::RequestJobStatus(Err(JobError::UnknownJob(job_id))) => job_id.as_u128(),
+            Payload::Reply(Reply::RequestJobStatus(Err(JobError::UnknownJob(job_id)))) => {
+                job_id.as_u128()
+            }
             other => panic!("expected an UnknownJob answer, got {other:?}"),
         }
     }
@@ -973,7 +982,7 @@ mod tests {
     fn ask_of(
         conn: &Connection,
         n: u128,
-    ) -> impl Future<Output = Result<Reply, ConnectionError>> + use<> {
+    ) -> impl Future<Output = Result<Payload, ConnectionError>> + use<> {
         conn.ask(JOB_MANAGER.into(), None, status(n))
     }
 
@@ -1289,7 +1298,9 @@ mod tests {
             payload: Payload::Reply(Reply::Unit(())),
         };
         assert!(reply_sized.encode().expect("encodes").len() <= 16);
-        a.conn.reply(5, Reply::Unit(())).expect("fits");
+        a.conn
+            .reply(5, Payload::Reply(Reply::Unit(())))
+            .expect("fits");
         settle().await;
         assert!(a.conn.close_reason().is_none());
         assert!(b.conn.close_reason().is_none());
@@ -1335,7 +1346,7 @@ mod tests {
             Err(ConnectionError::Closed { .. })
         ));
         assert!(matches!(
-            a.conn.reply(1, Reply::Unit(())),
+            a.conn.reply(1, Payload::Reply(Reply::Unit(()))),
             Err(ConnectionError::Closed { .. })
         ));
 

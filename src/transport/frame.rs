@@ -244,7 +244,7 @@ impl Encoder<&[u8]> for FrameCodec {
 }
 
 #[cfg(test)]
-pub(super) mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::base::rng::NodeRng;
 

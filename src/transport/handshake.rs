@@ -74,6 +74,10 @@ use crate::base::codec::{self, CodecError};
 use crate::base::ids::ClusterId;
 use crate::base::rng::NodeRng;
 
+/// The environment variable a node reads the cluster secret from (its bytes, as they are), and
+/// through which a JobManager hands it to the TaskManager processes it starts.
+pub const SECRET_ENV: &str = "FLINT_SECRET";
+
 /// The handshake protocol version this node speaks. A peer with another version is refused
 /// rather than guessed at: the envelopes that follow the handshake would not decode either.
 /// 4: a data connection's answers carry byte buffers, not record lists.

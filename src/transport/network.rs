@@ -19,8 +19,55 @@ use futures_util::future::LocalBoxFuture;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 
+use super::connection::ConnectionError;
+use super::tls::TlsError;
 use crate::base::rng::NodeRng;
-use crate::rpc::endpoint::{DialError, EndpointError};
+
+/// Why an endpoint could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum EndpointError {
+    /// The address could not be bound (in use, not ours). Retryable only if it becomes free.
+    #[error("cannot listen on {address}")]
+    Bind {
+        /// The address asked for.
+        address: SocketAddr,
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
+    /// The listener's own address could not be read.
+    #[error("cannot read the address the endpoint listens on")]
+    LocalAddress(#[source] io::Error),
+}
+
+/// Why one connection attempt failed.
+#[derive(Debug, thiserror::Error)]
+pub enum DialError {
+    /// The TCP connection could not be made (refused, no route, DNS). Retryable.
+    #[error("cannot connect")]
+    Connect(#[source] io::Error),
+    /// The TCP connection took longer than the handshake timeout. Retryable.
+    #[error("connecting took longer than {0:?}")]
+    ConnectTimeout(Duration),
+    /// Connected, but the handshake failed (a wrong secret or cluster is not retryable).
+    #[error(transparent)]
+    Connection(#[from] ConnectionError),
+    /// Connected, but TLS could not be opened (retryable: a restarting peer looks the same as
+    /// an untrusted one here, and dialling is bounded anyway).
+    #[error(transparent)]
+    Tls(#[from] TlsError),
+}
+
+impl DialError {
+    /// Whether dialling again may succeed.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Self::Connect(_) | Self::ConnectTimeout(_) => true,
+            Self::Tls(error) => !matches!(error, TlsError::ServerName(_)),
+            Self::Connection(error) => error.is_retryable(),
+        }
+    }
+}
 
 /// A connected byte stream of any network.
 pub trait ByteStream: AsyncRead + AsyncWrite + Unpin {}

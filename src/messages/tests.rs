@@ -8,7 +8,7 @@ use std::fmt::Debug;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use super::*;
+use crate::base::codec::*;
 use crate::base::ids::*;
 use crate::job::graph::{DistributionPattern, ExchangeMode, JobGraph};
 use crate::job::states::{ExecutionState, JobStatus};
