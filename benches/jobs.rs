@@ -4,7 +4,7 @@
 //!
 //! 1. Flink's scheduler benchmark shape: source → sink, all-to-all, both of parallelism P, noop
 //!    operators, 100 TaskManagers × 100 slots, P = 1,000 and 10,000. Measured on the JobManager's
-//!    own logic (the JobMaster and the slot scheduler, no actors): building the execution graph
+//!    own logic (the ExecutionGraph and the slot scheduler, no actors): building the execution graph
 //!    and its pipelined regions, allocating every slot, creating every deployment, finishing the
 //!    job, and the failover computation for one failed task — for pipelined and blocking edges.
 //!    `-- scheduler` runs this section alone (`-- scheduler blocking`: blocking edges only).
@@ -19,7 +19,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use flint::actors::job_manager::execution_graph::{JobAction, JobContext, JobMaster};
+use flint::actors::job_manager::execution_graph::{ExecutionGraph, JobAction, JobContext};
 use flint::actors::job_manager::scheduler::{BulkId, Scheduler, SlotRequest, TaskRef};
 use flint::base::ids::{ExecutionAttemptId, JobId, ResourceId};
 use flint::base::rng::NodeRng;
@@ -73,7 +73,7 @@ struct Phases {
 }
 
 /// What the JobManager does after every job call: serve the slot queue's head.
-fn serve(job: &mut JobMaster, cx: &mut JobContext<'_>) -> Vec<JobAction> {
+fn serve(job: &mut ExecutionGraph, cx: &mut JobContext<'_>) -> Vec<JobAction> {
     let mut actions = Vec::new();
     loop {
         let (placed, _) = cx.scheduler.serve(usize::MAX);
@@ -86,7 +86,7 @@ fn serve(job: &mut JobMaster, cx: &mut JobContext<'_>) -> Vec<JobAction> {
     }
 }
 
-/// One round of the scheduler benchmark on the JobMaster and the scheduler.
+/// One round of the scheduler benchmark on the ExecutionGraph and the scheduler.
 fn scheduler_round(parallelism: u32, exchange: ExchangeMode, phases: &mut Phases) {
     let graph = source_sink(parallelism, exchange);
     let address_of =
@@ -122,7 +122,7 @@ fn scheduler_round(parallelism: u32, exchange: ExchangeMode, phases: &mut Phases
 
     // Execution graph and regions.
     let started = Instant::now();
-    let mut job = JobMaster::new(JobId::from_u128(1), graph, NodeRng::seed_from_u64(2), 0)
+    let mut job = ExecutionGraph::new(JobId::from_u128(1), graph, NodeRng::seed_from_u64(2), 0)
         .expect("regions of a valid graph");
     phases.build.push(ms(started.elapsed()));
 

@@ -48,7 +48,7 @@
 //! TM ── RegisterTaskManager ──────────────────▶ JM ── AcknowledgeRegistration ─▶ TM
 //!                                                 JM ── NotifyResourceStarted ─▶ RM (→ started)
 //! TM ── Heartbeat (every interval) ───────────▶ JM
-//! JM: heartbeat timeout ── RemoveResource ────▶ RM ── release + check_workers_pool (replacement)
+//! JM: heartbeat timeout ── ReleaseResource ────▶ RM ── release + check_workers_pool (replacement)
 //! RM: pool too large ── ReleaseIdleTaskManagers ▶ JM ── the idle ones ─▶ RM ── release
 //! ```
 

@@ -414,7 +414,7 @@ recorded!(
     ResourceManagerProbe,
     ResourceManagerMessage,
     CheckAndAllocateContainers,
-    RemoveResource,
+    ReleaseResource,
     DeclareResourceRequirements,
     NewLeaderAvailable,
     TriggerRegistrationAtJobManager,

@@ -5,7 +5,7 @@
 //! [`HeartbeatMonitor`]. Registration never waits for the resource manager: a TaskManager is
 //! acknowledged at once and the RM is told with `NotifyResourceStarted` when one is connected.
 //! A TaskManager silent for `heartbeat.timeout` is unregistered, told to `Disconnect` (in case it
-//! is alive but was cut off) and reported to the RM with `RemoveResource`, so the pool refills.
+//! is alive but was cut off) and reported to the RM with `ReleaseResource`, so the pool refills.
 //! One whose heartbeat is merely overdue is asked for its status; if that cannot be delivered
 //! (its actor or process is gone) it is lost at once, long before the timeout.
 //!
@@ -25,7 +25,7 @@ pub mod instance_manager;
 mod jobs;
 pub mod scheduler;
 
-use self::execution_graph::JobMaster;
+use self::execution_graph::ExecutionGraph;
 use self::heartbeat_monitor::HeartbeatMonitor;
 use self::instance_manager::InstanceManager;
 use self::scheduler::{Scheduler, TaskRef};
@@ -39,7 +39,7 @@ use crate::env::events::ClusterEvent;
 use crate::ha::LeadershipLease;
 use crate::messages::job_manager::*;
 use crate::messages::resource_manager::{
-    NotifyResourceStarted, RegisterResourceManagerSuccessful, RemoveResource,
+    NotifyResourceStarted, RegisterResourceManagerSuccessful, ReleaseResource,
     ResourceManagerGateway,
 };
 use crate::messages::task_manager::{Disconnect, GetTaskManagerStatus, TaskManagerGateway};
@@ -92,7 +92,7 @@ pub struct JobManager {
     /// Task attempts restarted by failover, over all jobs (kept here: ended jobs are forgotten).
     task_restarts: u64,
     scheduler: Scheduler,
-    jobs: BTreeMap<JobId, JobMaster>,
+    jobs: BTreeMap<JobId, ExecutionGraph>,
     /// Jobs a new leader found in the job graph store but could not run (graph missing or
     /// corrupted): FAILED with the reason, shown like any other job.
     unrecoverable: BTreeMap<JobId, crate::messages::job_manager::JobDetails>,
@@ -405,7 +405,7 @@ impl JobManager {
             });
         }
         if let Some(rm) = &self.resource_manager {
-            rm.gateway.remove_resource.do_send(RemoveResource {
+            rm.gateway.release_resource.do_send(ReleaseResource {
                 leader_session_id: self.leader_session_id,
                 resource_id: resource_id.clone(),
                 reason,

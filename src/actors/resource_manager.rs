@@ -605,16 +605,16 @@ impl Handler<DeclareResourceRequirements> for FlinkResourceManager {
     }
 }
 
-impl Handler<RemoveResource> for FlinkResourceManager {
+impl Handler<ReleaseResource> for FlinkResourceManager {
     type Result = ();
 
-    fn handle(&mut self, msg: RemoveResource, ctx: &mut Context<Self>) {
+    fn handle(&mut self, msg: ReleaseResource, ctx: &mut Context<Self>) {
         log::debug!("resource manager <- {msg:?}");
         if !is_current_leader(
             self.leader_session(),
             msg.leader_session_id,
             NAME,
-            "RemoveResource",
+            "ReleaseResource",
         ) {
             return;
         }

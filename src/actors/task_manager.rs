@@ -28,7 +28,7 @@ use crate::env::{NodeEnv, TaskBlocker};
 use crate::exchange::NetworkSettings;
 use crate::exchange::client::{NetworkClient, Peer};
 use crate::exchange::metrics::TaskIoMetrics;
-use crate::exchange::partition::PartitionStore;
+use crate::exchange::partition::ResultPartitionManager;
 use crate::exchange::server::PartitionRequestServer;
 use crate::job::states::ExecutionState;
 use crate::messages::ResultPartitionId;
@@ -136,7 +136,7 @@ pub struct TaskManager {
     /// first is reported FINISHED (or failed, cancelled) only — DEPLOYING → FINISHED is a
     /// transition the JobManager takes, and a no-op task then costs one report, not two.
     unreported_running: BTreeMap<ExecutionAttemptId, JobId>,
-    partitions: Arc<PartitionStore>,
+    partitions: Arc<ResultPartitionManager>,
     /// This TaskManager's data connections to the producers its tasks read from.
     network: NetworkClient,
     /// The data connections consumers opened to this TaskManager.
@@ -212,7 +212,7 @@ impl TaskManager {
             reporting: BTreeSet::new(),
             outgoing: Vec::new(),
             unreported_running: BTreeMap::new(),
-            partitions: Arc::new(PartitionStore::new(
+            partitions: Arc::new(ResultPartitionManager::new(
                 working_dir,
                 settings.spec.spill_threshold_bytes,
             )),

@@ -1,5 +1,5 @@
 //! The consumer side of the data connections: a TaskManager's [`NetworkClient`] holds one
-//! [`DataConnection`] per producer TaskManager its tasks read from (Flink's
+//! [`PartitionRequestClient`] per producer TaskManager its tasks read from (Flink's
 //! `PartitionRequestClient`), shared by every input gate of every task here.
 //!
 //! The partitions of one producer list held by one producer TaskManager are named to it once
@@ -42,7 +42,7 @@ use crate::messages::task_manager::{
     PartitionRequests, PollPartitionData, TaskManagerGateway,
 };
 
-use super::partition::PartitionStore;
+use super::partition::ResultPartitionManager;
 use super::server::PartitionRequestServer;
 
 /// Asks in a row to a producer's TaskManager that may fail before its data connection counts as
@@ -59,7 +59,7 @@ pub enum Peer {
     Remote(TaskManagerGateway),
     /// This TaskManager's own partitions: its server, called directly (not through its
     /// mailbox, where local data would queue behind deployments).
-    Local(Arc<PartitionRequestServer>, Arc<PartitionStore>),
+    Local(Arc<PartitionRequestServer>, Arc<ResultPartitionManager>),
 }
 
 /// An ask in flight.
@@ -254,7 +254,7 @@ struct ClientInner {
     local: ActorAddress,
     gates: Mutex<FixedHashMap<u32, Arc<GateInbox>>>,
     next_gate: AtomicU32,
-    connections: Mutex<FixedHashMap<ActorAddress, Arc<DataConnection>>>,
+    connections: Mutex<FixedHashMap<ActorAddress, Arc<PartitionRequestClient>>>,
     rng: Mutex<NodeRng>,
     /// Inboxes given data since their task threads were last woken (see [`NetworkClient::wake`]).
     to_wake: Mutex<Vec<Arc<GateInbox>>>,
@@ -264,7 +264,7 @@ struct ClientInner {
 
 /// One consumer TaskManager's connection to one producer TaskManager.
 #[derive(Debug)]
-pub struct DataConnection {
+pub struct PartitionRequestClient {
     /// The producer TaskManager.
     pub address: ActorAddress,
     state: Mutex<ConnectionState>,
@@ -307,7 +307,7 @@ impl NetworkClient {
     }
 
     /// The connection to `address`, if one was opened.
-    pub fn connection(&self, address: &ActorAddress) -> Option<Arc<DataConnection>> {
+    pub fn connection(&self, address: &ActorAddress) -> Option<Arc<PartitionRequestClient>> {
         lock(&self.inner.connections).get(address).cloned()
     }
 
@@ -324,7 +324,7 @@ impl NetworkClient {
             if connections.contains_key(address) {
                 return None;
             }
-            let connection = Arc::new(DataConnection {
+            let connection = Arc::new(PartitionRequestClient {
                 address: address.clone(),
                 state: Mutex::default(),
                 wake: tokio::sync::Notify::new(),
@@ -417,7 +417,7 @@ impl NetworkClient {
     /// the gates.
     fn dispatch(
         &self,
-        connection: &DataConnection,
+        connection: &PartitionRequestClient,
         channels: Vec<(u64, ChannelResponse)>,
         notices: Vec<PartitionNotice>,
     ) {
@@ -531,7 +531,7 @@ impl NetworkClient {
     }
 
     /// Runs one connection: sends requests and keeps a poll in flight while gates read there.
-    async fn drive(self, connection: Arc<DataConnection>, peer: Peer) {
+    async fn drive(self, connection: Arc<PartitionRequestClient>, peer: Peer) {
         let mut id = self.new_connection_id();
         // Request rounds sent and acknowledged, polls sent, last non-empty answer received.
         let (mut round, mut acknowledged, mut poll, mut received) = (0u64, 0u64, 0u64, 0u64);
@@ -679,7 +679,10 @@ impl NetworkClient {
     /// A client of the TaskManager at `local` with its connection to itself, serving `store`,
     /// driven on this thread (an actix runtime): what a TaskManager opens for its local
     /// channels.
-    pub(crate) fn reading_locally(local: &ActorAddress, store: &Arc<PartitionStore>) -> Self {
+    pub(crate) fn reading_locally(
+        local: &ActorAddress,
+        store: &Arc<ResultPartitionManager>,
+    ) -> Self {
         let network = Self::new(local.clone(), NodeRng::seed_from_u64(1));
         let drive = network
             .connect(local, Peer::Local(Arc::default(), store.clone()))
@@ -703,12 +706,12 @@ pub type Ended = Vec<(u32, PartitionEnd)>;
 /// A gate leaving one connection: the connection, the gate's last requests there, and the sets
 /// it read there.
 pub type Leaving = (
-    Arc<DataConnection>,
+    Arc<PartitionRequestClient>,
     Vec<PartitionRequest>,
     Vec<Arc<ClientSet>>,
 );
 
-impl DataConnection {
+impl PartitionRequestClient {
     /// Makes `gate` (its channel group `group`) a reader of the set of `members` of `edge`:
     /// the set of the shared list `list` if one is named here already, else a new one, named to
     /// the producer before any subscription to it. Returns the set and how its members that

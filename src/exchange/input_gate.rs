@@ -10,7 +10,7 @@
 //! (direct calls of its partition server), so that 2,500 local channels of a gate that stay
 //! empty cost one notice per partition, not 2,500 reads and wake-ups; but a local channel that
 //! gets data (the store tells the gate, which reads its subpartition index of the edge here) is
-//! read straight from the [`PartitionStore`] (Flink's `LocalInputChannel`: a buffer moves, it
+//! read straight from the [`ResultPartitionManager`] (Flink's `LocalInputChannel`: a buffer moves, it
 //! is not copied, and no other thread stands between producer and consumer). The gate keeps
 //! state only for channels that got data, and one bit per channel for the finished ones, so a
 //! gate of 10,000 channels that mostly stay empty is small.
@@ -41,16 +41,16 @@ use futures_util::stream::FuturesUnordered;
 use super::NetworkSettings;
 use super::buffer::Buffer;
 use super::client::{
-    ClientSet, DataConnection, Delivery, GateInbox, Grouping, Leaving, NetworkClient, channel_key,
-    finished_empty,
+    ClientSet, Delivery, GateInbox, Grouping, Leaving, NetworkClient, PartitionRequestClient,
+    channel_key, finished_empty,
 };
 use super::metrics::TaskIoMetrics;
-use super::partition::{Fetch, PartitionStore, ReadyQueue};
+use super::partition::{Fetch, ReadyQueue, ResultPartitionManager};
 use super::server::FETCH_BYTES;
 use crate::base::hash::FixedHashMap;
 use crate::env::TaskBlocker;
 use crate::env::task_blocking::{Cancellation, block_on};
-use crate::messages::deployment::InputGate as GateDescriptor;
+use crate::messages::deployment::InputGateDeploymentDescriptor;
 use crate::messages::task_manager::{ChannelResponse, PartitionEnd, PartitionRequest};
 use crate::messages::{ActorAddress, ResultPartitionId};
 use crate::operators::OperatorError;
@@ -93,7 +93,7 @@ struct Group {
 struct LocalRead {
     partition: ResultPartitionId,
     subpartition: u32,
-    next_batch: u64,
+    next_buffer: u64,
     state: LocalState,
 }
 
@@ -151,7 +151,7 @@ type LocalWait = Pin<Box<dyn Future<Output = usize> + Send>>;
 
 /// See the module docs.
 pub struct InputGate {
-    store: Arc<PartitionStore>,
+    store: Arc<ResultPartitionManager>,
     /// Where the store tells which local partitions got data in a group's subpartition (the
     /// group's number is the key).
     announced: Arc<ReadyQueue>,
@@ -167,7 +167,7 @@ pub struct InputGate {
     gate_id: u32,
     inbox: Arc<GateInbox>,
     /// The data connections of its channels, each with requests not handed over yet.
-    connections: Vec<(Arc<DataConnection>, Vec<PartitionRequest>)>,
+    connections: Vec<(Arc<PartitionRequestClient>, Vec<PartitionRequest>)>,
     /// Positions in `connections` with requests queued.
     dirty: Vec<u32>,
     /// Channels not finished.
@@ -195,10 +195,10 @@ impl InputGate {
     /// connection to every producer TaskManager, its own included (opened by the TaskManager
     /// actor before the task starts).
     pub fn new(
-        gates: &[GateDescriptor],
+        gates: &[InputGateDeploymentDescriptor],
         groupings: &[Arc<Grouping>],
         network: &NetworkClient,
-        store: Arc<PartitionStore>,
+        store: Arc<ResultPartitionManager>,
         settings: NetworkSettings,
         cancellation: Arc<Cancellation>,
         metrics: Arc<TaskIoMetrics>,
@@ -339,7 +339,7 @@ impl InputGate {
         let read = LocalRead {
             partition,
             subpartition: group.subpartition,
-            next_batch: 0,
+            next_buffer: 0,
             state: LocalState::Ready,
         };
         self.channels
@@ -662,7 +662,7 @@ impl InputGate {
             read.state = LocalState::NoCredit;
             return Ok(());
         }
-        let (partition, subpartition, from) = (read.partition, read.subpartition, read.next_batch);
+        let (partition, subpartition, from) = (read.partition, read.subpartition, read.next_buffer);
         let fetch = self.store.fetch_with_credit(
             partition,
             subpartition,
@@ -672,19 +672,19 @@ impl InputGate {
         );
         match fetch {
             Fetch::Ready {
-                batches,
-                next_batch,
+                buffers,
+                next_buffer,
                 finished,
             } => {
                 let backlog = if finished {
                     0
                 } else {
-                    self.store.backlog(partition, subpartition, next_batch)
+                    self.store.backlog(partition, subpartition, next_buffer)
                 };
                 let channel = self.ch_mut(index);
                 channel.backlog = backlog;
                 if let Some(read) = channel.local.as_mut() {
-                    read.next_batch = next_batch;
+                    read.next_buffer = next_buffer;
                 }
                 if finished {
                     self.finish(index as u32);
@@ -692,7 +692,7 @@ impl InputGate {
                     // More may be there already (read once the queue is empty).
                     self.to_fetch.push_back(index);
                 }
-                self.receive(index, batches);
+                self.receive(index, buffers);
                 // A backlog may earn floating buffers; the end gives them back.
                 self.settle(index);
                 Ok(())
@@ -805,7 +805,7 @@ impl InputGate {
     fn apply(&mut self, index: usize, response: ChannelResponse) -> Result<(), OperatorError> {
         match response {
             ChannelResponse::Data {
-                batches,
+                buffers,
                 finished,
                 backlog,
                 ..
@@ -814,7 +814,7 @@ impl InputGate {
                 if finished {
                     self.finish(index as u32);
                 }
-                self.receive(index, batches);
+                self.receive(index, buffers);
                 // A backlog may earn floating buffers; the end gives them back.
                 self.settle(index);
                 Ok(())
@@ -867,7 +867,7 @@ mod tests {
     use super::*;
     use crate::base::ids::ExecutionAttemptId;
     use crate::env::task_blocking::ThreadBlocker;
-    use crate::exchange::partition::PartitionStore;
+    use crate::exchange::partition::ResultPartitionManager;
     use crate::exchange::partition::tests::AppendRecords;
     use crate::messages::deployment::{ProducerLocation, Producers};
     use crate::operators::{Record, Value};
@@ -882,13 +882,13 @@ mod tests {
     /// A gate of a TaskManager reading `subpartition` of `partitions`, all its own, through its
     /// connection to itself (driven on this thread).
     fn local_gate(
-        store: &Arc<PartitionStore>,
+        store: &Arc<ResultPartitionManager>,
         partitions: &[ResultPartitionId],
         subpartition: u32,
         settings: NetworkSettings,
     ) -> InputGate {
         let local = ActorAddress::new("local", "taskmanager/tm");
-        let descriptor = GateDescriptor {
+        let descriptor = InputGateDeploymentDescriptor {
             edge: 0,
             subpartition,
             producers: Producers::own(
@@ -918,7 +918,10 @@ mod tests {
     /// its exclusive buffers plus the pool.
     #[actix::test]
     async fn a_backlogged_channel_borrows_floating_buffers_and_gives_them_back() {
-        let store = Arc::new(PartitionStore::new(std::env::temp_dir(), usize::MAX));
+        let store = Arc::new(ResultPartitionManager::new(
+            std::env::temp_dir(),
+            usize::MAX,
+        ));
         let (busy, quiet) = (partition(1), partition(2));
         store.create(busy, 1).unwrap();
         store.create(quiet, 1).unwrap();
@@ -976,7 +979,10 @@ mod tests {
     /// their partitions' notices, with no state of their own.
     #[actix::test]
     async fn local_partitions_created_after_the_gate_are_read_or_end_by_notice() {
-        let store = Arc::new(PartitionStore::new(std::env::temp_dir(), usize::MAX));
+        let store = Arc::new(ResultPartitionManager::new(
+            std::env::temp_dir(),
+            usize::MAX,
+        ));
         let partitions: Vec<ResultPartitionId> = (1..=40).map(partition).collect();
         let mut gate = local_gate(&store, &partitions, 1, NetworkSettings::default());
         #[allow(clippy::disallowed_methods)] // the test plays the task runner

@@ -1,12 +1,12 @@
 //! Data exchange between tasks (Flink's network stack, in Flint's terms).
 //!
 //! ```text
-//!  producer task ─ ResultPartitionWriter ─ routes, cuts buffers ─▶ PartitionStore
+//!  producer task ─ ResultPartitionWriter ─ routes, cuts buffers ─▶ ResultPartitionManager
 //!                   (waits for room: backpressure)                  (one subpartition per
 //!                                                                    consumer; pipelined:
 //!                                                                    bounded, never spilled)
 //!  consumer task ◀─ InputGate ◀─ local channels with data: straight from the store (moved)
-//!                     (credit)  ◀─ GateInbox ◀─ client::NetworkClient, one DataConnection per
+//!                     (credit)  ◀─ GateInbox ◀─ client::NetworkClient, one PartitionRequestClient per
 //!                                  producer TaskManager shared by every task here:
 //!                                  PartitionRequests (subscribe once, credit) and one
 //!                                  PollPartitionData in flight ─▶ server::PartitionRequestServer
@@ -28,7 +28,7 @@ pub mod server;
 pub mod writer;
 
 pub use buffer::{Buffer, BufferBuilder, BufferError, BufferReader};
-pub use partition::{Fetch, PartitionError, PartitionStats, PartitionStore};
+pub use partition::{Fetch, PartitionError, PartitionStats, ResultPartitionManager};
 
 /// The unread buffers a pipelined subpartition holds before its producer waits (Flink's
 /// `taskmanager.network.memory.max-buffers-per-channel`, 10): room enough that a producer and

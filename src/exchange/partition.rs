@@ -1,24 +1,24 @@
 //! The result partitions a TaskManager holds, between the producer that writes them and the
 //! consumers that read them.
 //!
-//! A producer's task thread [`append`](PartitionStore::append)s batches (byte [`Buffer`]s of
+//! A producer's task thread [`append`](ResultPartitionManager::append)s buffers (byte [`Buffer`]s of
 //! serialized records) to one subpartition per consumer subtask; consumers (local task threads, or the TaskManager actor
-//! answering a remote consumer) [`fetch`](PartitionStore::fetch) them by batch index, long-polling
-//! when they have caught up. Batches stay in memory until a partition's in-memory size would pass
-//! the spill threshold; from then on that partition's batches go to one spill file per
+//! answering a remote consumer) [`fetch`](ResultPartitionManager::fetch) them by buffer index, long-polling
+//! when they have caught up. Buffers stay in memory until a partition's in-memory size would pass
+//! the spill threshold; from then on that partition's buffers go to one spill file per
 //! subpartition, so memory stays bounded by the threshold whatever the input size. A partition
-//! lives until it is [released](PartitionStore::release) (or the store dropped), so a restarted
-//! consumer can read it again from batch 0.
+//! lives until it is [released](ResultPartitionManager::release) (or the store dropped), so a restarted
+//! consumer can read it again from buffer 0.
 //!
-//! A pipelined partition (created with [`create_pipelined`](PartitionStore::create_pipelined))
-//! never spills: each subpartition holds at most its capacity of unread batches, and a producer
-//! that finds it full waits ([`reserve`](PartitionStore::reserve)) until its consumer takes one,
+//! A pipelined partition (created with [`create_pipelined`](ResultPartitionManager::create_pipelined))
+//! never spills: each subpartition holds at most its capacity of unread buffers, and a producer
+//! that finds it full waits ([`reserve`](ResultPartitionManager::reserve)) until its consumer takes one,
 //! the partition fails or is released. That wait is backpressure. Consumers read with credit:
-//! a fetch returns at most as many batches as the consumer has room for.
+//! a fetch returns at most as many buffers as the consumer has room for.
 //!
 //! The store owns its spill files and must never leave them behind: releasing a partition,
 //! failing it, or dropping the store deletes them. It never blocks on an actor or a network, only
-//! briefly on its locks and, for spilled batches, on the local disk.
+//! briefly on its locks and, for spilled buffers, on the local disk.
 
 use std::fmt;
 use std::fs::{self, File};
@@ -84,9 +84,9 @@ pub enum PartitionError {
         #[source]
         source: io::Error,
     },
-    /// A batch could not be encoded for spilling (over the codec's size limit). Not retryable:
-    /// the producer must send smaller batches.
-    #[error("cannot encode a batch of result partition {id} for spilling")]
+    /// A buffer could not be encoded for spilling (over the codec's size limit). Not retryable:
+    /// the producer must send smaller buffers.
+    #[error("cannot encode a buffer of result partition {id} for spilling")]
     Encode {
         /// The partition.
         id: ResultPartitionId,
@@ -103,10 +103,10 @@ impl PartitionError {
     }
 }
 
-/// Whether a producer may append to a subpartition now ([`PartitionStore::reserve`]).
+/// Whether a producer may append to a subpartition now ([`ResultPartitionManager::reserve`]).
 #[derive(Debug)]
 pub enum Space {
-    /// There is room for one more batch.
+    /// There is room for one more buffer.
     Available,
     /// The subpartition is full. The receiver fires when its consumer has taken it down to half
     /// its capacity, or the partition fails (it closes if the partition is released); reserve
@@ -115,10 +115,10 @@ pub enum Space {
 }
 
 /// What a data connection's server has to look at again: the store pushes a subscription's key
-/// when a subpartition it listens to gets a batch, ends, fails or is released (see
-/// [`PartitionStore::fetch_or_listen`]); a reader's key with the partition when a subpartition
-/// it reads gets its first batch ([`PartitionStore::add_reader`]); a partition watcher's key
-/// when that partition ends ([`PartitionStore::watch_end`]).
+/// when a subpartition it listens to gets a buffer, ends, fails or is released (see
+/// [`ResultPartitionManager::fetch_or_listen`]); a reader's key with the partition when a subpartition
+/// it reads gets its first buffer ([`ResultPartitionManager::add_reader`]); a partition watcher's key
+/// when that partition ends ([`ResultPartitionManager::watch_end`]).
 #[derive(Debug, Default)]
 pub struct ReadyQueue {
     items: Mutex<ReadyItems>,
@@ -187,7 +187,7 @@ impl ReadyQueue {
 }
 
 /// How a partition ended, as a data connection tells its consumer TaskManager once for all the
-/// partition's subpartitions ([`PartitionStore::end_state`]).
+/// partition's subpartitions ([`ResultPartitionManager::end_state`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum EndState {
     /// Still being written.
@@ -207,12 +207,12 @@ type Watcher = (Weak<ReadyQueue>, u64);
 /// The readers of one subpartition index of one result on this TaskManager (every partition of
 /// the result, one per producer subtask), and the partitions whose subpartition has data.
 #[derive(Debug, Default)]
-struct ResultSubpartition {
+struct SubpartitionReaders {
     readers: Vec<Watcher>,
     with_data: Vec<ResultPartitionId>,
 }
 
-/// Who waits for a subpartition's next batch.
+/// Who waits for a subpartition's next buffer.
 #[derive(Debug)]
 enum Waiter {
     /// A local consumer's long poll.
@@ -231,16 +231,16 @@ impl Waiter {
     }
 }
 
-/// The answer to a [`PartitionStore::fetch`].
+/// The answer to a [`ResultPartitionManager::fetch`].
 #[derive(Debug)]
 pub enum Fetch {
-    /// Batches from the requested index on.
+    /// Buffers from the requested index on.
     Ready {
-        /// At least one batch unless `finished` and nothing is left; more up to the byte budget.
-        batches: Vec<Buffer>,
+        /// At least one buffer unless `finished` and nothing is left; more up to the byte budget.
+        buffers: Vec<Buffer>,
         /// The index to fetch from next.
-        next_batch: u64,
-        /// The producer has finished and there is nothing after these batches: the consumer is
+        next_buffer: u64,
+        /// The producer has finished and there is nothing after these buffers: the consumer is
         /// done with this subpartition.
         finished: bool,
     },
@@ -249,7 +249,7 @@ pub enum Fetch {
     /// released. A long poll, so consumers never spin.
     Pending(oneshot::Receiver<()>),
     /// Nothing new yet, and the [`ReadyQueue`] given to
-    /// [`fetch_or_listen`](PartitionStore::fetch_or_listen) gets the key when there is.
+    /// [`fetch_or_listen`](ResultPartitionManager::fetch_or_listen) gets the key when there is.
     Listening,
     /// The partition (or this read of it) failed; the consumer must fail too.
     Failed(String),
@@ -262,11 +262,11 @@ pub enum Fetch {
 pub struct PartitionStats {
     /// How many subpartitions it has.
     pub subpartitions: u32,
-    /// Batches appended over all subpartitions.
-    pub batches: u64,
+    /// Buffers appended over all subpartitions.
+    pub buffers: u64,
     /// How many of them are on disk.
-    pub spilled_batches: u64,
-    /// The bytes of the batches held in memory (at most the spill threshold).
+    pub spilled_buffers: u64,
+    /// The bytes of the buffers held in memory (at most the spill threshold).
     pub memory_bytes: usize,
     /// Whether the producer has finished it.
     pub finished: bool,
@@ -282,8 +282,8 @@ pub struct PartitionStats {
 /// guards the map (looked up by every fetch of every task, changed only when a partition comes
 /// or goes: thousands of task threads reading local channels must not queue behind one mutex)
 /// and one lock each partition, so producers and consumers of different partitions never wait
-/// for each other, and spilled batches are read from disk outside any lock.
-pub struct PartitionStore {
+/// for each other, and spilled buffers are read from disk outside any lock.
+pub struct ResultPartitionManager {
     working_dir: PathBuf,
     spill_threshold_bytes: usize,
     partitions: RwLock<FixedHashMap<ResultPartitionId, Arc<Mutex<Partition>>>>,
@@ -291,12 +291,12 @@ pub struct PartitionStore {
     next_spill_file: AtomicU64,
     /// By (edge, subpartition index): who reads it, and which partitions have data there. Taken
     /// after a partition's lock, never before.
-    results: Mutex<FixedHashMap<(u32, u32), ResultSubpartition>>,
+    results: Mutex<FixedHashMap<(u32, u32), SubpartitionReaders>>,
     /// Who waits for a partition to end (it may not exist yet). Taken after a partition's lock.
     watchers: Mutex<FixedHashMap<ResultPartitionId, Vec<Watcher>>>,
 }
 
-impl PartitionStore {
+impl ResultPartitionManager {
     /// A store that spills into `working_dir` (created when first needed) once a partition holds
     /// more than `spill_threshold_bytes` in memory (0: spill everything).
     pub fn new(working_dir: PathBuf, spill_threshold_bytes: usize) -> Self {
@@ -316,13 +316,13 @@ impl PartitionStore {
     }
 
     /// Registers a partition with `subpartitions` subpartitions (one per consumer subtask) before
-    /// its producer starts, so consumers asking early get `Pending`, not `Unknown`. Its batches
+    /// its producer starts, so consumers asking early get `Pending`, not `Unknown`. Its buffers
     /// are kept until released, so a restarted consumer can read them again (blocking results).
     pub fn create(&self, id: ResultPartitionId, subpartitions: u32) -> Result<(), PartitionError> {
         self.create_with(id, subpartitions, true)
     }
 
-    /// Like [`create`](Self::create); with `retain` false, an in-memory batch is handed to its
+    /// Like [`create`](Self::create); with `retain` false, an in-memory buffer is handed to its
     /// consumer and dropped here (moved, not copied): for pipelined results, read exactly once,
     /// whose consumers restart only together with their producer.
     pub fn create_with(
@@ -352,7 +352,7 @@ impl PartitionStore {
         Ok(())
     }
 
-    /// Registers a blocking (batch) partition: written to disk from its first batch, read back
+    /// Registers a blocking (batch) partition: written to disk from its first buffer, read back
     /// by its consumers as often as they restart, its files deleted when it is released.
     pub fn create_blocking(
         &self,
@@ -365,8 +365,8 @@ impl PartitionStore {
         Ok(())
     }
 
-    /// Registers a pipelined partition: read once (batches move to the consumer), never spilled,
-    /// each subpartition holding at most `capacity` unread batches (producers
+    /// Registers a pipelined partition: read once (buffers move to the consumer), never spilled,
+    /// each subpartition holding at most `capacity` unread buffers (producers
     /// [`reserve`](Self::reserve) before they append).
     pub fn create_pipelined(
         &self,
@@ -380,7 +380,7 @@ impl PartitionStore {
         Ok(())
     }
 
-    /// Whether the producer may append one batch to `subpartition` now. A partition without a
+    /// Whether the producer may append one buffer to `subpartition` now. A partition without a
     /// capacity always has room.
     pub fn reserve(
         &self,
@@ -397,7 +397,7 @@ impl PartitionStore {
         let Some(sub) = partition.subpartitions.get_mut(&index) else {
             return Ok(Space::Available); // nothing written there yet
         };
-        let unread = (sub.batches.len() as u64).saturating_sub(sub.handed_over);
+        let unread = (sub.buffers.len() as u64).saturating_sub(sub.handed_over);
         if unread < capacity as u64 {
             return Ok(Space::Available);
         }
@@ -407,38 +407,38 @@ impl PartitionStore {
         Ok(Space::Full(receiver))
     }
 
-    /// Batches of `subpartition` not yet taken by its consumer after `from_batch` (the backlog a
+    /// Buffers of `subpartition` not yet taken by its consumer after `from_buffer` (the backlog a
     /// consumer is told, to hand out floating credit); 0 for an unknown partition.
-    pub fn backlog(&self, id: ResultPartitionId, subpartition: u32, from_batch: u64) -> u64 {
+    pub fn backlog(&self, id: ResultPartitionId, subpartition: u32, from_buffer: u64) -> u64 {
         let Ok(partition) = self.get(id) else {
             return 0;
         };
         let partition = lock(&partition);
         partition.subpartitions.get(&subpartition).map_or(0, |sub| {
-            (sub.batches.len() as u64).saturating_sub(from_batch)
+            (sub.buffers.len() as u64).saturating_sub(from_buffer)
         })
     }
 
-    /// Appends a batch to one subpartition; called by the producer's task thread.
+    /// Appends a buffer to one subpartition; called by the producer's task thread.
     ///
-    /// The batch stays in memory if the partition's in-memory size stays within the threshold;
-    /// otherwise the partition switches to spilling and this and every later batch go to disk.
-    /// Empty batches are ignored. A failed spill write fails the whole partition (the spill file
+    /// The buffer stays in memory if the partition's in-memory size stays within the threshold;
+    /// otherwise the partition switches to spilling and this and every later buffer go to disk.
+    /// Empty buffers are ignored. A failed spill write fails the whole partition (the spill file
     /// may end in a torn write) and wakes its consumers.
     pub fn append(
         &self,
         id: ResultPartitionId,
         subpartition: u32,
-        batch: Buffer,
+        buffer: Buffer,
     ) -> Result<(), PartitionError> {
         let partition = self.get(id)?;
         let mut partition = lock(&partition);
         partition.check_writable()?;
         let index = partition.subpartition_index(subpartition)?;
-        if batch.is_empty() {
+        if buffer.is_empty() {
             return Ok(());
         }
-        let bytes = batch.len();
+        let bytes = buffer.len();
         let fits = partition
             .memory_bytes
             .checked_add(bytes)
@@ -446,13 +446,13 @@ impl PartitionStore {
         // A pipelined partition is bounded by its capacity instead: it never spills.
         let stored = if partition.capacity.is_some() || (!partition.spilling && fits) {
             partition.memory_bytes += bytes;
-            Stored::Memory(batch)
+            Stored::Memory(buffer)
         } else {
             partition.spilling = true;
             let spilled = partition.subpartitions.entry(index).or_default().spill(
                 id,
                 subpartition,
-                &batch,
+                &buffer,
                 &self.working_dir,
                 || self.next_spill_file.fetch_add(1, Ordering::Relaxed),
             );
@@ -465,8 +465,8 @@ impl PartitionStore {
             }
         };
         let sub = partition.subpartitions.entry(index).or_default();
-        let first = sub.batches.is_empty();
-        sub.batches.push(stored);
+        let first = sub.buffers.is_empty();
+        sub.buffers.push(stored);
         sub.wake();
         if first {
             // Its reader on another TaskManager may not listen to it yet (it listens to the
@@ -531,7 +531,7 @@ impl PartitionStore {
         partition.state = State::Released;
         partition.memory_bytes = 0;
         // Listeners hear of it (their next fetch answers `Unknown`); dropping the rest drops
-        // the batches, the other waiters' senders and the spill files (deleting them).
+        // the buffers, the other waiters' senders and the spill files (deleting them).
         for subpartition in partition.subpartitions.values_mut() {
             for waiter in subpartition.waiters.drain(..) {
                 if let Waiter::Listener(queue, key) = waiter {
@@ -541,7 +541,7 @@ impl PartitionStore {
         }
         {
             let mut results = lock(&self.results);
-            // Every subpartition stored (a failed one's batches are gone, its entry stays).
+            // Every subpartition stored (a failed one's buffers are gone, its entry stays).
             for &index in partition.subpartitions.keys() {
                 if let Some(result) = results.get_mut(&(id.edge, index)) {
                     result.with_data.retain(|p| *p != id);
@@ -556,34 +556,34 @@ impl PartitionStore {
         true
     }
 
-    /// Reads batches of one subpartition from index `from_batch` on: at least one if any is
-    /// available, more while their size stays within `max_bytes`. Spilled batches are
+    /// Reads buffers of one subpartition from index `from_buffer` on: at least one if any is
+    /// available, more while their size stays within `max_bytes`. Spilled buffers are
     /// read back from disk outside the locks.
     pub fn fetch(
         &self,
         id: ResultPartitionId,
         subpartition: u32,
-        from_batch: u64,
+        from_buffer: u64,
         max_bytes: usize,
     ) -> Fetch {
-        self.fetch_with_credit(id, subpartition, from_batch, max_bytes, usize::MAX)
+        self.fetch_with_credit(id, subpartition, from_buffer, max_bytes, usize::MAX)
     }
 
-    /// Like [`fetch`](Self::fetch), at most `credit` batches (at least one is still returned
+    /// Like [`fetch`](Self::fetch), at most `credit` buffers (at least one is still returned
     /// when any is available: a consumer asks only for channels it has credit for).
     pub fn fetch_with_credit(
         &self,
         id: ResultPartitionId,
         subpartition: u32,
-        from_batch: u64,
+        from_buffer: u64,
         max_bytes: usize,
         credit: usize,
     ) -> Fetch {
-        self.fetch_inner(id, subpartition, from_batch, max_bytes, credit, None)
+        self.fetch_inner(id, subpartition, from_buffer, max_bytes, credit, None)
     }
 
     /// Like [`fetch_with_credit`](Self::fetch_with_credit), but when nothing is new it answers
-    /// [`Fetch::Listening`] and pushes `key` to `queue` once the subpartition gets a batch, ends,
+    /// [`Fetch::Listening`] and pushes `key` to `queue` once the subpartition gets a buffer, ends,
     /// fails or is released: one queue serves every subscription of a data connection, so a
     /// producer TaskManager waits on one thing per connection, not one per channel.
     pub fn fetch_or_listen(
@@ -594,11 +594,11 @@ impl PartitionStore {
         queue: &Arc<ReadyQueue>,
         key: u64,
     ) -> Fetch {
-        let (id, subpartition, from_batch) = read;
+        let (id, subpartition, from_buffer) = read;
         self.fetch_inner(
             id,
             subpartition,
-            from_batch,
+            from_buffer,
             max_bytes,
             credit,
             Some((queue, key)),
@@ -609,7 +609,7 @@ impl PartitionStore {
         &self,
         id: ResultPartitionId,
         subpartition: u32,
-        from_batch: u64,
+        from_buffer: u64,
         max_bytes: usize,
         credit: usize,
         listener: Option<(&Arc<ReadyQueue>, u64)>,
@@ -619,7 +619,7 @@ impl PartitionStore {
         };
         let plan = match lock(&partition).plan_fetch(
             subpartition,
-            from_batch,
+            from_buffer,
             max_bytes,
             credit,
             listener,
@@ -627,11 +627,11 @@ impl PartitionStore {
             Ok(plan) => plan,
             Err(answer) => return answer,
         };
-        let (next_batch, finished) = (plan.next_batch, plan.finished);
+        let (next_buffer, finished) = (plan.next_buffer, plan.finished);
         match plan.read() {
-            Ok(batches) => Fetch::Ready {
-                batches,
-                next_batch,
+            Ok(buffers) => Fetch::Ready {
+                buffers,
+                next_buffer,
                 finished,
             },
             // A release or failure racing with the read deletes the file: report that, not the
@@ -640,7 +640,7 @@ impl PartitionStore {
                 State::Released => Fetch::Unknown,
                 State::Failed(reason) => Fetch::Failed(reason.clone()),
                 State::Producing | State::Finished => Fetch::Failed(format!(
-                    "cannot read a spilled batch of result partition {id}: {err}"
+                    "cannot read a spilled buffer of result partition {id}: {err}"
                 )),
             },
         }
@@ -652,16 +652,16 @@ impl PartitionStore {
         let partition = lock(&partition);
         let mut stats = PartitionStats {
             subpartitions: partition.count,
-            batches: 0,
-            spilled_batches: 0,
+            buffers: 0,
+            spilled_buffers: 0,
             memory_bytes: partition.memory_bytes,
             finished: matches!(partition.state, State::Finished),
             stored_subpartitions: partition.subpartitions.len() as u32,
         };
         for subpartition in partition.subpartitions.values() {
-            stats.batches += subpartition.batches.len() as u64;
-            stats.spilled_batches += subpartition
-                .batches
+            stats.buffers += subpartition.buffers.len() as u64;
+            stats.spilled_buffers += subpartition
+                .buffers
                 .iter()
                 .filter(|b| matches!(b, Stored::Spilled { .. }))
                 .count() as u64;
@@ -677,7 +677,7 @@ impl PartitionStore {
     }
 
     /// Registers a reader of subpartition `subpartition` of every partition of `edge` here:
-    /// `queue` gets `(key, partition)` when one of them gets its first batch there. Returns the
+    /// `queue` gets `(key, partition)` when one of them gets its first buffer there. Returns the
     /// partitions that have data there already.
     pub fn add_reader(
         &self,
@@ -757,9 +757,9 @@ impl PartitionStore {
     }
 }
 
-impl fmt::Debug for PartitionStore {
+impl fmt::Debug for ResultPartitionManager {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("PartitionStore")
+        f.debug_struct("ResultPartitionManager")
             .field("working_dir", &self.working_dir)
             .field("spill_threshold_bytes", &self.spill_threshold_bytes)
             .field("partitions", &read(&self.partitions).len())
@@ -797,16 +797,16 @@ struct Partition {
     state: State,
     /// Only those written to or waited on: a partition of 10,000 subpartitions of which few get
     /// data costs memory for those few (an all-to-all job at P = 10,000 has 10⁸).
-    subpartitions: FixedHashMap<u32, Subpartition>,
+    subpartitions: FixedHashMap<u32, ResultSubpartition>,
     /// How many subpartitions it has.
     count: u32,
-    /// Bytes of the batches held in memory, over all subpartitions.
+    /// Bytes of the buffers held in memory, over all subpartitions.
     memory_bytes: usize,
-    /// Once set, every further batch of the partition goes to disk.
+    /// Once set, every further buffer of the partition goes to disk.
     spilling: bool,
-    /// Whether fetched in-memory batches stay (blocking results) or move to the consumer.
+    /// Whether fetched in-memory buffers stay (blocking results) or move to the consumer.
     retain: bool,
-    /// Of a pipelined partition: the most unread batches a subpartition holds before its
+    /// Of a pipelined partition: the most unread buffers a subpartition holds before its
     /// producer waits. `None`: unbounded, spilling past the threshold.
     capacity: Option<usize>,
 }
@@ -843,7 +843,7 @@ impl Partition {
                 let mut with_data: Vec<u32> = self
                     .subpartitions
                     .iter()
-                    .filter(|(_, sub)| !sub.batches.is_empty())
+                    .filter(|(_, sub)| !sub.buffers.is_empty())
                     .map(|(&index, _)| index)
                     .collect();
                 with_data.sort_unstable();
@@ -859,7 +859,7 @@ impl Partition {
         self.state = State::Failed(reason);
         self.memory_bytes = 0;
         for subpartition in self.subpartitions.values_mut() {
-            subpartition.batches.clear();
+            subpartition.buffers.clear();
             subpartition.spill = None;
             subpartition.wake();
             subpartition.wake_producer();
@@ -870,7 +870,7 @@ impl Partition {
     fn plan_fetch(
         &mut self,
         subpartition: u32,
-        from_batch: u64,
+        from_buffer: u64,
         max_bytes: usize,
         credit: usize,
         listener: Option<(&Arc<ReadyQueue>, u64)>,
@@ -888,37 +888,37 @@ impl Partition {
         let available = self
             .subpartitions
             .get(&index)
-            .map_or(0, |sub| sub.batches.len() as u64);
-        if from_batch == 0 && available == 0 && finished {
+            .map_or(0, |sub| sub.buffers.len() as u64);
+        if from_buffer == 0 && available == 0 && finished {
             // Nothing was ever written there (and nothing is stored for it).
             return Err(Fetch::Ready {
-                batches: Vec::new(),
-                next_batch: 0,
+                buffers: Vec::new(),
+                next_buffer: 0,
                 finished: true,
             });
         }
         let capacity = self.capacity;
         let sub = self.subpartitions.entry(index).or_default();
-        if from_batch < sub.handed_over {
-            // A pipelined batch moves to its reader; one asked for again was lost on its way
+        if from_buffer < sub.handed_over {
+            // A pipelined buffer moves to its reader; one asked for again was lost on its way
             // (the data connection broke while the answer travelled). Never answer with the
-            // emptied batch: the reader fails and its region runs again.
+            // emptied buffer: the reader fails and its region runs again.
             return Err(Fetch::Failed(format!(
-                "batch {from_batch} of subpartition {subpartition} of result partition {id} was \
+                "buffer {from_buffer} of subpartition {subpartition} of result partition {id} was \
                  already handed to its consumer and lost on the way (the data connection broke)"
             )));
         }
-        if from_batch > available {
+        if from_buffer > available {
             return Err(Fetch::Failed(format!(
-                "batch {from_batch} of subpartition {subpartition} of result partition {id} was \
+                "buffer {from_buffer} of subpartition {subpartition} of result partition {id} was \
                  asked for, but only {available} exist"
             )));
         }
-        if from_batch == available {
+        if from_buffer == available {
             if finished {
                 return Err(Fetch::Ready {
-                    batches: Vec::new(),
-                    next_batch: from_batch,
+                    buffers: Vec::new(),
+                    next_buffer: from_buffer,
                     finished: true,
                 });
             }
@@ -937,9 +937,9 @@ impl Partition {
         let mut total = 0usize;
         let mut handed_over = 0usize;
         let retain = self.retain;
-        // `from_batch < available`, which is a `usize`.
+        // `from_buffer < available`, which is a `usize`.
         let mut moved_until = None;
-        for (index, stored) in (from_batch..).zip(&mut sub.batches[from_batch as usize..]) {
+        for (index, stored) in (from_buffer..).zip(&mut sub.buffers[from_buffer as usize..]) {
             let bytes = stored.bytes();
             if !items.is_empty()
                 && (total.saturating_add(bytes) > max_bytes || items.len() >= credit)
@@ -951,24 +951,24 @@ impl Partition {
                 Stored::Memory(buffer) if !retain => {
                     handed_over += bytes;
                     moved_until = Some(index + 1);
-                    PlannedBatch::Memory(std::mem::take(buffer))
+                    PlannedBuffer::Memory(std::mem::take(buffer))
                 }
                 // Shares the bytes: a blocking result in memory is read without a copy too.
-                Stored::Memory(buffer) => PlannedBatch::Memory(buffer.clone()),
-                Stored::Spilled { offset, len, .. } => PlannedBatch::Spilled {
+                Stored::Memory(buffer) => PlannedBuffer::Memory(buffer.clone()),
+                Stored::Spilled { offset, len, .. } => PlannedBuffer::Spilled {
                     offset: *offset,
                     len: *len,
                 },
             });
         }
-        let next_batch = from_batch + items.len() as u64;
+        let next_buffer = from_buffer + items.len() as u64;
         if let Some(moved_until) = moved_until {
             sub.handed_over = moved_until;
             // A producer waiting for room is woken once half its subpartition is free, not for
             // every answer that takes a buffer or two: each wake-up is a futex call and two
             // context switches, and across processes they were a tenth of both actor threads.
             // What stays unread is more than nothing, so its consumer comes back for it.
-            let unread = (sub.batches.len() as u64).saturating_sub(moved_until);
+            let unread = (sub.buffers.len() as u64).saturating_sub(moved_until);
             if capacity.is_none_or(|capacity| unread <= capacity as u64 / 2) {
                 sub.wake_producer();
             }
@@ -976,30 +976,30 @@ impl Partition {
         let plan = FetchPlan {
             spill_path: sub.spill.as_ref().map(|spill| spill.path.clone()),
             items,
-            next_batch,
-            finished: finished && next_batch == available,
+            next_buffer,
+            finished: finished && next_buffer == available,
         };
-        // Handed-over batches no longer count against the spill threshold.
+        // Handed-over buffers no longer count against the spill threshold.
         self.memory_bytes = self.memory_bytes.saturating_sub(handed_over);
         Ok(plan)
     }
 }
 
 #[derive(Default)]
-struct Subpartition {
-    batches: Vec<Stored>,
-    /// Created at the first spilled batch.
+struct ResultSubpartition {
+    buffers: Vec<Stored>,
+    /// Created at the first spilled buffer.
     spill: Option<SpillFile>,
-    /// Consumers long-polling for the next batch.
+    /// Consumers long-polling for the next buffer.
     waiters: Vec<Waiter>,
     /// A producer waiting for room (a pipelined partition at capacity).
     space_waiters: Vec<oneshot::Sender<()>>,
-    /// Of a pipelined (not retained) partition: the in-memory batches before this index were
+    /// Of a pipelined (not retained) partition: the in-memory buffers before this index were
     /// moved to the consumer, so asking for them again must fail rather than read emptied ones.
     handed_over: u64,
 }
 
-impl Subpartition {
+impl ResultSubpartition {
     fn wake(&mut self) {
         for waiter in self.waiters.drain(..) {
             match waiter {
@@ -1019,17 +1019,17 @@ impl Subpartition {
         }
     }
 
-    /// Appends one length-prefixed encoded batch to this subpartition's spill file.
+    /// Appends one length-prefixed encoded buffer to this subpartition's spill file.
     fn spill(
         &mut self,
         id: ResultPartitionId,
         subpartition: u32,
-        batch: &Buffer,
+        buffer: &Buffer,
         working_dir: &Path,
         next_file: impl FnOnce() -> u64,
     ) -> Result<Stored, PartitionError> {
         let payload =
-            codec::encode(batch).map_err(|source| PartitionError::Encode { id, source })?;
+            codec::encode(buffer).map_err(|source| PartitionError::Encode { id, source })?;
         // The codec refuses anything over 16 MiB, so the length fits a u32.
         let len = u32::try_from(payload.len()).map_err(|_| PartitionError::Encode {
             id,
@@ -1066,16 +1066,16 @@ impl Subpartition {
         Ok(Stored::Spilled {
             offset,
             len: payload.len(),
-            bytes: batch.len(),
+            bytes: buffer.len(),
         })
     }
 }
 
-/// One batch, in memory or at a place in its subpartition's spill file.
+/// One buffer, in memory or at a place in its subpartition's spill file.
 enum Stored {
     Memory(Buffer),
     Spilled {
-        /// Where its frame (4-byte little-endian length, then the encoded batch) starts.
+        /// Where its frame (4-byte little-endian length, then the encoded buffer) starts.
         offset: u64,
         /// The encoded length.
         len: usize,
@@ -1140,20 +1140,20 @@ impl Drop for SpillFile {
     }
 }
 
-enum PlannedBatch {
+enum PlannedBuffer {
     Memory(Buffer),
     Spilled { offset: u64, len: usize },
 }
 
-/// What a fetch returns, decided under the lock; spilled batches still to be read.
+/// What a fetch returns, decided under the lock; spilled buffers still to be read.
 struct FetchPlan {
     spill_path: Option<PathBuf>,
-    items: Vec<PlannedBatch>,
-    next_batch: u64,
+    items: Vec<PlannedBuffer>,
+    next_buffer: u64,
     finished: bool,
 }
 
-/// Why reading a spilled batch back failed.
+/// Why reading a spilled buffer back failed.
 #[derive(Debug, thiserror::Error)]
 enum ReadError {
     #[error("cannot read `{}`", path.display())]
@@ -1169,26 +1169,26 @@ enum ReadError {
         found: u32,
         expected: usize,
     },
-    #[error("cannot decode the batch at offset {offset} of `{}`", path.display())]
+    #[error("cannot decode the buffer at offset {offset} of `{}`", path.display())]
     Decode {
         path: PathBuf,
         offset: u64,
         #[source]
         source: CodecError,
     },
-    #[error("spilled batch without a spill file")]
+    #[error("spilled buffer without a spill file")]
     NoSpillFile,
 }
 
 impl FetchPlan {
-    /// Takes the planned batches, reading spilled ones from disk (one open per fetch).
+    /// Takes the planned buffers, reading spilled ones from disk (one open per fetch).
     fn read(self) -> Result<Vec<Buffer>, ReadError> {
         let mut file: Option<File> = None;
-        let mut batches = Vec::with_capacity(self.items.len());
+        let mut buffers = Vec::with_capacity(self.items.len());
         for item in self.items {
             match item {
-                PlannedBatch::Memory(records) => batches.push(records),
-                PlannedBatch::Spilled { offset, len } => {
+                PlannedBuffer::Memory(records) => buffers.push(records),
+                PlannedBuffer::Spilled { offset, len } => {
                     let path = self.spill_path.as_ref().ok_or(ReadError::NoSpillFile)?;
                     let io_error = |source| ReadError::Io {
                         path: path.clone(),
@@ -1212,7 +1212,7 @@ impl FetchPlan {
                     }
                     let mut payload = vec![0u8; len];
                     file.read_exact(&mut payload).map_err(io_error)?;
-                    batches.push(codec::decode(&payload).map_err(|source| ReadError::Decode {
+                    buffers.push(codec::decode(&payload).map_err(|source| ReadError::Decode {
                         path: path.clone(),
                         offset,
                         source,
@@ -1220,7 +1220,7 @@ impl FetchPlan {
                 }
             }
         }
-        Ok(batches)
+        Ok(buffers)
     }
 }
 

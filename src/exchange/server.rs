@@ -17,7 +17,7 @@
 //! empty, and the consumer polls again.
 //!
 //! An answer lost on the way (the consumer's next poll says it did not get it) is served again
-//! from where it started: a retained (blocking) batch is read again, a pipelined one was moved
+//! from where it started: a retained (blocking) buffer is read again, a pipelined one was moved
 //! out and is gone, so that channel fails and its region restarts, never reads a gap.
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -27,7 +27,7 @@ use tokio::time::Instant;
 
 use super::input_gate::PARTITION_REQUEST_TIMEOUT;
 use super::partition::EndState;
-use super::partition::{Fetch, PartitionStore, ReadyQueue};
+use super::partition::{Fetch, ReadyQueue, ResultPartitionManager};
 use crate::base::hash::FixedHashMap;
 use crate::base::ids::DataConnectionId;
 use crate::messages::task_manager::{
@@ -36,7 +36,7 @@ use crate::messages::task_manager::{
 };
 use crate::messages::{ActorAddress, ResultPartitionId};
 
-/// Bytes one answer carries at most (one batch more, so every answer makes progress).
+/// Bytes one answer carries at most (one buffer more, so every answer makes progress).
 pub const FETCH_BYTES: usize = 1 << 20;
 
 /// How long a poll that finds nothing new is held before it is answered with no news: far
@@ -140,7 +140,7 @@ fn member_key(set: u32, member: u32) -> u64 {
 struct Subscription {
     partition: ResultPartitionId,
     subpartition: u32,
-    next_batch: u64,
+    next_buffer: u64,
     /// Buffers the consumer granted in all (it sends the running total, so a lost or repeated
     /// grant cannot leave the two sides disagreeing).
     granted: u64,
@@ -153,7 +153,7 @@ struct Subscription {
 impl PartitionRequestServer {
     /// Applies one round of subscriptions and credit (a round applied before is ignored: the
     /// consumer sends a round again until it is answered).
-    pub fn apply(&self, store: &PartitionStore, message: PartitionRequests) {
+    pub fn apply(&self, store: &ResultPartitionManager, message: PartitionRequests) {
         let connection = self.connection(message.consumer, message.connection);
         let now = Instant::now();
         let mut ready = Vec::new();
@@ -270,7 +270,7 @@ impl PartitionRequestServer {
     /// [`FETCH_HOLD`] (or at once when a newer poll of the connection arrives).
     pub fn poll(
         &self,
-        store: Arc<PartitionStore>,
+        store: Arc<ResultPartitionManager>,
         message: PollPartitionData,
     ) -> impl Future<Output = PartitionData> + use<> {
         let connection = self.connection(message.consumer.clone(), message.connection);
@@ -294,7 +294,7 @@ impl PartitionRequestServer {
     /// Forgets connections that neither polled nor sent requests for [`IDLE_CONNECTION`]: a
     /// consumer TaskManager polls every [`FETCH_HOLD`] while any of its tasks reads here, so
     /// such a one is gone (its tasks failed when the connection broke) or reads nothing here.
-    pub fn prune(&self, store: &PartitionStore) {
+    pub fn prune(&self, store: &ResultPartitionManager) {
         let now = Instant::now();
         lock(&self.connections).retain(|_, connection| {
             lock(&connection.state)
@@ -313,7 +313,11 @@ impl PartitionRequestServer {
 }
 
 impl ServerConnection {
-    async fn serve(&self, store: &PartitionStore, message: &PollPartitionData) -> PartitionData {
+    async fn serve(
+        &self,
+        store: &ResultPartitionManager,
+        message: &PollPartitionData,
+    ) -> PartitionData {
         let (poll, received) = (message.poll, message.received);
         let (seq, superseded) = {
             let mut state = lock(&self.state);
@@ -430,7 +434,7 @@ impl ConnectionState {
         self.subscriptions.entry(key).or_insert(Subscription {
             partition,
             subpartition,
-            next_batch: 0,
+            next_buffer: 0,
             granted: u64::from(credit),
             sent: 0,
             listening: false,
@@ -439,7 +443,7 @@ impl ConnectionState {
 
     /// Members of sets that were not here: those here now are watched, those that ended are
     /// told, and those awaited longer than [`PARTITION_REQUEST_TIMEOUT`] are told unknown.
-    fn look_for_awaited(&mut self, store: &PartitionStore, ready: &ReadyQueue) {
+    fn look_for_awaited(&mut self, store: &ResultPartitionManager, ready: &ReadyQueue) {
         let now = Instant::now();
         for (&number, set) in &mut self.sets {
             let timed_out = now.duration_since(set.since) >= PARTITION_REQUEST_TIMEOUT;
@@ -469,7 +473,7 @@ impl ConnectionState {
     }
 
     /// Notices for the set members that ended (each told once).
-    fn tell_ended(&mut self, store: &PartitionStore, keys: Vec<u64>) {
+    fn tell_ended(&mut self, store: &ResultPartitionManager, keys: Vec<u64>) {
         for key in keys {
             let (number, member) = ((key >> 32) as u32, key as u32);
             let Some(set) = self.sets.get_mut(&number) else {
@@ -500,13 +504,13 @@ impl ConnectionState {
     /// ended partitions go to `self.notices`.
     fn collect(
         &mut self,
-        store: &PartitionStore,
+        store: &ResultPartitionManager,
         ready: &Arc<ReadyQueue>,
     ) -> Vec<(u64, ChannelResponse)> {
         let items = ready.take_all();
         self.tell_ended(store, items.ended);
         let mut keys = items.keys;
-        // Subpartitions of sets that got their first batch: their channels are served from now.
+        // Subpartitions of sets that got their first buffer: their channels are served from now.
         for (reader, partition) in items.announced {
             let Some(&SetReader {
                 set,
@@ -543,7 +547,7 @@ impl ConnectionState {
             let read = (
                 subscription.partition,
                 subscription.subpartition,
-                subscription.next_batch,
+                subscription.next_buffer,
             );
             let fetch = store.fetch_or_listen(
                 read,
@@ -554,18 +558,18 @@ impl ConnectionState {
             );
             match fetch {
                 Fetch::Ready {
-                    batches,
-                    next_batch,
+                    buffers,
+                    next_buffer,
                     finished,
                 } => {
-                    let bytes: usize = batches.iter().map(super::Buffer::len).sum();
+                    let bytes: usize = buffers.iter().map(super::Buffer::len).sum();
                     budget = budget.saturating_sub(bytes);
-                    subscription.sent += batches.len() as u64;
-                    subscription.next_batch = next_batch;
+                    subscription.sent += buffers.len() as u64;
+                    subscription.next_buffer = next_buffer;
                     let backlog = if finished {
                         0
                     } else {
-                        store.backlog(read.0, read.1, next_batch)
+                        store.backlog(read.0, read.1, next_buffer)
                     };
                     self.last_answer.push((key, before));
                     if finished {
@@ -577,8 +581,8 @@ impl ConnectionState {
                     channels.push((
                         key,
                         ChannelResponse::Data {
-                            batches,
-                            next_batch,
+                            buffers,
+                            next_buffer,
                             finished,
                             backlog,
                         },

@@ -1,6 +1,6 @@
 //! The producer side of a task: [`ResultPartitionWriter`] routes each record to its consumer's
 //! subpartition, serializes it into that subpartition's [`BufferBuilder`], and hands a full
-//! buffer (at most `taskmanager.network.buffer-size` bytes) to the [`PartitionStore`] — waiting, when a
+//! buffer (at most `taskmanager.network.buffer-size` bytes) to the [`ResultPartitionManager`] — waiting, when a
 //! pipelined subpartition is full, until its consumer takes one. That wait is backpressure: it
 //! is counted per task, and it ends early when the partition fails or is released (which is how
 //! a cancelled producer is woken).
@@ -12,14 +12,14 @@ use std::task::Poll;
 
 use super::buffer::BufferBuilder;
 use super::metrics::TaskIoMetrics;
-use super::partition::{PartitionStore, Space};
+use super::partition::{ResultPartitionManager, Space};
 use crate::base::clock::Clock;
 use crate::base::codec;
 use crate::base::hash::fnv1a;
 use crate::env::TaskBlocker;
 use crate::env::task_blocking::{Cancellation, block_on};
 use crate::job::graph::DistributionPattern;
-use crate::messages::deployment::OutputPartition;
+use crate::messages::deployment::ResultPartitionDeploymentDescriptor;
 use crate::operators::{OperatorError, Record};
 
 /// What a writer did, for the task's metrics.
@@ -37,13 +37,13 @@ pub struct WriterStats {
 
 /// One output's buffers, one per subpartition.
 struct Output {
-    partition: OutputPartition,
+    partition: ResultPartitionDeploymentDescriptor,
     buffers: Vec<BufferBuilder>,
 }
 
 /// See the module docs.
 pub struct ResultPartitionWriter {
-    store: Arc<PartitionStore>,
+    store: Arc<ResultPartitionManager>,
     outputs: Vec<Output>,
     buffer_size: usize,
     /// One record's encoding, reused: a record is serialized once for all its outputs.
@@ -57,8 +57,8 @@ impl ResultPartitionWriter {
     /// A writer for `outputs` into `store`, cutting buffers at `buffer_size` bytes,
     /// counting into `metrics` (its waits timed by `clock`).
     pub fn new(
-        store: Arc<PartitionStore>,
-        outputs: &[OutputPartition],
+        store: Arc<ResultPartitionManager>,
+        outputs: &[ResultPartitionDeploymentDescriptor],
         buffer_size: usize,
         metrics: Arc<TaskIoMetrics>,
         clock: Arc<dyn Clock>,
@@ -94,7 +94,7 @@ impl ResultPartitionWriter {
     }
 
     /// The subpartition a record goes to: a key always to the same consumer (FNV-1a, stable).
-    pub fn route(output: &OutputPartition, record: &Record) -> usize {
+    pub fn route(output: &ResultPartitionDeploymentDescriptor, record: &Record) -> usize {
         match output.pattern {
             DistributionPattern::Forward => 0,
             DistributionPattern::AllToAll => {

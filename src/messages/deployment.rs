@@ -43,14 +43,14 @@ pub struct TaskDeploymentDescriptor {
     /// The (shared) slot it runs in.
     pub allocation_id: AllocationId,
     /// One gate per incoming edge.
-    pub inputs: Vec<InputGate>,
+    pub inputs: Vec<InputGateDeploymentDescriptor>,
     /// One partition per outgoing edge.
-    pub outputs: Vec<OutputPartition>,
+    pub outputs: Vec<ResultPartitionDeploymentDescriptor>,
 }
 
 /// Where one incoming edge's data comes from.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct InputGate {
+pub struct InputGateDeploymentDescriptor {
     /// The edge's index in the job graph.
     pub edge: u32,
     /// Which subpartition of each producer's partition is this consumer's.
@@ -112,7 +112,7 @@ pub struct ProducerLocation {
 
 /// One outgoing edge's result partition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct OutputPartition {
+pub struct ResultPartitionDeploymentDescriptor {
     /// The partition this task writes.
     pub partition: ResultPartitionId,
     /// How records are routed to subpartitions.

@@ -4,7 +4,7 @@
 //! `RegisterResourceManager` → `RegisterResourceManagerSuccessful`), keeps the pool at
 //! `designated_pool_size` by asking its driver for workers (`CheckAndAllocateContainers`), hears
 //! from the driver (`WorkerStarted` / `WorkerFailed` / `WorkerTerminated`) and from the JobManager
-//! (`NotifyResourceStarted` when a TaskManager registers, `RemoveResource` when one is lost).
+//! (`NotifyResourceStarted` when a TaskManager registers, `ReleaseResource` when one is lost).
 
 use actix::Message;
 use serde::{Deserialize, Serialize};
@@ -25,7 +25,7 @@ protocol! {
         /// The workers the JobManager's jobs need.
         declare_resource_requirements: DeclareResourceRequirements,
         /// Release a worker the JobManager no longer has.
-        remove_resource: RemoveResource,
+        release_resource: ReleaseResource,
         /// A TaskManager registered at the JobManager.
         notify_resource_started: NotifyResourceStarted,
         /// A new JobManager leader.
@@ -100,7 +100,7 @@ pub enum SetPoolSizeError {
 /// the driver; it stops counting as started. Only the current leader may send it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Message)]
 #[rtype(result = "()")]
-pub struct RemoveResource {
+pub struct ReleaseResource {
     /// The sender's leader session (fencing).
     pub leader_session_id: LeaderSessionId,
     /// The worker.

@@ -380,15 +380,15 @@ pub enum PartitionEnd {
 /// What one channel of a [`PollPartitionData`] got.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ChannelResponse {
-    /// Batches from the one asked for on.
+    /// Buffers from the one asked for on.
     Data {
-        /// The batches (serialized records: the actor threads never decode them).
-        batches: Vec<Buffer>,
-        /// The batch to ask for next.
-        next_batch: u64,
+        /// The buffers (serialized records: the actor threads never decode them).
+        buffers: Vec<Buffer>,
+        /// The buffer to ask for next.
+        next_buffer: u64,
         /// Nothing follows.
         finished: bool,
-        /// Batches the producer holds beyond these (for floating credit).
+        /// Buffers the producer holds beyond these (for floating credit).
         backlog: u64,
     },
     /// The producer failed.

@@ -192,7 +192,7 @@ pub(crate) fn resource_manager_samples() -> Vec<ResourceManagerMessage> {
             workers: 9,
         }
         .into(),
-        RemoveResource {
+        ReleaseResource {
             leader_session_id: session(),
             resource_id: resource(3),
             reason: RemovalReason::HeartbeatTimeout,
@@ -241,7 +241,7 @@ fn resource_manager_variant(message: &ResourceManagerMessage) -> usize {
         M::CheckAndAllocateContainers(_) => 0,
         M::SetWorkerPoolSize(_) => 1,
         M::DeclareResourceRequirements(_) => 2,
-        M::RemoveResource(_) => 3,
+        M::ReleaseResource(_) => 3,
         M::NotifyResourceStarted(_) => 4,
         M::NewLeaderAvailable(_) => 5,
         M::TriggerRegistrationAtJobManager(_) => 6,
@@ -379,7 +379,7 @@ pub(crate) fn descriptor() -> TaskDeploymentDescriptor {
         config: std::sync::Arc::new([("path".to_owned(), "/out".to_owned())].into()),
         allocation_id: AllocationId::from_u128(9),
         inputs: vec![
-            InputGate {
+            InputGateDeploymentDescriptor {
                 edge: 0,
                 subpartition: 1,
                 producers: Producers::Listed {
@@ -390,13 +390,13 @@ pub(crate) fn descriptor() -> TaskDeploymentDescriptor {
                     }]),
                 },
             },
-            InputGate {
+            InputGateDeploymentDescriptor {
                 edge: 1,
                 subpartition: 1,
                 producers: Producers::Known(ProducerListId::from_u128(18)),
             },
         ],
-        outputs: vec![OutputPartition {
+        outputs: vec![ResultPartitionDeploymentDescriptor {
             partition,
             pattern: DistributionPattern::Forward,
             subpartitions: 1,
@@ -615,7 +615,7 @@ fn every_answer_round_trips() {
             (
                 0,
                 ChannelResponse::Data {
-                    batches: vec![
+                    buffers: vec![
                         vec![
                             Record {
                                 key: "word".into(),
@@ -632,7 +632,7 @@ fn every_answer_round_trips() {
                         ]
                         .into(),
                     ],
-                    next_batch: 1,
+                    next_buffer: 1,
                     finished: true,
                     backlog: 0,
                 },

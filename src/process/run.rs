@@ -40,7 +40,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::actors::job_manager::execution_graph::JobMaster;
+use crate::actors::job_manager::execution_graph::ExecutionGraph;
 use crate::base::error_chain::ErrorChain;
 use crate::base::ids::JobId;
 use crate::cluster::minicluster::{MiniCluster, MiniClusterError};
@@ -486,7 +486,7 @@ pub struct SlotNeeds {
 impl SlotNeeds {
     /// The needs of a validated graph.
     pub fn of(graph: &JobGraph) -> Self {
-        let peak = JobMaster::peak_slots(graph);
+        let peak = ExecutionGraph::peak_slots(graph);
         // The regions of a validated graph always compute; were they not to, the peak is the
         // safe bound.
         let largest_region =

@@ -15,13 +15,13 @@ use crate::messages::RemovalReason;
 use crate::messages::deployment::TaskDeploymentDescriptor;
 use crate::messages::job_manager::{GetJobManagerStatus, ResourceRemoved};
 use crate::messages::resource_manager::{
-    DeclareResourceRequirements, GetResourceManagerStatus, RemoveResource,
+    DeclareResourceRequirements, GetResourceManagerStatus, ReleaseResource,
 };
 use crate::messages::task_manager::{
     CancelTasks, GetTaskManagerStatus, ReleaseJobPartitions, SubmitTasks, TaskSubmissionError,
 };
 
-/// A stale `RemoveResource` of the started worker picked by `index`, and a stale
+/// A stale `ReleaseResource` of the started worker picked by `index`, and a stale
 /// `DeclareResourceRequirements`: the resource manager must still count the worker as started
 /// and keep the demand it had. `None` if there was nothing to probe; the victim if nothing
 /// changed; what changed otherwise.
@@ -36,7 +36,7 @@ pub async fn probe_resource_manager(
     }
     let victim = before.started[(index % before.started.len() as u64) as usize].clone();
     let first = rm.send(GetResourceManagerStatus);
-    let removal = rm.send(RemoveResource {
+    let removal = rm.send(ReleaseResource {
         leader_session_id: stale,
         resource_id: victim.clone(),
         reason: RemovalReason::HeartbeatTimeout,
@@ -52,7 +52,7 @@ pub async fn probe_resource_manager(
             if first.started.contains(&victim) && !after.started.contains(&victim) =>
         {
             Some(Err(format!(
-                "a stale leader's RemoveResource released {victim} at the resource manager"
+                "a stale leader's ReleaseResource released {victim} at the resource manager"
             )))
         }
         (Ok(first), Ok(after)) if first.demand != after.demand => Some(Err(format!(

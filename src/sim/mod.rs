@@ -484,7 +484,7 @@ impl Run {
                 Some(Ok(victim)) => self
                     .cluster
                     .trace
-                    .record(format!("fault stale leader RemoveResource {victim}")),
+                    .record(format!("fault stale leader ReleaseResource {victim}")),
                 Some(Err(violation)) => self.violation(violation),
                 None => {}
             }

@@ -203,7 +203,7 @@ impl JobManager {
     }
 
     /// Fails the tasks of one batch that could not be deployed: one failure per job (see
-    /// `JobMaster::deployments_failed`).
+    /// `ExecutionGraph::deployments_failed`).
     fn deployments_failed(
         &mut self,
         failed: Vec<(JobId, ExecutionAttemptId, String)>,

@@ -41,7 +41,8 @@ use crate::messages::job_manager::{
 use crate::messages::{
     ActorAddress, ResultPartitionId,
     deployment::{
-        InputGate, OutputPartition, ProducerLocation, Producers, TaskDeploymentDescriptor,
+        InputGateDeploymentDescriptor, ProducerLocation, Producers,
+        ResultPartitionDeploymentDescriptor, TaskDeploymentDescriptor,
     },
 };
 
@@ -80,7 +81,7 @@ pub enum JobAction {
         /// Which attempt.
         attempt: ExecutionAttemptId,
     },
-    /// Call [`JobMaster::restart_due`] with `generation` after `delay`.
+    /// Call [`ExecutionGraph::restart_due`] with `generation` after `delay`.
     RestartAfter {
         /// The restart strategy's pause.
         delay: Duration,
@@ -114,7 +115,7 @@ struct ExecutionVertex {
     attempt_number: u32,
     state: Tracked<ExecutionState>,
     placement: Option<SlotAssignment>,
-    /// Its position in `JobMaster::placed_on` of its placement's TaskManager.
+    /// Its position in `ExecutionGraph::placed_on` of its placement's TaskManager.
     placed_at: usize,
     error: Option<String>,
     /// What its exchange did, as its TaskManager last reported (this attempt only).
@@ -127,7 +128,7 @@ struct ExecutionVertex {
 
 /// See the module docs.
 #[derive(Debug)]
-pub struct JobMaster {
+pub struct ExecutionGraph {
     job_id: JobId,
     graph: Arc<JobGraph>,
     regions: PipelinedRegions,
@@ -206,7 +207,7 @@ struct SharedProducers {
     sent_to: BTreeSet<ResourceId>,
 }
 
-impl JobMaster {
+impl ExecutionGraph {
     /// A job, not started. Fails only for a graph that did not pass validation.
     pub fn new(
         job_id: JobId,
@@ -695,7 +696,7 @@ impl JobMaster {
                     (producers, task.subtask)
                 }
             };
-            inputs.push(InputGate {
+            inputs.push(InputGateDeploymentDescriptor {
                 edge: edge_index,
                 subpartition,
                 producers,
@@ -707,7 +708,7 @@ impl JobMaster {
             .iter()
             .enumerate()
             .filter(|(_, e)| e.source == task.vertex)
-            .map(|(index, edge)| OutputPartition {
+            .map(|(index, edge)| ResultPartitionDeploymentDescriptor {
                 partition: ResultPartitionId {
                     producer: ev.attempt,
                     edge: index as u32,

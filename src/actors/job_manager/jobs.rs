@@ -1,7 +1,7 @@
 //! The JobManager's jobs: submission, the shared slot [`Scheduler`], carrying out each
-//! [`JobMaster`]'s actions, and growing (then shrinking back) the worker pool with demand.
+//! [`ExecutionGraph`]'s actions, and growing (then shrinking back) the worker pool with demand.
 //!
-//! Every job's logic lives in its `JobMaster`; this module only routes events to it (task state
+//! Every job's logic lives in its `ExecutionGraph`; this module only routes events to it (task state
 //! updates, served slot requests, lost TaskManagers, expired requests, restart timers) and turns
 //! its [`JobAction`]s into messages. After anything that may free a slot, the queue is served.
 
@@ -11,7 +11,7 @@ use actix::clock::Instant;
 use actix::prelude::*;
 
 use super::JobManager;
-use crate::actors::job_manager::execution_graph::{JobAction, JobContext, JobMaster};
+use crate::actors::job_manager::execution_graph::{ExecutionGraph, JobAction, JobContext};
 use crate::base::ids::{ExecutionAttemptId, JobId, ResourceId};
 use crate::messages::RemovalReason;
 use crate::messages::job_manager::*;
@@ -37,7 +37,7 @@ impl JobManager {
         &mut self,
         job_id: JobId,
         ctx: &mut Context<Self>,
-        f: impl FnOnce(&mut JobMaster, &mut JobContext<'_>) -> Vec<JobAction>,
+        f: impl FnOnce(&mut ExecutionGraph, &mut JobContext<'_>) -> Vec<JobAction>,
     ) {
         // Slots may have freed, or the job may have asked for a region's slots: serving looks
         // at the head of the queue only, so it costs O(log Q) when nothing fits.
@@ -82,7 +82,7 @@ impl JobManager {
         &mut self,
         job_id: JobId,
         ctx: &mut Context<Self>,
-        f: impl FnOnce(&mut JobMaster, &mut JobContext<'_>) -> Vec<JobAction>,
+        f: impl FnOnce(&mut ExecutionGraph, &mut JobContext<'_>) -> Vec<JobAction>,
     ) {
         let Some(job) = self.jobs.get_mut(&job_id) else {
             return;
@@ -294,8 +294,8 @@ impl JobManager {
         let name = graph.name.clone();
         let rng = self.rng.fork();
         let mut job = match regions {
-            Some(regions) => JobMaster::with_regions(job_id, graph, regions, rng, now_ms),
-            None => JobMaster::new(job_id, graph, rng, now_ms)
+            Some(regions) => ExecutionGraph::with_regions(job_id, graph, regions, rng, now_ms),
+            None => ExecutionGraph::new(job_id, graph, rng, now_ms)
                 .map_err(|e| JobError::Rejected(e.to_string()))?,
         };
         if recovered {
@@ -517,7 +517,7 @@ impl Handler<CancelJob> for JobManager {
         self.with_job(msg.job_id, ctx, |job, cx| job.cancel(cx));
         self.jobs
             .get(&msg.job_id)
-            .map(JobMaster::status)
+            .map(ExecutionGraph::status)
             .ok_or(JobError::UnknownJob(msg.job_id))
     }
 }
@@ -529,7 +529,7 @@ impl Handler<RequestJobStatus> for JobManager {
         let _timed = self.mailbox.time("RequestJobStatus");
         self.jobs
             .get(&msg.job_id)
-            .map(JobMaster::details)
+            .map(ExecutionGraph::details)
             .or_else(|| self.unrecoverable.get(&msg.job_id).cloned())
             .ok_or(JobError::UnknownJob(msg.job_id))
     }
@@ -543,7 +543,7 @@ impl Handler<ListJobs> for JobManager {
         let mut jobs: Vec<JobSummary> = self
             .jobs
             .values()
-            .map(JobMaster::summary)
+            .map(ExecutionGraph::summary)
             .chain(self.unrecoverable.values().map(|d| d.summary.clone()))
             .collect();
         jobs.sort_by_key(|j| (j.submitted_at_ms, j.job_id));

@@ -186,9 +186,9 @@ fn notified(rm: &ResourceManagerProbeHandle) -> Vec<(LeaderSessionId, ResourceId
     })
 }
 
-fn removed(rm: &ResourceManagerProbeHandle) -> Vec<RemoveResource> {
+fn removed(rm: &ResourceManagerProbeHandle) -> Vec<ReleaseResource> {
     rm.received.filter(|m| match m {
-        ResourceManagerMessage::RemoveResource(r) => Some(r.clone()),
+        ResourceManagerMessage::ReleaseResource(r) => Some(r.clone()),
         _ => None,
     })
 }
@@ -424,7 +424,7 @@ async fn a_silent_task_manager_is_unregistered_disconnected_and_reported_after_t
     assert_eq!(status.heartbeat_timeouts, 1);
     assert_eq!(
         removed(&rm),
-        [RemoveResource {
+        [ReleaseResource {
             leader_session_id: SESSION,
             resource_id: ResourceId::new("tm-1"),
             reason: RemovalReason::HeartbeatTimeout
@@ -470,7 +470,7 @@ async fn a_silent_task_manager_that_cannot_be_reached_is_lost_before_the_timeout
     assert_eq!(status.heartbeat_timeouts, 0);
     assert_eq!(
         removed(&rm),
-        [RemoveResource {
+        [ReleaseResource {
             leader_session_id: SESSION,
             resource_id: ResourceId::new("tm-1"),
             reason: RemovalReason::Unreachable
@@ -657,7 +657,7 @@ async fn a_task_manager_that_leaves_is_unregistered_at_once_and_reported() {
     settle().await;
     assert_eq!(
         removed(&rm),
-        [RemoveResource {
+        [ReleaseResource {
             leader_session_id: SESSION,
             resource_id: ResourceId::new("tm-1"),
             reason: RemovalReason::Left

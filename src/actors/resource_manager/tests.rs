@@ -491,7 +491,7 @@ async fn remove_resource_releases_the_worker_and_starts_a_replacement() {
     let f = start(config(2), true).await;
     f.register_all_requested().await;
     let victim = f.driver.requested()[0].clone();
-    f.rm.do_send(RemoveResource {
+    f.rm.do_send(ReleaseResource {
         leader_session_id: SESSION,
         resource_id: victim.clone(),
         reason: RemovalReason::HeartbeatTimeout,
@@ -507,7 +507,7 @@ async fn messages_from_a_stale_leader_session_change_nothing() {
     let f = start(config(2), true).await;
     f.register_all_requested().await;
     let ids = f.driver.requested();
-    f.rm.do_send(RemoveResource {
+    f.rm.do_send(ReleaseResource {
         leader_session_id: STALE,
         resource_id: ids[0].clone(),
         reason: RemovalReason::HeartbeatTimeout,
@@ -549,7 +549,7 @@ async fn new_leader_available_registers_at_the_new_job_manager_and_reconciles() 
     assert_eq!(new_jm.received.all().len(), 1);
     assert!(f.status().await.connected_to_job_manager);
     // The old leader's session is now stale.
-    f.rm.do_send(RemoveResource {
+    f.rm.do_send(ReleaseResource {
         leader_session_id: SESSION,
         resource_id: ids[1].clone(),
         reason: RemovalReason::HeartbeatTimeout,
@@ -557,7 +557,7 @@ async fn new_leader_available_registers_at_the_new_job_manager_and_reconciles() 
     settle().await;
     assert!(f.driver.released().is_empty());
     // The new one's is honoured.
-    f.rm.do_send(RemoveResource {
+    f.rm.do_send(ReleaseResource {
         leader_session_id: new_session,
         resource_id: ids[1].clone(),
         reason: RemovalReason::HeartbeatTimeout,
@@ -826,7 +826,7 @@ async fn unknown_resource_ids_are_ignored_without_losing_counts() {
         resource_id: ghost.clone(),
         reason: "?".into(),
     });
-    f.rm.do_send(RemoveResource {
+    f.rm.do_send(ReleaseResource {
         leader_session_id: SESSION,
         resource_id: ghost,
         reason: RemovalReason::HeartbeatTimeout,
@@ -865,7 +865,7 @@ async fn a_released_worker_that_registers_again_is_reported_again() {
     let f = start(config(1), true).await;
     let id = f.driver.requested()[0].clone();
     f.start_and_register(&id).await;
-    f.rm.do_send(RemoveResource {
+    f.rm.do_send(ReleaseResource {
         leader_session_id: SESSION,
         resource_id: id.clone(),
         reason: RemovalReason::HeartbeatTimeout,
@@ -1174,7 +1174,7 @@ async fn a_released_worker_is_not_adopted_again_from_a_heartbeat_answer_in_fligh
     assert_eq!(f.counts().await, (1, 0, 0));
     advance(10_001).await; // a heartbeat leaves
     assert_eq!(held.len(), 1);
-    f.rm.do_send(RemoveResource {
+    f.rm.do_send(ReleaseResource {
         leader_session_id: SESSION,
         resource_id: id.clone(),
         reason: RemovalReason::HeartbeatTimeout,

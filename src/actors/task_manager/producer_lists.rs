@@ -101,7 +101,7 @@ mod tests {
     use super::*;
     use crate::base::ids::{AllocationId, ExecutionAttemptId};
     use crate::messages::common::{ActorAddress, ResultPartitionId};
-    use crate::messages::deployment::{InputGate, ProducerLocation};
+    use crate::messages::deployment::{InputGateDeploymentDescriptor, ProducerLocation};
 
     fn locations(n: u128) -> Locations {
         Arc::new(
@@ -131,7 +131,7 @@ mod tests {
             inputs: producers
                 .into_iter()
                 .enumerate()
-                .map(|(edge, producers)| InputGate {
+                .map(|(edge, producers)| InputGateDeploymentDescriptor {
                     edge: edge as u32,
                     subpartition: 0,
                     producers,

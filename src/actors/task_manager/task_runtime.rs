@@ -2,7 +2,7 @@
 //!
 //! A task runs on a thread from the node's [`TaskRunner`](crate::env::TaskRunner), never on an
 //! actor's, so a busy TaskManager still answers heartbeats. Its outputs go through a
-//! [`ResultPartitionWriter`] into the TaskManager's [`PartitionStore`] (forward: the one
+//! [`ResultPartitionWriter`] into the TaskManager's [`ResultPartitionManager`] (forward: the one
 //! subpartition; all-to-all: by the record key's hash); its inputs come through one
 //! [`InputGate`] over all its channels, local or on other TaskManagers (see
 //! [`crate::exchange`]). A pipelined output that its consumer does not keep up with makes the
@@ -23,7 +23,7 @@ use crate::env::task_blocking::Cancellation;
 use crate::exchange::client::{Grouping, NetworkClient};
 use crate::exchange::input_gate::{GateStats, InputGate, PRODUCER_CANCELLED};
 use crate::exchange::metrics::TaskIoMetrics;
-use crate::exchange::partition::PartitionStore;
+use crate::exchange::partition::ResultPartitionManager;
 use crate::exchange::writer::{ResultPartitionWriter, WriterStats};
 use crate::exchange::{BufferReader, NetworkSettings};
 use crate::job::states::ExecutionState;
@@ -55,7 +55,7 @@ pub struct TaskEnvironment {
     /// What to run.
     pub descriptor: TaskDeploymentDescriptor,
     /// Where outputs go and local inputs come from.
-    pub partitions: Arc<PartitionStore>,
+    pub partitions: Arc<ResultPartitionManager>,
     /// The operators this TaskManager knows.
     pub registry: OperatorRegistry,
     /// The TaskManager's data connections; one to every TaskManager holding this task's remote
@@ -133,7 +133,7 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
 /// at most [`MAX_BUFFERS_PER_SUBPARTITION`](crate::exchange::MAX_BUFFERS_PER_SUBPARTITION)
 /// unread buffers per subpartition.
 pub fn create_outputs(
-    partitions: &PartitionStore,
+    partitions: &ResultPartitionManager,
     descriptor: &TaskDeploymentDescriptor,
 ) -> Result<(), crate::exchange::partition::PartitionError> {
     for output in &descriptor.outputs {

@@ -663,9 +663,8 @@ async fn a_task_whose_network_buffers_do_not_fit_is_refused_naming_the_setting()
     let f = start(Some(SESSION), |_| {}).await;
     let mut descriptor = sleeping_task(11, 1);
     // 3,000 pipelined subpartitions need 3,001 buffers of 32 KiB: more than the 64 MiB default.
-    descriptor
-        .outputs
-        .push(crate::messages::deployment::OutputPartition {
+    descriptor.outputs.push(
+        crate::messages::deployment::ResultPartitionDeploymentDescriptor {
             partition: crate::messages::ResultPartitionId {
                 producer: descriptor.attempt,
                 edge: 0,
@@ -673,7 +672,8 @@ async fn a_task_whose_network_buffers_do_not_fit_is_refused_naming_the_setting()
             pattern: crate::job::graph::DistributionPattern::AllToAll,
             subpartitions: 3_000,
             retained: false,
-        });
+        },
+    );
     let answer = submit(&f.tm, SESSION, descriptor).await;
     let error = answer.expect_err("refused");
     assert!(
@@ -695,13 +695,13 @@ async fn a_task_whose_network_buffers_do_not_fit_is_refused_naming_the_setting()
 #[actix::test]
 async fn a_task_naming_a_producer_list_is_refused_until_a_task_carried_the_list() {
     use crate::base::ids::ProducerListId;
-    use crate::messages::deployment::{InputGate, ProducerLocation, Producers};
+    use crate::messages::deployment::{InputGateDeploymentDescriptor, ProducerLocation, Producers};
 
     let f = start(Some(SESSION), |_| {}).await;
     let id = ProducerListId::from_u128(5);
     let reading = |attempt: u128, producers: Producers| {
         let mut descriptor = sleeping_task(attempt, 1);
-        descriptor.inputs.push(InputGate {
+        descriptor.inputs.push(InputGateDeploymentDescriptor {
             edge: 0,
             subpartition: 0,
             producers,

@@ -17,7 +17,7 @@ pub(crate) trait AppendRecords {
     ) -> Result<(), PartitionError>;
 }
 
-impl AppendRecords for PartitionStore {
+impl AppendRecords for ResultPartitionManager {
     fn append_records(
         &self,
         id: ResultPartitionId,
@@ -29,8 +29,8 @@ impl AppendRecords for PartitionStore {
 }
 
 /// The records of fetched buffers.
-pub(crate) fn records_of(batches: &[Buffer]) -> Vec<Vec<Record>> {
-    batches.iter().map(|b| b.to_records().unwrap()).collect()
+pub(crate) fn records_of(buffers: &[Buffer]) -> Vec<Vec<Record>> {
+    buffers.iter().map(|b| b.to_records().unwrap()).collect()
 }
 
 /// A fresh directory under the system temp dir, removed on drop.
@@ -69,7 +69,7 @@ fn pid(n: u128) -> ResultPartitionId {
     }
 }
 
-fn batch(from: i64, len: i64) -> Vec<Record> {
+fn buffer(from: i64, len: i64) -> Vec<Record> {
     (from..from + len)
         .map(|i| Record {
             key: format!("key-{i}"),
@@ -79,24 +79,29 @@ fn batch(from: i64, len: i64) -> Vec<Record> {
 }
 
 /// Fetches everything a finished subpartition holds, `max_bytes` at a time.
-fn drain(store: &PartitionStore, id: ResultPartitionId, sub: u32, max_bytes: usize) -> Vec<Record> {
+fn drain(
+    store: &ResultPartitionManager,
+    id: ResultPartitionId,
+    sub: u32,
+    max_bytes: usize,
+) -> Vec<Record> {
     let mut records = Vec::new();
     let mut next = 0;
     loop {
         match store.fetch(id, sub, next, max_bytes) {
             Fetch::Ready {
-                batches,
-                next_batch,
+                buffers,
+                next_buffer,
                 finished,
             } => {
-                assert_eq!(next_batch, next + batches.len() as u64);
-                next = next_batch;
-                records.extend(records_of(&batches).into_iter().flatten());
+                assert_eq!(next_buffer, next + buffers.len() as u64);
+                next = next_buffer;
+                records.extend(records_of(&buffers).into_iter().flatten());
                 if finished {
                     return records;
                 }
             }
-            other => panic!("expected batches, got {other:?}"),
+            other => panic!("expected buffers, got {other:?}"),
         }
     }
 }
@@ -104,65 +109,65 @@ fn drain(store: &PartitionStore, id: ResultPartitionId, sub: u32, max_bytes: usi
 #[test]
 fn store_is_send_and_sync() {
     fn check<T: Send + Sync>() {}
-    check::<PartitionStore>();
+    check::<ResultPartitionManager>();
 }
 
 #[test]
 fn in_memory_batches_come_back_in_order() {
     let dir = TempDir::new("memory");
-    let store = PartitionStore::new(dir.0.clone(), usize::MAX);
+    let store = ResultPartitionManager::new(dir.0.clone(), usize::MAX);
     let id = pid(1);
     store.create(id, 2).unwrap();
-    store.append_records(id, 0, batch(0, 3)).unwrap();
-    store.append_records(id, 1, batch(100, 1)).unwrap();
+    store.append_records(id, 0, buffer(0, 3)).unwrap();
+    store.append_records(id, 1, buffer(100, 1)).unwrap();
     store.append_records(id, 0, vec![]).unwrap(); // ignored
-    store.append_records(id, 0, batch(3, 2)).unwrap();
+    store.append_records(id, 0, buffer(3, 2)).unwrap();
 
     match store.fetch(id, 0, 0, 1) {
         Fetch::Ready {
-            batches,
-            next_batch,
+            buffers,
+            next_buffer,
             finished,
         } => {
             assert_eq!(
-                batches,
-                vec![batch(0, 3)],
-                "one batch at least, budget permitting"
+                buffers,
+                vec![buffer(0, 3)],
+                "one buffer at least, budget permitting"
             );
-            assert_eq!(next_batch, 1);
+            assert_eq!(next_buffer, 1);
             assert!(!finished);
         }
         other => panic!("{other:?}"),
     }
     match store.fetch(id, 0, 0, usize::MAX) {
         Fetch::Ready {
-            batches,
-            next_batch,
+            buffers,
+            next_buffer,
             finished,
         } => {
-            assert_eq!(batches, vec![batch(0, 3), batch(3, 2)]);
-            assert_eq!(next_batch, 2);
+            assert_eq!(buffers, vec![buffer(0, 3), buffer(3, 2)]);
+            assert_eq!(next_buffer, 2);
             assert!(!finished, "the producer has not finished");
         }
         other => panic!("{other:?}"),
     }
     store.finish(id).unwrap();
-    assert_eq!(drain(&store, id, 0, 1), batch(0, 5));
-    assert_eq!(drain(&store, id, 1, usize::MAX), batch(100, 1));
+    assert_eq!(drain(&store, id, 0, 1), buffer(0, 5));
+    assert_eq!(drain(&store, id, 1, usize::MAX), buffer(100, 1));
     // A consumer that already read everything learns it is done.
     assert!(matches!(
         store.fetch(id, 0, 2, 10),
-        Fetch::Ready { ref batches, next_batch: 2, finished: true } if batches.is_empty()
+        Fetch::Ready { ref buffers, next_buffer: 2, finished: true } if buffers.is_empty()
     ));
     assert!(dir.files().is_empty(), "nothing spilled");
 }
 
 #[test]
 fn producer_errors() {
-    let store = PartitionStore::new(TempDir::new("errors").0.clone(), usize::MAX);
+    let store = ResultPartitionManager::new(TempDir::new("errors").0.clone(), usize::MAX);
     let id = pid(2);
     assert!(matches!(
-        store.append_records(id, 0, batch(0, 1)),
+        store.append_records(id, 0, buffer(0, 1)),
         Err(PartitionError::UnknownPartition(_))
     ));
     assert!(matches!(
@@ -175,7 +180,7 @@ fn producer_errors() {
         Err(PartitionError::AlreadyExists(_))
     ));
     assert!(matches!(
-        store.append_records(id, 2, batch(0, 1)),
+        store.append_records(id, 2, buffer(0, 1)),
         Err(PartitionError::SubpartitionOutOfRange {
             subpartition: 2,
             subpartitions: 2,
@@ -186,7 +191,7 @@ fn producer_errors() {
     assert!(matches!(store.fetch(id, 0, 3, 10), Fetch::Failed(_)));
     store.finish(id).unwrap();
     assert!(matches!(
-        store.append_records(id, 0, batch(0, 1)),
+        store.append_records(id, 0, buffer(0, 1)),
         Err(PartitionError::AlreadyFinished(_))
     ));
     assert!(matches!(
@@ -198,7 +203,7 @@ fn producer_errors() {
 
 #[test]
 fn pending_fetch_fires_on_append_and_finish() {
-    let store = PartitionStore::new(TempDir::new("pending").0.clone(), usize::MAX);
+    let store = ResultPartitionManager::new(TempDir::new("pending").0.clone(), usize::MAX);
     let id = pid(3);
     store.create(id, 2).unwrap();
     let Fetch::Pending(mut on_sub0) = store.fetch(id, 0, 0, 100) else {
@@ -209,7 +214,7 @@ fn pending_fetch_fires_on_append_and_finish() {
     };
     assert_eq!(on_sub0.try_recv(), Err(TryRecvError::Empty));
 
-    store.append_records(id, 0, batch(0, 1)).unwrap();
+    store.append_records(id, 0, buffer(0, 1)).unwrap();
     assert_eq!(on_sub0.try_recv(), Ok(()));
     assert_eq!(
         on_sub1.try_recv(),
@@ -219,7 +224,7 @@ fn pending_fetch_fires_on_append_and_finish() {
     assert!(matches!(
         store.fetch(id, 0, 0, 100),
         Fetch::Ready {
-            next_batch: 1,
+            next_buffer: 1,
             finished: false,
             ..
         }
@@ -230,7 +235,7 @@ fn pending_fetch_fires_on_append_and_finish() {
     assert!(matches!(
         store.fetch(id, 1, 0, 100),
         Fetch::Ready {
-            next_batch: 0,
+            next_buffer: 0,
             finished: true,
             ..
         }
@@ -240,7 +245,7 @@ fn pending_fetch_fires_on_append_and_finish() {
 #[tokio::test]
 #[allow(clippy::disallowed_methods)] // A test thread plays the producer.
 async fn long_poll_wakes_a_waiting_consumer() {
-    let store = Arc::new(PartitionStore::new(
+    let store = Arc::new(ResultPartitionManager::new(
         TempDir::new("long-poll").0.clone(),
         usize::MAX,
     ));
@@ -253,13 +258,13 @@ async fn long_poll_wakes_a_waiting_consumer() {
         let store = Arc::clone(&store);
         std::thread::spawn(move || {
             std::thread::sleep(Duration::from_millis(20));
-            store.append_records(id, 0, batch(7, 2)).unwrap();
+            store.append_records(id, 0, buffer(7, 2)).unwrap();
         })
     };
     receiver.await.unwrap();
     producer.join().unwrap();
     match store.fetch(id, 0, 0, 100) {
-        Fetch::Ready { batches, .. } => assert_eq!(batches, vec![batch(7, 2)]),
+        Fetch::Ready { buffers, .. } => assert_eq!(buffers, vec![buffer(7, 2)]),
         other => panic!("{other:?}"),
     }
 }
@@ -267,10 +272,10 @@ async fn long_poll_wakes_a_waiting_consumer() {
 #[test]
 fn fail_wakes_pending_and_fails_fetches() {
     let dir = TempDir::new("fail");
-    let store = PartitionStore::new(dir.0.clone(), 0);
+    let store = ResultPartitionManager::new(dir.0.clone(), 0);
     let id = pid(5);
     store.create(id, 2).unwrap();
-    store.append_records(id, 1, batch(0, 4)).unwrap();
+    store.append_records(id, 1, buffer(0, 4)).unwrap();
     assert_eq!(dir.files().len(), 1, "threshold 0 spills everything");
     let Fetch::Pending(mut waiting) = store.fetch(id, 0, 0, 100) else {
         panic!("nothing appended to subpartition 0")
@@ -287,7 +292,7 @@ fn fail_wakes_pending_and_fails_fetches() {
     );
     store.fail(id, "again").unwrap();
     assert!(matches!(
-        store.append_records(id, 0, batch(0, 1)),
+        store.append_records(id, 0, buffer(0, 1)),
         Err(PartitionError::Failed { ref reason, .. }) if reason == "producer crashed"
     ));
     assert!(store.release(id));
@@ -299,7 +304,7 @@ fn fail_wakes_pending_and_fails_fetches() {
 
 #[test]
 fn release_forgets_and_closes_pending_fetches() {
-    let store = PartitionStore::new(TempDir::new("release").0.clone(), usize::MAX);
+    let store = ResultPartitionManager::new(TempDir::new("release").0.clone(), usize::MAX);
     let id = pid(6);
     assert!(matches!(store.fetch(id, 0, 0, 100), Fetch::Unknown));
     store.create(id, 1).unwrap();
@@ -320,30 +325,30 @@ fn release_forgets_and_closes_pending_fetches() {
 #[test]
 fn spills_beyond_the_threshold_and_reads_back_in_order() {
     let dir = TempDir::new("spill");
-    // Room for two and a half of the largest batches: all but the first few spill.
-    let threshold = Buffer::from(batch(2_990, 10)).len() * 5 / 2;
-    let store = PartitionStore::new(dir.0.clone(), threshold);
+    // Room for two and a half of the largest buffers: all but the first few spill.
+    let threshold = Buffer::from(buffer(2_990, 10)).len() * 5 / 2;
+    let store = ResultPartitionManager::new(dir.0.clone(), threshold);
     let id = pid(7);
     store.create(id, 3).unwrap();
     let mut expected = [Vec::new(), Vec::new(), Vec::new()];
     for i in 0..300i64 {
         let sub = (i % 3) as u32;
-        let b = batch(i * 10, 10);
+        let b = buffer(i * 10, 10);
         expected[sub as usize].extend(b.iter().cloned());
         store.append_records(id, sub, b).unwrap();
         let stats = store.stats(id).unwrap();
         assert!(stats.memory_bytes <= threshold, "memory is bounded");
     }
     let stats = store.stats(id).unwrap();
-    assert_eq!(stats.batches, 300);
-    assert!(stats.spilled_batches >= 297, "{stats:?}");
+    assert_eq!(stats.buffers, 300);
+    assert!(stats.spilled_buffers >= 297, "{stats:?}");
     let files = dir.files();
     assert_eq!(files.len(), 3, "one spill file per subpartition: {files:?}");
 
     // Readable while producing, then to the end once finished, with small and large budgets.
     assert!(matches!(
         store.fetch(id, 0, 0, 1),
-        Fetch::Ready { ref batches, next_batch: 1, finished: false } if batches.len() == 1
+        Fetch::Ready { ref buffers, next_buffer: 1, finished: false } if buffers.len() == 1
     ));
     store.finish(id).unwrap();
     for sub in 0..3 {
@@ -355,15 +360,15 @@ fn spills_beyond_the_threshold_and_reads_back_in_order() {
     // Another partition in the same store spills on its own account.
     let other = pid(8);
     store.create(other, 1).unwrap();
-    store.append_records(other, 0, batch(0, 1)).unwrap();
-    assert_eq!(store.stats(other).unwrap().spilled_batches, 0);
+    store.append_records(other, 0, buffer(0, 1)).unwrap();
+    assert_eq!(store.stats(other).unwrap().spilled_buffers, 0);
 
     assert!(store.release(id));
     assert!(dir.files().is_empty(), "release deletes the spill files");
-    assert_eq!(drain_after_finish(&store, other), batch(0, 1));
+    assert_eq!(drain_after_finish(&store, other), buffer(0, 1));
 }
 
-fn drain_after_finish(store: &PartitionStore, id: ResultPartitionId) -> Vec<Record> {
+fn drain_after_finish(store: &ResultPartitionManager, id: ResultPartitionId) -> Vec<Record> {
     store.finish(id).unwrap();
     drain(store, id, 0, usize::MAX)
 }
@@ -371,7 +376,7 @@ fn drain_after_finish(store: &PartitionStore, id: ResultPartitionId) -> Vec<Reco
 #[test]
 fn text_values_are_spilled_and_weighed() {
     let dir = TempDir::new("text");
-    let store = PartitionStore::new(dir.0.clone(), 100);
+    let store = ResultPartitionManager::new(dir.0.clone(), 100);
     let id = pid(9);
     store.create(id, 1).unwrap();
     let line = |s: &str| Record {
@@ -395,7 +400,7 @@ fn text_values_are_spilled_and_weighed() {
     store.append_records(id, 0, big.clone()).unwrap();
     store.append_records(id, 0, small.clone()).unwrap();
     let stats = store.stats(id).unwrap();
-    assert_eq!((stats.batches, stats.spilled_batches), (3, 2));
+    assert_eq!((stats.buffers, stats.spilled_buffers), (3, 2));
     store.finish(id).unwrap();
     assert_eq!(
         drain(&store, id, 0, 1),
@@ -406,11 +411,11 @@ fn text_values_are_spilled_and_weighed() {
 #[test]
 fn dropping_the_store_deletes_spill_files() {
     let dir = TempDir::new("drop");
-    let store = PartitionStore::new(dir.0.clone(), 0);
+    let store = ResultPartitionManager::new(dir.0.clone(), 0);
     for n in 0..3 {
         store.create(pid(n), 2).unwrap();
-        store.append_records(pid(n), 0, batch(0, 2)).unwrap();
-        store.append_records(pid(n), 1, batch(2, 2)).unwrap();
+        store.append_records(pid(n), 0, buffer(0, 2)).unwrap();
+        store.append_records(pid(n), 1, buffer(2, 2)).unwrap();
     }
     assert_eq!(dir.files().len(), 6);
     assert!(format!("{store:?}").contains("partitions: 3"));
@@ -425,10 +430,10 @@ fn unwritable_working_dir_fails_the_partition() {
     // A regular file where the working directory should be: unwritable even for root.
     let blocker = dir.0.join("blocker");
     fs::write(&blocker, "").unwrap();
-    let store = PartitionStore::new(blocker.join("spill"), 0);
+    let store = ResultPartitionManager::new(blocker.join("spill"), 0);
     let id = pid(10);
     store.create(id, 1).unwrap();
-    let err = store.append_records(id, 0, batch(0, 1)).unwrap_err();
+    let err = store.append_records(id, 0, buffer(0, 1)).unwrap_err();
     assert!(err.is_retryable());
     assert!(err.to_string().contains("blocker/spill"), "{err}");
     assert!(matches!(store.fetch(id, 0, 0, 10), Fetch::Failed(_)));
@@ -438,12 +443,12 @@ fn unwritable_working_dir_fails_the_partition() {
 /// taken half of it, not by every fetch that takes a buffer or two.
 #[test]
 fn a_full_producer_is_woken_when_half_its_subpartition_is_free() {
-    let store = PartitionStore::new(TempDir::new("room").0.clone(), usize::MAX);
+    let store = ResultPartitionManager::new(TempDir::new("room").0.clone(), usize::MAX);
     let id = pid(8);
     store.create_pipelined(id, 1, 10).unwrap();
     for i in 0..10 {
         assert!(matches!(store.reserve(id, 0).unwrap(), Space::Available));
-        store.append_records(id, 0, batch(i, 1)).unwrap();
+        store.append_records(id, 0, buffer(i, 1)).unwrap();
     }
     let Space::Full(mut room) = store.reserve(id, 0).unwrap() else {
         panic!("ten unread buffers fill a capacity of ten");
@@ -451,7 +456,7 @@ fn a_full_producer_is_woken_when_half_its_subpartition_is_free() {
     let mut next = 0;
     for (taken, woken) in [(3, false), (1, false), (1, true)] {
         match store.fetch_with_credit(id, 0, next, usize::MAX, taken) {
-            Fetch::Ready { next_batch, .. } => next = next_batch,
+            Fetch::Ready { next_buffer, .. } => next = next_buffer,
             other => panic!("{other:?}"),
         }
         assert_eq!(
@@ -463,7 +468,7 @@ fn a_full_producer_is_woken_when_half_its_subpartition_is_free() {
     assert!(matches!(store.reserve(id, 0).unwrap(), Space::Available));
     // A failure wakes a waiting producer at once, however full.
     for i in 10..15 {
-        store.append_records(id, 0, batch(i, 1)).unwrap();
+        store.append_records(id, 0, buffer(i, 1)).unwrap();
     }
     let Space::Full(mut room) = store.reserve(id, 0).unwrap() else {
         panic!("full again");
@@ -475,55 +480,55 @@ fn a_full_producer_is_woken_when_half_its_subpartition_is_free() {
 #[test]
 fn a_pipelined_batch_fetched_again_fails_instead_of_reading_as_empty() {
     // A remote consumer whose answer was lost with its connection asks again from the same
-    // batch: the moved batch is gone, and an empty one in its place would lose records silently.
-    let store = PartitionStore::new(TempDir::new("refetch").0.clone(), usize::MAX);
+    // buffer: the moved buffer is gone, and an empty one in its place would lose records silently.
+    let store = ResultPartitionManager::new(TempDir::new("refetch").0.clone(), usize::MAX);
     let id = pid(9);
     store.create_with(id, 1, false).unwrap();
-    store.append_records(id, 0, batch(0, 2)).unwrap();
+    store.append_records(id, 0, buffer(0, 2)).unwrap();
     assert!(matches!(
         store.fetch(id, 0, 0, usize::MAX),
-        Fetch::Ready { ref batches, next_batch: 1, .. } if batches == &vec![batch(0, 2)]
+        Fetch::Ready { ref buffers, next_buffer: 1, .. } if buffers == &vec![buffer(0, 2)]
     ));
     match store.fetch(id, 0, 0, usize::MAX) {
         Fetch::Failed(reason) => assert!(reason.contains("lost on the way"), "{reason}"),
         other => panic!("{other:?}"),
     }
     // Reading on from where the consumer got to still works.
-    store.append_records(id, 0, batch(2, 1)).unwrap();
+    store.append_records(id, 0, buffer(2, 1)).unwrap();
     assert!(matches!(
         store.fetch(id, 0, 1, usize::MAX),
-        Fetch::Ready { ref batches, next_batch: 2, .. } if batches == &vec![batch(2, 1)]
+        Fetch::Ready { ref buffers, next_buffer: 2, .. } if buffers == &vec![buffer(2, 1)]
     ));
 }
 
 #[test]
 fn a_blocking_partition_is_on_disk_read_back_again_and_deleted_when_released() {
     let dir = TempDir::new("blocking");
-    let store = PartitionStore::new(dir.0.clone(), usize::MAX);
+    let store = ResultPartitionManager::new(dir.0.clone(), usize::MAX);
     let id = pid(10);
     store.create_blocking(id, 1).unwrap();
-    store.append_records(id, 0, batch(0, 3)).unwrap();
-    store.append_records(id, 0, batch(3, 2)).unwrap();
+    store.append_records(id, 0, buffer(0, 3)).unwrap();
+    store.append_records(id, 0, buffer(3, 2)).unwrap();
     store.finish(id).unwrap();
     let stats = store.stats(id).unwrap();
     assert_eq!(
-        (stats.batches, stats.spilled_batches),
+        (stats.buffers, stats.spilled_buffers),
         (2, 2),
         "on disk by design"
     );
     assert_eq!(dir.files().len(), 1);
     // A consumer reads it; a restarted one reads it again from the start.
-    assert_eq!(drain(&store, id, 0, usize::MAX), batch(0, 5));
-    assert_eq!(drain(&store, id, 0, 1), batch(0, 5));
+    assert_eq!(drain(&store, id, 0, usize::MAX), buffer(0, 5));
+    assert_eq!(drain(&store, id, 0, 1), buffer(0, 5));
     assert!(store.release(id));
     assert!(dir.files().is_empty(), "deleted once released");
 }
 
 /// A data connection's subscription listens through its connection's queue: the key comes
-/// back when the subpartition gets a batch, ends, or its partition fails or is released.
+/// back when the subpartition gets a buffer, ends, or its partition fails or is released.
 #[test]
 fn a_listener_gets_its_key_on_append_finish_failure_and_release() {
-    let store = PartitionStore::new(TempDir::new("listen").0.clone(), usize::MAX);
+    let store = ResultPartitionManager::new(TempDir::new("listen").0.clone(), usize::MAX);
     let queue = Arc::new(ReadyQueue::default());
     let listen = |id, key| store.fetch_or_listen((id, 0, 0), 100, 1, &queue, key);
     let (appended, finished, failed, released) = (pid(20), pid(21), pid(22), pid(23));
@@ -537,7 +542,7 @@ fn a_listener_gets_its_key_on_append_finish_failure_and_release() {
     }
     assert!(queue.take_all().is_empty());
     store.append_records(appended, 0, vec![]).unwrap();
-    assert!(queue.take_all().is_empty(), "an empty batch is no news");
+    assert!(queue.take_all().is_empty(), "an empty buffer is no news");
     store
         .append_records(
             appended,

@@ -114,14 +114,14 @@ fn reply_samples() -> Vec<Reply> {
             channels: vec![(
                 (7 << 32) | 3,
                 ChannelResponse::Data {
-                    batches: vec![
+                    buffers: vec![
                         vec![Record {
                             key: "word".into(),
                             value: Value::Int(3),
                         }]
                         .into(),
                     ],
-                    next_batch: 1,
+                    next_buffer: 1,
                     finished: true,
                     backlog: 0,
                 },
@@ -171,7 +171,7 @@ fn resource_manager_answer(message: &ResourceManagerMessage) -> &'static str {
         M::CheckAndAllocateContainers(m) => answer_of(m),
         M::SetWorkerPoolSize(m) => answer_of(m),
         M::DeclareResourceRequirements(m) => answer_of(m),
-        M::RemoveResource(m) => answer_of(m),
+        M::ReleaseResource(m) => answer_of(m),
         M::NotifyResourceStarted(m) => answer_of(m),
         M::NewLeaderAvailable(m) => answer_of(m),
         M::TriggerRegistrationAtJobManager(m) => answer_of(m),

@@ -77,7 +77,7 @@ fn pairs(parallelism: u32, restart: RestartStrategyConfig) -> JobGraph {
 
 struct Harness {
     scheduler: Scheduler,
-    master: JobMaster,
+    master: ExecutionGraph,
     /// TaskManagers that left: their address is unknown.
     lost: BTreeSet<ResourceId>,
     now: Instant,
@@ -107,7 +107,7 @@ impl Harness {
         for (n, slots) in task_managers.iter().enumerate() {
             scheduler.add_task_manager(tm(n), *slots);
         }
-        let master = JobMaster::new(JOB, graph, NodeRng::seed_from_u64(master_seed), 0)
+        let master = ExecutionGraph::new(JOB, graph, NodeRng::seed_from_u64(master_seed), 0)
             .expect("a validated graph has regions");
         Self {
             scheduler,
@@ -125,7 +125,7 @@ impl Harness {
     /// call; returns every action of both.
     fn call(
         &mut self,
-        f: impl FnOnce(&mut JobMaster, &mut JobContext<'_>) -> Vec<JobAction>,
+        f: impl FnOnce(&mut ExecutionGraph, &mut JobContext<'_>) -> Vec<JobAction>,
     ) -> Vec<JobAction> {
         let mut actions = self.call_once(f);
         actions.extend(self.serve_bulks());
@@ -135,7 +135,7 @@ impl Harness {
     /// Runs one job master call with a fresh context and records what it asks for.
     fn call_once(
         &mut self,
-        f: impl FnOnce(&mut JobMaster, &mut JobContext<'_>) -> Vec<JobAction>,
+        f: impl FnOnce(&mut ExecutionGraph, &mut JobContext<'_>) -> Vec<JobAction>,
     ) -> Vec<JobAction> {
         self.now_ms += 1;
         let lost = &self.lost;
@@ -409,7 +409,7 @@ fn forward_pipelined_pairs_deploy_at_once_local_to_their_sources_and_finish() {
         assert_eq!(source.inputs, []);
         assert_eq!(
             source.outputs,
-            [OutputPartition {
+            [ResultPartitionDeploymentDescriptor {
                 partition: ResultPartitionId {
                     producer: source.attempt,
                     edge: 0,
@@ -421,7 +421,7 @@ fn forward_pipelined_pairs_deploy_at_once_local_to_their_sources_and_finish() {
         );
         assert_eq!(
             sink.inputs,
-            [InputGate {
+            [InputGateDeploymentDescriptor {
                 edge: 0,
                 subpartition: 0,
                 producers: Producers::own(vec![location(source.attempt, 0, i as usize)]),
@@ -1131,8 +1131,11 @@ fn peak_slots_sums_the_largest_parallelism_of_each_sharing_group() {
         .index();
     b.edge(x, y, DistributionPattern::AllToAll, ExchangeMode::Pipelined);
     b.edge(y, z, DistributionPattern::AllToAll, ExchangeMode::Blocking);
-    assert_eq!(JobMaster::peak_slots(&b.build(|_| true).expect("valid")), 7);
-    assert_eq!(JobMaster::peak_slots(&pairs(4, fixed_delay(1))), 4);
+    assert_eq!(
+        ExecutionGraph::peak_slots(&b.build(|_| true).expect("valid")),
+        7
+    );
+    assert_eq!(ExecutionGraph::peak_slots(&pairs(4, fixed_delay(1))), 4);
 }
 
 /// A run with a queue, a failover and a restart; every action's Debug text.
@@ -1643,8 +1646,8 @@ fn a_job_built_from_regions_computed_elsewhere_is_the_job_built_from_its_graph()
         split(4, ExchangeMode::Pipelined),
     ] {
         let regions = PipelinedRegions::compute(&graph).expect("regions");
-        let here = JobMaster::new(JOB, graph.clone(), NodeRng::seed_from_u64(5), 7).unwrap();
-        let there = JobMaster::with_regions(JOB, graph, regions, NodeRng::seed_from_u64(5), 7);
+        let here = ExecutionGraph::new(JOB, graph.clone(), NodeRng::seed_from_u64(5), 7).unwrap();
+        let there = ExecutionGraph::with_regions(JOB, graph, regions, NodeRng::seed_from_u64(5), 7);
         assert_eq!(format!("{here:?}"), format!("{there:?}"));
     }
 }

@@ -15,7 +15,9 @@ use crate::exchange::partition::Fetch;
 use crate::exchange::partition::tests::AppendRecords;
 use crate::exchange::server::PartitionRequestServer;
 use crate::job::graph::DistributionPattern;
-use crate::messages::deployment::{InputGate, OutputPartition, ProducerLocation, Producers};
+use crate::messages::deployment::{
+    InputGateDeploymentDescriptor, ProducerLocation, Producers, ResultPartitionDeploymentDescriptor,
+};
 use crate::messages::task_manager::{
     ChannelResponse, PartitionData, PartitionEnd, PartitionNotice, PartitionRequest,
     PartitionRequests, PollPartitionData,
@@ -31,11 +33,11 @@ fn partition(n: u128) -> ResultPartitionId {
     }
 }
 
-fn store(name: &str) -> Arc<PartitionStore> {
+fn store(name: &str) -> Arc<ResultPartitionManager> {
     let dir =
         std::env::temp_dir().join(format!("flint-task-runtime-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    Arc::new(PartitionStore::new(dir, 0))
+    Arc::new(ResultPartitionManager::new(dir, 0))
 }
 
 fn consumer() -> ActorAddress {
@@ -86,7 +88,7 @@ fn descriptor(
     operator: &str,
     config: &[(&str, &str)],
     producers: Vec<ProducerLocation>,
-    outputs: Vec<OutputPartition>,
+    outputs: Vec<ResultPartitionDeploymentDescriptor>,
 ) -> TaskDeploymentDescriptor {
     TaskDeploymentDescriptor {
         job_id: JobId::from_u128(1),
@@ -106,7 +108,7 @@ fn descriptor(
         inputs: if producers.is_empty() {
             vec![]
         } else {
-            vec![InputGate {
+            vec![InputGateDeploymentDescriptor {
                 edge: 0,
                 subpartition: 0,
                 producers: Producers::own(producers),
@@ -118,7 +120,7 @@ fn descriptor(
 
 fn task(
     descriptor: TaskDeploymentDescriptor,
-    store: Arc<PartitionStore>,
+    store: Arc<ResultPartitionManager>,
     data_connections: NetworkClient,
 ) -> (TaskEnvironment, Arc<Cancellation>) {
     let cancelled = Arc::new(Cancellation::default());
@@ -184,8 +186,8 @@ async fn a_silent_producer_is_answered_within_the_hold_for_as_long_as_it_is_sile
             channels: vec![(
                 7,
                 ChannelResponse::Data {
-                    batches: vec![vec![record(1)].into()],
-                    next_batch: 1,
+                    buffers: vec![vec![record(1)].into()],
+                    next_buffer: 1,
                     finished: false,
                     backlog: 0,
                 }
@@ -202,8 +204,8 @@ async fn a_silent_producer_is_answered_within_the_hold_for_as_long_as_it_is_sile
             channels: vec![(
                 7,
                 ChannelResponse::Data {
-                    batches: vec![],
-                    next_batch: 1,
+                    buffers: vec![],
+                    next_buffer: 1,
                     finished: true,
                     backlog: 0,
                 }
@@ -234,12 +236,12 @@ async fn a_subscription_is_sent_only_what_its_consumer_granted() {
     }
     let server = PartitionRequestServer::default();
     server.apply(&store, subscribe(1));
-    let batches = |data: &PartitionData| match &data.channels[..] {
-        [(7, ChannelResponse::Data { batches, .. })] => batches.len(),
+    let buffers = |data: &PartitionData| match &data.channels[..] {
+        [(7, ChannelResponse::Data { buffers, .. })] => buffers.len(),
         other => panic!("{other:?}"),
     };
     let first = server.poll(store.clone(), poll(1, 0)).await;
-    assert_eq!(batches(&first), 2, "the subscription's credit");
+    assert_eq!(buffers(&first), 2, "the subscription's credit");
     // No credit left: the poll is held and answered empty.
     assert_eq!(
         server.poll(store.clone(), poll(2, 1)).await.channels,
@@ -256,10 +258,10 @@ async fn a_subscription_is_sent_only_what_its_consumer_granted() {
     server.apply(&store, grant(2, 3)); // the same round again: ignored
     server.apply(&store, grant(3, 3)); // the same total again: nothing more
     let next = server.poll(store.clone(), poll(3, 1)).await;
-    assert_eq!(batches(&next), 1);
+    assert_eq!(buffers(&next), 1);
 }
 
-/// An answer lost on the way is served again: a retained batch is read again, a pipelined one
+/// An answer lost on the way is served again: a retained buffer is read again, a pipelined one
 /// (moved out) fails its channel rather than leave a gap.
 #[actix::test]
 async fn a_lost_answer_is_served_again_or_fails_a_pipelined_channel() {
@@ -282,8 +284,8 @@ async fn a_lost_answer_is_served_again_or_fails_a_pipelined_channel() {
         let again = server.poll(store.clone(), poll(2, 0)).await;
         assert_eq!(again.seq, 2);
         match (&again.channels[..], retained) {
-            ([(7, ChannelResponse::Data { batches, .. })], true) => {
-                assert_eq!(batches, &vec![vec![record(1)]]);
+            ([(7, ChannelResponse::Data { buffers, .. })], true) => {
+                assert_eq!(buffers, &vec![vec![record(1)]]);
             }
             ([(7, ChannelResponse::Failed(reason))], false) => {
                 assert!(reason.contains("lost on the way"), "{reason}");
@@ -390,7 +392,7 @@ async fn a_consumer_reads_whichever_channel_has_data_while_another_is_silent() {
                     task_manager: local.clone(),
                 })
                 .collect(),
-            vec![OutputPartition {
+            vec![ResultPartitionDeploymentDescriptor {
                 partition: out,
                 pattern: DistributionPattern::Forward,
                 subpartitions: 1,
@@ -402,11 +404,12 @@ async fn a_consumer_reads_whichever_channel_has_data_while_another_is_silent() {
     );
     let consumer = spawn_task(task);
     // Enough records from the talkative producer to fill a whole output buffer downstream.
-    let batch: Vec<Record> = (0..20_000).map(record).collect();
+    let buffer: Vec<Record> = (0..20_000).map(record).collect();
     assert!(
-        crate::exchange::Buffer::from(batch.clone()).len() > NetworkSettings::default().buffer_size
+        crate::exchange::Buffer::from(buffer.clone()).len()
+            > NetworkSettings::default().buffer_size
     );
-    store.append_records(talkative, 0, batch).unwrap();
+    store.append_records(talkative, 0, buffer).unwrap();
     store.finish(talkative).unwrap();
     eventually("the talkative channel's records were passed on", || {
         matches!(store.fetch(out, 0, 0, usize::MAX), Fetch::Ready { .. })
@@ -429,7 +432,7 @@ async fn a_pipelined_producer_waits_for_its_consumer_instead_of_spilling_until_c
             "noop",
             &[("count", "1000000")],
             vec![],
-            vec![OutputPartition {
+            vec![ResultPartitionDeploymentDescriptor {
                 partition: out,
                 pattern: DistributionPattern::Forward,
                 subpartitions: 1,
@@ -443,33 +446,33 @@ async fn a_pipelined_producer_waits_for_its_consumer_instead_of_spilling_until_c
     let producer = spawn_task(task);
     let capacity = u64::from(crate::exchange::MAX_BUFFERS_PER_SUBPARTITION);
     eventually("the subpartition filled up", || {
-        store.stats(out).is_some_and(|s| s.batches == capacity)
+        store.stats(out).is_some_and(|s| s.buffers == capacity)
     })
     .await;
     // Nobody reads: the producer waits with its subpartition full and nothing on disk.
     tokio::task::yield_now().await;
     let stats = store.stats(out).unwrap();
-    assert_eq!((stats.batches, stats.spilled_batches), (capacity, 0));
+    assert_eq!((stats.buffers, stats.spilled_buffers), (capacity, 0));
     assert!(!producer.is_finished());
     // A consumer taking half of it lets the producer fill it up again, and no further.
     let half = capacity / 2;
     assert!(matches!(
         store.fetch_with_credit(out, 0, 0, usize::MAX, half as usize),
-        Fetch::Ready { next_batch, .. } if next_batch == half
+        Fetch::Ready { next_buffer, .. } if next_buffer == half
     ));
     eventually("the producer filled the subpartition again", || {
         store
             .stats(out)
-            .is_some_and(|s| s.batches == capacity + half)
+            .is_some_and(|s| s.buffers == capacity + half)
     })
     .await;
     tokio::task::yield_now().await;
-    assert_eq!(store.stats(out).unwrap().batches, capacity + half);
+    assert_eq!(store.stats(out).unwrap().buffers, capacity + half);
     cancelled.cancel();
     let outcome = producer.await.unwrap();
     assert_eq!(outcome.state, ExecutionState::Canceled, "{outcome:?}");
     assert!(outcome.output.backpressured_waits >= 1, "{outcome:?}");
-    assert_eq!(store.stats(out).unwrap().spilled_batches, 0);
+    assert_eq!(store.stats(out).unwrap().spilled_buffers, 0);
 }
 
 /// A producer TaskManager restarted at the same address knows none of the connection's
@@ -553,8 +556,8 @@ async fn empty_channels_end_with_one_notice_per_partition_not_a_message_per_chan
         vec![(
             gate_key(3) + 5,
             ChannelResponse::Data {
-                batches: vec![vec![record(1)].into()],
-                next_batch: 1,
+                buffers: vec![vec![record(1)].into()],
+                next_buffer: 1,
                 finished: true,
                 backlog: 0,
             }
