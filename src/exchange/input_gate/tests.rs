@@ -1,0 +1,156 @@
+use super::*;
+use crate::base::ids::ExecutionAttemptId;
+use crate::env::task_blocking::ThreadBlocker;
+use crate::exchange::partition::ResultPartitionManager;
+use crate::exchange::partition::tests::AppendRecords;
+use crate::messages::deployment::{ProducerLocation, Producers};
+use crate::operators::{Record, Value};
+
+fn partition(n: u128) -> ResultPartitionId {
+    ResultPartitionId {
+        producer: ExecutionAttemptId::from_u128(n),
+        edge: 0,
+    }
+}
+
+/// A gate of a TaskManager reading `subpartition` of `partitions`, all its own, through its
+/// connection to itself (driven on this thread).
+fn local_gate(
+    store: &Arc<ResultPartitionManager>,
+    partitions: &[ResultPartitionId],
+    subpartition: u32,
+    settings: NetworkSettings,
+) -> InputGate {
+    let local = ActorAddress::new("local", "taskmanager/tm");
+    let descriptor = InputGateDeploymentDescriptor {
+        edge: 0,
+        subpartition,
+        producers: Producers::own(
+            partitions
+                .iter()
+                .map(|&partition| ProducerLocation {
+                    partition,
+                    task_manager: local.clone(),
+                })
+                .collect(),
+        ),
+    };
+    InputGate::new(
+        &[descriptor],
+        &[],
+        &NetworkClient::reading_locally(&local, store),
+        store.clone(),
+        settings,
+        Arc::default(),
+        Arc::default(),
+    )
+    .unwrap()
+}
+
+/// Flink's credit model: a channel with a backlog borrows floating buffers up to the
+/// gate's pool and gives them back as its backlog drains; the gate never holds more than
+/// its exclusive buffers plus the pool.
+#[actix::test]
+async fn a_backlogged_channel_borrows_floating_buffers_and_gives_them_back() {
+    let store = Arc::new(ResultPartitionManager::new(
+        std::env::temp_dir(),
+        usize::MAX,
+    ));
+    let (busy, quiet) = (partition(1), partition(2));
+    store.create(busy, 1).unwrap();
+    store.create(quiet, 1).unwrap();
+    for i in 0..20 {
+        let record = Record {
+            key: format!("k{i}"),
+            value: Value::Int(i),
+        };
+        store.append_records(busy, 0, vec![record]).unwrap();
+    }
+    store.append_records(quiet, 0, vec![]).unwrap();
+    store.finish(busy).unwrap();
+    store.finish(quiet).unwrap();
+    let settings = NetworkSettings {
+        buffers_per_channel: 2,
+        floating_buffers_per_gate: 3,
+        ..NetworkSettings::default()
+    };
+    let mut gate = local_gate(&store, &[busy, quiet], 0, settings);
+    // The gate blocks its thread while it waits; the connection runs on this one.
+    #[allow(clippy::disallowed_methods)] // the test plays the task runner
+    let read = tokio::task::spawn_blocking(move || {
+        let mut records = 0;
+        let mut most_held = 0;
+        while let Some(buffer) = gate.next_buffer(&ThreadBlocker).unwrap() {
+            if records == 0 {
+                // Two exclusive buffers read, a backlog of 18 reported: all three floating
+                // ones lent.
+                assert_eq!(gate.channels[&0].floating, 3);
+                assert_eq!(gate.floating_free, 0);
+            }
+            records += buffer.records();
+            // The one just handed out counts until the next call.
+            most_held = most_held.max(gate.queue.len() + 1);
+        }
+        assert_eq!(records, 20);
+        assert_eq!(
+            most_held,
+            2 + 3,
+            "the busy channel's exclusive and floating buffers"
+        );
+        assert_eq!(gate.floating_free, 3, "every floating buffer came back");
+        assert!(gate.channels.values().all(|c| c.floating == 0));
+        assert!(
+            !gate.channels.contains_key(&1),
+            "the empty channel finished by its partition's notice, with no state of its own"
+        );
+    });
+    read.await.unwrap();
+}
+
+/// Deployment is concurrent: a consumer's gate may start before its local producers have
+/// created their partitions. Among 40 local producers created only after the gate started,
+/// the one that writes is read straight from the store and the 39 that stay empty end by
+/// their partitions' notices, with no state of their own.
+#[actix::test]
+async fn local_partitions_created_after_the_gate_are_read_or_end_by_notice() {
+    let store = Arc::new(ResultPartitionManager::new(
+        std::env::temp_dir(),
+        usize::MAX,
+    ));
+    let partitions: Vec<ResultPartitionId> = (1..=40).map(partition).collect();
+    let mut gate = local_gate(&store, &partitions, 1, NetworkSettings::default());
+    #[allow(clippy::disallowed_methods)] // the test plays the task runner
+    let read = tokio::task::spawn_blocking(move || {
+        let mut keys = Vec::new();
+        while let Some(buffer) = gate.next_buffer(&ThreadBlocker).unwrap() {
+            let mut reader = buffer.reader();
+            while let Some(record) = reader.next_record().unwrap() {
+                keys.push(record.key);
+            }
+        }
+        (keys, gate.channels.len())
+    });
+    for &id in &partitions {
+        store.create_pipelined(id, 2, 10).unwrap();
+    }
+    let record = |key: &str| Record {
+        key: key.to_owned(),
+        value: Value::Int(1),
+    };
+    // Partition 7 writes to this gate's subpartition (1), partition 8 only to another one.
+    store
+        .append_records(partitions[7], 1, vec![record("a"), record("b")])
+        .unwrap();
+    store
+        .append_records(partitions[8], 0, vec![record("elsewhere")])
+        .unwrap();
+    for &id in &partitions {
+        store.finish(id).unwrap();
+    }
+    let (keys, with_state) = read.await.unwrap();
+    assert_eq!(keys, ["a", "b"]);
+    assert_eq!(
+        with_state, 1,
+        "only the channel that got data has state of its own"
+    );
+}
