@@ -771,5 +771,53 @@ impl UnionFind {
     }
 }
 
+/// Slots this job needs at once at most: per slot sharing group, the largest parallelism.
+pub fn peak_slots(graph: &JobGraph) -> u64 {
+    let mut groups: BTreeMap<&str, u32> = BTreeMap::new();
+    for vertex in &graph.vertices {
+        let entry = groups
+            .entry(vertex.slot_sharing_group.as_str())
+            .or_default();
+        *entry = (*entry).max(vertex.parallelism);
+    }
+    groups.values().map(|p| u64::from(*p)).sum()
+}
+
+/// Slots the largest pipelined region of `graph` needs at once: what a pool must offer for the
+/// job to run at all (its regions run in waves as slots free).
+pub fn largest_region_slots(graph: &JobGraph) -> Result<u64, RegionError> {
+    let regions = PipelinedRegions::compute(graph)?;
+    Ok(regions
+        .regions
+        .iter()
+        .map(|region| slots_needed(graph, region.members.iter().map(|m| m.vertex)))
+        .max()
+        .unwrap_or(0))
+}
+
+/// Slots a set of subtasks needs at once: per slot sharing group, the vertex with the most
+/// subtasks among them (a shared slot holds one subtask of each vertex of its group).
+pub fn slots_needed(graph: &JobGraph, vertices: impl IntoIterator<Item = usize>) -> u64 {
+    let mut vertices = vertices.into_iter().peekable();
+    let Some(first) = vertices.next() else {
+        return 0;
+    };
+    if vertices.peek().is_none() {
+        return 1; // one subtask, one slot: the common case of many independent regions
+    }
+    let mut per_vertex: BTreeMap<usize, u64> = BTreeMap::new();
+    for vertex in std::iter::once(first).chain(vertices) {
+        *per_vertex.entry(vertex).or_default() += 1;
+    }
+    let mut per_group: BTreeMap<&str, u64> = BTreeMap::new();
+    for (vertex, count) in per_vertex {
+        let largest = per_group
+            .entry(graph.vertices[vertex].slot_sharing_group.as_str())
+            .or_default();
+        *largest = (*largest).max(count);
+    }
+    per_group.values().sum()
+}
+
 #[cfg(test)]
 mod tests;

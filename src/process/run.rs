@@ -40,7 +40,6 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::actors::job_manager::execution_graph::ExecutionGraph;
 use crate::base::error_chain::ErrorChain;
 use crate::base::ids::JobId;
 use crate::cluster::minicluster::{MiniCluster, MiniClusterError};
@@ -486,12 +485,10 @@ pub struct SlotNeeds {
 impl SlotNeeds {
     /// The needs of a validated graph.
     pub fn of(graph: &JobGraph) -> Self {
-        let peak = ExecutionGraph::peak_slots(graph);
+        let peak = crate::job::regions::peak_slots(graph);
         // The regions of a validated graph always compute; were they not to, the peak is the
         // safe bound.
-        let largest_region =
-            crate::actors::job_manager::execution_graph::largest_region_slots(graph)
-                .unwrap_or(peak);
+        let largest_region = crate::job::regions::largest_region_slots(graph).unwrap_or(peak);
         Self {
             peak,
             largest_region,
