@@ -1,0 +1,229 @@
+//! The accepting side of the endpoint: the listener loop and the admission of streams that have
+//! not proven who they are yet. An accepted stream is nobody until its handshake succeeds: it
+//! gets `accept_timeout` for TLS and the handshake, counts against [`MAX_ACCEPTING_PER_SOURCE`]
+//! and [`MAX_ACCEPTING`], and is the first to be dropped for a newcomer while it has sent nothing
+//! (so idle sockets cannot keep a talking peer out).
+
+use super::*;
+
+/// Handshakes in progress on accepted streams, from every source together: a flood of
+/// connections that never shake hands cannot grow the node's tasks without bound.
+const MAX_ACCEPTING: usize = 64;
+
+/// Handshakes in progress from one source address (its IP), so one flooding host cannot take
+/// every slot from the others.
+const MAX_ACCEPTING_PER_SOURCE: usize = 8;
+
+/// The pause after `accept` fails (out of file descriptors, say), so the loop does not spin.
+const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(100);
+
+/// One handshake in progress on an accepted stream.
+struct PendingAccept {
+    /// Where it came from (the IP of a TCP peer): the unit of [`MAX_ACCEPTING_PER_SOURCE`].
+    source: String,
+    /// Whether the peer has sent anything yet. A silent stream is the first to make room for a
+    /// newcomer; one that talks keeps its slot until its deadline.
+    talking: Arc<AtomicBool>,
+    /// Ends the handshake at once (sent when the slot is given to a newcomer).
+    evict: oneshot::Sender<()>,
+}
+
+/// The handshakes in progress on accepted streams, oldest first.
+#[derive(Default)]
+pub(super) struct Accepting {
+    next: u64,
+    pending: BTreeMap<u64, PendingAccept>,
+}
+
+/// A stream that notes when the first byte arrives from the peer (see [`PendingAccept`]).
+struct Watched {
+    inner: BoxStream,
+    talking: Arc<AtomicBool>,
+}
+
+/// The source a stream counts against: the IP of `host:port`, or all of `from` if it is not one
+/// (a simulated network's names).
+fn source_of(from: &str) -> String {
+    from.parse::<SocketAddr>()
+        .map_or_else(|_| from.to_owned(), |address| address.ip().to_string())
+}
+
+impl Accepting {
+    /// The oldest handshake whose peer has not said anything yet, of `source` or of any.
+    fn oldest_silent(&self, source: Option<&str>) -> Option<u64> {
+        self.pending
+            .iter()
+            .find(|(_, pending)| {
+                !pending.talking.load(Ordering::Relaxed)
+                    && source.is_none_or(|source| pending.source == source)
+            })
+            .map(|(slot, _)| *slot)
+    }
+}
+
+/// What a connection was accepted with: its slot, its talking flag and its eviction notice.
+type Admission = (u64, Arc<AtomicBool>, oneshot::Receiver<()>);
+
+impl AsyncRead for Watched {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let poll = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if buf.filled().len() > before && !self.talking.load(Ordering::Relaxed) {
+            self.talking.store(true, Ordering::Relaxed);
+        }
+        poll
+    }
+}
+
+impl AsyncWrite for Watched {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+impl Inner {
+    /// A slot for a handshake on a stream accepted from `source`, or `None` if every slot is
+    /// held by a peer that talks. Full slots are freed by evicting the oldest *silent* stream
+    /// (of this source if it holds its share, else of any): idle sockets, however many and
+    /// however fast they come back, cannot keep a peer that speaks at once from shaking hands.
+    pub(super) fn admit(&self, source: &str) -> Option<Admission> {
+        let mut accepting = lock(&self.accepting);
+        let of_source = accepting
+            .pending
+            .values()
+            .filter(|pending| pending.source == source)
+            .count();
+        let full = if of_source >= MAX_ACCEPTING_PER_SOURCE {
+            Some(accepting.oldest_silent(Some(source)))
+        } else if accepting.pending.len() >= MAX_ACCEPTING {
+            Some(accepting.oldest_silent(None))
+        } else {
+            None
+        };
+        match full {
+            Some(None) => return None,
+            Some(Some(victim)) => {
+                if let Some(evicted) = accepting.pending.remove(&victim) {
+                    self.metrics.rejected_connections.increment();
+                    let _ = evicted.evict.send(());
+                }
+            }
+            None => {}
+        }
+        let slot = accepting.next;
+        accepting.next += 1;
+        let talking = Arc::new(AtomicBool::new(false));
+        let (evict, evicted) = oneshot::channel();
+        accepting.pending.insert(
+            slot,
+            PendingAccept {
+                source: source.to_owned(),
+                talking: Arc::clone(&talking),
+                evict,
+            },
+        );
+        Some((slot, talking, evicted))
+    }
+
+    /// Accepts connections until the endpoint shuts down.
+    pub(super) async fn accept_loop(self: Arc<Self>, mut listener: Box<dyn Listener>) {
+        loop {
+            let accepted = tokio::select! {
+                biased;
+                _ = self.shutdown.wait() => break,
+                accepted = listener.accept() => accepted,
+            };
+            let (stream, from) = match accepted {
+                Ok(accepted) => accepted,
+                Err(error) => {
+                    log::warn!("{}: accept failed: {error}", self.config.node_name);
+                    tokio::time::sleep(ACCEPT_ERROR_PAUSE).await;
+                    continue;
+                }
+            };
+            let Some((slot, talking, evicted)) = self.admit(&source_of(&from)) else {
+                self.metrics.rejected_connections.increment();
+                log::warn!(
+                    "{}: {MAX_ACCEPTING} handshakes in progress (at most \
+                     {MAX_ACCEPTING_PER_SOURCE} per source); dropped the connection from {from}",
+                    self.config.node_name
+                );
+                continue;
+            };
+            let stream: BoxStream = Box::new(Watched {
+                inner: stream,
+                talking,
+            });
+            let endpoint = Arc::clone(&self);
+            tokio::task::spawn_local(async move {
+                let established = tokio::select! {
+                    biased;
+                    Ok(()) = evicted => None,
+                    established = endpoint.open(stream, Side::Acceptor, &from) => Some(established),
+                };
+                lock(&endpoint.accepting).pending.remove(&slot);
+                match established {
+                    None => log::debug!(
+                        "{}: dropped the silent connection from {from} to make room",
+                        endpoint.config.node_name
+                    ),
+                    Some(Ok((id, connection))) => endpoint.adopt_accepted(id, connection),
+                    Some(Err(error)) => {
+                        endpoint.metrics.rejected_connections.increment();
+                        log::warn!(
+                            "{}: refused a connection from {from}: {}",
+                            endpoint.config.node_name,
+                            Chain(&error)
+                        );
+                    }
+                }
+            });
+            // Let the handshakes just spawned read what their peers sent before the next
+            // stream is accepted: a peer that talks at once is marked before it could be
+            // evicted as silent by a burst of newcomers.
+            tokio::task::yield_now().await;
+        }
+        log::info!("{}: stopped listening", self.config.node_name);
+    }
+
+    /// Records a connection accepted from a peer: it replaces (closes) that peer's previous
+    /// accepted connection, and is the one this node sends on unless it has one of its own.
+    pub(super) fn adopt_accepted(&self, id: u64, connection: Connection) {
+        let peer = connection.peer().to_owned();
+        let previous = lock(&self.accepted).insert(peer.clone(), (id, connection.clone()));
+        if let Some((_, previous)) = previous {
+            previous.close("replaced by a newer connection from the same peer");
+        }
+        let mut peers = lock(&self.peers);
+        let keep = matches!(
+            peers.get(&peer),
+            Some(PeerSlot::Connected { connection: current, .. })
+                if current.close_reason().is_none()
+        ) || matches!(peers.get(&peer), Some(PeerSlot::Dialing(_)));
+        if !keep {
+            peers.insert(peer, PeerSlot::Connected { id, connection });
+        }
+    }
+}
