@@ -1,0 +1,242 @@
+//! One result partition on this TaskManager (Flink's `ResultPartition`) and its subpartitions
+//! (`ResultSubpartition`, one per consumer subtask): the buffers, who waits for them, and the
+//! producer waiting for room. Private to the [`ResultPartitionManager`](super::ResultPartitionManager),
+//! which holds each behind its own lock.
+
+use super::*;
+
+/// Where a partition is in its life.
+pub(super) enum State {
+    Producing,
+    Finished,
+    Failed(String),
+    Released,
+}
+
+pub(super) struct ResultPartition {
+    pub(super) id: ResultPartitionId,
+    pub(super) state: State,
+    /// Only those written to or waited on: a partition of 10,000 subpartitions of which few get
+    /// data costs memory for those few (an all-to-all job at P = 10,000 has 10⁸).
+    pub(super) subpartitions: FixedHashMap<u32, ResultSubpartition>,
+    /// How many subpartitions it has.
+    pub(super) count: u32,
+    /// Bytes of the buffers held in memory, over all subpartitions.
+    pub(super) memory_bytes: usize,
+    /// Once set, every further buffer of the partition goes to disk.
+    pub(super) spilling: bool,
+    /// Whether fetched in-memory buffers stay (blocking results) or move to the consumer.
+    pub(super) retain: bool,
+    /// Of a pipelined partition: the most unread buffers a subpartition holds before its
+    /// producer waits. `None`: unbounded, spilling past the threshold.
+    pub(super) capacity: Option<usize>,
+}
+
+impl ResultPartition {
+    pub(super) fn check_writable(&self) -> Result<(), PartitionError> {
+        match &self.state {
+            State::Producing => Ok(()),
+            State::Finished => Err(PartitionError::AlreadyFinished(self.id)),
+            State::Failed(reason) => Err(PartitionError::Failed {
+                id: self.id,
+                reason: reason.clone(),
+            }),
+            State::Released => Err(PartitionError::UnknownPartition(self.id)),
+        }
+    }
+
+    pub(super) fn subpartition_index(&self, subpartition: u32) -> Result<u32, PartitionError> {
+        if subpartition < self.count {
+            Ok(subpartition)
+        } else {
+            Err(PartitionError::SubpartitionOutOfRange {
+                id: self.id,
+                subpartition,
+                subpartitions: self.count,
+            })
+        }
+    }
+
+    pub(super) fn end_state(&self) -> EndState {
+        match &self.state {
+            State::Producing => EndState::Producing,
+            State::Finished => {
+                let mut with_data: Vec<u32> = self
+                    .subpartitions
+                    .iter()
+                    .filter(|(_, sub)| !sub.buffers.is_empty())
+                    .map(|(&index, _)| index)
+                    .collect();
+                with_data.sort_unstable();
+                EndState::Finished(with_data)
+            }
+            State::Failed(reason) => EndState::Failed(reason.clone()),
+            State::Released => EndState::Unknown,
+        }
+    }
+
+    /// Drops the data (deleting spill files) and wakes every waiting consumer.
+    pub(super) fn fail(&mut self, reason: String) {
+        self.state = State::Failed(reason);
+        self.memory_bytes = 0;
+        for subpartition in self.subpartitions.values_mut() {
+            subpartition.buffers.clear();
+            subpartition.spill = None;
+            subpartition.wake();
+            subpartition.wake_producer();
+        }
+    }
+
+    /// Decides what a fetch returns, under the partition's lock; the disk reads happen later.
+    pub(super) fn plan_fetch(
+        &mut self,
+        subpartition: u32,
+        from_buffer: u64,
+        max_bytes: usize,
+        credit: usize,
+        listener: Option<(&Arc<ReadyQueue>, u64)>,
+    ) -> Result<FetchPlan, Fetch> {
+        let finished = match &self.state {
+            State::Producing => false,
+            State::Finished => true,
+            State::Failed(reason) => return Err(Fetch::Failed(reason.clone())),
+            State::Released => return Err(Fetch::Unknown),
+        };
+        let index = self
+            .subpartition_index(subpartition)
+            .map_err(|err| Fetch::Failed(err.to_string()))?;
+        let id = self.id;
+        let available = self
+            .subpartitions
+            .get(&index)
+            .map_or(0, |sub| sub.buffers.len() as u64);
+        if from_buffer == 0 && available == 0 && finished {
+            // Nothing was ever written there (and nothing is stored for it).
+            return Err(Fetch::Ready {
+                buffers: Vec::new(),
+                next_buffer: 0,
+                finished: true,
+            });
+        }
+        let capacity = self.capacity;
+        let sub = self.subpartitions.entry(index).or_default();
+        if from_buffer < sub.handed_over {
+            // A pipelined buffer moves to its reader; one asked for again was lost on its way
+            // (the data connection broke while the answer travelled). Never answer with the
+            // emptied buffer: the reader fails and its region runs again.
+            return Err(Fetch::Failed(format!(
+                "buffer {from_buffer} of subpartition {subpartition} of result partition {id} was \
+                 already handed to its consumer and lost on the way (the data connection broke)"
+            )));
+        }
+        if from_buffer > available {
+            return Err(Fetch::Failed(format!(
+                "buffer {from_buffer} of subpartition {subpartition} of result partition {id} was \
+                 asked for, but only {available} exist"
+            )));
+        }
+        if from_buffer == available {
+            if finished {
+                return Err(Fetch::Ready {
+                    buffers: Vec::new(),
+                    next_buffer: from_buffer,
+                    finished: true,
+                });
+            }
+            // Consumers that gave up waiting must not make the list grow without bound.
+            sub.waiters.retain(|waiter| !waiter.is_closed());
+            if let Some((queue, key)) = listener {
+                sub.waiters.push(Waiter::Listener(Arc::clone(queue), key));
+                return Err(Fetch::Listening);
+            }
+            let (sender, receiver) = oneshot::channel();
+            sub.waiters.push(Waiter::Once(sender));
+            return Err(Fetch::Pending(receiver));
+        }
+
+        let mut items = Vec::new();
+        let mut total = 0usize;
+        let mut handed_over = 0usize;
+        let retain = self.retain;
+        // `from_buffer < available`, which is a `usize`.
+        let mut moved_until = None;
+        for (index, stored) in (from_buffer..).zip(&mut sub.buffers[from_buffer as usize..]) {
+            let bytes = stored.bytes();
+            if !items.is_empty()
+                && (total.saturating_add(bytes) > max_bytes || items.len() >= credit)
+            {
+                break;
+            }
+            total = total.saturating_add(bytes);
+            items.push(match stored {
+                Stored::Memory(buffer) if !retain => {
+                    handed_over += bytes;
+                    moved_until = Some(index + 1);
+                    PlannedBuffer::Memory(std::mem::take(buffer))
+                }
+                // Shares the bytes: a blocking result in memory is read without a copy too.
+                Stored::Memory(buffer) => PlannedBuffer::Memory(buffer.clone()),
+                Stored::Spilled { offset, len, .. } => PlannedBuffer::Spilled {
+                    offset: *offset,
+                    len: *len,
+                },
+            });
+        }
+        let next_buffer = from_buffer + items.len() as u64;
+        if let Some(moved_until) = moved_until {
+            sub.handed_over = moved_until;
+            // A producer waiting for room is woken once half its subpartition is free, not for
+            // every answer that takes a buffer or two: each wake-up is a futex call and two
+            // context switches, and across processes they were a tenth of both actor threads.
+            // What stays unread is more than nothing, so its consumer comes back for it.
+            let unread = (sub.buffers.len() as u64).saturating_sub(moved_until);
+            if capacity.is_none_or(|capacity| unread <= capacity as u64 / 2) {
+                sub.wake_producer();
+            }
+        }
+        let plan = FetchPlan {
+            spill_path: sub.spill.as_ref().map(|spill| spill.path.clone()),
+            items,
+            next_buffer,
+            finished: finished && next_buffer == available,
+        };
+        // Handed-over buffers no longer count against the spill threshold.
+        self.memory_bytes = self.memory_bytes.saturating_sub(handed_over);
+        Ok(plan)
+    }
+}
+
+#[derive(Default)]
+pub(super) struct ResultSubpartition {
+    pub(super) buffers: Vec<Stored>,
+    /// Created at the first spilled buffer.
+    pub(super) spill: Option<SpillFile>,
+    /// Consumers long-polling for the next buffer.
+    pub(super) waiters: Vec<Waiter>,
+    /// A producer waiting for room (a pipelined partition at capacity).
+    pub(super) space_waiters: Vec<oneshot::Sender<()>>,
+    /// Of a pipelined (not retained) partition: the in-memory buffers before this index were
+    /// moved to the consumer, so asking for them again must fail rather than read emptied ones.
+    pub(super) handed_over: u64,
+}
+
+impl ResultSubpartition {
+    pub(super) fn wake(&mut self) {
+        for waiter in self.waiters.drain(..) {
+            match waiter {
+                // A consumer that stopped waiting is no error.
+                Waiter::Once(sender) => {
+                    let _ = sender.send(());
+                }
+                Waiter::Listener(queue, key) => queue.push(key),
+            }
+        }
+    }
+
+    pub(super) fn wake_producer(&mut self) {
+        for waiter in self.space_waiters.drain(..) {
+            // A producer that stopped waiting is no error.
+            let _ = waiter.send(());
+        }
+    }
+}

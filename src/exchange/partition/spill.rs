@@ -1,0 +1,211 @@
+//! Spilling: a blocking partition's buffers written to one spill file per subpartition once the
+//! partition's in-memory size would pass the threshold, and read back, outside any lock, by the
+//! fetches planned under it.
+
+use super::*;
+
+impl ResultSubpartition {
+    /// Appends one length-prefixed encoded buffer to this subpartition's spill file.
+    pub(super) fn spill(
+        &mut self,
+        id: ResultPartitionId,
+        subpartition: u32,
+        buffer: &Buffer,
+        working_dir: &Path,
+        next_file: impl FnOnce() -> u64,
+    ) -> Result<Stored, PartitionError> {
+        let payload =
+            codec::encode(buffer).map_err(|source| PartitionError::Encode { id, source })?;
+        // The codec refuses anything over 16 MiB, so the length fits a u32.
+        let len = u32::try_from(payload.len()).map_err(|_| PartitionError::Encode {
+            id,
+            source: CodecError::TooLarge {
+                size: payload.len(),
+            },
+        })?;
+        let spill = match &mut self.spill {
+            Some(spill) => spill,
+            empty @ None => empty.insert(SpillFile::create(
+                id,
+                working_dir,
+                working_dir.join(format!(
+                    "partition-{:032x}-{}-{subpartition}-{}.spill",
+                    id.producer.as_u128(),
+                    id.edge,
+                    next_file()
+                )),
+            )?),
+        };
+        let mut frame = Vec::with_capacity(4 + payload.len());
+        frame.extend_from_slice(&len.to_le_bytes());
+        frame.extend_from_slice(&payload);
+        spill
+            .file
+            .write_all(&frame)
+            .map_err(|source| PartitionError::Spill {
+                id,
+                path: spill.path.clone(),
+                source,
+            })?;
+        let offset = spill.len;
+        spill.len += frame.len() as u64;
+        Ok(Stored::Spilled {
+            offset,
+            len: payload.len(),
+            bytes: buffer.len(),
+        })
+    }
+}
+
+/// One buffer, in memory or at a place in its subpartition's spill file.
+pub(super) enum Stored {
+    Memory(Buffer),
+    Spilled {
+        /// Where its frame (4-byte little-endian length, then the encoded buffer) starts.
+        offset: u64,
+        /// The encoded length.
+        len: usize,
+        /// The buffer's size.
+        bytes: usize,
+    },
+}
+
+impl Stored {
+    /// The buffer's size, also used for fetch budgets so both kinds weigh the same.
+    pub(super) fn bytes(&self) -> usize {
+        match self {
+            Self::Memory(buffer) => buffer.len(),
+            Self::Spilled { bytes, .. } => *bytes,
+        }
+    }
+}
+
+/// An append-only spill file, deleted when dropped.
+pub(super) struct SpillFile {
+    pub(super) path: PathBuf,
+    pub(super) file: File,
+    /// Bytes written so far: the next frame's offset.
+    pub(super) len: u64,
+}
+
+impl SpillFile {
+    pub(super) fn create(
+        id: ResultPartitionId,
+        working_dir: &Path,
+        path: PathBuf,
+    ) -> Result<Self, PartitionError> {
+        // Inside the process's private working directory; made 0700 if this is its first
+        // spill, and the file 0600, new, never through a planted link (crate::env::working_dir).
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(working_dir)
+            .map_err(|source| PartitionError::Spill {
+                id,
+                path: working_dir.to_path_buf(),
+                source,
+            })?;
+        let file = crate::env::working_dir::create_private_file(&path).map_err(|source| {
+            PartitionError::Spill {
+                id,
+                path: path.clone(),
+                source,
+            }
+        })?;
+        Ok(Self { path, file, len: 0 })
+    }
+}
+
+impl Drop for SpillFile {
+    fn drop(&mut self) {
+        if let Err(err) = fs::remove_file(&self.path)
+            && err.kind() != io::ErrorKind::NotFound
+        {
+            log::warn!("cannot delete spill file `{}`: {err}", self.path.display());
+        }
+    }
+}
+
+pub(super) enum PlannedBuffer {
+    Memory(Buffer),
+    Spilled { offset: u64, len: usize },
+}
+
+/// What a fetch returns, decided under the lock; spilled buffers still to be read.
+pub(super) struct FetchPlan {
+    pub(super) spill_path: Option<PathBuf>,
+    pub(super) items: Vec<PlannedBuffer>,
+    pub(super) next_buffer: u64,
+    pub(super) finished: bool,
+}
+
+/// Why reading a spilled buffer back failed.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum ReadError {
+    #[error("cannot read `{}`", path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("`{}` is corrupt at offset {offset}: frame length {found}, expected {expected}", path.display())]
+    Corrupt {
+        path: PathBuf,
+        offset: u64,
+        found: u32,
+        expected: usize,
+    },
+    #[error("cannot decode the buffer at offset {offset} of `{}`", path.display())]
+    Decode {
+        path: PathBuf,
+        offset: u64,
+        #[source]
+        source: CodecError,
+    },
+    #[error("spilled buffer without a spill file")]
+    NoSpillFile,
+}
+
+impl FetchPlan {
+    /// Takes the planned buffers, reading spilled ones from disk (one open per fetch).
+    pub(super) fn read(self) -> Result<Vec<Buffer>, ReadError> {
+        let mut file: Option<File> = None;
+        let mut buffers = Vec::with_capacity(self.items.len());
+        for item in self.items {
+            match item {
+                PlannedBuffer::Memory(records) => buffers.push(records),
+                PlannedBuffer::Spilled { offset, len } => {
+                    let path = self.spill_path.as_ref().ok_or(ReadError::NoSpillFile)?;
+                    let io_error = |source| ReadError::Io {
+                        path: path.clone(),
+                        source,
+                    };
+                    let file = match &mut file {
+                        Some(file) => file,
+                        empty @ None => empty.insert(File::open(path).map_err(io_error)?),
+                    };
+                    file.seek(SeekFrom::Start(offset)).map_err(io_error)?;
+                    let mut prefix = [0u8; 4];
+                    file.read_exact(&mut prefix).map_err(io_error)?;
+                    let found = u32::from_le_bytes(prefix);
+                    if found as usize != len {
+                        return Err(ReadError::Corrupt {
+                            path: path.clone(),
+                            offset,
+                            found,
+                            expected: len,
+                        });
+                    }
+                    let mut payload = vec![0u8; len];
+                    file.read_exact(&mut payload).map_err(io_error)?;
+                    buffers.push(codec::decode(&payload).map_err(|source| ReadError::Decode {
+                        path: path.clone(),
+                        offset,
+                        source,
+                    })?);
+                }
+            }
+        }
+        Ok(buffers)
+    }
+}
