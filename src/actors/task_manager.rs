@@ -47,6 +47,9 @@ use crate::messages::{
 use crate::operators::OperatorRegistry;
 use crate::rpc::directory::LocalActor;
 
+mod connection;
+#[cfg(test)]
+use connection::Internal;
 mod producer_lists;
 pub mod registration;
 pub mod slot_table;
@@ -239,203 +242,6 @@ impl TaskManager {
     /// The actor name of the TaskManager of `resource_id` on its node.
     pub fn name_of(resource_id: &ResourceId) -> String {
         crate::base::address::task_manager_name(resource_id)
-    }
-
-    fn on_event(&mut self, event: RegistrationEvent, ctx: &mut Context<Self>) {
-        let lost = matches!(
-            event,
-            RegistrationEvent::AttemptFailed { .. } | RegistrationEvent::ConnectionLost
-        );
-        let was_registered = self.registration.instance_id().is_some();
-        let action = self.registration.handle(event);
-        if lost && !matches!(action, RegistrationAction::Ignore { .. }) {
-            // The gateway may point at a JobManager that is gone: resolve the leader's address
-            // afresh for the next attempt (a restarted JobManager at the same address). Only
-            // for a failure the state machine took: an earlier attempt's late failure (its ask
-            // erring after a later attempt registered) must not unhook a registered
-            // TaskManager, which then sent no heartbeat and dropped every task update until
-            // its own heartbeat timeout (issue 12, seeds 21150 and 24138).
-            self.job_manager = None;
-        }
-        if was_registered && self.registration.instance_id().is_none() {
-            self.drop_all_work();
-        }
-        if self.registration.session().is_some() || !self.registering_without_session() {
-            // Settled one way or the other: the deferred submissions are fenced now.
-            for waiter in self.awaiting_registration.drain(..) {
-                // A submission whose asker gave up has dropped its end: nothing to tell.
-                let _ = waiter.send(());
-            }
-        }
-        match action {
-            RegistrationAction::Send { attempt, timeout } => {
-                self.send_attempt(attempt, timeout, ctx)
-            }
-            RegistrationAction::RetryAfter { attempt, delay } => {
-                log::info!(
-                    "task manager {}: next registration attempt in {delay:?}",
-                    self.settings.resource_id
-                );
-                ctx.run_later(delay, move |act, ctx| {
-                    act.on_event(RegistrationEvent::RetryDue { attempt }, ctx);
-                });
-            }
-            RegistrationAction::Registered { instance_id, .. } => {
-                log::info!(
-                    "task manager {}: registered as {instance_id}",
-                    self.settings.resource_id
-                );
-                self.last_acknowledged = Instant::now();
-                self.env.events.emit(ClusterEvent::TaskManagerConnected {
-                    resource_id: self.settings.resource_id.clone(),
-                    instance_id,
-                });
-            }
-            RegistrationAction::Ignore { why } => {
-                log::debug!("task manager {}: {why}", self.settings.resource_id);
-            }
-            RegistrationAction::Refused { reason } => {
-                log::error!(
-                    "task manager {}: the JobManager refused its registration: {reason}; stopping",
-                    self.settings.resource_id
-                );
-                if let Some(fatal) = self.fatal_error.take() {
-                    // The process waits on the other end; in-process nobody may.
-                    let _ =
-                        fatal.send(format!("the JobManager refused its registration: {reason}"));
-                }
-                ctx.stop();
-            }
-        }
-    }
-
-    fn send_attempt(
-        &mut self,
-        attempt: u64,
-        timeout: std::time::Duration,
-        ctx: &mut Context<Self>,
-    ) {
-        // The timer is separate from the request so a late answer still arrives, tagged with its
-        // attempt, and is ignored by the state machine instead of vanishing.
-        ctx.run_later(timeout, move |act, ctx| {
-            act.on_event(RegistrationEvent::AttemptTimedOut { attempt }, ctx);
-        });
-        if self.job_manager.is_none() {
-            let leader = self.registration.leader().map(|l| &l.address);
-            self.job_manager = leader.and_then(|a| self.env.resolver.job_manager(a));
-        }
-        let Some(gateway) = self.job_manager.as_ref() else {
-            log::warn!(
-                "task manager {}: cannot reach the JobManager leader",
-                self.settings.resource_id
-            );
-            ctx.notify(Internal(RegistrationEvent::AttemptFailed { attempt }));
-            return;
-        };
-        log::debug!(
-            "task manager {}: registration attempt {attempt} (timeout {timeout:?})",
-            self.settings.resource_id
-        );
-        let request = RegisterTaskManager {
-            cluster_id: self.settings.spec.cluster_id.clone(),
-            resource_id: self.settings.resource_id.clone(),
-            location: TaskManagerLocation {
-                resource_id: self.settings.resource_id.clone(),
-                address: self.address.clone(),
-                hostname: self.settings.spec.hostname.clone(),
-            },
-            hardware: self.settings.spec.hardware,
-            number_of_slots: self.slots.total(),
-            session: self.session,
-        };
-        gateway
-            .register_task_manager
-            .send(request)
-            .into_actor(self)
-            .map(move |result, act, ctx| {
-                let event = match result {
-                    Ok(response) => RegistrationEvent::Response { attempt, response },
-                    Err(_) => RegistrationEvent::AttemptFailed { attempt },
-                };
-                act.on_event(event, ctx);
-            })
-            .spawn(ctx);
-    }
-
-    /// Samples every running task's exchange metrics (the backpressure rate is per interval).
-    fn sample_task_metrics(&mut self) {
-        let now = self.env.clock.now_millis();
-        for task in self.running.values_mut() {
-            task.io = task.metrics.sample(now, &mut task.last_sample);
-        }
-    }
-
-    fn heartbeat(&mut self, ctx: &mut Context<Self>) {
-        self.sample_task_metrics();
-        self.partition_server.prune(&self.partitions);
-        let Some(instance_id) = self.registration.instance_id() else {
-            return;
-        };
-        let silence = Instant::now().saturating_duration_since(self.last_acknowledged);
-        if silence > self.settings.spec.heartbeat.timeout {
-            log::warn!(
-                "task manager {}: no heartbeat acknowledged by the JobManager for {silence:?}; registering again",
-                self.settings.resource_id
-            );
-            self.on_event(RegistrationEvent::ConnectionLost, ctx);
-            return;
-        }
-        let Some(gateway) = self.job_manager.as_ref() else {
-            return;
-        };
-        gateway
-            .heartbeat
-            .send(Heartbeat {
-                resource_id: self.settings.resource_id.clone(),
-                instance_id,
-                report: HeartbeatReport {
-                    slots_total: self.slots.total(),
-                    slots_free: self.slots.free(),
-                    running: self
-                        .running
-                        .keys()
-                        .chain(&self.reporting)
-                        .copied()
-                        .collect(),
-                    io: self.running.iter().map(|(a, t)| (*a, t.io)).collect(),
-                    partitions_of: self.job_partitions.keys().copied().collect(),
-                },
-            })
-            .timeout(self.settings.spec.heartbeat.timeout)
-            .into_actor(self)
-            .map(move |result, act, ctx| act.heartbeat_answered(instance_id, result, ctx))
-            .spawn(ctx);
-    }
-
-    fn heartbeat_answered(
-        &mut self,
-        instance_id: InstanceId,
-        result: Result<HeartbeatResponse, MailboxError>,
-        ctx: &mut Context<Self>,
-    ) {
-        if self.registration.instance_id() != Some(instance_id) {
-            return; // an answer for an earlier registration
-        }
-        match result {
-            Ok(HeartbeatResponse::Acknowledged) => self.last_acknowledged = Instant::now(),
-            Ok(HeartbeatResponse::UnknownTaskManager) => {
-                log::info!(
-                    "task manager {}: the JobManager no longer knows this registration; registering again",
-                    self.settings.resource_id
-                );
-                self.on_event(RegistrationEvent::ConnectionLost, ctx);
-            }
-            // Silence counts against the heartbeat timeout.
-            Err(error) => log::debug!(
-                "task manager {}: heartbeat not answered: {error}",
-                self.settings.resource_id
-            ),
-        }
     }
 
     /// Reports a task's state to the JobManager, with the others of this turn
@@ -656,64 +462,11 @@ impl TaskManager {
         ctx.run_later(next, move |act, ctx| act.press_cancellation(attempt, ctx));
     }
 
-    /// A fatal error (Flink's `onFatalError`): this TaskManager cannot go on. It tells the
-    /// JobManager it leaves (so its tasks fail over now) and stops. A `flint taskmanager`
-    /// process then exits with an error and its resource manager replaces it; in-process (the
-    /// embedded cluster, the tests, the simulation) the actor is stopped and the stuck task's
-    /// thread is abandoned: nothing waits for it, it holds no slot, and it ends only when its
-    /// code returns (Rust cannot kill a thread).
-    fn fail_fatally(&mut self, reason: String, ctx: &mut Context<Self>) {
-        log::error!(
-            "task manager {}: fatal: {reason}; stopping",
-            self.settings.resource_id
-        );
-        ctx.notify(Shutdown);
-    }
-
-    /// Whether a message only the leader may send comes from the leader this TaskManager is
-    /// registered with (a stale one is logged).
-    fn fenced(&self, session: LeaderSessionId, what: &str) -> bool {
-        let name = format!("task manager {}", self.settings.resource_id);
-        is_current_leader(self.registration.session(), session, &name, what)
-    }
-
     fn release_allocation_if_unused(&mut self, allocation_id: AllocationId) {
         if self.allocations.get(&allocation_id) == Some(&0) {
             self.allocations.remove(&allocation_id);
             self.slots.release(allocation_id);
         }
-    }
-
-    /// The JobManager connection ended (or a new leader took over): it has failed these tasks
-    /// over already, so stop them, free every slot and drop every partition, as Flink does —
-    /// otherwise the new registration would offer slots that are still taken.
-    fn drop_all_work(&mut self) {
-        if self.running.is_empty() && self.allocations.is_empty() && self.job_partitions.is_empty()
-        {
-            return;
-        }
-        log::info!(
-            "task manager {}: disconnected from the JobManager; cancelling {} tasks and freeing every slot",
-            self.settings.resource_id,
-            self.running.len()
-        );
-        for task in std::mem::take(&mut self.running).into_values() {
-            task.cancelled.cancel();
-        }
-        // The JobManager failed them over already.
-        self.reporting.clear();
-        self.outgoing.clear();
-        self.unreported_running.clear();
-        self.allocations.clear();
-        self.slots = SlotTable::new(self.settings.spec.slots);
-        for partition in self.partitions.partition_ids() {
-            self.partitions.release(partition);
-        }
-        self.job_partitions.clear();
-        // A new incarnation: the JobManager must not take this TaskManager back as the one that
-        // still holds those tasks and partitions (Flink's JobMasterPartitionTracker learns the
-        // same from a new TaskExecutor registration).
-        self.session = TaskManagerSessionId::generate(&mut self.session_rng);
     }
 
     fn status(&self) -> TaskManagerStatus {
@@ -873,16 +626,6 @@ impl Handler<SubmitTasks> for TaskManager {
 }
 
 impl TaskManager {
-    /// A registration attempt is in flight and no leader session is known (leader retrieval
-    /// named only an address).
-    fn registering_without_session(&self) -> bool {
-        self.registration.session().is_none()
-            && matches!(
-                self.registration.phase(),
-                RegistrationPhase::Registering { .. }
-            )
-    }
-
     /// Each task's answer, in order; all refused for a stale leader.
     fn fenced_submit(
         &mut self,
@@ -982,10 +725,6 @@ impl Handler<PollPartitionData> for TaskManager {
 }
 
 /// A registration event the actor sends itself.
-#[derive(Message)]
-#[rtype(result = "()")]
-struct Internal(RegistrationEvent);
-
 impl Actor for TaskManager {
     type Context = Context<Self>;
 
@@ -1013,51 +752,6 @@ impl Actor for TaskManager {
             self.partitions.release(partition);
         }
         Running::Stop
-    }
-}
-
-impl Handler<Internal> for TaskManager {
-    type Result = ();
-
-    fn handle(&mut self, msg: Internal, ctx: &mut Context<Self>) {
-        self.on_event(msg.0, ctx);
-    }
-}
-
-impl Handler<NewLeaderAvailable> for TaskManager {
-    type Result = ();
-
-    fn handle(&mut self, msg: NewLeaderAvailable, ctx: &mut Context<Self>) {
-        log::debug!("task manager <- {msg:?}");
-        log::info!(
-            "task manager {}: JobManager leader is {} (session {})",
-            self.settings.resource_id,
-            msg.address,
-            msg.leader_session_id
-        );
-        self.job_manager = self.env.resolver.job_manager(&msg.address);
-        let leader = Leader {
-            address: msg.address,
-            retrieved_session: Some(msg.leader_session_id),
-        };
-        self.on_event(RegistrationEvent::LeaderFound(leader), ctx);
-    }
-}
-
-impl Handler<Disconnect> for TaskManager {
-    type Result = ();
-
-    fn handle(&mut self, msg: Disconnect, ctx: &mut Context<Self>) {
-        log::debug!("task manager <- {msg:?}");
-        if !self.fenced(msg.leader_session_id, "Disconnect") {
-            return;
-        }
-        log::info!(
-            "task manager {}: the JobManager disconnected it ({}); registering again",
-            self.settings.resource_id,
-            msg.reason
-        );
-        self.on_event(RegistrationEvent::ConnectionLost, ctx);
     }
 }
 
