@@ -73,6 +73,8 @@ pub struct JobManagerSettings {
     pub registry: OperatorRegistry,
     /// How long and how many ended jobs stay visible (`jobstore.*`).
     pub jobstore: crate::config::JobStoreConfig,
+    /// The scheduler's strategies (`jobmanager.scheduler.*`).
+    pub scheduler: crate::config::SchedulerConfig,
 }
 
 /// See the module docs.
@@ -132,7 +134,7 @@ impl JobManager {
         Self {
             rng: env.rng(NAME),
             address: env.address_of(NAME),
-            scheduler: Scheduler::new(env.rng("scheduler")),
+            scheduler: Scheduler::new(env.rng("scheduler")).with_strategies(settings.scheduler),
             heartbeats: HeartbeatMonitor::new(settings.heartbeat.timeout),
             settings,
             env,

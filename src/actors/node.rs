@@ -71,6 +71,7 @@ pub fn start_job_manager_node_leading(
             taskmanager_timeout: config.resourcemanager.taskmanager_timeout,
             registry,
             jobstore: config.jobstore,
+            scheduler: config.jobmanager.scheduler,
         },
         leader_session_id,
         env.clone(),

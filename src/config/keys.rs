@@ -9,7 +9,10 @@
 use std::path::PathBuf;
 
 use super::kind::{Field, Kind};
-use super::{ClusterConfig, DriverKind, HighAvailabilityKind, POOL_SIZE_LIMIT};
+use super::{
+    ClusterConfig, DriverKind, HighAvailabilityKind, POOL_SIZE_LIMIT, RegionOrderKind,
+    SlotSelectionKind,
+};
 use crate::base::ids::ClusterId;
 use crate::messages::job_manager::MAX_SLOTS_PER_TASK_MANAGER;
 use crate::transport::tls::TlsConfig;
@@ -156,7 +159,7 @@ macro_rules! duration {
     };
 }
 
-static KEYS: [Key; 46] = [
+static KEYS: [Key; 48] = [
     // [cluster]
     Key {
         name: "cluster.id",
@@ -416,6 +419,39 @@ static KEYS: [Key; 46] = [
         doc: "A task that waited this long for a slot fails with NoResourceAvailable.",
         secret: false,
         kind: duration!(slot.request.timeout),
+    },
+    // [jobmanager.scheduler]
+    Key {
+        name: "jobmanager.scheduler.slot-selection",
+        doc: "Where a new slot is taken when locality does not decide: the TaskManager with the most free slots, or the fewest.",
+        secret: false,
+        kind: Kind::Choice {
+            values: &SlotSelectionKind::NAMES,
+            field: Field {
+                get: |c| c.jobmanager.scheduler.slot_selection.name(),
+                set: |c, v| {
+                    if let Some(kind) = SlotSelectionKind::from_name(v) {
+                        c.jobmanager.scheduler.slot_selection = kind;
+                    }
+                },
+            },
+        },
+    },
+    Key {
+        name: "jobmanager.scheduler.region-order",
+        doc: "Which queued region gets slots next: first in, first out, or letting regions that fit overtake a head that does not (a bounded number of times).",
+        secret: false,
+        kind: Kind::Choice {
+            values: &RegionOrderKind::NAMES,
+            field: Field {
+                get: |c| c.jobmanager.scheduler.region_order.name(),
+                set: |c, v| {
+                    if let Some(kind) = RegionOrderKind::from_name(v) {
+                        c.jobmanager.scheduler.region_order = kind;
+                    }
+                },
+            },
+        },
     },
     // [transport.tls]
     Key {

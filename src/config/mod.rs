@@ -74,6 +74,8 @@ pub struct ClusterConfig {
     pub jobstore: JobStoreConfig,
     /// `[slot]`: slot requests.
     pub slot: SlotConfig,
+    /// `[jobmanager.scheduler]`: the scheduler's policies.
+    pub jobmanager: JobManagerSection,
     /// `[transport]`: how nodes talk to each other.
     pub transport: TransportConfig,
     /// `[rest]`: the JobManager's REST API and dashboard (and where clients find it).
@@ -413,6 +415,80 @@ impl Default for RestConfig {
             token_file: None,
             allowed_hosts: Vec::new(),
         }
+    }
+}
+
+/// `[jobmanager]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct JobManagerSection {
+    /// `[jobmanager.scheduler]`.
+    pub scheduler: SchedulerConfig,
+}
+
+/// `[jobmanager.scheduler]`: which of the scheduler's strategies run
+/// (`crate::actors::job_manager::scheduler::strategy`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SchedulerConfig {
+    /// `jobmanager.scheduler.slot-selection`: where a new slot is taken when locality does not
+    /// decide.
+    pub slot_selection: SlotSelectionKind,
+    /// `jobmanager.scheduler.region-order`: which queued region is placed next.
+    pub region_order: RegionOrderKind,
+}
+
+/// `jobmanager.scheduler.slot-selection`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SlotSelectionKind {
+    /// `spread_out`: the TaskManager with the most free slots (one crash takes few tasks).
+    #[default]
+    SpreadOut,
+    /// `pack`: the TaskManager with the fewest free slots (idle ones can be released sooner).
+    Pack,
+}
+
+impl SlotSelectionKind {
+    /// Every value, in the order of [`NAMES`](Self::NAMES).
+    pub const ALL: [Self; 2] = [Self::SpreadOut, Self::Pack];
+    /// Their names in the configuration.
+    pub const NAMES: [&'static str; 2] = ["spread_out", "pack"];
+
+    /// Its name in the configuration.
+    pub fn name(self) -> &'static str {
+        Self::NAMES[self as usize]
+    }
+
+    /// The value named `name`.
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|kind| kind.name() == name)
+    }
+}
+
+/// `jobmanager.scheduler.region-order`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RegionOrderKind {
+    /// `fifo`: jobs in submission order, each job's regions in order; the head waits until it
+    /// fits and nothing overtakes it.
+    #[default]
+    Fifo,
+    /// `backfill`: as `fifo`, but bulks that fit may overtake a head that does not (a bounded
+    /// number of times per head, so it cannot starve): no slot sits idle while something fits.
+    Backfill,
+}
+
+impl RegionOrderKind {
+    /// Every value, in the order of [`NAMES`](Self::NAMES).
+    pub const ALL: [Self; 2] = [Self::Fifo, Self::Backfill];
+    /// Their names in the configuration.
+    pub const NAMES: [&'static str; 2] = ["fifo", "backfill"];
+
+    /// Its name in the configuration.
+    pub fn name(self) -> &'static str {
+        Self::NAMES[self as usize]
+    }
+
+    /// The value named `name`.
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|kind| kind.name() == name)
     }
 }
 

@@ -8,9 +8,12 @@
 //! the queue while they fit, and is called after anything that may free a slot (a release, a new
 //! TaskManager, a new bulk: Flink's `newSlotAvailable`).
 //!
-//! **Fairness**: the queue is ordered by job submission, then by region — FIFO, one region at a
-//! time. The head blocks the bulks behind it until it fits (no small bulk overtakes a large
-//! one, so a large region can never starve).
+//! **Order and placement policies** live in [`strategy`], each chosen by a configuration key: which
+//! queued bulk is placed next ([`strategy::RegionSchedulingStrategy`], `fifo` by default: the
+//! queue is ordered by job submission, then by region, and the head blocks the bulks behind it
+//! until it fits, so a large region can never starve) and which TaskManager a new slot comes
+//! from when locality does not decide ([`strategy::SlotSelectionStrategy`], `spread_out` by
+//! default).
 //!
 //! **Timeouts** (Flink's batch semantics): a bulk waiting because slots are busy waits as long
 //! as it takes. Only a bulk the cluster could not serve even with every slot free (it needs
@@ -18,9 +21,9 @@
 //! state for the slot request timeout.
 //!
 //! **Placement** of one task, in Flink's order: a shared slot on a preferred TaskManager, else a
-//! new slot there, else any shared slot, else a new slot on the TaskManager with the most free
-//! slots (ties: registration order, see below) so one crash takes few tasks. More than
-//! [`MAX_PREFERRED_LOCATIONS`] distinct producer locations mean no preference. A *shared slot*
+//! new slot there, else any shared slot, else a new slot on the TaskManager the slot selection
+//! strategy picks (by default the one with the most free slots, ties by registration order, so
+//! one crash takes few tasks). More than [`MAX_PREFERRED_LOCATIONS`] distinct producer locations mean no preference. A *shared slot*
 //! is one physical slot holding at most one subtask of each vertex of one slot sharing group of
 //! one job. Co-location locks subtask i of every vertex of a co-location group to the shared slot
 //! the first of them got; after that slot is gone the lock keeps its TaskManager as the preferred
@@ -40,6 +43,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
+use std::ops::Bound;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -50,7 +54,12 @@ use slab::Slab;
 use crate::base::hash::FixedHashMap;
 use crate::base::ids::{AllocationId, JobId, ResourceId};
 use crate::base::rng::NodeRng;
+use crate::config::SchedulerConfig;
 use crate::messages::job_manager::Locality;
+
+pub mod strategy;
+
+use strategy::{FreeSlots, QueuedBulkView, RegionSchedulingStrategy, Serve, SlotSelectionStrategy};
 
 /// More distinct preferred locations than this count as no preference (Flink's limit).
 pub const MAX_PREFERRED_LOCATIONS: usize = 8;
@@ -337,6 +346,10 @@ pub struct Scheduler {
     queued_tasks: usize,
     queued_need: u64,
     counters: SchedulerCounters,
+    /// Where a new slot goes when locality does not decide.
+    slot_selection: Box<dyn SlotSelectionStrategy>,
+    /// Which queued bulk is placed next.
+    region_order: Box<dyn RegionSchedulingStrategy>,
 }
 
 impl Scheduler {
@@ -363,7 +376,16 @@ impl Scheduler {
             queued_tasks: 0,
             queued_need: 0,
             counters: SchedulerCounters::default(),
+            slot_selection: Box::new(strategy::SpreadOut),
+            region_order: Box::new(strategy::Fifo),
         }
+    }
+
+    /// The same with the strategies `config` names (`jobmanager.scheduler.*`).
+    pub fn with_strategies(mut self, config: SchedulerConfig) -> Self {
+        self.slot_selection = strategy::slot_selection(config.slot_selection);
+        self.region_order = strategy::region_scheduling(config.region_order);
+        self
     }
 
     /// The work counted so far.
@@ -502,36 +524,72 @@ impl Scheduler {
         group
     }
 
-    /// Places bulks from the head of the queue while they fit, until `max_tasks` tasks were
-    /// placed (at least one bulk, if the head fits). Returns what was placed and whether the
-    /// head fits still (the caller serves again later, so that one call stays short).
+    /// Places queued bulks in the order the [`RegionSchedulingStrategy`] decides (from the head
+    /// of the queue while they fit, by default), until `max_tasks` tasks were placed (at least
+    /// one bulk, if one is placed at all). Returns what was placed and whether more could be
+    /// placed now (the caller serves again later, so that one call stays short).
     pub fn serve(&mut self, max_tasks: usize) -> (Vec<PlacedBulk>, bool) {
         let mut placed = Vec::new();
         let mut tasks = 0;
-        while let Some((&key, _)) = self.queue.first_key_value() {
-            self.counters.queue_visits += 1;
-            if tasks >= max_tasks.max(1) {
-                return (placed, self.head_fits());
+        // Each round looks at the queue from its head: a placement changes what fits.
+        'rounds: loop {
+            let mut position = 0;
+            let mut next = self.queue.first_key_value().map(|(key, _)| *key);
+            while let Some(key) = next {
+                self.counters.queue_visits += 1;
+                if tasks >= max_tasks.max(1) {
+                    return (placed, self.head_would_be_placed());
+                }
+                let view = self.view(key, position);
+                match self.region_order.decide(view) {
+                    Serve::Place if view.fits => {
+                        let Some(assignments) = self.try_place_bulk(key) else {
+                            break 'rounds;
+                        };
+                        let bulk = self.dequeue(key);
+                        tasks += assignments.len();
+                        placed.push((bulk.id, assignments));
+                        continue 'rounds;
+                    }
+                    Serve::Skip => {
+                        position += 1;
+                        next = self
+                            .queue
+                            .range((Bound::Excluded(key), Bound::Unbounded))
+                            .next()
+                            .map(|(key, _)| *key);
+                    }
+                    Serve::Place | Serve::Stop => break 'rounds,
+                }
             }
-            let Some(assignments) = self.try_place_head(key) else {
-                break;
-            };
-            let bulk = self.dequeue(key);
-            tasks += assignments.len();
-            placed.push((bulk.id, assignments));
+            break;
         }
         (placed, false)
     }
 
-    fn head_fits(&mut self) -> bool {
+    /// The queued bulk `key` at `position` as the strategy sees it.
+    fn view(&mut self, key: QueueKey, position: usize) -> QueuedBulkView {
+        let fits = self.new_slots_needed(key) <= self.free_slots;
+        let bulk = &self.queue[&key];
+        QueuedBulkView {
+            id: bulk.id,
+            position,
+            tasks: bulk.requests.len(),
+            fits,
+        }
+    }
+
+    /// Whether the strategy would place the head of the queue now.
+    fn head_would_be_placed(&mut self) -> bool {
         let Some((&key, _)) = self.queue.first_key_value() else {
             return false;
         };
-        self.new_slots_needed(key) <= self.free_slots
+        let view = self.view(key, 0);
+        view.fits && self.region_order.decide(view) == Serve::Place
     }
 
-    /// Places every request of the head bulk, or none.
-    fn try_place_head(&mut self, key: QueueKey) -> Option<Vec<(TaskRef, SlotAssignment)>> {
+    /// Places every request of the queued bulk `key`, or none.
+    fn try_place_bulk(&mut self, key: QueueKey) -> Option<Vec<(TaskRef, SlotAssignment)>> {
         if self.new_slots_needed(key) > self.free_slots {
             return None;
         }
@@ -996,9 +1054,9 @@ impl Scheduler {
             }
             None => {
                 self.counters.task_manager_visits += 1;
-                self.by_free
-                    .last()
-                    .map(|entry| (u32::MAX - (*entry as u32)) as usize)
+                self.slot_selection.select(FreeSlots {
+                    by_free: &self.by_free,
+                })
             }
         }?;
         self.use_slot(task_manager);

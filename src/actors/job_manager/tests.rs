@@ -35,6 +35,7 @@ fn settings() -> JobManagerSettings {
         taskmanager_timeout: Duration::from_secs(30),
         registry: crate::operators::OperatorRegistry::with_builtins(),
         jobstore: crate::config::JobStoreConfig::default(),
+        scheduler: Default::default(),
     }
 }
 

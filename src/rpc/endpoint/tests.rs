@@ -75,6 +75,7 @@ fn start_job_manager(env: &NodeEnv) -> (Addr<JobManager>, ActorAddress) {
             taskmanager_timeout: Duration::from_secs(30),
             registry: OperatorRegistry::with_builtins(),
             jobstore: crate::config::JobStoreConfig::default(),
+            scheduler: Default::default(),
         },
         session,
         env.clone(),

@@ -621,3 +621,72 @@ fn ten_thousand_shared_subtasks_place_with_linear_counted_work() {
         counted.slot_visits
     );
 }
+
+#[test]
+fn the_configured_slot_selection_spreads_tasks_out_or_packs_them() {
+    let placements = |kind: crate::config::SlotSelectionKind| {
+        let mut cluster = TestCluster::new(3, 2);
+        cluster.scheduler = Scheduler::new(NodeRng::seed_from_u64(1)).with_strategies(
+            crate::config::SchedulerConfig {
+                slot_selection: kind,
+                ..Default::default()
+            },
+        );
+        for n in 0..3 {
+            cluster.scheduler.add_task_manager(tm(n), 2);
+        }
+        (0..4)
+            .map(|i| cluster.assigned(request(0, i)).resource_id)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        placements(crate::config::SlotSelectionKind::SpreadOut),
+        [tm(0), tm(1), tm(2), tm(0)],
+        "the most free first, ties to the earliest registered"
+    );
+    assert_eq!(
+        placements(crate::config::SlotSelectionKind::Pack),
+        [tm(0), tm(0), tm(1), tm(1)],
+        "fill one TaskManager, then the next"
+    );
+}
+
+#[test]
+fn with_backfill_a_bulk_that_fits_overtakes_a_head_that_does_not_and_fifo_waits() {
+    let serve_behind_a_large_head = |order: crate::config::RegionOrderKind| {
+        let mut cluster = TestCluster::new(0, 0);
+        cluster.scheduler = Scheduler::new(NodeRng::seed_from_u64(1)).with_strategies(
+            crate::config::SchedulerConfig {
+                region_order: order,
+                ..Default::default()
+            },
+        );
+        cluster.scheduler.add_task_manager(tm(0), 2);
+        // The head needs three slots of two; a one-slot bulk of another job waits behind it.
+        cluster.bulk((0..3).map(|i| request(0, i)).collect());
+        let mut small = request(0, 0);
+        small.task.job = JobId::from_u128(2);
+        cluster.bulk(vec![small]);
+        let placed = cluster.serve();
+        let added = cluster.add_worker(1, 2);
+        (placed, added)
+    };
+    let (placed, added) = serve_behind_a_large_head(crate::config::RegionOrderKind::Fifo);
+    assert!(
+        placed.is_empty(),
+        "fifo: the small bulk waits behind the head"
+    );
+    assert_eq!(
+        added.len(),
+        4,
+        "both placed once slots are added: {added:?}"
+    );
+    let (placed, added) = serve_behind_a_large_head(crate::config::RegionOrderKind::Backfill);
+    assert_eq!(
+        placed.len(),
+        1,
+        "backfill: the small bulk takes an idle slot"
+    );
+    assert_eq!(placed[0].0.job, JobId::from_u128(2));
+    assert_eq!(added.len(), 3, "the head still runs once slots free");
+}
