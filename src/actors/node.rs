@@ -5,12 +5,13 @@
 
 use std::path::PathBuf;
 
-use actix::{Actor, Addr};
+use actix::{Actor, Addr, ArbiterHandle};
+use tokio::sync::oneshot;
 
 use crate::actors::job_manager::{JobManager, JobManagerSettings};
 use crate::actors::resource_manager::driver::WorkerDriver;
 use crate::actors::resource_manager::{FlinkResourceManager, ResourceManagerSettings};
-use crate::actors::task_manager::TaskManagerSpec;
+use crate::actors::task_manager::{TaskManager, TaskManagerSettings, TaskManagerSpec};
 use crate::base::ids::LeaderSessionId;
 use crate::config::ClusterConfig;
 use crate::env::NodeEnv;
@@ -99,6 +100,30 @@ pub fn start_job_manager_node_leading(
         resource_manager,
         address,
         leader_session_id,
+    }
+}
+
+/// Starts one TaskManager — the one way every kind of node does it (the `flint taskmanager`
+/// process, the in-process driver, the simulation): on `arbiter` if given (its own thread),
+/// else on the caller's; `fatal` hears why, if it stops on its own (a refused registration).
+/// Must run inside an actix System. Leader retrieval, if any, is the caller's: it feeds
+/// `NewLeaderAvailable` to the returned address.
+pub fn start_task_manager_node(
+    settings: TaskManagerSettings,
+    env: NodeEnv,
+    arbiter: Option<&ArbiterHandle>,
+    fatal: Option<oneshot::Sender<String>>,
+) -> Addr<TaskManager> {
+    let build = move || {
+        let task_manager = TaskManager::new(settings, env);
+        match fatal {
+            Some(fatal) => task_manager.on_fatal_error(fatal),
+            None => task_manager,
+        }
+    };
+    match arbiter {
+        Some(arbiter) => TaskManager::start_in_arbiter(arbiter, move |_| build()),
+        None => build().start(),
     }
 }
 

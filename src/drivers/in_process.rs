@@ -9,10 +9,11 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use actix::{Actor, Addr, Arbiter};
+use actix::{Addr, Arbiter};
 
 use super::{DriverError, WorkerDriver, WorkerRequest};
 use crate::actors::Shutdown;
+use crate::actors::node::start_task_manager_node;
 use crate::actors::task_manager::registration::Leader;
 use crate::actors::task_manager::{TaskManager, TaskManagerSettings, TaskManagerSpec};
 use crate::base::ids::{LeaderSessionId, ResourceId};
@@ -138,9 +139,7 @@ impl WorkerDriver for InProcessDriver {
         };
         let env = self.env.child(name.clone(), self.rng.next_u64());
         let placement = self.env.spawner.place(&name);
-        let task_manager = TaskManager::start_in_arbiter(placement.handle(), move |_| {
-            TaskManager::new(settings, env)
-        });
+        let task_manager = start_task_manager_node(settings, env, Some(placement.handle()), None);
         lock(&self.workers).running.insert(
             resource_id.clone(),
             LocalWorker {

@@ -24,10 +24,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use actix::Actor;
-
 use crate::actors::Shutdown;
-use crate::actors::node::{start_job_manager_node, task_manager_spec, working_dir_parent};
+use crate::actors::node::{
+    start_job_manager_node, start_task_manager_node, task_manager_spec, working_dir_parent,
+};
 use crate::actors::task_manager::registration::Leader;
 use crate::actors::task_manager::{TaskManager, TaskManagerSettings};
 use crate::base::clock::SystemClock;
@@ -438,7 +438,7 @@ pub async fn run_task_manager(
     );
     let hostname = host.split(':').next().unwrap_or("localhost").to_owned();
     let (fatal, fatal_error) = tokio::sync::oneshot::channel();
-    let task_manager = TaskManager::new(
+    let task_manager = start_task_manager_node(
         TaskManagerSettings {
             resource_id: options.resource_id.clone(),
             job_manager: options.job_manager.map(|address| Leader {
@@ -453,9 +453,9 @@ pub async fn run_task_manager(
             ),
         },
         env,
-    )
-    .on_fatal_error(fatal)
-    .start();
+        None,
+        Some(fatal),
+    );
     log::info!("taskmanager {} listening on {host}", options.resource_id);
     let follower = retrieval.map(|retrieval| {
         actix::spawn(crate::ha::task_manager::follow_leader(

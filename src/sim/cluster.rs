@@ -12,7 +12,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
-use actix::{Actor, Addr};
+use actix::Addr;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
@@ -22,7 +22,7 @@ use super::host::NodeHost;
 use super::network::{CrashKind, SimNetwork};
 use super::trace::Trace;
 use crate::actors::job_manager::JobManager;
-use crate::actors::node::{start_job_manager_node, task_manager_spec};
+use crate::actors::node::{start_job_manager_node, start_task_manager_node, task_manager_spec};
 use crate::actors::resource_manager::FlinkResourceManager;
 use crate::actors::resource_manager::driver::WorkerRequest;
 use crate::actors::task_manager::registration::Leader;
@@ -423,15 +423,16 @@ impl SimCluster {
                 &hostname,
                 working_dir,
             );
-            let task_manager = TaskManager::new(
+            let task_manager = start_task_manager_node(
                 TaskManagerSettings {
                     resource_id: id,
                     job_manager: initial_leader,
                     spec,
                 },
                 env,
-            )
-            .start();
+                None,
+                None,
+            );
             let _ = ready.send(task_manager.clone());
             match retrieval {
                 Some(retrieval) => {
