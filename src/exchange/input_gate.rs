@@ -44,6 +44,7 @@ use super::client::{
     ClientSet, Delivery, GateInbox, Grouping, Leaving, NetworkClient, PartitionRequestClient,
     channel_key, finished_empty,
 };
+use super::error::ExchangeError;
 use super::metrics::TaskIoMetrics;
 use super::partition::{Fetch, ReadyQueue, ResultPartitionManager};
 use super::server::FETCH_BYTES;
@@ -53,7 +54,6 @@ use crate::env::task_blocking::{Cancellation, block_on};
 use crate::messages::deployment::InputGateDeploymentDescriptor;
 use crate::messages::task_manager::{ChannelResponse, PartitionEnd, PartitionRequest};
 use crate::messages::{ActorAddress, ResultPartitionId};
-use crate::operators::OperatorError;
 
 /// How long a consumer keeps asking for a partition its producer has not created yet
 /// (deployment is concurrent: Flink's `taskmanager.network.request-backoff.max`, 10 s).
@@ -202,7 +202,7 @@ impl InputGate {
         settings: NetworkSettings,
         cancellation: Arc<Cancellation>,
         metrics: Arc<TaskIoMetrics>,
-    ) -> Result<Self, OperatorError> {
+    ) -> Result<Self, ExchangeError> {
         let (gate_id, inbox) = network.register_gate();
         let mut gate = Self {
             store,
@@ -245,11 +245,10 @@ impl InputGate {
                     Some(&position) => position,
                     None => {
                         let connection = network.connection(address).ok_or_else(|| {
-                            OperatorError::InputUnavailable(format!(
-                                "cannot reach TaskManager {address} holding {}: no data \
-                                 connection to it",
-                                partitions[0]
-                            ))
+                            ExchangeError::Unreachable {
+                                address: address.clone(),
+                                partition: partitions[0],
+                            }
                         })?;
                         let position = gate.connections.len() as u32;
                         gate.connections.push((connection, Vec::new()));
@@ -374,7 +373,7 @@ impl InputGate {
 
     /// Partitions of group `group`'s set ended: its channels that had no data are finished, and
     /// one whose partition failed or is gone fails the gate.
-    fn ended(&mut self, group: u32, notices: &[(u32, PartitionEnd)]) -> Result<(), OperatorError> {
+    fn ended(&mut self, group: u32, notices: &[(u32, PartitionEnd)]) -> Result<(), ExchangeError> {
         let (base, subpartition) = {
             let group = &self.groups[group as usize];
             (group.base, group.subpartition)
@@ -413,18 +412,20 @@ impl InputGate {
 
     /// Why the gate fails: the producer of channel `index` failed, was released or never
     /// appeared.
-    fn lost(&self, index: u32, response: ChannelResponse) -> OperatorError {
+    fn lost(&self, index: u32, response: ChannelResponse) -> ExchangeError {
         let (partition, address) = self.producer(index);
         match response {
             // Flink's CancelTaskException: a consumer whose producer was cancelled is being
             // cancelled with it (its own CancelTasks may still be on the way).
             ChannelResponse::Failed(reason) if reason == PRODUCER_CANCELLED => {
-                OperatorError::Cancelled
+                ExchangeError::Cancelled
             }
-            ChannelResponse::Failed(reason) => OperatorError::InputUnavailable(format!(
-                "{partition} on TaskManager {address} failed: {reason}"
-            )),
-            ChannelResponse::Unknown => OperatorError::PartitionNotFound {
+            ChannelResponse::Failed(reason) => ExchangeError::ProducerFailed {
+                partition,
+                address: address.clone(),
+                reason,
+            },
+            ChannelResponse::Unknown => ExchangeError::PartitionNotFound {
                 partition,
                 message: format!(
                     "{partition} is not on TaskManager {address} (waited \
@@ -432,7 +433,7 @@ impl InputGate {
                 ),
             },
             ChannelResponse::Released | ChannelResponse::Data { .. } => {
-                OperatorError::PartitionNotFound {
+                ExchangeError::PartitionNotFound {
                     partition,
                     message: format!("{partition} on TaskManager {address} was released"),
                 }
@@ -463,7 +464,7 @@ impl InputGate {
     pub fn next_buffer(
         &mut self,
         blocker: &dyn TaskBlocker,
-    ) -> Result<Option<Buffer>, OperatorError> {
+    ) -> Result<Option<Buffer>, ExchangeError> {
         loop {
             if let Some((channel, buffer)) = self.queue.pop_front() {
                 self.consumed(channel);
@@ -479,7 +480,7 @@ impl InputGate {
                 return Ok(None);
             }
             if self.cancellation.is_cancelled() {
-                return Err(OperatorError::Cancelled);
+                return Err(ExchangeError::Cancelled);
             }
             for (group, partition) in self.announced.take_all().announced {
                 self.local_data(group as usize, partition);
@@ -648,7 +649,7 @@ impl InputGate {
     }
 
     /// Reads local channel `index` from the store, within its credit.
-    fn fetch_local(&mut self, index: usize) -> Result<(), OperatorError> {
+    fn fetch_local(&mut self, index: usize) -> Result<(), ExchangeError> {
         let credit = self.credit(index);
         let channel = self.ch_mut(index);
         let finished = channel.finished;
@@ -718,7 +719,7 @@ impl InputGate {
 
     /// Waits until a local channel's wake-up fires (`Some(index)`), something was delivered or
     /// announced (`None`), or the task is cancelled.
-    fn wait(&mut self, blocker: &dyn TaskBlocker) -> Result<Option<usize>, OperatorError> {
+    fn wait(&mut self, blocker: &dyn TaskBlocker) -> Result<Option<usize>, ExchangeError> {
         // Notices that only finish empty channels wake this thread once they finish all the
         // channels it waits for without data; anything else wakes it at once.
         self.inbox
@@ -731,7 +732,7 @@ impl InputGate {
             let mut news = std::pin::pin!(announced.wait());
             let event = std::future::poll_fn(|cx| {
                 if cancellation.poll_cancelled(cx) {
-                    return Poll::Ready(Err(OperatorError::Cancelled));
+                    return Poll::Ready(Err(ExchangeError::Cancelled));
                 }
                 if let Poll::Ready(Some(index)) = local.poll_next_unpin(cx) {
                     return Poll::Ready(Ok(Some(index)));
@@ -745,14 +746,14 @@ impl InputGate {
             (local, event)
         });
         let Some((local, event)) = waited else {
-            return Err(OperatorError::Cancelled);
+            return Err(ExchangeError::Cancelled);
         };
         self.local_waits = local;
         event
     }
 
     /// Applies everything delivered to the inbox.
-    fn take_inbox(&mut self) -> Result<(), OperatorError> {
+    fn take_inbox(&mut self) -> Result<(), ExchangeError> {
         for delivery in self.inbox.take() {
             match delivery {
                 Delivery::Channel(index, response) => {
@@ -788,7 +789,7 @@ impl InputGate {
                             .map(|member| group.partitions[member as usize])
                     });
                     if let Some(partition) = open {
-                        return Err(OperatorError::PartitionNotFound {
+                        return Err(ExchangeError::PartitionNotFound {
                             partition,
                             message: format!(
                                 "TaskManager {address} holding {partition} is gone: {reason}"
@@ -802,7 +803,7 @@ impl InputGate {
     }
 
     /// Applies one channel's news.
-    fn apply(&mut self, index: usize, response: ChannelResponse) -> Result<(), OperatorError> {
+    fn apply(&mut self, index: usize, response: ChannelResponse) -> Result<(), ExchangeError> {
         match response {
             ChannelResponse::Data {
                 buffers,

@@ -21,6 +21,7 @@
 
 pub mod buffer;
 pub mod client;
+pub mod error;
 pub mod input_gate;
 pub mod metrics;
 pub mod partition;
@@ -28,6 +29,7 @@ pub mod server;
 pub mod writer;
 
 pub use buffer::{Buffer, BufferBuilder, BufferError, BufferReader};
+pub use error::ExchangeError;
 pub use partition::{Fetch, PartitionError, PartitionStats, ResultPartitionManager};
 
 /// The unread buffers a pipelined subpartition holds before its producer waits (Flink's

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::task::Poll;
 
 use super::buffer::BufferBuilder;
+use super::error::ExchangeError;
 use super::metrics::TaskIoMetrics;
 use super::partition::{ResultPartitionManager, Space};
 use crate::base::clock::Clock;
@@ -20,7 +21,7 @@ use crate::env::TaskBlocker;
 use crate::env::task_blocking::{Cancellation, block_on};
 use crate::job::graph::DistributionPattern;
 use crate::messages::deployment::ResultPartitionDeploymentDescriptor;
-use crate::operators::{OperatorError, Record};
+use crate::operators::Record;
 
 /// What a writer did, for the task's metrics.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -110,13 +111,12 @@ impl ResultPartitionWriter {
         record: Record,
         blocker: &dyn TaskBlocker,
         cancelled: &Arc<Cancellation>,
-    ) -> Result<(), OperatorError> {
+    ) -> Result<(), ExchangeError> {
         if self.outputs.is_empty() {
             return Ok(());
         }
         self.scratch.clear();
-        codec::encode_into(&record, &mut self.scratch)
-            .map_err(|e| OperatorError::Failed(format!("cannot serialize a record: {e}")))?;
+        codec::encode_into(&record, &mut self.scratch).map_err(ExchangeError::Serialize)?;
         let bytes = self.scratch.len();
         for index in 0..self.outputs.len() {
             let sub = Self::route(&self.outputs[index].partition, &record);
@@ -140,7 +140,7 @@ impl ResultPartitionWriter {
         &mut self,
         blocker: &dyn TaskBlocker,
         cancelled: &Arc<Cancellation>,
-    ) -> Result<(), OperatorError> {
+    ) -> Result<(), ExchangeError> {
         for index in 0..self.outputs.len() {
             for sub in 0..self.outputs[index].buffers.len() {
                 if !self.outputs[index].buffers[sub].is_empty() {
@@ -152,11 +152,9 @@ impl ResultPartitionWriter {
     }
 
     /// Marks every output finished.
-    pub fn finish(&self) -> Result<(), OperatorError> {
+    pub fn finish(&self) -> Result<(), ExchangeError> {
         for output in &self.outputs {
-            self.store
-                .finish(output.partition.partition)
-                .map_err(|e| OperatorError::Failed(e.to_string()))?;
+            self.store.finish(output.partition.partition)?;
         }
         Ok(())
     }
@@ -167,14 +165,14 @@ impl ResultPartitionWriter {
         sub: usize,
         blocker: &dyn TaskBlocker,
         cancelled: &Arc<Cancellation>,
-    ) -> Result<(), OperatorError> {
+    ) -> Result<(), ExchangeError> {
         let id = self.outputs[index].partition.partition;
         let subpartition = sub as u32;
         let failed = |error: super::PartitionError| {
             if cancelled.is_cancelled() {
-                OperatorError::Cancelled
+                ExchangeError::Cancelled
             } else {
-                OperatorError::Failed(error.to_string())
+                ExchangeError::Partition(error)
             }
         };
         loop {
@@ -197,12 +195,12 @@ impl ResultPartitionWriter {
                     );
                     self.metrics.backpressure_ended(self.clock.now_millis());
                     if woken.is_none() {
-                        return Err(OperatorError::Cancelled);
+                        return Err(ExchangeError::Cancelled);
                     }
                 }
             }
             if cancelled.is_cancelled() {
-                return Err(OperatorError::Cancelled);
+                return Err(ExchangeError::Cancelled);
             }
         }
         let buffer = self.outputs[index].buffers[sub].finish();
@@ -211,7 +209,7 @@ impl ResultPartitionWriter {
             .map_err(failed)?;
         self.stats.buffers_out += 1;
         if cancelled.is_cancelled() {
-            return Err(OperatorError::Cancelled);
+            return Err(ExchangeError::Cancelled);
         }
         Ok(())
     }

@@ -56,6 +56,10 @@ pub enum OperatorError {
     /// An input could not be read (its producer is gone).
     #[error("input unavailable: {0}")]
     InputUnavailable(String),
+    /// The task's data exchange failed (an input or an output), with the exchange's error and
+    /// its chain.
+    #[error(transparent)]
+    Exchange(Box<dyn std::error::Error + Send + Sync>),
     /// A result partition this task reads does not exist (any more) where its producer ran:
     /// released, lost with its TaskManager's state, or its TaskManager is gone. Flink's
     /// `PartitionNotFoundException`: the JobManager reruns the producer's region with ours.

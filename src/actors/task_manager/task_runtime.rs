@@ -25,13 +25,14 @@ use crate::exchange::input_gate::{GateStats, InputGate, PRODUCER_CANCELLED};
 use crate::exchange::metrics::TaskIoMetrics;
 use crate::exchange::partition::ResultPartitionManager;
 use crate::exchange::writer::{ResultPartitionWriter, WriterStats};
-use crate::exchange::{BufferReader, NetworkSettings};
+use crate::exchange::{BufferReader, ExchangeError, NetworkSettings};
 use crate::job::states::ExecutionState;
 use crate::messages::ResultPartitionId;
 use crate::messages::deployment::TaskDeploymentDescriptor;
 use crate::operators::registry::OperatorSpec;
 use crate::operators::{OperatorError, OperatorRegistry, Record, TaskIo};
 
+use crate::base::error_chain::ErrorChain;
 pub use crate::exchange::input_gate::PARTITION_REQUEST_TIMEOUT;
 pub use crate::exchange::server::{FETCH_BYTES, FETCH_HOLD};
 
@@ -95,7 +96,7 @@ pub fn run_task(env: TaskEnvironment, blocker: &dyn TaskBlocker) -> TaskOutcome 
         // A cancelled task whose input failed because its producer was cancelled too (or any
         // error on its way out) was cancelled, not failed.
         Ok(Err(_)) if cancellation.is_cancelled() => (ExecutionState::Canceled, None),
-        Ok(Err(error)) => (ExecutionState::Failed, Some(error.to_string())),
+        Ok(Err(error)) => (ExecutionState::Failed, Some(ErrorChain(&error).to_string())),
         Err(panic) => (
             ExecutionState::Failed,
             Some(format!("task panicked: {}", panic_message(panic.as_ref()))),
@@ -187,8 +188,8 @@ fn run(
     };
     let result = operator
         .run(&mut io)
-        .and_then(|()| io.writer.flush(blocker, &env.cancelled))
-        .and_then(|()| io.writer.finish());
+        .and_then(|()| Ok(io.writer.flush(blocker, &env.cancelled)?))
+        .and_then(|()| Ok(io.writer.finish()?));
     *input = io.gate.stats();
     *output = io.writer.stats();
     result
@@ -228,10 +229,7 @@ impl TaskIo for Io<'_> {
 
     fn next(&mut self) -> Result<Option<Record>, OperatorError> {
         loop {
-            let record = self
-                .reader
-                .next_record()
-                .map_err(|e| OperatorError::Failed(format!("an input buffer is garbled: {e}")))?;
+            let record = self.reader.next_record().map_err(ExchangeError::from)?;
             if record.is_some() {
                 return Ok(record);
             }
@@ -247,7 +245,9 @@ impl TaskIo for Io<'_> {
         if self.writer.is_empty() {
             return Ok(()); // a sink: nothing goes downstream
         }
-        self.writer.emit(record, self.blocker, &self.env.cancelled)
+        Ok(self
+            .writer
+            .emit(record, self.blocker, &self.env.cancelled)?)
     }
 
     fn is_cancelled(&self) -> bool {
