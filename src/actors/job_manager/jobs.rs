@@ -577,3 +577,6 @@ impl Handler<UpdateTaskExecutionStates> for JobManager {
         MessageResult(crate::messages::Acknowledge)
     }
 }
+
+#[cfg(test)]
+mod tests;

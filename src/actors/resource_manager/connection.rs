@@ -330,3 +330,6 @@ impl Handler<RegisterResourceManagerSuccessful> for FlinkResourceManager {
         self.registered_at_job_manager(msg, ctx);
     }
 }
+
+#[cfg(test)]
+mod tests;
