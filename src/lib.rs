@@ -8,25 +8,23 @@
 //!
 //! ## Layout
 //!
+//! One crate in layers; a folder imports only folders below it (`tests/layers.rs` checks it):
+//!
 //! ```text
-//! src/lib.rs           this map; re-exports
-//! src/messages/        the protocol, one file per receiving actor (+ ids, shared types)
-//! src/actors/          one actor per file + its pure decision logic (pool, instances, registration)
-//! src/drivers/         how the resource manager gets workers (in_process, standalone)
-//! src/directory.rs     actor address -> gateway (the seam the transport plugs into)
-//! src/env.rs           NodeEnv: clock, seeded RNG, spawner, resolver (the determinism seams)
-//! src/task_blocking.rs how task code waits (TaskBlocker): production parks the task thread
-//! src/task_threads.rs  the production task threads: a pool that never makes a task wait
-//! src/lockstep.rs      the simulation's task runner: task threads in lock-step, virtual time
-//! src/codec.rs         the one place values become bytes (bincode 2, size-limited)
-//! src/config/          ClusterConfig: Flink's keys (one registry), layered sources, validated
-//! src/rest/            the JobManager's HTTP endpoint: REST API, /metrics (docs/rest.md)
-//! src/metrics.rs       counters the REST API reports (transport traffic)
-//! src/minicluster.rs   the embedded cluster
-//! src/working_dir.rs   a process's private working directory (0700) and private files (0600)
-//! src/run.rs           `flint run --embedded`: a job file on an embedded cluster, its report
-//! src/client/          the CLI's client commands over the JobManager's REST API
-//! src/bin/demo.rs      the guided tour
+//! src/bin/, process/, client/,   binaries; `flint jobmanager`/`taskmanager`/`run --embedded`;
+//!   demo/, sim/                  the CLI's client commands; the tour; the simulation
+//! cluster/                       MiniCluster (embedded), the JobManager process's leader loop
+//! rest/, drivers/, ha/           REST API + dashboard; worker drivers + factory; HA services
+//! actors/                        resource_manager/, job_manager/ (+ scheduler/, execution_graph/),
+//!                                task_manager/ (+ connection, task_runtime), node (starting them)
+//! config/                        ClusterConfig: Flink's keys, layered sources, validated
+//! exchange/, operators/          the data plane (partitions, gates, partition requests); operators
+//! env/                           NodeEnv: the determinism seams, task threads, events, work dirs
+//! rpc/                           remote actors: the node endpoint, proxies, the actor directory
+//! messages/                      the protocol: messages, replies, descriptors, buffers, payload
+//! job/                           JobGraph, job files, states, pipelined regions, restarts
+//! transport/                     frames, handshake, TLS, connections (generic over the payload)
+//! base/                          codec, ids and addresses, rng, hashes, clocks, backoff, latch
 //! ```
 //!
 //! ## Supervision tree (embedded cluster)

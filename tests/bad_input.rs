@@ -43,7 +43,7 @@ const POOL: usize = 2;
 /// How long the pool may take to register, and the cluster to settle after a case.
 const SERVE_DEADLINE: Duration = Duration::from_secs(30);
 /// How long the server may take to close a bad connection. The JobManager's handshake timeout
-/// is 5 s (src/process.rs), so a silent peer needs that much; everything else closes at once.
+/// is 5 s (src/process/mod.rs), so a silent peer needs that much; everything else closes at once.
 const CLOSE_DEADLINE: Duration = Duration::from_secs(10);
 /// A poll interval, never a stand-in for synchronisation.
 const POLL: Duration = Duration::from_millis(20);

@@ -1,4 +1,7 @@
-//! The base: what every layer above may use and what names no concept above it.
+//! The base: what every layer above may use, naming nothing above it — the codec (the one
+//! place values become bytes), ids and actor addresses, the node's seeded RNG, the project's
+//! fixed hashes, the wall clock seam, backoff, a one-shot latch, the executor seam, and the
+//! one-line error chain.
 
 pub mod address;
 pub mod backoff;

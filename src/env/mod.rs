@@ -1,11 +1,15 @@
 //! The node environment: every source of nondeterminism a node uses, in one value.
 //!
-//! Production and the (future) deterministic simulation differ only in the [`NodeEnv`] they hand
-//! to each node: which [`Clock`] gives wall timestamps, which seed the [`NodeRng`]s derive from,
+//! Production and the deterministic simulation (`crate::sim`) differ only in the [`NodeEnv`] they
+//! hand to each node: which [`Clock`] gives wall timestamps, which seed the [`NodeRng`]s derive from,
 //! which [`Spawner`] decides where a TaskManager runs, and which [`Resolver`] turns an
 //! [`ActorAddress`](crate::messages::ActorAddress) into something to send to. Node code must take
 //! all of these from here and never from `SystemTime`, a thread RNG or `Arbiter::new` directly
-//! (`clippy.toml` enforces it; the few production-only exceptions are marked).
+//! (`clippy.toml` enforces it; the few production-only exceptions are marked). The seams that a
+//! layer below this one needs (the clock, the RNG, the executor) live in `crate::base`; this
+//! module holds the bundle and the seams of tasks: where they run ([`TaskRunner`],
+//! [`task_threads`]), how they wait ([`task_blocking`]), the events a node emits ([`events`])
+//! and its private working directory ([`working_dir`]).
 
 pub mod events;
 pub mod task_blocking;

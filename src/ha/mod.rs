@@ -21,7 +21,9 @@
 //! - [`job_graph_store`]: submitted job graphs in `high-availability.storageDir`, pointers in
 //!   ZooKeeper, as Flink's `ZooKeeperJobGraphStore` keeps them (the pointers behind
 //!   [`JobGraphPointers`], so the simulation keeps them in its coordination service).
-//! - [`job_manager`], [`task_manager`]: the `flint jobmanager` / `flint taskmanager` sides.
+//! - [`task_manager`]: the `flint taskmanager` side (following the published leader); the
+//!   `flint jobmanager` side, which starts a JobManager node while it leads, is
+//!   `crate::cluster::leader_loop`, above the actors.
 //!
 //! Why `zookeeper-client` (kezhuw): it is the maintained pure-Rust async client (3.8 protocol,
 //! ephemeral-sequential creates, oneshot and persistent watches, session state watching, TLS

@@ -1,6 +1,6 @@
 //! Answers on the wire: every ask's answer type travels as one variant of [`Reply`] and comes
 //! back out of it through [`Answer`]. A new ask whose answer is a new type adds one line to the
-//! [`replies!`] list below; nothing in the transport changes.
+//! `replies!` list below; nothing in the transport changes.
 
 use serde::{Deserialize, Serialize};
 

@@ -44,10 +44,11 @@
 //! # Before and after authentication
 //!
 //! An accepted stream is nobody until its handshake succeeds: it gets `accept_timeout` for TLS
-//! and the handshake, counts against [`MAX_ACCEPTING_PER_SOURCE`] and [`MAX_ACCEPTING`], and is
+//! and the handshake, counts against `MAX_ACCEPTING_PER_SOURCE` and `MAX_ACCEPTING` (`accept`), and is
 //! the first to be dropped for a newcomer while it has sent nothing (so idle sockets cannot keep
 //! a talking peer out). An authenticated peer is still checked: an envelope naming another node
-//! as its sender, or a message only this process may send ([`local_only`]), closes the
+//! as its sender, or a message only this process may send
+//! ([`Payload::local_only`](crate::messages::payload::Payload::local_only)), closes the
 //! connection, and at most `max_inbound_in_flight` of its messages are handled at once.
 //! Every handshake draws its nonce from a generator forked (with a full 256-bit seed) from the
 //! endpoint's one long-lived [`NodeRng`], which the [`Network`] provides: the operating system's

@@ -1,6 +1,6 @@
 //! One job's execution: its execution graph, region scheduling and failover.
 //!
-//! Pure logic driven by the [`JobManager`](super::job_manager::JobManager): each method takes the
+//! Pure logic driven by the [`JobManager`](super::JobManager): each method takes the
 //! shared [`Scheduler`] and returns [`JobAction`]s (deploy, cancel, wait, release) for the actor
 //! to carry out, so the whole lifecycle is testable without actors or threads.
 //!
