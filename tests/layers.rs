@@ -7,6 +7,9 @@
 //! - **Every file in a room**: at most three files at `src/` root.
 //! - **Files a reader can hold**: no file over [`MAX_CODE_LINES`] lines of code (blank and
 //!   comment lines not counted).
+//! - **Determinism seams clippy.toml cannot express** (DESIGN §8): every `select!` in the
+//!   library is `biased;` (an unbiased one polls its branches in a random order, so a simulated
+//!   run would not replay).
 //!
 //! The checks are plain functions over `(path, text)` pairs, so the tests at the bottom show
 //! each one catching a deliberately broken tree.
@@ -254,7 +257,56 @@ fn every_file_is_in_a_room_and_small_enough_to_hold() {
     assert!(big.is_empty(), "files a reader cannot hold: {big:?}");
 }
 
+/// The places where a `select!` does not open with `biased;`, as `file:line`.
+fn unbiased_selects(path: &str, source: &str) -> Vec<String> {
+    let lines: Vec<&str> = source.lines().collect();
+    let mut found = Vec::new();
+    for (index, line) in lines.iter().enumerate() {
+        let code = line.split("//").next().unwrap_or_default();
+        if !code.contains("select! {") && !code.contains("select!{") {
+            continue;
+        }
+        let first = lines[index + 1..]
+            .iter()
+            .map(|l| l.trim())
+            .find(|l| !l.is_empty() && !l.starts_with("//"));
+        if first != Some("biased;") {
+            found.push(format!("{path}:{}", index + 1));
+        }
+    }
+    found
+}
+
+#[test]
+fn every_select_in_the_library_is_biased() {
+    let tree = source_tree();
+    let selects: usize = tree
+        .iter()
+        .map(|(_, text)| text.matches("select! {").count())
+        .sum();
+    assert!(
+        selects > 0,
+        "no select! found: is the scan looking at src/?"
+    );
+    let unbiased: Vec<String> = tree
+        .iter()
+        .flat_map(|(path, text)| unbiased_selects(path, text))
+        .collect();
+    assert!(
+        unbiased.is_empty(),
+        "select! without `biased;` (its branch order would be random): {unbiased:?}"
+    );
+}
+
 // ---- the checks catch a broken tree ----
+
+#[test]
+fn the_scan_catches_an_unbiased_select() {
+    let source = "async fn f() {\n    tokio::select! {\n        _ = a() => {}\n    }\n}\n";
+    assert_eq!(unbiased_selects("x.rs", source), ["x.rs:2".to_owned()]);
+    let biased = source.replace("select! {\n", "select! {\n        biased;\n");
+    assert!(unbiased_selects("x.rs", &biased).is_empty());
+}
 
 fn file(path: &str, text: &str) -> (String, String) {
     (path.to_owned(), text.to_owned())

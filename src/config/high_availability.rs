@@ -11,33 +11,14 @@ use std::time::Duration;
 
 use super::ConfigError;
 
-/// `high-availability.type`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum HighAvailabilityKind {
-    /// `none`: one JobManager, no election, nothing persisted.
-    #[default]
-    None,
-    /// `zookeeper`: leader election, leader retrieval and job graph pointers in ZooKeeper.
-    ZooKeeper,
-}
-
-impl HighAvailabilityKind {
-    /// Every kind, in the order of [`NAMES`](Self::NAMES).
-    pub const ALL: [Self; 2] = [Self::None, Self::ZooKeeper];
-    /// Their names in the configuration.
-    pub const NAMES: [&'static str; 2] = ["none", "zookeeper"];
-
-    /// Its name in the configuration.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::None => Self::NAMES[0],
-            Self::ZooKeeper => Self::NAMES[1],
-        }
-    }
-
-    /// The kind named `name` (as in the configuration).
-    pub fn from_name(name: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|kind| kind.name() == name)
+super::choice! {
+    /// `high-availability.type`.
+    pub enum HighAvailabilityKind {
+        /// `none`: one JobManager, no election, nothing persisted.
+        #[default]
+        None = "none",
+        /// `zookeeper`: leader election, leader retrieval and job graph pointers in ZooKeeper.
+        ZooKeeper = "zookeeper",
     }
 }
 

@@ -308,7 +308,7 @@ static KEYS: [Key; 48] = [
         doc: "How `flint jobmanager` gets workers: child processes, a command over hosts, or none.",
         secret: false,
         kind: Kind::Choice {
-            values: &DriverKind::NAMES,
+            values: DriverKind::NAMES,
             field: Field {
                 get: |c| c.resourcemanager.driver.name(),
                 set: |c, v| {
@@ -426,7 +426,7 @@ static KEYS: [Key; 48] = [
         doc: "Where a new slot is taken when locality does not decide: the TaskManager with the most free slots, or the fewest.",
         secret: false,
         kind: Kind::Choice {
-            values: &SlotSelectionKind::NAMES,
+            values: SlotSelectionKind::NAMES,
             field: Field {
                 get: |c| c.jobmanager.scheduler.slot_selection.name(),
                 set: |c, v| {
@@ -442,7 +442,7 @@ static KEYS: [Key; 48] = [
         doc: "Which queued region gets slots next: first in, first out, or letting regions that fit overtake a head that does not (a bounded number of times).",
         secret: false,
         kind: Kind::Choice {
-            values: &RegionOrderKind::NAMES,
+            values: RegionOrderKind::NAMES,
             field: Field {
                 get: |c| c.jobmanager.scheduler.region_order.name(),
                 set: |c, v| {
@@ -533,7 +533,7 @@ static KEYS: [Key; 48] = [
         doc: "`none`: one JobManager for the cluster's life; `zookeeper`: standby JobManagers elect a leader through ZooKeeper and recover its jobs.",
         secret: false,
         kind: Kind::Choice {
-            values: &HighAvailabilityKind::NAMES,
+            values: HighAvailabilityKind::NAMES,
             field: Field {
                 get: |c| c.high_availability.kind.name(),
                 set: |c, v| {

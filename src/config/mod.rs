@@ -57,6 +57,43 @@ pub use sources::{
 /// The largest pool size accepted at all: beyond it a value is surely a typo.
 pub const POOL_SIZE_LIMIT: u32 = 100_000;
 
+/// Declares a configuration choice: an enum whose values have names in the configuration, with
+/// `ALL`, `NAMES`, `name` and `from_name`, which the key registry's `Kind::Choice` reads.
+macro_rules! choice {
+    (
+        $(#[$meta:meta])*
+        pub enum $name:ident {
+            $( $(#[$variant_meta:meta])* $variant:ident = $text:literal, )+
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+        pub enum $name {
+            $( $(#[$variant_meta])* $variant, )+
+        }
+
+        impl $name {
+            /// Every value, in the order of [`NAMES`](Self::NAMES).
+            pub const ALL: &'static [Self] = &[$(Self::$variant),+];
+            /// Their names in the configuration.
+            pub const NAMES: &'static [&'static str] = &[$($text),+];
+
+            /// Its name in the configuration.
+            pub fn name(self) -> &'static str {
+                match self {
+                    $( Self::$variant => $text, )+
+                }
+            }
+
+            /// The value named `name` (as in the configuration).
+            pub fn from_name(name: &str) -> Option<Self> {
+                Self::ALL.iter().copied().find(|kind| kind.name() == name)
+            }
+        }
+    };
+}
+pub(crate) use choice;
+
 /// Everything a cluster is started with.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct ClusterConfig {
@@ -219,37 +256,17 @@ pub struct ResourceManagerConfig {
     pub command: CommandConfig,
 }
 
-/// `resourcemanager.driver`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum DriverKind {
-    /// `local_process`: `flint taskmanager` children on the JobManager's machine.
-    #[default]
-    LocalProcess,
-    /// `command`: a command template run over a host list, round-robin (`ssh {host} flint
-    /// taskmanager ...`).
-    Command,
-    /// `standalone`: nothing is started; TaskManagers started elsewhere register themselves.
-    Standalone,
-}
-
-impl DriverKind {
-    /// Every driver, in the order of [`NAMES`](Self::NAMES).
-    pub const ALL: [DriverKind; 3] = [Self::LocalProcess, Self::Command, Self::Standalone];
-    /// Their names in the configuration.
-    pub const NAMES: [&'static str; 3] = ["local_process", "command", "standalone"];
-
-    /// Its name in the configuration.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::LocalProcess => Self::NAMES[0],
-            Self::Command => Self::NAMES[1],
-            Self::Standalone => Self::NAMES[2],
-        }
-    }
-
-    /// The driver named `name` (as in the configuration).
-    pub fn from_name(name: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|kind| kind.name() == name)
+choice! {
+    /// `resourcemanager.driver`.
+    pub enum DriverKind {
+        /// `local_process`: `flint taskmanager` children on the JobManager's machine.
+        #[default]
+        LocalProcess = "local_process",
+        /// `command`: a command template run over a host list, round-robin (`ssh {host} flint
+        /// taskmanager ...`).
+        Command = "command",
+        /// `standalone`: nothing is started; TaskManagers started elsewhere register themselves.
+        Standalone = "standalone",
     }
 }
 
@@ -436,59 +453,27 @@ pub struct SchedulerConfig {
     pub region_order: RegionOrderKind,
 }
 
-/// `jobmanager.scheduler.slot-selection`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum SlotSelectionKind {
-    /// `spread_out`: the TaskManager with the most free slots (one crash takes few tasks).
-    #[default]
-    SpreadOut,
-    /// `pack`: the TaskManager with the fewest free slots (idle ones can be released sooner).
-    Pack,
-}
-
-impl SlotSelectionKind {
-    /// Every value, in the order of [`NAMES`](Self::NAMES).
-    pub const ALL: [Self; 2] = [Self::SpreadOut, Self::Pack];
-    /// Their names in the configuration.
-    pub const NAMES: [&'static str; 2] = ["spread_out", "pack"];
-
-    /// Its name in the configuration.
-    pub fn name(self) -> &'static str {
-        Self::NAMES[self as usize]
-    }
-
-    /// The value named `name`.
-    pub fn from_name(name: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|kind| kind.name() == name)
+choice! {
+    /// `jobmanager.scheduler.slot-selection`.
+    pub enum SlotSelectionKind {
+        /// `spread_out`: the TaskManager with the most free slots (one crash takes few tasks).
+        #[default]
+        SpreadOut = "spread_out",
+        /// `pack`: the TaskManager with the fewest free slots (idle ones can be released sooner).
+        Pack = "pack",
     }
 }
 
-/// `jobmanager.scheduler.region-order`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum RegionOrderKind {
-    /// `fifo`: jobs in submission order, each job's regions in order; the head waits until it
-    /// fits and nothing overtakes it.
-    #[default]
-    Fifo,
-    /// `backfill`: as `fifo`, but bulks that fit may overtake a head that does not (a bounded
-    /// number of times per head, so it cannot starve): no slot sits idle while something fits.
-    Backfill,
-}
-
-impl RegionOrderKind {
-    /// Every value, in the order of [`NAMES`](Self::NAMES).
-    pub const ALL: [Self; 2] = [Self::Fifo, Self::Backfill];
-    /// Their names in the configuration.
-    pub const NAMES: [&'static str; 2] = ["fifo", "backfill"];
-
-    /// Its name in the configuration.
-    pub fn name(self) -> &'static str {
-        Self::NAMES[self as usize]
-    }
-
-    /// The value named `name`.
-    pub fn from_name(name: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|kind| kind.name() == name)
+choice! {
+    /// `jobmanager.scheduler.region-order`.
+    pub enum RegionOrderKind {
+        /// `fifo`: jobs in submission order, each job's regions in order; the head waits until it
+        /// fits and nothing overtakes it.
+        #[default]
+        Fifo = "fifo",
+        /// `backfill`: as `fifo`, but bulks that fit may overtake a head that does not (a bounded
+        /// number of times per head, so it cannot starve): no slot sits idle while something fits.
+        Backfill = "backfill",
     }
 }
 
