@@ -7,7 +7,12 @@
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use actix::dev::ToEnvelope;
+use std::any::TypeId;
+use std::future::Future;
+use std::marker::PhantomData;
+use std::pin::Pin;
+
+use actix::dev::{MessageResponse, OneshotSender, ToEnvelope};
 use actix::prelude::*;
 use tokio::sync::oneshot;
 
@@ -17,6 +22,7 @@ use crate::base::ids::{LeaderSessionId, ResourceId};
 use crate::env::events::EventSink;
 use crate::env::{CurrentArbiterSpawner, NodeEnv, Spawner};
 use crate::messages::job_manager::*;
+use crate::messages::reply::{Answer, Reply};
 use crate::messages::resource_manager::*;
 use crate::messages::task_manager::*;
 use crate::messages::*;
@@ -105,23 +111,20 @@ impl<R> Held<R> {
     }
 }
 
-impl<R: Clone + 'static> Script<R> {
-    fn reply(&self) -> ResponseFuture<R> {
+impl<R: Clone + Answer + 'static> Script<R> {
+    fn answer(&self) -> ProbeAnswer {
         match self {
-            Self::Answer(value) => {
-                let value = value.clone();
-                Box::pin(async move { value })
-            }
-            Self::Silent => Box::pin(std::future::pending()),
+            Self::Answer(value) => ProbeAnswer::Now(value.clone().into_reply()),
+            Self::Silent => ProbeAnswer::Never,
             Self::Hold(held) => {
                 let (sender, receiver) = oneshot::channel();
                 lock(&held.0).push(sender);
-                Box::pin(async move {
+                ProbeAnswer::Later(Box::pin(async move {
                     match receiver.await {
-                        Ok(value) => value,
+                        Ok(value) => value.into_reply(),
                         Err(_) => std::future::pending().await,
                     }
-                })
+                }))
             }
         }
     }
@@ -163,32 +166,82 @@ fn register(env: &NodeEnv, address: &ActorAddress, actor: LocalActor) {
     env.resolver.register(address.clone(), actor);
 }
 
-/// Implements a recording handler on a probe for a message answered by a script field.
-macro_rules! scripted {
-    ($probe:ident, $wire:ident, $message:ident, $script:ident) => {
-        impl Handler<$message> for $probe {
-            type Result = ResponseFuture<<$message as Message>::Result>;
-
-            fn handle(&mut self, msg: $message, _: &mut Context<Self>) -> Self::Result {
-                self.received.push($wire::from(msg));
-                lock(&self.scripts).$script.reply()
-            }
-        }
-    };
+/// What a probe answers one message with.
+pub enum ProbeAnswer {
+    /// At once.
+    Now(Reply),
+    /// When the future resolves.
+    Later(Pin<Box<dyn Future<Output = Reply>>>),
+    /// Never: the asker's own timeout fires.
+    Never,
 }
 
-/// Implements a recording handler for a message without an answer.
-macro_rules! recorded {
-    ($probe:ident, $wire:ident, $($message:ident),+) => {
-        $(
-            impl Handler<$message> for $probe {
-                type Result = ();
+/// A probe's response to a message `M`: the [`ProbeAnswer`] turned into `M`'s answer type. An
+/// answer given at once is sent in the same turn, as `MessageResult` would.
+pub struct ProbeResponse<R>(ProbeAnswer, PhantomData<fn() -> R>);
 
-                fn handle(&mut self, msg: $message, _: &mut Context<Self>) {
-                    self.received.push($wire::from(msg));
-                }
+impl<R: Answer + 'static> ProbeResponse<R> {
+    /// `answer`, or for a message nobody scripted: `()` at once for a tell, never for an ask.
+    fn new(answer: Option<ProbeAnswer>) -> Self {
+        let answer = answer.unwrap_or_else(|| {
+            if TypeId::of::<R>() == TypeId::of::<()>() {
+                ProbeAnswer::Now(().into_reply())
+            } else {
+                ProbeAnswer::Never
             }
-        )+
+        });
+        Self(answer, PhantomData)
+    }
+}
+
+fn unwrap_reply<R: Answer>(reply: Reply) -> R {
+    R::from_reply(reply)
+        .unwrap_or_else(|error| panic!("a probe scripted the wrong answer: {error}"))
+}
+
+impl<A, M, R> MessageResponse<A, M> for ProbeResponse<R>
+where
+    A: Actor,
+    M: Message<Result = R>,
+    R: Answer + 'static,
+{
+    fn handle(self, _: &mut A::Context, tx: Option<OneshotSender<R>>) {
+        let Some(tx) = tx else { return };
+        match self.0 {
+            ProbeAnswer::Now(reply) => drop(tx.send(unwrap_reply(reply))),
+            ProbeAnswer::Later(reply) => {
+                actix::spawn(async move { drop(tx.send(unwrap_reply(reply.await))) });
+            }
+            ProbeAnswer::Never => {
+                // Held, not dropped: the asker waits (until its timeout), as for a peer that
+                // never answers, instead of seeing a closed mailbox.
+                actix::spawn(async move {
+                    let _held = tx;
+                    std::future::pending::<()>().await;
+                });
+            }
+        }
+    }
+}
+
+/// Implements the one handler of a probe: every message of its protocol is recorded, then
+/// answered as the probe's `answer` says (a new message of the protocol needs no change here).
+macro_rules! probe {
+    ($probe:ident, $wire:ident) => {
+        impl<M> Handler<M> for $probe
+        where
+            M: Message + Into<$wire> + 'static,
+            M::Result: Answer + 'static,
+        {
+            type Result = ProbeResponse<M::Result>;
+
+            fn handle(&mut self, msg: M, _: &mut Context<Self>) -> Self::Result {
+                let wire: $wire = msg.into();
+                let answer = self.answer(&wire);
+                self.received.push(wire);
+                ProbeResponse::new(answer)
+            }
+        }
     };
 }
 
@@ -219,90 +272,37 @@ impl Actor for JobManagerProbe {
     type Context = Context<Self>;
 }
 
-scripted!(
-    JobManagerProbe,
-    JobManagerMessage,
-    RegisterTaskManager,
-    register_task_manager
-);
-scripted!(
-    JobManagerProbe,
-    JobManagerMessage,
-    RegisterResourceManager,
-    register_resource_manager
-);
-scripted!(JobManagerProbe, JobManagerMessage, Heartbeat, heartbeat);
-scripted!(
-    JobManagerProbe,
-    JobManagerMessage,
-    ReleaseIdleTaskManagers,
-    release_idle_task_managers
-);
-scripted!(
-    JobManagerProbe,
-    JobManagerMessage,
-    GetJobManagerStatus,
-    get_status
-);
-scripted!(
-    JobManagerProbe,
-    JobManagerMessage,
-    ResourceManagerHeartbeat,
-    resource_manager_heartbeat
-);
-recorded!(JobManagerProbe, JobManagerMessage, ResourceRemoved);
+probe!(JobManagerProbe, JobManagerMessage);
 
-impl Handler<UpdateTaskExecutionStates> for JobManagerProbe {
-    type Result = MessageResult<UpdateTaskExecutionStates>;
-
-    fn handle(&mut self, msg: UpdateTaskExecutionStates, _: &mut Context<Self>) -> Self::Result {
-        self.received.push(JobManagerMessage::from(msg));
-        MessageResult(crate::messages::Acknowledge)
-    }
-}
-
-impl Handler<SubmitJob> for JobManagerProbe {
-    type Result = Result<crate::base::ids::JobId, JobError>;
-
-    fn handle(&mut self, msg: SubmitJob, _: &mut Context<Self>) -> Self::Result {
-        self.received.push(msg.into());
-        Err(JobError::Rejected("a probe runs no jobs".into()))
-    }
-}
-
-impl Handler<CancelJob> for JobManagerProbe {
-    type Result = Result<crate::job::states::JobStatus, JobError>;
-
-    fn handle(&mut self, msg: CancelJob, _: &mut Context<Self>) -> Self::Result {
-        self.received.push(msg.into());
-        Err(JobError::UnknownJob(msg.job_id))
-    }
-}
-
-impl Handler<RequestJobStatus> for JobManagerProbe {
-    type Result = Result<JobDetails, JobError>;
-
-    fn handle(&mut self, msg: RequestJobStatus, _: &mut Context<Self>) -> Self::Result {
-        self.received.push(msg.into());
-        Err(JobError::UnknownJob(msg.job_id))
-    }
-}
-
-impl Handler<ListJobs> for JobManagerProbe {
-    type Result = MessageResult<ListJobs>;
-
-    fn handle(&mut self, msg: ListJobs, _: &mut Context<Self>) -> Self::Result {
-        self.received.push(msg.into());
-        MessageResult(Vec::new())
-    }
-}
-
-impl Handler<DisconnectTaskManager> for JobManagerProbe {
-    type Result = MessageResult<DisconnectTaskManager>;
-
-    fn handle(&mut self, msg: DisconnectTaskManager, _: &mut Context<Self>) -> Self::Result {
-        self.received.push(msg.into());
-        MessageResult(Acknowledge)
+impl JobManagerProbe {
+    fn answer(&self, message: &JobManagerMessage) -> Option<ProbeAnswer> {
+        use JobManagerMessage as M;
+        let scripts = lock(&self.scripts);
+        let now = |reply: Reply| Some(ProbeAnswer::Now(reply));
+        match message {
+            M::RegisterTaskManager(_) => Some(scripts.register_task_manager.answer()),
+            M::RegisterResourceManager(_) => Some(scripts.register_resource_manager.answer()),
+            M::Heartbeat(_) => Some(scripts.heartbeat.answer()),
+            M::ReleaseIdleTaskManagers(_) => Some(scripts.release_idle_task_managers.answer()),
+            M::GetJobManagerStatus(_) => Some(scripts.get_status.answer()),
+            M::ResourceManagerHeartbeat(_) => Some(scripts.resource_manager_heartbeat.answer()),
+            M::UpdateTaskExecutionStates(_) | M::DisconnectTaskManager(_) => {
+                now(Acknowledge.into_reply())
+            }
+            M::SubmitJob(_) => now(Err::<crate::base::ids::JobId, _>(JobError::Rejected(
+                "a probe runs no jobs".into(),
+            ))
+            .into_reply()),
+            M::CancelJob(m) => now(
+                Err::<crate::job::states::JobStatus, _>(JobError::UnknownJob(m.job_id))
+                    .into_reply(),
+            ),
+            M::RequestJobStatus(m) => {
+                now(Err::<JobDetails, _>(JobError::UnknownJob(m.job_id)).into_reply())
+            }
+            M::ListJobs(_) => now(Vec::<JobSummary>::new().into_reply()),
+            _ => None,
+        }
     }
 }
 
@@ -404,50 +404,21 @@ impl Actor for ResourceManagerProbe {
     type Context = Context<Self>;
 }
 
-scripted!(
-    ResourceManagerProbe,
-    ResourceManagerMessage,
-    NotifyResourceStarted,
-    notify_resource_started
-);
-recorded!(
-    ResourceManagerProbe,
-    ResourceManagerMessage,
-    CheckAndAllocateContainers,
-    ReleaseResource,
-    DeclareResourceRequirements,
-    NewLeaderAvailable,
-    TriggerRegistrationAtJobManager,
-    RegisterResourceManagerSuccessful,
-    WorkerStarted,
-    WorkerFailed,
-    WorkerTerminated
-);
+probe!(ResourceManagerProbe, ResourceManagerMessage);
 
-impl Handler<SetWorkerPoolSize> for ResourceManagerProbe {
-    type Result = Result<Acknowledge, SetPoolSizeError>;
-
-    fn handle(&mut self, msg: SetWorkerPoolSize, _: &mut Context<Self>) -> Self::Result {
-        self.received.push(msg.into());
-        Ok(Acknowledge)
-    }
-}
-
-impl Handler<StopCluster> for ResourceManagerProbe {
-    type Result = MessageResult<StopCluster>;
-
-    fn handle(&mut self, msg: StopCluster, _: &mut Context<Self>) -> Self::Result {
-        self.received.push(msg.into());
-        MessageResult(Acknowledge)
-    }
-}
-
-impl Handler<GetResourceManagerStatus> for ResourceManagerProbe {
-    type Result = ResponseFuture<ResourceManagerStatus>;
-
-    fn handle(&mut self, msg: GetResourceManagerStatus, _: &mut Context<Self>) -> Self::Result {
-        self.received.push(msg.into());
-        Box::pin(std::future::pending())
+impl ResourceManagerProbe {
+    fn answer(&self, message: &ResourceManagerMessage) -> Option<ProbeAnswer> {
+        use ResourceManagerMessage as M;
+        match message {
+            M::NotifyResourceStarted(_) => {
+                Some(lock(&self.scripts).notify_resource_started.answer())
+            }
+            M::SetWorkerPoolSize(_) => Some(ProbeAnswer::Now(
+                Ok::<_, SetPoolSizeError>(Acknowledge).into_reply(),
+            )),
+            M::StopCluster(_) => Some(ProbeAnswer::Now(Acknowledge.into_reply())),
+            _ => None,
+        }
     }
 }
 
@@ -504,25 +475,26 @@ impl Actor for TaskManagerProbe {
     type Context = Context<Self>;
 }
 
-recorded!(
-    TaskManagerProbe,
-    TaskManagerMessage,
-    NewLeaderAvailable,
-    Disconnect,
-    CancelTasks,
-    ReleaseJobPartitions
-);
+probe!(TaskManagerProbe, TaskManagerMessage);
 
-impl Handler<SubmitTasks> for TaskManagerProbe {
-    type Result = MessageResult<SubmitTasks>;
+impl TaskManagerProbe {
+    fn answer(&self, message: &TaskManagerMessage) -> Option<ProbeAnswer> {
+        use TaskManagerMessage as M;
+        let now = |reply: Reply| Some(ProbeAnswer::Now(reply));
+        match message {
+            M::SubmitTasks(submit) => now(self.submitted(submit).into_reply()),
+            M::PartitionRequests(_) => now(Acknowledge.into_reply()),
+            M::PollPartitionData(poll) => now(self.no_partitions(poll).into_reply()),
+            _ => None,
+        }
+    }
 
     /// Takes every task, or (with `forgets_producer_lists`) refuses those naming a list.
-    fn handle(&mut self, msg: SubmitTasks, _: &mut Context<Self>) -> Self::Result {
+    fn submitted(&self, msg: &SubmitTasks) -> Vec<Result<(), TaskSubmissionError>> {
         let forgets = self
             .forgets_producer_lists
             .load(std::sync::atomic::Ordering::Relaxed);
-        let answers = msg
-            .descriptors
+        msg.descriptors
             .iter()
             .map(|descriptor| {
                 let named = descriptor
@@ -537,27 +509,12 @@ impl Handler<SubmitTasks> for TaskManagerProbe {
                     _ => Ok(()),
                 }
             })
-            .collect();
-        self.received.push(msg.into());
-        MessageResult(answers)
+            .collect()
     }
-}
 
-impl Handler<PartitionRequests> for TaskManagerProbe {
-    type Result = MessageResult<PartitionRequests>;
-
-    fn handle(&mut self, msg: PartitionRequests, _: &mut Context<Self>) -> Self::Result {
-        self.received.push(msg.into());
-        MessageResult(crate::messages::Acknowledge)
-    }
-}
-
-/// A probe holds no partitions: every partition of every set named so far is answered
-/// `Unknown`.
-impl Handler<PollPartitionData> for TaskManagerProbe {
-    type Result = MessageResult<PollPartitionData>;
-
-    fn handle(&mut self, msg: PollPartitionData, _: &mut Context<Self>) -> Self::Result {
+    /// A probe holds no partitions: every partition of every set named so far is answered
+    /// `Unknown`.
+    fn no_partitions(&self, msg: &PollPartitionData) -> PartitionData {
         let notices: Vec<PartitionNotice> = self
             .received
             .all()
@@ -580,23 +537,12 @@ impl Handler<PollPartitionData> for TaskManagerProbe {
                 _ => Vec::new(),
             })
             .collect();
-        let seq = msg.received + 1;
-        self.received.push(msg.into());
-        MessageResult(PartitionData {
-            seq,
+        PartitionData {
+            seq: msg.received + 1,
             channels: Vec::new(),
             notices,
             forgotten: false,
-        })
-    }
-}
-
-impl Handler<GetTaskManagerStatus> for TaskManagerProbe {
-    type Result = ResponseFuture<TaskManagerStatus>;
-
-    fn handle(&mut self, msg: GetTaskManagerStatus, _: &mut Context<Self>) -> Self::Result {
-        self.received.push(msg.into());
-        Box::pin(std::future::pending())
+        }
     }
 }
 
