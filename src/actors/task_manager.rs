@@ -77,6 +77,8 @@ pub struct TaskManagerSpec {
     pub working_dir: PathBuf,
     /// A result partition larger than this (bytes) spills to disk.
     pub spill_threshold_bytes: usize,
+    /// Managed memory of the whole TaskManager (bytes), shared out equally among its slots.
+    pub managed_memory: u64,
     /// Network buffers (`taskmanager.network.*`).
     pub network: NetworkSettings,
     /// How a task that ignores its cancellation is pressed (`task.cancellation.*`).
@@ -398,6 +400,9 @@ impl TaskManager {
             cancelled,
             metrics,
             clock: self.env.clock.clone(),
+            working_dir: self.partitions.working_dir().to_owned(),
+            managed_memory: self.settings.spec.managed_memory
+                / u64::from(self.settings.spec.slots.max(1)),
         };
         let done = ctx.address().recipient::<TaskEnded>();
         self.env.task_runner.run(
@@ -425,6 +430,7 @@ impl TaskManager {
                 error: None,
                 unavailable_partition: None,
                 io: None,
+                result: None,
             };
             self.report(running, ctx);
         }
@@ -597,6 +603,7 @@ impl Handler<TaskEnded> for TaskManager {
             error: msg.outcome.error,
             unavailable_partition: msg.outcome.unavailable_partition,
             io: Some(io),
+            result: msg.outcome.result.map(bytes::Bytes::from),
         };
         self.report(ended, ctx);
     }

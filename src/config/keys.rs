@@ -159,7 +159,7 @@ macro_rules! duration {
     };
 }
 
-static KEYS: [Key; 48] = [
+static KEYS: [Key; 49] = [
     // [cluster]
     Key {
         name: "cluster.id",
@@ -358,6 +358,15 @@ static KEYS: [Key; 48] = [
         kind: Kind::OptionalPath(Field {
             get: |c| c.taskmanager.working_dir.clone(),
             set: |c, v| c.taskmanager.working_dir = v,
+        }),
+    },
+    Key {
+        name: "taskmanager.memory.managed.size",
+        doc: "Memory for the sorts, groupings and join build sides of typed programs, shared out equally among the slots; past its share an operator spills to the working directory.",
+        secret: false,
+        kind: Kind::Bytes(Field {
+            get: |c| c.taskmanager.managed_memory,
+            set: |c, v| c.taskmanager.managed_memory = v,
         }),
     },
     Key {

@@ -356,6 +356,10 @@ pub struct TaskManagerConfig {
     pub working_dir: Option<PathBuf>,
     /// `taskmanager.spill-threshold`: a result partition above this many bytes spills to disk.
     pub spill_threshold: u64,
+    /// `taskmanager.memory.managed.size` (Flink's): memory for the sorts, groupings and join
+    /// build sides of typed programs, shared out equally among the slots; past its share an
+    /// operator spills to the working directory.
+    pub managed_memory: u64,
     /// `taskmanager.network.buffer-size`: bytes a producer collects per subpartition before it
     /// hands them over as one buffer.
     pub network_buffer_size: u64,
@@ -376,6 +380,7 @@ impl Default for TaskManagerConfig {
             slots: 1,
             working_dir: None,
             spill_threshold: 64 << 20,
+            managed_memory: 512 << 20,
             network_buffer_size: network.buffer_size as u64,
             network_buffers_per_channel: network.buffers_per_channel,
             network_floating_buffers_per_gate: network.floating_buffers_per_gate,

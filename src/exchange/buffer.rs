@@ -12,6 +12,7 @@ use crate::base::codec::{self, CodecError};
 pub use crate::messages::buffer::Buffer;
 use crate::operators::Record;
 use bytes::Bytes;
+use serde::de::DeserializeOwned;
 
 /// Why a buffer's records could not be read back.
 #[derive(Debug, thiserror::Error)]
@@ -147,6 +148,12 @@ pub struct BufferReader {
 impl BufferReader {
     /// The next record; `None` after the last. A garbled buffer is an error, never a panic.
     pub fn next_record(&mut self) -> Result<Option<Record>, BufferError> {
+        self.next_value()
+    }
+
+    /// The next record, decoded as a `T` (the type its producer wrote: the buffer does not
+    /// say); `None` after the last. Bytes that are not a `T` are an error, never a panic.
+    pub fn next_value<T: DeserializeOwned>(&mut self) -> Result<Option<T>, BufferError> {
         let len = self.buffer.len();
         if self.read == self.buffer.records() {
             return if self.offset == len {
@@ -158,7 +165,7 @@ impl BufferReader {
         if self.offset == len {
             return Err(self.wrong_count());
         }
-        let (record, used) = codec::decode_prefix::<Record>(&self.buffer.bytes()[self.offset..])
+        let (value, used) = codec::decode_prefix::<T>(&self.buffer.bytes()[self.offset..])
             .map_err(|source| BufferError::Garbled {
                 index: self.read,
                 offset: self.offset,
@@ -167,7 +174,12 @@ impl BufferReader {
             })?;
         self.offset += used;
         self.read += 1;
-        Ok(Some(record))
+        Ok(Some(value))
+    }
+
+    /// Whether every record was read.
+    pub fn is_done(&self) -> bool {
+        self.read == self.buffer.records()
     }
 
     fn wrong_count(&self) -> BufferError {

@@ -79,6 +79,8 @@ pub struct GateStats {
 /// `base..base + partitions.len()` in the gate.
 struct Group {
     base: u32,
+    /// The input (incoming edge, in the descriptor's order) its channels belong to.
+    input: u32,
     partitions: Arc<Vec<ResultPartitionId>>,
     subpartition: u32,
     /// Its data connection (an index into the gate's).
@@ -105,6 +107,34 @@ enum LocalState {
     Waiting,
     /// No credit left: read again when one of its buffers is consumed.
     NoCredit,
+}
+
+/// What [`InputGate::next_event`] hands out.
+#[derive(Debug)]
+pub enum GateEvent {
+    /// A buffer of input `input` (the task's incoming edges, in its descriptor's order).
+    Buffer {
+        /// Which input.
+        input: usize,
+        /// Its records, serialized.
+        buffer: Buffer,
+    },
+    /// Every channel of this input has finished and its last buffer was handed out.
+    InputEnded(usize),
+}
+
+/// One input's progress, for telling its end exactly once and after its last buffer.
+#[derive(Debug, Clone, Copy, Default)]
+struct InputState {
+    open: usize,
+    queued: usize,
+    told: bool,
+}
+
+impl InputState {
+    fn ended_untold(&self) -> bool {
+        self.open == 0 && self.queued == 0 && !self.told
+    }
 }
 
 /// A channel that got data.
@@ -172,6 +202,8 @@ pub struct InputGate {
     dirty: Vec<u32>,
     /// Channels not finished.
     open: usize,
+    /// Per input: channels not finished, buffers queued, and whether its end was reported.
+    inputs: Vec<InputState>,
     /// Of those, the ones that got data (with a state of their own).
     served: usize,
     /// Channels finished empty by the notices taken from the inbox, counted as the client
@@ -210,6 +242,7 @@ impl InputGate {
             settings,
             cancellation,
             open: 0,
+            inputs: vec![InputState::default(); gates.len()],
             channels: FixedHashMap::default(),
             groups: Vec::new(),
             finished: Vec::new(),
@@ -279,8 +312,10 @@ impl InputGate {
                         },
                     );
                 }
+                gate.inputs[i].open += partitions.len();
                 gate.groups.push(Group {
                     base,
+                    input: i as u32,
                     partitions: partitions.clone(),
                     subpartition: descriptor.subpartition,
                     connection: position,
@@ -365,6 +400,8 @@ impl InputGate {
         }
         *word |= bit;
         self.open -= 1;
+        let input = self.group_of(index).input as usize;
+        self.inputs[input].open -= 1;
         if let Some(channel) = self.channels.get_mut(&index) {
             channel.finished = true;
             self.served -= 1;
@@ -460,13 +497,32 @@ impl InputGate {
     }
 
     /// The next buffer of whichever channel has one, waiting as long as it takes; `None` once
-    /// every channel has finished.
+    /// every channel has finished. Which input a buffer came from, and when an input ended, is
+    /// [`next_event`](Self::next_event)'s.
     pub fn next_buffer(
         &mut self,
         blocker: &dyn TaskBlocker,
     ) -> Result<Option<Buffer>, ExchangeError> {
         loop {
+            match self.next_event(blocker)? {
+                Some(GateEvent::Buffer { buffer, .. }) => return Ok(Some(buffer)),
+                Some(GateEvent::InputEnded(_)) => {}
+                None => return Ok(None),
+            }
+        }
+    }
+
+    /// The next buffer of whichever channel has one, with the input it belongs to, or the end
+    /// of an input (after its last buffer); waits as long as it takes; `None` once every channel
+    /// has finished and every input's end was told.
+    pub fn next_event(
+        &mut self,
+        blocker: &dyn TaskBlocker,
+    ) -> Result<Option<GateEvent>, ExchangeError> {
+        loop {
             if let Some((channel, buffer)) = self.queue.pop_front() {
+                let input = self.group_of(channel as u32).input as usize;
+                self.inputs[input].queued -= 1;
                 self.consumed(channel);
                 self.send_requests();
                 let (records, bytes) = (u64::from(buffer.records()), buffer.len() as u64);
@@ -474,7 +530,11 @@ impl InputGate {
                 self.stats.bytes_in += bytes;
                 self.metrics.read(records, bytes);
                 self.metrics.set_buffers_in_use(self.queue.len() as u64);
-                return Ok(Some(buffer));
+                return Ok(Some(GateEvent::Buffer { input, buffer }));
+            }
+            if let Some(input) = self.inputs.iter().position(InputState::ended_untold) {
+                self.inputs[input].told = true;
+                return Ok(Some(GateEvent::InputEnded(input)));
             }
             if self.open == 0 {
                 return Ok(None);
@@ -501,6 +561,11 @@ impl InputGate {
             }
             self.take_inbox()?;
         }
+    }
+
+    /// How many inputs (incoming edges) the gate reads.
+    pub fn inputs(&self) -> usize {
+        self.inputs.len()
     }
 
     /// A buffer of `channel` was consumed: its credit grows back (or a floating buffer it no
@@ -632,6 +697,8 @@ impl InputGate {
             channel.queued += 1;
             channel.received += 1;
             self.stats.buffers_in += 1;
+            let input = self.group_of(index as u32).input as usize;
+            self.inputs[input].queued += 1;
             self.queue.push_back((index, buffer));
             self.metrics.set_buffers_in_use(self.queue.len() as u64);
         }

@@ -104,8 +104,9 @@ impl ResultPartitionWriter {
         }
     }
 
-    /// Writes `record` to every output; a buffer that would pass the buffer size goes to the
-    /// store first, waiting for room. A record larger than a buffer travels alone.
+    /// Writes `record` to every output, routed by its key ([`route`](Self::route)); a buffer
+    /// that would pass the buffer size goes to the store first, waiting for room. A record
+    /// larger than a buffer travels alone.
     pub fn emit(
         &mut self,
         record: Record,
@@ -115,22 +116,53 @@ impl ResultPartitionWriter {
         if self.outputs.is_empty() {
             return Ok(());
         }
-        self.scratch.clear();
-        codec::encode_into(&record, &mut self.scratch).map_err(ExchangeError::Serialize)?;
-        let bytes = self.scratch.len();
-        for index in 0..self.outputs.len() {
-            let sub = Self::route(&self.outputs[index].partition, &record);
-            let filled = self.outputs[index].buffers[sub].len();
-            if filled > 0 && filled + bytes > self.buffer_size {
-                self.hand_over(index, sub, blocker, cancelled)?;
+        let mut scratch = std::mem::take(&mut self.scratch);
+        scratch.clear();
+        let encoded = codec::encode_into(&record, &mut scratch).map_err(ExchangeError::Serialize);
+        let written = encoded.and_then(|_| {
+            for output in 0..self.outputs.len() {
+                let sub = Self::route(&self.outputs[output].partition, &record);
+                self.write(output, sub, &scratch, blocker, cancelled)?;
             }
-            self.outputs[index].buffers[sub].push_encoded(&self.scratch, self.buffer_size);
-            self.stats.records_out += 1;
-            self.stats.bytes_out += bytes as u64;
-            self.metrics.wrote(bytes as u64);
-            if self.outputs[index].buffers[sub].len() >= self.buffer_size {
-                self.hand_over(index, sub, blocker, cancelled)?;
-            }
+            Ok(())
+        });
+        self.scratch = scratch;
+        written
+    }
+
+    /// How many outputs (outgoing edges) the task writes.
+    pub fn outputs(&self) -> usize {
+        self.outputs.len()
+    }
+
+    /// How many subpartitions (consumer subtasks) output `output` has.
+    pub fn subpartitions(&self, output: usize) -> usize {
+        self.outputs[output].buffers.len()
+    }
+
+    /// Appends one record's encoding (`encoded`, as [`codec::encode_into`] writes it) to
+    /// subpartition `sub` of output `output`; a buffer that would pass the buffer size goes to
+    /// the store first, waiting for room. A record larger than a buffer travels alone. The
+    /// caller routes: the exchange never looks inside a record.
+    pub fn write(
+        &mut self,
+        output: usize,
+        sub: usize,
+        encoded: &[u8],
+        blocker: &dyn TaskBlocker,
+        cancelled: &Arc<Cancellation>,
+    ) -> Result<(), ExchangeError> {
+        let bytes = encoded.len();
+        let filled = self.outputs[output].buffers[sub].len();
+        if filled > 0 && filled + bytes > self.buffer_size {
+            self.hand_over(output, sub, blocker, cancelled)?;
+        }
+        self.outputs[output].buffers[sub].push_encoded(encoded, self.buffer_size);
+        self.stats.records_out += 1;
+        self.stats.bytes_out += bytes as u64;
+        self.metrics.wrote(bytes as u64);
+        if self.outputs[output].buffers[sub].len() >= self.buffer_size {
+            self.hand_over(output, sub, blocker, cancelled)?;
         }
         Ok(())
     }

@@ -48,6 +48,8 @@ protocol! {
         cancel_job: CancelJob,
         /// A client asks how a job is doing.
         request_job_status: RequestJobStatus,
+        /// A client asks for what a job's tasks sent back (its `collect()` results).
+        request_job_results: RequestJobResults,
         /// A client lists the jobs.
         list_jobs: ListJobs,
         /// A TaskManager reports task state changes.
@@ -536,6 +538,25 @@ pub struct RequestJobStatus {
     pub job_id: JobId,
 }
 
+/// What did a job's tasks send back? (the records its `collect()` sinks gathered).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Message)]
+#[rtype(result = "Result<JobResults, JobError>")]
+pub struct RequestJobResults {
+    /// The job.
+    pub job_id: JobId,
+}
+
+/// What a job's tasks sent back with their final state, by vertex name and subtask: the
+/// encoded records of each `collect()` sink subtask (`None`: that subtask sent nothing, or has
+/// not finished).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobResults {
+    /// The job's status when asked.
+    pub status: Option<JobStatus>,
+    /// Per vertex that sent anything: one entry per subtask.
+    pub vertices: std::collections::BTreeMap<String, Vec<Option<bytes::Bytes>>>,
+}
+
 /// Every job the JobManager knows, newest last.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Message)]
 #[rtype(result = "Vec<JobSummary>")]
@@ -578,6 +599,9 @@ pub struct TaskExecutionState {
     pub unavailable_partition: Option<ResultPartitionId>,
     /// With a final state: what its exchange did, last sampled as it ended.
     pub io: Option<TaskIoSnapshot>,
+    /// With FINISHED: what the task sent back for its job's client (a `collect()` sink's
+    /// encoded records), if anything.
+    pub result: Option<bytes::Bytes>,
 }
 
 /// Why a job request was refused. Not retryable with the same request.

@@ -9,7 +9,7 @@ use crate::job::states::JobStatus;
 use crate::messages::common::Acknowledge;
 use crate::messages::job_manager::{
     HeartbeatResponse, IdleTaskManagersReleased, JobDetails, JobError, JobManagerStatus,
-    JobSummary, RegistrationResponse, ResourceManagerHeartbeatResponse,
+    JobResults, JobSummary, RegistrationResponse, ResourceManagerHeartbeatResponse,
 };
 use crate::messages::resource_manager::{
     RegisterResourceManagerSuccessful, ResourceManagerStatus, SetPoolSizeError,
@@ -119,6 +119,8 @@ replies! {
     CancelJob(Result<JobStatus, JobError>),
     /// To `RequestJobStatus`.
     RequestJobStatus(Result<JobDetails, JobError>),
+    /// To `RequestJobResults`.
+    RequestJobResults(Result<JobResults, JobError>),
     /// To `ListJobs`.
     ListJobs(Vec<JobSummary>),
     /// To `SetWorkerPoolSize`.

@@ -311,6 +311,10 @@ pub(crate) fn job_manager_samples() -> Vec<JobManagerMessage> {
             job_id: JobId::from_u128(5),
         }
         .into(),
+        RequestJobResults {
+            job_id: JobId::from_u128(5),
+        }
+        .into(),
         ListJobs.into(),
         UpdateTaskExecutionStates {
             states: vec![
@@ -324,6 +328,7 @@ pub(crate) fn job_manager_samples() -> Vec<JobManagerMessage> {
                         edge: 1,
                     }),
                     io: Some(crate::messages::TaskIoSnapshot::default()),
+                    result: Some(bytes::Bytes::from_static(b"records")),
                 },
                 TaskExecutionState {
                     job_id: JobId::from_u128(5),
@@ -332,6 +337,7 @@ pub(crate) fn job_manager_samples() -> Vec<JobManagerMessage> {
                     error: None,
                     unavailable_partition: None,
                     io: None,
+                    result: None,
                 },
             ],
         }
@@ -421,6 +427,7 @@ fn job_manager_variant(message: &JobManagerMessage) -> usize {
         M::ListJobs(_) => 10,
         M::UpdateTaskExecutionStates(_) => 11,
         M::DisconnectTaskManager(_) => 12,
+        M::RequestJobResults(_) => 13,
     }
 }
 
@@ -530,7 +537,7 @@ fn every_resource_manager_message_round_trips() {
 #[test]
 fn every_job_manager_message_round_trips() {
     let samples = job_manager_samples();
-    assert_covers(&samples, job_manager_variant, 13);
+    assert_covers(&samples, job_manager_variant, 14);
     samples.iter().for_each(round_trip);
 }
 

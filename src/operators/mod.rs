@@ -73,6 +73,11 @@ pub enum OperatorError {
 }
 
 /// What a running task gives its operator.
+///
+/// Built-in operators read and write [`Record`]s with [`next`](Self::next) and
+/// [`emit`](Self::emit). Operators of typed programs (`crate::api`) work a level lower, on the
+/// exchange's buffers, through [`split`](Self::split): they decode their inputs' records as
+/// the types their producers wrote and route their own outputs.
 pub trait TaskIo {
     /// This subtask's index, from 0.
     fn subtask(&self) -> u32;
@@ -101,6 +106,83 @@ pub trait TaskIo {
     ) -> Result<(), OperatorError> {
         self.sleep(duration)
     }
+    /// The task's inputs and outputs apart, so an operator can read one while it writes the
+    /// other (a chain pushes what it reads straight through to its outputs).
+    fn split(&mut self) -> (&mut dyn TaskInputs, &mut dyn TaskOutputs) {
+        unsupported_split()
+    }
+    /// What the task knows about itself beyond its index: its vertex, its private directory
+    /// for spill files, its share of managed memory.
+    fn context(&self) -> TaskContext {
+        TaskContext::default()
+    }
+    /// Hands the task's result to the JobManager with its final state (what `collect()` sends
+    /// back to the client). A task has at most one; a later one replaces it.
+    fn set_result(&mut self, _result: Vec<u8>) -> Result<(), OperatorError> {
+        Err(OperatorError::Failed(
+            "this task cannot send a result to the JobManager".into(),
+        ))
+    }
+}
+
+#[track_caller]
+fn unsupported_split() -> ! {
+    panic!("this TaskIo offers no buffer-level access (split)")
+}
+
+/// A task's inputs, buffer by buffer.
+pub trait TaskInputs {
+    /// How many inputs (incoming edges) the task reads, in its descriptor's order.
+    fn inputs(&self) -> usize;
+    /// The next buffer of whichever input has one, or the end of an input (after its last
+    /// buffer); `None` once every input has ended. Waits as long as it takes.
+    fn next_event(&mut self) -> Result<Option<InputEvent>, OperatorError>;
+}
+
+/// A task's outputs, written record by record in their encoded form.
+pub trait TaskOutputs {
+    /// How many outputs (outgoing edges) the task writes, in its descriptor's order.
+    fn outputs(&self) -> usize;
+    /// How many subpartitions (consumer subtasks) output `output` has.
+    fn subpartitions(&self, output: usize) -> usize;
+    /// Appends one encoded record to subpartition `subpartition` of output `output`, waiting
+    /// for room if its consumer is behind (backpressure).
+    fn write(
+        &mut self,
+        output: usize,
+        subpartition: usize,
+        encoded: &[u8],
+    ) -> Result<(), OperatorError>;
+    /// Whether the task has been cancelled.
+    fn is_cancelled(&self) -> bool;
+}
+
+/// One step of a task's input, as [`TaskInputs::next_event`] gives it.
+#[derive(Debug)]
+pub enum InputEvent {
+    /// A buffer of input `input`: records serialized back to back, decoded by the operator.
+    Buffer {
+        /// Which input (incoming edge).
+        input: usize,
+        /// Its records.
+        buffer: crate::messages::buffer::Buffer,
+    },
+    /// Input `input` has ended: no buffer of it follows.
+    Ended(usize),
+}
+
+/// What a task knows about itself, for operators that spill or name themselves in errors.
+#[derive(Debug, Clone, Default)]
+pub struct TaskContext {
+    /// The vertex's name.
+    pub vertex: String,
+    /// A directory private to this task attempt (0700, created when first used, removed with
+    /// the task): where sorts, groupings and joins spill. `None` when the task has none.
+    pub spill_dir: Option<std::path::PathBuf>,
+    /// This task's share of its TaskManager's managed memory
+    /// (`taskmanager.memory.managed.size` / slots), in bytes: what its sorts, groupings and
+    /// join build sides hold before they spill.
+    pub managed_memory: u64,
 }
 
 /// An operator instance, for one subtask.

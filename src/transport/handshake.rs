@@ -84,7 +84,9 @@ pub const SECRET_ENV: &str = "FLINT_SECRET";
 /// 5: a TaskManager's heartbeat lists the jobs it holds result partitions of.
 /// 6: a data connection subscribes a gate to a set of partitions at once and hears how each
 ///    partition ended once (`PartitionNotice`), not channel by channel.
-pub const PROTOCOL_VERSION: u32 = 6;
+/// 7: typed programs — a finished task's state carries what it sends back (`collect()`), a
+///    client asks for a job's results (`RequestJobResults`).
+pub const PROTOCOL_VERSION: u32 = 7;
 
 /// The largest handshake message, in bytes (after the length prefix). A `Hello` with a sensible
 /// node id is under 200 bytes; the limit stops a peer (or a stray HTTP client) from making us

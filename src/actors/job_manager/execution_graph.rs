@@ -35,8 +35,8 @@ use crate::job::restart::{RestartBackoff, RestartDecision};
 use crate::job::states::{ExecutionState, JobStatus, Tracked};
 use crate::messages::TaskIoSnapshot;
 use crate::messages::job_manager::{
-    EXCEPTION_HISTORY_SIZE, JobDetails, JobException, JobSummary, SlotTaskAttempt, SubtaskDetails,
-    VertexDetails,
+    EXCEPTION_HISTORY_SIZE, JobDetails, JobException, JobResults, JobSummary, SlotTaskAttempt,
+    SubtaskDetails, VertexDetails,
 };
 use crate::messages::{
     ActorAddress, ResultPartitionId,
@@ -120,6 +120,8 @@ struct ExecutionVertex {
     error: Option<String>,
     /// What its exchange did, as its TaskManager last reported (this attempt only).
     io: Option<TaskIoSnapshot>,
+    /// What this attempt sent back when it finished (a `collect()` sink's records).
+    result: Option<bytes::Bytes>,
     /// The TaskManager answered this attempt's `SubmitTasks`: from then on a heartbeat that
     /// does not list it counts against it, as for a RUNNING task (Flink's deployment
     /// reconciliation). Before that the submission may still be on its way.
@@ -265,6 +267,7 @@ impl ExecutionGraph {
                         placed_at: 0,
                         error: None,
                         io: None,
+                        result: None,
                         taken: false,
                     })
                     .collect()
@@ -425,6 +428,31 @@ impl ExecutionGraph {
             if let Some(task) = self.attempts.get(attempt).copied() {
                 self.task_mut(&task).io = Some(*snapshot);
             }
+        }
+    }
+
+    /// Keeps what a finished attempt sent back (the current attempt's only: a restart runs it
+    /// again and it sends again).
+    pub fn record_result(&mut self, attempt: ExecutionAttemptId, result: bytes::Bytes) {
+        if let Some(task) = self.attempts.get(&attempt).copied() {
+            self.task_mut(&task).result = Some(result);
+        }
+    }
+
+    /// What the job's tasks sent back, by vertex, for the vertices where any did.
+    pub fn results(&self) -> JobResults {
+        let mut vertices = std::collections::BTreeMap::new();
+        for (vertex, subtasks) in self.graph.vertices.iter().zip(&self.tasks) {
+            if subtasks.iter().any(|task| task.result.is_some()) {
+                vertices.insert(
+                    vertex.name.clone(),
+                    subtasks.iter().map(|task| task.result.clone()).collect(),
+                );
+            }
+        }
+        JobResults {
+            status: Some(self.status()),
+            vertices,
         }
     }
 

@@ -535,6 +535,18 @@ impl Handler<RequestJobStatus> for JobManager {
     }
 }
 
+impl Handler<RequestJobResults> for JobManager {
+    type Result = Result<JobResults, JobError>;
+
+    fn handle(&mut self, msg: RequestJobResults, _: &mut Context<Self>) -> Self::Result {
+        let _timed = self.mailbox.time("RequestJobResults");
+        self.jobs
+            .get(&msg.job_id)
+            .map(ExecutionGraph::results)
+            .ok_or(JobError::UnknownJob(msg.job_id))
+    }
+}
+
 impl Handler<ListJobs> for JobManager {
     type Result = MessageResult<ListJobs>;
 
@@ -561,6 +573,9 @@ impl Handler<UpdateTaskExecutionStates> for JobManager {
         for update in msg.states {
             if let (Some(io), Some(job)) = (update.io, self.jobs.get_mut(&update.job_id)) {
                 job.record_io(&[(update.attempt, io)]);
+            }
+            if let (Some(result), Some(job)) = (update.result, self.jobs.get_mut(&update.job_id)) {
+                job.record_result(update.attempt, result);
             }
             self.run_job(update.job_id, ctx, |job, cx| {
                 job.update_with_lost_input(

@@ -157,6 +157,7 @@ impl Fixture {
                     error: None,
                     unavailable_partition: None,
                     io: None,
+                    result: None,
                 }));
         }
     }

@@ -21,7 +21,7 @@ use crate::base::clock::Clock;
 use crate::env::TaskBlocker;
 use crate::env::task_blocking::Cancellation;
 use crate::exchange::client::{Grouping, NetworkClient};
-use crate::exchange::input_gate::{GateStats, InputGate, PRODUCER_CANCELLED};
+use crate::exchange::input_gate::{GateEvent, GateStats, InputGate, PRODUCER_CANCELLED};
 use crate::exchange::metrics::TaskIoMetrics;
 use crate::exchange::partition::ResultPartitionManager;
 use crate::exchange::writer::{ResultPartitionWriter, WriterStats};
@@ -30,7 +30,10 @@ use crate::job::states::ExecutionState;
 use crate::messages::ResultPartitionId;
 use crate::messages::deployment::TaskDeploymentDescriptor;
 use crate::operators::registry::OperatorSpec;
-use crate::operators::{OperatorError, OperatorRegistry, Record, TaskIo};
+use crate::operators::{
+    InputEvent, OperatorError, OperatorRegistry, Record, TaskContext, TaskInputs, TaskIo,
+    TaskOutputs,
+};
 
 use crate::base::error_chain::ErrorChain;
 pub use crate::exchange::input_gate::PARTITION_REQUEST_TIMEOUT;
@@ -49,6 +52,8 @@ pub struct TaskOutcome {
     pub input: GateStats,
     /// What its writer wrote.
     pub output: WriterStats,
+    /// What it sent back for the JobManager (a `collect()` sink's records), if anything.
+    pub result: Option<Vec<u8>>,
 }
 
 /// Everything a task thread needs.
@@ -73,6 +78,10 @@ pub struct TaskEnvironment {
     pub metrics: Arc<TaskIoMetrics>,
     /// Wall time, for the backpressured time.
     pub clock: Arc<dyn Clock>,
+    /// The TaskManager's private working directory: where the task's operators spill.
+    pub working_dir: std::path::PathBuf,
+    /// The task's share of managed memory (`taskmanager.memory.managed.size` / slots), bytes.
+    pub managed_memory: u64,
 }
 
 /// Runs the task to its end, waiting only through `blocker`. Never panics: operator panics
@@ -83,8 +92,9 @@ pub fn run_task(env: TaskEnvironment, blocker: &dyn TaskBlocker) -> TaskOutcome 
     let cancellation = env.cancelled.clone();
     let mut input = GateStats::default();
     let mut output = WriterStats::default();
+    let mut sent = None;
     let result = catch_unwind(AssertUnwindSafe(|| {
-        run(env, blocker, &mut input, &mut output)
+        run(env, blocker, &mut input, &mut output, &mut sent)
     }));
     let unavailable_partition = match &result {
         Ok(Err(OperatorError::PartitionNotFound { partition, .. })) => Some(*partition),
@@ -117,6 +127,7 @@ pub fn run_task(env: TaskEnvironment, blocker: &dyn TaskBlocker) -> TaskOutcome 
         unavailable_partition: unavailable_partition.filter(|_| state == ExecutionState::Failed),
         input,
         output,
+        result: sent.filter(|_| state == ExecutionState::Finished),
     }
 }
 
@@ -156,6 +167,7 @@ fn run(
     blocker: &dyn TaskBlocker,
     input: &mut GateStats,
     output: &mut WriterStats,
+    sent: &mut Option<Vec<u8>>,
 ) -> Result<(), OperatorError> {
     let d = &env.descriptor;
     let spec = OperatorSpec {
@@ -166,51 +178,117 @@ fn run(
     };
     let mut operator = env.registry.create(&spec)?;
     let mut io = Io {
-        gate: InputGate::new(
-            &d.inputs,
-            &env.groupings,
-            &env.data_connections,
-            env.partitions.clone(),
-            env.network,
-            env.cancelled.clone(),
-            env.metrics.clone(),
-        )?,
-        writer: ResultPartitionWriter::new(
-            env.partitions.clone(),
-            &d.outputs,
-            env.network.buffer_size,
-            env.metrics.clone(),
-            env.clock.clone(),
-        ),
+        inputs: Inputs {
+            gate: InputGate::new(
+                &d.inputs,
+                &env.groupings,
+                &env.data_connections,
+                env.partitions.clone(),
+                env.network,
+                env.cancelled.clone(),
+                env.metrics.clone(),
+            )?,
+            blocker,
+            cancelled: &env.cancelled,
+            reader: BufferReader::default(),
+        },
+        outputs: Outputs {
+            writer: ResultPartitionWriter::new(
+                env.partitions.clone(),
+                &d.outputs,
+                env.network.buffer_size,
+                env.metrics.clone(),
+                env.clock.clone(),
+            ),
+            blocker,
+            cancelled: &env.cancelled,
+        },
         env: &env,
         blocker,
-        reader: BufferReader::default(),
+        result: None,
     };
     let result = operator
         .run(&mut io)
-        .and_then(|()| Ok(io.writer.flush(blocker, &env.cancelled)?))
-        .and_then(|()| Ok(io.writer.finish()?));
-    *input = io.gate.stats();
-    *output = io.writer.stats();
+        .and_then(|()| Ok(io.outputs.writer.flush(blocker, &env.cancelled)?))
+        .and_then(|()| Ok(io.outputs.writer.finish()?));
+    *input = io.inputs.gate.stats();
+    *output = io.outputs.writer.stats();
+    *sent = io.result.take();
     result
 }
 
+/// What a task gives its operator: its inputs and outputs (apart, see [`TaskIo::split`]).
 struct Io<'a> {
     env: &'a TaskEnvironment,
     blocker: &'a dyn TaskBlocker,
+    inputs: Inputs<'a>,
+    outputs: Outputs<'a>,
+    result: Option<Vec<u8>>,
+}
+
+/// The task's input gate, and the buffer being read record by record for [`TaskIo::next`]:
+/// its records are decoded here, on the task's thread.
+struct Inputs<'a> {
     gate: InputGate,
-    writer: ResultPartitionWriter,
-    /// The buffer being read: its records are decoded here, on the task's thread, one by one.
+    blocker: &'a dyn TaskBlocker,
+    cancelled: &'a Arc<Cancellation>,
     reader: BufferReader,
 }
 
-impl Io<'_> {
-    fn check_cancelled(&self) -> Result<(), OperatorError> {
-        if self.env.cancelled.is_cancelled() {
-            Err(OperatorError::Cancelled)
-        } else {
-            Ok(())
-        }
+/// The task's result partition writer.
+struct Outputs<'a> {
+    writer: ResultPartitionWriter,
+    blocker: &'a dyn TaskBlocker,
+    cancelled: &'a Arc<Cancellation>,
+}
+
+fn check_cancelled(cancelled: &Cancellation) -> Result<(), OperatorError> {
+    if cancelled.is_cancelled() {
+        Err(OperatorError::Cancelled)
+    } else {
+        Ok(())
+    }
+}
+
+impl TaskInputs for Inputs<'_> {
+    fn inputs(&self) -> usize {
+        self.gate.inputs()
+    }
+
+    fn next_event(&mut self) -> Result<Option<InputEvent>, OperatorError> {
+        check_cancelled(self.cancelled)?;
+        Ok(self
+            .gate
+            .next_event(self.blocker)?
+            .map(|event| match event {
+                GateEvent::Buffer { input, buffer } => InputEvent::Buffer { input, buffer },
+                GateEvent::InputEnded(input) => InputEvent::Ended(input),
+            }))
+    }
+}
+
+impl TaskOutputs for Outputs<'_> {
+    fn outputs(&self) -> usize {
+        self.writer.outputs()
+    }
+
+    fn subpartitions(&self, output: usize) -> usize {
+        self.writer.subpartitions(output)
+    }
+
+    fn write(
+        &mut self,
+        output: usize,
+        subpartition: usize,
+        encoded: &[u8],
+    ) -> Result<(), OperatorError> {
+        Ok(self
+            .writer
+            .write(output, subpartition, encoded, self.blocker, self.cancelled)?)
+    }
+
+    fn is_cancelled(&self) -> bool {
+        self.cancelled.is_cancelled()
     }
 }
 
@@ -228,26 +306,28 @@ impl TaskIo for Io<'_> {
     }
 
     fn next(&mut self) -> Result<Option<Record>, OperatorError> {
+        let inputs = &mut self.inputs;
         loop {
-            let record = self.reader.next_record().map_err(ExchangeError::from)?;
+            let record = inputs.reader.next_record().map_err(ExchangeError::from)?;
             if record.is_some() {
                 return Ok(record);
             }
-            self.check_cancelled()?;
-            match self.gate.next_buffer(self.blocker)? {
-                Some(buffer) => self.reader = buffer.reader(),
+            check_cancelled(inputs.cancelled)?;
+            match inputs.gate.next_buffer(inputs.blocker)? {
+                Some(buffer) => inputs.reader = buffer.reader(),
                 None => return Ok(None),
             }
         }
     }
 
     fn emit(&mut self, record: Record) -> Result<(), OperatorError> {
-        if self.writer.is_empty() {
+        let outputs = &mut self.outputs;
+        if outputs.writer.is_empty() {
             return Ok(()); // a sink: nothing goes downstream
         }
-        Ok(self
+        Ok(outputs
             .writer
-            .emit(record, self.blocker, &self.env.cancelled)?)
+            .emit(record, outputs.blocker, outputs.cancelled)?)
     }
 
     fn is_cancelled(&self) -> bool {
@@ -259,14 +339,14 @@ impl TaskIo for Io<'_> {
         let step = Duration::from_millis(10);
         let mut left = duration;
         while !left.is_zero() {
-            self.check_cancelled()?;
+            check_cancelled(&self.env.cancelled)?;
             let now = left.min(step);
             if !self.blocker.sleep(now) {
                 return Err(OperatorError::Cancelled);
             }
             left -= now;
         }
-        self.check_cancelled()
+        check_cancelled(&self.env.cancelled)
     }
 
     fn sleep_ignoring_cancel(&mut self, duration: Duration) -> Result<(), OperatorError> {
@@ -275,6 +355,23 @@ impl TaskIo for Io<'_> {
         } else {
             Err(OperatorError::Cancelled)
         }
+    }
+
+    fn split(&mut self) -> (&mut dyn TaskInputs, &mut dyn TaskOutputs) {
+        (&mut self.inputs, &mut self.outputs)
+    }
+
+    fn context(&self) -> TaskContext {
+        TaskContext {
+            vertex: self.env.descriptor.vertex_name.to_string(),
+            spill_dir: Some(self.env.working_dir.clone()),
+            managed_memory: self.env.managed_memory,
+        }
+    }
+
+    fn set_result(&mut self, result: Vec<u8>) -> Result<(), OperatorError> {
+        self.result = Some(result);
+        Ok(())
     }
 }
 

@@ -70,6 +70,15 @@ fn reply_samples() -> Vec<Reply> {
         })
         .into_reply(),
         Result::<JobDetails, JobError>::Ok(job_details()).into_reply(),
+        Result::<JobResults, JobError>::Ok(JobResults {
+            status: Some(JobStatus::Finished),
+            vertices: [(
+                "collect".to_owned(),
+                vec![Some(Bytes::from_static(b"abc")), None],
+            )]
+            .into(),
+        })
+        .into_reply(),
         vec![job_summary()].into_reply(),
         Result::<Acknowledge, SetPoolSizeError>::Err(SetPoolSizeError::AboveMaximum {
             requested: 9,
@@ -158,6 +167,7 @@ fn job_manager_answer(message: &JobManagerMessage) -> &'static str {
         M::SubmitJob(m) => answer_of(m),
         M::CancelJob(m) => answer_of(m),
         M::RequestJobStatus(m) => answer_of(m),
+        M::RequestJobResults(m) => answer_of(m),
         M::ListJobs(m) => answer_of(m),
         M::UpdateTaskExecutionStates(m) => answer_of(m),
         M::DisconnectTaskManager(m) => answer_of(m),
@@ -212,6 +222,7 @@ fn reply_variant(reply: &Reply) -> &'static str {
         Reply::SubmitJob(_) => "SubmitJob",
         Reply::CancelJob(_) => "CancelJob",
         Reply::RequestJobStatus(_) => "RequestJobStatus",
+        Reply::RequestJobResults(_) => "RequestJobResults",
         Reply::ListJobs(_) => "ListJobs",
         Reply::SetWorkerPoolSize(_) => "SetWorkerPoolSize",
         Reply::ResourceManagerStatus(_) => "ResourceManagerStatus",
@@ -222,7 +233,7 @@ fn reply_variant(reply: &Reply) -> &'static str {
     }
 }
 
-const REPLY_VARIANTS: usize = 18;
+const REPLY_VARIANTS: usize = 19;
 
 #[test]
 fn every_reply_variant_has_a_sample_and_answers_some_ask() {
@@ -254,7 +265,7 @@ fn every_reply_variant_has_a_sample_and_answers_some_ask() {
 fn every_message_sample_is_there() {
     // The codec tests check these counts against their own exhaustive matches; here they
     // keep the envelope samples from silently dropping a message.
-    assert_eq!(job_manager_samples().len(), 13);
+    assert_eq!(job_manager_samples().len(), 14);
     assert_eq!(resource_manager_samples().len(), 13);
     assert_eq!(task_manager_samples().len(), 8);
 }
@@ -315,7 +326,7 @@ fn envelope_samples() -> Vec<Envelope> {
 #[test]
 fn every_payload_kind_and_reply_round_trips() {
     let envelopes = envelope_samples();
-    assert_eq!(envelopes.len(), 2 * (13 + 13 + 8) + reply_samples().len());
+    assert_eq!(envelopes.len(), 2 * (14 + 13 + 8) + reply_samples().len());
     for envelope in &envelopes {
         let bytes = envelope.encode().expect("encodes");
         assert_eq!(&Envelope::decode(&bytes).expect("decodes"), envelope);

@@ -309,6 +309,7 @@ impl ExecutionGraph {
             ev.state = Tracked::new(ExecutionState::Created, now_ms);
             ev.error = None;
             ev.io = None;
+            ev.result = None;
             ev.taken = false;
             if let Some(old) = ev.placement.take() {
                 self.unplace(&task, &old.resource_id);

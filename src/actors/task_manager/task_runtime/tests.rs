@@ -134,6 +134,8 @@ fn task(
         cancelled: cancelled.clone(),
         metrics: Arc::default(),
         clock: Arc::new(crate::base::clock::SystemClock),
+        working_dir: std::env::temp_dir(),
+        managed_memory: 64 << 20,
     };
     (env, cancelled)
 }
