@@ -60,6 +60,15 @@ pub enum OperatorError {
     /// its chain.
     #[error(transparent)]
     Exchange(Box<dyn std::error::Error + Send + Sync>),
+    /// An operator's own machinery failed (spilling, a file format), with the error's chain.
+    #[error("{context}")]
+    Operator {
+        /// What the operator was doing, naming it.
+        context: String,
+        /// The error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     /// A result partition this task reads does not exist (any more) where its producer ran:
     /// released, lost with its TaskManager's state, or its TaskManager is gone. Flink's
     /// `PartitionNotFoundException`: the JobManager reruns the producer's region with ours.
@@ -192,6 +201,9 @@ pub trait Operator: Send {
 }
 
 pub mod builtin;
+pub mod memory;
+pub mod parquet;
 pub mod registry;
+pub mod types;
 
 pub use registry::{OperatorFactory, OperatorRegistry, OperatorSpec};
