@@ -215,7 +215,7 @@ struct TextSource {
 }
 
 /// Subtask `subtask`'s byte range `[start, end)` of a `size`-byte file split `parallelism` ways.
-fn split_range(size: u64, subtask: u32, parallelism: u32) -> (u64, u64) {
+pub(crate) fn split_range(size: u64, subtask: u32, parallelism: u32) -> (u64, u64) {
     let at = |i: u32| {
         // u128: size * parallelism can overflow u64 for huge files; the result is <= size.
         (u128::from(size) * u128::from(i) / u128::from(parallelism)) as u64
