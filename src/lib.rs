@@ -51,7 +51,9 @@
 //! ```
 
 pub mod actors;
+pub mod api;
 pub mod base;
+pub mod cli;
 pub mod client;
 pub mod cluster;
 pub mod config;

@@ -34,6 +34,8 @@ const LAYERS: &[&str] = &[
     "operators",
     // the data plane: result partitions, input gates, partition requests
     "exchange",
+    // typed programs: the dataflow API, chaining, the program operators TaskManagers run
+    "api",
     // the configuration: keys, sources, validation
     "config",
     // leader election and retrieval, the job graph store, the leadership lease
@@ -52,6 +54,8 @@ const LAYERS: &[&str] = &[
     "client",
     // the guided tour
     "demo",
+    // the `flint` command line as a library: user binaries with programs are Flint binaries
+    "cli",
     // the deterministic simulation (uses anything)
     "sim",
     // the binaries

@@ -1,24 +1,36 @@
-//! `flint`: the command line. Parses arguments, sets up logging and calls into the library
-//! ([`flint::process::run`]); everything else lives there.
+//! The `flint` command line, as a library: [`main`] is the whole `flint` binary, and a user's
+//! own binary that calls it with its [`Programs`] is a Flint binary too — every `flint`
+//! subcommand (`jobmanager`, `taskmanager`, `run`, `list`, ...) with the programs' operators
+//! registered beside the built-ins, and each program runnable by name:
+//!
+//! ```text
+//!  mybin PROGRAM [ARGS...] [--jobmanager URL]   run a program: on an embedded cluster, or on
+//!                                              the cluster at URL (its jobs submitted there)
+//!  mybin jobmanager ... / taskmanager ...       a cluster that can run mybin's programs
+//! ```
+//!
+//! The `local_process` and `command` drivers start the same executable, so a cluster started
+//! from a program's binary runs its programs on every TaskManager. This module parses
+//! arguments, sets up logging and calls into the library; it is the only place besides the
+//! binaries that uses `anyhow` (the binary's edge, here so user binaries share it).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use crate::ClusterConfig;
+use crate::api::{Env, Executor, Program, Programs};
+use crate::base::ids::ResourceId;
+use crate::client::{Client, ClientError, Interrupt, OutputFormat, SubmitOptions};
+use crate::config::{ConfigSources, FlagOverride, LoadedConfig};
+use crate::operators::OperatorRegistry;
+use crate::process::run::{RunError, RunOptions};
 use anyhow::Context as _;
-use clap::{Args, Parser, Subcommand, ValueEnum};
-use flint::ClusterConfig;
-use flint::base::ids::ResourceId;
-use flint::client::{Client, ClientError, Interrupt, OutputFormat, SubmitOptions};
-use flint::config::{ConfigSources, FlagOverride, LoadedConfig};
-use flint::process::run::{RunError, RunOptions};
+use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
 use indicatif::ProgressDrawTarget;
 
-// jemalloc without thread caches: see flint::process::allocator.
-flint::global_allocator!();
-
-/// The exit codes, as `flint::process::run` and `flint::client::exit` document them (`--help` of `flint`
+/// The exit codes, as `crate::process::run` and `crate::client::exit` document them (`--help` of `flint`
 /// and of every command).
 macro_rules! exit_codes {
     () => {
@@ -341,7 +353,7 @@ struct JobManagerArgs {
 
     /// Where the REST API and dashboard listen (port 0: any free port) [default: rest.address
     /// and rest.port from --config, else 127.0.0.1:8081].
-    #[arg(long, value_name = "ADDR:PORT", value_parser = flint::rest::parse_address)]
+    #[arg(long, value_name = "ADDR:PORT", value_parser = crate::rest::parse_address)]
     rest: Option<(String, u16)>,
 
     #[command(flatten)]
@@ -396,28 +408,29 @@ async fn stop_signal() {
     }
 }
 
-async fn job_manager(args: JobManagerArgs) -> anyhow::Result<()> {
+async fn job_manager(args: JobManagerArgs, registry: OperatorRegistry) -> anyhow::Result<()> {
     let mut flags = Vec::new();
     if let Some((address, port)) = &args.rest {
         flags.push(FlagOverride::new("rest.address", address, "--rest"));
         flags.push(FlagOverride::new("rest.port", port.to_string(), "--rest"));
     }
     let config = args.node.config(args.pool_size.as_ref(), flags)?;
-    let secret = flint::process::load_secret(
+    let secret = crate::process::load_secret(
         args.node.secret_file.as_ref(),
         args.node.insecure,
         args.bind,
     )?;
     let program =
         std::env::current_exe().context("cannot find this program to start TaskManagers")?;
-    let options = flint::process::JobManagerOptions {
+    let options = crate::process::JobManagerOptions {
         config,
         bind: args.bind,
         advertise: args.node.advertise,
         secret,
         program,
+        registry,
     };
-    flint::process::run_job_manager(
+    crate::process::run_job_manager(
         options,
         |ready| {
             // One write for both lines: a reader that stops after the first still gets both.
@@ -435,9 +448,9 @@ async fn job_manager(args: JobManagerArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn task_manager(args: TaskManagerArgs) -> anyhow::Result<()> {
+async fn task_manager(args: TaskManagerArgs, registry: OperatorRegistry) -> anyhow::Result<()> {
     let config = args.node.config(None, Vec::new())?;
-    let secret = flint::process::load_secret(
+    let secret = crate::process::load_secret(
         args.node.secret_file.as_ref(),
         args.node.insecure,
         args.bind,
@@ -445,18 +458,19 @@ async fn task_manager(args: TaskManagerArgs) -> anyhow::Result<()> {
     let resource_id = args.resource_id.map(ResourceId::new).unwrap_or_else(|| {
         ResourceId::new(format!(
             "tm-{:08x}",
-            flint::base::rng::NodeRng::from_entropy().next_u64() as u32
+            crate::base::rng::NodeRng::from_entropy().next_u64() as u32
         ))
     });
-    let options = flint::process::TaskManagerOptions {
+    let options = crate::process::TaskManagerOptions {
         config,
         job_manager: args.jobmanager,
         bind: args.bind,
         advertise: args.node.advertise,
         resource_id,
         secret,
+        registry,
     };
-    flint::process::run_task_manager(options, stop_signal()).await?;
+    crate::process::run_task_manager(options, stop_signal()).await?;
     Ok(())
 }
 
@@ -471,7 +485,7 @@ struct RunArgs {
     embedded: bool,
 
     /// Set the job file's parameter `${NAME}` to VALUE (repeatable).
-    #[arg(long = "param", value_name = "NAME=VALUE", value_parser = flint::process::run::parse_param)]
+    #[arg(long = "param", value_name = "NAME=VALUE", value_parser = crate::process::run::parse_param)]
     params: Vec<(String, String)>,
 
     /// Print the job id and return without waiting for the job.
@@ -509,7 +523,7 @@ impl RunArgs {
     fn into_options(self) -> Result<RunOptions, RunError> {
         Ok(RunOptions {
             job_file: self.job_file,
-            params: flint::process::run::collect_params(self.params)?,
+            params: crate::process::run::collect_params(self.params)?,
             pool_size: self.pool_size,
             slots: self.slots,
             config: self.source.config.clone(),
@@ -520,11 +534,32 @@ impl RunArgs {
     }
 }
 
-/// The client commands run without an actor system (they only make HTTP requests); the
-/// processes and the embedded run start one.
-fn main() -> ExitCode {
+/// The `flint` binary with `programs` registered: every subcommand, plus each program run by
+/// its name (`BIN NAME [ARGS...] [--jobmanager URL]`). Call it from a program's `main`.
+pub fn main(programs: Programs) -> ExitCode {
+    main_with_default(programs, None)
+}
+
+/// [`main`], where arguments that name neither a subcommand nor a program run the program
+/// `default` with all of them (`cargo run --example tpch -- Q1 --data DIR`).
+pub fn main_with_default(programs: Programs, default: Option<&str>) -> ExitCode {
+    let args: Vec<String> = std::env::args().collect();
+    let first = args.get(1).map(String::as_str);
+    let subcommand = first.is_some_and(|first| {
+        first.starts_with('-') || Cli::command().find_subcommand(first).is_some()
+    });
+    if !subcommand {
+        let program = first
+            .and_then(|name| programs.get(name).map(|p| (p.clone(), 2)))
+            .or_else(|| default.and_then(|name| programs.get(name).map(|p| (p.clone(), 1))));
+        if let Some((program, skip)) = program {
+            init_logging();
+            return run_program(&program, &programs, args[skip..].to_vec());
+        }
+    }
     let cli = Cli::parse();
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
+    init_logging();
+    let registry = programs.registry();
     // Unlocked: the JobManager's ready line is printed from its own threads.
     let mut out = std::io::stdout();
     match cli.command {
@@ -550,10 +585,94 @@ fn main() -> ExitCode {
                 .and_then(|c| c.pool_size(args.size, &mut out)),
         ),
         Command::Stop(args) => finish(args.client().and_then(|c| c.stop(&mut out))),
-        Command::Jobmanager(args) => report(actix::System::new().block_on(job_manager(args))),
-        Command::Taskmanager(args) => report(actix::System::new().block_on(task_manager(args))),
+        Command::Jobmanager(args) => {
+            report(actix::System::new().block_on(job_manager(args, registry)))
+        }
+        Command::Taskmanager(args) => {
+            report(actix::System::new().block_on(task_manager(args, registry)))
+        }
         Command::Config(args) => report(show_config(&args)),
     }
+}
+
+fn init_logging() {
+    let _ = env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn"))
+        .try_init();
+}
+
+/// Takes `--NAME VALUE` (or `--NAME=VALUE`) out of `args`.
+fn take_option(args: &mut Vec<String>, name: &str) -> Option<String> {
+    let flag = format!("--{name}");
+    let prefix = format!("--{name}=");
+    let at = args
+        .iter()
+        .position(|a| *a == flag || a.starts_with(&prefix))?;
+    let arg = args.remove(at);
+    match arg.strip_prefix(&prefix) {
+        Some(value) => Some(value.to_owned()),
+        None if at < args.len() => Some(args.remove(at)),
+        None => None,
+    }
+}
+
+/// Runs `program` with `args` (less the options this takes: `--jobmanager URL` to run its
+/// jobs on a running cluster, `--config FILE` for the embedded cluster or the client, `--rest-token`
+/// as `FLINT_REST_TOKEN`); exit code 0 if it succeeded, 1 otherwise (the error on stderr).
+fn run_program(program: &Program, programs: &Programs, mut args: Vec<String>) -> ExitCode {
+    let jobmanager = take_option(&mut args, "jobmanager");
+    let config = take_option(&mut args, "config").map(PathBuf::from);
+    let executor: anyhow::Result<Box<dyn Executor>> = match &jobmanager {
+        Some(url) => crate::client::Client::from_environment(
+            Some(url),
+            config.as_deref(),
+            crate::client::OutputFormat::Table,
+        )
+        .map(|client| {
+            Box::new(crate::client::executor::RemoteExecutor::new(
+                client.rest().clone(),
+            )) as Box<dyn Executor>
+        })
+        .map_err(anyhow::Error::new),
+        None => embedded_config(config)
+            .and_then(|config| {
+                crate::cluster::embedded::EmbeddedCluster::start(config, programs.registry())
+                    .map_err(anyhow::Error::new)
+            })
+            .map(|cluster| Box::new(cluster) as Box<dyn Executor>),
+    };
+    let executor = match executor {
+        Ok(executor) => executor,
+        Err(error) => {
+            eprintln!("{}: {error:#}", program.name());
+            return ExitCode::from(2);
+        }
+    };
+    let env = Env::new(program.identity(), args, executor);
+    match program.run(&env) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("{}: {:#}", program.name(), anyhow::Error::new(error));
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// The embedded cluster's configuration: `--config FILE` (or `FLINT_CONFIG`) and `FLINT_*`
+/// variables over Flint's defaults, with one TaskManager of as many slots as the machine has
+/// cores unless they say otherwise.
+fn embedded_config(config: Option<PathBuf>) -> anyhow::Result<ClusterConfig> {
+    let sources = ConfigSources {
+        file: config,
+        env: std::env::vars().collect(),
+        flags: Vec::new(),
+    };
+    let loaded = sources.load()?;
+    let mut config = loaded.config.clone();
+    if !loaded.is_set("taskmanager.slots") {
+        config.taskmanager.slots =
+            std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
+    }
+    Ok(config)
 }
 
 /// An error that knows the exit code it ends the process with.
@@ -609,13 +728,13 @@ fn report(result: anyhow::Result<()>) -> ExitCode {
 async fn run(args: RunArgs) -> Result<u8, RunError> {
     let options = args.into_options()?;
     let mut out = std::io::stdout().lock();
-    let report = flint::process::run::run_embedded(options, &mut out).await?;
+    let report = crate::process::run::run_embedded(options, &mut out).await?;
     Ok(report.exit_code())
 }
 
 /// `flint run` against a running cluster: progress on stderr, Ctrl-C leaves the job running.
 fn run_on_cluster(args: RunArgs, out: &mut impl std::io::Write) -> Result<u8, ClientError> {
-    let params = flint::process::run::collect_params(args.params)?;
+    let params = crate::process::run::collect_params(args.params)?;
     let client = Client::from_environment(
         args.jobmanager.as_deref(),
         args.source.config.as_deref(),

@@ -14,9 +14,9 @@ use crate::job::states::ExecutionState;
 use crate::messages::job_manager as jm;
 use crate::messages::job_manager::Locality;
 pub use crate::rest::views::{
-    ExceptionView, HardwareView, IoView, JobCancelled, JobList, JobSubmitted, JobSummaryView,
-    JobView, Message, Overview, PoolSize, PoolSizeSet, PoolView, SlotTaskView, SlotView,
-    SubtaskView, TaskManagerList, TaskManagerView, VertexView,
+    ExceptionView, HardwareView, IoView, JobCancelled, JobList, JobResultsView, JobSubmitted,
+    JobSummaryView, JobView, Message, Overview, PoolSize, PoolSizeSet, PoolView, SlotTaskView,
+    SlotView, SubtaskView, TaskManagerList, TaskManagerView, VertexView,
 };
 
 impl VertexView {

@@ -27,6 +27,7 @@
 pub mod api;
 pub mod commands;
 pub mod endpoint;
+pub mod executor;
 pub mod interrupt;
 pub mod progress;
 pub mod render;

@@ -20,8 +20,8 @@ use serde::de::DeserializeOwned;
 use ureq::Agent;
 
 use super::api::{
-    ErrorBody, JobCancelled, JobList, JobSubmitted, JobView, Message, Overview, PoolSize,
-    PoolSizeSet, TaskManagerList,
+    ErrorBody, JobCancelled, JobList, JobResultsView, JobSubmitted, JobView, Message, Overview,
+    PoolSize, PoolSizeSet, TaskManagerList,
 };
 use super::endpoint::Endpoint;
 use super::exit;
@@ -233,6 +233,11 @@ impl RestClient {
     /// `GET /jobs/{id}?subtasks=false`: the job and its vertices' counts, for a progress poll.
     pub fn job_progress(&self, id: JobId) -> Result<Answer<JobView>, RestError> {
         self.call(Request::Get, &format!("/jobs/{id}?subtasks=false"))
+    }
+
+    /// `GET /jobs/{id}/results`: what its `collect()` sinks gathered.
+    pub fn results(&self, id: JobId) -> Result<Answer<JobResultsView>, RestError> {
+        self.call(Request::Get, &format!("/jobs/{id}/results"))
     }
 
     /// `POST /jobs`: submits `graph`.

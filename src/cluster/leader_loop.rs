@@ -61,6 +61,8 @@ pub struct LeaderTerms<'a> {
     pub rest_url: String,
     /// A fresh worker driver per leadership (the previous one was shut down with its RM).
     pub make_driver: &'a dyn Fn() -> Box<dyn WorkerDriver>,
+    /// The operators jobs may use (the built-ins and the binary's programs).
+    pub registry: OperatorRegistry,
 }
 
 /// Why the leader loop ended.
@@ -131,7 +133,7 @@ pub async fn run_leader_loop<E: LeaderElectionService, P: JobGraphPointers>(
         let config = with_stored_pool_size(terms.config, store).await;
         let node = start_job_manager_node_leading(
             &config,
-            OperatorRegistry::with_builtins(),
+            terms.registry.clone(),
             env,
             (terms.make_driver)(),
             session,

@@ -25,8 +25,8 @@ use crate::env::{ArbiterSpawner, NodeEnv, Spawner};
 use crate::job::graph::JobGraph;
 use crate::job::states::JobStatus;
 use crate::messages::job_manager::{
-    CancelJob, GetJobManagerStatus, JobDetails, JobError, JobManagerGateway, JobSummary, ListJobs,
-    RequestJobStatus, SubmitJob, TaskManagerInfo,
+    CancelJob, GetJobManagerStatus, JobDetails, JobError, JobManagerGateway, JobResults,
+    JobSummary, ListJobs, RequestJobResults, RequestJobStatus, SubmitJob, TaskManagerInfo,
 };
 use crate::messages::resource_manager::{
     GetResourceManagerStatus, ResourceManagerGateway, SetPoolSizeError, SetWorkerPoolSize,
@@ -50,6 +50,9 @@ pub enum MiniClusterError {
     /// `start` was called outside a running actix System.
     #[error("the mini-cluster must be started inside a running actix System (e.g. #[actix::main])")]
     NoSystem,
+    /// The thread of an embedded cluster could not be started.
+    #[error("cannot start the embedded cluster's thread")]
+    Thread(#[source] std::io::Error),
     /// An actor did not answer (it stopped, or the ask timed out). Retryable if it timed out.
     #[error("the {actor} did not answer")]
     Unreachable {
@@ -391,6 +394,18 @@ impl MiniCluster {
         Ok(self
             .job_manager
             .send(RequestJobStatus { job_id })
+            .await
+            .map_err(|source| MiniClusterError::Unreachable {
+                actor: "JobManager",
+                source,
+            })??)
+    }
+
+    /// What a job's tasks sent back (its `collect()` sinks' records).
+    pub async fn job_results(&self, job_id: JobId) -> Result<JobResults, MiniClusterError> {
+        Ok(self
+            .job_manager
+            .send(RequestJobResults { job_id })
             .await
             .map_err(|source| MiniClusterError::Unreachable {
                 actor: "JobManager",

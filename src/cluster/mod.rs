@@ -3,5 +3,6 @@
 //! [`leader_loop`] (contend for leadership, run a JobManager node while leading, recover the
 //! stored jobs, step down when the leadership is lost).
 
+pub mod embedded;
 pub mod leader_loop;
 pub mod minicluster;

@@ -44,6 +44,10 @@ pub struct JobGraph {
     pub edges: Vec<JobEdge>,
     /// What happens when a task fails.
     pub restart_strategy: RestartStrategyConfig,
+    /// The key groups keyed exchanges route by (Flink's max parallelism), for programs; `None`
+    /// for graphs that route by their records' string keys.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_parallelism: Option<u32>,
 }
 
 /// One operator of the job, run as `parallelism` subtasks.
@@ -63,6 +67,10 @@ pub struct JobVertex {
     pub slot_sharing_group: String,
     /// Vertices of one group place subtask i in the same slot.
     pub co_location_group: Option<String>,
+    /// The operators chained in this vertex, in order, when it runs a chain of a program's
+    /// operators (for people: the REST API shows them). Empty for a single operator.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub chain: Vec<String>,
 }
 
 /// Data flows from `source` to `target` (indices into [`JobGraph::vertices`]).
@@ -360,6 +368,7 @@ impl JobVertex {
             parallelism,
             slot_sharing_group: DEFAULT_SLOT_SHARING_GROUP.to_owned(),
             co_location_group: None,
+            chain: Vec::new(),
         }
     }
 
@@ -381,6 +390,7 @@ pub struct JobGraphBuilder {
     vertices: Vec<JobVertex>,
     edges: Vec<JobEdge>,
     restart_strategy: RestartStrategyConfig,
+    max_parallelism: Option<u32>,
 }
 
 /// The optional settings of a vertex just added to a [`JobGraphBuilder`].
@@ -398,6 +408,7 @@ impl JobGraph {
             vertices: Vec::new(),
             edges: Vec::new(),
             restart_strategy: RestartStrategyConfig::default(),
+            max_parallelism: None,
         }
     }
 }
@@ -441,6 +452,12 @@ impl JobGraphBuilder {
         self
     }
 
+    /// Sets the graph's max parallelism (see [`JobGraph::max_parallelism`]).
+    pub fn max_parallelism(&mut self, max_parallelism: Option<u32>) -> &mut Self {
+        self.max_parallelism = max_parallelism;
+        self
+    }
+
     /// Validates the graph (see [`JobGraph::validate`]) and returns it.
     pub fn build(self, knows_operator: impl Fn(&str) -> bool) -> Result<JobGraph, JobGraphError> {
         let graph = JobGraph {
@@ -448,6 +465,7 @@ impl JobGraphBuilder {
             vertices: self.vertices,
             edges: self.edges,
             restart_strategy: self.restart_strategy,
+            max_parallelism: self.max_parallelism,
         };
         graph.validate(knows_operator)?;
         Ok(graph)
@@ -458,6 +476,12 @@ impl VertexBuilder<'_> {
     /// Sets one key of the operator's configuration (a later value for a key replaces it).
     pub fn config(self, key: impl Into<String>, value: impl Into<String>) -> Self {
         self.vertex.config.insert(key.into(), value.into());
+        self
+    }
+
+    /// Names the operators chained in the vertex (see [`JobVertex::chain`]).
+    pub fn chain(self, operators: Vec<String>) -> Self {
+        self.vertex.chain = operators;
         self
     }
 

@@ -192,6 +192,8 @@ pub struct JobManagerOptions {
     pub secret: Secret,
     /// The `flint` binary the TaskManager children run.
     pub program: PathBuf,
+    /// The operators jobs may use: the built-ins and the binary's programs.
+    pub registry: OperatorRegistry,
 }
 
 /// Where a started JobManager process can be reached.
@@ -268,18 +270,14 @@ pub async fn run_job_manager(
             make_driver: &make_driver,
             settings,
             client,
+            registry: options.registry.clone(),
         };
         let outcome = run_high_availability(ha, rest, ready, shutdown).await;
         endpoint.shutdown();
         remove_after_children(dir).await;
         return outcome;
     }
-    let node = start_job_manager_node(
-        &config,
-        OperatorRegistry::with_builtins(),
-        env,
-        make_driver(),
-    );
+    let node = start_job_manager_node(&config, options.registry.clone(), env, make_driver());
     let state = RestState::new(
         JobManagerGateway::of(&node.job_manager),
         ResourceManagerGateway::of(&node.resource_manager),
@@ -314,6 +312,8 @@ struct HaProcess<'a> {
     settings: ZooKeeperSettings,
     /// The session opened at start to check the quorum: the election's first.
     client: zookeeper_client::Client,
+    /// The operators jobs may use.
+    registry: OperatorRegistry,
 }
 
 /// Serves REST for the process's whole life (answering while leading, redirecting to the
@@ -351,6 +351,7 @@ async fn run_high_availability(
         address: ha.address,
         rest_url,
         make_driver: ha.make_driver,
+        registry: ha.registry,
     };
     let election = ZooKeeperLeaderElection::with_client(ha.settings, ha.client);
     let stop = async {
@@ -395,6 +396,8 @@ pub struct TaskManagerOptions {
     pub resource_id: ResourceId,
     /// The cluster secret.
     pub secret: Secret,
+    /// The operators it can run: the built-ins and the binary's programs.
+    pub registry: OperatorRegistry,
 }
 
 /// Runs one TaskManager until `shutdown` resolves.
@@ -447,7 +450,7 @@ pub async fn run_task_manager(
             }),
             spec: task_manager_spec(
                 &config,
-                OperatorRegistry::with_builtins(),
+                options.registry.clone(),
                 &hostname,
                 dir.path().to_owned(),
             ),

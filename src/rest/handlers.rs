@@ -14,8 +14,8 @@ use super::views;
 use crate::base::ids::{JobId, ResourceId};
 use crate::job::graph::JobGraph;
 use crate::messages::job_manager::{
-    CancelJob, GetJobManagerStatus, JobManagerStatus, JobSummary, ListJobs, RequestJobStatus,
-    SubmitJob,
+    CancelJob, GetJobManagerStatus, JobManagerStatus, JobSummary, ListJobs, RequestJobResults,
+    RequestJobStatus, SubmitJob,
 };
 use crate::messages::resource_manager::{
     GetResourceManagerStatus, ResourceManagerStatus, SetWorkerPoolSize,
@@ -139,6 +139,21 @@ pub async fn job(
     )
     .await??;
     ok(&views::job(&details, query.subtasks))
+}
+
+/// `GET /jobs/{id}/results`: what the job's `collect()` sinks gathered (base64 of their
+/// encoded records, per vertex and subtask). Like every read, it needs the token where reads
+/// do.
+pub async fn job_results(state: web::Data<RestState>, id: web::Path<String>) -> Answer {
+    let job_id: JobId = id.parse()?;
+    let results = ask(
+        &state,
+        &state.gateways()?.job_manager.request_job_results,
+        JOB_MANAGER,
+        RequestJobResults { job_id },
+    )
+    .await??;
+    ok(&views::job_results(job_id, &results))
 }
 
 /// `POST /jobs`: a job graph as JSON.

@@ -244,6 +244,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .route(get().to(handlers::job))
             .route(delete().to(handlers::cancel_job)),
     )
+    .service(resource("/jobs/{id}/results", "GET").route(get().to(handlers::job_results)))
     .service(
         resource("/cluster/pool-size", "GET, PUT")
             .route(get().to(handlers::pool_size))

@@ -13,8 +13,8 @@ use crate::base::ids::{AllocationId, InstanceId, JobId, ResourceId};
 use crate::job::states::{ExecutionState, JobStatus};
 use crate::messages::TaskIoSnapshot;
 use crate::messages::job_manager::{
-    AllocatedSlotInfo, JobDetails, JobManagerStatus, JobSummary, SubtaskDetails, TaskManagerInfo,
-    VertexDetails,
+    AllocatedSlotInfo, JobDetails, JobManagerStatus, JobResults, JobSummary, SubtaskDetails,
+    TaskManagerInfo, VertexDetails,
 };
 use crate::messages::resource_manager::ResourceManagerStatus;
 
@@ -218,6 +218,68 @@ pub struct JobView {
     pub tasks_total: u32,
     /// In job graph order.
     pub vertices: Vec<VertexView>,
+}
+
+/// `GET /jobs/{id}/results`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct JobResultsView {
+    /// The job.
+    pub id: JobId,
+    /// Its status when asked.
+    pub state: Option<JobStatus>,
+    /// Per vertex whose tasks sent anything back: one entry per subtask, the base64 of its
+    /// encoded records (`null`: nothing sent, or not finished).
+    pub vertices: BTreeMap<String, Vec<Option<String>>>,
+}
+
+/// The view of a job's results.
+pub fn job_results(id: JobId, results: &JobResults) -> JobResultsView {
+    use base64::Engine as _;
+    JobResultsView {
+        id,
+        state: results.status,
+        vertices: results
+            .vertices
+            .iter()
+            .map(|(vertex, parts)| {
+                let parts = parts
+                    .iter()
+                    .map(|part| {
+                        part.as_ref()
+                            .map(|bytes| base64::engine::general_purpose::STANDARD.encode(bytes))
+                    })
+                    .collect();
+                (vertex.clone(), parts)
+            })
+            .collect(),
+    }
+}
+
+impl JobResultsView {
+    /// Back to the JobManager's form (the client's side).
+    pub fn into_results(self) -> Result<JobResults, base64::DecodeError> {
+        use base64::Engine as _;
+        let mut vertices = BTreeMap::new();
+        for (vertex, parts) in self.vertices {
+            let parts = parts
+                .into_iter()
+                .map(|part| {
+                    part.map(|text| {
+                        base64::engine::general_purpose::STANDARD
+                            .decode(text)
+                            .map(bytes::Bytes::from)
+                    })
+                    .transpose()
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            vertices.insert(vertex, parts);
+        }
+        Ok(JobResults {
+            status: self.state,
+            vertices,
+        })
+    }
 }
 
 /// One task failure of a job's exception history (Flink's `JobExceptionsInfoWithHistory`

@@ -21,6 +21,7 @@ fn graph(
                 parallelism,
                 slot_sharing_group: DEFAULT_SLOT_SHARING_GROUP.into(),
                 co_location_group: None,
+                chain: Vec::new(),
             })
             .collect(),
         edges: edges
@@ -33,6 +34,7 @@ fn graph(
             })
             .collect(),
         restart_strategy: RestartStrategyConfig::None,
+        max_parallelism: None,
     }
 }
 

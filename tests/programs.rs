@@ -1,0 +1,541 @@
+//! Typed programs on an embedded cluster: every operator of the dataflow API against a plain
+//! sequential computation of the same data, chaining, and the errors a user can cause.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+
+use flint::ClusterConfig;
+use flint::api::{Env, Order, Program, ProgramError, Programs};
+use flint::cluster::embedded::EmbeddedCluster;
+use flint::job::graph::RestartStrategyConfig;
+use serde::{Deserialize, Serialize};
+
+/// Runs `program` with `args` on a fresh embedded cluster of 2 TaskManagers × 4 slots.
+fn run(program: Program, args: &[&str]) -> Result<(), ProgramError> {
+    let programs = Programs::new().with(program.clone());
+    let mut config = ClusterConfig::default();
+    config.resourcemanager.pool_size = 2;
+    config.taskmanager.slots = 4;
+    let cluster = EmbeddedCluster::start(config, programs.registry()).expect("cluster starts");
+    let env = Env::new(
+        program.identity(),
+        args.iter().map(|a| (*a).to_owned()).collect(),
+        Box::new(cluster),
+    );
+    program.run(&env)
+}
+
+/// A slot the program writes its answer into (on the client only: TaskManagers stop at
+/// `execute`).
+fn answer<T: Send + 'static>() -> (Arc<Mutex<Option<T>>>, Arc<Mutex<Option<T>>>) {
+    let slot = Arc::new(Mutex::new(None));
+    (slot.clone(), slot)
+}
+
+fn take<T>(slot: &Arc<Mutex<Option<T>>>) -> T {
+    slot.lock()
+        .unwrap()
+        .take()
+        .expect("the program ran to its end")
+}
+
+/// A deterministic stream of numbers.
+fn numbers(seed: u64, n: usize) -> Vec<u64> {
+    let mut x = seed;
+    (0..n)
+        .map(|_| {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            x >> 33
+        })
+        .collect()
+}
+
+#[test]
+fn typed_word_count_matches_a_sequential_count() {
+    let dir = tempdir();
+    let input = dir.join("book.txt");
+    let text: String = (0..3000)
+        .map(|i| {
+            format!(
+                "the quick brown fox {} jumps over the {} lazy dog\n",
+                i % 17,
+                i % 5
+            )
+        })
+        .collect();
+    std::fs::write(&input, &text).unwrap();
+    let (slot, out) = answer::<BTreeMap<String, u64>>();
+    let program = Program::new("wordcount", move |env: &Env| {
+        env.set_parallelism(3);
+        let path = env.args()[0].clone();
+        let counts = env
+            .read_text_file(path)
+            .flat_map(|line: String| {
+                line.split_whitespace()
+                    .map(|w| (w.to_owned(), 1u64))
+                    .collect::<Vec<_>>()
+            })
+            .key_by(|(w, _): &(String, u64)| w.clone())
+            .reduce(|(w, a), (_, b)| (w, a + b))
+            .collect();
+        let result = env.execute("wordcount")?;
+        *slot.lock().unwrap() = Some(result.get(&counts)?.into_iter().collect());
+        Ok(())
+    });
+    run(program, &[input.to_str().unwrap()]).unwrap();
+    let mut expected = BTreeMap::new();
+    for word in text.split_whitespace() {
+        *expected.entry(word.to_owned()).or_insert(0u64) += 1;
+    }
+    assert_eq!(take(&out), expected);
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+struct Order_ {
+    id: u64,
+    customer: u64,
+    amount: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+struct Customer {
+    id: u64,
+    name: String,
+}
+
+fn orders() -> Vec<Order_> {
+    numbers(7, 2000)
+        .into_iter()
+        .enumerate()
+        .map(|(i, n)| Order_ {
+            id: i as u64,
+            customer: n % 150,
+            amount: n % 1000,
+        })
+        .collect()
+}
+
+fn customers() -> Vec<Customer> {
+    (0..120)
+        .map(|id| Customer {
+            id,
+            name: format!("customer {id}"),
+        })
+        .collect()
+}
+
+#[test]
+fn inner_and_left_outer_joins_give_every_matching_pair_exactly_once() {
+    type Rows = (Vec<(u64, String)>, Vec<(u64, Option<String>)>);
+    let (slot, out) = answer::<Rows>();
+    let program = Program::new("joins", move |env: &Env| {
+        env.set_parallelism(3);
+        let orders = env.from_collection(orders());
+        let customers = env.from_collection(customers()).parallelism(2);
+        let inner = orders
+            .join(&customers, |o: &Order_| o.customer, |c: &Customer| c.id)
+            .inner(|o, c| (o.id, c.name))
+            .collect();
+        let outer = orders
+            .join(&customers, |o: &Order_| o.customer, |c: &Customer| c.id)
+            .left_outer(|o, c| (o.id, c.map(|c| c.name)))
+            .collect();
+        let result = env.execute("joins")?;
+        let mut inner = result.get(&inner)?;
+        let mut outer = result.get(&outer)?;
+        inner.sort();
+        outer.sort();
+        *slot.lock().unwrap() = Some((inner, outer));
+        Ok(())
+    });
+    run(program, &[]).unwrap();
+    let by_id: BTreeMap<u64, String> = customers().into_iter().map(|c| (c.id, c.name)).collect();
+    let mut inner = Vec::new();
+    let mut outer = Vec::new();
+    for o in orders() {
+        let name = by_id.get(&o.customer).cloned();
+        if let Some(name) = &name {
+            inner.push((o.id, name.clone()));
+        }
+        outer.push((o.id, name));
+    }
+    inner.sort();
+    outer.sort();
+    let (got_inner, got_outer) = take(&out);
+    assert_eq!(got_inner, inner);
+    assert_eq!(got_outer, outer);
+}
+
+#[test]
+fn a_broadcast_join_and_a_co_group_agree_with_the_hash_join() {
+    type Rows = (Vec<(u64, String)>, Vec<(u64, usize, usize)>);
+    let (slot, out) = answer::<Rows>();
+    let program = Program::new("co_group", move |env: &Env| {
+        env.set_parallelism(2);
+        let orders = env.from_collection(orders());
+        let customers = env.from_collection(customers());
+        let broadcast = orders
+            .join(&customers, |o: &Order_| o.customer, |c: &Customer| c.id)
+            .broadcast_right()
+            .inner(|o, c| (o.id, c.name))
+            .collect();
+        let grouped = orders
+            .co_group(
+                &customers,
+                |o: &Order_| o.customer,
+                |c: &Customer| c.id,
+                |key: &u64, os: Vec<Order_>, cs: Vec<Customer>| {
+                    std::iter::once((*key, os.len(), cs.len()))
+                },
+            )
+            .collect();
+        let result = env.execute("co_group")?;
+        let mut broadcast = result.get(&broadcast)?;
+        broadcast.sort();
+        let mut grouped = result.get(&grouped)?;
+        grouped.sort();
+        *slot.lock().unwrap() = Some((broadcast, grouped));
+        Ok(())
+    });
+    run(program, &[]).unwrap();
+    let (broadcast, grouped) = take(&out);
+    let ids: BTreeSet<u64> = customers().iter().map(|c| c.id).collect();
+    let expected: Vec<(u64, String)> = {
+        let mut rows: Vec<_> = orders()
+            .into_iter()
+            .filter(|o| ids.contains(&o.customer))
+            .map(|o| (o.id, format!("customer {}", o.customer)))
+            .collect();
+        rows.sort();
+        rows
+    };
+    assert_eq!(broadcast, expected);
+    let mut counts: BTreeMap<u64, (usize, usize)> = BTreeMap::new();
+    for o in orders() {
+        counts.entry(o.customer).or_default().0 += 1;
+    }
+    for c in customers() {
+        counts.entry(c.id).or_default().1 += 1;
+    }
+    let expected: Vec<(u64, usize, usize)> =
+        counts.into_iter().map(|(k, (a, b))| (k, a, b)).collect();
+    assert_eq!(grouped, expected);
+}
+
+#[test]
+fn aggregations_groupings_and_distinct_match_sequential_ones() {
+    type Rows = (
+        Vec<(u64, u64)>,
+        Vec<(u64, u64)>,
+        Vec<(u64, Vec<u64>)>,
+        Vec<u64>,
+        Vec<(u64, u64)>,
+    );
+    let (slot, out) = answer::<Rows>();
+    let program = Program::new("aggregations", move |env: &Env| {
+        env.set_parallelism(3);
+        let values = env.from_collection(numbers(3, 5000));
+        let sums = values
+            .key_by(|v: &u64| v % 37)
+            .aggregate(|| 0u64, |sum, v| *sum += v, |sum, other| *sum += other)
+            .collect();
+        let counts = values.key_by(|v: &u64| v % 11).count().collect();
+        let groups = values
+            .key_by(|v: &u64| v % 5)
+            .group_reduce(|key: &u64, vs: &mut dyn Iterator<Item = u64>| {
+                let mut vs: Vec<u64> = vs.collect();
+                vs.sort();
+                vs.truncate(3);
+                std::iter::once((*key, vs))
+            })
+            .collect();
+        let distinct = values.map(|v| v % 100).distinct().collect();
+        let folded = values
+            .key_by(|v: &u64| v % 3)
+            .fold(|| 0u64, |n, _| *n += 1)
+            .collect();
+        let result = env.execute("aggregations")?;
+        let mut rows = (
+            result.get(&sums)?,
+            result.get(&counts)?,
+            result.get(&groups)?,
+            result.get(&distinct)?,
+            result.get(&folded)?,
+        );
+        rows.0.sort();
+        rows.1.sort();
+        rows.2.sort();
+        rows.3.sort();
+        rows.4.sort();
+        *slot.lock().unwrap() = Some(rows);
+        Ok(())
+    });
+    run(program, &[]).unwrap();
+    let values = numbers(3, 5000);
+    let mut sums: BTreeMap<u64, u64> = BTreeMap::new();
+    let mut counts: BTreeMap<u64, u64> = BTreeMap::new();
+    let mut groups: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
+    let mut folded: BTreeMap<u64, u64> = BTreeMap::new();
+    for v in &values {
+        *sums.entry(v % 37).or_default() += v;
+        *counts.entry(v % 11).or_default() += 1;
+        groups.entry(v % 5).or_default().push(*v);
+        *folded.entry(v % 3).or_default() += 1;
+    }
+    let groups: Vec<(u64, Vec<u64>)> = groups
+        .into_iter()
+        .map(|(k, mut vs)| {
+            vs.sort();
+            vs.truncate(3);
+            (k, vs)
+        })
+        .collect();
+    let distinct: BTreeSet<u64> = values.iter().map(|v| v % 100).collect();
+    let (got_sums, got_counts, got_groups, got_distinct, got_folded) = take(&out);
+    assert_eq!(got_sums, sums.into_iter().collect::<Vec<_>>());
+    assert_eq!(got_counts, counts.into_iter().collect::<Vec<_>>());
+    assert_eq!(got_groups, groups);
+    assert_eq!(got_distinct, distinct.into_iter().collect::<Vec<_>>());
+    assert_eq!(got_folded, folded.into_iter().collect::<Vec<_>>());
+}
+
+#[test]
+fn sorts_first_n_and_top_k_give_the_orders_asked_for() {
+    type Rows = (Vec<u64>, Vec<u64>, Vec<u64>, usize);
+    let dir = tempdir();
+    let ranges = dir.join("ranges");
+    let (slot, out) = answer::<Rows>();
+    let written = ranges.clone();
+    let program = Program::new("orders", move |env: &Env| {
+        env.set_parallelism(3);
+        let values = env.from_collection(numbers(11, 4000));
+        let sorted = values.sort_by(|v: &u64| *v, Order::Ascending).collect();
+        let top = values.top_k(10, |v: &u64| *v, Order::Descending).collect();
+        let all = values.sort_all(|v: &u64| *v, Order::Descending).collect();
+        let first = values.first_n(7).collect();
+        // Each partition of a global sort holds one range of keys.
+        values
+            .sort_by(|v: &u64| *v, Order::Ascending)
+            .parallelism(4)
+            .write_text(&written, |v| v.to_string());
+        let result = env.execute("orders")?;
+        *slot.lock().unwrap() = Some((
+            result.get(&sorted)?,
+            result.get(&top)?,
+            result.get(&all)?,
+            result.get(&first)?.len(),
+        ));
+        Ok(())
+    });
+    run(program, &[]).unwrap();
+    let mut expected = numbers(11, 4000);
+    expected.sort();
+    let (sorted, top, all, first) = take(&out);
+    assert_eq!(
+        sorted, expected,
+        "a global sort, read partition by partition"
+    );
+    let mut descending = expected.clone();
+    descending.reverse();
+    assert_eq!(top, descending[..10].to_vec());
+    assert_eq!(all, descending);
+    assert_eq!(first, 7);
+    let parts: Vec<Vec<u64>> = (0..4)
+        .map(|i| {
+            std::fs::read_to_string(ranges.join(format!("part-{i:05}")))
+                .unwrap()
+                .lines()
+                .map(|l| l.parse().unwrap())
+                .collect()
+        })
+        .collect();
+    assert!(parts.iter().all(|p| !p.is_empty()), "every range gets keys");
+    assert!(
+        parts.iter().all(|p| p.windows(2).all(|w| w[0] <= w[1])),
+        "sorted ranges"
+    );
+    assert!(
+        parts.windows(2).all(|w| w[0].last() <= w[1].first()),
+        "ranges in order"
+    );
+    assert_eq!(parts.concat(), expected);
+}
+
+#[test]
+fn unions_repartitions_and_a_broadcast_side_input_keep_every_record() {
+    type Rows = (Vec<u64>, Vec<(u64, u64)>, Vec<u64>);
+    let (slot, out) = answer::<Rows>();
+    let program = Program::new("repartition", move |env: &Env| {
+        env.set_parallelism(3);
+        let a = env.from_collection((0..500u64).collect::<Vec<_>>());
+        let b = env
+            .from_collection((500..800u64).collect::<Vec<_>>())
+            .parallelism(2);
+        let all = a
+            .union(&[&b])
+            .rebalance()
+            .partition_custom(|v: &u64, n| (*v as usize) % n)
+            .partition_by_key(|v: &u64| v % 13)
+            .collect();
+        let thresholds = env.from_collection(vec![100u64, 600]);
+        let banded = a
+            .union(&[&b])
+            .map_with_broadcast(&thresholds, |v, ts: &[u64]| {
+                (v, ts.iter().filter(|t| v >= **t).count() as u64)
+            })
+            .collect();
+        let generated = env.generate(|subtask, parallelism| {
+            (0..100u64).filter(move |i| i % u64::from(parallelism) == u64::from(subtask))
+        });
+        let generated = generated.collect();
+        let result = env.execute("repartition")?;
+        let mut all = result.get(&all)?;
+        all.sort();
+        let mut banded = result.get(&banded)?;
+        banded.sort();
+        let mut generated = result.get(&generated)?;
+        generated.sort();
+        *slot.lock().unwrap() = Some((all, banded, generated));
+        Ok(())
+    });
+    run(program, &[]).unwrap();
+    let (all, banded, generated) = take(&out);
+    assert_eq!(all, (0..800).collect::<Vec<_>>());
+    let expected: Vec<(u64, u64)> = (0..800)
+        .map(|v| (v, u64::from(v >= 100) + u64::from(v >= 600)))
+        .collect();
+    assert_eq!(banded, expected);
+    assert_eq!(generated, (0..100).collect::<Vec<_>>());
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Row {
+    name: String,
+    amount: f64,
+    count: u32,
+}
+
+#[test]
+fn csv_files_round_trip_and_a_bad_row_names_its_file_line_and_column() {
+    let dir = tempdir();
+    let rows: Vec<Row> = (0..300)
+        .map(|i| Row {
+            name: format!("name, {i}"),
+            amount: f64::from(i) / 4.0,
+            count: i,
+        })
+        .collect();
+    let (slot, out) = answer::<Vec<Row>>();
+    let (input, output) = (rows.clone(), dir.join("rows"));
+    let read_back = output.clone();
+    let program = Program::new("csv", move |env: &Env| {
+        env.set_parallelism(2);
+        env.from_collection(input.clone()).write_csv(&output);
+        env.execute("write")?;
+        let back = env
+            .read_csv::<Row>(output.join("part-00000"))
+            .union(&[&env.read_csv::<Row>(output.join("part-00001"))])
+            .collect();
+        let result = env.execute("read")?;
+        *slot.lock().unwrap() = Some(result.get(&back)?);
+        Ok(())
+    });
+    run(program, &[]).unwrap();
+    let mut back = take(&out);
+    back.sort_by_key(|r| r.count);
+    assert_eq!(back, rows);
+    assert!(read_back.join("part-00000").exists());
+
+    let bad = dir.join("bad.csv");
+    std::fs::write(&bad, "name,amount,count\na,1.5,1\nb,not a number,2\n").unwrap();
+    let path = bad.clone();
+    let program = Program::new("bad_csv", move |env: &Env| {
+        env.set_restart_strategy(RestartStrategyConfig::None);
+        let _ = env.read_csv::<Row>(&path).collect();
+        env.execute("bad csv")?;
+        Ok(())
+    });
+    let error = run(program, &[]).unwrap_err().to_string();
+    assert!(error.contains("bad.csv"), "{error}");
+    assert!(error.contains("line 3"), "{error}");
+    assert!(error.contains("column `amount`"), "{error}");
+}
+
+#[test]
+fn a_panicking_function_fails_the_job_with_its_message_and_the_cluster_runs_on() {
+    let program = Program::new("panics", move |env: &Env| {
+        env.set_restart_strategy(RestartStrategyConfig::None);
+        let _ = env
+            .from_collection(vec![1u64, 2, 3])
+            .map(|v| {
+                if v == 2 {
+                    panic!("two is not allowed");
+                }
+                v
+            })
+            .collect();
+        env.execute("panics")?;
+        Ok(())
+    });
+    let error = run(program, &[]).unwrap_err().to_string();
+    assert!(error.contains("two is not allowed"), "{error}");
+
+    let program = Program::new("bounded", move |env: &Env| {
+        env.set_restart_strategy(RestartStrategyConfig::None);
+        let _ = env
+            .from_collection((0..10_000u64).collect::<Vec<_>>())
+            .collect_bounded(1000);
+        env.execute("bounded")?;
+        Ok(())
+    });
+    let error = run(program, &[]).unwrap_err().to_string();
+    assert!(error.contains("bounded to 1000 bytes"), "{error}");
+}
+
+#[test]
+fn chained_operators_pass_records_without_serializing_them() {
+    let (slot, out) = answer::<(usize, usize, Vec<Vec<String>>)>();
+    let program = Program::new("chaining", move |env: &Env| {
+        let declare = |env: &Env| {
+            let _ = env
+                .from_collection((0..1000u64).collect::<Vec<_>>())
+                .map(|v| v * 3)
+                .filter(|v| v % 2 == 0)
+                .map(|v| v + 1)
+                .collect();
+        };
+        declare(env);
+        let chained = env.job_graph("chained")?;
+        env.set_chaining(false);
+        let unchained = env.job_graph("unchained")?;
+        *slot.lock().unwrap() = Some((
+            chained.vertices.len(),
+            unchained.vertices.len(),
+            chained.vertices.iter().map(|v| v.chain.clone()).collect(),
+        ));
+        Ok(())
+    });
+    run(program, &[]).unwrap();
+    let (chained, unchained, chains) = take(&out);
+    assert_eq!(
+        chained, 2,
+        "source, map, filter, map in one task; collect in its own"
+    );
+    assert_eq!(unchained, 5);
+    assert_eq!(chains[0], ["collection", "map", "filter", "map"]);
+}
+
+fn tempdir() -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "flint-programs-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
