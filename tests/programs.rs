@@ -539,3 +539,61 @@ fn tempdir() -> std::path::PathBuf {
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
+
+#[test]
+fn a_later_job_built_from_an_earlier_ones_results_runs_on_the_same_values() {
+    // Job 2's collection and its filter's threshold come from job 1's results: TaskManagers
+    // rebuild job 2's plan from the results the client read, not from empty ones.
+    let (slot, out) = answer::<Vec<u64>>();
+    let program = Program::new("iterative", move |env: &Env| {
+        env.set_parallelism(3);
+        let firsts = env
+            .from_collection(numbers(5, 500))
+            .map(|v| v % 1000)
+            .top_k(20, |v: &u64| *v, Order::Descending)
+            .collect();
+        let largest = env.execute("largest")?.get(&firsts)?;
+        let threshold = largest[10];
+        let kept = env
+            .from_collection(largest)
+            .filter(move |v| *v > threshold)
+            .collect();
+        let result = env.execute("kept")?;
+        if env.on_client() {
+            *slot.lock().unwrap() = Some(result.get(&kept)?);
+        }
+        Ok(())
+    });
+    run(program, &[]).unwrap();
+    let mut expected: Vec<u64> = numbers(5, 500).iter().map(|v| v % 1000).collect();
+    expected.sort_unstable_by(|a, b| b.cmp(a));
+    let threshold = expected[10];
+    let mut kept = take(&out);
+    kept.sort_unstable_by(|a, b| b.cmp(a));
+    let want: Vec<u64> = expected[..20]
+        .iter()
+        .copied()
+        .filter(|v| *v > threshold)
+        .collect();
+    assert!(!want.is_empty());
+    assert_eq!(kept, want);
+}
+
+#[test]
+fn a_program_that_declares_another_plan_on_a_task_manager_is_refused_by_name() {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    // Each run of the function declares one more map: the TaskManagers' rebuilt plan differs.
+    static RUNS: AtomicU32 = AtomicU32::new(0);
+    let program = Program::new("unsteady", move |env: &Env| {
+        env.set_restart_strategy(RestartStrategyConfig::None);
+        let mut numbers = env.from_collection(vec![1u64, 2, 3]);
+        for _ in 0..RUNS.fetch_add(1, Ordering::SeqCst) {
+            numbers = numbers.map(|v| v + 1);
+        }
+        let _ = numbers.collect();
+        env.execute("unsteady")?;
+        Ok(())
+    });
+    let error = run(program, &[]).unwrap_err().to_string();
+    assert!(error.contains("declared another plan for job 0"), "{error}");
+}

@@ -8,7 +8,10 @@
 //! `execute` stops the program (it returns [`ProgramError::PlanCaptured`], which the program
 //! passes on with `?`). So a program must declare the same operators, in the same order, for
 //! the same arguments, and do nothing before `execute` it would not want done on every
-//! TaskManager (read small inputs in sources, print results after `execute`).
+//! TaskManager (read small inputs in sources; print only when [`Env::on_client`]). Results of
+//! earlier jobs the program read with [`JobResult::get`] travel with each later job, so a
+//! later job built from them is rebuilt the same on a TaskManager; each vertex also carries a
+//! digest of its job's plan, and a TaskManager that rebuilds another plan refuses the task.
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -105,13 +108,24 @@ pub trait Executor {
     ) -> Result<ExecutedJob, Box<dyn std::error::Error + Send + Sync>>;
 }
 
+/// What a program read of its earlier jobs' results, by job number and collect vertex: shipped
+/// with every later job so TaskManagers rebuild its plan from the same values.
+pub(crate) type Reads = BTreeMap<(usize, String), Vec<Option<bytes::Bytes>>>;
+
+/// The most a job carries of earlier jobs' results the program read (encoded, per vertex).
+pub const MAX_READS_BYTES: usize = 4 << 20;
+
 /// The result of one [`Env::execute`]: read the records a [`DataSet::collect`] gathered with
 /// [`get`](Self::get).
 #[derive(Debug, Clone)]
 pub struct JobResult {
     job: ExecutedJob,
+    /// Which of the program's jobs it is (from 0).
+    index: usize,
     /// The collect sinks' vertex names, by node.
     sinks: BTreeMap<usize, String>,
+    /// The program's reads, shared with its `Env`.
+    reads: Rc<RefCell<Reads>>,
 }
 
 impl JobResult {
@@ -132,6 +146,10 @@ impl JobResult {
             .get(vertex)
             .map(Vec::as_slice)
             .unwrap_or(&[]);
+        self.reads
+            .borrow_mut()
+            .entry((self.index, vertex.clone()))
+            .or_insert_with(|| parts.to_vec());
         decode_collected(parts).map_err(|source| ProgramError::Results {
             sink: vertex.clone(),
             source,
@@ -153,8 +171,22 @@ struct State {
     mode: Mode,
     /// Jobs `execute`d so far.
     jobs: usize,
+    /// The default parallelism before the program set any.
+    initial_parallelism: u32,
     /// The program's operator identity (`program:NAME@BUILD`) its vertices name.
     identity: String,
+    /// Earlier jobs' results the program read (on a TaskManager: as the job shipped them).
+    reads: Rc<RefCell<Reads>>,
+}
+
+/// What a TaskManager needs besides the program's arguments to rebuild a job's plan as the
+/// client built it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Replay {
+    /// The client's default parallelism before the program set any (its cores).
+    pub default_parallelism: u32,
+    /// Earlier jobs' results the program read.
+    pub reads: Reads,
 }
 
 /// See the module docs. Cloning an `Env` shares it (datasets hold one).
@@ -176,13 +208,16 @@ fn default_parallelism() -> u32 {
 
 impl Env {
     fn with_mode(identity: String, args: Vec<String>, mode: Mode) -> Self {
+        let parallelism = default_parallelism();
         Self {
             state: Rc::new(RefCell::new(State {
-                plan: Plan::new(default_parallelism()),
+                initial_parallelism: parallelism,
+                plan: Plan::new(parallelism),
                 args,
                 mode,
                 jobs: 0,
                 identity,
+                reads: Rc::default(),
             })),
         }
     }
@@ -197,16 +232,35 @@ impl Env {
         Self::with_mode(identity.into(), args, Mode::Execute(executor))
     }
 
-    /// An environment that keeps the plan of job number `job` (on a TaskManager).
-    pub(crate) fn capturing(identity: String, args: Vec<String>, job: usize) -> Self {
-        Self::with_mode(
+    /// An environment that keeps the plan of job number `job` (on a TaskManager), answering
+    /// the program's reads of earlier jobs from `reads`.
+    pub(crate) fn capturing(
+        identity: String,
+        args: Vec<String>,
+        job: usize,
+        replay: Replay,
+    ) -> Self {
+        let env = Self::with_mode(
             identity,
             args,
             Mode::Capture {
                 job,
                 captured: None,
             },
-        )
+        );
+        {
+            let mut state = env.state.borrow_mut();
+            *state.reads.borrow_mut() = replay.reads;
+            state.plan.default_parallelism = replay.default_parallelism.max(1);
+            state.initial_parallelism = replay.default_parallelism.max(1);
+        }
+        env
+    }
+
+    /// Whether the program runs on the client (not rebuilding a plan on a TaskManager): guard
+    /// printing and other side effects with it.
+    pub fn on_client(&self) -> bool {
+        matches!(self.state.borrow().mode, Mode::Execute(_))
     }
 
     /// The captured plan, if the program reached that job's `execute`.
@@ -371,6 +425,8 @@ impl Env {
             (plan, job, state.identity.clone(), state.args.clone())
         };
         let mut state = self.state.borrow_mut();
+        let reads = state.reads.clone();
+        let initial = state.initial_parallelism;
         match &mut state.mode {
             Mode::Capture {
                 job: wanted,
@@ -380,21 +436,52 @@ impl Env {
                     *captured = Some(plan);
                     return Err(ProgramError::PlanCaptured);
                 }
-                // An earlier job of the program: the TaskManager needs a later one's plan.
+                // An earlier job of the program: the TaskManager needs a later one's plan. Its
+                // results are what the client read of them, shipped with the job.
+                let plan = super::translate::normalize(plan);
+                let sinks = super::translate::job_graph(
+                    &plan,
+                    name,
+                    &identity,
+                    &args,
+                    job,
+                    &(initial, String::new()),
+                )
+                .map(|translated| translated.collect_vertices)
+                .unwrap_or_default();
+                let vertices = reads
+                    .borrow()
+                    .iter()
+                    .filter(|((read_job, _), _)| *read_job == job)
+                    .map(|((_, vertex), parts)| (vertex.clone(), parts.clone()))
+                    .collect();
                 Ok(JobResult {
                     job: ExecutedJob {
                         job_id: JobId::from_u128(0),
                         status: JobStatus::Finished,
                         failure: None,
-                        results: JobResults::default(),
+                        results: JobResults {
+                            status: Some(JobStatus::Finished),
+                            vertices,
+                        },
                     },
-                    sinks: BTreeMap::new(),
+                    index: job,
+                    sinks,
+                    reads,
                 })
             }
             Mode::Execute(executor) => {
                 let plan = super::translate::normalize(plan);
-                let translated = super::translate::job_graph(&plan, name, &identity, &args, job)
-                    .map_err(ProgramError::Invalid)?;
+                let shipped = encode_reads(&reads.borrow())?;
+                let translated = super::translate::job_graph(
+                    &plan,
+                    name,
+                    &identity,
+                    &args,
+                    job,
+                    &(initial, shipped),
+                )
+                .map_err(ProgramError::Invalid)?;
                 let executed = executor.execute(translated.graph).map_err(|source| {
                     ProgramError::Execution {
                         job: name.to_owned(),
@@ -414,7 +501,9 @@ impl Env {
                 }
                 Ok(JobResult {
                     job: executed,
+                    index: job,
                     sinks: translated.collect_vertices,
+                    reads,
                 })
             }
         }
@@ -425,8 +514,54 @@ impl Env {
     pub fn job_graph(&self, name: &str) -> Result<JobGraph, ProgramError> {
         let state = self.state.borrow();
         let plan = super::translate::normalize(state.plan.clone());
-        super::translate::job_graph(&plan, name, &state.identity, &state.args, state.jobs)
-            .map(|translated| translated.graph)
-            .map_err(ProgramError::Invalid)
+        let shipped = (
+            state.initial_parallelism,
+            encode_reads(&state.reads.borrow())?,
+        );
+        super::translate::job_graph(
+            &plan,
+            name,
+            &state.identity,
+            &state.args,
+            state.jobs,
+            &shipped,
+        )
+        .map(|translated| translated.graph)
+        .map_err(ProgramError::Invalid)
     }
+}
+
+/// `reads` as a vertex carries them: empty if none, else the base64 of their encoding.
+fn encode_reads(reads: &Reads) -> Result<String, ProgramError> {
+    use base64::Engine;
+    if reads.is_empty() {
+        return Ok(String::new());
+    }
+    let bytes = crate::base::codec::encode(reads).map_err(|e| {
+        ProgramError::Invalid(format!(
+            "cannot encode the earlier results the program read: {e}"
+        ))
+    })?;
+    if bytes.len() > MAX_READS_BYTES {
+        return Err(ProgramError::Invalid(format!(
+            "the program read {} bytes of earlier jobs' collect() results before this job; a \
+             job carries at most {MAX_READS_BYTES} of them to its TaskManagers (which rebuild \
+             its plan from them): pass large results between jobs as files (write_csv, \
+             read_csv, read_parquet)",
+            bytes.len()
+        )));
+    }
+    Ok(base64::engine::general_purpose::STANDARD.encode(bytes))
+}
+
+/// The reads a vertex carries (see [`encode_reads`]).
+pub(crate) fn decode_reads(text: &str) -> Result<Reads, String> {
+    use base64::Engine;
+    if text.is_empty() {
+        return Ok(Reads::new());
+    }
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(text)
+        .map_err(|e| e.to_string())?;
+    crate::base::codec::decode(&bytes).map_err(|e| e.to_string())
 }

@@ -61,6 +61,39 @@ impl Plan {
             .max(1)
     }
 
+    /// A digest of what the plan declares (operators, their subtasks and settings, edges), so a
+    /// TaskManager can tell that the plan it rebuilt is the client's: the first 16 hex digits
+    /// of a SHA-256.
+    pub fn digest(&self) -> String {
+        use sha2::{Digest, Sha256};
+        let mut text = format!(
+            "{} {:?} {}\n",
+            self.default_parallelism, self.max_parallelism, self.chaining
+        );
+        for (id, node) in self.nodes.iter().enumerate() {
+            text.push_str(&format!(
+                "n {} {:?} {} {:?} {} {}\n",
+                node.name,
+                node.sharing,
+                self.parallelism(id),
+                node.inputs,
+                node.blocking,
+                node.unchained
+            ));
+        }
+        for edge in &self.edges {
+            text.push_str(&format!(
+                "e {} {} {} {:?}\n",
+                edge.source, edge.target, edge.port, edge.ship
+            ));
+        }
+        Sha256::digest(text.as_bytes())
+            .iter()
+            .take(8)
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    }
+
     /// The max parallelism (key groups) of the plan.
     pub fn effective_max_parallelism(&self) -> u32 {
         self.max_parallelism.unwrap_or_else(|| {

@@ -17,7 +17,7 @@ use sha2::{Digest, Sha256};
 use crate::operators::registry::{OperatorRegistry, OperatorSpec};
 use crate::operators::{Operator, OperatorError};
 
-use super::env::{Env, ProgramError};
+use super::env::{Env, ProgramError, Replay, decode_reads};
 use super::plan::Plan;
 use super::task::{ChainSpec, ProgramTask};
 use super::translate::{self, keys};
@@ -79,8 +79,13 @@ impl Program {
     }
 
     /// Rebuilds the plan of job number `job` for arguments `args` (on a TaskManager).
-    fn capture(&self, args: Vec<String>, job: usize) -> Result<Plan, OperatorError> {
-        let env = Env::capturing(self.identity(), args, job);
+    fn capture(
+        &self,
+        args: Vec<String>,
+        job: usize,
+        replay: Replay,
+    ) -> Result<Plan, OperatorError> {
+        let env = Env::capturing(self.identity(), args, job, replay);
         match (self.run)(&env) {
             Err(ProgramError::PlanCaptured) | Ok(()) => {}
             Err(error) => {
@@ -153,15 +158,26 @@ impl Programs {
 /// plan its job's first task built). Bounded: the oldest goes first.
 #[derive(Default)]
 struct PlanCache {
-    plans: Mutex<Vec<((String, usize), Arc<Plan>)>>,
+    plans: Mutex<Vec<(PlanKey, Arc<Plan>)>>,
 }
+
+/// A plan's key: the program's arguments, the job's number, the client's default parallelism
+/// and the earlier results it read.
+type PlanKey = (String, usize, u32, String);
 
 /// Plans a TaskManager keeps per program.
 const CACHED_PLANS: usize = 16;
 
 impl PlanCache {
-    fn get(&self, program: &Program, args: &str, job: usize) -> Result<Arc<Plan>, OperatorError> {
-        let key = (args.to_owned(), job);
+    fn get(
+        &self,
+        program: &Program,
+        args: &str,
+        job: usize,
+        default_parallelism: u32,
+        reads: &str,
+    ) -> Result<Arc<Plan>, OperatorError> {
+        let key = (args.to_owned(), job, default_parallelism, reads.to_owned());
         let mut plans = self.plans.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some((_, plan)) = plans.iter().find(|(k, _)| *k == key) {
             return Ok(plan.clone());
@@ -171,7 +187,15 @@ impl PlanCache {
                 operator: program.identity(),
                 message: format!("`{}` is not a JSON list of strings: {e}", keys::ARGS),
             })?;
-        let plan = Arc::new(program.capture(arguments, job)?);
+        let reads = decode_reads(reads).map_err(|e| OperatorError::Config {
+            operator: program.identity(),
+            message: format!("`{}` cannot be read: {e}", keys::READS),
+        })?;
+        let replay = Replay {
+            default_parallelism,
+            reads,
+        };
+        let plan = Arc::new(program.capture(arguments, job, replay)?);
         if plans.len() >= CACHED_PLANS {
             plans.remove(0);
         }
@@ -217,7 +241,34 @@ fn program_task(
             operator: spec.name.to_owned(),
             message: format!("`{}` is not a number", keys::JOB),
         })?;
-    let plan = cache.get(program, config(spec, keys::ARGS)?, job)?;
+    let reads = spec.config.get(keys::READS).map_or("", String::as_str);
+    let default_parallelism = config(spec, keys::DEFAULT_PARALLELISM)?
+        .parse()
+        .map_err(|_| OperatorError::Config {
+            operator: spec.name.to_owned(),
+            message: format!("`{}` is not a number", keys::DEFAULT_PARALLELISM),
+        })?;
+    let plan = cache.get(
+        program,
+        config(spec, keys::ARGS)?,
+        job,
+        default_parallelism,
+        reads,
+    )?;
+    let digest = plan.digest();
+    if digest != config(spec, keys::PLAN)? {
+        return Err(OperatorError::Config {
+            operator: spec.name.to_owned(),
+            message: format!(
+                "program `{}` declared another plan for job {job} on this TaskManager (digest \
+                 {digest}) than on the client ({}): a program must declare the same operators \
+                 for the same arguments on every run (no randomness, clocks or local files in \
+                 how it builds its jobs)",
+                program.name(),
+                config(spec, keys::PLAN)?
+            ),
+        });
+    }
     let chain = ChainSpec {
         chain: node_list(spec, keys::CHAIN)?,
         inputs: node_list(spec, keys::INPUTS)?,

@@ -25,6 +25,12 @@ pub(crate) mod keys {
     pub const INPUTS: &str = "program.inputs";
     /// The plan edges of its outputs, in the descriptor's order.
     pub const OUTPUTS: &str = "program.outputs";
+    /// The earlier jobs' results the program read (see `super::env::Reads`).
+    pub const READS: &str = "program.reads";
+    /// The client's default parallelism before the program set any.
+    pub const DEFAULT_PARALLELISM: &str = "program.default-parallelism";
+    /// A digest of the job's plan, checked against the plan a TaskManager rebuilds.
+    pub const PLAN: &str = "program.plan";
 }
 
 /// A translated plan.
@@ -120,6 +126,7 @@ pub(crate) fn job_graph(
     identity: &str,
     args: &[String],
     job: usize,
+    (initial_parallelism, reads): &(u32, String),
 ) -> Result<Translated, String> {
     if plan.nodes.is_empty() {
         return Err(format!("job `{name}` declares no operator"));
@@ -152,6 +159,7 @@ pub(crate) fn job_graph(
         chains[vertex_of[head]].push(node);
     }
     let args = serde_json::to_string(args).map_err(|e| e.to_string())?;
+    let digest = plan.digest();
     let mut builder = JobGraph::builder(name);
     let mut names: BTreeMap<String, usize> = BTreeMap::new();
     let mut vertex_names = Vec::new();
@@ -190,7 +198,7 @@ pub(crate) fn job_graph(
             .sharing
             .clone()
             .unwrap_or_else(|| DEFAULT_SLOT_SHARING_GROUP.to_owned());
-        let index = builder
+        let mut vertex = builder
             .vertex(&vertex_name, identity, plan.parallelism(head))
             .slot_sharing_group(&sharing)
             .chain(chain.iter().map(|&n| plan.nodes[n].name.clone()).collect())
@@ -199,7 +207,12 @@ pub(crate) fn job_graph(
             .config(keys::CHAIN, &ids(chain))
             .config(keys::INPUTS, &ids(&inputs))
             .config(keys::OUTPUTS, &ids(&outputs))
-            .index();
+            .config(keys::PLAN, &digest)
+            .config(keys::DEFAULT_PARALLELISM, &initial_parallelism.to_string());
+        if !reads.is_empty() {
+            vertex = vertex.config(keys::READS, reads);
+        }
+        let index = vertex.index();
         indices.push(index);
         vertex_names.push(vertex_name);
     }
