@@ -299,9 +299,14 @@ fn program_task(
 pub fn build_id() -> &'static str {
     static BUILD: OnceLock<String> = OnceLock::new();
     BUILD.get_or_init(|| {
+        // Streamed: a debug build's executable is hundreds of MiB.
         let digest = std::env::current_exe()
-            .and_then(std::fs::read)
-            .map(|bytes| Sha256::digest(&bytes));
+            .and_then(std::fs::File::open)
+            .and_then(|mut file| {
+                let mut hasher = Sha256::new();
+                std::io::copy(&mut file, &mut hasher)?;
+                Ok(hasher.finalize())
+            });
         match digest {
             Ok(digest) => digest.iter().take(6).map(|b| format!("{b:02x}")).collect(),
             Err(_) => format!("v{}", env!("CARGO_PKG_VERSION")),

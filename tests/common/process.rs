@@ -21,24 +21,46 @@ pub struct JobManagerProcess {
     pub child: Child,
     /// The `host:port` it listens on, from its ready line.
     pub address: String,
+    /// Its REST API's URL, when started with [`start_with_rest`](Self::start_with_rest).
+    pub rest: Option<String>,
 }
 
 impl JobManagerProcess {
     /// Spawns `command` (a `flint jobmanager` invocation, possibly wrapped) and waits for the
     /// ready line that names its address.
-    pub fn start(mut command: Command) -> Self {
+    pub fn start(command: Command) -> Self {
+        Self::spawn(command, false)
+    }
+
+    /// [`start`](Self::start) for a JobManager started with `--rest`: also reads the line that
+    /// names its REST URL.
+    pub fn start_with_rest(command: Command) -> Self {
+        Self::spawn(command, true)
+    }
+
+    fn spawn(mut command: Command, rest: bool) -> Self {
         let mut child = command
             .stdout(Stdio::piped())
             .spawn()
             .expect("flint jobmanager starts");
         let stdout = child.stdout.take().expect("its stdout");
+        let mut stdout = BufReader::new(stdout);
         let mut line = String::new();
-        BufReader::new(stdout)
-            .read_line(&mut line)
-            .expect("a ready line");
+        stdout.read_line(&mut line).expect("a ready line");
         let address = address_in(&line);
         assert!(address.contains(':'), "not a ready line: {line:?}");
-        Self { child, address }
+        let rest = rest.then(|| {
+            let mut line = String::new();
+            stdout.read_line(&mut line).expect("a REST line");
+            let url = address_in(&line);
+            assert!(url.starts_with("http"), "not a REST line: {line:?}");
+            url
+        });
+        Self {
+            child,
+            address,
+            rest,
+        }
     }
 
     pub fn pid(&self) -> u32 {

@@ -1,0 +1,170 @@
+//! TPC-H Q1, Q3, Q5, Q6, Q10 and Q18 (`examples/tpch`) at scale factor 0.01 against DuckDB's
+//! answers on the same data (tests/data/tpch/sf0.01, DuckDB 2.0.1 on tpchgen-cli 4.0.0 files,
+//! exact decimals): on an embedded cluster, and on a process cluster started from the example's
+//! own binary (its TaskManagers are that binary, so they run the queries' operators).
+//!
+//! The tables are generated inside the sources by the `tpchgen` crate (the generator
+//! tpchgen-cli is built on), so the test needs no data files. Reading Parquet written by
+//! DuckDB and tpchgen-cli is tested in tests/parquet.rs.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::process::JobManagerProcess;
+
+const QUERIES: [&str; 6] = ["Q1", "Q3", "Q5", "Q6", "Q10", "Q18"];
+
+/// The example binary `cargo test` built beside this test (target/*/examples/tpch).
+fn tpch_binary() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test's path");
+    let dir = exe.parent().and_then(Path::parent).expect("target/PROFILE");
+    let binary = dir.join("examples").join("tpch");
+    assert!(
+        binary.exists(),
+        "{} is missing: `cargo test` builds the examples (run `cargo build --example tpch`)",
+        binary.display()
+    );
+    binary
+}
+
+/// One field of an answer: numbers compare within a cent (answers print two decimals), text
+/// exactly.
+fn same_field(got: &str, want: &str) -> bool {
+    match (got.parse::<f64>(), want.parse::<f64>()) {
+        (Ok(a), Ok(b)) => (a - b).abs() <= 0.01 + 1e-9 * a.abs().max(b.abs()),
+        _ => got == want,
+    }
+}
+
+/// Splits a CSV line (quoted fields may hold commas).
+fn fields(line: &str) -> Vec<String> {
+    let mut out = vec![String::new()];
+    let mut quoted = false;
+    let mut chars = line.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '"' if quoted && chars.peek() == Some(&'"') => {
+                chars.next();
+                out.last_mut().unwrap().push('"');
+            }
+            '"' => quoted = !quoted,
+            ',' if !quoted => out.push(String::new()),
+            c => out.last_mut().unwrap().push(c),
+        }
+    }
+    out
+}
+
+/// Checks `dir/Q.csv` for every query against the reference answers; the differences, if any.
+fn check_answers(dir: &Path) -> Vec<String> {
+    let reference = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/tpch/sf0.01");
+    let mut problems = Vec::new();
+    for query in QUERIES {
+        let got = std::fs::read_to_string(dir.join(format!("{query}.csv")))
+            .unwrap_or_else(|e| panic!("{query}.csv was not written: {e}"));
+        let want = std::fs::read_to_string(reference.join(format!("{}.csv", query.to_lowercase())))
+            .unwrap();
+        let (got, want): (Vec<&str>, Vec<&str>) = (got.lines().collect(), want.lines().collect());
+        if got.len() != want.len() {
+            problems.push(format!(
+                "{query}: {} lines, DuckDB {}",
+                got.len(),
+                want.len()
+            ));
+            continue;
+        }
+        for (line, (g, w)) in got.iter().zip(&want).enumerate() {
+            let (gf, wf) = (fields(g), fields(w));
+            if gf.len() != wf.len() || gf.iter().zip(&wf).any(|(a, b)| !same_field(a, b)) {
+                problems.push(format!("{query} line {}: `{g}`, DuckDB `{w}`", line + 1));
+            }
+        }
+    }
+    problems
+}
+
+fn run_queries(extra: &[&str], output: &Path) {
+    let run = Command::new(tpch_binary())
+        .args(["all", "--sf", "0.01", "--output"])
+        .arg(output)
+        .args(extra)
+        .env_remove("FLINT_SECRET")
+        .output()
+        .expect("the tpch example runs");
+    assert!(
+        run.status.success(),
+        "tpch failed: {}\n{}",
+        run.status,
+        String::from_utf8_lossy(&run.stderr)
+    );
+}
+
+#[test]
+fn the_six_queries_match_duckdb_on_an_embedded_cluster() {
+    let dir = common::scratch("tpch-embedded");
+    let _cleanup = common::RemoveOnDrop(dir.clone());
+    run_queries(&["--parallelism", "3"], &dir.join("out"));
+    let problems = check_answers(&dir.join("out"));
+    assert!(problems.is_empty(), "{problems:#?}");
+}
+
+#[test]
+fn the_six_queries_match_duckdb_on_a_process_cluster_of_the_programs_binary() {
+    let dir = common::scratch("tpch-processes");
+    let _cleanup = common::RemoveOnDrop(dir.clone());
+    let config = dir.join("flint.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[taskmanager]\nworking-dir = \"{}\"\n",
+            dir.join("work").display()
+        ),
+    )
+    .unwrap();
+    let mut command = Command::new(tpch_binary());
+    command
+        .args([
+            "jobmanager",
+            "--bind",
+            "127.0.0.1:0",
+            "--rest",
+            "127.0.0.1:0",
+        ])
+        .args(["--pool-size", "2", "--slots", "2", "--config"])
+        .arg(&config)
+        .env_remove("FLINT_SECRET");
+    let jm = JobManagerProcess::start_with_rest(command);
+    let url = jm.rest.clone().expect("the JobManager's REST address");
+    // Two TaskManager processes, the example's own binary, run the queries at parallelism 4.
+    run_queries(
+        &["--parallelism", "4", "--jobmanager", &url],
+        &dir.join("out"),
+    );
+    let problems = check_answers(&dir.join("out"));
+    assert!(problems.is_empty(), "{problems:#?}");
+    let children = common::process::task_managers_of(jm.pid());
+    assert_eq!(children.len(), 2, "{children:?}");
+}
+
+#[test]
+fn the_answer_check_catches_a_wrong_answer() {
+    // The comparison above must be able to fail: a cent off in one field, a missing row.
+    let dir = common::scratch("tpch-wrong");
+    let _cleanup = common::RemoveOnDrop(dir.clone());
+    let reference = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/tpch/sf0.01");
+    std::fs::create_dir_all(&dir).unwrap();
+    for query in QUERIES {
+        let text = std::fs::read_to_string(reference.join(format!("{}.csv", query.to_lowercase())))
+            .unwrap();
+        let text = match query {
+            "Q6" => text.replace(".", "9."),
+            "Q3" => text.lines().take(3).collect::<Vec<_>>().join("\n"),
+            _ => text,
+        };
+        std::fs::write(dir.join(format!("{query}.csv")), text).unwrap();
+    }
+    let problems = check_answers(&dir);
+    assert_eq!(problems.len(), 2, "{problems:#?}");
+}
