@@ -27,7 +27,9 @@ fn run(program: Program, args: &[&str]) -> Result<(), ProgramError> {
 
 /// A slot the program writes its answer into (on the client only: TaskManagers stop at
 /// `execute`).
-fn answer<T: Send + 'static>() -> (Arc<Mutex<Option<T>>>, Arc<Mutex<Option<T>>>) {
+type Slot<T> = Arc<Mutex<Option<T>>>;
+
+fn answer<T: Send + 'static>() -> (Slot<T>, Slot<T>) {
     let slot = Arc::new(Mutex::new(None));
     (slot.clone(), slot)
 }
@@ -527,17 +529,33 @@ fn chained_operators_pass_records_without_serializing_them() {
     assert_eq!(chains[0], ["collection", "map", "filter", "map"]);
 }
 
-fn tempdir() -> std::path::PathBuf {
+/// A fresh directory, removed with everything in it when dropped.
+struct TempDir(std::path::PathBuf);
+
+impl std::ops::Deref for TempDir {
+    type Target = std::path::Path;
+    fn deref(&self) -> &std::path::Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn tempdir() -> TempDir {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
     let dir = std::env::temp_dir().join(format!(
         "flint-programs-{}-{}",
         std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos()
+        NEXT.fetch_add(1, Ordering::Relaxed)
     ));
+    let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    dir
+    TempDir(dir)
 }
 
 #[test]

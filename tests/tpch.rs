@@ -168,3 +168,103 @@ fn the_answer_check_catches_a_wrong_answer() {
     let problems = check_answers(&dir);
     assert_eq!(problems.len(), 2, "{problems:#?}");
 }
+
+#[test]
+fn a_job_runs_only_on_the_task_managers_that_carry_its_program() {
+    // A plain `flint` cluster cannot run the TPC-H program: refused at submission, naming the
+    // operator and the TaskManager that lacks it. A TaskManager of the example's binary that
+    // joins takes every task of it; `flint taskmanagers` shows both builds.
+    let dir = common::scratch("tpch-fingerprints");
+    let _cleanup = common::RemoveOnDrop(dir.clone());
+    let config = dir.join("flint.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[taskmanager]\nworking-dir = \"{}\"\n",
+            dir.join("work").display()
+        ),
+    )
+    .unwrap();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_flint"));
+    command
+        .args([
+            "jobmanager",
+            "--bind",
+            "127.0.0.1:0",
+            "--rest",
+            "127.0.0.1:0",
+        ])
+        .args(["--pool-size", "1", "--slots", "2", "--config"])
+        .arg(&config)
+        .env_remove("FLINT_SECRET");
+    let jm = JobManagerProcess::start_with_rest(command);
+    let url = jm.rest.clone().expect("the JobManager's REST address");
+    let agent = common::rest::agent();
+    let registered = |n: usize| {
+        common::rest::poll("the TaskManagers register", || {
+            let answer =
+                common::rest::request(&agent, "GET", &format!("{url}/taskmanagers"), None, None);
+            let list: serde_json::Value = serde_json::from_str(&answer.body).ok()?;
+            let tms = list["taskmanagers"].as_array()?.clone();
+            (tms.len() == n).then_some(tms)
+        })
+    };
+    registered(1);
+
+    let refused = Command::new(tpch_binary())
+        .args(["Q6", "--sf", "0.01", "--jobmanager", &url])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("no TaskManager can run operator `program:tpch@")
+            && stderr.contains("lack it"),
+        "{stderr}"
+    );
+
+    let _tpch_tm = common::process::TaskManagerChild(
+        Command::new(tpch_binary())
+            .args(["taskmanager", "--jobmanager", &jm.address, "--slots", "2"])
+            .args([
+                "--resource-id",
+                "tm-tpch",
+                "--bind",
+                "127.0.0.1:0",
+                "--config",
+            ])
+            .arg(&config)
+            .env_remove("FLINT_SECRET")
+            .spawn()
+            .unwrap(),
+    );
+    let tms = registered(2);
+    let builds: std::collections::BTreeSet<&str> = tms
+        .iter()
+        .filter_map(|tm| tm["fingerprint"]["build"].as_str())
+        .collect();
+    assert_eq!(builds.len(), 2, "two builds: {tms:#?}");
+
+    // Every task lands on tm-tpch: the other TaskManager would fail it (no such operator).
+    run_queries(
+        &["--parallelism", "2", "--jobmanager", &url],
+        &dir.join("out"),
+    );
+    let problems = check_answers(&dir.join("out"));
+    assert!(problems.is_empty(), "{problems:#?}");
+
+    let listed = Command::new(env!("CARGO_BIN_EXE_flint"))
+        .args(["taskmanagers", "--jobmanager", &url])
+        .output()
+        .unwrap();
+    let table = String::from_utf8_lossy(&listed.stdout);
+    let tpch_line = table
+        .lines()
+        .find(|l| l.starts_with("tm-tpch"))
+        .unwrap_or_default();
+    assert!(tpch_line.contains("tpch"), "{table}");
+    assert!(
+        table.contains("BUILD") && table.lines().count() == 3,
+        "{table}"
+    );
+}

@@ -251,6 +251,9 @@ impl JobManager {
         };
         let instance_id = InstanceId::generate(&mut self.rng);
         let slots = msg.number_of_slots;
+        // An empty list declares nothing: such a TaskManager is taken to run anything.
+        let operators = (!msg.fingerprint.operators.is_empty())
+            .then(|| std::sync::Arc::new(msg.fingerprint.operators.iter().cloned().collect()));
         self.instances.register(
             instance_id,
             msg.location,
@@ -258,6 +261,7 @@ impl JobManager {
             slots,
             self.env.clock.now_millis(),
             msg.session,
+            msg.fingerprint,
         );
         self.gateways.insert(resource_id.clone(), gateway);
         self.heartbeats.record(resource_id.clone(), Instant::now());
@@ -270,7 +274,8 @@ impl JobManager {
             slots,
         });
         self.notify_resource_started(resource_id.clone());
-        self.scheduler.add_task_manager(resource_id, slots);
+        self.scheduler
+            .add_task_manager_running(resource_id, slots, operators);
         self.serve_queue(ctx);
         RegistrationResponse::AcknowledgeRegistration(AcknowledgeRegistration {
             instance_id,

@@ -34,6 +34,10 @@
 //! their consumer; keyed exchanges route by key groups ([`keys`]). Sorts, groupings and joins
 //! keep within the task's managed memory and spill past it ([`keyed`]).
 
+// User functions are stored as `Arc<dyn Fn(..) + Send + Sync>` of the record types: spelled out
+// where they are held, as the signatures users write.
+#![allow(clippy::type_complexity)]
+
 pub mod data;
 pub mod dataset;
 pub mod env;

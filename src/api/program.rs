@@ -10,9 +10,7 @@
 //! other operators: a task runs only where the very same code does.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
-
-use sha2::{Digest, Sha256};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::operators::registry::{OperatorRegistry, OperatorSpec};
 use crate::operators::{Operator, OperatorError};
@@ -294,25 +292,7 @@ fn program_task(
     }))
 }
 
-/// This executable's build: the first 12 hex digits of its SHA-256 (computed once). A process
-/// that cannot read its own executable uses its version instead.
-pub fn build_id() -> &'static str {
-    static BUILD: OnceLock<String> = OnceLock::new();
-    BUILD.get_or_init(|| {
-        // Streamed: a debug build's executable is hundreds of MiB.
-        let digest = std::env::current_exe()
-            .and_then(std::fs::File::open)
-            .and_then(|mut file| {
-                let mut hasher = Sha256::new();
-                std::io::copy(&mut file, &mut hasher)?;
-                Ok(hasher.finalize())
-            });
-        match digest {
-            Ok(digest) => digest.iter().take(6).map(|b| format!("{b:02x}")).collect(),
-            Err(_) => format!("v{}", env!("CARGO_PKG_VERSION")),
-        }
-    })
-}
+pub use crate::env::build::build_id;
 
 /// The programs of an operator list: identities of the form `program:NAME@BUILD`, by name.
 pub fn program_identities<'a>(

@@ -203,12 +203,12 @@ pub(crate) fn job_graph(
             .slot_sharing_group(&sharing)
             .chain(chain.iter().map(|&n| plan.nodes[n].name.clone()).collect())
             .config(keys::ARGS, &args)
-            .config(keys::JOB, &job.to_string())
-            .config(keys::CHAIN, &ids(chain))
-            .config(keys::INPUTS, &ids(&inputs))
-            .config(keys::OUTPUTS, &ids(&outputs))
+            .config(keys::JOB, job.to_string())
+            .config(keys::CHAIN, ids(chain))
+            .config(keys::INPUTS, ids(&inputs))
+            .config(keys::OUTPUTS, ids(&outputs))
             .config(keys::PLAN, &digest)
-            .config(keys::DEFAULT_PARALLELISM, &initial_parallelism.to_string());
+            .config(keys::DEFAULT_PARALLELISM, initial_parallelism.to_string());
         if !reads.is_empty() {
             vertex = vertex.config(keys::READS, reads);
         }

@@ -118,6 +118,8 @@ pub fn task_managers(list: &TaskManagerList) -> String {
     let mut table = Table::new(&[
         ("ID", Align::Left),
         ("ADDRESS", Align::Left),
+        ("BUILD", Align::Left),
+        ("PROGRAMS", Align::Left),
         ("SLOTS", Align::Right),
         ("FREE", Align::Right),
         ("CPU", Align::Right),
@@ -139,6 +141,8 @@ pub fn task_managers(list: &TaskManagerList) -> String {
         table.row([
             tm.id.to_string(),
             tm.address.clone(),
+            tm.fingerprint.build.clone(),
+            tm.fingerprint.programs().join(","),
             tm.slots_number.to_string(),
             tm.free_slots.to_string(),
             tm.hardware.cpu_cores.to_string(),
@@ -253,9 +257,9 @@ mod tests {
         let text = task_managers(&parse(include_str!("testdata/taskmanagers.json")));
         assert_eq!(
             text,
-            "ID    ADDRESS          SLOTS  FREE  CPU    MEMORY  HEARTBEAT  TASKS\n\
-             tm-1  127.0.0.1:40123      2     1    2  24.0 GiB  1.20s ago  source#0 RUNNING, tokenize#0 DEPLOYING\n\
-             tm-2  127.0.0.1:40999      2     2    2  24.0 GiB  0.04s ago\n"
+            "ID    ADDRESS          BUILD         PROGRAMS        SLOTS  FREE  CPU    MEMORY  HEARTBEAT  TASKS\n\
+             tm-1  127.0.0.1:40123  3fa91c0be2d4  tpch,wordcount      2     1    2  24.0 GiB  1.20s ago  source#0 RUNNING, tokenize#0 DEPLOYING\n\
+             tm-2  127.0.0.1:40999  77e0d5aa01c4                      2     2    2  24.0 GiB  0.04s ago\n"
         );
         assert_eq!(
             task_managers(&TaskManagerList {

@@ -46,7 +46,7 @@ pub struct JobGraph {
     pub restart_strategy: RestartStrategyConfig,
     /// The key groups keyed exchanges route by (Flink's max parallelism), for programs; `None`
     /// for graphs that route by their records' string keys.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub max_parallelism: Option<u32>,
 }
 
@@ -69,7 +69,7 @@ pub struct JobVertex {
     pub co_location_group: Option<String>,
     /// The operators chained in this vertex, in order, when it runs a chain of a program's
     /// operators (for people: the REST API shows them). Empty for a single operator.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(default)]
     pub chain: Vec<String>,
 }
 

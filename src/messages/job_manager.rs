@@ -102,6 +102,19 @@ pub struct RegisterTaskManager {
     pub number_of_slots: u32,
     /// This run of the TaskManager (new on every start, the same for every retry).
     pub session: TaskManagerSessionId,
+    /// What it can run.
+    pub fingerprint: Fingerprint,
+}
+
+/// What a TaskManager can run: the build of its binary and the operator identities registered
+/// in it (built-ins and its programs'). The JobManager places a task only where its operator
+/// is; an empty operator list declares nothing and is taken as "any" (test doubles).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Fingerprint {
+    /// The first 12 hex digits of the SHA-256 of its executable.
+    pub build: String,
+    /// Every operator identity it can run, sorted.
+    pub operators: Vec<String>,
 }
 
 /// The JobManager's answer to `RegisterTaskManager`.
@@ -413,6 +426,8 @@ pub struct TaskManagerInfo {
     pub slots_total: u32,
     /// Slots not allocated (`slots_total` minus `allocated_slots.len()`).
     pub slots_free: u32,
+    /// What it can run.
+    pub fingerprint: Fingerprint,
     /// Wall-clock time of registration (ms since the epoch).
     pub registered_at_ms: u64,
     /// Wall-clock time of the last heartbeat (ms since the epoch).

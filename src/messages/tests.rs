@@ -116,6 +116,7 @@ pub(crate) fn job_manager_status() -> JobManagerStatus {
             hardware: hardware(),
             slots_total: 2,
             slots_free: 1,
+            fingerprint: Fingerprint::default(),
             registered_at_ms: 1_700_000_000_000,
             last_heartbeat_ms: 1_700_000_001_000,
             allocated_slots: vec![AllocatedSlotInfo {
@@ -263,6 +264,10 @@ pub(crate) fn job_manager_samples() -> Vec<JobManagerMessage> {
             hardware: hardware(),
             number_of_slots: 4,
             session: TaskManagerSessionId::from_u128(11),
+            fingerprint: Fingerprint {
+                build: "0123456789ab".into(),
+                operators: vec!["map".into(), "program:tpch@0123456789ab".into()],
+            },
         }
         .into(),
         RegisterResourceManager {

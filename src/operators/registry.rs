@@ -89,6 +89,15 @@ impl OperatorRegistry {
         self.factories.contains_key(name)
     }
 
+    /// What a TaskManager with this registry can run (see
+    /// [`Fingerprint`](crate::messages::job_manager::Fingerprint)).
+    pub fn fingerprint(&self) -> crate::messages::job_manager::Fingerprint {
+        crate::messages::job_manager::Fingerprint {
+            build: crate::env::build::build_id().to_owned(),
+            operators: self.factories.keys().cloned().collect(),
+        }
+    }
+
     /// The registered names, sorted, for error messages and the REST API.
     pub fn names(&self) -> Vec<&str> {
         self.factories.keys().map(String::as_str).collect()

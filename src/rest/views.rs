@@ -116,8 +116,32 @@ pub struct TaskManagerView {
     pub time_since_last_heartbeat: u64,
     /// Its machine.
     pub hardware: HardwareView,
+    /// What it can run: its binary's build and its operator identities (a TaskManager of
+    /// another build shows here).
+    #[serde(default)]
+    pub fingerprint: FingerprintView,
     /// The allocated slots, by allocation (the others are free).
     pub slots: Vec<SlotView>,
+}
+
+/// What a TaskManager can run.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct FingerprintView {
+    /// The first 12 hex digits of the SHA-256 of its executable.
+    pub build: String,
+    /// Every operator identity it registered, sorted (built-ins, and `program:NAME@BUILD`).
+    pub operators: Vec<String>,
+}
+
+impl FingerprintView {
+    /// The names of the programs among its operators.
+    pub fn programs(&self) -> Vec<&str> {
+        self.operators
+            .iter()
+            .filter_map(|op| op.strip_prefix("program:")?.split('@').next())
+            .collect()
+    }
 }
 
 /// A TaskManager's machine.
@@ -518,6 +542,10 @@ pub fn task_manager(info: &TaskManagerInfo, now_ms: u64) -> TaskManagerView {
         hardware: HardwareView {
             cpu_cores: info.hardware.cpu_cores,
             physical_memory: info.hardware.physical_memory_bytes,
+        },
+        fingerprint: FingerprintView {
+            build: info.fingerprint.build.clone(),
+            operators: info.fingerprint.operators.clone(),
         },
         slots: info.allocated_slots.iter().map(slot).collect(),
     }

@@ -86,7 +86,8 @@ pub const SECRET_ENV: &str = "FLINT_SECRET";
 ///    partition ended once (`PartitionNotice`), not channel by channel.
 /// 7: typed programs — a finished task's state carries what it sends back (`collect()`), a
 ///    client asks for a job's results (`RequestJobResults`).
-pub const PROTOCOL_VERSION: u32 = 7;
+/// 8: a TaskManager registers its fingerprint (build and operator identities).
+pub const PROTOCOL_VERSION: u32 = 8;
 
 /// The largest handshake message, in bytes (after the length prefix). A `Hello` with a sensible
 /// node id is under 200 bytes; the limit stops a peer (or a stray HTTP client) from making us

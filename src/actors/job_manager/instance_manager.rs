@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use crate::base::ids::{InstanceId, ResourceId, TaskManagerSessionId};
-use crate::messages::job_manager::{HeartbeatReport, TaskManagerInfo};
+use crate::messages::job_manager::{Fingerprint, HeartbeatReport, TaskManagerInfo};
 use crate::messages::{HardwareDescription, TaskManagerLocation};
 
 /// One registered TaskManager: what the status API shows, plus its registration order.
@@ -40,6 +40,7 @@ impl InstanceManager {
     }
 
     /// Registers a TaskManager (replacing any registration under the same resource id).
+    #[allow(clippy::too_many_arguments)] // the registration's fields, each stored as given
     pub fn register(
         &mut self,
         instance_id: InstanceId,
@@ -48,6 +49,7 @@ impl InstanceManager {
         slots: u32,
         now_ms: u64,
         session: TaskManagerSessionId,
+        fingerprint: Fingerprint,
     ) -> &Instance {
         self.next_sequence += 1;
         let resource_id = location.resource_id.clone();
@@ -59,6 +61,7 @@ impl InstanceManager {
                 hardware,
                 slots_total: slots,
                 slots_free: slots,
+                fingerprint,
                 registered_at_ms: now_ms,
                 last_heartbeat_ms: now_ms,
                 // Filled from the scheduler when a status is built: it owns the placements.
@@ -120,6 +123,11 @@ impl InstanceManager {
             .take(count)
             .map(|(id, _)| id.clone())
             .collect()
+    }
+
+    /// Every registration, by resource id.
+    pub fn iter(&self) -> impl Iterator<Item = &Instance> {
+        self.instances.values()
     }
 
     /// Registered resource ids, in order.
@@ -187,6 +195,7 @@ mod tests {
             2,
             10,
             TaskManagerSessionId::from_u128(0),
+            Fingerprint::default(),
         );
         instances.register(
             InstanceId::from_u128(2),
@@ -195,6 +204,7 @@ mod tests {
             3,
             10,
             TaskManagerSessionId::from_u128(0),
+            Fingerprint::default(),
         );
         assert_eq!((instances.total_slots(), instances.free_slots()), (5, 5));
         let tm1 = ResourceId::new("tm-1");
@@ -231,6 +241,7 @@ mod tests {
                 1,
                 0,
                 TaskManagerSessionId::from_u128(0),
+                Fingerprint::default(),
             );
         }
         // tm-3 is busy.

@@ -152,6 +152,7 @@ impl JobManager {
                 JobAction::Terminated(status) => {
                     log::info!("job manager: job {job_id} is {status}");
                     self.scheduler.forget_job(job_id);
+                    self.scheduler.release_requirements(job_id);
                     self.forget_ended_jobs(job_id);
                     if self.jobs.contains_key(&job_id) {
                         self.ended.insert((self.env.clock.now_millis(), job_id));
@@ -286,12 +287,13 @@ impl JobManager {
         recovered: bool,
         ctx: &mut Context<Self>,
     ) -> Result<JobId, JobError> {
-        let registry = &self.settings.registry;
+        self.check_runnable(&graph)?;
         graph
-            .validate(|op| registry.contains(op))
+            .validate(|_| true)
             .map_err(|e| JobError::Rejected(e.to_string()))?;
         let now_ms = self.env.clock.now_millis();
         let name = graph.name.clone();
+        let operators = graph_operators(&graph);
         let rng = self.rng.fork();
         let mut job = match regions {
             Some(regions) => ExecutionGraph::with_regions(job_id, graph, regions, rng, now_ms),
@@ -317,9 +319,50 @@ impl JobManager {
             )));
         }
         log::info!("job manager: job {job_id} ({name}) submitted");
+        self.scheduler.require(job_id, operators);
         self.jobs.insert(job_id, job);
         self.with_job(job_id, ctx, |job, cx| job.start(cx));
         Ok(job_id)
+    }
+
+    /// Refuses a job with an operator no TaskManager can run: none registered has it, and the
+    /// TaskManagers this JobManager starts (its own binary: its registry) lack it too. Names
+    /// each such operator, its vertex, and what the registered TaskManagers are.
+    fn check_runnable(&self, graph: &crate::job::graph::JobGraph) -> Result<(), JobError> {
+        let registered: Vec<_> = self.instances.iter().map(|i| &i.info).collect();
+        let mut missing = Vec::new();
+        for vertex in &graph.vertices {
+            let operator = vertex.operator.as_str();
+            if self.settings.registry.contains(operator)
+                || registered.iter().any(|tm| {
+                    tm.fingerprint.operators.is_empty()
+                        || tm.fingerprint.operators.iter().any(|op| op == operator)
+                })
+            {
+                continue;
+            }
+            missing.push(format!("`{operator}` (vertex `{}`)", vertex.name));
+        }
+        if missing.is_empty() {
+            return Ok(());
+        }
+        let lacking = if registered.is_empty() {
+            "no TaskManager is registered".to_owned()
+        } else {
+            registered
+                .iter()
+                .map(|tm| format!("{} (build {})", tm.resource_id, tm.fingerprint.build))
+                .collect::<Vec<_>>()
+                .join(", ")
+                + " lack it"
+        };
+        Err(JobError::Rejected(format!(
+            "no TaskManager can run operator {}: {lacking}, and the TaskManagers this JobManager \
+             starts run its own binary (build {}), which does not register it either (start the \
+             cluster from the binary that holds the program, e.g. `mybin jobmanager`)",
+            missing.join(", "),
+            crate::env::build::build_id()
+        )))
     }
 
     /// A heartbeat listed what `resource_id` runs: every job fails over the tasks it believes
@@ -595,3 +638,10 @@ impl Handler<UpdateTaskExecutionStates> for JobManager {
 
 #[cfg(test)]
 mod tests;
+
+/// The operator identities a job graph needs.
+fn graph_operators(
+    graph: &crate::job::graph::JobGraph,
+) -> super::scheduler::capabilities::OperatorSet {
+    std::sync::Arc::new(graph.vertices.iter().map(|v| v.operator.clone()).collect())
+}

@@ -57,7 +57,10 @@ use crate::base::rng::NodeRng;
 use crate::config::SchedulerConfig;
 use crate::messages::job_manager::Locality;
 
+pub mod capabilities;
 pub mod strategy;
+
+use capabilities::{Classes, OperatorSet};
 
 use strategy::{FreeSlots, QueuedBulkView, RegionSchedulingStrategy, Serve, SlotSelectionStrategy};
 
@@ -159,6 +162,8 @@ pub struct SchedulerCounters {
 #[derive(Debug, Clone)]
 struct TaskManagerEntry {
     id: ResourceId,
+    /// Its class: the TaskManagers that run the same operators ([`capabilities`]).
+    class: usize,
     total: u32,
     used: u32,
     /// Keys of its shared slots, in no order (each slot knows its position: O(1) removal).
@@ -323,6 +328,8 @@ pub struct Scheduler {
     task_manager_keys: BTreeMap<ResourceId, usize>,
     /// TaskManagers with a free slot ([`by_free_entry`]).
     by_free: BTreeSet<u64>,
+    /// The same per class of TaskManagers that run the same operators, and what jobs need.
+    classes: Classes,
     total_slots: u64,
     free_slots: u64,
     /// Open shared slots by key.
@@ -360,6 +367,7 @@ impl Scheduler {
             task_managers: Slab::new(),
             task_manager_keys: BTreeMap::new(),
             by_free: BTreeSet::new(),
+            classes: Classes::default(),
             total_slots: 0,
             free_slots: 0,
             slots: Slab::new(),
@@ -388,20 +396,49 @@ impl Scheduler {
         self
     }
 
+    /// Records the operators `job` needs: its tasks get slots only on TaskManagers that run
+    /// them all (until [`forget_job`](Self::forget_job)).
+    pub fn require(&mut self, job: JobId, operators: OperatorSet) {
+        self.classes.require(job, operators);
+    }
+
+    /// `job` ended: it needs nothing any more.
+    pub fn release_requirements(&mut self, job: JobId) {
+        self.classes.forget(job);
+    }
+
+    /// Free slots on TaskManagers that can run `job`.
+    fn free_slots_for(&self, job: JobId) -> u64 {
+        self.classes.free_for(job).unwrap_or(self.free_slots)
+    }
+
     /// The work counted so far.
     pub fn counters(&self) -> SchedulerCounters {
         self.counters
     }
 
-    /// A TaskManager with `slots` slots joined; call [`serve`](Self::serve) after to serve the
-    /// queue.
+    /// A TaskManager with `slots` slots that runs any operator joined; call
+    /// [`serve`](Self::serve) after to serve the queue.
     pub fn add_task_manager(&mut self, resource_id: ResourceId, slots: u32) {
+        self.add_task_manager_running(resource_id, slots, None);
+    }
+
+    /// A TaskManager with `slots` slots that runs `operators` (`None`: any) joined: only jobs
+    /// whose operators it has get slots there.
+    pub fn add_task_manager_running(
+        &mut self,
+        resource_id: ResourceId,
+        slots: u32,
+        operators: Option<OperatorSet>,
+    ) {
         if self.task_manager_keys.contains_key(&resource_id) {
             return;
         }
         let before = self.total_slots;
+        let class = self.classes.join(operators);
         let key = self.task_managers.insert(TaskManagerEntry {
             id: resource_id.clone(),
+            class,
             total: slots,
             used: 0,
             slots: Vec::new(),
@@ -409,6 +446,9 @@ impl Scheduler {
         self.task_manager_keys.insert(resource_id, key);
         if slots > 0 {
             self.by_free.insert(by_free_entry(slots, key));
+            let class = self.classes.class_mut(class);
+            class.by_free.insert(by_free_entry(slots, key));
+            class.free += u64::from(slots);
         }
         self.total_slots += u64::from(slots);
         self.free_slots += u64::from(slots);
@@ -433,6 +473,10 @@ impl Scheduler {
         };
         let entry = self.task_managers.remove(key);
         self.by_free.remove(&by_free_entry(entry.free(), key));
+        let class = self.classes.class_mut(entry.class);
+        class.by_free.remove(&by_free_entry(entry.free(), key));
+        class.free -= u64::from(entry.free());
+        self.classes.leave(entry.class);
         let mut lost = Vec::new();
         for &slot_key in &entry.slots {
             self.counters.slot_visits += 1;
@@ -569,7 +613,7 @@ impl Scheduler {
 
     /// The queued bulk `key` at `position` as the strategy sees it.
     fn view(&mut self, key: QueueKey, position: usize) -> QueuedBulkView {
-        let fits = self.new_slots_needed(key) <= self.free_slots;
+        let fits = self.new_slots_needed(key) <= self.free_slots_for(self.queue[&key].id.job);
         let bulk = &self.queue[&key];
         QueuedBulkView {
             id: bulk.id,
@@ -590,7 +634,7 @@ impl Scheduler {
 
     /// Places every request of the queued bulk `key`, or none.
     fn try_place_bulk(&mut self, key: QueueKey) -> Option<Vec<(TaskRef, SlotAssignment)>> {
-        if self.new_slots_needed(key) > self.free_slots {
+        if self.new_slots_needed(key) > self.free_slots_for(self.queue[&key].id.job) {
             return None;
         }
         // Borrowed out of the queue while placing (placing never touches the queue), not
@@ -1044,20 +1088,41 @@ impl Scheduler {
     /// A new shared slot of `group`: on the first of `on` with a free slot, or for `None` on
     /// the TaskManager with the most free slots.
     fn new_shared_slot(&mut self, group: usize, on: Option<&[usize]>) -> Option<usize> {
+        let job = self.groups[group].key.0;
         let task_manager = match on {
             Some(preferred) => {
                 self.counters.task_manager_visits += preferred.len() as u64;
                 preferred
                     .iter()
-                    .find(|tm| self.task_managers[**tm].free() > 0)
+                    .find(|tm| {
+                        let tm = &self.task_managers[**tm];
+                        tm.free() > 0 && self.classes.capable(job, tm.class)
+                    })
                     .copied()
             }
-            None => {
-                self.counters.task_manager_visits += 1;
-                self.slot_selection.select(FreeSlots {
-                    by_free: &self.by_free,
-                })
-            }
+            None => match self.classes.restricted_to(job) {
+                None => {
+                    self.counters.task_manager_visits += 1;
+                    self.slot_selection.select(FreeSlots {
+                        by_free: &self.by_free,
+                    })
+                }
+                // Each capable class's choice, then the strategy's choice among those.
+                Some(classes) => {
+                    self.counters.task_manager_visits += classes.len() as u64;
+                    let candidates: BTreeSet<u64> = classes
+                        .iter()
+                        .filter_map(|&class| {
+                            let by_free = &self.classes.class_mut(class).by_free;
+                            let tm = self.slot_selection.select(FreeSlots { by_free })?;
+                            Some(by_free_entry(self.task_managers[tm].free(), tm))
+                        })
+                        .collect();
+                    self.slot_selection.select(FreeSlots {
+                        by_free: &candidates,
+                    })
+                }
+            },
         }?;
         self.use_slot(task_manager);
         let allocation_id = AllocationId::generate(&mut self.rng);
@@ -1085,13 +1150,17 @@ impl Scheduler {
     /// One more used slot on `task_manager`, in every index.
     fn use_slot(&mut self, task_manager: usize) {
         let entry = &mut self.task_managers[task_manager];
-        self.by_free
-            .remove(&by_free_entry(entry.free(), task_manager));
+        let class = self.classes.class_mut(entry.class);
+        for index in [&mut self.by_free, &mut class.by_free] {
+            index.remove(&by_free_entry(entry.free(), task_manager));
+        }
         entry.used += 1;
         if entry.free() > 0 {
-            self.by_free
-                .insert(by_free_entry(entry.free(), task_manager));
+            for index in [&mut self.by_free, &mut class.by_free] {
+                index.insert(by_free_entry(entry.free(), task_manager));
+            }
         }
+        class.free -= 1;
         self.free_slots -= 1;
     }
 
@@ -1101,11 +1170,15 @@ impl Scheduler {
         if entry.used == 0 {
             return;
         }
-        self.by_free
-            .remove(&by_free_entry(entry.free(), task_manager));
+        let class = self.classes.class_mut(entry.class);
+        for index in [&mut self.by_free, &mut class.by_free] {
+            index.remove(&by_free_entry(entry.free(), task_manager));
+        }
         entry.used -= 1;
-        self.by_free
-            .insert(by_free_entry(entry.free(), task_manager));
+        for index in [&mut self.by_free, &mut class.by_free] {
+            index.insert(by_free_entry(entry.free(), task_manager));
+        }
+        class.free += 1;
         self.free_slots += 1;
     }
 

@@ -70,6 +70,7 @@ impl Fixture {
             },
             number_of_slots: 2,
             session: TaskManagerSessionId::from_u128(1),
+            fingerprint: Default::default(),
         };
         (probe, registration)
     }

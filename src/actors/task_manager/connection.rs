@@ -113,6 +113,7 @@ impl TaskManager {
             hardware: self.settings.spec.hardware,
             number_of_slots: self.slots.total(),
             session: self.session,
+            fingerprint: self.settings.spec.registry.fingerprint(),
         };
         gateway
             .register_task_manager

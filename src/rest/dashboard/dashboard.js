@@ -391,6 +391,12 @@
     if (typeof hw['cpu-cores'] === 'number') meta.push(esc(plural(hw['cpu-cores'], 'core')));
     const memory = formatBytes(hw['physical-memory']);
     if (memory) meta.push(esc(memory));
+    const fingerprint = tm.fingerprint || {};
+    if (fingerprint.build) meta.push('build ' + esc(fingerprint.build));
+    const programs = (fingerprint.operators || [])
+      .filter(function (op) { return op.indexOf('program:') === 0; })
+      .map(function (op) { return op.slice('program:'.length).split('@')[0]; });
+    if (programs.length) meta.push('programs ' + esc(programs.join(', ')));
     if (typeof tm['time-since-last-heartbeat'] === 'number') {
       meta.push('heartbeat ' + esc(formatDuration(tm['time-since-last-heartbeat'])) + ' ago');
     }

@@ -55,6 +55,7 @@ fn task_manager(n: u32, slots: u32, allocated: Vec<AllocatedSlotInfo>) -> TaskMa
         },
         slots_total: slots,
         slots_free: slots.saturating_sub(allocated.len() as u32),
+        fingerprint: Default::default(),
         registered_at_ms: EPOCH,
         last_heartbeat_ms: EPOCH,
         allocated_slots: allocated,

@@ -690,3 +690,65 @@ fn with_backfill_a_bulk_that_fits_overtakes_a_head_that_does_not_and_fifo_waits(
     assert_eq!(placed[0].0.job, JobId::from_u128(2));
     assert_eq!(added.len(), 3, "the head still runs once slots free");
 }
+
+/// The operator set `names`.
+fn operators(names: &[&str]) -> OperatorSet {
+    std::sync::Arc::new(names.iter().map(|n| (*n).to_owned()).collect())
+}
+
+#[test]
+fn a_job_gets_slots_only_on_task_managers_that_run_its_operators() {
+    // tm-0 and tm-2 run the program, tm-1 (another build) only the built-ins; all have free
+    // slots, and spread-out would pick tm-1 first (the most free).
+    let mut scheduler = Scheduler::new(NodeRng::seed_from_u64(1));
+    let program = operators(&["map", "program:p@aaaa"]);
+    scheduler.add_task_manager_running(tm(0), 2, Some(program.clone()));
+    scheduler.add_task_manager_running(tm(1), 8, Some(operators(&["map"])));
+    scheduler.add_task_manager_running(tm(2), 2, Some(program));
+    scheduler.require(JOB, operators(&["program:p@aaaa"]));
+    let mut cluster = TestCluster {
+        scheduler,
+        start: Instant::now(),
+        next_region: 0,
+    };
+    // Four tasks fit on tm-0 and tm-2; a fifth waits although tm-1 has 8 free slots.
+    for subtask in 0..5 {
+        let _ = cluster.place(request(0, subtask));
+    }
+    let placed: Vec<ResourceId> = (0..5)
+        .filter_map(|s| cluster.scheduler.assignment(&task(0, s)))
+        .map(|(_, tm)| tm.clone())
+        .collect();
+    assert_eq!(placed.len(), 4, "{placed:?}");
+    assert!(placed.iter().all(|t| *t != tm(1)), "{placed:?}");
+    assert_eq!(cluster.scheduler.queued(), 1);
+    // A job of built-ins only runs anywhere, tm-1 first (the most free).
+    let other = JobId::from_u128(2);
+    cluster.scheduler.require(other, operators(&["map"]));
+    let mut builtin = request(0, 0);
+    builtin.task.job = other;
+    // The waiting bulk of JOB heads the queue (FIFO): free a slot of JOB's first.
+    assert!(cluster.scheduler.release(&task(0, 0)).is_some());
+    let placed = cluster.serve();
+    assert!(
+        placed.iter().all(|(_, a)| a.resource_id != tm(1)),
+        "{placed:?}"
+    );
+    assert!(matches!(cluster.place(builtin), Placement::Assigned(a) if a.resource_id == tm(1)));
+}
+
+#[test]
+fn preferred_task_managers_that_lack_the_operators_are_passed_over() {
+    let mut scheduler = Scheduler::new(NodeRng::seed_from_u64(1));
+    scheduler.add_task_manager_running(tm(0), 4, Some(operators(&["map"])));
+    scheduler.add_task_manager_running(tm(1), 4, Some(operators(&["map", "program:p@b"])));
+    scheduler.require(JOB, operators(&["program:p@b"]));
+    let mut cluster = TestCluster {
+        scheduler,
+        start: Instant::now(),
+        next_region: 0,
+    };
+    let mut wants_tm0 = request(0, 0);
+    wants_tm0.preferred = vec![tm(0)];
+    assert!(matches!(cluster.place(wants_tm0), Placement::Assigned(a) if a.resource_id == tm(1)));
+}
