@@ -96,6 +96,7 @@ fn parse(args: &[String]) -> Result<Options, ProgramError> {
 }
 
 /// The program: each query one job, in order.
+#[allow(clippy::disallowed_methods)] // the client's wall time per query, for its report
 fn tpch(env: &Env) -> Result<(), ProgramError> {
     let options = parse(&env.args())?;
     if let Some(p) = options.parallelism {
