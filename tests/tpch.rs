@@ -146,6 +146,29 @@ fn the_six_queries_match_duckdb_on_a_process_cluster_of_the_programs_binary() {
     assert!(problems.is_empty(), "{problems:#?}");
     let children = common::process::task_managers_of(jm.pid());
     assert_eq!(children.len(), 2, "{children:?}");
+    // The REST API shows each task's chain of operators: Q1 reads, filters, projects and
+    // pre-aggregates lineitem in one task.
+    let agent = common::rest::agent();
+    let get = |path: &str| -> serde_json::Value {
+        let answer = common::rest::request(&agent, "GET", &format!("{url}{path}"), None, None);
+        serde_json::from_str(&answer.body).unwrap()
+    };
+    let jobs = get("/jobs");
+    let q1 = jobs["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|job| job["name"] == "TPC-H Q1")
+        .expect("Q1 is listed");
+    let details = get(&format!("/jobs/{}", q1["id"].as_str().unwrap()));
+    let longest = details["vertices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["chain"].as_array().map_or(0, Vec::len))
+        .max()
+        .unwrap_or(0);
+    assert!(longest >= 3, "a chain of at least 3 operators: {details:#}");
 }
 
 #[test]

@@ -64,6 +64,7 @@ impl JobView {
                 .map(|v| jm::VertexDetails {
                     name: v.name.clone(),
                     operator: v.operator.clone(),
+                    chain: v.chain.clone(),
                     io: v.metrics.snapshot(),
                     subtasks: v
                         .subtasks

@@ -111,7 +111,8 @@ pub struct RegisterTaskManager {
 /// is; an empty operator list declares nothing and is taken as "any" (test doubles).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Fingerprint {
-    /// The first 12 hex digits of the SHA-256 of its executable.
+    /// The first 12 hex digits of the SHA-256 of its executable if it carries programs, else
+    /// `vVERSION` (the built-ins are the same in every build of one version).
     pub build: String,
     /// Every operator identity it can run, sorted.
     pub operators: Vec<String>,
@@ -710,6 +711,8 @@ pub struct VertexDetails {
     pub name: String,
     /// Its operator.
     pub operator: String,
+    /// The operators chained in it, in order (a program's task; empty for one operator).
+    pub chain: Vec<String>,
     /// Its subtasks.
     pub subtasks: Vec<SubtaskDetails>,
     /// Over its subtasks' current attempts: records, bytes and buffers summed, the

@@ -81,6 +81,7 @@ pub(crate) fn job_details() -> JobDetails {
         }],
         vertices: vec![VertexDetails {
             name: "source".into(),
+            chain: Vec::new(),
             operator: "text-source".into(),
             subtasks: vec![SubtaskDetails {
                 subtask: 0,

@@ -335,6 +335,10 @@ pub struct VertexView {
     pub name: String,
     /// Its operator.
     pub operator: String,
+    /// The operators chained in it, in order (a program's task runs a chain; empty for a
+    /// single operator).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub chain: Vec<String>,
     /// Its subtasks.
     pub parallelism: u32,
     /// Subtasks by state (every state, zeros included).
@@ -659,6 +663,7 @@ fn vertex(vertex: &VertexDetails, subtasks: bool) -> VertexView {
     VertexView {
         name: vertex.name.clone(),
         operator: vertex.operator.clone(),
+        chain: vertex.chain.clone(),
         parallelism: vertex.subtasks.len() as u32,
         tasks,
         subtasks: if subtasks {

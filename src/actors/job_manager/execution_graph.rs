@@ -526,6 +526,7 @@ impl ExecutionGraph {
                 .map(|(vertex, subtasks)| VertexDetails {
                     name: vertex.name.clone(),
                     operator: vertex.operator.clone(),
+                    chain: vertex.chain.clone(),
                     io: vertex_io(subtasks.iter().filter_map(|ev| ev.io.as_ref())),
                     subtasks: subtasks
                         .iter()

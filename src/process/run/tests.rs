@@ -153,6 +153,7 @@ fn vertex_time_runs_from_first_deploy_to_last_finish() {
     use ExecutionState::*;
     let vertex = VertexDetails {
         name: "count".to_owned(),
+        chain: Vec::new(),
         operator: "count-by-key".to_owned(),
         io: Default::default(),
         subtasks: vec![

@@ -108,6 +108,7 @@ fn job(
             .enumerate()
             .map(|(v, (state, resource_id))| VertexDetails {
                 name: format!("v{v}"),
+                chain: Vec::new(),
                 operator: "noop".into(),
                 io: Default::default(),
                 subtasks: vec![SubtaskDetails {
