@@ -101,6 +101,35 @@ fn run_queries(extra: &[&str], output: &Path) {
     );
 }
 
+/// `binary jobmanager` with a pool of `pool` TaskManagers × 2 slots working in `dir`: the
+/// process, its REST URL and its configuration file.
+fn job_manager(binary: &Path, dir: &Path, pool: u32) -> (JobManagerProcess, String, PathBuf) {
+    let config = dir.join("flint.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[taskmanager]\nworking-dir = \"{}\"\n",
+            dir.join("work").display()
+        ),
+    )
+    .unwrap();
+    let mut command = Command::new(binary);
+    command
+        .args([
+            "jobmanager",
+            "--bind",
+            "127.0.0.1:0",
+            "--rest",
+            "127.0.0.1:0",
+        ])
+        .args(["--pool-size", &pool.to_string(), "--slots", "2", "--config"])
+        .arg(&config)
+        .env_remove("FLINT_SECRET");
+    let jm = JobManagerProcess::start_with_rest(command);
+    let url = jm.rest.clone().expect("the JobManager's REST address");
+    (jm, url, config)
+}
+
 #[test]
 fn the_six_queries_match_duckdb_on_an_embedded_cluster() {
     let dir = common::scratch("tpch-embedded");
@@ -114,29 +143,7 @@ fn the_six_queries_match_duckdb_on_an_embedded_cluster() {
 fn the_six_queries_match_duckdb_on_a_process_cluster_of_the_programs_binary() {
     let dir = common::scratch("tpch-processes");
     let _cleanup = common::RemoveOnDrop(dir.clone());
-    let config = dir.join("flint.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[taskmanager]\nworking-dir = \"{}\"\n",
-            dir.join("work").display()
-        ),
-    )
-    .unwrap();
-    let mut command = Command::new(tpch_binary());
-    command
-        .args([
-            "jobmanager",
-            "--bind",
-            "127.0.0.1:0",
-            "--rest",
-            "127.0.0.1:0",
-        ])
-        .args(["--pool-size", "2", "--slots", "2", "--config"])
-        .arg(&config)
-        .env_remove("FLINT_SECRET");
-    let jm = JobManagerProcess::start_with_rest(command);
-    let url = jm.rest.clone().expect("the JobManager's REST address");
+    let (jm, url, _) = job_manager(&tpch_binary(), &dir, 2);
     // Two TaskManager processes, the example's own binary, run the queries at parallelism 4.
     run_queries(
         &["--parallelism", "4", "--jobmanager", &url],
@@ -199,29 +206,7 @@ fn a_job_runs_only_on_the_task_managers_that_carry_its_program() {
     // joins takes every task of it; `flint taskmanagers` shows both builds.
     let dir = common::scratch("tpch-fingerprints");
     let _cleanup = common::RemoveOnDrop(dir.clone());
-    let config = dir.join("flint.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[taskmanager]\nworking-dir = \"{}\"\n",
-            dir.join("work").display()
-        ),
-    )
-    .unwrap();
-    let mut command = Command::new(env!("CARGO_BIN_EXE_flint"));
-    command
-        .args([
-            "jobmanager",
-            "--bind",
-            "127.0.0.1:0",
-            "--rest",
-            "127.0.0.1:0",
-        ])
-        .args(["--pool-size", "1", "--slots", "2", "--config"])
-        .arg(&config)
-        .env_remove("FLINT_SECRET");
-    let jm = JobManagerProcess::start_with_rest(command);
-    let url = jm.rest.clone().expect("the JobManager's REST address");
+    let (jm, url, config) = job_manager(Path::new(env!("CARGO_BIN_EXE_flint")), &dir, 1);
     let agent = common::rest::agent();
     let registered = |n: usize| {
         common::rest::poll("the TaskManagers register", || {

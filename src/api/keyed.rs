@@ -550,9 +550,8 @@ where
     }
 
     fn probe_one(&mut self, left: L, cx: &mut Ctx<'_>) -> Result<(), OperatorError> {
-        let node = self.node.clone();
         let rows: Vec<(L, Option<R>)> = match &mut self.probe {
-            Some(probe) => probe.probe(left).map_err(spilled(&node))?.collect(),
+            Some(probe) => probe.probe(left).map_err(spilled(&self.node))?.collect(),
             None => Vec::new(),
         };
         self.emit(rows, cx)
@@ -593,12 +592,11 @@ struct JoinRight<K, L, R, U>(Shared<Join<K, L, R, U>>);
 
 impl<K: Key, L: Data + Clone, R: Data + Clone, U> Push<L> for JoinLeft<K, L, R, U> {
     fn push(&mut self, record: L, cx: &mut Ctx<'_>) -> Result<(), OperatorError> {
-        let mut join = self.0.borrow_mut();
+        let join = &mut *self.0.borrow_mut();
         if join.right_ended {
             join.probe_one(record, cx)
         } else {
-            let node = join.node.clone();
-            join.early.hold(record, &node)
+            join.early.hold(record, &join.node)
         }
     }
 
@@ -611,10 +609,9 @@ impl<K: Key, L: Data + Clone, R: Data + Clone, U> Push<L> for JoinLeft<K, L, R, 
 
 impl<K: Key, L: Data + Clone, R: Data + Clone, U> Push<R> for JoinRight<K, L, R, U> {
     fn push(&mut self, record: R, _: &mut Ctx<'_>) -> Result<(), OperatorError> {
-        let mut join = self.0.borrow_mut();
-        let node = join.node.clone();
+        let join = &mut *self.0.borrow_mut();
         match &mut join.build {
-            Some(build) => build.build(record).map_err(spilled(&node)),
+            Some(build) => build.build(record).map_err(spilled(&join.node)),
             None => Ok(()),
         }
     }
@@ -686,6 +683,16 @@ where
     R: Data,
     I: IntoIterator<Item = U>,
 {
+    /// One input ended: after the last, the groups are formed and pushed.
+    fn input_ended(&mut self, cx: &mut Ctx<'_>) -> Result<(), OperatorError> {
+        self.open -= 1;
+        if self.open == 0 {
+            self.finish(cx)
+        } else {
+            Ok(())
+        }
+    }
+
     fn finish(&mut self, cx: &mut Ctx<'_>) -> Result<(), OperatorError> {
         let node = self.node.clone();
         let (Some(left), Some(right)) = (self.left.take(), self.right.take()) else {
@@ -752,22 +759,15 @@ impl<K: Key, L: Data, R: Data, U, I: IntoIterator<Item = U>> Push<L>
     for CoGroupLeft<K, L, R, U, I>
 {
     fn push(&mut self, record: L, _: &mut Ctx<'_>) -> Result<(), OperatorError> {
-        let mut state = self.0.borrow_mut();
-        let node = state.node.clone();
+        let state = &mut *self.0.borrow_mut();
         match &mut state.left {
-            Some(sorter) => sorter.push(record).map_err(spilled(&node)),
+            Some(sorter) => sorter.push(record).map_err(spilled(&state.node)),
             None => Ok(()),
         }
     }
 
     fn end(&mut self, cx: &mut Ctx<'_>) -> Result<(), OperatorError> {
-        let mut state = self.0.borrow_mut();
-        state.open -= 1;
-        if state.open == 0 {
-            state.finish(cx)
-        } else {
-            Ok(())
-        }
+        self.0.borrow_mut().input_ended(cx)
     }
 }
 
@@ -775,22 +775,15 @@ impl<K: Key, L: Data, R: Data, U, I: IntoIterator<Item = U>> Push<R>
     for CoGroupRight<K, L, R, U, I>
 {
     fn push(&mut self, record: R, _: &mut Ctx<'_>) -> Result<(), OperatorError> {
-        let mut state = self.0.borrow_mut();
-        let node = state.node.clone();
+        let state = &mut *self.0.borrow_mut();
         match &mut state.right {
-            Some(sorter) => sorter.push(record).map_err(spilled(&node)),
+            Some(sorter) => sorter.push(record).map_err(spilled(&state.node)),
             None => Ok(()),
         }
     }
 
     fn end(&mut self, cx: &mut Ctx<'_>) -> Result<(), OperatorError> {
-        let mut state = self.0.borrow_mut();
-        state.open -= 1;
-        if state.open == 0 {
-            state.finish(cx)
-        } else {
-            Ok(())
-        }
+        self.0.borrow_mut().input_ended(cx)
     }
 }
 
@@ -859,12 +852,11 @@ struct SideInput<T, B, U, I>(Shared<WithSide<T, B, U, I>>);
 
 impl<T: Data, B, U, I: IntoIterator<Item = U>> Push<T> for SideMain<T, B, U, I> {
     fn push(&mut self, record: T, cx: &mut Ctx<'_>) -> Result<(), OperatorError> {
-        let mut state = self.0.borrow_mut();
+        let state = &mut *self.0.borrow_mut();
         if state.side_ended {
             state.apply(record, cx)
         } else {
-            let node = state.node.clone();
-            state.early.hold(record, &node)
+            state.early.hold(record, &state.node)
         }
     }
 
