@@ -28,6 +28,8 @@ const DEFAULT_STUCK_SEEDS: u64 = 200;
 
 /// Seeds of the data-plane sweep unless `FLINT_SIM_DATA_SEEDS` says otherwise.
 const DEFAULT_DATA_SEEDS: u64 = 100;
+/// Seeds of the typed-program sweep in every `cargo test`.
+const DEFAULT_PROGRAM_SEEDS: u64 = 100;
 
 /// Seeds of the failure-semantics sweep unless `FLINT_SIM_FAILURE_SEEDS` says otherwise.
 const DEFAULT_FAILURE_SEEDS: u64 = 200;
@@ -177,6 +179,56 @@ fn every_invariant_holds_over_the_seed_sweep() {
         "classic",
         Some("FLINT_SIM_SEED={seed} cargo test --test simulation -- --nocapture replay"),
         &reports,
+    );
+}
+
+/// Typed programs among the faults: a join through the dataflow API (its TaskManagers rebuild
+/// the plan from the program's code) checked line for line, beside WordCount.
+/// `FLINT_SIM_PROGRAMS_SEED=n` replays seed `n` of it with its trace.
+#[test]
+fn every_invariant_holds_over_the_programs_sweep() {
+    if env_u64("FLINT_SIM_SEED").is_some() {
+        return; // a replay run
+    }
+    let options = |seed| {
+        let mut options = SimOptions::new(seed);
+        options.shape.jobs = JobMix::Programs;
+        options
+    };
+    if let Some(seed) = env_u64("FLINT_SIM_PROGRAMS_SEED") {
+        let mut options = options(seed);
+        options.keep_trace = true;
+        let report = run_seed(&options);
+        for line in &report.trace {
+            println!("{line}");
+        }
+        assert!(report.passed(), "{:#?}", report.violations);
+        return;
+    }
+    let count = env_u64("FLINT_SIM_PROGRAMS_SEEDS").unwrap_or(DEFAULT_PROGRAM_SEEDS);
+    #[allow(clippy::disallowed_methods)] // the sweep's wall time, for its report
+    let started = std::time::Instant::now();
+    let reports = sweep_with(0..count, options);
+    eprintln!(
+        "programs sweep in {:.1} s: {}",
+        started.elapsed().as_secs_f64(),
+        outcome_report(&reports)
+    );
+    assert_every_seed_passed(
+        "programs",
+        Some("FLINT_SIM_PROGRAMS_SEED={seed} cargo test --test simulation -- --nocapture programs"),
+        &reports,
+    );
+    let finished = reports
+        .iter()
+        .flat_map(|r| &r.jobs)
+        .filter(|(kind, status)| {
+            *kind == JobKind::TypedJoin && *status == Some(JobStatus::Finished)
+        })
+        .count();
+    assert!(
+        count < 10 || finished > 0,
+        "no typed join finished in {count} seeds"
     );
 }
 

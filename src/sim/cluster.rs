@@ -38,7 +38,6 @@ use crate::messages::ActorAddress;
 use crate::messages::resource_manager::{
     ResourceManagerGateway, WorkerFailed, WorkerStarted, WorkerTerminated,
 };
-use crate::operators::OperatorRegistry;
 use crate::rpc::endpoint::{EndpointConfig, NodeEndpoint};
 use crate::transport::handshake::Secret;
 
@@ -269,7 +268,7 @@ impl SimCluster {
             let env = cluster.env("jobmanager", seed, resolver);
             let node = start_job_manager_node(
                 &cluster.config,
-                OperatorRegistry::with_builtins(),
+                super::program::registry(),
                 env,
                 Box::new(driver),
             );
@@ -419,7 +418,7 @@ impl SimCluster {
             let env = cluster.env(&name, seed, resolver);
             let spec = task_manager_spec(
                 &cluster.config,
-                OperatorRegistry::with_builtins(),
+                super::program::registry(),
                 &hostname,
                 working_dir,
             );

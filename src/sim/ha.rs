@@ -331,7 +331,7 @@ impl Shared {
                 rest_url: format!("http://{address}"),
                 address,
                 make_driver: &make_driver,
-                registry: crate::operators::OperatorRegistry::with_builtins(),
+                registry: super::program::registry(),
             };
             let election = shared.coordination.election(index);
             run_leader_loop(election, terms, &store, &switch, std::future::pending()).await;

@@ -103,6 +103,25 @@ pub fn build(
             builder.edge(count, sink, DistributionPattern::Forward, pipelined);
             files = Some((input, output));
         }
+        JobKind::TypedJoin => {
+            fs::create_dir_all(dir)?;
+            let expected = dir.join("expected.txt");
+            let output = dir.join("out");
+            let inputs = super::program::JoinInputs {
+                left: 20 + rng.next_u64() % 400,
+                right: 10 + rng.next_u64() % 200,
+                keys: 5 + rng.next_u64() % 60,
+            };
+            let text: String = inputs.expected().iter().map(|l| format!("{l}\n")).collect();
+            fs::write(&expected, text)?;
+            let graph = super::program::join_graph(inputs, p, &output)
+                .map_err(|e| std::io::Error::other(e.to_string()))?;
+            return Ok(JobSpec {
+                kind,
+                graph,
+                files: Some((expected, output)),
+            });
+        }
         JobKind::Noop => {
             let source = builder
                 .vertex("generate", NOOP, p)
@@ -210,6 +229,53 @@ pub fn build(
         .build(knows)
         .map_err(|error| std::io::Error::other(error.to_string()))?;
     Ok(JobSpec { kind, graph, files })
+}
+
+/// Checks a finished job's output: WordCount's against the sequential count of its input, a
+/// typed join's against its expected lines (written beside it when it was built).
+pub fn check_output(kind: JobKind, input: &Path, output: &Path) -> Result<(), String> {
+    match kind {
+        JobKind::TypedJoin => check_lines(input, output),
+        _ => check_word_count(input, output),
+    }
+}
+
+/// The sorted lines of every `part-*` file in `output`.
+fn part_lines(output: &Path) -> Result<Vec<String>, String> {
+    let entries = fs::read_dir(output).map_err(|e| format!("cannot list the output: {e}"))?;
+    let mut lines = Vec::new();
+    for path in entries.filter_map(|e| e.ok().map(|e| e.path())) {
+        let is_part = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with("part-"));
+        if is_part {
+            let text = fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+            lines.extend(text.lines().map(str::to_owned));
+        }
+    }
+    lines.sort();
+    Ok(lines)
+}
+
+/// Compares the lines written to `output` with those of `expected` (a multiset).
+fn check_lines(expected: &Path, output: &Path) -> Result<(), String> {
+    let want: Vec<String> = fs::read_to_string(expected)
+        .map_err(|e| format!("cannot read the expected lines: {e}"))?
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    let got = part_lines(output)?;
+    if got == want {
+        Ok(())
+    } else {
+        Err(format!(
+            "the join wrote {} lines, {} expected (first difference: {:?})",
+            got.len(),
+            want.len(),
+            got.iter().zip(&want).find(|(g, w)| g != w)
+        ))
+    }
 }
 
 /// Compares a finished WordCount's output with the sequential count of its input; `Err` says

@@ -32,6 +32,7 @@ pub mod invariants;
 pub mod jobs;
 pub mod lockstep;
 pub mod network;
+pub mod program;
 pub mod scenario;
 pub mod trace;
 
@@ -169,6 +170,7 @@ fn scratch_dir(options: &SimOptions) -> PathBuf {
             scenario::JobMix::Classic => "classic",
             scenario::JobMix::DataPlane => "data",
             scenario::JobMix::NonCooperative => "non-cooperative",
+            scenario::JobMix::Programs => "programs",
         }
     };
     base.join(format!(
@@ -681,9 +683,9 @@ impl Run {
                 .record(format!("job {kind:?} {id:?}: {status:?}"));
             if status == Some(JobStatus::Finished)
                 && let Some((input, output)) = files
-                && let Err(what) = jobs::check_word_count(&input, &output)
+                && let Err(what) = jobs::check_output(kind, &input, &output)
             {
-                self.violation(format!("WordCount job {id:?}: {what}"));
+                self.violation(format!("{kind:?} job {id:?}: {what}"));
             }
             if status == Some(JobStatus::Failed) {
                 let reason = details.and_then(|d| d.failure).unwrap_or_default();

@@ -31,6 +31,8 @@ pub enum JobKind {
     /// operator) into a sink: cancelling it (a cancel, a failover) ends only through the
     /// TaskManager's cancellation watchdog failing the TaskManager.
     IgnoresCancel,
+    /// A typed program (`super::program`): a join of two generated inputs, checked exactly.
+    TypedJoin,
 }
 
 /// Which jobs a scenario draws.
@@ -46,6 +48,8 @@ pub enum JobMix {
     /// Tasks that ignore their cancellation among sleep and fail-once jobs (whose failovers
     /// cancel them too), and cancels.
     NonCooperative,
+    /// Typed programs (a join, checked exact) and WordCount among the faults.
+    Programs,
 }
 
 impl JobMix {
@@ -67,6 +71,10 @@ impl JobMix {
                 0 => JobKind::Sleep,
                 1 => JobKind::FailOnce,
                 _ => JobKind::IgnoresCancel,
+            },
+            Self::Programs => match below(rng, 3) {
+                0 => JobKind::WordCount,
+                _ => JobKind::TypedJoin,
             },
         }
     }

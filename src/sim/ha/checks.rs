@@ -275,9 +275,9 @@ impl HaRun {
                 .record(format!("job {kind:?} {id:?}: {status:?}"));
             if status == Some(JobStatus::Finished)
                 && let Some((input, output)) = files
-                && let Err(what) = jobs::check_word_count(&input, &output)
+                && let Err(what) = jobs::check_output(kind, &input, &output)
             {
-                shared.violation(format!("WordCount job {id:?}: {what}"));
+                shared.violation(format!("{kind:?} job {id:?}: {what}"));
             }
             if status == Some(JobStatus::Failed) {
                 failures.push((kind, details.and_then(|d| d.failure).unwrap_or_default()));
