@@ -276,3 +276,16 @@ fn a_job_runs_only_on_the_task_managers_that_carry_its_program() {
         "{table}"
     );
 }
+
+#[test]
+fn options_may_come_before_the_programs_arguments() {
+    // `tpch --jobmanager URL Q6 ...` runs the default program against URL (nothing listens
+    // there: it says so), not the CLI's usage error.
+    let run = Command::new(tpch_binary())
+        .args(["--jobmanager", "http://127.0.0.1:1", "Q6", "--sf", "0.01"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(!run.status.success());
+    assert!(stderr.contains("cannot reach the JobManager"), "{stderr}");
+}

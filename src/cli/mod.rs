@@ -545,8 +545,12 @@ pub fn main(programs: Programs) -> ExitCode {
 pub fn main_with_default(programs: Programs, default: Option<&str>) -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
     let first = args.get(1).map(String::as_str);
+    // `--help`/`--version` and subcommands are the CLI's; any other leading option (such as
+    // `--jobmanager URL`) belongs to the default program's run.
     let subcommand = first.is_some_and(|first| {
-        first.starts_with('-') || Cli::command().find_subcommand(first).is_some()
+        matches!(first, "-h" | "--help" | "-V" | "--version")
+            || Cli::command().find_subcommand(first).is_some()
+            || (first.starts_with('-') && default.is_none())
     });
     if !subcommand {
         let program = first
