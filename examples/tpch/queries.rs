@@ -96,7 +96,7 @@ fn q1(t: &Tables<'_>) -> Answer {
         .collect();
     Box::new(move |result| {
         let mut rows = result.get(&rows)?;
-        rows.sort_by(|a, b| a.0.cmp(&b.0));
+        rows.sort_by_key(|a| a.0);
         let mut csv = Csv::new(&[
             "l_returnflag",
             "l_linestatus",
