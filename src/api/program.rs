@@ -156,12 +156,19 @@ impl Programs {
 /// plan its job's first task built). Bounded: the oldest goes first.
 #[derive(Default)]
 struct PlanCache {
-    plans: Mutex<Vec<(PlanKey, Arc<Plan>)>>,
+    plans: Mutex<Vec<(PlanKey, Rebuilt)>>,
 }
 
 /// A plan's key: the program's arguments, the job's number, the client's default parallelism
 /// and the earlier results it read.
 type PlanKey = (String, usize, u32, String);
+
+/// A rebuilt plan and its digest (computed once per plan, not per task).
+#[derive(Clone)]
+struct Rebuilt {
+    plan: Arc<Plan>,
+    digest: Arc<str>,
+}
 
 /// Plans a TaskManager keeps per program.
 const CACHED_PLANS: usize = 16;
@@ -174,31 +181,39 @@ impl PlanCache {
         job: usize,
         default_parallelism: u32,
         reads: &str,
-    ) -> Result<Arc<Plan>, OperatorError> {
-        let key = (args.to_owned(), job, default_parallelism, reads.to_owned());
+    ) -> Result<Rebuilt, OperatorError> {
         let mut plans = self.plans.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some((_, plan)) = plans.iter().find(|(k, _)| *k == key) {
-            return Ok(plan.clone());
+        // Compared in place: `reads` may be megabytes, so the key is copied only on a miss.
+        let cached = plans.iter().find(|((a, j, p, r), _)| {
+            a == args && *j == job && *p == default_parallelism && r == reads
+        });
+        if let Some((_, rebuilt)) = cached {
+            return Ok(rebuilt.clone());
         }
         let arguments: Vec<String> =
             serde_json::from_str(args).map_err(|e| OperatorError::Config {
                 operator: program.identity(),
                 message: format!("`{}` is not a JSON list of strings: {e}", keys::ARGS),
             })?;
-        let reads = decode_reads(reads).map_err(|e| OperatorError::Config {
+        let decoded = decode_reads(reads).map_err(|e| OperatorError::Config {
             operator: program.identity(),
             message: format!("`{}` cannot be read: {e}", keys::READS),
         })?;
         let replay = Replay {
             default_parallelism,
-            reads,
+            reads: decoded,
         };
-        let plan = Arc::new(program.capture(arguments, job, replay)?);
+        let plan = program.capture(arguments, job, replay)?;
+        let rebuilt = Rebuilt {
+            digest: plan.digest().into(),
+            plan: Arc::new(plan),
+        };
         if plans.len() >= CACHED_PLANS {
             plans.remove(0);
         }
-        plans.push((key, plan.clone()));
-        Ok(plan)
+        let key = (args.to_owned(), job, default_parallelism, reads.to_owned());
+        plans.push((key, rebuilt.clone()));
+        Ok(rebuilt)
     }
 }
 
@@ -246,15 +261,14 @@ fn program_task(
             operator: spec.name.to_owned(),
             message: format!("`{}` is not a number", keys::DEFAULT_PARALLELISM),
         })?;
-    let plan = cache.get(
+    let Rebuilt { plan, digest } = cache.get(
         program,
         config(spec, keys::ARGS)?,
         job,
         default_parallelism,
         reads,
     )?;
-    let digest = plan.digest();
-    if digest != config(spec, keys::PLAN)? {
+    if *digest != *config(spec, keys::PLAN)? {
         return Err(OperatorError::Config {
             operator: spec.name.to_owned(),
             message: format!(

@@ -329,39 +329,47 @@ impl JobManager {
     /// TaskManagers this JobManager starts (its own binary: its registry) lack it too. Names
     /// each such operator, its vertex, and what the registered TaskManagers are.
     fn check_runnable(&self, graph: &crate::job::graph::JobGraph) -> Result<(), JobError> {
-        let registered: Vec<_> = self.instances.iter().map(|i| &i.info).collect();
-        let mut missing = Vec::new();
-        for vertex in &graph.vertices {
-            let operator = vertex.operator.as_str();
-            if self.settings.registry.contains(operator)
-                || registered.iter().any(|tm| {
-                    tm.fingerprint.operators.is_empty()
-                        || tm.fingerprint.operators.iter().any(|op| op == operator)
-                })
-            {
-                continue;
-            }
-            missing.push(format!("`{operator}` (vertex `{}`)", vertex.name));
-        }
+        // One look per vertex at the registry and per class of TaskManagers, not per TaskManager.
+        let missing: Vec<String> = graph
+            .vertices
+            .iter()
+            .filter(|vertex| {
+                !self.settings.registry.contains(&vertex.operator)
+                    && !self.scheduler.can_run(&vertex.operator)
+            })
+            .map(|vertex| format!("`{}` (vertex `{}`)", vertex.operator, vertex.name))
+            .collect();
         if missing.is_empty() {
             return Ok(());
         }
-        let lacking = if registered.is_empty() {
+        // Named up to a few: a large cluster's list would drown the message.
+        const NAMED: usize = 8;
+        let registered = self.instances.len();
+        let lacking = if registered == 0 {
             "no TaskManager is registered".to_owned()
         } else {
-            registered
+            let mut named: Vec<String> = self
+                .instances
                 .iter()
-                .map(|tm| format!("{} (build {})", tm.resource_id, tm.fingerprint.build))
-                .collect::<Vec<_>>()
-                .join(", ")
-                + " lack it"
+                .take(NAMED)
+                .map(|i| {
+                    format!(
+                        "{} (build {})",
+                        i.info.resource_id, i.info.fingerprint.build
+                    )
+                })
+                .collect();
+            if registered > NAMED {
+                named.push(format!("{} more", registered - NAMED));
+            }
+            named.join(", ") + " lack it"
         };
         Err(JobError::Rejected(format!(
             "no TaskManager can run operator {}: {lacking}, and the TaskManagers this JobManager \
              starts run its own binary (build {}), which does not register it either (start the \
              cluster from the binary that holds the program, e.g. `mybin jobmanager`)",
             missing.join(", "),
-            crate::env::build::build_id()
+            self.settings.registry.fingerprint().build
         )))
     }
 

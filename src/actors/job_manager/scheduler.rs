@@ -404,6 +404,11 @@ impl Scheduler {
         self.classes.require(job, operators);
     }
 
+    /// Whether a registered TaskManager can run `operator`.
+    pub fn can_run(&self, operator: &str) -> bool {
+        self.classes.runs_anywhere(operator)
+    }
+
     /// `job` ended: it needs nothing any more.
     pub fn release_requirements(&mut self, job: JobId) {
         self.classes.forget(job);

@@ -92,6 +92,18 @@ impl Classes {
         Some(populated().filter(|&c| self.capable(job, c)).collect())
     }
 
+    /// Whether a registered TaskManager runs `operator`: one look per class, not per
+    /// TaskManager.
+    pub fn runs_anywhere(&self, operator: &str) -> bool {
+        self.classes.iter().any(|class| {
+            class.members > 0
+                && class
+                    .operators
+                    .as_ref()
+                    .is_none_or(|operators| operators.contains(operator))
+        })
+    }
+
     /// Free slots on TaskManagers that can run `job`, or `None` if all can.
     pub fn free_for(&self, job: JobId) -> Option<u64> {
         self.restricted_to(job)
