@@ -32,7 +32,7 @@ use flint::messages::job_manager::{
     Heartbeat, HeartbeatReport, HeartbeatResponse, JobManagerMessage,
 };
 use flint::messages::resource_manager::{ResourceManagerMessage, WorkerFailed};
-use flint::transport::connection::{ConnectionConfig, ConnectionError, Side, establish};
+use flint::transport::connection::{self, ConnectionConfig, ConnectionError, dial};
 
 type Inbound = flint::transport::connection::Inbound<Payload>;
 use flint::messages::payload::{Envelope, Payload};
@@ -170,6 +170,11 @@ async fn connect(address: &str) -> TcpStream {
     stream
 }
 
+/// The bench's connections are its own: every proven peer is admitted.
+async fn admit_all(_peer: String) -> Result<(), String> {
+    Ok(())
+}
+
 async fn timed<F: Future>(phase: &str, future: F) -> F::Output {
     tokio::time::timeout(PHASE_TIMEOUT, future)
         .await
@@ -182,15 +187,9 @@ async fn timed<F: Future>(phase: &str, future: F) -> F::Output {
 async fn flint_receive(listener: &TcpListener, rng: &mut NodeRng, count: usize) -> f64 {
     let stream = accept(listener).await;
     let (inbound, mut received) = mpsc::channel(INBOUND_QUEUE);
-    let connection = establish(
-        stream,
-        Side::Acceptor,
-        config("bench-receiver"),
-        rng,
-        inbound,
-    )
-    .await
-    .expect("handshake");
+    let connection = connection::accept(stream, config("bench-receiver"), rng, admit_all, inbound)
+        .await
+        .expect("handshake");
     let rate = timed("flint receive", async {
         let mut first = None;
         let mut seen = 0;
@@ -245,7 +244,7 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 async fn flint_asks(listener: &TcpListener, rng: &mut NodeRng, count: usize) -> (f64, f64) {
     let stream = accept(listener).await;
     let (inbound, _received) = mpsc::channel(INBOUND_QUEUE);
-    let connection = establish(stream, Side::Acceptor, config("bench-asker"), rng, inbound)
+    let connection = connection::accept(stream, config("bench-asker"), rng, admit_all, inbound)
         .await
         .expect("handshake");
     let samples = timed("flint asks", async {
@@ -319,9 +318,9 @@ async fn measure(listener: &TcpListener, rng: &mut NodeRng, plan: Plan, ping: &[
 async fn flint_send(address: &str, rng: &mut NodeRng, envelope: &Envelope, count: usize) {
     let stream = connect(address).await;
     let (inbound, _received) = mpsc::channel(INBOUND_QUEUE);
-    let connection = establish(
+    let connection = dial(
         stream,
-        Side::Initiator,
+        "bench-receiver",
         config("bench-sender"),
         rng,
         inbound,
@@ -357,9 +356,9 @@ async fn raw_send(address: &str, frame: &[u8], count: usize) {
 async fn flint_answer(address: &str, rng: &mut NodeRng) {
     let stream = connect(address).await;
     let (inbound, mut received) = mpsc::channel(INBOUND_QUEUE);
-    let connection = establish(
+    let connection = dial(
         stream,
-        Side::Initiator,
+        "bench-asker",
         config("bench-answerer"),
         rng,
         inbound,

@@ -239,9 +239,14 @@ async fn handshaken(address: &str, node_id: &str, seed: u64) -> TcpStream {
         secret: Secret::from_bytes(SECRET),
         timeout: Duration::from_secs(5),
     };
-    let established = handshake::initiate(&mut stream, &config, &mut NodeRng::seed_from_u64(seed))
-        .await
-        .expect("the handshake with the right secret succeeds");
+    let established = handshake::initiate(
+        &mut stream,
+        &config,
+        address,
+        &mut NodeRng::seed_from_u64(seed),
+    )
+    .await
+    .expect("the handshake with the right secret succeeds");
     // A node is known by its address: the node part of its actors' addresses.
     assert_eq!(established.peer_node_id, address);
     stream
@@ -386,7 +391,13 @@ async fn wrong_secret(cluster: &Cluster) {
         secret: Secret::from_bytes("not-the-secret"),
         timeout: Duration::from_secs(5),
     };
-    let refused = handshake::initiate(&mut stream, &config, &mut NodeRng::seed_from_u64(51)).await;
+    let refused = handshake::initiate(
+        &mut stream,
+        &config,
+        &cluster.address,
+        &mut NodeRng::seed_from_u64(51),
+    )
+    .await;
     assert!(refused.is_err(), "{refused:?}");
     assert_closed_by_server(&mut stream, "a wrong secret").await;
 }

@@ -254,11 +254,12 @@ struct NodeArgs {
     #[arg(long, value_name = "S")]
     slots: Option<String>,
 
-    /// Read the cluster secret from this file [default: the FLINT_SECRET variable].
+    /// Read the cluster secret from this file [default: the FLINT_SECRET variable, else the
+    /// secret a JobManager of this user generated in ~/.local/state/flint/cluster-secret].
     #[arg(long, value_name = "FILE")]
     secret_file: Option<PathBuf>,
 
-    /// Run without a secret on a non-loopback address: anyone who can connect can join.
+    /// Run without any secret: anyone who can connect can join the cluster.
     #[arg(long)]
     insecure: bool,
 
@@ -414,12 +415,21 @@ async fn job_manager(args: JobManagerArgs, registry: OperatorRegistry) -> anyhow
         flags.push(FlagOverride::new("rest.address", address, "--rest"));
         flags.push(FlagOverride::new("rest.port", port.to_string(), "--rest"));
     }
-    let config = args.node.config(args.pool_size.as_ref(), flags)?;
-    let secret = crate::process::load_secret(
-        args.node.secret_file.as_ref(),
-        args.node.insecure,
-        args.bind,
-    )?;
+    let mut config = args.node.config(args.pool_size.as_ref(), flags)?;
+    let (secret, origin) =
+        crate::process::job_manager_secret(args.node.secret_file.as_ref(), args.node.insecure)?;
+    let token = crate::process::default_rest_token(&mut config)?;
+    // Said once per start, on stderr (stdout's first lines are the ready lines), as Jupyter
+    // prints where its token is.
+    if let crate::process::SecretOrigin::Generated(generated) = &origin {
+        eprintln!(
+            "flint: cluster secret from {generated}; TaskManagers and flint commands of this user \
+             on this machine find it there"
+        );
+    }
+    if let Some(generated) = &token {
+        eprintln!("flint: REST token from {generated}");
+    }
     let program =
         std::env::current_exe().context("cannot find this program to start TaskManagers")?;
     let options = crate::process::JobManagerOptions {
@@ -450,11 +460,8 @@ async fn job_manager(args: JobManagerArgs, registry: OperatorRegistry) -> anyhow
 
 async fn task_manager(args: TaskManagerArgs, registry: OperatorRegistry) -> anyhow::Result<()> {
     let config = args.node.config(None, Vec::new())?;
-    let secret = crate::process::load_secret(
-        args.node.secret_file.as_ref(),
-        args.node.insecure,
-        args.bind,
-    )?;
+    let (secret, _) =
+        crate::process::task_manager_secret(args.node.secret_file.as_ref(), args.node.insecure)?;
     let resource_id = args.resource_id.map(ResourceId::new).unwrap_or_else(|| {
         ResourceId::new(format!(
             "tm-{:08x}",

@@ -511,7 +511,7 @@ static KEYS: [Key; 49] = [
     },
     Key {
         name: "rest.token",
-        doc: "The bearer token the REST endpoints that change anything require (required off loopback).",
+        doc: "The bearer token every REST endpoint requires (unset: flint jobmanager uses this user's generated token).",
         secret: true,
         kind: Kind::OptionalText(Field {
             get: |c| c.rest.token.clone(),
@@ -534,6 +534,15 @@ static KEYS: [Key; 49] = [
         kind: Kind::List(Field {
             get: |c| c.rest.allowed_hosts.clone(),
             set: |c, v| c.rest.allowed_hosts = v,
+        }),
+    },
+    Key {
+        name: "rest.read-without-token",
+        doc: "Serve reads (GET: jobs and their configurations, TaskManagers, /metrics) without the token.",
+        secret: false,
+        kind: Kind::Bool(Field {
+            get: |c| c.rest.read_without_token,
+            set: |c, v| c.rest.read_without_token = v,
         }),
     },
     // [high-availability]

@@ -57,6 +57,8 @@ pub(crate) enum Kind {
     },
     /// A list of strings.
     List(Field<Vec<String>>),
+    /// `true` or `false` (a TOML boolean, or that text).
+    Bool(Field<bool>),
 }
 
 /// A value as a source wrote it, before its key's kind reads it.
@@ -153,6 +155,17 @@ impl Kind {
                 };
                 store(config, field, value)
             }
+            Kind::Bool(field) => {
+                let value = match raw {
+                    Raw::Toml(toml::Value::Boolean(value)) => Some(*value),
+                    _ => match raw.text().map(|text| text.trim().to_lowercase()).as_deref() {
+                        Some("true") => Some(true),
+                        Some("false") => Some(false),
+                        _ => None,
+                    },
+                };
+                store(config, field, value)
+            }
         }
     }
 
@@ -168,7 +181,11 @@ impl Kind {
             Kind::OptionalPath(field) => {
                 (field.get)(config).is_none_or(|p| !p.as_os_str().is_empty())
             }
-            Kind::OptionalInteger(_) | Kind::Port(_) | Kind::Choice { .. } | Kind::List(_) => true,
+            Kind::OptionalInteger(_)
+            | Kind::Port(_)
+            | Kind::Choice { .. }
+            | Kind::List(_)
+            | Kind::Bool(_) => true,
         };
         if ok { Ok(()) } else { Err(Rejected) }
     }
@@ -200,6 +217,7 @@ impl Kind {
                     .collect(),
             )
             .to_string(),
+            Kind::Bool(field) => (field.get)(config).to_string(),
         })
     }
 
@@ -224,6 +242,7 @@ impl Kind {
             Kind::List(_) => "a list of strings such as [\"a\", \"b\"] (in an environment \
                               variable or a flag: a TOML list or comma-separated words)"
                 .to_owned(),
+            Kind::Bool(_) => "true or false".to_owned(),
         }
     }
 
@@ -238,6 +257,7 @@ impl Kind {
             Kind::OptionalPath(_) => "path",
             Kind::Choice { .. } => "enum",
             Kind::List(_) => "list",
+            Kind::Bool(_) => "boolean",
         }
     }
 

@@ -416,8 +416,9 @@ pub struct RestConfig {
     pub address: String,
     /// `rest.port`: its port; 0 picks a free one (printed at start).
     pub port: u16,
-    /// `rest.token`: the bearer token the endpoints that change anything require. Required when
-    /// `rest.address` is not a loopback address; unset on loopback means no token is asked for.
+    /// `rest.token`: the bearer token every endpoint requires (reads too, unless
+    /// `read_without_token`). Unset (and no `token_file`), `flint jobmanager` uses this user's
+    /// generated token (`crate::process::credentials`).
     pub token: Option<String>,
     /// `rest.token-file`: a file holding the token instead (as `--secret-file` holds the
     /// cluster secret), so it appears on no command line and in no environment.
@@ -426,6 +427,10 @@ pub struct RestConfig {
     /// address (and `localhost` on loopback). Anything else is refused, so a web page cannot
     /// reach the API by rebinding a name of its own to this address.
     pub allowed_hosts: Vec<String>,
+    /// `rest.read-without-token`: serve reads (`GET`: the jobs with their configurations, the
+    /// TaskManagers, `/metrics`) to anyone who reaches the port. Off by default: a job graph's
+    /// configuration names files and may hold credentials.
+    pub read_without_token: bool,
 }
 
 impl Default for RestConfig {
@@ -436,6 +441,7 @@ impl Default for RestConfig {
             token: None,
             token_file: None,
             allowed_hosts: Vec::new(),
+            read_without_token: false,
         }
     }
 }

@@ -12,10 +12,13 @@
 //! directory), its children's inside the JobManager's. Each is removed when its process stops
 //! gracefully; a crashed one's is removed by the next process that starts there.
 //!
-//! Security: a node without a secret binds only loopback addresses unless started with
-//! `--insecure` (then anyone who can reach the port can join the cluster).
+//! Security: secure by default ([`credentials`]): a JobManager without a configured secret or
+//! REST token uses this user's generated ones, and a TaskManager without a configured secret
+//! the generated one of a JobManager of this user on this machine. Only `--insecure` runs
+//! without a secret (then anyone who can reach the port can join the cluster).
 
 pub mod allocator;
+pub mod credentials;
 pub mod run;
 
 use std::future::Future;
@@ -60,15 +63,20 @@ pub enum ProcessError {
     /// The configuration is invalid.
     #[error(transparent)]
     Config(#[from] ConfigError),
-    /// No secret, and the bind address is not loopback.
+    /// A TaskManager without a configured secret, and no JobManager of this user on this
+    /// machine generated one.
     #[error(
-        "no cluster secret ({SECRET_ENV} or --secret-file) while binding {bind}: a node without a \
-         secret only binds loopback addresses; pass --insecure to accept anyone who can connect"
+        "no cluster secret: set {SECRET_ENV} or --secret-file to the cluster's secret (a \
+         JobManager without one generates it in {generated}), or pass --insecure to accept \
+         anyone who can connect"
     )]
     NoSecret {
-        /// The address asked for.
-        bind: SocketAddr,
+        /// Where a generated secret would be.
+        generated: PathBuf,
     },
+    /// The generated credentials cannot be used (their directory or files are not private).
+    #[error(transparent)]
+    Credentials(#[from] credentials::CredentialsError),
     /// The secret file cannot be read.
     #[error("cannot read the secret file {path}")]
     SecretFile {
@@ -124,28 +132,89 @@ pub enum ProcessError {
     TaskManagerFailed,
 }
 
-/// The cluster secret: from `secret_file`, else `FLINT_SECRET`; none is only allowed on a
-/// loopback address or with `insecure`.
-pub fn load_secret(
-    secret_file: Option<&PathBuf>,
-    insecure: bool,
-    bind: SocketAddr,
-) -> Result<Secret, ProcessError> {
-    let secret = match secret_file {
+/// Where a process's cluster secret came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SecretOrigin {
+    /// `--secret-file` or `FLINT_SECRET`.
+    Configured,
+    /// `--insecure`: none at all.
+    Insecure,
+    /// This user's generated secret ([`credentials`]).
+    Generated(credentials::Generated),
+}
+
+/// The configured secret: the bytes of `secret_file`, else of `FLINT_SECRET` (as they are: a
+/// secret that is not UTF-8 is still the secret); an empty one counts as none.
+fn configured_secret(secret_file: Option<&PathBuf>) -> Result<Option<Secret>, ProcessError> {
+    let bytes = match secret_file {
         Some(path) => Some(
             std::fs::read(path).map_err(|source| ProcessError::SecretFile {
                 path: path.clone(),
                 source,
             })?,
         ),
-        // As bytes: a secret that is not UTF-8 is still the secret, never "no secret".
         None => std::env::var_os(SECRET_ENV).map(std::os::unix::ffi::OsStringExt::into_vec),
     };
-    match secret {
-        Some(bytes) if !bytes.is_empty() => Ok(Secret::from_bytes(bytes)),
-        _ if insecure || bind.ip().is_loopback() => Ok(Secret::insecure()),
-        _ => Err(ProcessError::NoSecret { bind }),
+    Ok(bytes
+        .filter(|bytes| !bytes.is_empty())
+        .map(Secret::from_bytes))
+}
+
+/// A JobManager's cluster secret: configured, else none with `insecure`, else this user's
+/// generated one (made now if there is none yet).
+pub fn job_manager_secret(
+    secret_file: Option<&PathBuf>,
+    insecure: bool,
+) -> Result<(Secret, SecretOrigin), ProcessError> {
+    if let Some(secret) = configured_secret(secret_file)? {
+        return Ok((secret, SecretOrigin::Configured));
     }
+    if insecure {
+        return Ok((Secret::insecure(), SecretOrigin::Insecure));
+    }
+    let (secret, generated) = credentials::LocalCredentials::of_process()?.secret_or_generate()?;
+    Ok((secret, SecretOrigin::Generated(generated)))
+}
+
+/// A TaskManager's cluster secret: configured, else none with `insecure`, else the secret a
+/// JobManager of this user generated on this machine ([`ProcessError::NoSecret`] if none did).
+pub fn task_manager_secret(
+    secret_file: Option<&PathBuf>,
+    insecure: bool,
+) -> Result<(Secret, SecretOrigin), ProcessError> {
+    if let Some(secret) = configured_secret(secret_file)? {
+        return Ok((secret, SecretOrigin::Configured));
+    }
+    if insecure {
+        return Ok((Secret::insecure(), SecretOrigin::Insecure));
+    }
+    let local = credentials::LocalCredentials::of_process()?;
+    match local.secret()? {
+        Some(secret) => Ok((
+            secret,
+            SecretOrigin::Generated(credentials::Generated {
+                path: local.secret_path(),
+                new: false,
+            }),
+        )),
+        None => Err(ProcessError::NoSecret {
+            generated: local.secret_path(),
+        }),
+    }
+}
+
+/// A JobManager whose configuration sets neither `rest.token` nor `rest.token-file` serves
+/// its REST API with this user's generated token: `rest.token-file` is pointed at it (made now
+/// if there is none yet). `None` when a token is configured.
+pub fn default_rest_token(
+    config: &mut ClusterConfig,
+) -> Result<Option<credentials::Generated>, ProcessError> {
+    if config.rest.token.is_some() || config.rest.token_file.is_some() {
+        return Ok(None);
+    }
+    let generated = credentials::LocalCredentials::of_process()?.token_or_generate()?;
+    config.rest.token_file = Some(generated.path.clone());
+    Ok(Some(generated))
 }
 
 fn endpoint_config(

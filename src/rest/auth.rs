@@ -1,9 +1,11 @@
-//! The bearer token of the endpoints that change anything (`rest.token`).
+//! The bearer token of the REST API (`rest.token`).
 //!
-//! Reading is open; submitting, cancelling, resizing and stopping need
-//! `Authorization: Bearer <rest.token>` when a token is configured. The presented token is
-//! compared in constant time, and through SHA-256 digests so that not even its length leaks
-//! through timing. This module never logs a token.
+//! Every endpoint but the dashboard's static files needs `Authorization: Bearer <rest.token>`:
+//! submitting, cancelling, resizing and stopping always, reading unless
+//! `rest.read-without-token` opens it (the guard checks it for every request, the changing
+//! handlers once more through [`Authorized`]). The presented token is compared in constant
+//! time, and through SHA-256 digests so that not even its length leaks through timing. This
+//! module never logs a token.
 
 use std::fmt;
 use std::future::{Ready, ready};
@@ -45,7 +47,10 @@ impl fmt::Debug for Token {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum AuthError {
     /// No `Authorization` header.
-    #[error("this endpoint changes the cluster and needs `Authorization: Bearer <rest.token>`")]
+    #[error(
+        "this endpoint needs `Authorization: Bearer <rest.token>` (without a configured token, \
+         flint jobmanager uses the one in ~/.local/state/flint/rest-token of its user)"
+    )]
     Missing,
     /// An `Authorization` header of another scheme, or not text.
     #[error("the Authorization header must be `Bearer <rest.token>`")]

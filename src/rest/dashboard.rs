@@ -4,8 +4,10 @@
 //!
 //! The page is a client of the REST API (docs/rest.md) like `curl` or `flint list`: it polls
 //! `GET /overview`, `GET /taskmanagers`, `GET /jobs` and `GET /jobs/{id}` every second and
-//! changes things only through `PUT /cluster/pool-size` and `DELETE /jobs/{id}`, with the bearer
-//! token the user types when the server answers 401. This module only serves the three files; it
+//! changes things only through `PUT /cluster/pool-size` and `DELETE /jobs/{id}`, every request
+//! with the bearer token: the one in the page's URL fragment (`/#token=...`, never sent to the
+//! server and removed from the address bar at once), else the one the user types when the
+//! server answers 401. This module only serves the three files; it
 //! must never compute cluster state itself, so the page can show nothing the API does not.
 //!
 //! Every file is sent with `Cache-Control: no-cache` (a browser revalidates instead of running a
@@ -51,6 +53,12 @@ const ASSETS: [Asset; 3] = [
 const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; \
      style-src 'self'; connect-src 'self'; img-src 'self' data:; base-uri 'none'; \
      form-action 'none'; frame-ancestors 'none'";
+
+/// Whether `path` is one of the page's own files: static, the same for everyone, so served
+/// without the token (the page then asks for it, or takes it from `#token=` in its URL).
+pub fn is_asset(path: &str) -> bool {
+    ASSETS.iter().any(|asset| asset.path == path)
+}
 
 /// Adds the dashboard's routes (`GET`/`HEAD` of `/`, `/dashboard.css`, `/dashboard.js`; other
 /// methods get the API's JSON 405) to the REST server's app.

@@ -21,7 +21,9 @@
 //!   after the token was checked.
 //!
 //! Requests without `Origin` (the CLI, `curl`, scripts) are not affected beyond the
-//! `Content-Type`; the token (`rest.token`) remains what authorizes a change.
+//! `Content-Type`. Then the token (`rest.token`): every request but the dashboard's static
+//! files must carry it, reads too unless `rest.read-without-token` (401 otherwise), before a
+//! standby redirects anything.
 
 use std::future::Future as _;
 use std::io;
@@ -105,6 +107,13 @@ fn host_part(host: &str) -> &str {
         }
         _ => host,
     }
+}
+
+/// Whether a request needs the token: all but the dashboard's static files, and reads when
+/// `read_open` (`rest.read-without-token`).
+fn needs_token(method: &Method, path: &str, read_open: bool) -> bool {
+    let read = matches!(*method, Method::GET | Method::HEAD);
+    !(read && (read_open || super::dashboard::is_asset(path)))
 }
 
 /// Whether `method` changes something (and so must not come from another site).
@@ -193,6 +202,18 @@ pub async fn guard(
     if let Err(error) = check(&allowed, req.method(), host.as_deref(), req.headers()) {
         log::debug!("REST: refused {} {}: {error}", req.method(), req.path());
         return Ok(req.error_response(error).map_into_right_body());
+    }
+    if let Some(state) = req.app_data::<web::Data<RestState>>()
+        && needs_token(req.method(), req.path(), state.read_open)
+        && let Err(error) = super::auth::check(
+            state.token.as_ref(),
+            req.headers().get(actix_web::http::header::AUTHORIZATION),
+        )
+    {
+        log::debug!("REST: refused {} {}: {error}", req.method(), req.path());
+        return Ok(req
+            .error_response(ApiError::Unauthorized(error))
+            .map_into_right_body());
     }
     // High availability: a standby points every request at the leader.
     let route = req
@@ -379,5 +400,27 @@ mod tests {
         assert!(is_json("application/vnd.flint+json"));
         assert!(!is_json("text/json"));
         assert!(check(&allowed, &Method::DELETE, host, &HeaderMap::new()).is_ok());
+    }
+
+    #[test]
+    fn every_request_but_the_pages_own_files_needs_the_token_unless_reads_are_opened() {
+        for (method, path, read_open, needs) in [
+            (Method::GET, "/jobs", false, true),
+            (Method::GET, "/metrics", false, true),
+            (Method::HEAD, "/overview", false, true),
+            (Method::GET, "/", false, false),
+            (Method::GET, "/dashboard.js", false, false),
+            (Method::POST, "/", false, true),
+            (Method::GET, "/jobs", true, false),
+            (Method::DELETE, "/jobs/x", true, true),
+            (Method::PUT, "/cluster/pool-size", true, true),
+            (Method::OPTIONS, "/jobs", true, true),
+        ] {
+            assert_eq!(
+                needs_token(&method, path, read_open),
+                needs,
+                "{method} {path} (reads open: {read_open})"
+            );
+        }
     }
 }

@@ -2,8 +2,8 @@
 //! dashboard) the web page at `/`.
 //!
 //! ```text
-//!  RestListener::bind(&config.rest)   resolve rest.address, refuse a non-loopback address
-//!        │                            without rest.token, bind (before anything else starts)
+//!  RestListener::bind(&config.rest)   resolve rest.address, refuse to serve without a token
+//!        │                            (any address), bind (before anything else starts)
 //!        ▼
 //!  .serve(RestState)  ── actix-web HttpServer, one worker thread ──▶ configure(): the routes
 //!        │                handlers ask the actors through their gateways on every request
@@ -18,7 +18,7 @@
 //! runs on actix-web's own threads, outside any simulation.
 
 mod auth;
-mod dashboard;
+pub mod dashboard;
 mod error;
 pub mod guard;
 mod handlers;
@@ -65,18 +65,17 @@ pub enum RestError {
         #[source]
         source: Option<std::io::Error>,
     },
-    /// Bound beyond loopback, the endpoints that change anything need a token.
+    /// Every endpoint needs a token, and none is configured.
     #[error(
-        "the REST API would listen on {address}, which is not a loopback address, without \
-         rest.token: set rest.token (clients then send `Authorization: Bearer <token>`) or \
-         bind rest.address to 127.0.0.1"
+        "the REST API on {address} needs a token: set rest.token-file (or rest.token); flint \
+         jobmanager uses this user's generated one when neither is set"
     )]
     TokenRequired {
         /// The address asked for.
         address: SocketAddr,
     },
     /// `rest.token` is set but empty.
-    #[error("rest.token is empty: set a non-empty token, or remove the key on a loopback address")]
+    #[error("rest.token is empty: set a non-empty token")]
     EmptyToken,
     /// `rest.token-file` cannot be read.
     #[error("cannot read rest.token-file {path}")]
@@ -115,6 +114,8 @@ pub struct RestState {
     clock: Arc<dyn Clock>,
     ask_timeout: Duration,
     token: Option<Token>,
+    /// `rest.read-without-token`.
+    read_open: bool,
     allowed_hosts: guard::AllowedHosts,
     body_timeout: Duration,
     stop: Latch<()>,
@@ -152,6 +153,7 @@ impl RestState {
             clock: Arc::new(SystemClock),
             ask_timeout: crate::transport::ASK_TIMEOUT,
             token: None,
+            read_open: false,
             allowed_hosts: guard::AllowedHosts::default(),
             body_timeout: guard::DEFAULT_BODY_TIMEOUT,
             stop: Latch::new(),
@@ -284,13 +286,15 @@ pub fn parse_address(text: &str) -> Result<(String, u16), String> {
 pub struct RestListener {
     listener: TcpListener,
     address: SocketAddr,
-    token: Option<Token>,
+    token: Token,
+    read_open: bool,
     allowed_hosts: guard::AllowedHosts,
 }
 
 impl RestListener {
-    /// Resolves `rest.address` (the first address it names), refuses a non-loopback one
-    /// without `rest.token`, and binds `rest.port` (0: any free port).
+    /// Resolves `rest.address` (the first address it names), refuses to serve without a token
+    /// (`rest.token` or `rest.token-file`) on any address, and binds `rest.port` (0: any free
+    /// port).
     pub fn bind(config: &RestConfig) -> Result<Self, RestError> {
         let shown = format!("{}:{}", config.address, config.port);
         let address = (config.address.as_str(), config.port)
@@ -312,8 +316,7 @@ impl RestListener {
         };
         let token = match secret {
             Some(secret) if secret.is_empty() => return Err(RestError::EmptyToken),
-            Some(secret) => Some(Token::new(&secret)),
-            None if address.ip().is_loopback() => None,
+            Some(secret) => Token::new(&secret),
             None => return Err(RestError::TokenRequired { address }),
         };
         let listener =
@@ -327,6 +330,7 @@ impl RestListener {
             listener,
             address,
             token,
+            read_open: config.read_without_token,
             allowed_hosts,
         })
     }
@@ -339,7 +343,8 @@ impl RestListener {
     /// Starts serving `state` on actix-web's worker thread; the server's own task runs on the
     /// current arbiter (it must be inside an actix System).
     pub fn serve(self, mut state: RestState) -> Result<RestServer, RestError> {
-        state.token = self.token;
+        state.token = Some(self.token);
+        state.read_open = self.read_open;
         state.allowed_hosts = self.allowed_hosts;
         let stop_requested = state.stop.clone();
         let state = web::Data::new(state);

@@ -34,12 +34,17 @@
 //! # Connections
 //!
 //! Connections are keyed by the peer's node id, which is its advertised `host:port` (the node
-//! part of its actors' addresses). Outgoing connections are made on the endpoint's arbiter (the
-//! one [`NodeEndpoint::bind`] ran on), so a proxy on a TaskManager's arbiter that stops does not
-//! take the connection with it. If two nodes dial each other at once both connections are kept
-//! and serve; each side sends on the one it keeps in its map. A peer never has more than two: a
-//! newer accepted connection under its node id closes the older one (a restarted peer's, or a
-//! peer that dials again), and this node dials at most one.
+//! part of its actors' addresses). A node is dialled by that id and must prove exactly that id
+//! (the handshake refuses anyone else, before this node proves anything), so whoever holds an
+//! address cannot pass for another node. Outgoing connections are made on the endpoint's arbiter
+//! (the one [`NodeEndpoint::bind`] ran on), so a proxy on a TaskManager's arbiter that stops
+//! does not take the connection with it. If two nodes dial each other at once both connections
+//! may be kept and serve; each side sends on the one it keeps in its map, and a side whose dial
+//! was refused (the other already held a live connection) sends on the one it accepted. A new
+//! connection claiming an id this node already holds a live connection with is refused unless
+//! the held one is proven dead: it must answer a probe (a `Ping` its peer's connection answers
+//! by itself) within half the accept timeout, else it is closed and the newcomer (a restarted
+//! node, a node whose network came back) takes over.
 //!
 //! # Before and after authentication
 //!
@@ -234,6 +239,23 @@ impl Drop for AbandonOnDrop {
     }
 }
 
+/// How a connection is being opened.
+enum Opening {
+    /// This node dialled the node with this id (and will accept no other).
+    Dial(String),
+    /// This node accepted it; the peer is admitted by [`Inner::admit_peer`].
+    Accept,
+}
+
+impl Opening {
+    fn side(&self) -> Side {
+        match self {
+            Opening::Dial(_) => Side::Initiator,
+            Opening::Accept => Side::Acceptor,
+        }
+    }
+}
+
 /// What this node has with one peer.
 enum PeerSlot {
     /// A connection, with the id of the task that serves it.
@@ -312,6 +334,14 @@ impl Inner {
         }
     }
 
+    /// The live connection `peer` opened to this node, if there is one.
+    fn live_accepted(&self, peer: &str) -> Option<(u64, Connection)> {
+        lock(&self.accepted)
+            .get(peer)
+            .filter(|(_, connection)| connection.close_reason().is_none())
+            .cloned()
+    }
+
     /// The live connection to `peer`, if there is one.
     fn live(&self, peer: &str) -> Option<Connection> {
         match lock(&self.peers).get(peer) {
@@ -385,6 +415,29 @@ impl Inner {
                 }
             }
         }
+        // Two nodes that dialled each other at once: the peer may refuse our dial because its
+        // own connection to us, accepted here meanwhile, is alive. Send on that one.
+        let result = match result {
+            Err(error) => match self.live_accepted(&peer) {
+                Some((id, connection)) => {
+                    log::debug!(
+                        "{}: dial to {peer} failed ({}); using its connection to us",
+                        self.config.node_name,
+                        Chain(&error)
+                    );
+                    lock(&self.peers).insert(
+                        peer.clone(),
+                        PeerSlot::Connected {
+                            id,
+                            connection: connection.clone(),
+                        },
+                    );
+                    Ok((id, connection))
+                }
+                None => Err(error),
+            },
+            ok => ok,
+        };
         if let Err(error) = &result {
             log::warn!(
                 "{}: cannot connect to {peer}: {}",
@@ -428,15 +481,8 @@ impl Inner {
             .network
             .connect(peer, self.config.handshake_timeout)
             .await?;
-        let (id, connection) = self.open(stream, Side::Initiator, peer).await?;
-        if connection.peer() != peer {
-            log::warn!(
-                "{}: dialled {peer}, which calls itself {}; it is reached at {peer} all the same",
-                self.config.node_name,
-                connection.peer()
-            );
-        }
-        Ok((id, connection))
+        self.open(stream, Opening::Dial(peer.to_owned()), peer)
+            .await
     }
 
     /// Opens TLS on `stream` if configured (towards or from `peer`, `host:port`), then
@@ -444,49 +490,54 @@ impl Inner {
     async fn open(
         self: &Arc<Self>,
         stream: BoxStream,
-        side: Side,
+        opening: Opening,
         peer: &str,
     ) -> Result<(u64, Connection), DialError> {
         let Some(tls) = &self.config.tls else {
-            return Ok(self.establish(stream, side).await?);
+            return Ok(self.establish(stream, opening).await?);
         };
-        let timeout = self.handshake_timeout(side);
+        let timeout = self.handshake_timeout(opening.side());
         let timed_out = |_| TlsError::Timeout(timeout);
-        Ok(match side {
-            Side::Initiator => {
+        Ok(match opening {
+            Opening::Dial(_) => {
                 let stream = tokio::time::timeout(timeout, tls.connect(peer, stream))
                     .await
                     .map_err(timed_out)??;
-                self.establish(stream, side).await?
+                self.establish(stream, opening).await?
             }
-            Side::Acceptor => {
+            Opening::Accept => {
                 let stream = tokio::time::timeout(timeout, tls.accept(stream))
                     .await
                     .map_err(timed_out)??;
-                self.establish(stream, side).await?
+                self.establish(stream, opening).await?
             }
         })
     }
 
-    /// Shakes hands on `stream` and starts the task that serves the connection.
+    /// Shakes hands on `stream` (an accepted peer is admitted by [`admit_peer`](Self::admit_peer)) and
+    /// starts the task that serves the connection.
     async fn establish<S>(
         self: &Arc<Self>,
         stream: S,
-        side: Side,
+        opening: Opening,
     ) -> Result<(u64, Connection), ConnectionError>
     where
         S: AsyncRead + AsyncWrite + Unpin + 'static,
     {
         let mut rng = lock(&self.rng).fork_wide();
         let (inbound, received) = mpsc::channel(INBOUND_QUEUE);
-        let connection = connection::establish(
-            stream,
-            side,
-            self.connection_config(side),
-            &mut rng,
-            inbound,
-        )
-        .await?;
+        let side = opening.side();
+        let config = self.connection_config(side);
+        let connection = match opening {
+            Opening::Dial(peer) => {
+                connection::dial(stream, &peer, config, &mut rng, inbound).await?
+            }
+            Opening::Accept => {
+                let endpoint = Arc::clone(self);
+                let admit = move |peer| endpoint.admit_peer(peer);
+                connection::accept(stream, config, &mut rng, admit, inbound).await?
+            }
+        };
         let id = self.next_connection.fetch_add(1, Ordering::Relaxed);
         log::info!(
             "{}: connected to {} ({side:?})",

@@ -11,7 +11,7 @@
 //! # Life of a connection
 //!
 //! ```text
-//!  establish(stream, side, config, rng, inbound)
+//!  dial(stream, dialled, config, rng, inbound) / accept(stream, config, rng, admit, inbound)
 //!    │ handshake::initiate / accept, within config.handshake.timeout
 //!    ├── fails ──▶ Err(ConnectionError::Handshake), the stream is dropped (closed)
 //!    ▼
@@ -59,7 +59,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tokio_util::codec::FramedRead;
 
-use super::envelope::{Envelope, EnvelopeError, EnvelopeKind, Payload};
+use super::envelope::{Envelope, EnvelopeError, EnvelopeKind, Frame, Payload};
 use super::frame::{DEFAULT_MAX_FRAME, FrameCodec, FrameError, HEADER_LEN};
 use super::handshake::{self, HandshakeConfig, HandshakeError};
 use crate::base::address::ActorAddress;
@@ -297,9 +297,11 @@ impl ConnectionError {
     }
 }
 
-/// Shakes hands on `stream` as `side`, then runs the connection in two tasks on the current
-/// arbiter (`tokio::task::spawn_local`: the stream need not be `Send`, and a paused test clock
-/// governs the connection's timers). Must be called inside a `LocalSet` (an actix arbiter).
+/// Shakes hands on `stream` as the side that dialled the node `dialled`, then runs the
+/// connection in two tasks on the current arbiter (`tokio::task::spawn_local`: the stream need
+/// not be `Send`, and a paused test clock governs the connection's timers). Must be called
+/// inside a `LocalSet` (an actix arbiter). A peer that is not `dialled` is refused before this
+/// node proves anything ([`handshake`]).
 ///
 /// `rng` must be the node's one long-lived generator for connections (see
 /// [`handshake::initiate`]). Everything the peer sends that is not a reply goes to `inbound`,
@@ -309,9 +311,9 @@ impl ConnectionError {
 ///
 /// Outside a `LocalSet`, as `spawn_local` does: a programming error in the node's setup, never
 /// something a peer can cause.
-pub async fn establish<S, P>(
+pub async fn dial<S, P>(
     mut stream: S,
-    side: Side,
+    dialled: &str,
     config: ConnectionConfig,
     rng: &mut NodeRng,
     inbound: mpsc::Sender<Inbound<P>>,
@@ -320,10 +322,41 @@ where
     S: AsyncRead + AsyncWrite + Unpin + 'static,
     P: Payload,
 {
-    let established = match side {
-        Side::Initiator => handshake::initiate(&mut stream, &config.handshake, rng).await,
-        Side::Acceptor => handshake::accept(&mut stream, &config.handshake, rng).await,
-    }?;
+    let established = handshake::initiate(&mut stream, &config.handshake, dialled, rng).await?;
+    Ok(start(stream, Side::Initiator, established, config, inbound))
+}
+
+/// Shakes hands on `stream` as the side that accepted it, admitting the proven peer only if
+/// `admit(its id)` says so (see [`handshake::accept`]); otherwise as [`dial`].
+pub async fn accept<S, P, A, F>(
+    mut stream: S,
+    config: ConnectionConfig,
+    rng: &mut NodeRng,
+    admit: A,
+    inbound: mpsc::Sender<Inbound<P>>,
+) -> Result<Connection<P>, ConnectionError>
+where
+    S: AsyncRead + AsyncWrite + Unpin + 'static,
+    P: Payload,
+    A: FnOnce(String) -> F,
+    F: Future<Output = Result<(), String>>,
+{
+    let established = handshake::accept(&mut stream, &config.handshake, rng, admit).await?;
+    Ok(start(stream, Side::Acceptor, established, config, inbound))
+}
+
+/// Runs an established connection: its reader and writer tasks, and the handle.
+fn start<S, P>(
+    stream: S,
+    side: Side,
+    established: handshake::Established,
+    config: ConnectionConfig,
+    inbound: mpsc::Sender<Inbound<P>>,
+) -> Connection<P>
+where
+    S: AsyncRead + AsyncWrite + Unpin + 'static,
+    P: Payload,
+{
     let peer = established.peer_node_id;
     log::info!(
         "{}: connection to {peer} established ({side:?})",
@@ -340,9 +373,12 @@ where
         max_pending_asks: config.max_pending_asks,
         ask_timeout: config.ask_timeout,
         metrics: config.metrics,
+        pongs: outbound.downgrade(),
         state: Mutex::new(State {
             pending: BTreeMap::new(),
             next_correlation: 1,
+            probes: BTreeMap::new(),
+            next_probe: 1,
             closed: None,
         }),
         closed,
@@ -350,7 +386,7 @@ where
     let (reader, writer) = tokio::io::split(stream);
     tokio::task::spawn_local(read_loop(Arc::clone(&shared), reader, inbound));
     tokio::task::spawn_local(write_loop(Arc::clone(&shared), writer, queue));
-    Ok(Connection { shared, outbound })
+    Connection { shared, outbound }
 }
 
 /// A handle to one established connection. Clones share the connection; when the last clone is
@@ -467,6 +503,57 @@ impl<P: Payload> Connection<P> {
         self.shared.state().closed.clone()
     }
 
+    /// Whether the peer's end of this connection answers a `Ping` within `patience`: `false`
+    /// if the connection is closed or closes meanwhile, the ping cannot be queued, or no `Pong`
+    /// comes in time. The peer's connection answers by itself (no actor is asked), so `true`
+    /// proves the peer that holds this connection is alive; the endpoint uses it before it lets
+    /// a new connection take over an authenticated peer's id.
+    pub fn probe(&self, patience: Duration) -> impl Future<Output = bool> + 'static + use<P> {
+        let started = self.start_probe();
+        let signal = self.shared.closed.clone();
+        async move {
+            let Some((number, answer, shared)) = started else {
+                return false;
+            };
+            let answered = tokio::select! {
+                biased;
+                _ = closing(&signal) => false,
+                answer = tokio::time::timeout(patience, answer) => matches!(answer, Ok(Ok(()))),
+            };
+            shared.state().probes.remove(&number);
+            answered
+        }
+    }
+
+    /// Registers a probe and queues its `Ping`; `None` if that is impossible now.
+    fn start_probe(&self) -> Option<(u64, oneshot::Receiver<()>, Arc<Shared<P>>)> {
+        let shared = &self.shared;
+        let (number, answer) = {
+            let mut state = shared.state();
+            if state.closed.is_some() {
+                return None;
+            }
+            let number = state.next_probe;
+            state.next_probe = number.wrapping_add(1);
+            let (waiter, answer) = oneshot::channel();
+            state.probes.insert(number, waiter);
+            (number, answer)
+        };
+        let frame = shared
+            .codec
+            .frame_with(|out| {
+                out.extend_from_slice(&Frame::<P>::probe(number, false));
+                Ok::<(), ()>(())
+            })
+            .ok()?
+            .ok()?;
+        if self.outbound.try_send(frame).is_err() {
+            shared.state().probes.remove(&number);
+            return None;
+        }
+        Some((number, answer, Arc::clone(shared)))
+    }
+
     /// Asks waiting for replies right now, for metrics and for tests that check the map of
     /// pending asks stays bounded.
     pub fn pending_asks(&self) -> usize {
@@ -547,6 +634,9 @@ struct Shared<P> {
     max_pending_asks: usize,
     ask_timeout: Duration,
     metrics: TransportMetrics,
+    /// Where the reader queues its `Pong`s: a weak sender, so the queue still closes when the
+    /// last handle is dropped.
+    pongs: mpsc::WeakSender<Bytes>,
     state: Mutex<State<P>>,
     /// Publishes the close reason: the tasks stop on it, [`Connection::closed`] waits for it.
     /// `State::closed` is the truth; this follows it.
@@ -561,6 +651,11 @@ struct State<P> {
     pending: BTreeMap<u64, oneshot::Sender<Answer<P>>>,
     /// The next correlation id to try; 0 is never used (tells carry it).
     next_correlation: u64,
+    /// Probes waiting for their `Pong`, by number. An entry leaves when its `Pong` arrives, its
+    /// prober stops waiting, or the connection closes.
+    probes: BTreeMap<u64, oneshot::Sender<()>>,
+    /// The next probe's number.
+    next_probe: u64,
     closed: Option<CloseReason>,
 }
 
@@ -602,6 +697,23 @@ impl<P: Payload> Shared<P> {
         Ok((correlation, answer))
     }
 
+    /// Queues the `Pong` for the peer's `Ping(number)`, unless the queue is full or gone (the
+    /// peer's probe then goes unanswered, as it would behind a stalled connection).
+    fn answer_ping(&self, number: u64) {
+        let Some(outbound) = self.pongs.upgrade() else {
+            return;
+        };
+        let framed = self.codec.frame_with(|out| {
+            out.extend_from_slice(&Frame::<P>::probe(number, true));
+            Ok::<(), ()>(())
+        });
+        if let Ok(Ok(frame)) = framed
+            && outbound.try_send(frame).is_err()
+        {
+            log::debug!("connection to {}: no room to answer a ping", self.peer);
+        }
+    }
+
     /// Hands a reply to the ask it answers. A reply nobody waits for (its ask timed out or was
     /// dropped, or the peer is confused) is dropped: it must not close a healthy connection.
     fn complete(&self, correlation: u64, reply: P) {
@@ -626,6 +738,8 @@ impl<P: Payload> Shared<P> {
                 return first.clone();
             }
             state.closed = Some(reason.clone());
+            // Waiting probers see their sender dropped: not answered.
+            state.probes.clear();
             std::mem::take(&mut state.pending)
         };
         if reason.is_fault() {
@@ -685,10 +799,20 @@ async fn read_loop<R: AsyncRead + Unpin, P: Payload>(
                     .metrics
                     .bytes_in
                     .add((HEADER_LEN + bytes.len()) as u64);
-                match Envelope::<P>::decode(&bytes) {
-                    Ok(envelope) => {
+                match Frame::<P>::decode(&bytes) {
+                    Ok(Frame::Envelope(envelope)) => {
                         shared.metrics.messages_in.increment();
                         envelope
+                    }
+                    Ok(Frame::Ping(number)) => {
+                        shared.answer_ping(number);
+                        continue;
+                    }
+                    Ok(Frame::Pong(number)) => {
+                        if let Some(waiter) = shared.state().probes.remove(&number) {
+                            let _ = waiter.send(());
+                        }
+                        continue;
                     }
                     Err(error) => break CloseReason::Envelope(Arc::new(error)),
                 }

@@ -7,9 +7,11 @@
 //! transport, the TCP one and the simulated one alike, moves envelopes encoded by
 //! [`Envelope::encode_into`], so the simulation exercises the real codec.
 //!
-//! This module owns the envelope's shape, its encoding through [`crate::base::codec`], and the
-//! check that a decoded envelope is internally consistent (the protocol says which payloads fit
-//! which kind and target). It never dispatches, tracks correlation ids or times asks out: those
+//! This module owns the envelope's shape, its encoding through [`crate::base::codec`], the check
+//! that a decoded envelope is internally consistent (the protocol says which payloads fit which
+//! kind and target), and the tag every frame starts with ([`Frame`]): an envelope, or one of the
+//! two probes a connection answers by itself (`Ping`, `Pong`), which is how a node tells a live
+//! connection from a dead one without asking any actor. It never dispatches, tracks correlation ids or times asks out: those
 //! live above the transport boundary. It never names bincode either.
 
 use std::fmt;
@@ -91,6 +93,9 @@ pub enum EnvelopeError {
         /// What it carried ([`Payload::describe`]).
         payload: &'static str,
     },
+    /// A probe (`Ping`, `Pong`) where an envelope was expected.
+    #[error("a connection probe, not an envelope")]
+    Probe,
 }
 
 /// A target for an error message: a peer may send a megabyte of name, the log needs a line.
@@ -106,30 +111,77 @@ fn clip(target: &str) -> &str {
     &target[..end]
 }
 
-impl<P: Payload> Envelope<P> {
-    /// Encodes the envelope for one frame. It does not [`validate`](Self::validate): a sender
-    /// builds envelopes from typed values, and the receiver checks anyway.
-    pub fn encode(&self) -> Result<Bytes, CodecError> {
-        codec::encode(self).map(Bytes::from)
+/// What one frame carries after the handshake: an envelope, or a probe of the connection
+/// itself. A peer answers a `Ping` with a `Pong` of the same number from its connection's
+/// reader, without any actor, so an answer proves the peer's end of *this* connection is alive.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Frame<P> {
+    /// A message of the protocol above.
+    Envelope(Envelope<P>),
+    /// "Are you there?", with a number the answer repeats.
+    Ping(u64),
+    /// The answer to the `Ping` with this number.
+    Pong(u64),
+}
+
+/// [`Frame`] by reference, for encoding an envelope without moving it: serde encodes both the
+/// same way (the variant's index, then its contents).
+#[derive(Serialize)]
+enum FrameRef<'a, P> {
+    Envelope(&'a Envelope<P>),
+    Ping(u64),
+    Pong(u64),
+}
+
+impl<P: Payload> Frame<P> {
+    /// Decodes one frame's payload; an envelope is checked as [`Envelope::decode`] does.
+    pub fn decode(bytes: &[u8]) -> Result<Self, EnvelopeError> {
+        let frame: Self = codec::decode(bytes)?;
+        if let Frame::Envelope(envelope) = &frame {
+            envelope.validate()?;
+        }
+        Ok(frame)
     }
 
-    /// Appends the envelope's encoding to `out` (the transport writes it behind a frame's
+    /// The bytes of a `Ping(n)` (`pong`: false) or `Pong(n)` frame's payload.
+    pub fn probe(n: u64, pong: bool) -> Vec<u8> {
+        let frame: FrameRef<'_, P> = if pong {
+            FrameRef::Pong(n)
+        } else {
+            FrameRef::Ping(n)
+        };
+        // Two small integers always encode.
+        codec::encode(&frame).unwrap_or_default()
+    }
+}
+
+impl<P: Payload> Envelope<P> {
+    /// Encodes the envelope for one frame (tagged as [`Frame::Envelope`]). It does not
+    /// [`validate`](Self::validate): a sender builds envelopes from typed values, and the
+    /// receiver checks anyway.
+    pub fn encode(&self) -> Result<Bytes, CodecError> {
+        codec::encode(&FrameRef::Envelope(self)).map(Bytes::from)
+    }
+
+    /// Appends the envelope's frame encoding to `out` (the transport writes it behind a frame's
     /// prefix this way, without a copy); fails as [`Self::encode`] does.
     pub fn encode_into(&self, out: &mut Vec<u8>) -> Result<(), CodecError> {
-        let size = codec::encoded_size(self)?;
+        let frame = FrameRef::Envelope(self);
+        let size = codec::encoded_size(&frame)?;
         if size > codec::MAX_MESSAGE_SIZE {
             return Err(CodecError::TooLarge { size });
         }
         out.reserve(size);
-        codec::encode_into(self, out).map(drop)
+        codec::encode_into(&frame, out).map(drop)
     }
 
-    /// Decodes one frame's payload and checks the envelope is consistent (see
+    /// Decodes one frame's payload, which must be an envelope, and checks it is consistent (see
     /// [`validate`](Self::validate)), so the dispatcher above never sees a mismatched one.
     pub fn decode(bytes: &[u8]) -> Result<Self, EnvelopeError> {
-        let envelope: Self = codec::decode(bytes)?;
-        envelope.validate()?;
-        Ok(envelope)
+        match Frame::decode(bytes)? {
+            Frame::Envelope(envelope) => Ok(envelope),
+            Frame::Ping(_) | Frame::Pong(_) => Err(EnvelopeError::Probe),
+        }
     }
 
     /// Checks the payload fits the kind and target ([`Payload::fits`]).
@@ -221,6 +273,25 @@ mod tests {
         let wrong = envelope(&"é".repeat(1000), EnvelopeKind::Tell, Word::Answer(1));
         let message = wrong.validate().unwrap_err().to_string();
         assert!(message.len() < 200, "{message}");
+    }
+
+    #[test]
+    fn probes_are_frames_of_their_own_never_envelopes() {
+        for (n, pong) in [(0, false), (7, true), (u64::MAX, false)] {
+            let bytes = Frame::<Word>::probe(n, pong);
+            let expected = if pong { Frame::Pong(n) } else { Frame::Ping(n) };
+            assert_eq!(Frame::<Word>::decode(&bytes).unwrap(), expected);
+            assert!(matches!(
+                Envelope::<Word>::decode(&bytes),
+                Err(EnvelopeError::Probe)
+            ));
+        }
+        let sent = envelope("greeter", EnvelopeKind::Tell, Word::Hello("hi".into()));
+        let bytes = sent.encode().unwrap();
+        assert_eq!(
+            Frame::<Word>::decode(&bytes).unwrap(),
+            Frame::Envelope(sent)
+        );
     }
 
     #[test]

@@ -1,44 +1,49 @@
 //! The connection handshake: what two nodes say to each other before any envelope.
 //!
 //! This module owns proving, in both directions, that the peer speaks our protocol version,
-//! belongs to our cluster and knows the shared cluster secret, bound to this one connection so a
-//! recorded or reflected proof is worthless. It must never read a byte past the handshake (the
-//! steady-state frame codec takes the stream over exactly where the peer's proof ends, so there is
-//! no read-ahead buffer here), never draw a nonce from anything but the caller's [`NodeRng`], and
-//! never wait without the handshake timeout.
+//! belongs to our cluster, knows the shared cluster secret and is the node the dialler meant to
+//! reach, bound to this one connection so a recorded, reflected or relayed proof is worthless.
+//! It must never read a byte past the handshake (the steady-state frame codec takes the stream
+//! over exactly where the acceptor's verdict ends, so there is no read-ahead buffer here), never
+//! draw a nonce from anything but the caller's [`NodeRng`], never prove anything as the dialler
+//! before the dialled node has proved itself, and never wait without the handshake timeout.
 //!
 //! # Protocol
 //!
-//! Both sides run the same steps; only the role byte in the proof differs. Neither side waits for
-//! the other before sending its `Hello`, nor before sending its `Proof` once it has the peer's
-//! `Hello`, so the handshake costs two round trips at most and cannot deadlock (each message is
-//! far smaller than any socket buffer).
-//!
 //! ```text
-//!  initiator (connected out)                                  acceptor (listened)
-//!      │ ── Hello { version, cluster_id, node_id_i, nonce_i } ──▶ │
-//!      │ ◀── Hello { version, cluster_id, node_id_a, nonce_a } ── │
-//!      │   each: version == PROTOCOL_VERSION, cluster ids equal   │
-//!      │ ── Proof { mac_i } ────────────────────────────────────▶ │
-//!      │ ◀──────────────────────────────────────── Proof { mac_a } │
-//!      │   each: verify the peer's mac (constant time)            │
-//!  Established { node_id_a }                        Established { node_id_i }
+//!  initiator (dialled D)                                        acceptor (node id A)
+//!      │ ── Hello { version, cluster_id, id_i, nonce_i } ──────────▶ │   both Hellos at once
+//!      │ ── Dial { node_id: D } ───────────────────────────────────▶ │
+//!      │ ◀── Hello { version, cluster_id, id_a, nonce_a } ────────── │
+//!      │  checks: version, cluster,                                   │  checks: version, cluster,
+//!      │  id_a ≠ id_i, id_a == D                                      │  id_i ≠ A, D == A
+//!      │ ◀─────────────────────────────────────── Proof { mac_a } ── │  only once both checks pass
+//!      │  verify mac_a, then prove                                    │
+//!      │ ── Proof { mac_i } ───────────────────────────────────────▶ │  verify mac_i; admit id_i?
+//!      │ ◀──────────────────────── Verdict(Welcome | Refused(why)) ── │
+//!  Established { id_a }                                  Established { id_i }
 //!
-//!  mac_i = HMAC-SHA256(secret, "flint-handshake-v2" ‖ 'I' ‖ transcript)
-//!  mac_a = HMAC-SHA256(secret, "flint-handshake-v2" ‖ 'A' ‖ transcript)
-//!  transcript = id(node_id_i) ‖ id(node_id_a) ‖ nonce_i ‖ nonce_a ‖ id(cluster_id)
+//!  mac_i = HMAC-SHA256(secret, "flint-handshake-v3" ‖ 'I' ‖ transcript)
+//!  mac_a = HMAC-SHA256(secret, "flint-handshake-v3" ‖ 'A' ‖ transcript)
+//!  transcript = id(id_i) ‖ id(id_a) ‖ nonce_i ‖ nonce_a ‖ id(cluster_id)
 //!  id(x) = x's length as 8 bytes big-endian ‖ x's UTF-8 bytes
 //! ```
 //!
+//! - **The dialler proves last, and only to whom it dialled.** A node that dials `D` refuses a
+//!   peer calling itself anything but `D`, and sends its proof only after the peer's proof of
+//!   the secret over that id and both nonces verified. Issue 34's relay (an attacker that a node
+//!   dials forwards the handshake to some other live node `Y` and holds an authenticated
+//!   connection to each) therefore fails twice: `Y` refuses a `Dial` naming another node before
+//!   proving anything, and the dialler refuses `Y`'s id before proving anything. Only the node
+//!   that *is* `D` can complete a handshake dialled to `D`; an attacker on the path between the
+//!   two real nodes is what TLS is for (below).
 //! - The **transcript is in connection order** (initiator first, acceptor second), not in
 //!   prover/verifier order, and the **role byte** says which end proves. An initiator's proof is
 //!   therefore never an acceptor's proof, on this connection or any other.
 //! - A peer **claiming our own node id is refused** before any proof is made. Together with the
-//!   fixed order this stops cross-connection reflection: an attacker we dial (say, someone
-//!   holding the JobManager's port while it is down) who opens a second connection to us and
-//!   crosses the two nonces would need our proof as initiator `'I' ‖ id(us) ‖ id(them) ‖ …` to
-//!   equal the proof we expect as acceptor `'I' ‖ id(them) ‖ id(us) ‖ …`, which only holds when
-//!   `them` is `us`.
+//!   fixed order this stops cross-connection reflection: to use our acceptor proof (made for a
+//!   peer claiming `c` on a connection it opened) as the proof a node we dialled owes us, `(c,
+//!   us)` would have to equal `(us, D)`, which needs `c` to be `us`.
 //! - **Both nonces** make every proof specific to one connection: a proof recorded from another
 //!   handshake is refused as long as our nonce is fresh. The nonces come from the network's nonce
 //!   source ([`Network::nonce_rng`](super::network::Network::nonce_rng)): the operating
@@ -46,6 +51,13 @@
 //!   replay its nonces); only the deterministic simulation draws them from its seeded generator.
 //! - The node ids and the cluster id are **length-prefixed** so no two different
 //!   `(initiator, acceptor, cluster)` triples hash the same bytes (`"ab" ‖ "c"` vs `"a" ‖ "bc"`).
+//! - **The acceptor admits, then says so.** Once the initiator has proved its id, the acceptor's
+//!   owner decides whether to take the connection ([`accept`]'s `admit`: the endpoint refuses a
+//!   second connection claiming an id it already holds, unless the first is proven dead) and the
+//!   verdict travels back, so a refused dialler knows why instead of seeing its frames vanish.
+//! - **The `Hello` never changes shape** (version first): a peer of any other version decodes
+//!   ours and we decode theirs, so both sides name the two versions instead of calling the other
+//!   malformed. What a version adds travels in messages of its own (`Dial`, `Verdict`).
 //!
 //! Each message travels in a tiny frame of its own: a 4-byte big-endian length, then the
 //! [`crate::base::codec`] encoding of a [`HandshakeMessage`]. A length over [`MAX_HANDSHAKE_MESSAGE`] is
@@ -55,17 +67,17 @@
 //!
 //! It authenticates the two ends at the moment of connecting; it neither encrypts nor
 //! authenticates the frames that follow, and it sends the cluster id and node id in the clear to
-//! whoever connects. Someone who can rewrite traffic on the path can relay a genuine handshake and
-//! then inject frames: that is what the TLS option (DESIGN §4) is for. With
-//! [`Secret::insecure`] anyone can compute a proof; the handshake then only catches
-//! misconfiguration (wrong cluster, wrong version), never an attacker.
+//! whoever connects. Someone who can rewrite traffic on the path between two real nodes can
+//! relay a genuine handshake between *them* and then inject frames: that is what the TLS option
+//! (DESIGN §4) is for. With [`Secret::insecure`] anyone can compute a proof; the handshake then
+//! only catches misconfiguration (wrong cluster, version or node), never an attacker.
 
 use std::fmt;
+use std::future::Future;
 use std::io;
 use std::time::Duration;
 
-use hmac::digest::KeyInit;
-use hmac::{Hmac, Mac};
+use hmac::Hmac;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -73,6 +85,9 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use crate::base::codec::{self, CodecError};
 use crate::base::ids::ClusterId;
 use crate::base::rng::NodeRng;
+
+mod machine;
+pub use machine::{Handshake, HandshakeAction, HandshakeEvent, HandshakeState};
 
 /// The environment variable a node reads the cluster secret from (its bytes, as they are), and
 /// through which a JobManager hands it to the TaskManager processes it starts.
@@ -87,16 +102,23 @@ pub const SECRET_ENV: &str = "FLINT_SECRET";
 /// 7: typed programs — a finished task's state carries what it sends back (`collect()`), a
 ///    client asks for a job's results (`RequestJobResults`).
 /// 8: a TaskManager registers its fingerprint (build and operator identities).
-pub const PROTOCOL_VERSION: u32 = 8;
+/// 9: the dialler names the node it dialled (`Dial`) and proves itself only after that node
+///    did; the acceptor ends the handshake with its `Verdict`; every frame after it is tagged
+///    (an envelope, or a liveness probe of the connection).
+pub const PROTOCOL_VERSION: u32 = 9;
 
 /// The largest handshake message, in bytes (after the length prefix). A `Hello` with a sensible
 /// node id is under 200 bytes; the limit stops a peer (or a stray HTTP client) from making us
 /// allocate before it has proved anything.
 pub const MAX_HANDSHAKE_MESSAGE: usize = 4096;
 
+/// The longest reason a refusing acceptor's `Verdict` carries (longer ones are cut): it ends up
+/// in the dialler's log.
+pub const MAX_REFUSAL_REASON: usize = 256;
+
 /// The bytes every proof starts with, so a MAC made here can never be mistaken for a MAC of the
 /// same secret made for another purpose (or another version of this protocol).
-const DOMAIN: &[u8] = b"flint-handshake-v2";
+const DOMAIN: &[u8] = b"flint-handshake-v3";
 
 /// Bytes in a nonce.
 const NONCE_LEN: usize = 32;
@@ -168,17 +190,18 @@ pub struct HandshakeConfig {
     pub node_id: String,
     /// The shared cluster secret.
     pub secret: Secret,
-    /// The whole handshake must finish within this (both messages both ways).
+    /// The whole handshake must finish within this (every message both ways, and the
+    /// acceptor's admission).
     pub timeout: Duration,
 }
 
 /// Which end of the connection a node is: it decides the role byte of its proof, so that a proof
-/// cannot be reflected back to the side that made it.
+/// cannot be reflected back to the side that made it, and who proves first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Role {
-    /// The side that connected out.
+    /// The side that connected out: it names the node it dialled and proves last.
     Initiator,
-    /// The side that accepted the connection.
+    /// The side that accepted the connection: it proves first and gives the verdict.
     Acceptor,
 }
 
@@ -198,7 +221,8 @@ impl Role {
     }
 }
 
-/// The first message of each side: who it is, and the nonce the peer's proof must cover.
+/// The first message of each side: who it is, and the nonce the peer's proof must cover. Its
+/// shape is frozen across protocol versions (see the module docs).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Hello {
     /// The sender's [`PROTOCOL_VERSION`].
@@ -211,8 +235,16 @@ pub struct Hello {
     pub nonce: [u8; NONCE_LEN],
 }
 
-/// The second message of each side: proof that the sender knows the cluster secret, for this
-/// connection only (see the module docs for what the MAC covers).
+/// The initiator's second message: the node id it meant to reach, so a node that receives a
+/// connection meant for another refuses it before proving anything.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Dial {
+    /// The id the initiator dialled (the node part of the address it connected to).
+    pub node_id: String,
+}
+
+/// Proof that the sender knows the cluster secret, for this connection only (see the module
+/// docs for what the MAC covers).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Proof {
     /// HMAC-SHA256 over the domain, the sender's role byte, both nonces, both node ids and the
@@ -220,17 +252,32 @@ pub struct Proof {
     pub mac: [u8; 32],
 }
 
-/// Everything that travels during the handshake; one enum so a message in the wrong place
-/// decodes and is refused as out of order rather than misread.
+/// The acceptor's last word: whether it takes the connection it has just authenticated.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub enum HandshakeMessage {
-    /// Step 1.
-    Hello(Hello),
-    /// Step 3.
-    Proof(Proof),
+pub enum Verdict {
+    /// The connection is admitted: frames may follow.
+    Welcome,
+    /// The connection is refused, and why (at most [`MAX_REFUSAL_REASON`] bytes).
+    Refused(String),
 }
 
-/// A finished handshake: the peer is of our cluster and version and knows the secret.
+/// Everything that travels during the handshake; one enum so a message in the wrong place
+/// decodes and is refused as out of order rather than misread. `Hello` stays the first variant
+/// in every version.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum HandshakeMessage {
+    /// Both sides, first.
+    Hello(Hello),
+    /// Both sides: the acceptor's first, the initiator's once the acceptor's verified.
+    Proof(Proof),
+    /// The initiator, right after its `Hello`.
+    Dial(Dial),
+    /// The acceptor, last.
+    Verdict(Verdict),
+}
+
+/// A finished handshake: the peer is of our cluster and version, knows the secret, and (for an
+/// initiator) is the node it dialled.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Established {
     /// The node id the peer claimed in its `Hello`, now backed by its proof.
@@ -242,7 +289,10 @@ pub struct Established {
 #[derive(Debug, thiserror::Error)]
 pub enum HandshakeError {
     /// The peer speaks another protocol version. Not retryable: one side must be upgraded.
-    #[error("peer speaks handshake protocol version {theirs}, this node speaks version {ours}")]
+    #[error(
+        "peer speaks handshake protocol version {theirs}, this node speaks version {ours}: run \
+         the same Flint version on every node"
+    )]
     VersionMismatch {
         /// Our [`PROTOCOL_VERSION`].
         ours: u32,
@@ -270,6 +320,46 @@ pub enum HandshakeError {
         /// The id both sides claim.
         node_id: String,
     },
+    /// Initiator: the node that answered is not the one dialled (a relay to another node, a
+    /// node that moved, or an address that is not the node's advertised id). Not retryable.
+    #[error(
+        "dialled {dialled}, but the node that answered calls itself {claimed}: refused before \
+         proving anything (a relay, or an address that is not that node's advertised id: dial \
+         nodes by the host:port they advertise)"
+    )]
+    WrongPeer {
+        /// The id dialled.
+        dialled: String,
+        /// The id the peer claimed.
+        claimed: String,
+    },
+    /// Acceptor: the connection was dialled to another node (relayed here). Not retryable.
+    #[error(
+        "a peer calling itself {peer} dialled {dialled}, not this node: refused before proving \
+         anything (a relay, or a peer with a stale address)"
+    )]
+    NotDialled {
+        /// The id the peer claimed.
+        peer: String,
+        /// The id it dialled.
+        dialled: String,
+    },
+    /// Initiator: the acceptor authenticated us, then refused the connection. Not retryable as
+    /// is: the reason says what must change first.
+    #[error("the peer refused the connection: {reason}")]
+    RefusedByPeer {
+        /// The acceptor's reason, cut to [`MAX_REFUSAL_REASON`].
+        reason: String,
+    },
+    /// Acceptor: the owner did not admit the authenticated peer (the verdict was sent). Not
+    /// retryable as is.
+    #[error("refused {peer}: {reason}")]
+    NotAdmitted {
+        /// The peer's proven id.
+        peer: String,
+        /// Why.
+        reason: String,
+    },
     /// The handshake did not finish in time (the peer is slow, stuck, or not a Flint node).
     /// Retryable.
     #[error("handshake did not finish within {after:?}")]
@@ -281,7 +371,7 @@ pub enum HandshakeError {
     /// Retryable.
     #[error("peer closed the connection during the handshake")]
     Closed,
-    /// A handshake message is not a valid `Hello` or `Proof` (garbage, or not a Flint peer). Not
+    /// A handshake message is not a valid handshake message (garbage, or not a Flint peer). Not
     /// retryable.
     #[error("malformed handshake message")]
     Malformed(#[source] CodecError),
@@ -320,250 +410,22 @@ impl HandshakeError {
     }
 }
 
-/// Where a handshake stands. Each state says what the node waits for; the peer's `Hello` is
-/// carried from the moment it is checked, since both proofs are computed over it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum HandshakeState {
-    /// Our `Hello` is being sent.
-    SendHello,
-    /// Waiting for the peer's `Hello`.
-    AwaitHello,
-    /// Our `Proof` is being sent; the peer's `Hello` has been checked.
-    SendProof {
-        /// The peer's checked `Hello`.
-        peer: Hello,
-    },
-    /// Waiting for the peer's `Proof`.
-    AwaitProof {
-        /// The peer's checked `Hello`.
-        peer: Hello,
-    },
-    /// Both sides are proven; the stream belongs to the steady-state transport.
-    Established,
-    /// The handshake failed; the connection must be closed.
-    Failed,
-}
-
-impl HandshakeState {
-    /// The state's name, for [`HandshakeError::OutOfOrder`] and logs.
-    pub fn name(&self) -> &'static str {
-        match self {
-            HandshakeState::SendHello => "SendHello",
-            HandshakeState::AwaitHello => "AwaitHello",
-            HandshakeState::SendProof { .. } => "SendProof",
-            HandshakeState::AwaitProof { .. } => "AwaitProof",
-            HandshakeState::Established => "Established",
-            HandshakeState::Failed => "Failed",
-        }
+/// A refusal reason as it may travel: at most [`MAX_REFUSAL_REASON`] bytes, on a character
+/// boundary, control characters replaced (it is printed in the dialler's log).
+fn clip_reason(reason: &str) -> String {
+    let mut end = reason.len().min(MAX_REFUSAL_REASON);
+    while !reason.is_char_boundary(end) {
+        end -= 1;
     }
+    reason[..end]
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect()
 }
 
-/// What happened: a message of ours went out, or one of the peer's came in.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum HandshakeEvent {
-    /// Our `Hello` was written.
-    HelloSent,
-    /// The peer's `Hello` arrived.
-    HelloReceived(Hello),
-    /// Our `Proof` was written.
-    ProofSent,
-    /// The peer's `Proof` arrived.
-    ProofReceived(Proof),
-}
-
-impl HandshakeEvent {
-    /// The event's name, for [`HandshakeError::OutOfOrder`] and logs.
-    pub fn name(&self) -> &'static str {
-        match self {
-            HandshakeEvent::HelloSent => "HelloSent",
-            HandshakeEvent::HelloReceived(_) => "Hello",
-            HandshakeEvent::ProofSent => "ProofSent",
-            HandshakeEvent::ProofReceived(_) => "Proof",
-        }
-    }
-}
-
-impl From<HandshakeMessage> for HandshakeEvent {
-    fn from(message: HandshakeMessage) -> Self {
-        match message {
-            HandshakeMessage::Hello(hello) => HandshakeEvent::HelloReceived(hello),
-            HandshakeMessage::Proof(proof) => HandshakeEvent::ProofReceived(proof),
-        }
-    }
-}
-
-/// What the driver must do next. The state machine never touches the connection itself, so the
-/// async functions below and a simulated transport can drive the same logic.
-#[derive(Debug)]
-pub enum HandshakeAction {
-    /// Write this message, then report [`HandshakeEvent::HelloSent`] or
-    /// [`HandshakeEvent::ProofSent`].
-    Send(HandshakeMessage),
-    /// Read the peer's next message and report it.
-    Receive,
-    /// The handshake succeeded.
-    Done(Established),
-    /// The handshake failed: close the connection, logging the error.
-    Fail(HandshakeError),
-}
-
-/// What stays fixed for one handshake: our role, our `Hello` (with our nonce) and the secret.
-#[derive(Debug, Clone)]
-struct Context {
-    role: Role,
-    own: Hello,
-    secret: Secret,
-}
-
-/// One handshake as a state machine: [`Handshake::on`] is its only transition, and it does no
-/// I/O, so every state × event pair can be tested without a connection.
-#[derive(Debug, Clone)]
-pub struct Handshake {
-    context: Context,
-    state: HandshakeState,
-}
-
-impl Handshake {
-    /// Starts a handshake in [`HandshakeState::SendHello`], drawing our nonce from `rng`, and
-    /// returns the first action (send our `Hello`).
-    pub fn new(role: Role, config: &HandshakeConfig, rng: &mut NodeRng) -> (Self, HandshakeAction) {
-        let own = Hello {
-            protocol_version: PROTOCOL_VERSION,
-            cluster_id: config.cluster_id.clone(),
-            node_id: config.node_id.clone(),
-            nonce: draw_nonce(rng),
-        };
-        let action = HandshakeAction::Send(HandshakeMessage::Hello(own.clone()));
-        let context = Context {
-            role,
-            own,
-            secret: config.secret.clone(),
-        };
-        let machine = Self {
-            context,
-            state: HandshakeState::SendHello,
-        };
-        (machine, action)
-    }
-
-    /// Where the handshake stands.
-    pub fn state(&self) -> &HandshakeState {
-        &self.state
-    }
-
-    /// Feeds one event and returns what to do next. An event the current state does not expect
-    /// fails the handshake with [`HandshakeError::OutOfOrder`]; it never panics.
-    pub fn on(&mut self, event: HandshakeEvent) -> HandshakeAction {
-        let state = std::mem::replace(&mut self.state, HandshakeState::Failed);
-        let (next, action) = transition(&self.context, state, event);
-        self.state = next;
-        action
-    }
-}
-
-/// The transition function: the whole protocol logic, pure.
-fn transition(
-    context: &Context,
-    state: HandshakeState,
-    event: HandshakeEvent,
-) -> (HandshakeState, HandshakeAction) {
-    use HandshakeEvent as E;
-    use HandshakeState as S;
-    match (state, event) {
-        (S::SendHello, E::HelloSent) => (S::AwaitHello, HandshakeAction::Receive),
-        (S::AwaitHello, E::HelloReceived(peer)) => match check_hello(&context.own, &peer) {
-            Ok(()) => {
-                let mac = proof(&context.secret, context.role, &context.own, &peer).finalize();
-                let proof = Proof {
-                    mac: mac.into_bytes().into(),
-                };
-                (
-                    S::SendProof { peer },
-                    HandshakeAction::Send(HandshakeMessage::Proof(proof)),
-                )
-            }
-            Err(error) => (S::Failed, HandshakeAction::Fail(error)),
-        },
-        (S::SendProof { peer }, E::ProofSent) => (S::AwaitProof { peer }, HandshakeAction::Receive),
-        (S::AwaitProof { peer }, E::ProofReceived(received)) => {
-            // The peer proves with its own role byte, over our nonce then its own.
-            let expected = proof(&context.secret, context.role.peer(), &peer, &context.own);
-            match expected.verify_slice(&received.mac) {
-                Ok(()) => (
-                    S::Established,
-                    HandshakeAction::Done(Established {
-                        peer_node_id: peer.node_id,
-                    }),
-                ),
-                Err(_) => (S::Failed, HandshakeAction::Fail(HandshakeError::BadProof)),
-            }
-        }
-        (state, event) => (
-            S::Failed,
-            HandshakeAction::Fail(HandshakeError::OutOfOrder {
-                state: state.name(),
-                message: event.name(),
-            }),
-        ),
-    }
-}
-
-fn check_hello(own: &Hello, peer: &Hello) -> Result<(), HandshakeError> {
-    if peer.protocol_version != own.protocol_version {
-        return Err(HandshakeError::VersionMismatch {
-            ours: own.protocol_version,
-            theirs: peer.protocol_version,
-        });
-    }
-    if peer.cluster_id != own.cluster_id {
-        return Err(HandshakeError::WrongCluster {
-            ours: own.cluster_id.clone(),
-            theirs: peer.cluster_id.clone(),
-        });
-    }
-    if peer.node_id == own.node_id {
-        return Err(HandshakeError::OwnNodeId {
-            node_id: peer.node_id.clone(),
-        });
-    }
-    Ok(())
-}
-
-/// The MAC `prover` (in `role`) must present to `verifier`, not yet finalized so the verifier
-/// can compare in constant time. Only called once the cluster ids are known to be equal. The
-/// transcript is in connection order whoever proves (see the module docs for why).
-fn proof(secret: &Secret, role: Role, prover: &Hello, verifier: &Hello) -> HmacSha256 {
-    let (initiator, acceptor) = match role {
-        Role::Initiator => (prover, verifier),
-        Role::Acceptor => (verifier, prover),
-    };
-    let mut mac = <HmacSha256 as KeyInit>::new(&secret.hmac_key().into());
-    mac.update(DOMAIN);
-    mac.update(&[role.byte()]);
-    update_field(&mut mac, initiator.node_id.as_bytes());
-    update_field(&mut mac, acceptor.node_id.as_bytes());
-    mac.update(&initiator.nonce);
-    mac.update(&acceptor.nonce);
-    update_field(&mut mac, prover.cluster_id.as_str().as_bytes());
-    mac
-}
-
-/// A variable-length field, length first, so field boundaries cannot shift.
-fn update_field(mac: &mut HmacSha256, bytes: &[u8]) {
-    mac.update(&(bytes.len() as u64).to_be_bytes());
-    mac.update(bytes);
-}
-
-fn draw_nonce(rng: &mut NodeRng) -> [u8; NONCE_LEN] {
-    let mut nonce = [0u8; NONCE_LEN];
-    for chunk in nonce.chunks_exact_mut(8) {
-        chunk.copy_from_slice(&rng.next_u64().to_le_bytes());
-    }
-    nonce
-}
-
-/// Shakes hands as the side that connected out. On success the stream is positioned right after
-/// the peer's proof, ready for the steady-state frames.
+/// Shakes hands as the side that connected out, to the node `dialled` (the node id it
+/// connected to). On success the stream is positioned right after the acceptor's verdict,
+/// ready for the steady-state frames.
 ///
 /// `rng` must be the node's long-lived generator for connections (not one re-created per
 /// connection from the same seed): the nonce drawn from it is what makes a recorded proof
@@ -571,49 +433,84 @@ fn draw_nonce(rng: &mut NodeRng) -> [u8; NONCE_LEN] {
 pub async fn initiate<S: AsyncRead + AsyncWrite + Unpin>(
     stream: &mut S,
     config: &HandshakeConfig,
+    dialled: &str,
     rng: &mut NodeRng,
 ) -> Result<Established, HandshakeError> {
-    run(Role::Initiator, stream, config, rng).await
+    let (machine, first) = Handshake::initiator(config, dialled, rng);
+    run(stream, config, machine, first, no_admission).await
 }
 
-/// Shakes hands as the side that accepted the connection; otherwise as [`initiate`].
-pub async fn accept<S: AsyncRead + AsyncWrite + Unpin>(
+/// An initiator never admits anyone; its machine never asks.
+async fn no_admission(peer: String) -> Result<(), String> {
+    Err(format!("an initiator was asked to admit {peer}"))
+}
+
+/// Shakes hands as the side that accepted the connection; otherwise as [`initiate`]. Once the
+/// peer has proved its id, `admit(id)` decides whether the connection is taken (`Err(reason)`:
+/// refused, and the peer told why); it runs within the handshake's timeout.
+pub async fn accept<S, A, F>(
     stream: &mut S,
     config: &HandshakeConfig,
     rng: &mut NodeRng,
-) -> Result<Established, HandshakeError> {
-    run(Role::Acceptor, stream, config, rng).await
+    admit: A,
+) -> Result<Established, HandshakeError>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+    A: FnOnce(String) -> F,
+    F: Future<Output = Result<(), String>>,
+{
+    let (machine, first) = Handshake::acceptor(config, rng);
+    run(stream, config, machine, first, admit).await
 }
 
-async fn run<S: AsyncRead + AsyncWrite + Unpin>(
-    role: Role,
+async fn run<S, A, F>(
     stream: &mut S,
     config: &HandshakeConfig,
-    rng: &mut NodeRng,
-) -> Result<Established, HandshakeError> {
-    let (machine, first) = Handshake::new(role, config, rng);
-    tokio::time::timeout(config.timeout, drive(stream, machine, first))
+    machine: Handshake,
+    first: HandshakeAction,
+    admit: A,
+) -> Result<Established, HandshakeError>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+    A: FnOnce(String) -> F,
+    F: Future<Output = Result<(), String>>,
+{
+    tokio::time::timeout(config.timeout, drive(stream, machine, first, admit))
         .await
         .unwrap_or(Err(HandshakeError::Timeout {
             after: config.timeout,
         }))
 }
 
-async fn drive<S: AsyncRead + AsyncWrite + Unpin>(
+async fn drive<S, A, F>(
     stream: &mut S,
     mut machine: Handshake,
     mut action: HandshakeAction,
-) -> Result<Established, HandshakeError> {
+    admit: A,
+) -> Result<Established, HandshakeError>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+    A: FnOnce(String) -> F,
+    F: Future<Output = Result<(), String>>,
+{
+    let mut admit = Some(admit);
     loop {
         action = match action {
             HandshakeAction::Send(message) => {
                 write_message(stream, &message).await?;
-                machine.on(match message {
-                    HandshakeMessage::Hello(_) => HandshakeEvent::HelloSent,
-                    HandshakeMessage::Proof(_) => HandshakeEvent::ProofSent,
-                })
+                machine.on(HandshakeEvent::Sent)
             }
             HandshakeAction::Receive => machine.on(read_message(stream).await?.into()),
+            HandshakeAction::Admit(peer) => {
+                // The machine asks once per handshake; a second ask finds `None` and refuses.
+                let decision = match admit.take() {
+                    Some(admit) => admit(peer).await,
+                    None => Err("asked to admit twice".to_owned()),
+                };
+                machine.on(HandshakeEvent::Admitted(
+                    decision.map_err(|r| clip_reason(&r)),
+                ))
+            }
             HandshakeAction::Done(established) => return Ok(established),
             HandshakeAction::Fail(error) => return Err(error),
         };

@@ -67,6 +67,18 @@
     }
   }
 
+  /**
+   * A token given in the page's address (`/#token=...`, as `flint jobmanager`'s user can build
+   * from its token file): kept for this tab, and removed from the address bar at once so it is
+   * neither bookmarked nor shown. A fragment never reaches the server.
+   */
+  function takeTokenFromAddress() {
+    const match = /^#token=(.+)$/.exec(window.location.hash);
+    if (!match) return;
+    storeToken(decodeURIComponent(match[1]));
+    history.replaceState(null, '', window.location.pathname + window.location.search);
+  }
+
   function storeToken(token) {
     try {
       if (token === null) sessionStorage.removeItem(TOKEN_KEY);
@@ -86,7 +98,7 @@
     const headers = { Accept: 'application/json' };
     if (body !== undefined) headers['Content-Type'] = 'application/json';
     const token = storedToken();
-    if (token && method !== 'GET') headers.Authorization = 'Bearer ' + token;
+    if (token) headers.Authorization = 'Bearer ' + token;
     let response;
     let text;
     try {
@@ -125,9 +137,8 @@
   }
 
   /**
-   * A request that changes something. On 401 the user is asked for the token (the server's
-   * message says why) and the request is sent again with it, until it is accepted or the user
-   * gives up.
+   * A request with the token. On 401 the user is asked for the token (the server's message
+   * says why) and the request is sent again with it, until it is accepted or the user gives up.
    */
   async function change(method, path, body) {
     for (;;) {
@@ -564,7 +575,7 @@
         return;
       }
       try {
-        const details = await request('GET', '/jobs/' + encodeURIComponent(id));
+        const details = await change('GET', '/jobs/' + encodeURIComponent(id));
         byId.set(id, details);
         if (JOB_ENDED.has(details.state)) ui.endedDetails.set(id, details);
       } catch (error) {
@@ -617,9 +628,9 @@
     clearTimeout(timer);
     try {
       const [overview, tms, list] = await Promise.all([
-        request('GET', '/overview'),
-        request('GET', '/taskmanagers'),
-        request('GET', '/jobs'),
+        change('GET', '/overview'),
+        change('GET', '/taskmanagers'),
+        change('GET', '/jobs'),
       ]);
       // The API lists jobs oldest first; the page shows the newest first.
       const jobs = (list.jobs || []).slice().reverse();
@@ -689,6 +700,7 @@
   }
 
   function start() {
+    takeTokenFromAddress();
     $('pool-form').addEventListener('submit', setPoolSize);
     $('pool-size-input').addEventListener('input', () => {
       ui.poolSizeEdited = true;

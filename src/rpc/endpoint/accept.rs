@@ -181,7 +181,7 @@ impl Inner {
                 let established = tokio::select! {
                     biased;
                     Ok(()) = evicted => None,
-                    established = endpoint.open(stream, Side::Acceptor, &from) => Some(established),
+                    established = endpoint.open(stream, Opening::Accept, &from) => Some(established),
                 };
                 lock(&endpoint.accepting).pending.remove(&slot);
                 match established {
@@ -208,8 +208,42 @@ impl Inner {
         log::info!("{}: stopped listening", self.config.node_name);
     }
 
+    /// Whether to take an authenticated connection from `peer` (the handshake's admission): not
+    /// while this node holds another connection with that id whose peer answers a probe, so a
+    /// holder of the secret cannot take over a live node's id (and its tasks, its heartbeats)
+    /// by claiming it. A held connection that stays silent for half the accept timeout, or
+    /// closes, is proven dead: it is closed and the newcomer (a restarted node, a node whose
+    /// network came back) is admitted.
+    pub(super) async fn admit_peer(self: Arc<Self>, peer: String) -> Result<(), String> {
+        let mut held: Vec<(u64, Connection)> = self.live_accepted(&peer).into_iter().collect();
+        if let Some(PeerSlot::Connected { id, connection }) = lock(&self.peers).get(&peer)
+            && connection.close_reason().is_none()
+            && held.iter().all(|(held_id, _)| held_id != id)
+        {
+            held.push((*id, connection.clone()));
+        }
+        let patience = self.config.accept_timeout / 2;
+        for (_, connection) in held {
+            if connection.probe(patience).await {
+                return Err(format!(
+                    "{} already holds a live authenticated connection with {peer}; a second \
+                     connection may not claim its id",
+                    self.local_node
+                ));
+            }
+            log::info!(
+                "{}: {peer} connects again and its old connection did not answer within \
+                 {patience:?}: closing the old one",
+                self.config.node_name
+            );
+            connection.close("its peer connected again and it did not answer a probe");
+        }
+        Ok(())
+    }
+
     /// Records a connection accepted from a peer: it replaces (closes) that peer's previous
-    /// accepted connection, and is the one this node sends on unless it has one of its own.
+    /// accepted connection (proven dead by [`admit_peer`](Self::admit_peer), or a simultaneous one), and
+    /// is the one this node sends on unless it has one of its own.
     pub(super) fn adopt_accepted(&self, id: u64, connection: Connection) {
         let peer = connection.peer().to_owned();
         let previous = lock(&self.accepted).insert(peer.clone(), (id, connection.clone()));

@@ -272,7 +272,9 @@ async fn a_node_restarted_with_the_same_seed_does_not_repeat_its_nonces() {
 }
 
 #[actix::test]
-async fn a_newer_connection_from_a_peer_replaces_the_older() {
+async fn a_newer_connection_from_a_peer_replaces_an_older_one_that_does_not_answer() {
+    // The older connection's peer never reads (a process that stopped, a machine that
+    // vanished): B's probe of it goes unanswered, so it is closed and the newer one taken.
     use tokio::io::AsyncReadExt;
     let (b, _) = endpoint("b", b"secret", 2).await;
     let handshake = HandshakeConfig {
@@ -288,6 +290,7 @@ async fn a_newer_connection_from_a_peer_replaces_the_older() {
         crate::transport::handshake::initiate(
             &mut stream,
             &handshake,
+            &b.local_node(),
             &mut NodeRng::from_entropy(),
         )
         .await
@@ -304,6 +307,96 @@ async fn a_newer_connection_from_a_peer_replaces_the_older() {
         (b.connected_peers() == ["127.0.0.1:1"]).then_some(())
     })
     .await;
+}
+
+/// The handshake settings of a raw client of the `remote-test` cluster claiming `node_id`.
+fn raw_handshake(node_id: &str) -> HandshakeConfig {
+    HandshakeConfig {
+        cluster_id: ClusterId::new("remote-test"),
+        node_id: node_id.into(),
+        secret: Secret::from_bytes(b"secret".to_vec()),
+        timeout: Duration::from_secs(5),
+    }
+}
+
+#[actix::test]
+async fn a_second_connection_claiming_a_live_peers_id_is_refused() {
+    let (a, _) = endpoint("a", b"secret", 1).await;
+    let (b, _) = endpoint("b", b"secret", 2).await;
+    let real = a
+        .inner
+        .connection(&b.local_node())
+        .await
+        .expect("A connects to B");
+    eventually("B holds A's connection", || async {
+        (b.connected_peers() == [a.local_node()]).then_some(())
+    })
+    .await;
+    // An impostor that knows the secret claims A's id.
+    let mut stream = tokio::net::TcpStream::connect(b.local_node())
+        .await
+        .expect("connects");
+    let refused = crate::transport::handshake::initiate(
+        &mut stream,
+        &raw_handshake(&a.local_node()),
+        &b.local_node(),
+        &mut NodeRng::from_entropy(),
+    )
+    .await;
+    match refused {
+        Err(crate::transport::handshake::HandshakeError::RefusedByPeer { reason }) => {
+            assert!(reason.contains("already holds a live"), "{reason}");
+        }
+        other => panic!("the impostor was not refused: {other:?}"),
+    }
+    // A's own connection was never touched.
+    assert!(real.close_reason().is_none());
+    assert_eq!(b.connected_peers(), [a.local_node()]);
+    assert_eq!(a.metrics().rejected_connections.get(), 0);
+    assert!(b.metrics().rejected_connections.get() >= 1);
+}
+
+#[actix::test]
+async fn a_node_dialled_through_a_relay_to_another_node_refuses_it_and_is_refused() {
+    let (a, _) = endpoint("a", b"secret", 1).await;
+    let (b, _) = endpoint("b", b"secret", 2).await;
+    // Whoever holds this port forwards every connection to B.
+    let relay = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let relayed = relay.local_addr().unwrap().to_string();
+    let target = b.local_node();
+    let forwarding = actix::spawn(async move {
+        while let Ok((mut dialler, _)) = relay.accept().await {
+            let mut upstream = tokio::net::TcpStream::connect(&target).await.unwrap();
+            actix::spawn(async move {
+                let _ = tokio::io::copy_bidirectional(&mut dialler, &mut upstream).await;
+            });
+        }
+    });
+    let error = a
+        .inner
+        .connection(&relayed)
+        .await
+        .expect_err("a relay to another node is no connection");
+    let chain = crate::base::error_chain::ErrorChain(&error).to_string();
+    assert!(
+        chain.contains(&format!(
+            "dialled {relayed}, but the node that answered calls itself {}",
+            b.local_node()
+        )),
+        "{chain}"
+    );
+    // Refused at once, not retried: it is not the node, however often it is asked.
+    assert!(
+        matches!(error, RemoteError::Unreachable { attempts: 1, .. }),
+        "{error:?}"
+    );
+    assert!(a.connected_peers().is_empty());
+    eventually("B refused the relayed connection", || async {
+        (b.metrics().rejected_connections.get() >= 1).then_some(())
+    })
+    .await;
+    assert!(b.connected_peers().is_empty());
+    forwarding.abort();
 }
 
 /// A TaskManager stand-in that takes every message and never answers.

@@ -120,7 +120,12 @@ impl End {
     }
 }
 
-/// `establish` on both ends of a duplex pipe at once: "a" initiates, "b" accepts.
+/// An admission that takes every proven peer.
+async fn admit_all(_peer: String) -> Result<(), String> {
+    Ok(())
+}
+
+/// [`dial`] and [`accept`] on both ends of a duplex pipe at once: "a" dials "b".
 async fn establish_pair(
     a: ConnectionConfig,
     b: ConnectionConfig,
@@ -129,9 +134,10 @@ async fn establish_pair(
     let (a_sink, a_inbound) = mpsc::channel(8);
     let (b_sink, b_inbound) = mpsc::channel(8);
     let (mut a_rng, mut b_rng) = (NodeRng::seed_from_u64(1), NodeRng::seed_from_u64(2));
+    let dialled = b.handshake.node_id.clone();
     let (a, b) = tokio::join!(
-        establish(near, Side::Initiator, a, &mut a_rng, a_sink),
-        establish(far, Side::Acceptor, b, &mut b_rng, b_sink),
+        dial(near, &dialled, a, &mut a_rng, a_sink),
+        accept(far, b, &mut b_rng, admit_all, b_sink),
     );
     (
         a.map(|conn| End {
@@ -155,15 +161,15 @@ async fn pair() -> (End, End) {
 }
 
 /// A connection ("a", the acceptor) whose peer is driven by hand: the test shook hands
-/// with `handshake::initiate` itself and owns the raw stream, positioned after the proof.
+/// with `handshake::initiate` itself and owns the raw stream, positioned after the verdict.
 async fn raw_peer(config: ConnectionConfig, pipe: usize) -> (End, DuplexStream) {
     let (near, mut raw) = duplex(pipe);
     let (sink, inbound) = mpsc::channel(8);
     let (mut ours, mut theirs) = (NodeRng::seed_from_u64(1), NodeRng::seed_from_u64(2));
     let hand = handshake_config("raw");
     let (conn, shaken) = tokio::join!(
-        establish(near, Side::Acceptor, config, &mut ours, sink),
-        handshake::initiate(&mut raw, &hand, &mut theirs),
+        accept(near, config, &mut ours, admit_all, sink),
+        handshake::initiate(&mut raw, &hand, "a", &mut theirs),
     );
     assert_eq!(shaken.expect("raw handshake").peer_node_id, "a");
     let conn = conn.expect("a established");
@@ -203,13 +209,43 @@ async fn a_wrong_secret_fails_both_sides_with_a_handshake_error() {
     let mut other = config("b");
     other.handshake.secret = Secret::from_bytes(b"another secret".to_vec());
     let (a, b) = establish_pair(config("a"), other).await;
-    for result in [a.map(|_| ()), b.map(|_| ())] {
-        match result {
-            Err(error @ ConnectionError::Handshake(HandshakeError::BadProof)) => {
-                assert!(!error.is_retryable());
-            }
-            other => panic!("expected a BadProof handshake error, got {other:?}"),
+    // The acceptor proves first; the dialler finds its proof wrong and hangs up without
+    // proving anything itself.
+    match a.map(|_| ()) {
+        Err(error @ ConnectionError::Handshake(HandshakeError::BadProof)) => {
+            assert!(!error.is_retryable());
         }
+        other => panic!("expected a BadProof handshake error, got {other:?}"),
+    }
+    match b.map(|_| ()) {
+        Err(ConnectionError::Handshake(HandshakeError::Closed)) => {}
+        other => panic!("expected the dialler to hang up, got {other:?}"),
+    }
+}
+
+#[actix::test]
+async fn an_acceptor_that_does_not_admit_the_peer_tells_it_why() {
+    tokio::time::pause();
+    let (near, far) = duplex(PIPE);
+    let (a_sink, _a_inbound) = mpsc::channel::<Inbound>(8);
+    let (b_sink, _b_inbound) = mpsc::channel::<Inbound>(8);
+    let (mut a_rng, mut b_rng) = (NodeRng::seed_from_u64(1), NodeRng::seed_from_u64(2));
+    let refuse = |peer: String| async move { Err(format!("{peer} is not welcome")) };
+    let (a, b) = tokio::join!(
+        dial(near, "b", config("a"), &mut a_rng, a_sink),
+        accept(far, config("b"), &mut b_rng, refuse, b_sink),
+    );
+    match a {
+        Err(ConnectionError::Handshake(HandshakeError::RefusedByPeer { reason })) => {
+            assert_eq!(reason, "a is not welcome");
+        }
+        other => panic!("expected RefusedByPeer, got {other:?}"),
+    }
+    match b {
+        Err(ConnectionError::Handshake(HandshakeError::NotAdmitted { peer, reason })) => {
+            assert_eq!((peer.as_str(), reason.as_str()), ("a", "a is not welcome"));
+        }
+        other => panic!("expected NotAdmitted, got {other:?}"),
     }
 }
 
@@ -616,6 +652,33 @@ async fn a_dispatcher_that_is_gone_closes_the_connection() {
     a.conn.tell(tell_of(1)).expect("queued");
     assert!(matches!(a.peer_down().await, CloseReason::PeerClosed));
     assert!(matches!(b_conn.closed().await, CloseReason::DispatcherGone));
+}
+
+// ---- probes ----
+
+#[actix::test]
+async fn a_live_peer_answers_a_probe_by_itself_and_a_silent_or_closed_one_does_not() {
+    tokio::time::pause();
+    let patience = Duration::from_secs(1);
+    let (a, mut b) = pair().await;
+    assert!(a.conn.probe(patience).await);
+    assert!(b.conn.probe(patience).await);
+    // Answered by the connection itself: nothing reached either dispatcher.
+    settle().await;
+    assert!(b.inbound.try_recv().is_err());
+    // A peer that holds the connection but never reads does not answer: not alive.
+    let (raw_end, _raw) = raw_peer(config("a"), PIPE).await;
+    let start = tokio::time::Instant::now();
+    assert!(!raw_end.conn.probe(patience).await);
+    let waited = start.elapsed();
+    assert!(
+        waited >= patience && waited < patience + Duration::from_millis(10),
+        "{waited:?}"
+    );
+    // Nor does a closed connection, from either end.
+    b.conn.close("test");
+    assert!(!b.conn.probe(patience).await);
+    assert!(!a.conn.probe(patience).await);
 }
 
 // ---- a peer that sends garbage ----
