@@ -12,8 +12,6 @@
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use flint::transport::handshake::Secret;
-
 /// The process helpers of the integration tests: starting `flint jobmanager`, a transport
 /// client, finding the TaskManager children.
 #[path = "../tests/common/process.rs"]
@@ -56,7 +54,7 @@ async fn round(config: &std::path::Path, client_seed: u64) -> Round {
     let jm = JobManagerProcess::start(command);
     let address = jm.address.clone();
     let client = Client::connect(
-        Client::loopback_config(Secret::insecure(), client_seed),
+        Client::loopback_config(Client::local_secret(), client_seed),
         &address,
     )
     .await;

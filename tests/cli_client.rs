@@ -362,8 +362,11 @@ fn errors_name_the_problem_and_exit_with_their_codes() {
     let token = [("FLINT_REST_TOKEN", "t0ken")];
     let unknown = "0123abcd-0000-4000-8000-000000000000";
 
-    // An unknown job: the server's message, exit 6.
+    // Reads need the token too: exit 5.
     let run = cluster.flint(&["status", unknown]);
+    assert_eq!(run.code, Some(5), "{run:?}");
+    // An unknown job: the server's message, exit 6.
+    let run = cluster.flint_env(&["status", unknown], &token);
     assert_eq!(run.code, Some(6), "{run:?}");
     assert!(run.stderr.starts_with("flint: "), "{run:?}");
     assert!(run.stderr.contains("no job"), "{run:?}");
@@ -400,7 +403,9 @@ fn errors_name_the_problem_and_exit_with_their_codes() {
         run.stderr.contains("resourcemanager.max-pool-size"),
         "{run:?}"
     );
-    let json = cluster.flint(&["pool-size", "--output", "json"]).json();
+    let json = cluster
+        .flint_env(&["pool-size", "--output", "json"], &token)
+        .json();
     assert_eq!(json["size"], 1, "{json}");
 
     // A bad job file: named, exit 2, nothing submitted.
@@ -412,7 +417,9 @@ fn errors_name_the_problem_and_exit_with_their_codes() {
     let run = cluster.flint_env(&["run", WORDCOUNT, "--param", "input=x"], &token);
     assert_eq!(run.code, Some(2), "{run:?}");
     assert!(run.stderr.contains("${output}"), "{run:?}");
-    let json = cluster.flint(&["list", "--output", "json"]).json();
+    let json = cluster
+        .flint_env(&["list", "--output", "json"], &token)
+        .json();
     assert_eq!(json["jobs"], Value::Array(Vec::new()), "{json}");
 
     // An unreachable JobManager: the URL tried, where it came from, how to point elsewhere.

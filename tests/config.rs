@@ -286,6 +286,10 @@ fn bad_values(key: &Key) -> (Vec<String>, Vec<String>) {
             vec!["kubernetes".into(), "".into()],
             vec!["\"kubernetes\"".into(), "1".into()],
         ),
+        "boolean" => (
+            vec!["yes".into(), "1".into(), "".into()],
+            vec!["1".into(), "\"maybe\"".into(), "[true]".into()],
+        ),
         "list" => (
             vec!["[1, 2]".into(), "[unclosed".into()],
             vec!["\"ssh\"".into(), "[1, 2]".into(), "5".into()],
@@ -769,6 +773,7 @@ fn the_jobmanager_hands_its_children_its_effective_configuration() {
     let vars = [
         ("FLINT_HEARTBEAT_TIMEOUT", "1min"),
         ("FLINT_REST_TOKEN", "hunter2"),
+        ("FLINT_SECRET", "the-cluster-secret"),
     ];
     let mut command = Command::new(env!("CARGO_BIN_EXE_flint"));
     command

@@ -7,16 +7,20 @@
 //!   tasks in them, the free ones), the pool and the job with its state and vertices; then
 //!   `--screenshot` takes the picture the README shows (set `FLINT_DASHBOARD_SCREENSHOT=PATH` to
 //!   keep a copy, e.g. `docs/dashboard.png`).
-//! - `the_page_scales_the_pool_cancels_a_job_and_survives_a_restart`: with `rest.token` set, the
-//!   test drives the page over the DevTools protocol (`Runtime.evaluate`, the way a person
-//!   clicks): setting the pool size asks for the token (a wrong one is refused and asked for
-//!   again), then the third TaskManager appears; a size over the maximum shows the server's
+//! - `the_page_scales_the_pool_cancels_a_job_and_survives_a_restart`: the test drives the page
+//!   over the DevTools protocol (`Runtime.evaluate`, the way a person clicks): opened without
+//!   the token, the page asks for it before it shows anything (a wrong one is refused and asked
+//!   for again); setting the pool size then needs no second asking and the third TaskManager
+//!   appears; a size over the maximum shows the server's
 //!   message; cancelling a job asks for confirmation and the job ends CANCELED; a stopped
 //!   JobManager shows the "unreachable" banner, which goes away when a JobManager answers again.
 //!
 //! - `the_page_marks_a_backpressured_vertex`: a fast source behind a slow consumer; once the
 //!   REST API says the source is backpressured `high`, the rendered page marks that vertex (and
 //!   only it) as Flink's web UI does.
+//!
+//! Every cluster requires its REST token (as every JobManager does); the first two tests hand
+//! it to the page in the URL's fragment (`/#token=...`), as a user opening the dashboard does.
 //!
 //! Every wait is a poll with a deadline (the machine may be slow and shared); the two tests take
 //! turns with the browser.
@@ -39,6 +43,9 @@ const JOB_NAME: &str = "dashboard-e2e";
 /// The line `flint jobmanager` prints when its REST server listens.
 const REST_LINE: &str = "flint REST API and dashboard at ";
 
+/// The REST token of every test's JobManager.
+const TOKEN: &str = "dashboard-test-token";
+
 /// One browser test at a time: each starts a cluster of three processes and a browser, which is
 /// plenty for a 2-core machine.
 static BROWSER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -51,11 +58,11 @@ async fn the_page_shows_the_pool_the_taskmanagers_and_the_running_job() {
     let Some(chromium) = chromium() else { return };
     let _turn = BROWSER.lock().await;
     let dir = common::scratch("dashboard-dom");
-    let cluster = Cluster::start(&dir, "jm", None, 0).await;
+    let cluster = Cluster::start(&dir, "jm", 0).await;
     cluster.wait_for_the_pool().await;
-    let job = cluster.submit_sleeping_job(None);
+    let job = cluster.submit_sleeping_job();
     let taskmanagers = cluster.wait_until_the_job_runs(&job).await;
-    let url = format!("{}/", cluster.rest);
+    let url = format!("{}/#token={TOKEN}", cluster.rest);
 
     let dom = chromium.dump_dom(&dir, &url).await;
     let page = |what: &str, needle: &str| {
@@ -134,7 +141,7 @@ async fn the_page_marks_a_backpressured_vertex() {
     let Some(chromium) = chromium() else { return };
     let _turn = BROWSER.lock().await;
     let dir = common::scratch("dashboard-backpressure");
-    let cluster = Cluster::start(&dir, "jm", None, 0).await;
+    let cluster = Cluster::start(&dir, "jm", 0).await;
     cluster.wait_for_the_pool().await;
     // A source of endless small records into a consumer that takes a millisecond per record.
     let mut job = JobGraph::builder("backpressured");
@@ -154,14 +161,14 @@ async fn the_page_marks_a_backpressured_vertex() {
         ExchangeMode::Pipelined,
     );
     let graph = serde_json::to_value(job.build(|_| true).expect("a valid graph")).unwrap();
-    let (status, answer) = cluster.request("POST", "/jobs", None, Some(&graph));
+    let (status, answer) = cluster.request("POST", "/jobs", Some(&graph));
     assert_eq!(status, 202, "POST /jobs: {answer}");
     let job = answer["id"].as_str().expect("the job id").to_owned();
 
     // The REST API first: the TaskManager samples backpressure every heartbeat.
     let give_up = tokio::time::Instant::now() + DEADLINE;
     loop {
-        let (_, details) = cluster.request("GET", &format!("/jobs/{job}"), None, None);
+        let (_, details) = cluster.request("GET", &format!("/jobs/{job}"), None);
         if details["vertices"][0]["metrics"]["backpressure-level"] == "high" {
             break;
         }
@@ -172,7 +179,9 @@ async fn the_page_marks_a_backpressured_vertex() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 
-    let dom = chromium.dump_dom(&dir, &format!("{}/", cluster.rest)).await;
+    let dom = chromium
+        .dump_dom(&dir, &format!("{}/#token={TOKEN}", cluster.rest))
+        .await;
     let row = element(&dom, &format!("<tbody data-key=\"{job}\""), "</tbody>")
         .unwrap_or_else(|| panic!("the page does not show job {job}:\n{dom}"));
     assert!(
@@ -186,7 +195,7 @@ async fn the_page_marks_a_backpressured_vertex() {
         "only the source is held back, not its consumer:\n{row}"
     );
 
-    let (status, _) = cluster.request("DELETE", &format!("/jobs/{job}"), None, None);
+    let (status, _) = cluster.request("DELETE", &format!("/jobs/{job}"), None);
     assert!(status < 300, "cancelling the job: {status}");
     drop(cluster);
     let _ = std::fs::remove_dir_all(&dir);
@@ -194,30 +203,21 @@ async fn the_page_marks_a_backpressured_vertex() {
 
 #[actix::test]
 async fn the_page_scales_the_pool_cancels_a_job_and_survives_a_restart() {
-    const TOKEN: &str = "dashboard-test-token";
     let Some(chromium) = chromium() else { return };
     let _turn = BROWSER.lock().await;
     let dir = common::scratch("dashboard-actions");
-    let cluster = Cluster::start(&dir, "jm", Some(TOKEN), 0).await;
+    let cluster = Cluster::start(&dir, "jm", 0).await;
     cluster.wait_for_the_pool().await;
-    let job = cluster.submit_sleeping_job(Some(TOKEN));
+    let job = cluster.submit_sleeping_job();
     cluster.wait_until_the_job_runs(&job).await;
 
+    // Opened without the token: the page asks for it before it shows anything; a wrong one
+    // is refused and asked for again.
     let mut browser = Browser::open(&chromium, &dir, &format!("{}/", cluster.rest)).await;
     browser.eval(HELPERS);
     browser.eval(&format!(
         "(async () => {{
-            await until('both TaskManagers', () => document.querySelectorAll('article.tm').length === 2);
-            await until('the running job', () => document.querySelector(
-                'tbody[data-key=\"{job}\"] button[data-action=\"cancel\"]'));
-        }})()"
-    ));
-
-    // Scaling: the server wants a token; the page asks, a wrong one is asked for again.
-    let message = browser.eval(&format!(
-        "(async () => {{
             const dialog = byId('token-dialog');
-            setPoolSize('3');
             await until('the token dialog', () => dialog.open);
             const closed = new Promise((done) => dialog.addEventListener('close', done, {{ once: true }}));
             byId('token-input').value = 'not-the-token';
@@ -226,13 +226,25 @@ async fn the_page_scales_the_pool_cancels_a_job_and_survives_a_restart() {
             await until('the token dialog after a wrong token', () => dialog.open);
             byId('token-input').value = '{TOKEN}';
             byId('token-submit').click();
-            await until('the answer', () => byId('pool-message').classList.contains('ok'));
-            if (sessionStorage.getItem('flint.rest.token') !== '{TOKEN}') throw new Error('token not kept');
-            return byId('pool-message').textContent;
+            await until('the token kept for this tab', () => !dialog.open
+                && sessionStorage.getItem('flint.rest.token') === '{TOKEN}');
+            await until('both TaskManagers', () => document.querySelectorAll('article.tm').length === 2);
+            await until('the running job', () => document.querySelector(
+                'tbody[data-key=\"{job}\"] button[data-action=\"cancel\"]'));
         }})()"
     ));
+
+    // Scaling: the page has the token already, so nothing asks again.
+    let message = browser.eval(
+        "(async () => {
+            setPoolSize('3');
+            await until('the answer', () => byId('pool-message').classList.contains('ok'));
+            if (byId('token-dialog').open) throw new Error('asked for the token again');
+            return byId('pool-message').textContent;
+        })()",
+    );
     assert_eq!(message, json!("Pool size set to 3."));
-    let (status, pool) = cluster.request("GET", "/cluster/pool-size", None, None);
+    let (status, pool) = cluster.request("GET", "/cluster/pool-size", None);
     assert_eq!((status, &pool["size"]), (200, &json!(3)), "{pool}");
     // The page follows the pool live: the third TaskManager appears in it.
     browser.eval(
@@ -253,7 +265,7 @@ async fn the_page_scales_the_pool_cancels_a_job_and_survives_a_restart() {
         message.contains("resourcemanager.max-pool-size") && message.contains("HTTP 400"),
         "{message}"
     );
-    let (_, pool) = cluster.request("GET", "/cluster/pool-size", None, None);
+    let (_, pool) = cluster.request("GET", "/cluster/pool-size", None);
     assert_eq!(pool["size"], json!(3), "{pool}");
 
     // Cancelling asks first: "Keep running" keeps it running ...
@@ -266,7 +278,7 @@ async fn the_page_scales_the_pool_cancels_a_job_and_survives_a_restart() {
             await until('the confirmation to close', () => !byId('confirm-dialog').open);
         }})()"
     ));
-    let (_, details) = cluster.request("GET", &format!("/jobs/{job}"), None, None);
+    let (_, details) = cluster.request("GET", &format!("/jobs/{job}"), None);
     assert_eq!(details["state"], json!("RUNNING"), "{details}");
     // ... and "Cancel job" cancels it; the page shows it ending.
     let message = browser.eval(&format!(
@@ -283,7 +295,7 @@ async fn the_page_scales_the_pool_cancels_a_job_and_survives_a_restart() {
         message.as_str().unwrap().starts_with("Cancelling job"),
         "{message}"
     );
-    let (_, details) = cluster.request("GET", &format!("/jobs/{job}"), None, None);
+    let (_, details) = cluster.request("GET", &format!("/jobs/{job}"), None);
     assert_eq!(details["state"], json!("CANCELED"), "{details}");
 
     // The JobManager goes away: the banner says so; another one answers: the banner goes.
@@ -293,7 +305,7 @@ async fn the_page_scales_the_pool_cancels_a_job_and_survives_a_restart() {
         "until('the unreachable banner', () => !byId('banner').hidden
             && byId('live-text').textContent === 'JobManager unreachable', 30000)",
     );
-    let cluster = Cluster::start(&dir, "jm-again", Some(TOKEN), port).await;
+    let cluster = Cluster::start(&dir, "jm-again", port).await;
     browser.eval(
         "until('the banner to go', () => byId('banner').hidden
             && byId('live-text').textContent.startsWith('Live')
@@ -348,17 +360,15 @@ struct Cluster {
 
 impl Cluster {
     /// Starts `flint jobmanager` with a pool of 2 TaskManagers of 2 slots each and its REST
-    /// server on loopback (`port` 0 picks one), requiring `token` when given.
-    async fn start(dir: &Path, name: &str, token: Option<&str>, port: u16) -> Self {
+    /// server on loopback (`port` 0 picks one), requiring [`TOKEN`].
+    async fn start(dir: &Path, name: &str, port: u16) -> Self {
         let config = dir.join(format!("{name}.toml"));
         let mut toml = format!(
             "[heartbeat]\ninterval = \"500ms\"\n[taskmanager]\nworking-dir = \"{}\"\n\
              [rest]\naddress = \"127.0.0.1\"\nport = {port}\n",
             dir.join(format!("{name}-work")).display()
         );
-        if let Some(token) = token {
-            toml.push_str(&format!("token = \"{token}\"\n"));
-        }
+        toml.push_str(&format!("token = \"{TOKEN}\"\n"));
         std::fs::write(&config, toml).unwrap();
         let mut child = Command::new(env!("CARGO_BIN_EXE_flint"))
             .args(["jobmanager", "--bind", "127.0.0.1:0", "--pool-size", "2"])
@@ -399,34 +409,22 @@ impl Cluster {
         self.rest.rsplit(':').next().unwrap().parse().unwrap()
     }
 
-    /// One request: the status and the JSON answer (`null` when empty).
-    fn request(
-        &self,
-        method: &str,
-        path: &str,
-        token: Option<&str>,
-        body: Option<&Value>,
-    ) -> (u16, Value) {
+    /// One request with the token: the status and the JSON answer (`null` when empty).
+    fn request(&self, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
         let url = format!("{}{path}", self.rest);
-        let bearer = token.map(|token| format!("Bearer {token}"));
+        let bearer = format!("Bearer {TOKEN}");
         let answer = match (method, body) {
-            ("GET", None) => self.http.get(&url).call(),
-            ("DELETE", None) => match &bearer {
-                Some(bearer) => self
-                    .http
-                    .delete(&url)
-                    .header("Authorization", bearer)
-                    .call(),
-                None => self.http.delete(&url).call(),
-            },
-            ("POST", Some(body)) => match &bearer {
-                Some(bearer) => self
-                    .http
-                    .post(&url)
-                    .header("Authorization", bearer)
-                    .send_json(body),
-                None => self.http.post(&url).send_json(body),
-            },
+            ("GET", None) => self.http.get(&url).header("Authorization", &bearer).call(),
+            ("DELETE", None) => self
+                .http
+                .delete(&url)
+                .header("Authorization", &bearer)
+                .call(),
+            ("POST", Some(body)) => self
+                .http
+                .post(&url)
+                .header("Authorization", &bearer)
+                .send_json(body),
             other => panic!("no such request in this test: {other:?}"),
         };
         let mut answer = answer.unwrap_or_else(|e| panic!("{method} {url}: {e}"));
@@ -443,7 +441,7 @@ impl Cluster {
     async fn wait_for_the_pool(&self) {
         let give_up = tokio::time::Instant::now() + DEADLINE;
         loop {
-            let (_, overview) = self.request("GET", "/overview", None, None);
+            let (_, overview) = self.request("GET", "/overview", None);
             if overview["taskmanagers"] == 2 && overview["slots-total"] == 4 {
                 return;
             }
@@ -457,7 +455,7 @@ impl Cluster {
 
     /// Submits a job that keeps 3 slots busy for ten minutes: `wait` (sleep) → `sink` (noop),
     /// forward, in one slot sharing group.
-    fn submit_sleeping_job(&self, token: Option<&str>) -> String {
+    fn submit_sleeping_job(&self) -> String {
         let mut job = JobGraph::builder(JOB_NAME);
         let wait = job
             .vertex("wait", "sleep", 3)
@@ -471,7 +469,7 @@ impl Cluster {
             ExchangeMode::Pipelined,
         );
         let graph = serde_json::to_value(job.build(|_| true).expect("a valid graph")).unwrap();
-        let (status, answer) = self.request("POST", "/jobs", token, Some(&graph));
+        let (status, answer) = self.request("POST", "/jobs", Some(&graph));
         assert_eq!(status, 202, "POST /jobs: {answer}");
         answer["id"].as_str().expect("the job id").to_owned()
     }
@@ -480,7 +478,7 @@ impl Cluster {
     async fn wait_until_the_job_runs(&self, job: &str) -> Value {
         let give_up = tokio::time::Instant::now() + DEADLINE;
         loop {
-            let (_, taskmanagers) = self.request("GET", "/taskmanagers", None, None);
+            let (_, taskmanagers) = self.request("GET", "/taskmanagers", None);
             let running = taskmanagers["taskmanagers"]
                 .as_array()
                 .into_iter()
@@ -492,7 +490,7 @@ impl Cluster {
             if running == 6 {
                 return taskmanagers;
             }
-            let (_, details) = self.request("GET", &format!("/jobs/{job}"), None, None);
+            let (_, details) = self.request("GET", &format!("/jobs/{job}"), None);
             assert!(
                 tokio::time::Instant::now() < give_up,
                 "the job's 6 tasks never ran: {details:#}\n{taskmanagers:#}"

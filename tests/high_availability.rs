@@ -9,7 +9,8 @@ use flint::operators::builtin::sequential_word_count;
 
 mod common;
 use common::ha::{
-    HaCluster, get, leads, signal, submit_wordcount, submit_wordcount_named, wait_until,
+    HaCluster, get, leads, no_redirects, signal, submit_wordcount, submit_wordcount_named,
+    wait_until,
 };
 use common::read_counts;
 use common::rest::{JobManagerChild, request};
@@ -22,17 +23,19 @@ fn the_standby_takes_over_after_kill_9_of_the_leader_and_finishes_its_wordcount_
         return;
     };
     let (a_url, b_url) = (cluster.a.url(), cluster.b.url());
-    // The standby points every request at the leader.
+    // The standby points every request with the token at the leader; without the token it
+    // says nothing, not even where the leader is.
     let redirect = get(&b_url, "/overview");
     assert_eq!(redirect.status, 307, "{}", redirect.body);
-    let followed = request(
-        &common::rest::agent(),
+    let anonymous = request(
+        &no_redirects(),
         "GET",
         &format!("{b_url}/overview"),
         None,
         None,
-    )
-    .expect(200);
+    );
+    assert_eq!(anonymous.status, 401, "{}", anonymous.body);
+    let followed = get(&a_url, "/overview").expect(200);
     assert_eq!(followed.json()["taskmanagers"], 2, "{}", followed.body);
 
     // The dashboard too: a browser lands on the leader's page (whose API calls are then
@@ -52,33 +55,36 @@ fn the_standby_takes_over_after_kill_9_of_the_leader_and_finishes_its_wordcount_
     );
     assert_eq!(get(&b_url, "/").status, 307);
 
-    // Submitted with the CLI through the standby: the redirect keeps the method and the body.
-    let (job, input, output) = submit_wordcount(&b_url, &cluster.dir, 200_000);
+    // The CLI against the standby stops at the redirect, naming the leader: its token goes
+    // only where it was told to go.
+    let flint = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_flint"))
+            .args(args)
+            .env_remove("FLINT_JOBMANAGER")
+            .env_remove("FLINT_CONFIG")
+            .output()
+            .expect("flint runs")
+    };
+    let list = flint(&["list", "--jobmanager", &b_url]);
+    let said = String::from_utf8_lossy(&list.stderr);
+    assert_eq!(list.status.code(), Some(5), "{said}");
+    assert!(
+        said.contains(&format!("--jobmanager {a_url}")),
+        "flint list against the standby: {said}"
+    );
+    // Submitted with the CLI to the leader.
+    let (job, input, output) = submit_wordcount(&a_url, &cluster.dir, 200_000);
     cluster.wait_for_job(&a_url, &job, "the job runs", |j| j["state"] == "RUNNING");
-    // The CLI against the standby reaches the leader.
-    let list = Command::new(env!("CARGO_BIN_EXE_flint"))
-        .args(["list", "--jobmanager", &b_url])
-        .env_remove("FLINT_JOBMANAGER")
-        .env_remove("FLINT_CONFIG")
-        .output()
-        .expect("flint list runs");
+    let list = flint(&["list", "--jobmanager", &a_url]);
     let listed = String::from_utf8_lossy(&list.stdout);
     assert!(
         list.status.success(),
         "{listed}{}",
         String::from_utf8_lossy(&list.stderr)
     );
-    assert!(
-        listed.contains(&job),
-        "flint list against the standby: {listed}"
-    );
-    // An operator's resize (through the standby) outlives the leader: the new one keeps it.
-    let resize = Command::new(env!("CARGO_BIN_EXE_flint"))
-        .args(["pool-size", "3", "--jobmanager", &b_url])
-        .env_remove("FLINT_JOBMANAGER")
-        .env_remove("FLINT_CONFIG")
-        .output()
-        .expect("flint pool-size runs");
+    assert!(listed.contains(&job), "flint list: {listed}");
+    // An operator's resize outlives the leader: the new one keeps it.
+    let resize = flint(&["pool-size", "3", "--jobmanager", &a_url]);
     assert!(
         resize.status.success(),
         "{}{}",

@@ -45,8 +45,10 @@ struct Metrics(Scrape);
 impl Metrics {
     /// Scrapes `url/metrics` and checks the format: the content type, HELP for every family
     /// and each sample typed as the contract says.
-    fn scrape(agent: &ureq::Agent, url: &str) -> Self {
-        let answer = request(agent, "GET", &format!("{url}/metrics"), None, None).expect(200);
+    /// `GET /metrics` with `authorization` (every endpoint needs the token).
+    fn scrape(agent: &ureq::Agent, url: &str, authorization: Option<&str>) -> Self {
+        let answer =
+            request(agent, "GET", &format!("{url}/metrics"), None, authorization).expect(200);
         assert!(
             answer
                 .content_type
@@ -126,7 +128,8 @@ impl Metrics {
 fn the_metrics_parse_and_follow_the_embedded_cluster() {
     let cluster = RestCluster::start(config(2, 2));
     let agent = agent();
-    let scrape = || Metrics::scrape(&agent, &cluster.url);
+    let bearer = format!("Bearer {}", common::rest::TOKEN);
+    let scrape = || Metrics::scrape(&agent, &cluster.url, Some(&bearer));
 
     let idle = scrape();
     assert_eq!(idle.get("flint_pool_designated"), 2.0);
@@ -208,8 +211,9 @@ fn jobmanager(name: &str, extra: &str) -> JobManagerChild {
     JobManagerChild::start(&args, &scratch(name), extra)
 }
 
+/// Scrapes a `flint jobmanager` of this user, which serves with its generated token.
 fn scrape(agent: &ureq::Agent, jm: &JobManagerChild) -> Metrics {
-    Metrics::scrape(agent, &jm.url())
+    Metrics::scrape(agent, &jm.url(), common::rest::local_bearer().as_deref())
 }
 
 /// Stops the cluster through the API and waits for the process to end.
@@ -219,7 +223,7 @@ fn stop(mut jm: JobManagerChild, agent: &ureq::Agent) {
         "DELETE",
         &format!("{}/cluster", jm.url()),
         None,
-        None,
+        common::rest::local_bearer().as_deref(),
     )
     .expect(202);
     let status = jm.wait_for_exit();
@@ -284,9 +288,15 @@ fn worker_start_failures_are_counted() {
     assert_eq!(failing.get("flint_pool_started"), 0.0);
     assert_eq!(failing.get("flint_taskmanagers_registered"), 0.0);
     assert_eq!(failing.get("flint_pool_designated"), 1.0);
-    let overview = request(&agent, "GET", &format!("{}/overview", jm.url()), None, None)
-        .expect(200)
-        .json();
+    let overview = request(
+        &agent,
+        "GET",
+        &format!("{}/overview", jm.url()),
+        None,
+        common::rest::local_bearer().as_deref(),
+    )
+    .expect(200)
+    .json();
     assert!(overview["pool"]["start-failures"].as_u64().unwrap() >= 1);
     stop(jm, &agent);
 }

@@ -10,7 +10,6 @@ use std::time::Duration;
 
 use flint::job::states::JobStatus;
 use flint::operators::builtin::sequential_word_count;
-use flint::transport::handshake::Secret;
 
 mod common;
 use common::process::{Client, JobManagerProcess, TaskManagerChild, task_managers_of};
@@ -48,7 +47,11 @@ async fn process_cluster(
         .arg(&config)
         .env_remove("FLINT_SECRET");
     let jm = JobManagerProcess::start(command);
-    let client = Client::connect(Client::loopback_config(Secret::insecure(), 5), &jm.address).await;
+    let client = Client::connect(
+        Client::loopback_config(Client::local_secret(), 5),
+        &jm.address,
+    )
+    .await;
     (jm, client)
 }
 

@@ -395,7 +395,7 @@ fn a_body_over_16_mib_is_refused_with_413() {
         .unwrap();
     write!(
         stream,
-        "POST /jobs HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/json\r\n\
+        "POST /jobs HTTP/1.1\r\nAuthorization: Bearer rest-test-token\r\nHost: {address}\r\nContent-Type: application/json\r\n\
          Content-Length: {}\r\nConnection: close\r\n\r\n",
         (16 << 20) + 1
     )
@@ -415,12 +415,13 @@ fn a_body_over_16_mib_is_refused_with_413() {
 }
 
 #[test]
-fn with_rest_token_set_changing_endpoints_need_the_bearer_token() {
+fn every_endpoint_needs_the_bearer_token() {
     let mut config = config(1, 2);
     config.rest.token = Some("s3cret".to_owned());
     let cluster = RestCluster::start(config);
 
-    // Reading stays open.
+    // Reading needs it too (the jobs' configurations name files and may hold credentials);
+    // the dashboard's own static files do not (the page then asks for the token).
     for path in [
         "/overview",
         "/taskmanagers",
@@ -428,6 +429,17 @@ fn with_rest_token_set_changing_endpoints_need_the_bearer_token() {
         "/cluster/pool-size",
         "/metrics",
     ] {
+        cluster
+            .request("GET", path, None, None)
+            .expect_error(401, "rest.token");
+        cluster
+            .request("GET", path, None, Some("Bearer wrong"))
+            .expect_error(401, "");
+        cluster
+            .request("GET", path, None, Some("Bearer s3cret"))
+            .expect(200);
+    }
+    for path in ["/", "/dashboard.js", "/dashboard.css"] {
         cluster.request("GET", path, None, None).expect(200);
     }
     let job = serde_json::to_string(&sleeping_job(60_000)).unwrap();
@@ -553,8 +565,9 @@ fn an_actor_that_does_not_answer_in_time_is_a_503() {
         .recv_timeout(Duration::from_secs(30))
         .expect("serves");
     let agent = agent();
+    let bearer = Some("Bearer rest-test-token");
     for path in ["/overview", "/jobs", "/cluster/pool-size", "/metrics"] {
-        request(&agent, "GET", &format!("{url}{path}"), None, None)
+        request(&agent, "GET", &format!("{url}{path}"), None, bearer)
             .expect_error(503, "did not answer");
     }
     request(
@@ -562,7 +575,7 @@ fn an_actor_that_does_not_answer_in_time_is_a_503() {
         "PUT",
         &format!("{url}/cluster/pool-size"),
         Some(r#"{"size": 1}"#),
-        None,
+        bearer,
     )
     .expect_error(503, "resource manager did not answer");
     done_tx.send(()).unwrap();
@@ -570,7 +583,21 @@ fn an_actor_that_does_not_answer_in_time_is_a_503() {
 }
 
 #[test]
-fn a_non_loopback_rest_address_needs_a_token() {
+fn reads_are_open_without_the_token_only_when_configured() {
+    let mut config = config(1, 2);
+    config.rest.read_without_token = true;
+    let cluster = RestCluster::start(config);
+    for path in ["/overview", "/jobs", "/metrics"] {
+        cluster.request("GET", path, None, None).expect(200);
+    }
+    // Changes still need it.
+    cluster
+        .request("PUT", "/cluster/pool-size", Some(r#"{"size": 2}"#), None)
+        .expect_error(401, "");
+}
+
+#[test]
+fn a_rest_address_needs_a_token_on_every_address() {
     let public = |token: Option<&str>| RestConfig {
         address: "0.0.0.0".to_owned(),
         port: 0,
@@ -585,16 +612,18 @@ fn a_non_loopback_rest_address_needs_a_token() {
     assert!(error.to_string().contains("rest.token"), "{error}");
     let error = RestListener::bind(&public(Some(""))).expect_err("refused");
     assert!(matches!(error, RestError::EmptyToken), "{error:?}");
-    // Loopback needs none.
-    let local = RestListener::bind(&RestConfig {
+    // Loopback too: any local user could otherwise act as the Flint user (issue 34).
+    let error = RestListener::bind(&RestConfig {
         address: "127.0.0.1".to_owned(),
         port: 0,
         token: None,
         ..RestConfig::default()
     })
-    .expect("binds");
-    assert!(local.local_addr().ip().is_loopback());
-    assert_ne!(local.local_addr().port(), 0);
+    .expect_err("refused");
+    assert!(
+        matches!(error, RestError::TokenRequired { .. }),
+        "{error:?}"
+    );
 }
 
 #[test]
@@ -621,17 +650,31 @@ fn flint_jobmanager_prints_its_rest_url_serves_it_and_stops_on_delete_cluster() 
     assert_ne!(port, 0);
 
     let agent = agent();
+    let bearer = common::rest::local_bearer();
     let overview: Overview = poll("two TaskManager processes register", || {
-        let overview: Overview = request(&agent, "GET", &format!("{url}/overview"), None, None)
-            .expect(200)
-            .decode();
+        let overview: Overview = request(
+            &agent,
+            "GET",
+            &format!("{url}/overview"),
+            None,
+            bearer.as_deref(),
+        )
+        .expect(200)
+        .decode();
         (overview.taskmanagers == 2).then_some(overview)
     });
     assert_eq!((overview.pool.designated, overview.pool.started), (2, 2));
     let workers = task_managers_of(jm.child.id());
     assert_eq!(workers.len(), 2, "{workers:?}");
 
-    let answer = request(&agent, "DELETE", &format!("{url}/cluster"), None, None).expect(202);
+    let answer = request(
+        &agent,
+        "DELETE",
+        &format!("{url}/cluster"),
+        None,
+        bearer.as_deref(),
+    )
+    .expect(202);
     assert_eq!(answer.json()["message"], "stopping");
     let status = jm.wait_for_exit();
     assert!(status.success(), "{status}; its log:\n{}", jm.log());
@@ -668,8 +711,41 @@ fn flint_jobmanager_refuses_a_rest_port_in_use() {
 }
 
 #[test]
-fn flint_jobmanager_refuses_a_public_rest_address_without_a_token() {
-    refuses_to_start("rest-public", "0.0.0.0:0", &["rest.token", "0.0.0.0"]);
+fn flint_jobmanager_without_a_token_serves_with_its_users_generated_one() {
+    // On any address (here every address): nothing answers without the token, and the
+    // generated token (0600, in this user's state directory) is the one that works.
+    let dir = scratch("rest-generated");
+    let args = [
+        "--bind",
+        "127.0.0.1:0",
+        "--rest",
+        "0.0.0.0:0",
+        "--pool-size",
+        "0",
+    ];
+    let mut jm = JobManagerChild::start(&args, &dir, "");
+    let url = jm.url();
+    let agent = agent();
+    request(&agent, "GET", &format!("{url}/overview"), None, None).expect_error(401, "rest-token");
+    let bearer = common::rest::local_bearer().expect("the JobManager generated a token");
+    request(
+        &agent,
+        "GET",
+        &format!("{url}/overview"),
+        None,
+        Some(&bearer),
+    )
+    .expect(200);
+    request(
+        &agent,
+        "DELETE",
+        &format!("{url}/cluster"),
+        None,
+        Some(&bearer),
+    )
+    .expect(202);
+    assert!(jm.wait_for_exit().success(), "{}", jm.log());
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 // ---- browsers, slow clients and tokens kept off command lines (issue 15) ----
@@ -715,7 +791,7 @@ fn a_cross_site_post_without_a_json_content_type_is_refused_with_415() {
         let (status, body) = raw(
             &cluster.url,
             &format!(
-                "POST /jobs HTTP/1.1\r\nHost: {address}\r\nContent-Type: {content_type}\r\n\
+                "POST /jobs HTTP/1.1\r\nAuthorization: Bearer rest-test-token\r\nHost: {address}\r\nContent-Type: {content_type}\r\n\
                  Content-Length: {}",
                 job.len()
             ),
@@ -728,7 +804,7 @@ fn a_cross_site_post_without_a_json_content_type_is_refused_with_415() {
     let (status, _) = raw(
         &cluster.url,
         &format!(
-            "POST /jobs HTTP/1.1\r\nHost: {address}\r\nContent-Length: {}",
+            "POST /jobs HTTP/1.1\r\nAuthorization: Bearer rest-test-token\r\nHost: {address}\r\nContent-Length: {}",
             job.len()
         ),
         job.as_bytes(),
@@ -738,7 +814,7 @@ fn a_cross_site_post_without_a_json_content_type_is_refused_with_415() {
     let (status, _) = raw(
         &cluster.url,
         &format!(
-            "PUT /cluster/pool-size HTTP/1.1\r\nHost: {address}\r\nContent-Type: text/plain\r\n\
+            "PUT /cluster/pool-size HTTP/1.1\r\nAuthorization: Bearer rest-test-token\r\nHost: {address}\r\nContent-Type: text/plain\r\n\
              Content-Length: {}",
             size.len()
         ),
@@ -750,7 +826,7 @@ fn a_cross_site_post_without_a_json_content_type_is_refused_with_415() {
     let (status, body) = raw(
         &cluster.url,
         &format!(
-            "POST /jobs HTTP/1.1\r\nHost: {address}\r\nOrigin: http://evil.example\r\n\
+            "POST /jobs HTTP/1.1\r\nAuthorization: Bearer rest-test-token\r\nHost: {address}\r\nOrigin: http://evil.example\r\n\
              Content-Type: application/json\r\nContent-Length: {}",
             job.len()
         ),
@@ -759,7 +835,9 @@ fn a_cross_site_post_without_a_json_content_type_is_refused_with_415() {
     assert_eq!(status, 403, "{body}");
     let (status, _) = raw(
         &cluster.url,
-        &format!("DELETE /cluster HTTP/1.1\r\nHost: {address}\r\nOrigin: null"),
+        &format!(
+            "DELETE /cluster HTTP/1.1\r\nAuthorization: Bearer rest-test-token\r\nHost: {address}\r\nOrigin: null"
+        ),
         b"",
     );
     assert_eq!(status, 403);
@@ -770,7 +848,7 @@ fn a_cross_site_post_without_a_json_content_type_is_refused_with_415() {
     let (status, body) = raw(
         &cluster.url,
         &format!(
-            "POST /jobs HTTP/1.1\r\nHost: {address}\r\nOrigin: http://{address}\r\n\
+            "POST /jobs HTTP/1.1\r\nAuthorization: Bearer rest-test-token\r\nHost: {address}\r\nOrigin: http://{address}\r\n\
              Content-Type: application/json\r\nContent-Length: {}",
             job.len()
         ),
@@ -795,7 +873,9 @@ fn a_request_for_a_foreign_host_name_is_refused() {
         for path in ["/overview", "/", "/jobs"] {
             let (status, body) = raw(
                 &cluster.url,
-                &format!("GET {path} HTTP/1.1\r\nHost: {host}"),
+                &format!(
+                    "GET {path} HTTP/1.1\r\nAuthorization: Bearer rest-test-token\r\nHost: {host}"
+                ),
                 b"",
             );
             assert_eq!(status, 403, "{host} {path}: {body}");
@@ -803,7 +883,7 @@ fn a_request_for_a_foreign_host_name_is_refused() {
     }
     let (status, body) = raw(
         &cluster.url,
-        "GET /overview HTTP/1.1\r\nHost: rebind.evil.example",
+        "GET /overview HTTP/1.1\r\nAuthorization: Bearer rest-test-token\r\nHost: rebind.evil.example",
         b"",
     );
     assert_eq!(status, 403);
@@ -817,7 +897,9 @@ fn a_request_for_a_foreign_host_name_is_refused() {
     ] {
         let (status, body) = raw(
             &cluster.url,
-            &format!("GET /overview HTTP/1.1\r\nHost: {host}"),
+            &format!(
+                "GET /overview HTTP/1.1\r\nAuthorization: Bearer rest-test-token\r\nHost: {host}"
+            ),
             b"",
         );
         assert_eq!(status, 200, "{host}: {body}");
@@ -836,7 +918,7 @@ fn a_body_that_does_not_arrive_in_time_is_a_408() {
     // Announces 1000 bytes, sends 10 and stalls (the socket stays open: no EOF).
     write!(
         stream,
-        "POST /jobs HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/json\r\n\
+        "POST /jobs HTTP/1.1\r\nAuthorization: Bearer rest-test-token\r\nHost: {address}\r\nContent-Type: application/json\r\n\
          Content-Length: 1000\r\n\r\n{{\"name\": \""
     )
     .unwrap();
@@ -855,6 +937,7 @@ fn the_rest_token_can_come_from_a_file() {
     let file = dir.join("token");
     std::fs::write(&file, "from-a-file\n").unwrap();
     let mut config = config(1, 1);
+    config.rest.token = None;
     config.rest.token_file = Some(file.clone());
     let cluster = RestCluster::start(config);
     let size = Some(r#"{"size": 1}"#);

@@ -9,7 +9,6 @@ use std::time::Duration;
 use flint::job::states::JobStatus;
 use flint::messages::job_manager::GetJobManagerStatus;
 use flint::operators::builtin::sequential_word_count;
-use flint::transport::handshake::Secret;
 use flint::transport::tls::{Tls, TlsConfig};
 
 mod common;
@@ -27,7 +26,7 @@ fn tls_config(dir: &Path) -> TlsConfig {
 }
 
 async fn client(address: &str, seed: u64, tls: Option<Tls>) -> Client {
-    let mut config = Client::loopback_config(Secret::insecure(), seed);
+    let mut config = Client::loopback_config(Client::local_secret(), seed);
     config.ask_timeout = Duration::from_secs(5);
     config.tls = tls;
     Client::connect(config, address).await

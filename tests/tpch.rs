@@ -157,7 +157,13 @@ fn the_six_queries_match_duckdb_on_a_process_cluster_of_the_programs_binary() {
     // pre-aggregates lineitem in one task.
     let agent = common::rest::agent();
     let get = |path: &str| -> serde_json::Value {
-        let answer = common::rest::request(&agent, "GET", &format!("{url}{path}"), None, None);
+        let answer = common::rest::request(
+            &agent,
+            "GET",
+            &format!("{url}{path}"),
+            None,
+            common::rest::local_bearer().as_deref(),
+        );
         serde_json::from_str(&answer.body).unwrap()
     };
     let jobs = get("/jobs");
@@ -210,8 +216,13 @@ fn a_job_runs_only_on_the_task_managers_that_carry_its_program() {
     let agent = common::rest::agent();
     let registered = |n: usize| {
         common::rest::poll("the TaskManagers register", || {
-            let answer =
-                common::rest::request(&agent, "GET", &format!("{url}/taskmanagers"), None, None);
+            let answer = common::rest::request(
+                &agent,
+                "GET",
+                &format!("{url}/taskmanagers"),
+                None,
+                common::rest::local_bearer().as_deref(),
+            );
             let list: serde_json::Value = serde_json::from_str(&answer.body).ok()?;
             let tms = list["taskmanagers"].as_array()?.clone();
             (tms.len() == n).then_some(tms)

@@ -1,9 +1,8 @@
 //! Where a program's records end: part files (text or CSV) written atomically, the client
 //! (`collect`, bounded), or a function run on the TaskManagers (`for_each`).
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io::{BufWriter, Write};
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -130,17 +129,11 @@ impl PartFile {
         )))?;
         let name = format!("part-{:05}", cx.subtask);
         let tmp = dir.join(format!(".{name}.attempt-{}.inprogress", cx.attempt));
-        let file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(&tmp)
-            .map_err(io(format!(
-                "{}: cannot create `{}`",
-                cx.node,
-                tmp.display()
-            )))?;
+        let file = crate::env::private::create_private_file(&tmp).map_err(io(format!(
+            "{}: cannot create `{}`",
+            cx.node,
+            tmp.display()
+        )))?;
         Ok(Self {
             tmp,
             path: dir.join(name),

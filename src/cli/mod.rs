@@ -42,7 +42,8 @@ macro_rules! exit_codes {
   3    cluster error (a server error or no answer in time; run --embedded: the job did not end
        within --timeout)
   4    the JobManager could not be reached
-  5    the JobManager refused the token (set FLINT_REST_TOKEN or rest.token)
+  5    the JobManager refused the token (set FLINT_REST_TOKEN or rest.token-file), or
+       redirected to another JobManager (the token is not sent there)
   6    no such job
   7    conflict: the job already ended, or the cluster is stopping
   130  interrupted (Ctrl-C) while run waited; the job keeps running"
@@ -54,7 +55,10 @@ macro_rules! finding_the_jobmanager {
     () => {
         "The JobManager's REST address comes from --jobmanager, else FLINT_JOBMANAGER, else
 rest.address and rest.port of --config FILE (or FLINT_CONFIG), else 127.0.0.1:8081. Requests
-that change something send the token from FLINT_REST_TOKEN, else rest.token."
+send the token from FLINT_REST_TOKEN, else rest.token or rest.token-file, else (for a
+JobManager on this machine) the one a `flint jobmanager` of this user generated in
+~/.local/state/flint/rest-token. The token is never sent to another origin: a standby's
+redirect to its leader stops the command, naming the leader."
     };
 }
 

@@ -8,7 +8,9 @@
 //! change anything comes from `FLINT_REST_TOKEN`, else from the file's `rest.token`, else from
 //! the file its `rest.token-file` names — the variable wins, as every `FLINT_*` variable wins
 //! over the file; there is deliberately no flag, since a command line is visible to every user
-//! of the machine.
+//! of the machine. With none of those, a JobManager on this machine's loopback is sent the token
+//! a JobManager of this user generated (`~/.local/state/flint/rest-token`,
+//! [`crate::process::credentials`]); a JobManager elsewhere is sent none.
 //!
 //! This module only resolves; it never connects. The environment is passed in as a lookup
 //! function, so the precedence is tested without touching the process's variables.
@@ -58,6 +60,9 @@ pub enum EndpointError {
         #[source]
         source: Option<crate::ha::HaError>,
     },
+    /// This user's generated token exists but cannot be trusted (not private) or read.
+    #[error("cannot use this user's generated REST token")]
+    Credentials(#[source] crate::process::credentials::CredentialsError),
     /// `rest.token-file` cannot be read as a token (text).
     #[error("cannot read the REST token from rest.token-file {path}")]
     TokenFile {
@@ -84,6 +89,26 @@ impl JobManagerUrl {
         &self.0
     }
 
+    /// `http://HOST:PORT` of this URL (its origin, as a browser compares them).
+    pub fn origin(&self) -> &str {
+        origin_of(&self.0)
+    }
+
+    /// Whether the host is this machine's loopback (`localhost`, 127.0.0.0/8, `[::1]`): only
+    /// then does the client send the token a JobManager of this user generated here.
+    pub fn is_loopback(&self) -> bool {
+        let authority = &self.origin()["http://".len()..];
+        let host = match authority.rfind(':') {
+            Some(at) if !authority[at..].contains(']') => &authority[..at],
+            _ => authority,
+        };
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        host.eq_ignore_ascii_case("localhost")
+            || host
+                .parse::<std::net::IpAddr>()
+                .is_ok_and(|ip| ip.is_loopback())
+    }
+
     /// `http://host:port` for a configured `rest.address` and `rest.port`. A wildcard address
     /// (the JobManager listening everywhere) is reached on loopback.
     fn from_address(address: &str, port: u16) -> Result<Self, &'static str> {
@@ -98,6 +123,15 @@ impl JobManagerUrl {
             host.to_owned()
         };
         format!("http://{host}:{port}").parse()
+    }
+}
+
+/// `http://HOST:PORT` of an `http://` URL: everything before the path.
+pub fn origin_of(url: &str) -> &str {
+    let after_scheme = url.find("://").map_or(0, |at| at + 3);
+    match url[after_scheme..].find(['/', '?', '#']) {
+        Some(at) => &url[..after_scheme + at],
+        None => url,
     }
 }
 
@@ -279,6 +313,23 @@ impl Endpoint {
                         })
                 })
                 .transpose()?,
+        };
+        // Nothing configured: the token a JobManager of this user generated on this machine,
+        // for a JobManager on this machine only (it is worthless elsewhere, and must not leak
+        // to a host someone else runs).
+        let token = match token {
+            Some(token) => Some(token),
+            None if url.is_loopback() => {
+                crate::process::credentials::LocalCredentials::from_env(|name| {
+                    env(name).map(std::ffi::OsString::from)
+                })
+                .ok()
+                .map(|local| local.token())
+                .transpose()
+                .map_err(EndpointError::Credentials)?
+                .flatten()
+            }
+            None => None,
         };
         Ok(Self { url, source, token })
     }

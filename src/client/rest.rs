@@ -63,6 +63,24 @@ pub enum RestError {
         /// The HTTP client's error.
         error: Box<ureq::Error>,
     },
+    /// A JobManager (a standby) pointed the request at another origin. The token is sent only
+    /// where it was configured to go, so the request stops here. Not retryable as is.
+    #[error(
+        "the JobManager at {url} points {request} at {target} (a standby names its leader); \
+         Flint sends its token only to the JobManager it was told to use: if {target} is your \
+         cluster's leader, repeat with --jobmanager {target_origin}, or give --config with the \
+         high-availability settings (the CLI then asks ZooKeeper for the leader)"
+    )]
+    Redirected {
+        /// The JobManager asked.
+        url: String,
+        /// The request.
+        request: String,
+        /// Where it pointed.
+        target: String,
+        /// The target's origin.
+        target_origin: String,
+    },
     /// The JobManager knows no such job or TaskManager (404). Not retryable.
     #[error("{message}")]
     NotFound {
@@ -71,10 +89,12 @@ pub enum RestError {
     },
     /// The request needs a token and had none or a wrong one (401). Not retryable as is.
     #[error("{message}: {}", if *.token_sent {
-        "the JobManager refused the token from FLINT_REST_TOKEN / rest.token"
+        "the JobManager refused the token (from FLINT_REST_TOKEN, rest.token, rest.token-file \
+         or, for a JobManager on this machine, ~/.local/state/flint/rest-token)"
     } else {
-        "this request needs the JobManager's token: set FLINT_REST_TOKEN, or rest.token in \
-         --config FILE"
+        "this request needs the JobManager's token: set FLINT_REST_TOKEN, or rest.token-file in \
+         --config FILE (a JobManager on this machine started by you needs nothing: its \
+         generated token is read from ~/.local/state/flint/rest-token)"
     })]
     Unauthorized {
         /// The server's message.
@@ -146,7 +166,7 @@ impl RestError {
         match self {
             Self::Unreachable { .. } => exit::UNREACHABLE,
             Self::NotFound { .. } => exit::NOT_FOUND,
-            Self::Unauthorized { .. } => exit::UNAUTHORIZED,
+            Self::Unauthorized { .. } | Self::Redirected { .. } => exit::UNAUTHORIZED,
             Self::Rejected { .. } => exit::USAGE,
             Self::Conflict { .. } => exit::CONFLICT,
             Self::Server { .. } | Self::NoAnswer { .. } | Self::BadAnswer { .. } => exit::CLUSTER,
@@ -276,7 +296,7 @@ impl RestClient {
         let mut redirects = 0;
         let mut response = loop {
             let sent = match request {
-                Request::Get => self.agent.get(&url).call(),
+                Request::Get => self.authorize(self.agent.get(&url)).call(),
                 Request::Delete => self.authorize(self.agent.delete(&url)).call(),
                 Request::Post(body) => self
                     .authorize(self.agent.post(&url))
@@ -288,13 +308,23 @@ impl RestClient {
                     .send(body),
             };
             let response = sent.map_err(|e| self.transport_error(e, &described))?;
-            // A standby JobManager points at the leader: ask it the same (a few hops at most,
-            // while an election settles).
+            // A redirect within the same origin is followed (a few hops at most); one elsewhere
+            // (a standby pointing at its leader) stops: the token goes only where configured.
             let location = response
                 .headers()
                 .get("location")
                 .and_then(|value| value.to_str().ok());
             match (response.status().as_u16(), location) {
+                (307 | 308, Some(location))
+                    if super::endpoint::origin_of(location) != self.endpoint.url.origin() =>
+                {
+                    return Err(RestError::Redirected {
+                        url: self.endpoint.url.to_string(),
+                        request: described,
+                        target: location.to_owned(),
+                        target_origin: super::endpoint::origin_of(location).to_owned(),
+                    });
+                }
                 (307 | 308, Some(location)) if redirects < MAX_REDIRECTS => {
                     url = location.to_owned();
                     redirects += 1;
@@ -320,7 +350,8 @@ impl RestClient {
         }
     }
 
-    /// Adds the bearer token, if one is configured, to a request that changes something.
+    /// Adds the bearer token, if one is configured (every endpoint needs it, reads too unless
+    /// the JobManager opened them with `rest.read-without-token`).
     fn authorize<B>(&self, builder: ureq::RequestBuilder<B>) -> ureq::RequestBuilder<B> {
         match &self.endpoint.token {
             Some(token) => builder.header("Authorization", format!("Bearer {token}")),

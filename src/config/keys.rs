@@ -159,7 +159,7 @@ macro_rules! duration {
     };
 }
 
-static KEYS: [Key; 49] = [
+static KEYS: [Key; 50] = [
     // [cluster]
     Key {
         name: "cluster.id",

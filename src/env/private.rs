@@ -191,6 +191,28 @@ pub fn create_secret(path: &Path, bytes: &[u8]) -> Result<bool, PrivateError> {
     linked
 }
 
+/// Creates `path` as a new, empty file of mode 0600 for writing, never through a symbolic link:
+/// an entry already there (a leftover of a crashed attempt, or a link someone planted to make
+/// the writer truncate another file) is unlinked — the link itself, never its target — and the
+/// file created anew; if something appears there again in between, that is an error.
+pub fn create_private_file(path: &Path) -> io::Result<File> {
+    let open = || {
+        OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(path)
+    };
+    match open() {
+        Err(error) if error.kind() == io::ErrorKind::AlreadyExists => {
+            fs::remove_file(path)?;
+            open()
+        }
+        other => other,
+    }
+}
+
 fn write_new(path: &Path, bytes: &[u8]) -> io::Result<()> {
     let mut file: File = OpenOptions::new()
         .write(true)
@@ -217,10 +239,7 @@ mod tests {
     fn a_private_directory_is_made_0700_and_one_others_can_write_is_refused() {
         let dir = scratch("dir");
         ensure_dir(&dir.join("a/b"), true).unwrap();
-        assert_eq!(
-            fs::metadata(dir.join("a/b")).unwrap().mode() & 0o777,
-            0o700
-        );
+        assert_eq!(fs::metadata(dir.join("a/b")).unwrap().mode() & 0o777, 0o700);
         fs::set_permissions(dir.join("a/b"), PermissionsExt::from_mode(0o777)).unwrap();
         let error = ensure_dir(&dir.join("a/b"), false).unwrap_err();
         assert!(

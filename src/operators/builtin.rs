@@ -428,7 +428,8 @@ impl FileSink {
                 source,
             )
         };
-        let file = File::create(tmp).map_err(write_error)?;
+        // Created new, 0600, never through a symbolic link planted at the temporary name.
+        let file = crate::env::private::create_private_file(tmp).map_err(write_error)?;
         let mut out = BufWriter::with_capacity(64 * 1024, file);
         let mut handled = 0u64;
         while let Some(record) = io.next()? {

@@ -42,8 +42,16 @@ pub fn no_redirects() -> ureq::Agent {
         .into()
 }
 
+/// `GET path` with the token the cluster's JobManagers generated (they run as this user with
+/// no configured token), not following a redirect.
 pub fn get(url: &str, path: &str) -> Answer {
-    request(&no_redirects(), "GET", &format!("{url}{path}"), None, None)
+    request(
+        &no_redirects(),
+        "GET",
+        &format!("{url}{path}"),
+        None,
+        super::rest::local_bearer().as_deref(),
+    )
 }
 
 /// Whether the JobManager at `url` leads (answers rather than redirects).

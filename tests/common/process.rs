@@ -137,6 +137,15 @@ impl Client {
     }
 
     /// A client on 127.0.0.1 of the cluster `default`.
+    /// The cluster secret a `flint jobmanager` of this user generated (what a JobManager
+    /// started without `FLINT_SECRET` or `--secret-file` uses).
+    pub fn local_secret() -> flint::transport::handshake::Secret {
+        flint::process::credentials::LocalCredentials::of_process()
+            .and_then(|local| local.secret())
+            .expect("this user's generated credentials can be read")
+            .expect("a JobManager generated the cluster secret")
+    }
+
     pub fn loopback_config(
         secret: flint::transport::handshake::Secret,
         seed: u64,

@@ -23,8 +23,23 @@ pub fn config(pool: u32, slots: u32) -> ClusterConfig {
     config.heartbeat.interval = Duration::from_millis(50);
     config.heartbeat.timeout = Duration::from_millis(300);
     config.rest.port = 0;
+    // Every endpoint needs the token; the helpers send it.
+    config.rest.token = Some(TOKEN.to_owned());
     config.seed = Some(7);
     config
+}
+
+/// The REST token of [`config`]'s clusters.
+pub const TOKEN: &str = "rest-test-token";
+
+/// The token a `flint jobmanager` of this user generated on this machine (the one a process
+/// cluster without a configured token serves with), as `Bearer ...`.
+pub fn local_bearer() -> Option<String> {
+    flint::process::credentials::LocalCredentials::of_process()
+        .ok()?
+        .token()
+        .ok()?
+        .map(|token| format!("Bearer {token}"))
 }
 
 /// One HTTP answer, whatever its status.

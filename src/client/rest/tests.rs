@@ -104,8 +104,9 @@ fn answers_parse_and_keep_the_body_as_sent() {
     assert_eq!(jobs.body, include_str!("../testdata/jobs.json"));
     let seen = server.next();
     assert_eq!(seen.line, "GET /jobs HTTP/1.1");
-    // Reading needs no token; it is sent only with requests that change something.
-    assert_eq!(seen.authorization, None);
+    // Every request carries the token, reads too (the JobManager asks for it unless
+    // `rest.read-without-token`).
+    assert_eq!(seen.authorization.as_deref(), Some("Bearer secret"));
 
     let job = client.job(JOB_ID.parse().unwrap()).unwrap();
     assert_eq!(job.value.state, JobStatus::Finished);

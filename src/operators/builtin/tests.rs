@@ -397,6 +397,39 @@ fn file_sink_writes_key_tab_value_lines_under_the_final_name() {
 }
 
 #[test]
+fn file_sink_never_writes_through_a_link_planted_at_its_temporary_name() {
+    // Issue 34's `authorized_keys` attack: someone who can write the output directory plants
+    // a link where the sink's temporary file will be, pointing at a file of the Flint user.
+    use std::os::unix::fs::PermissionsExt;
+    let dir = TempDir::new("sink-link");
+    let victim = dir.0.join("authorized_keys");
+    fs::write(&victim, "ssh-ed25519 AAAA the-owner\n").unwrap();
+    let out = dir.0.join("out");
+    fs::create_dir(&out).unwrap();
+    std::os::unix::fs::symlink(&victim, out.join(".part-00000.attempt-0.inprogress")).unwrap();
+    let mut op = build(FILE_SINK, &[("path", out.to_str().unwrap())]).unwrap();
+    op.run(&mut TestIo::new(vec![int("attacker-key", 1)]))
+        .unwrap();
+    assert_eq!(
+        fs::read_to_string(&victim).unwrap(),
+        "ssh-ed25519 AAAA the-owner\n",
+        "the link's target is untouched"
+    );
+    let part = out.join("part-00000");
+    assert_eq!(fs::read_to_string(&part).unwrap(), "attacker-key\t1\n");
+    assert!(
+        !fs::symlink_metadata(&part)
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    assert_eq!(
+        fs::metadata(&part).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+}
+
+#[test]
 fn file_sink_failed_attempt_leaves_no_file() {
     let dir = TempDir::new("sink-fail");
     let mut op = build(FILE_SINK, &[("path", dir.0.to_str().unwrap())]).unwrap();
