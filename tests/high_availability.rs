@@ -377,3 +377,76 @@ fn a_taskmanager_without_jobmanager_or_high_availability_says_how_to_find_one() 
         "{stderr}"
     );
 }
+
+#[test]
+fn the_clusters_znodes_are_closed_to_a_zookeeper_client_without_its_credential() {
+    // Issue 34: with `high-availability.zookeeper.client.auth-file` every znode is CREATOR_ALL.
+    // A client of the same ensemble without the credential can neither read nor rewrite the
+    // leader, plant a job graph pointer or a pool size, nor delete the latch; the credential's
+    // holder reads what the leader published.
+    use zookeeper_client::{Acls, Client, CreateMode, Error};
+    let Some(cluster) = HaCluster::start("ha-acl") else {
+        return;
+    };
+    let quorum = cluster.zk.quorum();
+    let a_address = cluster.a.address();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let cluster_path = "/flint/default";
+        let leader = format!("{cluster_path}/leader");
+        let stranger = Client::connect(&quorum).await.expect("a session");
+        let refused = |result: Result<(), Error>, what: &str| {
+            assert!(matches!(result, Err(Error::NoAuth)), "{what}: {result:?}");
+        };
+        refused(
+            stranger.get_data(&leader).await.map(drop),
+            "read the leader",
+        );
+        refused(
+            stranger.set_data(&leader, b"rogue", None).await.map(drop),
+            "rewrite the leader",
+        );
+        let open = CreateMode::Persistent.with_acls(Acls::anyone_all());
+        refused(
+            stranger
+                .create(
+                    &format!("{cluster_path}/jobgraphs/00000000-0000-4000-8000-000000000001"),
+                    b"/etc/passwd",
+                    &open,
+                )
+                .await
+                .map(drop),
+            "plant a job graph pointer",
+        );
+        refused(
+            stranger
+                .create(&format!("{cluster_path}/pool-size"), b"10000", &open)
+                .await
+                .map(drop),
+            "plant a pool size",
+        );
+        refused(
+            stranger
+                .list_children(&format!("{cluster_path}/leaderlatch"))
+                .await
+                .map(drop),
+            "list the latch",
+        );
+        let member = Client::connector()
+            .with_auth("digest", common::ha::ZOOKEEPER_CREDENTIAL.as_bytes())
+            .connect(&quorum)
+            .await
+            .expect("an authenticated session");
+        let (published, _) = member.get_data(&leader).await.expect("the leader");
+        assert!(
+            String::from_utf8_lossy(&published).contains(&a_address),
+            "{}",
+            String::from_utf8_lossy(&published)
+        );
+    });
+    // The cluster works on, authenticated: both TaskManagers found the leader through it.
+    cluster.wait_for_pool(&cluster.a.url());
+}

@@ -46,6 +46,12 @@ pub struct HighAvailabilityConfig {
     /// `high-availability.zookeeper.client.connection-timeout` (Flink's 15 s): how long a
     /// process tries to reach the quorum at start before it gives up.
     pub connection_timeout: Duration,
+    /// `high-availability.zookeeper.client.auth-file`: a file holding `user:password` (one
+    /// trailing newline ignored). Set, every session authenticates with ZooKeeper's `digest`
+    /// scheme and every znode is created `CREATOR_ALL` (Flink's `client.acl: creator`): only
+    /// sessions with the same credential can read or change them. Unset, znodes are open to
+    /// every client of the ensemble.
+    pub auth_file: Option<PathBuf>,
 }
 
 impl Default for HighAvailabilityConfig {
@@ -58,6 +64,7 @@ impl Default for HighAvailabilityConfig {
             storage_dir: None,
             session_timeout: Duration::from_secs(60),
             connection_timeout: Duration::from_secs(15),
+            auth_file: None,
         }
     }
 }

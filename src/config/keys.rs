@@ -159,7 +159,7 @@ macro_rules! duration {
     };
 }
 
-static KEYS: [Key; 50] = [
+static KEYS: [Key; 51] = [
     // [cluster]
     Key {
         name: "cluster.id",
@@ -603,6 +603,15 @@ static KEYS: [Key; 50] = [
         doc: "How long ZooKeeper keeps a silent JobManager's session, and so its leadership.",
         secret: false,
         kind: duration!(high_availability.session_timeout),
+    },
+    Key {
+        name: "high-availability.zookeeper.client.auth-file",
+        doc: "A file holding user:password: sessions authenticate (digest) and znodes are CREATOR_ALL, closed to other clients.",
+        secret: false,
+        kind: Kind::OptionalPath(Field {
+            get: |c| c.high_availability.auth_file.clone(),
+            set: |c, v| c.high_availability.auth_file = v,
+        }),
     },
     Key {
         name: "high-availability.zookeeper.client.connection-timeout",

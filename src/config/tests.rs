@@ -69,6 +69,7 @@ fn everything_changed() -> ClusterConfig {
         storage_dir: Some("/shared/flint ha".into()),
         session_timeout: Duration::from_secs(2),
         connection_timeout: Duration::from_millis(1500),
+        auth_file: Some("/etc/flint/zk auth".into()),
     };
     c.seed = Some(u64::MAX);
     c

@@ -20,7 +20,7 @@ use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use zookeeper_client::{Acls, Client, CreateMode};
+use zookeeper_client::{Client, CreateMode};
 
 use super::HaError;
 use super::zookeeper::{ZooKeeperSettings, ensure_path};
@@ -100,7 +100,7 @@ impl JobGraphPointers for ZooKeeperPointers {
     async fn put(&self, job_id: JobId, file: &str) -> Result<(), HaError> {
         let pointer = self.pointer_of(job_id);
         let data = file.as_bytes();
-        let options = CreateMode::Persistent.with_acls(Acls::anyone_all());
+        let options = CreateMode::Persistent.with_acls(self.settings.acls());
         let client = self.client().await?;
         match client.create(&pointer, data, &options).await {
             Ok(_) => Ok(()),
@@ -160,7 +160,7 @@ impl JobGraphPointers for ZooKeeperPointers {
     async fn put_pool_size(&self, size: u32) -> Result<(), HaError> {
         let path = &self.pool_size;
         let data = size.to_string();
-        let options = CreateMode::Persistent.with_acls(Acls::anyone_all());
+        let options = CreateMode::Persistent.with_acls(self.settings.acls());
         let client = self.client().await?;
         match client.create(path, data.as_bytes(), &options).await {
             Ok(_) => Ok(()),
@@ -197,7 +197,7 @@ impl JobGraphStore {
         let client = settings.connect().await?;
         let paths = &settings.paths;
         let pointers = paths.job_graphs();
-        ensure_path(&client, &pointers).await?;
+        ensure_path(&client, &pointers, settings.acls()).await?;
         let cluster = paths.cluster().rsplit('/').next().unwrap_or("default");
         Self::with_pointers(
             ZooKeeperPointers {
@@ -214,12 +214,15 @@ impl JobGraphStore {
 impl<P: JobGraphPointers> JobGraphStore<P> {
     /// A store whose graph files go to `dir` (made if missing) and whose pointers to
     /// `pointers`.
+    ///
+    /// A new leader runs whatever graphs it finds there, so `dir` and its parent (the
+    /// configured `storageDir`) must be this user's and writable by no one else (refused with
+    /// the path named otherwise, as ssh refuses a loose `~/.ssh`); what is missing is made 0700.
     pub fn with_pointers(pointers: P, dir: &Path) -> Result<Self, HaError> {
-        std::fs::create_dir_all(dir).map_err(|source| HaError::Storage {
-            operation: "create the directory of",
-            path: dir.to_owned(),
-            source,
-        })?;
+        if let Some(storage_dir) = dir.parent() {
+            crate::env::private::ensure_dir(storage_dir, false)?;
+        }
+        crate::env::private::ensure_dir(dir, false)?;
         Ok(Self {
             pointers,
             dir: dir.to_owned(),
@@ -248,7 +251,9 @@ impl<P: JobGraphPointers> JobGraphStore<P> {
         let partial = path.with_extension("json.partial");
         {
             use std::io::Write as _;
-            let mut file = std::fs::File::create(&partial).map_err(storage("write"))?;
+            // 0600, never through a link: a graph is as sensitive as the job's configuration.
+            let mut file =
+                crate::env::private::create_private_file(&partial).map_err(storage("write"))?;
             file.write_all(&json).map_err(storage("write"))?;
             file.sync_all().map_err(storage("sync"))?;
         }
@@ -299,7 +304,18 @@ impl<P: JobGraphPointers> JobGraphStore<P> {
             let Some(file) = self.pointers.get(job_id).await? else {
                 continue;
             };
-            let graph = read_graph(Path::new(&file));
+            // Only this store's own file of the job: a pointer naming anything else (another
+            // file the leader could read) is refused, not followed.
+            let own = self.file_of(job_id);
+            let graph = if Path::new(&file) == own {
+                read_graph(&own)
+            } else {
+                Err(format!(
+                    "its job graph pointer names {file}, not {}: refused (a pointer outside \
+                     high-availability.storageDir is never followed)",
+                    own.display()
+                ))
+            };
             recovered.push(RecoveredJob { job_id, graph });
         }
         Ok(recovered)
@@ -324,7 +340,87 @@ fn read_graph(path: &Path) -> Result<JobGraph, String> {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+
     use super::*;
+
+    /// Pointers in memory, as a ZooKeeper writer could set them.
+    #[derive(Debug, Default)]
+    struct Pointers(Mutex<BTreeMap<JobId, String>>);
+
+    impl JobGraphPointers for Pointers {
+        async fn put(&self, job_id: JobId, file: &str) -> Result<(), HaError> {
+            self.0.lock().unwrap().insert(job_id, file.to_owned());
+            Ok(())
+        }
+        async fn remove(&self, job_id: JobId) -> Result<(), HaError> {
+            self.0.lock().unwrap().remove(&job_id);
+            Ok(())
+        }
+        async fn job_ids(&self) -> Result<Vec<JobId>, HaError> {
+            Ok(self.0.lock().unwrap().keys().copied().collect())
+        }
+        async fn get(&self, job_id: JobId) -> Result<Option<String>, HaError> {
+            Ok(self.0.lock().unwrap().get(&job_id).cloned())
+        }
+        async fn pool_size(&self) -> Result<Option<u32>, HaError> {
+            Ok(None)
+        }
+        async fn put_pool_size(&self, _: u32) -> Result<(), HaError> {
+            Ok(())
+        }
+    }
+
+    fn scratch(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("flint-jgs-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        dir
+    }
+
+    #[tokio::test]
+    async fn graphs_are_private_and_a_pointer_outside_the_store_is_refused() {
+        let root = scratch("pointers");
+        let store = JobGraphStore::with_pointers(Pointers::default(), &root.join("cluster"))
+            .expect("made privately");
+        assert_eq!(std::fs::metadata(&root).unwrap().mode() & 0o777, 0o700);
+        let mut graph = JobGraph::builder("private");
+        graph.vertex("work", "noop", 1);
+        let graph = graph.build(|_| true).unwrap();
+        let (good, forged) = (JobId::from_u128(1), JobId::from_u128(2));
+        store.put(good, &graph).await.unwrap();
+        assert_eq!(
+            std::fs::metadata(store.file_of(good)).unwrap().mode() & 0o777,
+            0o600
+        );
+        // A ZooKeeper writer points a job at another JSON file the leader can read.
+        let elsewhere = root.join("elsewhere.json");
+        std::fs::write(&elsewhere, serde_json::to_vec(&graph).unwrap()).unwrap();
+        store
+            .pointers
+            .put(forged, &elsewhere.display().to_string())
+            .await
+            .unwrap();
+        let recovered = store.recover().await.unwrap();
+        assert_eq!(recovered.len(), 2);
+        assert_eq!(recovered[0].graph.as_ref(), Ok(&graph));
+        let refused = recovered[1].graph.as_ref().unwrap_err();
+        assert!(refused.contains("never followed"), "{refused}");
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn a_storage_directory_others_can_write_is_refused_naming_it() {
+        let root = scratch("loose");
+        std::fs::create_dir_all(&root).unwrap();
+        std::fs::set_permissions(&root, PermissionsExt::from_mode(0o777)).unwrap();
+        let error = JobGraphStore::with_pointers(Pointers::default(), &root.join("cluster"))
+            .expect_err("refused");
+        let said = crate::base::error_chain::ErrorChain(&error).to_string();
+        assert!(said.contains(&root.display().to_string()), "{said}");
+        assert!(said.contains("mode 777"), "{said}");
+        std::fs::remove_dir_all(&root).unwrap();
+    }
 
     #[test]
     fn a_missing_or_corrupted_graph_file_is_a_reason_not_a_panic() {

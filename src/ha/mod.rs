@@ -128,6 +128,16 @@ pub enum HaError {
         #[source]
         source: std::io::Error,
     },
+    /// `high-availability.storageDir` or the ZooKeeper credential cannot be trusted: someone
+    /// else could write it (or read the credential). Not retryable without the operator.
+    #[error("refusing an untrusted high-availability file or directory")]
+    Untrusted(#[from] crate::env::private::PrivateError),
+    /// The ZooKeeper credential file does not hold `user:password`.
+    #[error("{path} does not hold `user:password` (high-availability.zookeeper.client.auth-file)")]
+    BadCredential {
+        /// The file.
+        path: std::path::PathBuf,
+    },
 }
 
 impl HaError {

@@ -39,6 +39,9 @@ pub struct ZooKeeperSettings {
     pub connection_timeout: Duration,
     /// `ROOT/CLUSTER-ID`.
     pub paths: ZnodePaths,
+    /// `high-availability.zookeeper.client.auth-file`: the `user:password` file sessions
+    /// authenticate with (digest), which also makes every znode `CREATOR_ALL`.
+    pub auth_file: Option<std::path::PathBuf>,
 }
 
 impl ZooKeeperSettings {
@@ -54,7 +57,32 @@ impl ZooKeeperSettings {
             session_timeout: ha.session_timeout,
             connection_timeout: ha.connection_timeout,
             paths: ZnodePaths::new(&ha.root, ha.cluster_id_or(config.cluster.id.as_str())),
+            auth_file: ha.auth_file.clone(),
         })
+    }
+
+    /// The ACL of every znode this cluster creates: `CREATOR_ALL` (only sessions with the same
+    /// digest credential) with an auth file, else open to everyone.
+    pub fn acls(&self) -> Acls<'static> {
+        match self.auth_file {
+            Some(_) => Acls::creator_all(),
+            None => Acls::anyone_all(),
+        }
+    }
+
+    /// The digest credential (`user:password`) of the auth file, if one is configured.
+    fn credential(&self) -> Result<Option<Vec<u8>>, HaError> {
+        let Some(path) = &self.auth_file else {
+            return Ok(None);
+        };
+        // A secret: this user's regular file that nobody else may read, as ssh demands.
+        let bad = || HaError::BadCredential { path: path.clone() };
+        let bytes = crate::env::private::read_secret(path)?.ok_or_else(bad)?;
+        let credential = bytes.strip_suffix(b"\n").unwrap_or(&bytes);
+        match credential.iter().position(|&byte| byte == b':') {
+            Some(at) if at > 0 && at + 1 < credential.len() => Ok(Some(credential.to_vec())),
+            _ => Err(bad()),
+        }
     }
 
     /// A new session, or [`HaError::Unreachable`] after the connection timeout. Tries again
@@ -63,6 +91,7 @@ impl ZooKeeperSettings {
     /// and closed the first connections), although the next attempt would succeed.
     pub async fn connect(&self) -> Result<Client, HaError> {
         let deadline = tokio::time::Instant::now() + self.connection_timeout;
+        let credential = self.credential()?;
         let mut last_error = None;
         loop {
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
@@ -73,9 +102,11 @@ impl ZooKeeperSettings {
                     source: last_error,
                 });
             }
-            let connecting = Client::connector()
-                .with_session_timeout(self.session_timeout)
-                .connect(&self.quorum);
+            let mut connector = Client::connector().with_session_timeout(self.session_timeout);
+            if let Some(credential) = &credential {
+                connector = connector.with_auth("digest", credential);
+            }
+            let connecting = connector.connect(&self.quorum);
             match tokio::time::timeout(left.min(CONNECT_ATTEMPT), connecting).await {
                 Ok(Ok(client)) => {
                     log::info!(
@@ -123,16 +154,20 @@ pub fn current_leader(settings: &ZooKeeperSettings) -> Result<Option<LeaderInfor
 }
 
 /// `mkdir -p` of a persistent znode.
-pub(super) async fn ensure_path(client: &Client, path: &str) -> Result<(), HaError> {
-    let options = CreateMode::Persistent.with_acls(Acls::anyone_all());
+pub(super) async fn ensure_path(
+    client: &Client,
+    path: &str,
+    acls: Acls<'static>,
+) -> Result<(), HaError> {
+    let options = CreateMode::Persistent.with_acls(acls);
     client
         .mkdir(path, &options)
         .await
         .map_err(HaError::zk("create", path))
 }
 
-fn ephemeral() -> CreateOptions<'static> {
-    CreateMode::Ephemeral.with_acls(Acls::anyone_all())
+fn ephemeral(acls: Acls<'static>) -> CreateOptions<'static> {
+    CreateMode::Ephemeral.with_acls(acls)
 }
 
 /// Waits until the session is no longer connected (at once if it is not); the state that ended
@@ -209,12 +244,12 @@ impl ZooKeeperLeaderElection {
     async fn try_acquire(&mut self) -> Result<Leadership, HaError> {
         let client = self.client().await?;
         let latch_dir = self.settings.paths.latch();
-        ensure_path(&client, &latch_dir).await?;
+        ensure_path(&client, &latch_dir, self.settings.acls()).await?;
         let own = match &self.latch {
             Some(own) => own.clone(),
             None => {
                 let prefix = format!("{latch_dir}/{LATCH_PREFIX}");
-                let options = CreateMode::EphemeralSequential.with_acls(Acls::anyone_all());
+                let options = CreateMode::EphemeralSequential.with_acls(self.settings.acls());
                 let (_, sequence) = client
                     .create(&prefix, &[], &options)
                     .await
@@ -280,7 +315,10 @@ impl LeaderElectionService for ZooKeeperLeaderElection {
         let own_session = client.session_id().0;
         let data = info.to_bytes();
         for _ in 0..3 {
-            match client.create(&leader, &data, &ephemeral()).await {
+            match client
+                .create(&leader, &data, &ephemeral(self.settings.acls()))
+                .await
+            {
                 Ok(_) => return Ok(()),
                 Err(zookeeper_client::Error::NodeExists) => {}
                 Err(source) => {

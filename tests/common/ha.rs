@@ -18,17 +18,32 @@ pub const DEADLINE: Duration = Duration::from_secs(120);
 /// The ZooKeeper session timeout of these clusters (the issue's benchmark setting).
 pub const SESSION_TIMEOUT: &str = "2s";
 
+/// The ZooKeeper credential of the test clusters (`user:password`, digest scheme).
+pub const ZOOKEEPER_CREDENTIAL: &str = "flint:ha-test-password";
+
 /// The `[high-availability]` keys of a test cluster, plus the pool: two TaskManagers started
-/// by the test (`standalone`), fast heartbeats.
-pub fn ha_keys(zk: &ZooKeeper, storage: &Path) -> String {
+/// by the test (`standalone`), fast heartbeats. Sessions authenticate with
+/// [`ZOOKEEPER_CREDENTIAL`] (written 0600 to `auth_file`), so every znode is `CREATOR_ALL`, as
+/// the README recommends.
+pub fn ha_keys(zk: &ZooKeeper, storage: &Path, auth_file: &Path) -> String {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(auth_file)
+        .expect("the credential file");
+    std::io::Write::write_all(&mut file, ZOOKEEPER_CREDENTIAL.as_bytes()).unwrap();
     format!(
         "[resourcemanager]\ndriver = \"standalone\"\npool-size = 2\n\
          [high-availability]\ntype = \"zookeeper\"\nstorageDir = \"{}\"\n\
          [high-availability.zookeeper]\nquorum = \"{}\"\n\
          [high-availability.zookeeper.client]\nsession-timeout = \"{SESSION_TIMEOUT}\"\n\
-         connection-timeout = \"20s\"\n",
+         connection-timeout = \"20s\"\nauth-file = \"{}\"\n",
         storage.display(),
-        zk.quorum()
+        zk.quorum(),
+        auth_file.display()
     )
 }
 
@@ -127,7 +142,7 @@ impl HaCluster {
         let one_at_a_time = HA_CLUSTERS.lock().unwrap_or_else(PoisonError::into_inner);
         let dir = scratch(name);
         let zk = ZooKeeper::start(&dir.join("zookeeper"))?;
-        let keys = ha_keys(&zk, &dir.join("ha-storage"));
+        let keys = ha_keys(&zk, &dir.join("ha-storage"), &dir.join("zookeeper-auth"));
         let a = JobManagerChild::start(
             &["--bind", "127.0.0.1:0", "--rest", "127.0.0.1:0"],
             &mkdir(&dir.join("jm-a")),
