@@ -334,3 +334,31 @@ async fn an_embedded_cluster_works_in_a_private_directory_it_removes() {
     assert!(flint_entries(&dir).is_empty(), "{:?}", flint_entries(&dir));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[actix::test]
+async fn a_seeded_process_never_repeats_its_job_ids_across_restarts() {
+    // Issue 34: with `seed` set, every incarnation of a JobManager used to hand out the same
+    // job ids (and leader sessions): a process draws them from the operating system.
+    let dir = scratch("seeded-ids");
+    let mut ids = Vec::new();
+    for incarnation in 0..2 {
+        let mut jm = job_manager(
+            &["--pool-size", "0", "-D", "seed=7"],
+            &dir,
+            &dir.join(format!("jobmanager-{incarnation}.log")),
+        );
+        let client = Client::connect(
+            Client::loopback_config(Secret::from_bytes(SECRET), 3),
+            &jm.address,
+        )
+        .await;
+        let mut graph = flint::job::graph::JobGraph::builder("seeded");
+        graph.vertex("work", "noop", 1);
+        ids.push(client.submit(graph.build(|_| true).unwrap()).await);
+        client.endpoint.shutdown();
+        terminate(&mut jm.child);
+        let _ = jm.child.wait();
+    }
+    assert_ne!(ids[0], ids[1], "the same job id in two incarnations");
+    let _ = std::fs::remove_dir_all(&dir);
+}

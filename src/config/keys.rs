@@ -622,7 +622,7 @@ static KEYS: [Key; 51] = [
     // top level
     Key {
         name: "seed",
-        doc: "Seed of every node's random numbers; unset draws one. Set it to replay a run.",
+        doc: "Seed of every node's random numbers; unset draws one. Replays a simulated or embedded run; flint processes ignore it.",
         secret: false,
         kind: Kind::OptionalInteger(Field {
             get: |c| c.seed,

@@ -160,17 +160,40 @@ fn configured_secret(secret_file: Option<&PathBuf>) -> Result<Option<Secret>, Pr
         .map(Secret::from_bytes))
 }
 
+/// The seed of a process's node: always from the operating system's entropy. `seed` replays a
+/// simulated or embedded run; in a process it would make job ids, leader sessions, attempt and
+/// data connection ids repeat across restarts (a restarted node could be served, or fence with,
+/// an earlier incarnation's ids), so a process ignores it, saying so once.
+fn process_seed(config: &ClusterConfig) -> u64 {
+    if config.seed.is_some() {
+        log::warn!(
+            "`seed` is ignored by a flint process (it replays simulated and embedded runs); \
+             this process draws its identifiers from the operating system"
+        );
+    }
+    NodeRng::from_entropy().next_u64()
+}
+
+/// The configured secret, else none with `insecure`; `None` when neither decides.
+fn configured_or_insecure(
+    secret_file: Option<&PathBuf>,
+    insecure: bool,
+) -> Result<Option<(Secret, SecretOrigin)>, ProcessError> {
+    Ok(match configured_secret(secret_file)? {
+        Some(secret) => Some((secret, SecretOrigin::Configured)),
+        None if insecure => Some((Secret::insecure(), SecretOrigin::Insecure)),
+        None => None,
+    })
+}
+
 /// A JobManager's cluster secret: configured, else none with `insecure`, else this user's
 /// generated one (made now if there is none yet).
 pub fn job_manager_secret(
     secret_file: Option<&PathBuf>,
     insecure: bool,
 ) -> Result<(Secret, SecretOrigin), ProcessError> {
-    if let Some(secret) = configured_secret(secret_file)? {
-        return Ok((secret, SecretOrigin::Configured));
-    }
-    if insecure {
-        return Ok((Secret::insecure(), SecretOrigin::Insecure));
+    if let Some(chosen) = configured_or_insecure(secret_file, insecure)? {
+        return Ok(chosen);
     }
     let (secret, generated) = credentials::LocalCredentials::of_process()?.secret_or_generate()?;
     Ok((secret, SecretOrigin::Generated(generated)))
@@ -182,11 +205,8 @@ pub fn task_manager_secret(
     secret_file: Option<&PathBuf>,
     insecure: bool,
 ) -> Result<(Secret, SecretOrigin), ProcessError> {
-    if let Some(secret) = configured_secret(secret_file)? {
-        return Ok((secret, SecretOrigin::Configured));
-    }
-    if insecure {
-        return Ok((Secret::insecure(), SecretOrigin::Insecure));
+    if let Some(chosen) = configured_or_insecure(secret_file, insecure)? {
+        return Ok(chosen);
     }
     let local = credentials::LocalCredentials::of_process()?;
     match local.secret()? {
@@ -294,9 +314,7 @@ pub async fn run_job_manager(
     };
     // Bound first: a bad [rest] must refuse to start before any worker is.
     let rest = RestListener::bind(&config.rest)?;
-    let seed = config
-        .seed
-        .unwrap_or_else(|| NodeRng::from_entropy().next_u64());
+    let seed = process_seed(&config);
     let secret_for_children = options.secret.clone();
     let (endpoint, resolver) = NodeEndpoint::bind(endpoint_config(
         &config,
@@ -485,9 +503,7 @@ pub async fn run_task_manager(
         }
         (None, None) => return Err(ProcessError::NoJobManager),
     };
-    let seed = config
-        .seed
-        .unwrap_or_else(|| NodeRng::from_entropy().next_u64());
+    let seed = process_seed(&config);
     let name = TaskManager::name_of(&options.resource_id);
     let (endpoint, resolver) = NodeEndpoint::bind(endpoint_config(
         &config,

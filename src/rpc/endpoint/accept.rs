@@ -10,8 +10,9 @@ use super::*;
 /// connections that never shake hands cannot grow the node's tasks without bound.
 const MAX_ACCEPTING: usize = 64;
 
-/// Handshakes in progress from one source address (its IP), so one flooding host cannot take
-/// every slot from the others.
+/// Handshakes in progress from one source network ([`source_prefix`]: a /24, a /64, all of
+/// loopback), so one flooding host cannot take every slot from the others by using many of
+/// its addresses.
 const MAX_ACCEPTING_PER_SOURCE: usize = 8;
 
 /// The pause after `accept` fails (out of file descriptors, say), so the loop does not spin.
@@ -19,7 +20,8 @@ const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(100);
 
 /// One handshake in progress on an accepted stream.
 struct PendingAccept {
-    /// Where it came from (the IP of a TCP peer): the unit of [`MAX_ACCEPTING_PER_SOURCE`].
+    /// Where it came from (the network of a TCP peer, [`source_prefix`]): the unit of
+    /// [`MAX_ACCEPTING_PER_SOURCE`].
     source: String,
     /// Whether the peer has sent anything yet. A silent stream is the first to make room for a
     /// newcomer; one that talks keeps its slot until its deadline.
@@ -44,8 +46,34 @@ struct Watched {
 /// The source a stream counts against: the IP of `host:port`, or all of `from` if it is not one
 /// (a simulated network's names).
 fn source_of(from: &str) -> String {
-    from.parse::<SocketAddr>()
-        .map_or_else(|_| from.to_owned(), |address| address.ip().to_string())
+    match from.parse::<SocketAddr>() {
+        Ok(address) => source_prefix(address.ip()),
+        Err(_) => from.to_owned(),
+    }
+}
+
+/// The unit of [`MAX_ACCEPTING_PER_SOURCE`]: the network a flooding host can pick addresses
+/// from at will, not one address — all of 127/8 on loopback, the /24 of an IPv4 address
+/// elsewhere, the /64 of an IPv6 one (a host's usual allocation); an IPv4-mapped IPv6 address
+/// counts as its IPv4 address.
+fn source_prefix(ip: std::net::IpAddr) -> String {
+    use std::net::IpAddr;
+    let ip = match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
+        v4 => v4,
+    };
+    match ip {
+        IpAddr::V4(v4) if v4.is_loopback() => "127.0.0.0/8".to_owned(),
+        IpAddr::V4(v4) => {
+            let [a, b, c, _] = v4.octets();
+            format!("{a}.{b}.{c}.0/24")
+        }
+        IpAddr::V6(v6) if v6.is_loopback() => "::1/128".to_owned(),
+        IpAddr::V6(v6) => {
+            let s = v6.segments();
+            format!("{:x}:{:x}:{:x}:{:x}::/64", s[0], s[1], s[2], s[3])
+        }
+    }
 }
 
 impl Accepting {
@@ -258,6 +286,29 @@ impl Inner {
         ) || matches!(peers.get(&peer), Some(PeerSlot::Dialing(_)));
         if !keep {
             peers.insert(peer, PeerSlot::Connected { id, connection });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_source_is_the_network_a_host_can_pick_addresses_from() {
+        for (from, source) in [
+            ("127.0.0.1:5000", "127.0.0.0/8"),
+            ("127.45.3.9:1", "127.0.0.0/8"),
+            ("10.1.2.3:6123", "10.1.2.0/24"),
+            ("10.1.2.254:1", "10.1.2.0/24"),
+            ("10.1.3.1:1", "10.1.3.0/24"),
+            ("[2001:db8:1:2:aaaa::1]:6123", "2001:db8:1:2::/64"),
+            ("[2001:db8:1:2:ffff:1:2:3]:1", "2001:db8:1:2::/64"),
+            ("[::1]:1", "::1/128"),
+            ("[::ffff:192.168.7.9]:1", "192.168.7.0/24"),
+            ("not an address", "not an address"),
+        ] {
+            assert_eq!(source_of(from), source, "{from}");
         }
     }
 }
