@@ -362,3 +362,104 @@ async fn a_seeded_process_never_repeats_its_job_ids_across_restarts() {
     assert_ne!(ids[0], ids[1], "the same job id in two incarnations");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A copy job: `text-source` over `input` into `file-sink` at `output`.
+fn copy_job(input: &Path, output: &Path) -> flint::job::graph::JobGraph {
+    use flint::job::graph::{DistributionPattern, ExchangeMode, JobGraph, RestartStrategyConfig};
+    let mut job = JobGraph::builder("copy");
+    job.restart_strategy(RestartStrategyConfig::None);
+    let read = job
+        .vertex("read", "text-source", 1)
+        .config("path", input.display().to_string())
+        .index();
+    let write = job
+        .vertex("write", "file-sink", 1)
+        .config("path", output.display().to_string())
+        .index();
+    job.edge(
+        read,
+        write,
+        DistributionPattern::Forward,
+        ExchangeMode::Pipelined,
+    );
+    job.build(|_| true).unwrap()
+}
+
+#[actix::test]
+async fn file_sources_and_sinks_stay_inside_job_allowed_paths() {
+    // Issue 34: a TaskManager confined to one directory runs a copy inside it, and fails (with
+    // the path and the key named) a job that reads or writes outside it, directly, through
+    // `..`, or through a link inside that leads outside.
+    let dir = scratch("allowed-paths");
+    let allowed = dir.join("allowed");
+    let outside = dir.join("outside");
+    std::fs::create_dir_all(&allowed).unwrap();
+    std::fs::create_dir_all(&outside).unwrap();
+    std::fs::write(allowed.join("in.txt"), "inside\n").unwrap();
+    std::fs::write(outside.join("private.txt"), "outside\n").unwrap();
+    std::os::unix::fs::symlink(&outside, allowed.join("door")).unwrap();
+    let keys = format!("job.allowed-paths=[\"{}\"]", allowed.display());
+    let mut jm = job_manager(
+        &["--pool-size", "1", "-D", &keys],
+        &dir,
+        &dir.join("jobmanager.log"),
+    );
+    let client = Client::connect(
+        Client::loopback_config(Secret::from_bytes(SECRET), 4),
+        &jm.address,
+    )
+    .await;
+    client
+        .wait_for("the pool registers", DEADLINE, |s| {
+            s.task_managers.len() == 1
+        })
+        .await;
+
+    let inside = client
+        .submit(copy_job(&allowed.join("in.txt"), &allowed.join("out")))
+        .await;
+    let done = client.wait_for_job(inside, DEADLINE).await;
+    assert_eq!(
+        done.summary.status,
+        flint::job::states::JobStatus::Finished,
+        "{done:#?}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(allowed.join("out/part-00000")).unwrap(),
+        "\tinside\n"
+    );
+    for (input, output) in [
+        (outside.join("private.txt"), allowed.join("stolen-1")),
+        (
+            allowed.join("../outside/private.txt"),
+            allowed.join("stolen-2"),
+        ),
+        (allowed.join("door/private.txt"), allowed.join("stolen-3")),
+        (allowed.join("in.txt"), outside.join("planted")),
+        (allowed.join("in.txt"), allowed.join("door/planted")),
+    ] {
+        let job = client.submit(copy_job(&input, &output)).await;
+        let ended = client.wait_for_job(job, DEADLINE).await;
+        assert_eq!(
+            ended.summary.status,
+            flint::job::states::JobStatus::Failed,
+            "{input:?} -> {output:?}: {ended:#?}"
+        );
+        let failure = ended.failure.unwrap_or_default();
+        assert!(failure.contains("job.allowed-paths"), "{failure}");
+    }
+    assert_eq!(
+        std::fs::read_dir(&outside).unwrap().count(),
+        1,
+        "nothing was written outside"
+    );
+    for stolen in ["stolen-1", "stolen-2", "stolen-3"] {
+        let part = allowed.join(stolen).join("part-00000");
+        assert!(!part.exists(), "{}", part.display());
+    }
+
+    client.endpoint.shutdown();
+    terminate(&mut jm.child);
+    let _ = jm.child.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+}

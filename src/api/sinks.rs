@@ -122,6 +122,7 @@ impl PartFile {
     /// Creates the directory if needed and the temporary file.
     pub fn create(dir: &Path, cx: &NodeContext) -> Result<Self, OperatorError> {
         let io = |what: String| move |source| OperatorError::Io { what, source };
+        crate::env::files::check(dir)?;
         fs::create_dir_all(dir).map_err(io(format!(
             "{}: cannot create output directory `{}`",
             cx.node,

@@ -86,6 +86,7 @@ impl SplitLines {
     /// Opens `path` and positions at subtask `subtask`'s first line.
     pub fn open(path: &Path, subtask: u32, parallelism: u32) -> Result<Self, OperatorError> {
         let read_error = |source| io_error(format!("cannot read `{}`", path.display()), source);
+        crate::env::files::check(path)?;
         let file = File::open(path)
             .map_err(|source| io_error(format!("cannot open `{}`", path.display()), source))?;
         let size = file.metadata().map_err(read_error)?.len();

@@ -159,7 +159,7 @@ macro_rules! duration {
     };
 }
 
-static KEYS: [Key; 51] = [
+static KEYS: [Key; 52] = [
     // [cluster]
     Key {
         name: "cluster.id",
@@ -220,6 +220,16 @@ static KEYS: [Key; 51] = [
                 set: |c, v| c.jobstore.max_capacity = narrow(v),
             },
         },
+    },
+    // [job]
+    Key {
+        name: "job.allowed-paths",
+        doc: "Directories a TaskManager process lets file sources and sinks use; empty: anywhere its user can.",
+        secret: false,
+        kind: Kind::List(Field {
+            get: |c| c.job.allowed_paths.clone(),
+            set: |c, v| c.job.allowed_paths = v,
+        }),
     },
     // [task.cancellation]
     Key {

@@ -107,6 +107,8 @@ pub struct ClusterConfig {
     pub taskmanager: TaskManagerConfig,
     /// `[task]`: how tasks are run (their cancellation).
     pub task: TaskConfig,
+    /// `[job]`: what a job's operators may touch.
+    pub job: JobSection,
     /// `[jobstore]`: how long ended jobs stay visible.
     pub jobstore: JobStoreConfig,
     /// `[slot]`: slot requests.
@@ -200,6 +202,15 @@ impl Default for JobStoreConfig {
             max_capacity: 1000,
         }
     }
+}
+
+/// `[job]`.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct JobSection {
+    /// `job.allowed-paths`: the directories a TaskManager process lets file sources and sinks
+    /// read and write (after resolving links and refusing `..`); empty (the default) allows
+    /// whatever the TaskManager's user can reach, as in Flink. See [`crate::env::files`].
+    pub allowed_paths: Vec<String>,
 }
 
 /// `[task]`.

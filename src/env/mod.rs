@@ -13,6 +13,7 @@
 
 pub mod build;
 pub mod events;
+pub mod files;
 pub mod private;
 pub mod task_blocking;
 pub mod task_threads;

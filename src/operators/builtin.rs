@@ -238,6 +238,7 @@ impl Operator for TextSource {
                 source,
             )
         };
+        crate::env::files::check(path)?;
         let file = File::open(path).map_err(|source| {
             io_error(
                 format!("{TEXT_SOURCE}: cannot open `{}`", path.display()),
@@ -451,6 +452,7 @@ impl FileSink {
 impl Operator for FileSink {
     fn run(&mut self, io: &mut dyn TaskIo) -> Result<(), OperatorError> {
         let dir = &self.dir;
+        crate::env::files::check(dir)?;
         fs::create_dir_all(dir).map_err(|source| {
             io_error(
                 format!(

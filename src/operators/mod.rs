@@ -200,6 +200,12 @@ pub trait Operator: Send {
     fn run(&mut self, io: &mut dyn TaskIo) -> Result<(), OperatorError>;
 }
 
+impl From<crate::env::files::FilesError> for OperatorError {
+    fn from(error: crate::env::files::FilesError) -> Self {
+        OperatorError::Failed(error.to_string())
+    }
+}
+
 pub mod builtin;
 pub mod memory;
 pub mod parquet;

@@ -77,6 +77,9 @@ pub enum ProcessError {
     /// The generated credentials cannot be used (their directory or files are not private).
     #[error(transparent)]
     Credentials(#[from] credentials::CredentialsError),
+    /// `job.allowed-paths` names a directory that cannot be resolved.
+    #[error(transparent)]
+    AllowedPaths(#[from] crate::env::files::FilesError),
     /// The secret file cannot be read.
     #[error("cannot read the secret file {path}")]
     SecretFile {
@@ -503,6 +506,8 @@ pub async fn run_task_manager(
         }
         (None, None) => return Err(ProcessError::NoJobManager),
     };
+    // Before any task can run: file sources and sinks stay inside job.allowed-paths.
+    crate::env::files::confine(&config.job.allowed_paths)?;
     let seed = process_seed(&config);
     let name = TaskManager::name_of(&options.resource_id);
     let (endpoint, resolver) = NodeEndpoint::bind(endpoint_config(

@@ -17,6 +17,10 @@ pub use parquet::errors::ParquetError as FormatError;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ParquetError {
+    /// The file is outside `job.allowed-paths`.
+    #[error(transparent)]
+    NotAllowed(#[from] crate::env::files::FilesError),
+
     /// The file could not be opened.
     #[error("{}: cannot open: {source}", file.display())]
     Open {

@@ -300,6 +300,7 @@ impl PartReader {
         options: ReadOptions,
     ) -> Result<PartReader, ParquetError> {
         let file = part.file.clone();
+        crate::env::files::check(&file)?;
         let handle = File::open(&file).map_err(|source| ParquetError::Open {
             file: file.clone(),
             source,
