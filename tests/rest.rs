@@ -965,3 +965,29 @@ fn the_rest_token_can_come_from_a_file() {
     ));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_submission_past_jobmanager_max_subtasks_is_a_503_until_jobs_end() {
+    // Issue 34: waiting jobs cost the JobManager memory per subtask; past the cap a submission
+    // is refused with 503 and the reason, nothing changes, and it succeeds once jobs ended.
+    let mut config = config(1, 1);
+    config.jobmanager.max_subtasks = 2;
+    let cluster = RestCluster::start(config);
+    let sleeper = serde_json::to_string(&sleeping_job(60_000)).unwrap();
+    let first = cluster.submit(&sleeping_job(60_000));
+    let second = cluster.submit(&sleeping_job(60_000));
+    cluster
+        .send("POST", "/jobs", Some(&sleeper))
+        .expect_error(503, "jobmanager.max-subtasks");
+    assert_eq!(job_list(&cluster).jobs.len(), 2);
+    cluster
+        .send("DELETE", &format!("/jobs/{first}"), None)
+        .expect(202);
+    cluster.wait_for_job(&first, "the first job is cancelled", |job| {
+        job["state"] == "CANCELED"
+    });
+    cluster.submit(&sleeping_job(60_000));
+    cluster
+        .send("DELETE", &format!("/jobs/{second}"), None)
+        .expect(202);
+}

@@ -75,6 +75,8 @@ pub struct JobManagerSettings {
     pub jobstore: crate::config::JobStoreConfig,
     /// The scheduler's strategies (`jobmanager.scheduler.*`).
     pub scheduler: crate::config::SchedulerConfig,
+    /// `jobmanager.max-subtasks`: the subtasks of unfinished jobs held at most.
+    pub max_subtasks: u64,
 }
 
 /// See the module docs.

@@ -73,6 +73,7 @@ pub fn start_job_manager_node_leading(
             registry,
             jobstore: config.jobstore,
             scheduler: config.jobmanager.scheduler,
+            max_subtasks: config.jobmanager.max_subtasks,
         },
         leader_session_id,
         env.clone(),

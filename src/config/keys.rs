@@ -159,7 +159,7 @@ macro_rules! duration {
     };
 }
 
-static KEYS: [Key; 52] = [
+static KEYS: [Key; 53] = [
     // [cluster]
     Key {
         name: "cluster.id",
@@ -268,6 +268,19 @@ static KEYS: [Key; 52] = [
             field: Field {
                 get: |c| c.resourcemanager.max_pool_size.into(),
                 set: |c, v| c.resourcemanager.max_pool_size = narrow(v),
+            },
+        },
+    },
+    Key {
+        name: "jobmanager.max-subtasks",
+        doc: "The subtasks of unfinished jobs a JobManager holds at most; a submission beyond it is refused (503).",
+        secret: false,
+        kind: Kind::Integer {
+            min: 1,
+            max: u32::MAX as u64,
+            field: Field {
+                get: |c| c.jobmanager.max_subtasks,
+                set: |c, v| c.jobmanager.max_subtasks = v,
             },
         },
     },

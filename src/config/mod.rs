@@ -458,10 +458,23 @@ impl Default for RestConfig {
 }
 
 /// `[jobmanager]`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct JobManagerSection {
     /// `[jobmanager.scheduler]`.
     pub scheduler: SchedulerConfig,
+    /// `jobmanager.max-subtasks`: the subtasks of unfinished jobs one JobManager holds at most;
+    /// a submission beyond it is refused (REST 503) rather than let waiting jobs (about 500
+    /// bytes per subtask) exhaust the JobManager's memory. Recovered jobs are never refused.
+    pub max_subtasks: u64,
+}
+
+impl Default for JobManagerSection {
+    fn default() -> Self {
+        Self {
+            scheduler: SchedulerConfig::default(),
+            max_subtasks: 1_000_000,
+        }
+    }
 }
 
 /// `[jobmanager.scheduler]`: which of the scheduler's strategies run

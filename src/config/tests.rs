@@ -61,6 +61,7 @@ fn everything_changed() -> ClusterConfig {
     c.rest.token_file = Some("/etc/flint/rest-token".into());
     c.rest.allowed_hosts = vec!["flint.example".into(), "proxy:8443".into()];
     c.rest.read_without_token = true;
+    c.jobmanager.max_subtasks = 5_000;
     c.job.allowed_paths = vec!["/data/in".into(), "/data out".into()];
     c.high_availability = crate::config::HighAvailabilityConfig {
         kind: crate::config::HighAvailabilityKind::ZooKeeper,

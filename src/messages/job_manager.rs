@@ -629,6 +629,10 @@ pub enum JobError {
     /// The job graph is not valid here.
     #[error("job rejected: {0}")]
     Rejected(String),
+    /// The JobManager holds as many waiting and running subtasks as it may
+    /// (`jobmanager.max-subtasks`); the same submission may succeed once jobs end.
+    #[error("{0}")]
+    Overloaded(String),
     /// The job ended already.
     #[error("job {job_id} is {status:?} already")]
     AlreadyTerminal {

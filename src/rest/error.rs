@@ -215,6 +215,7 @@ impl ResponseError for ApiError {
             Self::PoolSize(SetPoolSizeError::Stopping) => StatusCode::CONFLICT,
             Self::Job(JobError::UnknownJob(_)) => StatusCode::NOT_FOUND,
             Self::Job(JobError::Rejected(_)) => StatusCode::BAD_REQUEST,
+            Self::Job(JobError::Overloaded(_)) => StatusCode::SERVICE_UNAVAILABLE,
             Self::Job(JobError::AlreadyTerminal { .. }) => StatusCode::CONFLICT,
             Self::UnknownTaskManager(_) | Self::UnknownPath { .. } => StatusCode::NOT_FOUND,
             Self::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,

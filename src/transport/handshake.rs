@@ -104,7 +104,8 @@ pub const SECRET_ENV: &str = "FLINT_SECRET";
 /// 8: a TaskManager registers its fingerprint (build and operator identities).
 /// 9: the dialler names the node it dialled (`Dial`) and proves itself only after that node
 ///    did; the acceptor ends the handshake with its `Verdict`; every frame after it is tagged
-///    (an envelope, or a liveness probe of the connection).
+///    (an envelope, or a liveness probe of the connection). A submission can be refused as
+///    `JobError::Overloaded` (`jobmanager.max-subtasks`).
 pub const PROTOCOL_VERSION: u32 = 9;
 
 /// The largest handshake message, in bytes (after the length prefix). A `Hello` with a sensible

@@ -497,6 +497,11 @@ impl ExecutionGraph {
         self.task_mut(&task).taken = true;
     }
 
+    /// How many subtasks the job has.
+    pub fn tasks_total(&self) -> u32 {
+        self.tasks_total
+    }
+
     /// The summary line.
     pub fn summary(&self) -> JobSummary {
         JobSummary {

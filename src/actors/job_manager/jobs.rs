@@ -291,6 +291,9 @@ impl JobManager {
         graph
             .validate(|_| true)
             .map_err(|e| JobError::Rejected(e.to_string()))?;
+        if !recovered {
+            self.check_capacity(&graph)?;
+        }
         let now_ms = self.env.clock.now_millis();
         let name = graph.name.clone();
         let operators = graph_operators(&graph);
@@ -323,6 +326,31 @@ impl JobManager {
         self.jobs.insert(job_id, job);
         self.with_job(job_id, ctx, |job, cx| job.start(cx));
         Ok(job_id)
+    }
+
+    /// Refuses a submission that would take the subtasks of unfinished jobs past
+    /// `jobmanager.max-subtasks` (each waiting subtask costs memory here). O(jobs).
+    fn check_capacity(&self, graph: &crate::job::graph::JobGraph) -> Result<(), JobError> {
+        let held: u64 = self
+            .jobs
+            .values()
+            .filter(|job| !job.status().is_globally_terminal())
+            .map(|job| u64::from(job.tasks_total()))
+            .sum();
+        let wanted: u64 = graph
+            .vertices
+            .iter()
+            .map(|v| u64::from(v.parallelism))
+            .sum();
+        let max = self.settings.max_subtasks;
+        if held + wanted > max {
+            return Err(JobError::Overloaded(format!(
+                "the JobManager holds {held} subtasks of unfinished jobs and this job has \
+                 {wanted}: more than jobmanager.max-subtasks = {max}; submit again when jobs \
+                 have ended, or raise the key"
+            )));
+        }
+        Ok(())
     }
 
     /// Refuses a job with an operator no TaskManager can run: none registered has it, and the

@@ -36,6 +36,7 @@ pub(super) fn settings() -> JobManagerSettings {
         registry: crate::operators::OperatorRegistry::with_builtins(),
         jobstore: crate::config::JobStoreConfig::default(),
         scheduler: Default::default(),
+        max_subtasks: 1_000_000,
     }
 }
 

@@ -76,6 +76,7 @@ fn start_job_manager(env: &NodeEnv) -> (Addr<JobManager>, ActorAddress) {
             registry: OperatorRegistry::with_builtins(),
             jobstore: crate::config::JobStoreConfig::default(),
             scheduler: Default::default(),
+            max_subtasks: 1_000_000,
         },
         session,
         env.clone(),
