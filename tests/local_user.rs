@@ -52,17 +52,21 @@ fn said(output: &Output) -> String {
     )
 }
 
-/// The JobManager's `/metrics` value of `name`, asked with this user's token.
-fn metric(url: &str, name: &str) -> f64 {
-    let answer = request(
+/// `method path` at `url` as the JobManager's own user (with its generated token).
+fn as_owner(method: &str, url: &str, path: &str) -> common::rest::Answer {
+    request(
         &agent(),
-        "GET",
-        &format!("{url}/metrics"),
+        method,
+        &format!("{url}{path}"),
         None,
         local_bearer().as_deref(),
     )
-    .expect(200);
-    answer
+}
+
+/// The JobManager's `/metrics` value of `name`, asked with this user's token.
+fn metric(url: &str, name: &str) -> f64 {
+    as_owner("GET", url, "/metrics")
+        .expect(200)
         .body
         .lines()
         .find_map(|line| line.strip_prefix(name)?.trim().parse().ok())
@@ -113,15 +117,7 @@ fn another_local_user_can_neither_use_the_rest_api_nor_join_nor_read_the_credent
     assert_eq!(run.status.code(), Some(5), "{}", said(&run));
     let list = as_nobody(flint, &["list", "--jobmanager", &url]);
     assert_eq!(list.status.code(), Some(5), "{}", said(&list));
-    let jobs = request(
-        &agent(),
-        "GET",
-        &format!("{url}/jobs"),
-        None,
-        local_bearer().as_deref(),
-    )
-    .expect(200)
-    .json();
+    let jobs = as_owner("GET", &url, "/jobs").expect(200).json();
     assert_eq!(jobs["jobs"], serde_json::json!([]), "{jobs}");
     assert!(!stolen.exists());
 
@@ -155,27 +151,12 @@ fn another_local_user_can_neither_use_the_rest_api_nor_join_nor_read_the_credent
     poll("the JobManager refuses the intruder's handshake", || {
         (metric(&url, "flint_transport_rejected_connections_total") > refused_before).then_some(())
     });
-    let overview = request(
-        &agent(),
-        "GET",
-        &format!("{url}/overview"),
-        None,
-        local_bearer().as_deref(),
-    )
-    .expect(200)
-    .json();
+    let overview = as_owner("GET", &url, "/overview").expect(200).json();
     assert_eq!(overview["taskmanagers"], 0, "{overview}");
     let _ = intruder.kill();
     let _ = intruder.wait();
 
-    request(
-        &agent(),
-        "DELETE",
-        &format!("{url}/cluster"),
-        None,
-        local_bearer().as_deref(),
-    )
-    .expect(202);
+    as_owner("DELETE", &url, "/cluster").expect(202);
     assert!(jm.wait_for_exit().success(), "{}", jm.log());
     let _ = std::fs::remove_dir_all(Path::new(&dir));
 }

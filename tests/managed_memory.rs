@@ -156,10 +156,13 @@ fn a_group_by_and_a_join_over_ten_times_the_managed_memory_spill_and_stay_bounde
         bounded_peak >> 20,
         unbounded_peak >> 20
     );
-    // Spilling holds the peak at under half of what the in-memory run reached (the state of
-    // ~1M records of ~100 bytes each, plus their decoded copies in flight).
+    // Spilling holds the peak well under what the in-memory run reached (the state of ~1M
+    // records of ~100 bytes each, plus their decoded copies in flight): under two thirds of it.
+    // (Measured 175 vs 415 and 182 vs 344 MiB: the in-memory high-water mark moves with the
+    // allocator's reuse, so "under half" failed once on a noisy machine; without spilling the
+    // two are equal, which this still catches.)
     assert!(
-        bounded_peak * 2 < unbounded_peak,
+        bounded_peak * 3 < unbounded_peak * 2,
         "spilling did not bound memory: {} MiB with a 2 MiB budget, {} MiB without",
         bounded_peak >> 20,
         unbounded_peak >> 20

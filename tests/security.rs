@@ -56,6 +56,32 @@ fn job_manager_with_secret(
     JobManagerProcess::start(command)
 }
 
+/// A JobManager with `args` and a pool of one TaskManager (its temporary directory `tmp`, its
+/// log in `dir`), and a client (seeded `seed`) that saw the TaskManager register.
+async fn pool_of_one(
+    args: &[&str],
+    tmp: &Path,
+    dir: &Path,
+    seed: u64,
+) -> (JobManagerProcess, Client) {
+    let args: Vec<&str> = ["--pool-size", "1"]
+        .into_iter()
+        .chain(args.iter().copied())
+        .collect();
+    let jm = job_manager(&args, tmp, &dir.join("jobmanager.log"));
+    let client = Client::connect(
+        Client::loopback_config(Secret::from_bytes(SECRET), seed),
+        &jm.address,
+    )
+    .await;
+    client
+        .wait_for("the pool registers", DEADLINE, |s| {
+            s.task_managers.len() == 1
+        })
+        .await;
+    (jm, client)
+}
+
 /// One flooding socket, forever: connect, say nothing, and as soon as the server drops it,
 /// connect again (after `pause`), until `stop`.
 async fn flood_one(
@@ -216,21 +242,7 @@ async fn working_files_are_private_never_follow_a_planted_link_and_go_when_the_c
     let stale = tmp.join("flint-jm-2147483632-0123456789abcdef");
     std::fs::create_dir_all(stale.join("flint-tm-2147483633-0123456789abcdef")).unwrap();
 
-    let mut jm = job_manager(
-        &["--pool-size", "1", "-D", "seed=7"],
-        &tmp,
-        &dir.join("jobmanager.log"),
-    );
-    let client = Client::connect(
-        Client::loopback_config(Secret::from_bytes(SECRET), 2),
-        &jm.address,
-    )
-    .await;
-    client
-        .wait_for("the pool registers", DEADLINE, |s| {
-            s.task_managers.len() == 1
-        })
-        .await;
+    let (mut jm, client) = pool_of_one(&["-D", "seed=7"], &tmp, &dir, 2).await;
 
     // The stale directory of the dead process is gone; the planted link is untouched and
     // nothing was written through it.
@@ -399,21 +411,7 @@ async fn file_sources_and_sinks_stay_inside_job_allowed_paths() {
     std::fs::write(outside.join("private.txt"), "outside\n").unwrap();
     std::os::unix::fs::symlink(&outside, allowed.join("door")).unwrap();
     let keys = format!("job.allowed-paths=[\"{}\"]", allowed.display());
-    let mut jm = job_manager(
-        &["--pool-size", "1", "-D", &keys],
-        &dir,
-        &dir.join("jobmanager.log"),
-    );
-    let client = Client::connect(
-        Client::loopback_config(Secret::from_bytes(SECRET), 4),
-        &jm.address,
-    )
-    .await;
-    client
-        .wait_for("the pool registers", DEADLINE, |s| {
-            s.task_managers.len() == 1
-        })
-        .await;
+    let (mut jm, client) = pool_of_one(&["-D", &keys], &dir, &dir, 4).await;
 
     let inside = client
         .submit(copy_job(&allowed.join("in.txt"), &allowed.join("out")))
