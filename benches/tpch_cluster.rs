@@ -19,6 +19,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// The process helpers of the integration tests (finding the TaskManager children).
+#[path = "../tests/common/process.rs"]
+#[allow(dead_code)]
+mod process;
+
 const QUERIES: [&str; 6] = ["Q1", "Q3", "Q5", "Q6", "Q10", "Q18"];
 
 fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
@@ -45,22 +50,12 @@ impl Drop for Cluster {
     }
 }
 
-/// The TaskManager children of `parent` (pids), from /proc.
+/// The TaskManager children of `parent` (pids): the tests' /proc scan.
 fn children(parent: u32) -> Vec<u32> {
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            continue;
-        };
-        let after = stat.rsplit_once(')').map(|(_, rest)| rest).unwrap_or("");
-        if after.split_whitespace().nth(1) == Some(&parent.to_string()) {
-            found.push(pid);
-        }
-    }
-    found
+    process::task_managers_of(parent)
+        .into_iter()
+        .map(|(pid, _)| pid)
+        .collect()
 }
 
 fn peak_kib(pid: u32) -> Option<u64> {
