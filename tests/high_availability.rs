@@ -450,3 +450,147 @@ fn the_clusters_znodes_are_closed_to_a_zookeeper_client_without_its_credential()
     // The cluster works on, authenticated: both TaskManagers found the leader through it.
     cluster.wait_for_pool(&cluster.a.url());
 }
+
+#[test]
+fn forged_znodes_written_with_the_clusters_credential_are_refused_by_every_flint_process() {
+    // Issue 34: whoever can write the znodes (here with the cluster's own digest credential,
+    // as a ZooKeeper administrator could) but lacks the cluster secret can neither send the
+    // TaskManagers, the standby or the CLI to a rogue JobManager, nor make a new leader run a
+    // job or take a pool size: the data is signed with the cluster secret (src/ha/signed.rs).
+    use std::net::TcpListener;
+    use zookeeper_client::{Acls, Client, CreateMode};
+    let Some(mut cluster) = HaCluster::start("ha-forged") else {
+        return;
+    };
+    let (a_url, b_url) = (cluster.a.url(), cluster.b.url());
+    // The rogue JobManager: a transport and a REST port nobody may connect to.
+    let rogue_transport = TcpListener::bind("127.0.0.1:0").unwrap();
+    let rogue_rest = TcpListener::bind("127.0.0.1:0").unwrap();
+    for listener in [&rogue_transport, &rogue_rest] {
+        listener.set_nonblocking(true).unwrap();
+    }
+    let rogue = format!(
+        "{{\"address\":\"{}\",\"rest_url\":\"http://{}\",\
+          \"leader_session_id\":\"00000000-0000-4000-8000-00000000000f\"}}",
+        rogue_transport.local_addr().unwrap(),
+        rogue_rest.local_addr().unwrap()
+    );
+    // A running job whose graph file a forged pointer can name (copied under the forged id);
+    // long enough (~10 s paced) to be still running when its leader is killed below.
+    let (job, input, output) = submit_wordcount(&a_url, &cluster.dir, 1_000_000);
+    cluster.wait_for_job(&a_url, &job, "the job runs", |j| j["state"] == "RUNNING");
+    let storage = cluster.dir.join("ha-storage").join("default");
+    let forged_job = "00000000-0000-4000-8000-0000000000f0";
+    let forged_file = storage.join(format!("job-{forged_job}.json"));
+    std::fs::copy(storage.join(format!("job-{job}.json")), &forged_file).unwrap();
+
+    let quorum = cluster.zk.quorum();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let admin = Client::connector()
+            .with_auth("digest", common::ha::ZOOKEEPER_CREDENTIAL.as_bytes())
+            .connect(&quorum)
+            .await
+            .expect("an authenticated session");
+        let cluster_path = "/flint/default";
+        let mine = CreateMode::Persistent.with_acls(Acls::creator_all());
+        // Unsigned, and signed with another secret: both refused alike.
+        let other_secret = "flint-signed-v1 ".to_owned() + &"ab".repeat(32) + "\n";
+        admin
+            .set_data(&format!("{cluster_path}/leader"), rogue.as_bytes(), None)
+            .await
+            .expect("the leader rewritten");
+        admin
+            .create(
+                &format!("{cluster_path}/jobgraphs/{forged_job}"),
+                format!("{other_secret}{}", forged_file.display()).as_bytes(),
+                &mine,
+            )
+            .await
+            .expect("a pointer planted");
+        admin
+            .create(&format!("{cluster_path}/pool-size"), b"1", &mine)
+            .await
+            .expect("a pool size planted");
+    });
+
+    // Both TaskManagers and the standby read the rewritten leader and refuse it.
+    for log in [
+        cluster.dir.join("tm-1.log"),
+        cluster.dir.join("tm-2.log"),
+        cluster.b.log.clone(),
+    ] {
+        wait_until(
+            &format!("{} refuses the forged leader", log.display()),
+            || {
+                let said = std::fs::read_to_string(&log).unwrap_or_default();
+                (said.contains("refusing the data of the znode /flint/default/leader")
+                    && said.contains("not signed"))
+                .then_some(())
+            },
+        );
+    }
+    // The standby does not send a client there.
+    let answer = get(&b_url, "/overview");
+    assert_ne!(answer.status, 307, "the standby redirects: {}", answer.body);
+    // Nor does the CLI finding its leader through ZooKeeper: it stops, saying why.
+    let list = Command::new(env!("CARGO_BIN_EXE_flint"))
+        .args(["list", "--config"])
+        .arg(cluster.dir.join("taskmanager.toml"))
+        .env_remove("FLINT_JOBMANAGER")
+        .env_remove("FLINT_CONFIG")
+        .env_remove("FLINT_SECRET")
+        .output()
+        .expect("flint list runs");
+    let said = String::from_utf8_lossy(&list.stderr);
+    assert!(!list.status.success(), "{said}");
+    assert!(
+        said.contains("/flint/default/leader") && said.contains("not signed"),
+        "{said}"
+    );
+    // Nobody connected to the rogue: no TaskManager registered there, no token was sent.
+    for (listener, what) in [(&rogue_transport, "transport"), (&rogue_rest, "REST")] {
+        assert!(
+            listener.accept().is_err(),
+            "something connected to the rogue's {what} port"
+        );
+    }
+    // The TaskManagers stay with the real leader.
+    cluster.wait_for_pool(&a_url);
+
+    // A new leader recovers the real job only, and keeps the configured pool size.
+    signal(&cluster.a.child, "-KILL");
+    let _ = cluster.a.child.wait();
+    wait_until("the standby leads", || leads(&b_url).then_some(()));
+    cluster.wait_for_pool(&b_url);
+    let done = cluster.wait_for_job(&b_url, &job, "the recovered job ends", |j| {
+        matches!(
+            j["state"].as_str(),
+            Some("FINISHED" | "FAILED" | "CANCELED")
+        )
+    });
+    assert_eq!(done["state"], "FINISHED", "{done:#}");
+    assert!(done["recovered-at"].is_u64(), "not recovered: {done:#}");
+    assert_eq!(read_counts(&output), sequential_word_count(&input).unwrap());
+    let forged = get(&b_url, &format!("/jobs/{forged_job}"));
+    assert_eq!(
+        forged.status, 404,
+        "the forged job was run: {}",
+        forged.body
+    );
+    let pool_size = get(&b_url, "/cluster/pool-size");
+    assert_eq!(pool_size.json()["size"], 2, "{}", pool_size.body);
+    let said = std::fs::read_to_string(&cluster.b.log).unwrap_or_default();
+    for refused in [
+        format!("/flint/default/jobgraphs/{forged_job}"),
+        "/flint/default/pool-size".to_owned(),
+    ] {
+        assert!(
+            said.contains(&format!("refusing the data of the znode {refused}")),
+            "the new leader does not say it refused {refused}: {said}"
+        );
+    }
+}

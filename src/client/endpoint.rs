@@ -20,6 +20,7 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 use crate::config::{ClusterConfig, ConfigError, ConfigSources, keys};
+use crate::transport::handshake::Secret;
 
 /// The variable naming the JobManager's REST address.
 pub const ENV_JOBMANAGER: &str = "FLINT_JOBMANAGER";
@@ -60,8 +61,9 @@ pub enum EndpointError {
         #[source]
         source: Option<crate::ha::HaError>,
     },
-    /// This user's generated token exists but cannot be trusted (not private) or read.
-    #[error("cannot use this user's generated REST token")]
+    /// This user's generated token or secret exists but cannot be trusted (not private) or
+    /// read.
+    #[error("cannot use this user's generated credentials")]
     Credentials(#[source] crate::process::credentials::CredentialsError),
     /// `rest.token-file` cannot be read as a token (text).
     #[error("cannot read the REST token from rest.token-file {path}")]
@@ -246,8 +248,7 @@ impl Endpoint {
             .map(Path::to_owned)
             .or_else(|| env(ENV_CONFIG).filter(|v| !v.is_empty()).map(PathBuf::from));
         let loaded = load_client_config(config_path.as_deref(), &env)?;
-        let leader = crate::ha::zookeeper::ZooKeeperSettings::of(&loaded);
-        let rest = loaded.rest;
+        let rest = loaded.rest.clone();
         let bad = |source_name: String, given: &str, reason| EndpointError::BadUrl {
             source_name,
             given: given.to_owned(),
@@ -264,7 +265,10 @@ impl Endpoint {
                 .parse()
                 .map_err(|reason| bad(ENV_JOBMANAGER.to_owned(), &value, reason))?;
             (url, EndpointSource::Env)
-        } else if let (Some(settings), Some(path)) = (leader, &config_path) {
+        } else if let (Some(settings), Some(path)) = (
+            leader_settings(&loaded, config_path.is_some(), &env)?,
+            &config_path,
+        ) {
             let no_leader = |source| EndpointError::NoLeader {
                 quorum: settings.quorum.clone(),
                 source,
@@ -333,6 +337,34 @@ impl Endpoint {
         };
         Ok(Self { url, source, token })
     }
+}
+
+/// How to find the leader of the high-availability cluster `config` describes (when it came
+/// from a file, not only defaults), verifying its published information with the cluster
+/// secret: `FLINT_SECRET`, else the one a `flint jobmanager` of this user generated on this
+/// machine, else the empty secret of an `--insecure` cluster (whose information anyone can
+/// sign, and which a secured cluster's never verifies with).
+fn leader_settings(
+    config: &ClusterConfig,
+    from_file: bool,
+    env: &impl Fn(&str) -> Option<String>,
+) -> Result<Option<crate::ha::zookeeper::ZooKeeperSettings>, EndpointError> {
+    if !from_file || !config.high_availability.is_enabled() {
+        return Ok(None);
+    }
+    let secret = match env(crate::process::SECRET_ENV).filter(|s| !s.is_empty()) {
+        Some(secret) => Secret::from_bytes(secret.into_bytes()),
+        None => crate::process::credentials::LocalCredentials::from_env(|name| {
+            env(name).map(std::ffi::OsString::from)
+        })
+        .ok()
+        .map(|local| local.secret())
+        .transpose()
+        .map_err(EndpointError::Credentials)?
+        .flatten()
+        .unwrap_or_else(Secret::insecure),
+    };
+    Ok(crate::ha::zookeeper::ZooKeeperSettings::of(config, &secret))
 }
 
 /// The configuration the client takes `rest.*` from: the cluster's loader over the file (if

@@ -49,7 +49,8 @@ pub trait JobGraphPointers {
     /// The ids of every job with a pointer, in order.
     fn job_ids(&self) -> impl Future<Output = Result<Vec<JobId>, HaError>>;
 
-    /// The file `job_id`'s pointer names, `None` if it has none (any more).
+    /// The file `job_id`'s pointer names, `None` if it has none (any more) or one this cluster
+    /// did not write (a forged pointer, logged).
     fn get(&self, job_id: JobId) -> impl Future<Output = Result<Option<String>, HaError>>;
 
     /// The worker pool size an operator set last (`PUT /cluster/pool-size`), `None` if none
@@ -99,7 +100,7 @@ impl ZooKeeperPointers {
 impl JobGraphPointers for ZooKeeperPointers {
     async fn put(&self, job_id: JobId, file: &str) -> Result<(), HaError> {
         let pointer = self.pointer_of(job_id);
-        let data = file.as_bytes();
+        let data = &self.settings.sign(&pointer, file.as_bytes());
         let options = CreateMode::Persistent.with_acls(self.settings.acls());
         let client = self.client().await?;
         match client.create(&pointer, data, &options).await {
@@ -145,13 +146,22 @@ impl JobGraphPointers for ZooKeeperPointers {
     async fn pool_size(&self) -> Result<Option<u32>, HaError> {
         let path = &self.pool_size;
         match self.client().await?.get_data(path).await {
-            Ok((data, _)) => Ok(std::str::from_utf8(&data)
-                .ok()
-                .and_then(|text| text.trim().parse().ok())
-                .or_else(|| {
-                    log::warn!("job graph store: ignoring {path}: not a pool size");
+            Ok((data, _)) => Ok(match self.settings.verify(path, &data) {
+                Ok(size) => std::str::from_utf8(size)
+                    .ok()
+                    .and_then(|text| text.trim().parse().ok())
+                    .or_else(|| {
+                        log::warn!("job graph store: ignoring {path}: not a pool size");
+                        None
+                    }),
+                Err(error) => {
+                    log::warn!(
+                        "job graph store: ignoring the pool size: {}",
+                        crate::base::error_chain::ErrorChain(&error)
+                    );
                     None
-                })),
+                }
+            }),
             Err(zookeeper_client::Error::NoNode) => Ok(None),
             Err(source) => Err(HaError::zk("read", path)(source)),
         }
@@ -159,13 +169,13 @@ impl JobGraphPointers for ZooKeeperPointers {
 
     async fn put_pool_size(&self, size: u32) -> Result<(), HaError> {
         let path = &self.pool_size;
-        let data = size.to_string();
+        let data = self.settings.sign(path, size.to_string().as_bytes());
         let options = CreateMode::Persistent.with_acls(self.settings.acls());
         let client = self.client().await?;
-        match client.create(path, data.as_bytes(), &options).await {
+        match client.create(path, &data, &options).await {
             Ok(_) => Ok(()),
             Err(zookeeper_client::Error::NodeExists) => client
-                .set_data(path, data.as_bytes(), None)
+                .set_data(path, &data, None)
                 .await
                 .map(drop)
                 .map_err(HaError::zk("set", path)),
@@ -176,7 +186,17 @@ impl JobGraphPointers for ZooKeeperPointers {
     async fn get(&self, job_id: JobId) -> Result<Option<String>, HaError> {
         let pointer = self.pointer_of(job_id);
         match self.client().await?.get_data(&pointer).await {
-            Ok((data, _)) => Ok(Some(String::from_utf8_lossy(&data).into_owned())),
+            // A forged pointer is no pointer: its job is neither run nor shown.
+            Ok((data, _)) => match self.settings.verify(&pointer, &data) {
+                Ok(file) => Ok(Some(String::from_utf8_lossy(file).into_owned())),
+                Err(error) => {
+                    log::warn!(
+                        "job graph store: ignoring a job graph pointer: {}",
+                        crate::base::error_chain::ErrorChain(&error)
+                    );
+                    Ok(None)
+                }
+            },
             Err(zookeeper_client::Error::NoNode) => Ok(None),
             Err(source) => Err(HaError::zk("read", &pointer)(source)),
         }

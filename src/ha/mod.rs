@@ -21,6 +21,9 @@
 //! - [`job_graph_store`]: submitted job graphs in `high-availability.storageDir`, pointers in
 //!   ZooKeeper, as Flink's `ZooKeeperJobGraphStore` keeps them (the pointers behind
 //!   [`JobGraphPointers`], so the simulation keeps them in its coordination service).
+//! - [`signed`]: the leader information, job graph pointers and pool size are signed with the
+//!   cluster secret and verified before use, so a writer of the znodes without the secret can
+//!   neither redirect the cluster nor make it run anything.
 //! - [`task_manager`]: the `flint taskmanager` side (following the published leader); the
 //!   `flint jobmanager` side, which starts a JobManager node while it leads, is
 //!   `crate::cluster::leader_loop`, above the actors.
@@ -39,6 +42,7 @@ pub mod election;
 pub mod job_graph_store;
 pub mod lease;
 pub mod retrieval;
+pub mod signed;
 pub mod task_manager;
 pub mod zookeeper;
 
@@ -132,6 +136,16 @@ pub enum HaError {
     /// else could write it (or read the credential). Not retryable without the operator.
     #[error("refusing an untrusted high-availability file or directory")]
     Untrusted(#[from] crate::env::private::PrivateError),
+    /// A znode's data is not signed with this process's cluster secret: someone without the
+    /// secret wrote it (see [`signed`]). Not retryable until a real leader rewrites it.
+    #[error("refusing the data of the znode {path}")]
+    Unverified {
+        /// The znode.
+        path: String,
+        /// Why.
+        #[source]
+        source: signed::SignatureError,
+    },
     /// The ZooKeeper credential file does not hold `user:password`.
     #[error("{path} does not hold `user:password` (high-availability.zookeeper.client.auth-file)")]
     BadCredential {

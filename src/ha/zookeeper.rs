@@ -22,14 +22,16 @@ use zookeeper_client::{Acls, Client, CreateMode, CreateOptions, SessionState};
 
 use super::election::{LeaderElectionService, Leadership};
 use super::retrieval::LeaderRetrievalService;
-use super::{HaError, LeaderInformation, ZnodePaths};
+use super::{HaError, LeaderInformation, ZnodePaths, signed};
 use crate::config::ClusterConfig;
+use crate::transport::handshake::Secret;
 
 /// The prefix of every latch node (followed by ZooKeeper's ten-digit sequence).
 const LATCH_PREFIX: &str = "latch-";
 
-/// How to reach ZooKeeper and where this cluster's znodes are.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// How to reach ZooKeeper, where this cluster's znodes are, and the secret their data is
+/// signed with.
+#[derive(Debug, Clone)]
 pub struct ZooKeeperSettings {
     /// `high-availability.zookeeper.quorum`.
     pub quorum: String,
@@ -42,12 +44,16 @@ pub struct ZooKeeperSettings {
     /// `high-availability.zookeeper.client.auth-file`: the `user:password` file sessions
     /// authenticate with (digest), which also makes every znode `CREATOR_ALL`.
     pub auth_file: Option<std::path::PathBuf>,
+    /// The cluster secret: what this process writes is signed with it, what it reads must
+    /// verify with it ([`signed`]).
+    pub secret: Secret,
 }
 
 impl ZooKeeperSettings {
-    /// The settings of a configuration with `high-availability.type = "zookeeper"`; `None`
-    /// otherwise (a validated configuration with it always names a quorum).
-    pub fn of(config: &ClusterConfig) -> Option<Self> {
+    /// The settings of a configuration with `high-availability.type = "zookeeper"`, signing
+    /// and verifying with `secret`; `None` otherwise (a validated configuration with it always
+    /// names a quorum).
+    pub fn of(config: &ClusterConfig, secret: &Secret) -> Option<Self> {
         let ha = &config.high_availability;
         if !ha.is_enabled() {
             return None;
@@ -58,6 +64,7 @@ impl ZooKeeperSettings {
             connection_timeout: ha.connection_timeout,
             paths: ZnodePaths::new(&ha.root, ha.cluster_id_or(config.cluster.id.as_str())),
             auth_file: ha.auth_file.clone(),
+            secret: secret.clone(),
         })
     }
 
@@ -68,6 +75,26 @@ impl ZooKeeperSettings {
             Some(_) => Acls::creator_all(),
             None => Acls::anyone_all(),
         }
+    }
+
+    /// `payload` signed for the znode at `path`.
+    pub(crate) fn sign(&self, path: &str, payload: &[u8]) -> Vec<u8> {
+        signed::sign(&self.secret, path, payload)
+    }
+
+    /// The payload of the znode at `path`, or [`HaError::Unverified`] if it is not signed with
+    /// this cluster's secret.
+    pub(crate) fn verify<'a>(&self, path: &str, data: &'a [u8]) -> Result<&'a [u8], HaError> {
+        signed::verify(&self.secret, path, data).map_err(|source| HaError::Unverified {
+            path: path.to_owned(),
+            source,
+        })
+    }
+
+    /// The leader information in the data of the `leader` znode, verified.
+    fn leader_of(&self, data: &[u8]) -> Result<Option<LeaderInformation>, HaError> {
+        let leader = self.paths.leader();
+        Ok(LeaderInformation::from_bytes(self.verify(&leader, data)?))
     }
 
     /// The digest credential (`user:password`) of the auth file, if one is configured.
@@ -136,7 +163,8 @@ const CONNECT_ATTEMPT: Duration = Duration::from_secs(4);
 const CONNECT_RETRY_PAUSE: Duration = Duration::from_millis(100);
 
 /// The leader published now, for a command-line client outside any runtime: one session on a
-/// runtime of its own, one read.
+/// runtime of its own, one read. A leader znode not signed with the settings' secret is an
+/// error ([`HaError::Unverified`]): the client must not send its token there.
 pub fn current_leader(settings: &ZooKeeperSettings) -> Result<Option<LeaderInformation>, HaError> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -146,7 +174,7 @@ pub fn current_leader(settings: &ZooKeeperSettings) -> Result<Option<LeaderInfor
         let client = settings.connect().await?;
         let leader = settings.paths.leader();
         match client.get_data(&leader).await {
-            Ok((data, _)) => Ok(LeaderInformation::from_bytes(&data)),
+            Ok((data, _)) => settings.leader_of(&data),
             Err(zookeeper_client::Error::NoNode) => Ok(None),
             Err(source) => Err(HaError::zk("read", &leader)(source)),
         }
@@ -313,7 +341,7 @@ impl LeaderElectionService for ZooKeeperLeaderElection {
         let client = self.client().await?;
         let leader = self.settings.paths.leader();
         let own_session = client.session_id().0;
-        let data = info.to_bytes();
+        let data = self.settings.sign(&leader, &info.to_bytes());
         for _ in 0..3 {
             match client
                 .create(&leader, &data, &ephemeral(self.settings.acls()))
@@ -426,7 +454,15 @@ impl ZooKeeperLeaderRetrieval {
             match client.get_and_watch_data(&leader).await {
                 Ok((data, _, watcher)) => {
                     self.watcher = Some(watcher);
-                    return Ok(LeaderInformation::from_bytes(&data));
+                    // Forged leader information is no leader: followed, a rogue address would
+                    // at best fail the handshake; logged each time it changes.
+                    return Ok(self.settings.leader_of(&data).unwrap_or_else(|error| {
+                        log::warn!(
+                            "leader retrieval: {}",
+                            crate::base::error_chain::ErrorChain(&error)
+                        );
+                        None
+                    }));
                 }
                 Err(zookeeper_client::Error::NoNode) => {
                     let (stat, watcher) = client

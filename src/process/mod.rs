@@ -308,7 +308,7 @@ pub async fn run_job_manager(
     let config = options.config;
     config.validate()?;
     // High availability: an unreachable quorum refuses to start, before anything binds.
-    let zookeeper = match ZooKeeperSettings::of(&config) {
+    let zookeeper = match ZooKeeperSettings::of(&config, &options.secret) {
         Some(settings) => {
             let client = settings.connect().await?;
             Some((settings, client))
@@ -498,7 +498,10 @@ pub async fn run_task_manager(
     let config = options.config;
     config.validate()?;
     // Without --jobmanager, leader retrieval finds the leader; its quorum must answer now.
-    let retrieval = match (&options.job_manager, ZooKeeperSettings::of(&config)) {
+    let retrieval = match (
+        &options.job_manager,
+        ZooKeeperSettings::of(&config, &options.secret),
+    ) {
         (Some(_), _) => None,
         (None, Some(settings)) => {
             drop(settings.connect().await?);

@@ -127,7 +127,7 @@ const NONCE_LEN: usize = 32;
 /// The block size of SHA-256: HMAC's key length after RFC 2104 key preparation.
 const HMAC_BLOCK: usize = 64;
 
-type HmacSha256 = Hmac<Sha256>;
+pub(crate) type HmacSha256 = Hmac<Sha256>;
 
 /// The shared cluster secret. Its `Debug` never shows the bytes, so it cannot leak through a
 /// logged config.
@@ -157,6 +157,13 @@ impl Secret {
     /// Whether this is the insecure (empty) secret, so a caller can warn loudly about it.
     pub fn is_insecure(&self) -> bool {
         self.0.is_empty()
+    }
+
+    /// A fresh HMAC-SHA256 keyed with this secret, for whatever else the cluster secret
+    /// authenticates (the znodes of [`crate::ha::signed`]); each use starts with a domain of
+    /// its own, so no MAC made for one purpose passes for another.
+    pub(crate) fn mac(&self) -> HmacSha256 {
+        <HmacSha256 as hmac::digest::KeyInit>::new(&self.hmac_key().into())
     }
 
     /// The HMAC key prepared as RFC 2104 §2 prescribes: hashed if longer than a block, then

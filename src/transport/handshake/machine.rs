@@ -3,7 +3,6 @@
 //! parent module and a simulated transport run the same logic.
 
 use hmac::Mac;
-use hmac::digest::KeyInit;
 
 use super::{
     DOMAIN, Dial, Established, HandshakeConfig, HandshakeError, HandshakeMessage, Hello,
@@ -356,7 +355,7 @@ pub(super) fn proof(secret: &Secret, role: Role, prover: &Hello, verifier: &Hell
         Role::Initiator => (prover, verifier),
         Role::Acceptor => (verifier, prover),
     };
-    let mut mac = <HmacSha256 as KeyInit>::new(&secret.hmac_key().into());
+    let mut mac = secret.mac();
     mac.update(DOMAIN);
     mac.update(&[role.byte()]);
     update_field(&mut mac, initiator.node_id.as_bytes());
