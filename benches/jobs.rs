@@ -217,6 +217,7 @@ fn scheduler_round(parallelism: u32, exchange: ExchangeMode, phases: &mut Phases
 async fn end_to_end(parallelism: u32, rounds: usize) -> f64 {
     let mut config = ClusterConfig::default();
     config.resourcemanager.pool_size = 100;
+    config.resourcemanager.max_pool_size = 100;
     config.taskmanager.slots = 100;
     // Every consumer of an all-to-all edge reserves 2 exclusive buffers per channel (Flink's
     // default): at P = 1,000 that is 64 MB per task, 100 tasks per TaskManager. The buffers are

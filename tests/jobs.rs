@@ -260,6 +260,50 @@ async fn the_pool_grows_with_demand_and_shrinks_back_when_idle() {
     cluster.shutdown().await.unwrap();
 }
 
+/// Issue 34: one job's demand grows the pool by at most `resourcemanager.max-workers-per-job`
+/// TaskManagers beyond the slots it holds; its regions then run in waves on them. Without the
+/// cap this job would take the pool to 3 (6 one-slot regions on 2-slot TaskManagers).
+#[actix::test]
+#[allow(clippy::disallowed_methods)] // samples the cluster while a real-time job runs
+async fn one_jobs_demand_grows_the_pool_by_at_most_max_workers_per_job() {
+    let mut config = config(1, 2);
+    config.resourcemanager.max_workers_per_job = 2;
+    config.heartbeat.timeout = DEMAND_TEST_HEARTBEAT_TIMEOUT;
+    let cluster = MiniCluster::start(config).unwrap();
+    cluster.wait_for_pool(1, DEADLINE).await.unwrap();
+    let job = cluster
+        .submit_job(sleepy(6, 300, RestartStrategyConfig::None))
+        .await
+        .unwrap();
+    cluster.wait_for_pool(2, DEADLINE).await.unwrap();
+    let give_up = std::time::Instant::now() + DEADLINE;
+    let details = loop {
+        let status = cluster.status().await.unwrap();
+        assert!(
+            status.demand <= 2 && status.target_pool_size <= 2,
+            "demand {} target {}: over the per-job cap",
+            status.demand,
+            status.target_pool_size
+        );
+        let details = cluster.job_status(job).await.unwrap();
+        if matches!(
+            details.summary.status,
+            JobStatus::Finished | JobStatus::Failed | JobStatus::Canceled
+        ) {
+            break details;
+        }
+        assert!(std::time::Instant::now() < give_up, "the job did not end");
+        actix_rt::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(
+        details.summary.status,
+        JobStatus::Finished,
+        "{:?}",
+        details.failure
+    );
+    cluster.shutdown().await.unwrap();
+}
+
 /// Issue 12 (declarative resources): the JobManager used to grow the pool by overriding the
 /// designated size and later set it back to what it had been, silently undoing a
 /// `flint pool-size` given meanwhile. Now jobs declare demand and the operator's size stands.

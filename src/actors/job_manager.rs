@@ -77,6 +77,9 @@ pub struct JobManagerSettings {
     pub scheduler: crate::config::SchedulerConfig,
     /// `jobmanager.max-subtasks`: the subtasks of unfinished jobs held at most.
     pub max_subtasks: u64,
+    /// `resourcemanager.max-workers-per-job`: the TaskManagers one job's demand may ask for
+    /// beyond the slots it holds.
+    pub max_workers_per_job: u32,
 }
 
 /// See the module docs.
@@ -136,7 +139,12 @@ impl JobManager {
         Self {
             rng: env.rng(NAME),
             address: env.address_of(NAME),
-            scheduler: Scheduler::new(env.rng("scheduler")).with_strategies(settings.scheduler),
+            scheduler: Scheduler::new(env.rng("scheduler"))
+                .with_strategies(settings.scheduler)
+                .with_job_cap(
+                    u64::from(settings.max_workers_per_job)
+                        * u64::from(settings.slots_per_task_manager.max(1)),
+                ),
             heartbeats: HeartbeatMonitor::new(settings.heartbeat.timeout),
             settings,
             env,

@@ -159,7 +159,7 @@ macro_rules! duration {
     };
 }
 
-static KEYS: [Key; 53] = [
+static KEYS: [Key; 54] = [
     // [cluster]
     Key {
         name: "cluster.id",
@@ -268,6 +268,19 @@ static KEYS: [Key; 53] = [
             field: Field {
                 get: |c| c.resourcemanager.max_pool_size.into(),
                 set: |c, v| c.resourcemanager.max_pool_size = narrow(v),
+            },
+        },
+    },
+    Key {
+        name: "resourcemanager.max-workers-per-job",
+        doc: "The TaskManagers one job's demand may ask for beyond the slots it holds (the pool growth one submission can cause).",
+        secret: false,
+        kind: Kind::Integer {
+            min: 1,
+            max: POOL_SIZE_LIMIT as u64,
+            field: Field {
+                get: |c| c.resourcemanager.max_workers_per_job.into(),
+                set: |c, v| c.resourcemanager.max_workers_per_job = narrow(v),
             },
         },
     },

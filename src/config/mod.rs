@@ -249,6 +249,9 @@ pub struct ResourceManagerConfig {
     pub pool_size: u32,
     /// `resourcemanager.max-pool-size`: no request may take the pool beyond it.
     pub max_pool_size: u32,
+    /// `resourcemanager.max-workers-per-job`: the TaskManagers one job's demand may ask for
+    /// beyond what it holds, so one submission cannot take the whole pool.
+    pub max_workers_per_job: u32,
     /// `resourcemanager.check-interval`: how often the pool is compared with its size.
     pub check_interval: Duration,
     /// `resourcemanager.taskmanager-registration`.
@@ -293,11 +296,17 @@ pub struct CommandConfig {
     pub hosts: Vec<String>,
 }
 
+/// The default `resourcemanager.max-pool-size` (and `max-workers-per-job`): what one host
+/// survives as `local_process` TaskManagers (a process each, with its threads and network
+/// buffers); a cluster of many machines raises it.
+pub const DEFAULT_MAX_POOL_SIZE: u32 = 64;
+
 impl Default for ResourceManagerConfig {
     fn default() -> Self {
         Self {
             pool_size: 1,
-            max_pool_size: 10_000,
+            max_pool_size: DEFAULT_MAX_POOL_SIZE,
+            max_workers_per_job: DEFAULT_MAX_POOL_SIZE,
             check_interval: Duration::from_secs(1),
             taskmanager_registration: WorkerRegistrationConfig::default(),
             start_worker: StartWorkerConfig::default(),

@@ -25,6 +25,7 @@ fn everything_changed() -> ClusterConfig {
     c.heartbeat.timeout = Duration::from_secs(3600);
     c.resourcemanager.pool_size = 9;
     c.resourcemanager.max_pool_size = 12;
+    c.resourcemanager.max_workers_per_job = 5;
     c.resourcemanager.check_interval = Duration::from_millis(300);
     c.resourcemanager.taskmanager_registration.timeout = Duration::from_secs(61);
     c.resourcemanager.start_worker.initial_backoff = Duration::from_millis(5);

@@ -447,6 +447,83 @@ fn queued_demand_counts_shared_slots_not_tasks() {
     assert_eq!(cluster.scheduler.slots_wanted(), 3 + 2);
 }
 
+/// Issue 34: one job cannot make the pool grow past the per-job cap, whatever it queues; what
+/// it holds (the operator sized the pool for it) it keeps; other jobs count beside it. The
+/// running total equals the sum over jobs at every step, through placing, losing a worker,
+/// releasing and forgetting.
+#[test]
+fn each_jobs_demand_counts_at_most_the_per_job_cap_beyond_what_it_holds() {
+    let other = JobId::from_u128(2);
+    let of = |job: JobId, vertex: usize, subtask: u32| SlotRequest {
+        task: TaskRef {
+            job,
+            vertex,
+            subtask,
+        },
+        ..request(vertex, subtask)
+    };
+    let mut cluster = TestCluster::new(1, 2);
+    cluster.scheduler = Scheduler::new(NodeRng::seed_from_u64(1)).with_job_cap(3);
+    cluster.scheduler.add_task_manager(tm(0), 2);
+    let check = |scheduler: &Scheduler| {
+        let sum: u64 = scheduler
+            .job_demand
+            .values()
+            .map(|demand| demand.capped(scheduler.job_cap))
+            .sum();
+        assert_eq!(scheduler.slots_wanted(), sum, "the running total drifted");
+        let used: u64 = scheduler.job_demand.values().map(|d| d.used).sum();
+        assert_eq!(used, scheduler.total_slots() - scheduler.free_slots());
+    };
+    // A job of parallelism 100 (one pipelined region: 100 slots at once) asks for 3.
+    cluster.bulk((0..100).map(|i| of(JOB, 0, i)).collect());
+    assert_eq!(cluster.serve(), []);
+    assert_eq!(cluster.scheduler.slots_wanted(), 3);
+    check(&cluster.scheduler);
+    // Another job's demand counts beside it, capped alike.
+    cluster.bulk(vec![of(other, 0, 0)]);
+    assert_eq!(cluster.serve(), [], "behind the head of the queue");
+    assert_eq!(cluster.scheduler.slots_wanted(), 3 + 1);
+    check(&cluster.scheduler);
+    cluster.scheduler.forget_job(JOB);
+    let placed = cluster.serve();
+    assert_eq!(placed.len(), 1, "the other job's, once the head went");
+    assert_eq!(cluster.scheduler.slots_wanted(), 1);
+    // A job holding more than the cap (the pool was sized for it) keeps it, and its queued
+    // regions ask for nothing beyond.
+    for n in 1..3 {
+        cluster.add_worker(n, 2);
+    }
+    for i in 0..5 {
+        cluster.bulk(vec![of(JOB, 1, i)]);
+    }
+    assert_eq!(cluster.serve().len(), 5);
+    assert_eq!(cluster.scheduler.slots_wanted(), 5 + 1);
+    cluster.bulk(vec![of(JOB, 1, 5), of(JOB, 1, 6)]);
+    cluster.bulk(vec![of(JOB, 1, 7)]);
+    assert_eq!(cluster.serve().len(), 0, "no free slot");
+    assert_eq!(
+        cluster.scheduler.slots_wanted(),
+        5 + 1,
+        "nothing beyond what it holds"
+    );
+    check(&cluster.scheduler);
+    // Losing a worker drops what it held; releasing and forgetting drop the rest.
+    cluster.lose_worker(1);
+    check(&cluster.scheduler);
+    cluster.scheduler.forget_job(JOB);
+    check(&cluster.scheduler);
+    for (task, _) in placed {
+        cluster.scheduler.release(&task);
+    }
+    check(&cluster.scheduler);
+    assert!(
+        cluster.scheduler.slots_wanted() <= 5,
+        "{}",
+        cluster.scheduler.slots_wanted()
+    );
+}
+
 #[test]
 fn forgetting_a_job_drops_its_queue() {
     let mut cluster = TestCluster::new(1, 1);
