@@ -972,13 +972,27 @@ fn a_submission_past_jobmanager_max_subtasks_is_a_503_until_jobs_end() {
     // is refused with 503 and the reason, nothing changes, and it succeeds once jobs ended.
     let mut config = config(1, 1);
     config.jobmanager.max_subtasks = 2;
+    refused_past_the_cap_until_jobs_end(config, "jobmanager.max-subtasks");
+}
+
+#[test]
+fn a_submission_past_jobmanager_max_jobs_is_a_503_until_jobs_end() {
+    // The same for the count of unfinished jobs, whatever their size.
+    let mut config = config(1, 1);
+    config.jobmanager.max_jobs = 2;
+    refused_past_the_cap_until_jobs_end(config, "jobmanager.max-jobs");
+}
+
+/// Two one-subtask jobs fill the cap `key` names; a third is refused with 503 naming it and
+/// changes nothing; once one job ended a submission is accepted again.
+fn refused_past_the_cap_until_jobs_end(config: flint::ClusterConfig, key: &str) {
     let cluster = RestCluster::start(config);
     let sleeper = serde_json::to_string(&sleeping_job(60_000)).unwrap();
     let first = cluster.submit(&sleeping_job(60_000));
     let second = cluster.submit(&sleeping_job(60_000));
     cluster
         .send("POST", "/jobs", Some(&sleeper))
-        .expect_error(503, "jobmanager.max-subtasks");
+        .expect_error(503, key);
     assert_eq!(job_list(&cluster).jobs.len(), 2);
     cluster
         .send("DELETE", &format!("/jobs/{first}"), None)

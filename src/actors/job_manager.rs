@@ -77,6 +77,8 @@ pub struct JobManagerSettings {
     pub scheduler: crate::config::SchedulerConfig,
     /// `jobmanager.max-subtasks`: the subtasks of unfinished jobs held at most.
     pub max_subtasks: u64,
+    /// `jobmanager.max-jobs`: the unfinished jobs held at most.
+    pub max_jobs: u64,
     /// `resourcemanager.max-workers-per-job`: the TaskManagers one job's demand may ask for
     /// beyond the slots it holds.
     pub max_workers_per_job: u32,

@@ -74,6 +74,7 @@ pub fn start_job_manager_node_leading(
             jobstore: config.jobstore,
             scheduler: config.jobmanager.scheduler,
             max_subtasks: config.jobmanager.max_subtasks,
+            max_jobs: config.jobmanager.max_jobs,
             max_workers_per_job: config.resourcemanager.max_workers_per_job,
         },
         leader_session_id,

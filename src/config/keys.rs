@@ -159,7 +159,7 @@ macro_rules! duration {
     };
 }
 
-static KEYS: [Key; 54] = [
+static KEYS: [Key; 55] = [
     // [cluster]
     Key {
         name: "cluster.id",
@@ -281,6 +281,19 @@ static KEYS: [Key; 54] = [
             field: Field {
                 get: |c| c.resourcemanager.max_workers_per_job.into(),
                 set: |c, v| c.resourcemanager.max_workers_per_job = narrow(v),
+            },
+        },
+    },
+    Key {
+        name: "jobmanager.max-jobs",
+        doc: "The unfinished jobs a JobManager holds at most; a submission beyond it is refused (503).",
+        secret: false,
+        kind: Kind::Integer {
+            min: 1,
+            max: u32::MAX as u64,
+            field: Field {
+                get: |c| c.jobmanager.max_jobs,
+                set: |c, v| c.jobmanager.max_jobs = v,
             },
         },
     },

@@ -475,6 +475,9 @@ pub struct JobManagerSection {
     /// a submission beyond it is refused (REST 503) rather than let waiting jobs (about 500
     /// bytes per subtask) exhaust the JobManager's memory. Recovered jobs are never refused.
     pub max_subtasks: u64,
+    /// `jobmanager.max-jobs`: the unfinished jobs one JobManager holds at most, whatever their
+    /// size (each costs its graphs and bookkeeping beyond its subtasks); refused the same way.
+    pub max_jobs: u64,
 }
 
 impl Default for JobManagerSection {
@@ -482,6 +485,7 @@ impl Default for JobManagerSection {
         Self {
             scheduler: SchedulerConfig::default(),
             max_subtasks: 1_000_000,
+            max_jobs: 10_000,
         }
     }
 }

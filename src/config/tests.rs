@@ -63,6 +63,7 @@ fn everything_changed() -> ClusterConfig {
     c.rest.allowed_hosts = vec!["flint.example".into(), "proxy:8443".into()];
     c.rest.read_without_token = true;
     c.jobmanager.max_subtasks = 5_000;
+    c.jobmanager.max_jobs = 7;
     c.job.allowed_paths = vec!["/data/in".into(), "/data out".into()];
     c.high_availability = crate::config::HighAvailabilityConfig {
         kind: crate::config::HighAvailabilityKind::ZooKeeper,

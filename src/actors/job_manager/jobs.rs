@@ -331,12 +331,20 @@ impl JobManager {
     /// Refuses a submission that would take the subtasks of unfinished jobs past
     /// `jobmanager.max-subtasks` (each waiting subtask costs memory here). O(jobs).
     fn check_capacity(&self, graph: &crate::job::graph::JobGraph) -> Result<(), JobError> {
-        let held: u64 = self
-            .jobs
-            .values()
-            .filter(|job| !job.status().is_globally_terminal())
-            .map(|job| u64::from(job.tasks_total()))
-            .sum();
+        let (mut jobs, mut held) = (0u64, 0u64);
+        for job in self.jobs.values() {
+            if !job.status().is_globally_terminal() {
+                jobs += 1;
+                held += u64::from(job.tasks_total());
+            }
+        }
+        let max_jobs = self.settings.max_jobs;
+        if jobs >= max_jobs {
+            return Err(JobError::Overloaded(format!(
+                "the JobManager holds {jobs} unfinished jobs: jobmanager.max-jobs = {max_jobs}; \
+                 submit again when jobs have ended, or raise the key"
+            )));
+        }
         let wanted: u64 = graph
             .vertices
             .iter()

@@ -37,6 +37,7 @@ pub(super) fn settings() -> JobManagerSettings {
         jobstore: crate::config::JobStoreConfig::default(),
         scheduler: Default::default(),
         max_subtasks: 1_000_000,
+        max_jobs: 10_000,
         max_workers_per_job: 64,
     }
 }

@@ -77,6 +77,7 @@ fn start_job_manager(env: &NodeEnv) -> (Addr<JobManager>, ActorAddress) {
             jobstore: crate::config::JobStoreConfig::default(),
             scheduler: Default::default(),
             max_subtasks: 1_000_000,
+            max_jobs: 10_000,
             max_workers_per_job: 64,
         },
         session,
