@@ -113,6 +113,19 @@ pub const PROTOCOL_VERSION: u32 = 9;
 /// allocate before it has proved anything.
 pub const MAX_HANDSHAKE_MESSAGE: usize = 4096;
 
+/// The acceptor's byte-rate floor under each handshake message it receives (issue 34): a
+/// message must arrive in full within [`MESSAGE_GRACE`] plus its length at [`RATE_FLOOR`], or
+/// the connection is dropped ([`HandshakeError::TooSlow`]). A real dialler sends its `Hello`
+/// and `Dial` the moment it connects and its `Proof` one round trip later, so it is never near
+/// the floor; a peer that drips bytes, or stalls after its `Hello`, gives its pre-authentication
+/// slot back after about half a second instead of holding it for the whole handshake timeout.
+/// Only the acceptor applies it: the dialler's wait for the `Verdict` includes the acceptor's
+/// admission, which may probe an old connection first.
+pub const MESSAGE_GRACE: Duration = Duration::from_millis(500);
+
+/// See [`MESSAGE_GRACE`]: bytes per second.
+pub const RATE_FLOOR: u64 = 16 * 1024;
+
 /// The longest reason a refusing acceptor's `Verdict` carries (longer ones are cut): it ends up
 /// in the dialler's log.
 pub const MAX_REFUSAL_REASON: usize = 256;
@@ -375,6 +388,13 @@ pub enum HandshakeError {
         /// The configured timeout.
         after: Duration,
     },
+    /// Acceptor: a handshake message did not arrive at the byte-rate floor (see
+    /// [`MESSAGE_GRACE`]): the peer drips, stalls, or is not a Flint node. Retryable.
+    #[error("the peer sent a handshake message too slowly (not within {allowed:?})")]
+    TooSlow {
+        /// The time the message was allowed.
+        allowed: Duration,
+    },
     /// The peer closed the connection before the handshake finished (it may have refused us).
     /// Retryable.
     #[error("peer closed the connection during the handshake")]
@@ -413,7 +433,10 @@ impl HandshakeError {
     pub fn is_retryable(&self) -> bool {
         matches!(
             self,
-            HandshakeError::Timeout { .. } | HandshakeError::Closed | HandshakeError::Io(_)
+            HandshakeError::Timeout { .. }
+                | HandshakeError::TooSlow { .. }
+                | HandshakeError::Closed
+                | HandshakeError::Io(_)
         )
     }
 }
@@ -445,7 +468,7 @@ pub async fn initiate<S: AsyncRead + AsyncWrite + Unpin>(
     rng: &mut NodeRng,
 ) -> Result<Established, HandshakeError> {
     let (machine, first) = Handshake::initiator(config, dialled, rng);
-    run(stream, config, machine, first, no_admission).await
+    run(stream, config, machine, first, no_admission, false).await
 }
 
 /// An initiator never admits anyone; its machine never asks.
@@ -468,7 +491,7 @@ where
     F: Future<Output = Result<(), String>>,
 {
     let (machine, first) = Handshake::acceptor(config, rng);
-    run(stream, config, machine, first, admit).await
+    run(stream, config, machine, first, admit, true).await
 }
 
 async fn run<S, A, F>(
@@ -477,13 +500,14 @@ async fn run<S, A, F>(
     machine: Handshake,
     first: HandshakeAction,
     admit: A,
+    floor: bool,
 ) -> Result<Established, HandshakeError>
 where
     S: AsyncRead + AsyncWrite + Unpin,
     A: FnOnce(String) -> F,
     F: Future<Output = Result<(), String>>,
 {
-    tokio::time::timeout(config.timeout, drive(stream, machine, first, admit))
+    tokio::time::timeout(config.timeout, drive(stream, machine, first, admit, floor))
         .await
         .unwrap_or(Err(HandshakeError::Timeout {
             after: config.timeout,
@@ -495,6 +519,7 @@ async fn drive<S, A, F>(
     mut machine: Handshake,
     mut action: HandshakeAction,
     admit: A,
+    floor: bool,
 ) -> Result<Established, HandshakeError>
 where
     S: AsyncRead + AsyncWrite + Unpin,
@@ -508,7 +533,7 @@ where
                 write_message(stream, &message).await?;
                 machine.on(HandshakeEvent::Sent)
             }
-            HandshakeAction::Receive => machine.on(read_message(stream).await?.into()),
+            HandshakeAction::Receive => machine.on(read_message_by(stream, floor).await?.into()),
             HandshakeAction::Admit(peer) => {
                 // The machine asks once per handshake; a second ask finds `None` and refuses.
                 let decision = match admit.take() {
@@ -547,11 +572,28 @@ async fn write_message<S: AsyncWrite + Unpin>(
 
 /// Reads exactly one length-prefixed message, checking the length before allocating for it, and
 /// not one byte more (no read-ahead: what follows belongs to the steady-state codec).
+#[cfg(test)]
 async fn read_message<S: AsyncRead + Unpin>(
     stream: &mut S,
 ) -> Result<HandshakeMessage, HandshakeError> {
+    read_message_by(stream, false).await
+}
+
+/// [`read_message`], at the byte-rate floor if `floor` (see [`MESSAGE_GRACE`]): the length
+/// within the grace, the whole message within the grace plus its length at [`RATE_FLOOR`].
+async fn read_message_by<S: AsyncRead + Unpin>(
+    stream: &mut S,
+    floor: bool,
+) -> Result<HandshakeMessage, HandshakeError> {
+    let started = tokio::time::Instant::now();
     let mut header = [0u8; 4];
-    stream.read_exact(&mut header).await.map_err(io_error)?;
+    within(
+        floor,
+        started,
+        MESSAGE_GRACE,
+        stream.read_exact(&mut header),
+    )
+    .await?;
     let length = usize::try_from(u32::from_be_bytes(header)).unwrap_or(usize::MAX);
     if length > MAX_HANDSHAKE_MESSAGE {
         return Err(HandshakeError::TooLarge {
@@ -560,8 +602,27 @@ async fn read_message<S: AsyncRead + Unpin>(
         });
     }
     let mut body = vec![0u8; length];
-    stream.read_exact(&mut body).await.map_err(io_error)?;
+    // `length` is at most MAX_HANDSHAKE_MESSAGE: the product cannot overflow.
+    let allowed = MESSAGE_GRACE + Duration::from_micros(length as u64 * 1_000_000 / RATE_FLOOR);
+    within(floor, started, allowed, stream.read_exact(&mut body)).await?;
     codec::decode(&body).map_err(HandshakeError::Malformed)
+}
+
+/// `read`, by `started + allowed` if `floor`.
+async fn within<T>(
+    floor: bool,
+    started: tokio::time::Instant,
+    allowed: Duration,
+    read: impl Future<Output = io::Result<T>>,
+) -> Result<T, HandshakeError> {
+    let done = if floor {
+        tokio::time::timeout_at(started + allowed, read)
+            .await
+            .map_err(|_| HandshakeError::TooSlow { allowed })?
+    } else {
+        read.await
+    };
+    done.map_err(io_error)
 }
 
 /// A connection that ended (EOF mid-message, or a write to a closed peer) is `Closed`; anything
