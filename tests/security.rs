@@ -461,3 +461,161 @@ async fn file_sources_and_sinks_stay_inside_job_allowed_paths() {
     let _ = jm.child.wait();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// One slow talker from `source`, forever: connect, send a handshake length prefix and then one
+/// byte every `drip`, and as soon as the server drops it, connect again, until `stop`.
+async fn drip_one(
+    target: std::net::SocketAddr,
+    source: std::net::IpAddr,
+    stop: Arc<AtomicBool>,
+    dropped: Arc<AtomicUsize>,
+) {
+    use tokio::io::AsyncWriteExt;
+    while !stop.load(Ordering::Relaxed) {
+        let Ok(socket) = tokio::net::TcpSocket::new_v4() else {
+            return;
+        };
+        if socket.bind((source, 0).into()).is_err() {
+            return;
+        }
+        let Ok(mut stream) = socket.connect(target).await else {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
+        };
+        let mut alive = stream.write_all(&200u32.to_be_bytes()).await.is_ok();
+        while alive && !stop.load(Ordering::Relaxed) {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            alive = stream.write_all(b"x").await.is_ok();
+            // A dropped connection shows as end of stream (or a reset) to a read.
+            let mut probe = [0u8; 64];
+            if let Ok(Ok(read)) =
+                tokio::time::timeout(Duration::from_millis(1), stream.read(&mut probe)).await
+            {
+                alive &= read > 0;
+            }
+        }
+        dropped.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Issue 34 (item 5 of the "why"): sockets that talk slowly from twenty addresses of 127/8 held
+/// every pre-authentication slot, kept real TaskManagers out and failed a running job through
+/// its TaskManagers' data ports. Now each source network has its share and a dripping peer is
+/// dropped at the byte-rate floor: with slow talkers on the JobManager's port and on both
+/// TaskManagers' ports, the TaskManagers register and an all-to-all job finishes.
+#[actix::test]
+async fn slow_talkers_from_many_loopback_addresses_keep_no_node_and_no_data_port_from_working() {
+    const SOURCES: u8 = 20;
+    const PER_SOURCE: usize = 4;
+    let dir = scratch("slow-talkers");
+    let tmp = dir.join("tmp");
+    std::fs::create_dir_all(&tmp).unwrap();
+    let jm = job_manager(
+        &[
+            "--pool-size",
+            "0",
+            "-D",
+            "resourcemanager.driver=standalone",
+        ],
+        &tmp,
+        &dir.join("jobmanager.log"),
+    );
+    let client = Client::connect(
+        Client::loopback_config(Secret::from_bytes(SECRET), 1),
+        &jm.address,
+    )
+    .await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut talkers = Vec::new();
+    let mut flood = |target: &str| {
+        let target: std::net::SocketAddr = target.parse().expect("a host:port");
+        let dropped = Arc::new(AtomicUsize::new(0));
+        for source in 0..SOURCES {
+            for _ in 0..PER_SOURCE {
+                talkers.push(actix::spawn(drip_one(
+                    target,
+                    std::net::IpAddr::from([127, 0, 0, 2 + source]),
+                    Arc::clone(&stop),
+                    Arc::clone(&dropped),
+                )));
+            }
+        }
+        dropped
+    };
+    let on_job_manager = flood(&jm.address);
+
+    // Two TaskManagers register through the slow talkers on the JobManager's port.
+    let mut task_managers: Vec<_> = ["tm-a", "tm-b"]
+        .into_iter()
+        .map(|id| {
+            Command::new(env!("CARGO_BIN_EXE_flint"))
+                .args(["taskmanager", "--jobmanager", &jm.address])
+                .args(["--resource-id", id, "--slots", "2"])
+                .env("FLINT_SECRET", SECRET)
+                .env("TMPDIR", &tmp)
+                .stdout(Stdio::null())
+                .stderr(std::fs::File::create(dir.join(format!("{id}.log"))).unwrap())
+                .spawn()
+                .expect("flint taskmanager starts")
+        })
+        .collect();
+    let status = client
+        .wait_for(
+            "both TaskManagers register through the slow talkers",
+            DEADLINE,
+            |s| s.task_managers.len() == 2,
+        )
+        .await;
+    // Then the TaskManagers' own ports (where their data connections arrive) get theirs.
+    let on_task_managers: Vec<_> = status
+        .task_managers
+        .iter()
+        .map(|tm| flood(&tm.location.address.node))
+        .collect();
+    let give_up = tokio::time::Instant::now() + DEADLINE;
+    let all_dropped = || {
+        std::iter::once(&on_job_manager)
+            .chain(&on_task_managers)
+            .all(|dropped| dropped.load(Ordering::Relaxed) >= usize::from(SOURCES))
+    };
+    while !all_dropped() {
+        assert!(
+            tokio::time::Instant::now() < give_up,
+            "the slow talkers were not dropped at the floor"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    // An all-to-all job across both TaskManagers: every data connection is opened now.
+    let mut job = flint::job::graph::JobGraph::builder("through-slow-talkers");
+    let source = job
+        .vertex("source", "noop", 2)
+        .config("count", "10000")
+        .index();
+    let sink = job.vertex("sink", "noop", 2).index();
+    job.edge(
+        source,
+        sink,
+        flint::job::graph::DistributionPattern::AllToAll,
+        flint::job::graph::ExchangeMode::Pipelined,
+    );
+    let job = client.submit(job.build(|_| true).unwrap()).await;
+    let done = client.wait_for_job(job, DEADLINE).await;
+    assert_eq!(
+        done.summary.status,
+        flint::job::states::JobStatus::Finished,
+        "{:?}",
+        done.failure
+    );
+
+    stop.store(true, Ordering::Relaxed);
+    for talker in talkers {
+        let _ = talker.await;
+    }
+    for task_manager in &mut task_managers {
+        terminate(task_manager);
+    }
+    client.endpoint.shutdown();
+    drop(jm);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -67,7 +67,7 @@ use std::io;
 use std::marker::PhantomData;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -243,15 +243,16 @@ impl Drop for AbandonOnDrop {
 enum Opening {
     /// This node dialled the node with this id (and will accept no other).
     Dial(String),
-    /// This node accepted it; the peer is admitted by [`Inner::admit_peer`].
-    Accept,
+    /// This node accepted it; the peer is admitted by [`Inner::admit_peer`]. How far the peer
+    /// got is noted for the admission of newcomers ([`accept::Progress`]).
+    Accept(Arc<accept::Progress>),
 }
 
 impl Opening {
     fn side(&self) -> Side {
         match self {
             Opening::Dial(_) => Side::Initiator,
-            Opening::Accept => Side::Acceptor,
+            Opening::Accept(_) => Side::Acceptor,
         }
     }
 }
@@ -505,7 +506,7 @@ impl Inner {
                     .map_err(timed_out)??;
                 self.establish(stream, opening).await?
             }
-            Opening::Accept => {
+            Opening::Accept(_) => {
                 let stream = tokio::time::timeout(timeout, tls.accept(stream))
                     .await
                     .map_err(timed_out)??;
@@ -532,9 +533,10 @@ impl Inner {
             Opening::Dial(peer) => {
                 connection::dial(stream, &peer, config, &mut rng, inbound).await?
             }
-            Opening::Accept => {
+            Opening::Accept(progress) => {
                 let endpoint = Arc::clone(self);
                 let admit = move |peer| endpoint.admit_peer(peer);
+                let stream = accept::FirstMessage::new(stream, progress);
                 connection::accept(stream, config, &mut rng, admit, inbound).await?
             }
         };

@@ -1,8 +1,11 @@
 //! The accepting side of the endpoint: the listener loop and the admission of streams that have
 //! not proven who they are yet. An accepted stream is nobody until its handshake succeeds: it
 //! gets `accept_timeout` for TLS and the handshake, counts against [`MAX_ACCEPTING_PER_SOURCE`]
-//! and [`MAX_ACCEPTING`], and is the first to be dropped for a newcomer while it has sent nothing
-//! (so idle sockets cannot keep a talking peer out).
+//! and [`MAX_ACCEPTING`], and is the first to be dropped for a newcomer while it has sent nothing,
+//! then while it has not sent one whole handshake message ([`Progress`]): idle sockets and
+//! sockets that drip their bytes cannot keep a peer that speaks at once out. What is left to an
+//! attacker on the same source network — a valid `Hello` per slot, then silence — is dropped at
+//! the handshake's byte-rate floor ([`crate::transport::handshake::MESSAGE_GRACE`]).
 
 use super::*;
 
@@ -23,9 +26,9 @@ struct PendingAccept {
     /// Where it came from (the network of a TCP peer, [`source_prefix`]): the unit of
     /// [`MAX_ACCEPTING_PER_SOURCE`].
     source: String,
-    /// Whether the peer has sent anything yet. A silent stream is the first to make room for a
-    /// newcomer; one that talks keeps its slot until its deadline.
-    talking: Arc<AtomicBool>,
+    /// How far the peer got: a silent stream is the first to make room for a newcomer, then
+    /// one that has not sent a whole message; one that has keeps its slot until its deadline.
+    progress: Arc<Progress>,
     /// Ends the handshake at once (sent when the slot is given to a newcomer).
     evict: oneshot::Sender<()>,
 }
@@ -37,10 +40,116 @@ pub(super) struct Accepting {
     pending: BTreeMap<u64, PendingAccept>,
 }
 
-/// A stream that notes when the first byte arrives from the peer (see [`PendingAccept`]).
+/// How far the peer of a handshake in progress got (see [`PendingAccept`]).
+#[derive(Debug, Default)]
+pub(super) struct Progress(AtomicU8);
+
+impl Progress {
+    /// Nothing arrived.
+    const SILENT: u8 = 0;
+    /// Some bytes arrived, not a whole handshake message.
+    const TALKING: u8 = 1;
+    /// A whole handshake message arrived: a peer that speaks the protocol.
+    const SPOKE: u8 = 2;
+
+    fn get(&self) -> u8 {
+        self.0.load(Ordering::Relaxed)
+    }
+
+    /// Moves up to `level` (never down).
+    fn reach(&self, level: u8) {
+        self.0.fetch_max(level, Ordering::Relaxed);
+    }
+}
+
+/// A stream that notes when the first byte arrives from the peer (see [`PendingAccept`]). It
+/// wraps the raw stream, under TLS if any.
 struct Watched {
     inner: BoxStream,
-    talking: Arc<AtomicBool>,
+    progress: Arc<Progress>,
+}
+
+/// A stream that notes when the peer's first whole handshake message (a length-prefixed frame)
+/// has been read. It wraps what the handshake reads (over TLS if any), so it sees the frames
+/// themselves; after the first one it only passes bytes on.
+pub(super) struct FirstMessage<S> {
+    inner: S,
+    progress: Arc<Progress>,
+    /// The first frame's length prefix, as it arrives.
+    header: [u8; 4],
+    /// Bytes of the first frame (prefix included) read so far; `None` once it is whole.
+    seen: Option<usize>,
+}
+
+impl<S> FirstMessage<S> {
+    pub(super) fn new(inner: S, progress: Arc<Progress>) -> Self {
+        Self {
+            inner,
+            progress,
+            header: [0; 4],
+            seen: Some(0),
+        }
+    }
+
+    /// Counts `bytes` just read towards the first frame.
+    fn count(&mut self, bytes: &[u8]) {
+        let Some(seen) = self.seen else {
+            return;
+        };
+        for (at, &byte) in (seen..).zip(bytes.iter().take(4usize.saturating_sub(seen))) {
+            self.header[at] = byte;
+        }
+        let seen = seen + bytes.len();
+        let whole = seen >= 4
+            && usize::try_from(u32::from_be_bytes(self.header))
+                .is_ok_and(|length| seen - 4 >= length);
+        if whole {
+            self.seen = None;
+            self.progress.reach(Progress::SPOKE);
+        } else {
+            self.seen = Some(seen);
+        }
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for FirstMessage<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let poll = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if self.seen.is_some() && buf.filled().len() > before {
+            let fresh = buf.filled()[before..].to_vec();
+            self.count(&fresh);
+        }
+        poll
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for FirstMessage<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
 }
 
 /// The source a stream counts against: the IP of `host:port`, or all of `from` if it is not one
@@ -77,20 +186,23 @@ fn source_prefix(ip: std::net::IpAddr) -> String {
 }
 
 impl Accepting {
-    /// The oldest handshake whose peer has not said anything yet, of `source` or of any.
-    fn oldest_silent(&self, source: Option<&str>) -> Option<u64> {
-        self.pending
-            .iter()
-            .find(|(_, pending)| {
-                !pending.talking.load(Ordering::Relaxed)
-                    && source.is_none_or(|source| pending.source == source)
+    /// The handshake to drop for a newcomer, of `source` or of any: the oldest whose peer has
+    /// said nothing yet, else the oldest whose peer has not sent a whole message.
+    fn victim(&self, source: Option<&str>) -> Option<u64> {
+        [Progress::SILENT, Progress::TALKING]
+            .into_iter()
+            .find_map(|level| {
+                self.pending.iter().find(|(_, pending)| {
+                    pending.progress.get() == level
+                        && source.is_none_or(|source| pending.source == source)
+                })
             })
             .map(|(slot, _)| *slot)
     }
 }
 
-/// What a connection was accepted with: its slot, its talking flag and its eviction notice.
-type Admission = (u64, Arc<AtomicBool>, oneshot::Receiver<()>);
+/// What a connection was accepted with: its slot, its progress and its eviction notice.
+type Admission = (u64, Arc<Progress>, oneshot::Receiver<()>);
 
 impl AsyncRead for Watched {
     fn poll_read(
@@ -100,8 +212,8 @@ impl AsyncRead for Watched {
     ) -> std::task::Poll<io::Result<()>> {
         let before = buf.filled().len();
         let poll = Pin::new(&mut self.inner).poll_read(cx, buf);
-        if buf.filled().len() > before && !self.talking.load(Ordering::Relaxed) {
-            self.talking.store(true, Ordering::Relaxed);
+        if buf.filled().len() > before && self.progress.get() == Progress::SILENT {
+            self.progress.reach(Progress::TALKING);
         }
         poll
     }
@@ -133,9 +245,10 @@ impl AsyncWrite for Watched {
 
 impl Inner {
     /// A slot for a handshake on a stream accepted from `source`, or `None` if every slot is
-    /// held by a peer that talks. Full slots are freed by evicting the oldest *silent* stream
-    /// (of this source if it holds its share, else of any): idle sockets, however many and
-    /// however fast they come back, cannot keep a peer that speaks at once from shaking hands.
+    /// held by a peer that sent a whole message. Full slots are freed by evicting the oldest
+    /// *silent* stream, else the oldest that has not sent a whole message (of this source if it
+    /// holds its share, else of any): idle or dripping sockets, however many and however fast
+    /// they come back, cannot keep a peer that speaks at once from shaking hands.
     pub(super) fn admit(&self, source: &str) -> Option<Admission> {
         let mut accepting = lock(&self.accepting);
         let of_source = accepting
@@ -144,9 +257,9 @@ impl Inner {
             .filter(|pending| pending.source == source)
             .count();
         let full = if of_source >= MAX_ACCEPTING_PER_SOURCE {
-            Some(accepting.oldest_silent(Some(source)))
+            Some(accepting.victim(Some(source)))
         } else if accepting.pending.len() >= MAX_ACCEPTING {
-            Some(accepting.oldest_silent(None))
+            Some(accepting.victim(None))
         } else {
             None
         };
@@ -162,17 +275,17 @@ impl Inner {
         }
         let slot = accepting.next;
         accepting.next += 1;
-        let talking = Arc::new(AtomicBool::new(false));
+        let progress = Arc::new(Progress::default());
         let (evict, evicted) = oneshot::channel();
         accepting.pending.insert(
             slot,
             PendingAccept {
                 source: source.to_owned(),
-                talking: Arc::clone(&talking),
+                progress: Arc::clone(&progress),
                 evict,
             },
         );
-        Some((slot, talking, evicted))
+        Some((slot, progress, evicted))
     }
 
     /// Accepts connections until the endpoint shuts down.
@@ -191,7 +304,7 @@ impl Inner {
                     continue;
                 }
             };
-            let Some((slot, talking, evicted)) = self.admit(&source_of(&from)) else {
+            let Some((slot, progress, evicted)) = self.admit(&source_of(&from)) else {
                 self.metrics.rejected_connections.increment();
                 log::warn!(
                     "{}: {MAX_ACCEPTING} handshakes in progress (at most \
@@ -202,19 +315,19 @@ impl Inner {
             };
             let stream: BoxStream = Box::new(Watched {
                 inner: stream,
-                talking,
+                progress: Arc::clone(&progress),
             });
             let endpoint = Arc::clone(&self);
             tokio::task::spawn_local(async move {
                 let established = tokio::select! {
                     biased;
                     Ok(()) = evicted => None,
-                    established = endpoint.open(stream, Opening::Accept, &from) => Some(established),
+                    established = endpoint.open(stream, Opening::Accept(progress), &from) => Some(established),
                 };
                 lock(&endpoint.accepting).pending.remove(&slot);
                 match established {
                     None => log::debug!(
-                        "{}: dropped the silent connection from {from} to make room",
+                        "{}: dropped the connection from {from} (nothing whole said) to make room",
                         endpoint.config.node_name
                     ),
                     Some(Ok((id, connection))) => endpoint.adopt_accepted(id, connection),
@@ -293,6 +406,69 @@ impl Inner {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_first_whole_frame_is_noticed_however_it_arrives() {
+        let frame: Vec<u8> = [&5u32.to_be_bytes()[..], b"hello", b"next frame"].concat();
+        // At once, byte by byte, and with the prefix split.
+        for cuts in [vec![frame.len()], vec![1; frame.len()], vec![2, 3, 4, 20]] {
+            let progress = Arc::new(Progress::default());
+            let mut watched = FirstMessage::new((), Arc::clone(&progress));
+            let mut at = 0;
+            let mut whole_at = None;
+            for cut in cuts.iter().copied() {
+                let end = (at + cut).min(frame.len());
+                watched.count(&frame[at..end]);
+                at = end;
+                if whole_at.is_none() && progress.get() == Progress::SPOKE {
+                    whole_at = Some(at);
+                }
+            }
+            let whole_at = whole_at.expect("the frame was whole");
+            assert!(
+                (9..=frame.len()).contains(&whole_at),
+                "{cuts:?}: {whole_at}"
+            );
+            if cuts.len() == frame.len() {
+                assert_eq!(whole_at, 9, "not before its last byte, not after");
+            }
+        }
+        // A prefix and part of the body is not a whole message.
+        let progress = Arc::new(Progress::default());
+        let mut watched = FirstMessage::new((), Arc::clone(&progress));
+        watched.count(&frame[..8]);
+        assert_ne!(progress.get(), Progress::SPOKE);
+    }
+
+    #[test]
+    fn a_newcomer_takes_the_slot_of_the_oldest_silent_then_partial_never_a_whole_speaker() {
+        let mut accepting = Accepting::default();
+        let mut add = |source: &str, level: u8| {
+            let progress = Arc::new(Progress::default());
+            progress.reach(level);
+            let slot = accepting.next;
+            accepting.next += 1;
+            accepting.pending.insert(
+                slot,
+                PendingAccept {
+                    source: source.to_owned(),
+                    progress,
+                    evict: oneshot::channel().0,
+                },
+            );
+            slot
+        };
+        let spoke = add("a", Progress::SPOKE);
+        let partial = add("a", Progress::TALKING);
+        let silent_b = add("b", Progress::SILENT);
+        let silent_a = add("a", Progress::SILENT);
+        assert_eq!(accepting.victim(Some("a")), Some(silent_a));
+        assert_eq!(accepting.victim(None), Some(silent_b));
+        accepting.pending.remove(&silent_a);
+        assert_eq!(accepting.victim(Some("a")), Some(partial));
+        accepting.pending.remove(&partial);
+        assert_eq!(accepting.victim(Some("a")), None, "{spoke} keeps its slot");
+    }
 
     #[test]
     fn a_source_is_the_network_a_host_can_pick_addresses_from() {
