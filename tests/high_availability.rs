@@ -446,6 +446,21 @@ fn the_clusters_znodes_are_closed_to_a_zookeeper_client_without_its_credential()
             "{}",
             String::from_utf8_lossy(&published)
         );
+        // Nor can the stranger delete the leader's latch node (forcing a failover), though
+        // the credential's holder sees its name.
+        let latch = format!("{cluster_path}/leaderlatch");
+        let nodes = member.list_children(&latch).await.expect("the latch nodes");
+        assert!(!nodes.is_empty());
+        for node in nodes {
+            refused(
+                stranger.delete(&format!("{latch}/{node}"), None).await,
+                "delete a latch node",
+            );
+        }
+        refused(
+            stranger.delete(&leader, None).await,
+            "delete the leader znode",
+        );
     });
     // The cluster works on, authenticated: both TaskManagers found the leader through it.
     cluster.wait_for_pool(&cluster.a.url());

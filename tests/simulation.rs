@@ -302,7 +302,9 @@ fn every_invariant_holds_over_the_data_plane_sweep() {
 /// Issue 12's elements among the classic faults: TaskManagers that give up on the JobManager
 /// first (a one-way cut longer than the heartbeat timeout) while they hold finished blocking
 /// results, operator resizes while a wide job has grown the pool, and shrinks while new workers
-/// register. Besides every invariant, the operator's size must stand at the end.
+/// register, and intruders without the secret connecting to the JobManager (silent, dripping,
+/// or shaking hands with a wrong secret: each must be dropped). Besides every invariant, the
+/// operator's size must stand at the end.
 /// `FLINT_SIM_FAILURE_SEED=n` replays seed `n` of it with its trace.
 #[test]
 fn every_invariant_holds_over_the_failure_sweep() {
@@ -312,6 +314,7 @@ fn every_invariant_holds_over_the_failure_sweep() {
     let options = |seed| {
         let mut options = SimOptions::new(seed);
         options.shape.failures = true;
+        options.shape.intruders = true;
         options
     };
     if let Some(seed) = env_u64("FLINT_SIM_FAILURE_SEED") {

@@ -28,6 +28,7 @@ pub mod driver;
 pub mod fencing;
 pub mod ha;
 pub mod host;
+pub mod intruder;
 pub mod invariants;
 pub mod jobs;
 pub mod lockstep;
@@ -202,6 +203,8 @@ struct Run {
     disturbances: Vec<Disturbance>,
     /// Deployments lost by the network so far that are counted in `disturbances`.
     deployments_lost_seen: u64,
+    /// The intruders started, each with its task and what became of it.
+    intruders: Vec<intruder::Started>,
 }
 
 /// How long after a fault ends it may still fail a task: heartbeat and registration timeouts
@@ -257,6 +260,7 @@ async fn simulate(options: SimOptions) -> SimReport {
         operator_pool: scenario.initial_pool,
         disturbances: Vec::new(),
         deployments_lost_seen: 0,
+        intruders: Vec::new(),
     };
 
     // The fault phase: actions at their times, a safety check after each, after every cluster
@@ -326,6 +330,7 @@ async fn simulate(options: SimOptions) -> SimReport {
             break;
         }
     }
+    run.check_intruders().await;
     let (jobs, failures) = run.final_statuses().await;
 
     let simulated = start.elapsed();
@@ -356,6 +361,24 @@ impl Run {
         }
     }
 
+    /// Every intruder was dropped (or could not connect), none admitted; waits for those still
+    /// trying (each gives up after [`intruder::INTRUDER_PATIENCE`]).
+    async fn check_intruders(&mut self) {
+        for (n, (task, outcome)) in std::mem::take(&mut self.intruders).into_iter().enumerate() {
+            let _ = task.await;
+            let outcome = outcome.get();
+            self.cluster
+                .trace
+                .record(format!("intruder {n}: {outcome:?}"));
+            match outcome {
+                Some(intruder::Outcome::NoConnection | intruder::Outcome::Dropped(_)) => {}
+                other => self.violation(format!(
+                    "intruder {n} without the secret was not dropped by the JobManager: {other:?}"
+                )),
+            }
+        }
+    }
+
     /// A TaskManager the JobManager lost may fail tasks.
     fn note_event(&mut self, event: &ClusterEvent) {
         if let ClusterEvent::TaskManagerLost { .. } = event {
@@ -383,7 +406,8 @@ impl Run {
             | Action::Cancel(_)
             | Action::Restart(_)
             | Action::StaleLeader(_)
-            | Action::StartFailures(_) => {}
+            | Action::StartFailures(_)
+            | Action::Intrude(_) => {}
         }
         let cluster = self.cluster.clone();
         let handles = cluster.job_manager();
@@ -467,6 +491,22 @@ impl Run {
                 }
             }
             Action::StaleLeader(index) => self.stale_leader(*index).await,
+            Action::Intrude(kind) => {
+                let n = self.intruders.len();
+                cluster
+                    .trace
+                    .record(format!("fault intruder {n} ({kind:?}) -> jobmanager"));
+                let outcome = Rc::new(std::cell::Cell::new(None));
+                let task = tokio::task::spawn_local(intruder::intrude(
+                    cluster.network.node(&format!("intruder-{n}:1")),
+                    cluster::JOB_MANAGER_NODE.to_owned(),
+                    *kind,
+                    cluster.config.cluster.id.clone(),
+                    self.rng.next_u64(),
+                    Rc::clone(&outcome),
+                ));
+                self.intruders.push((task, outcome));
+            }
             Action::StartFailures(share) => {
                 cluster
                     .trace

@@ -137,6 +137,8 @@ pub enum Action {
     StaleLeader(u64),
     /// The driver now fails this share of worker starts.
     StartFailures(f64),
+    /// A node without the secret connects to the JobManager ([`super::intruder`]).
+    Intrude(super::intruder::IntruderKind),
 }
 
 /// An action at a time.
@@ -179,6 +181,8 @@ pub struct Shape {
     /// Add issue 12's failure elements (see [`Scenario::failure_elements`]); drawn after every
     /// other draw, so a seed's classic scenario stays the same without them.
     pub failures: bool,
+    /// Add intruders ([`super::intruder`]), drawn after everything else for the same reason.
+    pub intruders: bool,
 }
 
 impl Default for Shape {
@@ -189,6 +193,7 @@ impl Default for Shape {
             max_steps: 12,
             jobs: JobMix::Classic,
             failures: false,
+            intruders: false,
         }
     }
 }
@@ -246,6 +251,20 @@ impl Scenario {
         });
         if shape.failures {
             steps.extend(Self::failure_elements(rng, max_pool, fault_ms));
+        }
+        if shape.intruders {
+            use super::intruder::IntruderKind;
+            for _ in 0..1 + below(rng, 3) {
+                let kind = match below(rng, 3) {
+                    0 => IntruderKind::Silent,
+                    1 => IntruderKind::Drip,
+                    _ => IntruderKind::WrongSecret,
+                };
+                steps.push(Step {
+                    at: millis(rng, 0, fault_ms),
+                    action: Action::Intrude(kind),
+                });
+            }
         }
         steps.sort_by_key(|step| step.at);
         Self {
