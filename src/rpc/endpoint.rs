@@ -536,7 +536,7 @@ impl Inner {
             Opening::Accept(progress) => {
                 let endpoint = Arc::clone(self);
                 let admit = move |peer| endpoint.admit_peer(peer);
-                let stream = accept::FirstMessage::new(stream, progress);
+                let stream = accept::first_message(stream, progress);
                 connection::accept(stream, config, &mut rng, admit, inbound).await?
             }
         };

@@ -62,93 +62,64 @@ impl Progress {
     }
 }
 
-/// A stream that notes when the first byte arrives from the peer (see [`PendingAccept`]). It
-/// wraps the raw stream, under TLS if any.
-struct Watched {
-    inner: BoxStream,
-    progress: Arc<Progress>,
+/// A stream that shows every byte it reads to `observe` (to note how far the peer got, see
+/// [`Progress`]); writes pass through.
+pub(super) struct Observed<S, F> {
+    inner: S,
+    observe: F,
 }
 
-/// A stream that notes when the peer's first whole handshake message (a length-prefixed frame)
-/// has been read. It wraps what the handshake reads (over TLS if any), so it sees the frames
-/// themselves; after the first one it only passes bytes on.
-pub(super) struct FirstMessage<S> {
+/// The raw stream (under TLS if any), noting the first byte from the peer.
+fn watched(inner: BoxStream, progress: Arc<Progress>) -> Observed<BoxStream, impl FnMut(&[u8])> {
+    Observed {
+        inner,
+        observe: move |_: &[u8]| progress.reach(Progress::TALKING),
+    }
+}
+
+/// What the handshake reads (over TLS if any, so it sees the frames themselves), noting when
+/// the peer's first whole handshake message has arrived.
+pub(super) fn first_message<S>(
     inner: S,
     progress: Arc<Progress>,
-    /// The first frame's length prefix, as it arrives.
-    header: [u8; 4],
-    /// Bytes of the first frame (prefix included) read so far; `None` once it is whole.
-    seen: Option<usize>,
+) -> Observed<S, impl FnMut(&[u8])> {
+    let mut frame = FirstFrame::default();
+    Observed {
+        inner,
+        observe: move |bytes: &[u8]| {
+            if frame.count(bytes) {
+                progress.reach(Progress::SPOKE);
+            }
+        },
+    }
 }
 
-impl<S> FirstMessage<S> {
-    pub(super) fn new(inner: S, progress: Arc<Progress>) -> Self {
-        Self {
-            inner,
-            progress,
-            header: [0; 4],
-            seen: Some(0),
-        }
-    }
+/// Counts bytes towards the first length-prefixed frame of a stream.
+#[derive(Debug, Default)]
+struct FirstFrame {
+    /// Its length prefix, as it arrives.
+    header: [u8; 4],
+    /// Bytes of it (prefix included) read so far.
+    seen: usize,
+    /// Whether it is whole.
+    whole: bool,
+}
 
-    /// Counts `bytes` just read towards the first frame.
-    fn count(&mut self, bytes: &[u8]) {
-        let Some(seen) = self.seen else {
-            return;
-        };
+impl FirstFrame {
+    /// Counts `bytes` just read; true once the first frame is whole (and from then on).
+    fn count(&mut self, bytes: &[u8]) -> bool {
+        if self.whole {
+            return true;
+        }
+        let seen = self.seen;
         for (at, &byte) in (seen..).zip(bytes.iter().take(4usize.saturating_sub(seen))) {
             self.header[at] = byte;
         }
-        let seen = seen + bytes.len();
-        let whole = seen >= 4
+        self.seen = seen + bytes.len();
+        self.whole = self.seen >= 4
             && usize::try_from(u32::from_be_bytes(self.header))
-                .is_ok_and(|length| seen - 4 >= length);
-        if whole {
-            self.seen = None;
-            self.progress.reach(Progress::SPOKE);
-        } else {
-            self.seen = Some(seen);
-        }
-    }
-}
-
-impl<S: AsyncRead + Unpin> AsyncRead for FirstMessage<S> {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        buf: &mut tokio::io::ReadBuf<'_>,
-    ) -> std::task::Poll<io::Result<()>> {
-        let before = buf.filled().len();
-        let poll = Pin::new(&mut self.inner).poll_read(cx, buf);
-        if self.seen.is_some() && buf.filled().len() > before {
-            let fresh = buf.filled()[before..].to_vec();
-            self.count(&fresh);
-        }
-        poll
-    }
-}
-
-impl<S: AsyncWrite + Unpin> AsyncWrite for FirstMessage<S> {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        buf: &[u8],
-    ) -> std::task::Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write(cx, buf)
-    }
-
-    fn poll_flush(
-        mut self: Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(
-        mut self: Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
+                .is_ok_and(|length| self.seen - 4 >= length);
+        self.whole
     }
 }
 
@@ -204,22 +175,23 @@ impl Accepting {
 /// What a connection was accepted with: its slot, its progress and its eviction notice.
 type Admission = (u64, Arc<Progress>, oneshot::Receiver<()>);
 
-impl AsyncRead for Watched {
+impl<S: AsyncRead + Unpin, F: FnMut(&[u8]) + Unpin> AsyncRead for Observed<S, F> {
     fn poll_read(
-        mut self: Pin<&mut Self>,
+        self: Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
         buf: &mut tokio::io::ReadBuf<'_>,
     ) -> std::task::Poll<io::Result<()>> {
+        let this = self.get_mut();
         let before = buf.filled().len();
-        let poll = Pin::new(&mut self.inner).poll_read(cx, buf);
-        if buf.filled().len() > before && self.progress.get() == Progress::SILENT {
-            self.progress.reach(Progress::TALKING);
+        let poll = Pin::new(&mut this.inner).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            (this.observe)(&buf.filled()[before..]);
         }
         poll
     }
 }
 
-impl AsyncWrite for Watched {
+impl<S: AsyncWrite + Unpin, F: Unpin> AsyncWrite for Observed<S, F> {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
@@ -313,10 +285,7 @@ impl Inner {
                 );
                 continue;
             };
-            let stream: BoxStream = Box::new(Watched {
-                inner: stream,
-                progress: Arc::clone(&progress),
-            });
+            let stream: BoxStream = Box::new(watched(stream, Arc::clone(&progress)));
             let endpoint = Arc::clone(&self);
             tokio::task::spawn_local(async move {
                 let established = tokio::select! {
@@ -412,15 +381,14 @@ mod tests {
         let frame: Vec<u8> = [&5u32.to_be_bytes()[..], b"hello", b"next frame"].concat();
         // At once, byte by byte, and with the prefix split.
         for cuts in [vec![frame.len()], vec![1; frame.len()], vec![2, 3, 4, 20]] {
-            let progress = Arc::new(Progress::default());
-            let mut watched = FirstMessage::new((), Arc::clone(&progress));
+            let mut counter = FirstFrame::default();
             let mut at = 0;
             let mut whole_at = None;
             for cut in cuts.iter().copied() {
                 let end = (at + cut).min(frame.len());
-                watched.count(&frame[at..end]);
+                let whole = counter.count(&frame[at..end]);
                 at = end;
-                if whole_at.is_none() && progress.get() == Progress::SPOKE {
+                if whole && whole_at.is_none() {
                     whole_at = Some(at);
                 }
             }
@@ -434,10 +402,7 @@ mod tests {
             }
         }
         // A prefix and part of the body is not a whole message.
-        let progress = Arc::new(Progress::default());
-        let mut watched = FirstMessage::new((), Arc::clone(&progress));
-        watched.count(&frame[..8]);
-        assert_ne!(progress.get(), Progress::SPOKE);
+        assert!(!FirstFrame::default().count(&frame[..8]));
     }
 
     #[test]
