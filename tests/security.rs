@@ -82,6 +82,38 @@ async fn pool_of_one(
     (jm, client)
 }
 
+/// A `flint jobmanager` with no workers of its own (`standalone`: TaskManagers register
+/// themselves) in a scratch directory named `name`, and a client of it: the directory, its
+/// `tmp`, the JobManager and the client.
+async fn standalone_job_manager(
+    name: &str,
+) -> (
+    std::path::PathBuf,
+    std::path::PathBuf,
+    JobManagerProcess,
+    Client,
+) {
+    let dir = scratch(name);
+    let tmp = dir.join("tmp");
+    std::fs::create_dir_all(&tmp).unwrap();
+    let jm = job_manager(
+        &[
+            "--pool-size",
+            "0",
+            "-D",
+            "resourcemanager.driver=standalone",
+        ],
+        &tmp,
+        &dir.join("jobmanager.log"),
+    );
+    let client = Client::connect(
+        Client::loopback_config(Secret::from_bytes(SECRET), 1),
+        &jm.address,
+    )
+    .await;
+    (dir, tmp, jm, client)
+}
+
 /// One flooding socket, forever: connect, say nothing, and as soon as the server drops it,
 /// connect again (after `pause`), until `stop`.
 async fn flood_one(
@@ -120,24 +152,7 @@ async fn flood_one(
 #[actix::test]
 async fn an_honest_task_manager_registers_through_a_flood_of_idle_sockets() {
     const SOCKETS: usize = 500;
-    let dir = scratch("slot-flood");
-    let tmp = dir.join("tmp");
-    std::fs::create_dir_all(&tmp).unwrap();
-    let jm = job_manager(
-        &[
-            "--pool-size",
-            "0",
-            "-D",
-            "resourcemanager.driver=standalone",
-        ],
-        &tmp,
-        &dir.join("jobmanager.log"),
-    );
-    let client = Client::connect(
-        Client::loopback_config(Secret::from_bytes(SECRET), 1),
-        &jm.address,
-    )
-    .await;
+    let (dir, tmp, jm, client) = standalone_job_manager("slot-flood").await;
     assert!(client.status().await.task_managers.is_empty());
 
     // 500 sockets from this one source that never say a word, each re-opened a moment after
@@ -507,24 +522,7 @@ async fn drip_one(
 async fn slow_talkers_from_many_loopback_addresses_keep_no_node_and_no_data_port_from_working() {
     const SOURCES: u8 = 20;
     const PER_SOURCE: usize = 4;
-    let dir = scratch("slow-talkers");
-    let tmp = dir.join("tmp");
-    std::fs::create_dir_all(&tmp).unwrap();
-    let jm = job_manager(
-        &[
-            "--pool-size",
-            "0",
-            "-D",
-            "resourcemanager.driver=standalone",
-        ],
-        &tmp,
-        &dir.join("jobmanager.log"),
-    );
-    let client = Client::connect(
-        Client::loopback_config(Secret::from_bytes(SECRET), 1),
-        &jm.address,
-    )
-    .await;
+    let (dir, tmp, jm, client) = standalone_job_manager("slow-talkers").await;
     let stop = Arc::new(AtomicBool::new(false));
     let mut talkers = Vec::new();
     let mut flood = |target: &str| {
