@@ -58,6 +58,7 @@ use crate::config::SchedulerConfig;
 use crate::messages::job_manager::Locality;
 
 pub mod capabilities;
+mod demand;
 mod requests;
 pub mod strategy;
 
@@ -130,8 +131,11 @@ pub type PlacedBulk = (BulkId, Vec<(TaskRef, SlotAssignment)>);
 #[error(
     "NoResourceAvailable: {bulk} needs {slots_needed} slots at once for its {tasks} subtasks and \
      waited {waited:?} for them; the cluster has {task_managers} TaskManagers with {total_slots} \
-     slots, the pool at its maximum offers {max_slots} (resourcemanager.max-pool-size), and one \
-     job may ask for {job_cap} slots beyond what it holds (resourcemanager.max-workers-per-job)"
+     slots, and the pool at its maximum offers {max_slots} (resourcemanager.max-pool-size){}",
+    job_cap.map_or_else(String::new, |cap| format!(
+        "; one job may ask for {cap} slots beyond those it holds \
+         (resourcemanager.max-workers-per-job)"
+    ))
 )]
 pub struct NoResourceAvailable {
     /// The region's bulk.
@@ -148,8 +152,8 @@ pub struct NoResourceAvailable {
     pub total_slots: u64,
     /// Slots of the largest pool the resource manager may start.
     pub max_slots: u64,
-    /// The per-job cap on demand, in slots ([`Scheduler::with_job_cap`]).
-    pub job_cap: u64,
+    /// The per-job cap on demand, in slots ([`Scheduler::with_job_cap`]), if there is one.
+    pub job_cap: Option<u64>,
 }
 
 /// Work counted by the scheduler: tests bound it to prove the costs in the module docs.
@@ -197,23 +201,6 @@ struct SharedSlot {
     group: usize,
     at_group: usize,
     tasks: SlotTasks,
-}
-
-/// One job's part of the demand ([`Scheduler::slots_wanted`]).
-#[derive(Debug, Clone, Copy, Default)]
-struct JobDemand {
-    /// Slots its shared slots hold.
-    used: u64,
-    /// Slots its queued bulks need.
-    queued: u64,
-}
-
-impl JobDemand {
-    /// What it counts for under a cap of `cap` slots: all it holds, and what it queues as far
-    /// as the cap allows.
-    fn capped(self, cap: u64) -> u64 {
-        (self.used + self.queued).min(self.used.max(cap))
-    }
 }
 
 /// The subtasks in one shared slot, at most one per vertex of its group, sorted by vertex: a
@@ -374,13 +361,8 @@ pub struct Scheduler {
     by_need: BTreeSet<(u64, QueueKey)>,
     queued_tasks: usize,
     queued_need: u64,
-    /// Per job with slots or queued bulks: the slots its shared slots hold and its queued
-    /// bulks need, for the per-job cap on demand.
-    job_demand: BTreeMap<JobId, JobDemand>,
-    /// The most slots one job's demand may reach beyond what it holds (`u64::MAX`: no cap).
-    job_cap: u64,
-    /// Σ over jobs of [`JobDemand::capped`]: what [`slots_wanted`](Self::slots_wanted) is.
-    capped_demand: u64,
+    /// What the jobs want, each job's share capped ([`demand`]).
+    demand: demand::JobDemands,
     counters: SchedulerCounters,
     /// Where a new slot goes when locality does not decide.
     slot_selection: Box<dyn SlotSelectionStrategy>,
@@ -412,9 +394,7 @@ impl Scheduler {
             by_need: BTreeSet::new(),
             queued_tasks: 0,
             queued_need: 0,
-            job_demand: BTreeMap::new(),
-            job_cap: u64::MAX,
-            capped_demand: 0,
+            demand: demand::JobDemands::new(),
             counters: SchedulerCounters::default(),
             slot_selection: Box::new(strategy::SpreadOut),
             region_order: Box::new(strategy::Fifo),
@@ -432,23 +412,8 @@ impl Scheduler {
     /// cause: `resourcemanager.max-workers-per-job` × slots per TaskManager); a job already
     /// holding more keeps what it holds but asks for nothing beyond it.
     pub fn with_job_cap(mut self, slots: u64) -> Self {
-        self.job_cap = slots;
+        self.demand.set_cap(slots);
         self
-    }
-
-    /// Adds `used` held and `queued` needed slots to `job`'s demand (negative: fewer), keeping
-    /// [`capped_demand`](Self::capped_demand) in step. O(log jobs).
-    fn change_demand(&mut self, job: JobId, used: i64, queued: i64) {
-        let cap = self.job_cap;
-        let demand = self.job_demand.entry(job).or_default();
-        let before = demand.capped(cap);
-        demand.used = demand.used.saturating_add_signed(used);
-        demand.queued = demand.queued.saturating_add_signed(queued);
-        let after = demand.capped(cap);
-        if demand.used == 0 && demand.queued == 0 {
-            self.job_demand.remove(&job);
-        }
-        self.capped_demand = self.capped_demand - before + after;
     }
 
     /// Records the operators `job` needs: its tasks get slots only on TaskManagers that run
@@ -583,7 +548,7 @@ impl Scheduler {
         };
         self.queued_tasks += requests.len();
         self.queued_need += need;
-        self.change_demand(id.job, 0, need as i64);
+        self.demand.change(id.job, 0, need as i64);
         self.by_need.insert((need, key));
         let unfulfillable_since = (need > self.total_slots).then_some(now);
         self.queue.insert(
@@ -800,7 +765,7 @@ impl Scheduler {
         self.by_need.remove(&(bulk.need, key));
         self.queued_tasks -= bulk.requests.len();
         self.queued_need -= bulk.need;
-        self.change_demand(bulk.id.job, 0, -(bulk.need as i64));
+        self.demand.change(bulk.id.job, 0, -(bulk.need as i64));
         bulk
     }
 
@@ -856,7 +821,7 @@ impl Scheduler {
                 task_managers: self.task_managers.len(),
                 total_slots: self.total_slots,
                 max_slots,
-                job_cap: self.job_cap,
+                job_cap: self.demand.cap(),
             };
             let tasks = bulk.requests.iter().map(|r| r.task).collect();
             expired.push((bulk.id, tasks, error));
@@ -951,7 +916,7 @@ impl Scheduler {
     /// (each bulk counted as if no shared slot of its groups were open), each job's share
     /// capped ([`with_job_cap`](Self::with_job_cap)). Running totals: O(1).
     pub fn slots_wanted(&self) -> u64 {
-        self.capped_demand
+        self.demand.total()
     }
 
     /// Tasks in queued bulks.
@@ -1189,7 +1154,7 @@ impl Scheduler {
             },
         }?;
         self.use_slot(task_manager);
-        self.change_demand(job, 1, 0);
+        self.demand.change(job, 1, 0);
         let allocation_id = AllocationId::generate(&mut self.rng);
         let slot_key = self.slots.vacant_key();
         let entry = &mut self.task_managers[task_manager];
@@ -1276,7 +1241,7 @@ impl Scheduler {
     fn drop_shared_slot(&mut self, slot_key: usize, registered: bool) -> SharedSlot {
         let slot = self.slots.remove(slot_key);
         // Held on a registered TaskManager or on one just removed: gone from the demand alike.
-        self.change_demand(self.groups[slot.group].key.0, -1, 0);
+        self.demand.change(self.groups[slot.group].key.0, -1, 0);
         if registered {
             self.free_slot(slot.task_manager);
             let slots = &mut self.task_managers[slot.task_manager].slots;

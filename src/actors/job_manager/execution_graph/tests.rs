@@ -664,7 +664,8 @@ fn a_region_larger_than_the_cluster_expires_and_fails_the_job_without_restarts()
     );
     assert!(
         failure.contains(
-            "the cluster has 1 TaskManagers with 1 slots, and the pool at its maximum offers 1"
+            "the cluster has 1 TaskManagers with 1 slots, and the pool at its maximum offers 1 \
+             (resourcemanager.max-pool-size)"
         ),
         "{failure}"
     );

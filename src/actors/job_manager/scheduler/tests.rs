@@ -283,7 +283,8 @@ fn a_bulk_the_cluster_cannot_serve_fails_after_the_timeout_counted_from_when_it_
     );
     assert!(
         text.ends_with(
-            "the cluster has 1 TaskManagers with 1 slots, and the pool at its maximum offers 4"
+            "the cluster has 1 TaskManagers with 1 slots, and the pool at its maximum offers 4 \
+             (resourcemanager.max-pool-size)"
         ),
         "{text}"
     );
@@ -466,13 +467,8 @@ fn each_jobs_demand_counts_at_most_the_per_job_cap_beyond_what_it_holds() {
     cluster.scheduler = Scheduler::new(NodeRng::seed_from_u64(1)).with_job_cap(3);
     cluster.scheduler.add_task_manager(tm(0), 2);
     let check = |scheduler: &Scheduler| {
-        let sum: u64 = scheduler
-            .job_demand
-            .values()
-            .map(|demand| demand.capped(scheduler.job_cap))
-            .sum();
+        let (sum, used) = scheduler.demand.recomputed();
         assert_eq!(scheduler.slots_wanted(), sum, "the running total drifted");
-        let used: u64 = scheduler.job_demand.values().map(|d| d.used).sum();
         assert_eq!(used, scheduler.total_slots() - scheduler.free_slots());
     };
     // A job of parallelism 100 (one pipelined region: 100 slots at once) asks for 3.
