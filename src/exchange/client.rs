@@ -756,7 +756,10 @@ impl PartitionRequestClient {
                 set
             }
         };
-        drop(state);
+        // The gate joins the set under the connection's lock (then the set's, the order
+        // `unregister_gate` takes them in): released in between, the last other reader could
+        // leave, see the set unread and forget it at the producer, and this gate would wait
+        // for a set nobody serves (issue 32).
         let mut set_state = lock(&set.state);
         set_state.gates.push((gate, group, subpartition));
         let ended = set_state
@@ -766,6 +769,7 @@ impl PartitionRequestClient {
             .filter_map(|(member, end)| end.clone().map(|end| (member as u32, end)))
             .collect();
         drop(set_state);
+        drop(state);
         (set, ended)
     }
 
@@ -783,3 +787,6 @@ impl PartitionRequestClient {
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
+
+#[cfg(test)]
+mod tests;

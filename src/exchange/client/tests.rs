@@ -1,0 +1,80 @@
+//! The connection state shared by gates, under real threads.
+
+use std::sync::Barrier;
+
+use super::*;
+
+/// Issue 32: a gate joining a shared set while its last other reader leaves must never end up
+/// reading a set the connection forgot (the producer then serves it nothing and the gate waits
+/// for ever). Each round a joiner and a leaver start together on two threads while the test
+/// holds the set's lock, so both reach it before either passes (the interleaving a preemption
+/// makes rare in production); then a joined gate's set must still be the connection's. With
+/// `join_set` releasing the connection's lock before it adds the gate to the set, a few rounds
+/// in a thousand lose their set (2 and 6 of 2,000 in two runs), so 10,000 rounds catch it.
+#[test]
+#[allow(clippy::disallowed_methods)] // real threads are the point of the test
+fn a_gate_joining_a_set_its_last_reader_leaves_never_reads_a_forgotten_set() {
+    const ROUNDS: u32 = 10_000;
+    let local = ActorAddress::new("local", "taskmanager/tm-1");
+    let network = NetworkClient::new(local.clone(), NodeRng::seed_from_u64(1));
+    let connection = Arc::new(PartitionRequestClient {
+        address: local,
+        state: Mutex::default(),
+        wake: tokio::sync::Notify::new(),
+    });
+    let members = Arc::new(vec![ResultPartitionId {
+        producer: crate::base::ids::ExecutionAttemptId::from_u128(1),
+        edge: 0,
+    }]);
+    let start = Arc::new(Barrier::new(3));
+    let mut lost = 0;
+    for round in 0..ROUNDS {
+        let list = Some(ProducerListId::from_u128(u128::from(round) + 1));
+        let (leaver, joiner) = (2 * round + 1, 2 * round + 2);
+        let (set, _) = connection.join_set(list, 0, &members, leaver, 0, 0);
+        let held = lock(&set.state);
+        let leave = {
+            let (network, connection, start, set) = (
+                network.clone(),
+                connection.clone(),
+                start.clone(),
+                set.clone(),
+            );
+            std::thread::spawn(move || {
+                start.wait();
+                network.unregister_gate(leaver, vec![(connection, Vec::new(), vec![set])]);
+            })
+        };
+        let join = {
+            let (connection, start, members) = (connection.clone(), start.clone(), members.clone());
+            std::thread::spawn(move || {
+                start.wait();
+                connection.join_set(list, 0, &members, joiner, 0, 0).0
+            })
+        };
+        start.wait();
+        // Let both threads run up to the set's lock before it is released.
+        for _ in 0..50 {
+            std::thread::yield_now();
+        }
+        drop(held);
+        leave.join().unwrap();
+        let joined = join.join().unwrap();
+        let state = lock(&connection.state);
+        let served = state
+            .sets
+            .get(&joined.number)
+            .is_some_and(|known| Arc::ptr_eq(known, &joined));
+        drop(state);
+        if !served {
+            lost += 1;
+        }
+        // The joiner leaves too, so the next round starts from an empty connection.
+        network.unregister_gate(joiner, vec![(connection.clone(), Vec::new(), vec![joined])]);
+        lock(&connection.state).pending.clear();
+    }
+    assert_eq!(
+        lost, 0,
+        "{lost} of {ROUNDS} joined gates read a forgotten set"
+    );
+}
