@@ -8,6 +8,9 @@ use std::time::{Duration, Instant};
 use flint::job::graph::JobGraph;
 use serde_json::Value;
 
+/// The REST token the benchmark's JobManager is started with (every endpoint needs one).
+const TOKEN: &str = "bench-rest-token";
+
 /// See the module docs.
 pub struct Cluster {
     child: Child,
@@ -43,6 +46,7 @@ impl Cluster {
             .args(["--slots", &slots.to_string()])
             .args(["--config", &config.display().to_string()])
             .env("RUST_LOG", "warn")
+            .env("FLINT_REST_TOKEN", TOKEN)
             .stdout(Stdio::piped())
             .spawn()
             .expect("flint jobmanager starts");
@@ -79,6 +83,7 @@ impl Cluster {
         let mut answer = self
             .agent
             .get(&format!("{}{path}", self.url))
+            .header("Authorization", &format!("Bearer {TOKEN}"))
             .call()
             .expect("GET answers");
         answer.body_mut().read_json().expect("JSON")
@@ -89,6 +94,7 @@ impl Cluster {
         let mut answer = self
             .agent
             .get(&format!("{}{path}", self.url))
+            .header("Authorization", &format!("Bearer {TOKEN}"))
             .call()
             .expect("GET answers");
         answer.body_mut().read_to_string().expect("text")
@@ -100,6 +106,7 @@ impl Cluster {
             .agent
             .post(&format!("{}/jobs", self.url))
             .header("Content-Type", "application/json")
+            .header("Authorization", &format!("Bearer {TOKEN}"))
             .send(graph)
             .expect("POST /jobs answers");
         let body: Value = answer.body_mut().read_json().expect("JSON");
