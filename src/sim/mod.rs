@@ -181,6 +181,40 @@ fn scratch_dir(options: &SimOptions) -> PathBuf {
     ))
 }
 
+/// The scratch directories of the runs in progress in this process. Two runs of the same
+/// options use the same directory (a regression test of seed N and the sweep that contains N,
+/// side by side in one test binary): they take turns, or one run's cleanup would delete the
+/// other's files.
+static SCRATCH_IN_USE: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
+static SCRATCH_RELEASED: std::sync::Condvar = std::sync::Condvar::new();
+
+/// A scratch directory held by one run (see [`SCRATCH_IN_USE`]); released when dropped.
+struct ScratchClaim(PathBuf);
+
+impl ScratchClaim {
+    /// Waits until no other run of this process uses `dir`, then holds it.
+    fn take(dir: PathBuf) -> Self {
+        let unpoisoned = std::sync::PoisonError::into_inner;
+        let mut in_use = SCRATCH_IN_USE.lock().unwrap_or_else(unpoisoned);
+        while in_use.contains(&dir) {
+            in_use = SCRATCH_RELEASED.wait(in_use).unwrap_or_else(unpoisoned);
+        }
+        in_use.push(dir.clone());
+        Self(dir)
+    }
+}
+
+impl Drop for ScratchClaim {
+    fn drop(&mut self) {
+        let mut in_use = SCRATCH_IN_USE
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        in_use.retain(|dir| *dir != self.0);
+        drop(in_use);
+        SCRATCH_RELEASED.notify_all();
+    }
+}
+
 /// A job the run submitted.
 struct Submitted {
     spec: JobSpec,
@@ -231,7 +265,8 @@ async fn simulate(options: SimOptions) -> SimReport {
     }
     let events = EventSink::new(4096);
     let mut event_stream = events.subscribe().expect("an enabled sink");
-    let scratch = scratch_dir(&options);
+    let claim = ScratchClaim::take(scratch_dir(&options));
+    let scratch = claim.0.clone();
     let mut config = sim_config(&scenario, options.seed);
     if options.shape.jobs == scenario::JobMix::DataPlane {
         // Network buffers of 64 B or 512 B in two seeds of three (a job's few kilobytes then
@@ -349,6 +384,7 @@ async fn simulate(options: SimOptions) -> SimReport {
     };
     cluster.tear_down();
     let _ = std::fs::remove_dir_all(&scratch);
+    drop(claim);
     report
 }
 
