@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use flint::env::ArbiterSpawner;
@@ -444,6 +444,85 @@ async fn a_job_waiting_for_busy_slots_waits_past_the_slot_request_timeout() {
     // Flink's batch semantics: slots that are only busy are worth waiting for.
     let details = cluster.wait_for_job(waiting, DEADLINE).await.unwrap();
     assert_eq!(details.summary.status, JobStatus::Finished, "{details:?}");
+    let hog = cluster.wait_for_job(hog, DEADLINE).await.unwrap();
+    assert_eq!(hog.summary.status, JobStatus::Finished);
+    cluster.shutdown().await.unwrap();
+}
+
+/// A task that runs until its test opens the gate (or it is cancelled).
+struct Held(Arc<(Mutex<bool>, Condvar)>);
+
+impl Operator for Held {
+    fn run(&mut self, io: &mut dyn TaskIo) -> Result<(), OperatorError> {
+        let (open, opened) = &*self.0;
+        let mut open = open.lock().unwrap();
+        // Woken by the test; the timeout only keeps the task responsive to a cancel.
+        while !*open && !io.is_cancelled() {
+            open = opened
+                .wait_timeout(open, Duration::from_millis(20))
+                .unwrap()
+                .0;
+        }
+        Ok(())
+    }
+}
+
+/// Issue 32, item 6: no slot idles while something fits. A hog holds 2 of 4 slots; a job whose
+/// one region needs all 4 waits at the head of the queue; a small job submitted after it takes
+/// an idle slot and finishes while the large one waits (under `region-order = "fifo"` it waits
+/// behind the large one for as long as the hog runs); the large one still runs once the hog ends.
+#[actix::test]
+async fn a_small_job_runs_on_idle_slots_while_a_large_region_waits_and_the_large_one_still_runs() {
+    let gate = Arc::new((Mutex::new(false), Condvar::new()));
+    let mut registry = OperatorRegistry::with_builtins();
+    let held = gate.clone();
+    registry.register_fn("held", move |_| Ok(Box::new(Held(held.clone()))));
+    let mut config = config(1, 4);
+    config.resourcemanager.max_pool_size = 1;
+    let cluster = MiniCluster::start_with(config, registry, Arc::new(ArbiterSpawner)).unwrap();
+    cluster.wait_for_pool(1, DEADLINE).await.unwrap();
+    let submit = |graph: JobGraph| cluster.submit_job(graph);
+
+    let mut b = JobGraph::builder("hog");
+    b.vertex("hold", "held", 2);
+    b.restart_strategy(RestartStrategyConfig::None);
+    let hog = submit(b.build(|_| true).unwrap()).await.unwrap();
+    wait_until_running(&cluster, hog, 0).await;
+
+    // Four sources all-to-all into four sinks, pipelined: one region of four shared slots.
+    let mut b = JobGraph::builder("large");
+    let from = b.vertex("from", "noop", 4).config("count", "10").index();
+    let to = b.vertex("to", "noop", 4).index();
+    b.edge(
+        from,
+        to,
+        DistributionPattern::AllToAll,
+        ExchangeMode::Pipelined,
+    )
+    .restart_strategy(RestartStrategyConfig::None);
+    let large = submit(b.build(|_| true).unwrap()).await.unwrap();
+    let small = submit(sleepy(1, 1, RestartStrategyConfig::None))
+        .await
+        .unwrap();
+
+    let details = cluster.wait_for_job(small, DEADLINE).await.unwrap();
+    assert_eq!(details.summary.status, JobStatus::Finished, "{details:?}");
+    let waiting = cluster.job_status(large).await.unwrap();
+    let started = waiting
+        .vertices
+        .iter()
+        .flat_map(|v| &v.subtasks)
+        .filter(|s| !matches!(s.state, ExecutionState::Created | ExecutionState::Scheduled))
+        .count();
+    assert_eq!(started, 0, "the large region waited: {waiting:#?}");
+    let hogging = cluster.job_status(hog).await.unwrap();
+    assert_eq!(hogging.summary.status, JobStatus::Running);
+
+    *gate.0.lock().unwrap() = true;
+    gate.1.notify_all();
+    let large = cluster.wait_for_job(large, DEADLINE).await.unwrap();
+    assert_eq!(large.summary.status, JobStatus::Finished, "{large:?}");
+    assert_eq!(large.summary.tasks_finished, 8);
     let hog = cluster.wait_for_job(hog, DEADLINE).await.unwrap();
     assert_eq!(hog.summary.status, JobStatus::Finished);
     cluster.shutdown().await.unwrap();

@@ -517,10 +517,10 @@ choice! {
     pub enum RegionOrderKind {
         /// `fifo`: jobs in submission order, each job's regions in order; the head waits until it
         /// fits and nothing overtakes it.
-        #[default]
         Fifo = "fifo",
         /// `backfill`: as `fifo`, but bulks that fit may overtake a head that does not (a bounded
         /// number of times per head, so it cannot starve): no slot sits idle while something fits.
+        #[default]
         Backfill = "backfill",
     }
 }

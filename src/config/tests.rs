@@ -50,7 +50,7 @@ fn everything_changed() -> ClusterConfig {
     c.taskmanager.network_memory = 128 << 20;
     c.slot.request.timeout = Duration::from_secs(42);
     c.jobmanager.scheduler.slot_selection = crate::config::SlotSelectionKind::Pack;
-    c.jobmanager.scheduler.region_order = crate::config::RegionOrderKind::Backfill;
+    c.jobmanager.scheduler.region_order = crate::config::RegionOrderKind::Fifo;
     c.transport.tls = Some(crate::transport::tls::TlsConfig {
         cert: "/etc/flint/node.pem".into(),
         key: "/etc/flint/node.key".into(),

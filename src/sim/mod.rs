@@ -151,6 +151,12 @@ pub fn sim_config(scenario: &Scenario, seed: u64) -> ClusterConfig {
     config.task.cancellation.interval = Duration::from_secs(1);
     config.task.cancellation.timeout = Duration::from_secs(10);
     config.seed = Some(seed);
+    // Both queue orders, the default (backfill) three runs in four, so liveness covers both.
+    config.jobmanager.scheduler.region_order = if seed % 4 == 3 {
+        crate::config::RegionOrderKind::Fifo
+    } else {
+        crate::config::RegionOrderKind::Backfill
+    };
     config
 }
 

@@ -9,11 +9,12 @@
 //! TaskManager, a new bulk: Flink's `newSlotAvailable`).
 //!
 //! **Order and placement policies** live in [`strategy`], each chosen by a configuration key: which
-//! queued bulk is placed next ([`strategy::RegionSchedulingStrategy`], `fifo` by default: the
-//! queue is ordered by job submission, then by region, and the head blocks the bulks behind it
-//! until it fits, so a large region can never starve) and which TaskManager a new slot comes
-//! from when locality does not decide ([`strategy::SlotSelectionStrategy`], `spread_out` by
-//! default).
+//! queued bulk is placed next ([`strategy::RegionSchedulingStrategy`], `backfill` by default: the
+//! queue is ordered by job submission, then by region; a head that does not fit lets bulks that
+//! do fit go first, so no slot idles while something fits, but only a bounded number of times
+//! before the freed slots are kept for it, so a large region can never starve; `fifo` makes the
+//! head block everything behind it) and which TaskManager a new slot comes from when locality
+//! does not decide ([`strategy::SlotSelectionStrategy`], `spread_out` by default).
 //!
 //! **Timeouts** (Flink's batch semantics): a bulk waiting because slots are busy waits as long
 //! as it takes. Only a bulk the cluster could not serve even with every slot free (it needs
@@ -33,8 +34,9 @@
 //! **Costs** (counted in [`SchedulerCounters`], asserted by tests): every lookup is indexed —
 //! TaskManagers by free slots, shared slots per group, vertex and TaskManager, slots and
 //! co-location locks per allocation — so serving the head of the queue is O(log Q + bulk size ·
-//! log T), placing one task O(log T), releasing one O(log n), and losing a TaskManager touches
-//! only its own slots. Queued demand and free slots are kept as running totals.
+//! log T) (a head that does not fit adds a look at most [`strategy::Backfill::LOOKAHEAD`] bulks
+//! behind it, and none while no slot is free), placing one task O(log T), releasing one
+//! O(log n), and losing a TaskManager touches only its own slots. Queued demand and free slots are kept as running totals.
 //!
 //! Inside, TaskManagers, shared slots and slot sharing groups are small integer keys into
 //! tables ([`slab::Slab`], keys reused), resolved from their ids once per request: the indices
@@ -397,7 +399,7 @@ impl Scheduler {
             demand: demand::JobDemands::new(),
             counters: SchedulerCounters::default(),
             slot_selection: Box::new(strategy::SpreadOut),
-            region_order: Box::new(strategy::Fifo),
+            region_order: Box::new(strategy::Backfill::default()),
         }
     }
 
@@ -621,6 +623,10 @@ impl Scheduler {
                         placed.push((bulk.id, assignments));
                         continue 'rounds;
                     }
+                    // With no slot free, only a bulk that fits entirely into shared slots it
+                    // already holds could be placed: not worth a walk past the head on every
+                    // freed slot (it is placed once a slot frees or the head goes).
+                    Serve::Skip if self.free_slots == 0 => break 'rounds,
                     Serve::Skip => {
                         position += 1;
                         next = self

@@ -4,7 +4,7 @@
 //! | policy | key | decides | default |
 //! | --- | --- | --- | --- |
 //! | [`SlotSelectionStrategy`] (Flink's `SlotSelectionStrategy`) | `jobmanager.scheduler.slot-selection` | the TaskManager a new slot is taken from when locality does not decide: [`SpreadOut`] or [`Pack`] | `spread_out` |
-//! | [`RegionSchedulingStrategy`] (the cluster-wide half of Flink's `SchedulingStrategy`) | `jobmanager.scheduler.region-order` | which queued region bulk is placed next: [`Fifo`] or [`Backfill`] | `fifo` |
+//! | [`RegionSchedulingStrategy`] (the cluster-wide half of Flink's `SchedulingStrategy`) | `jobmanager.scheduler.region-order` | which queued region bulk is placed next: [`Backfill`] or [`Fifo`] | `backfill` |
 //!
 //! A strategy sees a narrow view (free slots ordered by count; queued bulks in order) and
 //! answers in O(1) or O(log T): no JobManager handler may grow with the size of the cluster or
@@ -130,8 +130,8 @@ pub trait RegionSchedulingStrategy: fmt::Debug + Send {
 }
 
 /// Strictly first in, first out: jobs in submission order, each job's regions in order; the
-/// head blocks everything behind it until it fits, so a large region is never starved. Flint's
-/// default.
+/// head blocks everything behind it until it fits, so a large region is never starved, but slots
+/// may idle meanwhile.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Fifo;
 
@@ -154,7 +154,7 @@ impl RegionSchedulingStrategy for Fifo {
 /// slot to whatever request fits). Bounded both ways: at most [`Backfill::LOOKAHEAD`] bulks
 /// behind the head are looked at, and once [`Backfill::MAX_OVERTAKES`] bulks have overtaken the
 /// same head, nothing more does until it is placed: the slots that free up are kept for it, so
-/// it cannot starve.
+/// it cannot starve. Flint's default.
 #[derive(Debug, Clone, Default)]
 pub struct Backfill {
     /// The head the count is for, and how many bulks overtook it.

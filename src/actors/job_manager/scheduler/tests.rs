@@ -45,7 +45,21 @@ fn request(vertex: usize, subtask: u32) -> SlotRequest {
 
 impl TestCluster {
     fn new(task_managers: usize, slots: u32) -> Self {
-        let mut scheduler = Scheduler::new(NodeRng::seed_from_u64(1));
+        Self::ordered(
+            task_managers,
+            slots,
+            crate::config::RegionOrderKind::default(),
+        )
+    }
+
+    /// The same with the queue served in `order`.
+    fn ordered(task_managers: usize, slots: u32, order: crate::config::RegionOrderKind) -> Self {
+        let mut scheduler = Scheduler::new(NodeRng::seed_from_u64(1)).with_strategies(
+            crate::config::SchedulerConfig {
+                region_order: order,
+                ..Default::default()
+            },
+        );
         for n in 0..task_managers {
             scheduler.add_task_manager(tm(n), slots);
         }
@@ -298,7 +312,7 @@ fn a_bulk_the_cluster_cannot_serve_fails_after_the_timeout_counted_from_when_it_
 #[test]
 fn a_bulk_gets_every_slot_or_none_and_the_queue_is_first_in_first_out() {
     // Two regions of 3 slots each on 4 slots: one runs, the other holds nothing (no deadlock).
-    let mut cluster = TestCluster::new(2, 2);
+    let mut cluster = TestCluster::ordered(2, 2, crate::config::RegionOrderKind::Fifo);
     let first = cluster.bulk((0..3).map(|i| request(0, i)).collect());
     let second = cluster.bulk(
         (0..3)
@@ -464,7 +478,12 @@ fn each_jobs_demand_counts_at_most_the_per_job_cap_beyond_what_it_holds() {
         ..request(vertex, subtask)
     };
     let mut cluster = TestCluster::new(1, 2);
-    cluster.scheduler = Scheduler::new(NodeRng::seed_from_u64(1)).with_job_cap(3);
+    cluster.scheduler = Scheduler::new(NodeRng::seed_from_u64(1))
+        .with_job_cap(3)
+        .with_strategies(crate::config::SchedulerConfig {
+            region_order: crate::config::RegionOrderKind::Fifo,
+            ..Default::default()
+        });
     cluster.scheduler.add_task_manager(tm(0), 2);
     let check = |scheduler: &Scheduler| {
         let (sum, used) = scheduler.demand.recomputed();
@@ -727,13 +746,7 @@ fn the_configured_slot_selection_spreads_tasks_out_or_packs_them() {
 #[test]
 fn with_backfill_a_bulk_that_fits_overtakes_a_head_that_does_not_and_fifo_waits() {
     let serve_behind_a_large_head = |order: crate::config::RegionOrderKind| {
-        let mut cluster = TestCluster::new(0, 0);
-        cluster.scheduler = Scheduler::new(NodeRng::seed_from_u64(1)).with_strategies(
-            crate::config::SchedulerConfig {
-                region_order: order,
-                ..Default::default()
-            },
-        );
+        let mut cluster = TestCluster::ordered(0, 0, order);
         cluster.scheduler.add_task_manager(tm(0), 2);
         // The head needs three slots of two; a one-slot bulk of another job waits behind it.
         cluster.bulk((0..3).map(|i| request(0, i)).collect());
@@ -762,6 +775,36 @@ fn with_backfill_a_bulk_that_fits_overtakes_a_head_that_does_not_and_fifo_waits(
     );
     assert_eq!(placed[0].0.job, JobId::from_u128(2));
     assert_eq!(added.len(), 3, "the head still runs once slots free");
+}
+
+/// Backfill's walk behind a head that does not fit is bounded: Q = 10,000 eight-slot regions
+/// queued while one of 8 slots is busy fit nowhere, and serving looks at the head and at most
+/// [`Backfill::LOOKAHEAD`](super::strategy::Backfill::LOOKAHEAD) bulks behind it, not Q. (With
+/// no slot free it looks at the head only: `serving_a_freed_slot_visits_the_head_of_the_queue_only`.)
+#[test]
+fn backfill_looks_a_bounded_way_behind_a_head_that_does_not_fit() {
+    const Q: usize = 10_000;
+    let mut cluster = TestCluster::new(2, 4);
+    cluster.assigned(request(0, 0));
+    for vertex in 1..=Q {
+        cluster.bulk(
+            (0..8)
+                .map(|subtask| SlotRequest {
+                    sharing_group: format!("group-{vertex}").into(),
+                    ..request(vertex, subtask)
+                })
+                .collect(),
+        );
+    }
+    let before = cluster.scheduler.counters().queue_visits;
+    assert_eq!(cluster.serve(), []);
+    let visits = cluster.scheduler.counters().queue_visits - before;
+    // The head, the lookahead and the bulk that ends the walk; a literal, so a broken
+    // lookahead cannot raise the bound with it.
+    assert!(visits <= 66, "{visits} queue entries visited");
+    // Once the busy slot frees, the head is placed.
+    cluster.scheduler.release(&task(0, 0));
+    assert_eq!(cluster.serve().len(), 8);
 }
 
 /// The operator set `names`.
