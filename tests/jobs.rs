@@ -611,3 +611,46 @@ async fn all_to_all_at_p_1000_gives_the_exact_word_count() {
     cluster.shutdown().await.unwrap();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Issue 32, item 5: consumers that stop reading early (`take`: a `first_n`, a user function
+/// that stops) release what they leave unread, so their pipelined producers — a million records
+/// each, far more than a subpartition holds — run to their end instead of waiting for room for
+/// ever. On 2 TaskManagers, so each consumer leaves both a local and a remote producer behind;
+/// one consumer reads nothing at all, one a single record, the others more.
+#[actix::test]
+async fn consumers_that_stop_reading_early_let_their_producers_finish() {
+    let cluster = MiniCluster::start(config(2, 2)).unwrap();
+    cluster.wait_for_pool(2, DEADLINE).await.unwrap();
+    for take in [0, 1, 1000] {
+        let mut b = JobGraph::builder("early");
+        let from = b
+            .vertex("from", "noop", 2)
+            .config("count", "1000000")
+            .config("payload-bytes", "100")
+            .index();
+        let to = b
+            .vertex("to", "noop", 2)
+            .config("take", take.to_string())
+            .index();
+        b.edge(
+            from,
+            to,
+            DistributionPattern::AllToAll,
+            ExchangeMode::Pipelined,
+        )
+        .restart_strategy(RestartStrategyConfig::None);
+        let job = cluster
+            .submit_job(b.build(|_| true).unwrap())
+            .await
+            .unwrap();
+        let details = cluster.wait_for_job(job, DEADLINE).await.unwrap();
+        assert_eq!(
+            details.summary.status,
+            JobStatus::Finished,
+            "take = {take}: {details:#?}"
+        );
+    }
+    let status = cluster.status().await.unwrap();
+    assert!(status.is_pool_at(2), "{status}");
+    cluster.shutdown().await.unwrap();
+}

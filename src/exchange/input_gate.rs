@@ -896,8 +896,11 @@ impl InputGate {
 
 impl Drop for InputGate {
     /// The gate's remote channels still open are cancelled at their producers, and the gate
-    /// leaves its sets and data connections.
+    /// leaves its sets and data connections. Ended before every channel did (an operator that
+    /// stops reading early, a failure, a cancel), it releases the subpartitions it left unread,
+    /// so their producers discard what they still write instead of waiting for room for ever.
     fn drop(&mut self) {
+        let early = self.open > 0;
         let mut leaving: Vec<Leaving> = std::mem::take(&mut self.connections)
             .into_iter()
             .map(|(connection, _)| (connection, Vec::new(), Vec::new()))
@@ -913,6 +916,29 @@ impl Drop for InputGate {
         }
         for (number, group) in self.groups.iter().enumerate() {
             let (_, requests, sets) = &mut leaving[group.connection as usize];
+            let unread: Vec<u32> = if early {
+                (0..group.partitions.len() as u32)
+                    .filter(|&member| !self.is_finished(group.base + member))
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            match group.local {
+                Some(_) => {
+                    for &member in &unread {
+                        self.store.release_subpartition(
+                            group.partitions[member as usize],
+                            group.subpartition,
+                        );
+                    }
+                }
+                None if !unread.is_empty() => requests.push(PartitionRequest::ReleaseSet {
+                    set: group.set.number,
+                    subpartition: group.subpartition,
+                    members: unread,
+                }),
+                None => {}
+            }
             match group.local {
                 Some((_, _, edge)) => self.store.remove_reader(
                     edge,

@@ -18,6 +18,20 @@
 //! Waiting for data has no time limit: a producer may stay silent as long as it runs. The
 //! producer's TaskManager holds a poll at most [`server::FETCH_HOLD`] (well inside the
 //! transport's ask timeout) and answers with no news, and the connection polls again.
+//!
+//! **Every wait in the exchange, and what ends it** (a wait that ends in a failure fails the
+//! task with the reason given; every one also ends at once when the task is cancelled):
+//!
+//! | who waits | for | ends when |
+//! | --- | --- | --- |
+//! | a consumer's gate | data or the end of a running producer | the producer writes, finishes, fails or is released; its TaskManager is lost (the data connection breaks: [`client::RECONNECT_ATTEMPTS`] asks of at most [`crate::transport::ASK_TIMEOUT`] each, then the channel fails) |
+//! | a consumer's gate | a partition its producer has not created yet | it is created, else after [`input_gate::PARTITION_REQUEST_TIMEOUT`] (10 s) the channel fails ("... is not on TaskManager ... (waited 10s)") |
+//! | a producer's writer | room in a full pipelined subpartition (backpressure) | its consumer takes buffers, or ends early and releases the subpartition (writes there are then discarded), or the partition fails or is released |
+//! | the producer's TaskManager | news for a held poll | news arrives, a newer poll comes, or after [`server::FETCH_HOLD`] (answered empty) |
+//! | the producer's TaskManager | a data connection's next poll | forgotten after [`server::IDLE_CONNECTION`] without one |
+//!
+//! A task's network memory is never waited for: a deployment that does not fit is refused at
+//! once, naming `taskmanager.network.memory`.
 
 pub mod buffer;
 pub mod client;

@@ -14,7 +14,12 @@
 //! never spills: each subpartition holds at most its capacity of unread buffers, and a producer
 //! that finds it full waits ([`reserve`](ResultPartitionManager::reserve)) until its consumer takes one,
 //! the partition fails or is released. That wait is backpressure. Consumers read with credit:
-//! a fetch returns at most as many buffers as the consumer has room for.
+//! a fetch returns at most as many buffers as the consumer has room for. A consumer that ends
+//! before reading a pipelined subpartition to its end (a `first_n`, a user function that stops
+//! early) [releases](ResultPartitionManager::release_subpartition) it (Flink's
+//! `onConsumedSubpartition`): what it holds is dropped, later writes to it are discarded and
+//! its producer no longer waits for room there, so the producer runs to its end instead of
+//! waiting for ever. A release that arrives before its partition exists is kept until it does.
 //!
 //! The store owns its spill files and must never leave them behind: releasing a partition,
 //! failing it, or dropping the store deletes them. It never blocks on an actor or a network, only
@@ -300,7 +305,16 @@ pub struct ResultPartitionManager {
     results: Mutex<FixedHashMap<(u32, u32), SubpartitionReaders>>,
     /// Who waits for a partition to end (it may not exist yet). Taken after a partition's lock.
     watchers: Mutex<FixedHashMap<ResultPartitionId, Vec<Watcher>>>,
+    /// Subpartitions their consumers released before the partition was created here (its
+    /// producer was still deploying), applied when it is. Changed only under the `partitions`
+    /// write lock, so a release and a creation cannot miss each other. At most
+    /// [`MAX_EARLY_RELEASES`] partitions.
+    released_early: Mutex<FixedHashMap<ResultPartitionId, Vec<u32>>>,
 }
+
+/// Partitions whose consumers' releases a store keeps before they exist: far more than a
+/// TaskManager's producers deploying at once.
+pub const MAX_EARLY_RELEASES: usize = 1 << 16;
 
 impl ResultPartitionManager {
     /// A store that spills into `working_dir` (created when first needed) once a partition holds
@@ -313,6 +327,7 @@ impl ResultPartitionManager {
             next_spill_file: AtomicU64::new(0),
             results: Mutex::default(),
             watchers: Mutex::default(),
+            released_early: Mutex::default(),
         }
     }
 
@@ -344,7 +359,7 @@ impl ResultPartitionManager {
         if partitions.contains_key(&id) {
             return Err(PartitionError::AlreadyExists(id));
         }
-        let partition = ResultPartition {
+        let mut partition = ResultPartition {
             id,
             state: State::Producing,
             subpartitions: FixedHashMap::default(),
@@ -354,8 +369,38 @@ impl ResultPartitionManager {
             retain,
             capacity: None,
         };
+        if let Some(released) = lock(&self.released_early).remove(&id) {
+            for subpartition in released {
+                partition.release_subpartition(subpartition);
+            }
+        }
         partitions.insert(id, Arc::new(Mutex::new(partition)));
         Ok(())
+    }
+
+    /// The consumer of `subpartition` of partition `id` stopped reading it before its end (it
+    /// finished, failed or was cancelled first). Of a pipelined partition, the subpartition's
+    /// unread buffers are dropped, later ones discarded as they come, and its producer no longer
+    /// waits for room there; a blocking partition keeps everything (a restarted consumer reads
+    /// it again). A partition not created yet gets the release when it is. Returns whether
+    /// anything was dropped or kept for later.
+    pub fn release_subpartition(&self, id: ResultPartitionId, subpartition: u32) -> bool {
+        if let Ok(partition) = self.get(id) {
+            return lock(&partition).release_subpartition(subpartition);
+        }
+        let partitions = write(&self.partitions);
+        if let Some(partition) = partitions.get(&id) {
+            return lock(partition).release_subpartition(subpartition);
+        }
+        let mut early = lock(&self.released_early);
+        if early.len() >= MAX_EARLY_RELEASES && !early.contains_key(&id) {
+            log::warn!(
+                "partition store: {MAX_EARLY_RELEASES} releases wait for partitions not created                  yet; the release of subpartition {subpartition} of {id} is dropped"
+            );
+            return false;
+        }
+        early.entry(id).or_default().push(subpartition);
+        true
     }
 
     /// Registers a blocking (batch) partition: written to disk from its first buffer, read back
@@ -403,6 +448,9 @@ impl ResultPartitionManager {
         let Some(sub) = partition.subpartitions.get_mut(&index) else {
             return Ok(Space::Available); // nothing written there yet
         };
+        if sub.released {
+            return Ok(Space::Available); // its writes are discarded
+        }
         let unread = (sub.buffers.len() as u64).saturating_sub(sub.handed_over);
         if unread < capacity as u64 {
             return Ok(Space::Available);
@@ -441,8 +489,13 @@ impl ResultPartitionManager {
         let mut partition = lock(&partition);
         partition.check_writable()?;
         let index = partition.subpartition_index(subpartition)?;
-        if buffer.is_empty() {
-            return Ok(());
+        if buffer.is_empty()
+            || partition
+                .subpartitions
+                .get(&index)
+                .is_some_and(|sub| sub.released)
+        {
+            return Ok(()); // nothing, or for a consumer that is gone
         }
         let bytes = buffer.len();
         let fits = partition
@@ -530,7 +583,13 @@ impl ResultPartitionManager {
     /// an error (their sender is dropped) and later fetches answer `Unknown`. Returns whether the
     /// partition existed, so releasing twice is harmless.
     pub fn release(&self, id: ResultPartitionId) -> bool {
-        let Some(partition) = write(&self.partitions).remove(&id) else {
+        let removed = {
+            let mut partitions = write(&self.partitions);
+            // A partition that never came here takes its early releases with it.
+            lock(&self.released_early).remove(&id);
+            partitions.remove(&id)
+        };
+        let Some(partition) = removed else {
             return false;
         };
         let mut partition = lock(&partition);

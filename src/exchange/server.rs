@@ -260,6 +260,20 @@ impl PartitionRequestServer {
                     PartitionRequest::ForgetSet { set } => {
                         state.sets.remove(&set);
                     }
+                    PartitionRequest::ReleaseSet {
+                        set,
+                        subpartition,
+                        members,
+                    } => {
+                        let Some(server_set) = state.sets.get(&set) else {
+                            continue;
+                        };
+                        for member in members {
+                            if let Some(&partition) = server_set.members.get(member as usize) {
+                                store.release_subpartition(partition, subpartition);
+                            }
+                        }
+                    }
                 }
             }
         }

@@ -310,6 +310,18 @@ pub enum PartitionRequest {
         /// The set.
         set: u32,
     },
+    /// A gate ended before reading `subpartition` of these members of `set` to their end (it
+    /// finished early, failed or was cancelled): their producers drop what they hold for it,
+    /// discard what they still write there and stop waiting for room there (Flink's
+    /// `onConsumedSubpartition`). Sent before the gate's `CancelSet`.
+    ReleaseSet {
+        /// The set.
+        set: u32,
+        /// The consumer's subpartition.
+        subpartition: u32,
+        /// Positions in the set.
+        members: Vec<u32>,
+    },
 }
 
 /// The consumer TaskManager's standing call for whatever its channels on the producer

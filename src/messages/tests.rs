@@ -494,6 +494,11 @@ pub(crate) fn task_manager_samples() -> Vec<TaskManagerMessage> {
                 PartitionRequest::Cancel { channel: 5 },
                 PartitionRequest::CancelSet { channels: 1 << 32 },
                 PartitionRequest::ForgetSet { set: 3 },
+                PartitionRequest::ReleaseSet {
+                    set: 3,
+                    subpartition: 1,
+                    members: vec![0, 2],
+                },
             ],
         }
         .into(),

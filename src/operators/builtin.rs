@@ -498,15 +498,17 @@ fn noop(spec: &OperatorSpec<'_>) -> Result<Box<dyn Operator>, OperatorError> {
     Ok(Box::new(Noop::from_spec(spec)?))
 }
 
-/// Generates `count` records, then passes every input record through. A record's value is its
-/// number, or with `payload-bytes` a text of that many bytes (a source of bulk data for
-/// throughput and backpressure tests).
+/// Generates `count` records, then passes every input record through (with `take`, at most
+/// that many, then ends without reading the rest: a consumer that stops early, as a `first_n`
+/// does). A record's value is its number, or with `payload-bytes` a text of that many bytes (a
+/// source of bulk data for throughput and backpressure tests).
 ///
 /// The operator cannot see whether it has inputs, so it always does both: as a source its input
 /// is empty, and as an inner operator `count` is normally left at 0.
 struct Noop {
     count: u64,
     payload: Option<String>,
+    take: Option<u64>,
 }
 
 /// The largest `payload-bytes` of one generated record (a network buffer grows to hold one
@@ -541,7 +543,15 @@ impl Noop {
             }
             None => None,
         };
-        Ok(Self { count, payload })
+        let take = match spec.config.get("take") {
+            Some(value) => Some(parse_u64(spec, "take", value)?),
+            None => None,
+        };
+        Ok(Self {
+            count,
+            payload,
+            take,
+        })
     }
 }
 
@@ -559,7 +569,17 @@ impl Operator for Noop {
             })?;
             check_cancelled(io, i as u64 + 1)?;
         }
-        pass_through(io)
+        let Some(take) = self.take else {
+            return pass_through(io);
+        };
+        for handled in 1..=take {
+            let Some(record) = io.next()? else {
+                break;
+            };
+            io.emit(record)?;
+            check_cancelled(io, handled)?;
+        }
+        Ok(())
     }
 }
 

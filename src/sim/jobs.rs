@@ -211,6 +211,24 @@ pub fn build(
                 ExchangeMode::Pipelined,
             );
         }
+        JobKind::EarlyConsumer => {
+            // 1 KB records: a few hundred fill a subpartition's 10 buffers of 32 KiB.
+            let source = builder
+                .vertex("generate", NOOP, p)
+                .config("count", (2_000 + rng.next_u64() % 6_000).to_string())
+                .config("payload-bytes", "1000")
+                .index();
+            let early = builder
+                .vertex("take", NOOP, p)
+                .config("take", (rng.next_u64() % 3).to_string())
+                .index();
+            builder.edge(
+                source,
+                early,
+                DistributionPattern::AllToAll,
+                ExchangeMode::Pipelined,
+            );
+        }
         JobKind::FailOnce => {
             let source = builder
                 .vertex("generate", NOOP, p)

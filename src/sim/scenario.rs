@@ -27,6 +27,10 @@ pub enum JobKind {
     Silent,
     /// A fast source pipelined all-to-all into a consumer that sleeps per record.
     SlowConsumer,
+    /// A source writing far more than its subpartitions hold, pipelined all-to-all into
+    /// consumers that read at most a couple of records and end (`noop`'s `take`): the
+    /// producers must run to their end, not wait for room for ever.
+    EarlyConsumer,
     /// A task stuck where it cannot see its cancellation for 15 to 30 s (the `ignore-cancel`
     /// operator) into a sink: cancelling it (a cancel, a failover) ends only through the
     /// TaskManager's cancellation watchdog failing the TaskManager.
@@ -61,11 +65,12 @@ impl JobMix {
                 2 => JobKind::Sleep,
                 _ => JobKind::FailOnce,
             },
-            Self::DataPlane => match below(rng, 4) {
+            Self::DataPlane => match below(rng, 5) {
                 0 => JobKind::WordCount,
                 1 => JobKind::BatchWordCount,
                 2 => JobKind::Silent,
-                _ => JobKind::SlowConsumer,
+                3 => JobKind::SlowConsumer,
+                _ => JobKind::EarlyConsumer,
             },
             Self::NonCooperative => match below(rng, 3) {
                 0 => JobKind::Sleep,

@@ -106,7 +106,9 @@ pub const SECRET_ENV: &str = "FLINT_SECRET";
 ///    did; the acceptor ends the handshake with its `Verdict`; every frame after it is tagged
 ///    (an envelope, or a liveness probe of the connection). A submission can be refused as
 ///    `JobError::Overloaded` (`jobmanager.max-subtasks`).
-pub const PROTOCOL_VERSION: u32 = 9;
+/// 10: a gate that ends before its inputs do releases the subpartitions it left unread
+///    (`PartitionRequest::ReleaseSet`).
+pub const PROTOCOL_VERSION: u32 = 10;
 
 /// The largest handshake message, in bytes (after the length prefix). A `Hello` with a sensible
 /// node id is under 200 bytes; the limit stops a peer (or a stray HTTP client) from making us

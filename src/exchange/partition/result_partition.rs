@@ -75,6 +75,31 @@ impl ResultPartition {
         }
     }
 
+    /// See [`ResultPartitionManager::release_subpartition`](super::ResultPartitionManager::release_subpartition).
+    pub(super) fn release_subpartition(&mut self, subpartition: u32) -> bool {
+        if self.retain || subpartition >= self.count {
+            return false;
+        }
+        let sub = self.subpartitions.entry(subpartition).or_default();
+        if sub.released {
+            return false;
+        }
+        sub.released = true;
+        let unread = sub.handed_over as usize..;
+        let mut freed = 0;
+        for stored in sub.buffers.get_mut(unread).into_iter().flatten() {
+            if let Stored::Memory(buffer) = stored {
+                freed += buffer.len();
+                *buffer = Buffer::default();
+            }
+        }
+        sub.handed_over = sub.buffers.len() as u64;
+        sub.wake();
+        sub.wake_producer();
+        self.memory_bytes = self.memory_bytes.saturating_sub(freed);
+        true
+    }
+
     /// Drops the data (deleting spill files) and wakes every waiting consumer.
     pub(super) fn fail(&mut self, reason: String) {
         self.state = State::Failed(reason);
@@ -120,6 +145,12 @@ impl ResultPartition {
         }
         let capacity = self.capacity;
         let sub = self.subpartitions.entry(index).or_default();
+        if sub.released {
+            return Err(Fetch::Failed(format!(
+                "subpartition {subpartition} of result partition {id} was released by its \
+                 consumer"
+            )));
+        }
         if from_buffer < sub.handed_over {
             // A pipelined buffer moves to its reader; one asked for again was lost on its way
             // (the data connection broke while the answer travelled). Never answer with the
@@ -218,6 +249,9 @@ pub(super) struct ResultSubpartition {
     /// Of a pipelined (not retained) partition: the in-memory buffers before this index were
     /// moved to the consumer, so asking for them again must fail rather than read emptied ones.
     pub(super) handed_over: u64,
+    /// Of a pipelined partition: its consumer stopped reading before the end (see
+    /// [`ResultPartition::release_subpartition`]); writes to it are discarded.
+    pub(super) released: bool,
 }
 
 impl ResultSubpartition {

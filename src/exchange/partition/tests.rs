@@ -566,3 +566,74 @@ fn a_listener_gets_its_key_on_append_finish_failure_and_release() {
     assert!(matches!(listen(released, 4), Fetch::Unknown));
     assert_eq!(store.end_state(released), EndState::Unknown);
 }
+
+/// Issue 32: a consumer that stops reading a pipelined subpartition early releases it: the
+/// producer waiting for room is woken at once, the unread buffers' memory is freed, later
+/// writes there are discarded (the producer never waits there again), and the other
+/// subpartitions are untouched. A blocking partition keeps everything.
+#[test]
+fn a_released_pipelined_subpartition_frees_its_producer_and_discards_its_writes() {
+    let store = ResultPartitionManager::new(TempDir::new("released").0.clone(), usize::MAX);
+    let id = pid(11);
+    store.create_pipelined(id, 2, 4).unwrap();
+    for i in 0..4 {
+        store.append_records(id, 0, buffer(i, 1)).unwrap();
+        store.append_records(id, 1, buffer(i, 1)).unwrap();
+    }
+    let Space::Full(mut room) = store.reserve(id, 0).unwrap() else {
+        panic!("four unread buffers fill a capacity of four");
+    };
+    let before = store.stats(id).unwrap().memory_bytes;
+    assert!(store.release_subpartition(id, 0));
+    assert!(room.try_recv().is_ok(), "the waiting producer is woken");
+    assert_eq!(store.stats(id).unwrap().memory_bytes, before / 2);
+    for i in 0..100 {
+        assert!(matches!(store.reserve(id, 0).unwrap(), Space::Available));
+        store.append_records(id, 0, buffer(i, 1)).unwrap();
+    }
+    assert_eq!(
+        store.stats(id).unwrap().memory_bytes,
+        before / 2,
+        "discarded"
+    );
+    assert!(matches!(store.reserve(id, 1).unwrap(), Space::Full(_)));
+    match store.fetch(id, 0, 4, usize::MAX) {
+        Fetch::Failed(reason) => assert!(reason.contains("released by its consumer"), "{reason}"),
+        other => panic!("{other:?}"),
+    }
+    store.finish(id).unwrap();
+    assert_eq!(drain(&store, id, 1, usize::MAX), buffer(0, 4));
+    assert!(!store.release_subpartition(id, 0), "once");
+
+    let blocking = pid(12);
+    store.create_blocking(blocking, 1).unwrap();
+    store.append_records(blocking, 0, buffer(0, 3)).unwrap();
+    store.finish(blocking).unwrap();
+    assert!(!store.release_subpartition(blocking, 0));
+    assert_eq!(drain(&store, blocking, 0, usize::MAX), buffer(0, 3));
+}
+
+/// A consumer may end before its producer (deployed with it) created the partition: the release
+/// waits for the partition and applies when it comes; releasing a partition that never came
+/// forgets it.
+#[test]
+fn a_release_before_the_partition_exists_applies_when_it_is_created() {
+    let store = ResultPartitionManager::new(TempDir::new("early").0.clone(), usize::MAX);
+    let (id, never) = (pid(13), pid(14));
+    assert!(store.release_subpartition(id, 1));
+    assert!(store.release_subpartition(never, 0));
+    store.create_pipelined(id, 2, 1).unwrap();
+    for i in 0..10 {
+        assert!(matches!(store.reserve(id, 1).unwrap(), Space::Available));
+        store.append_records(id, 1, buffer(i, 1)).unwrap();
+    }
+    store.append_records(id, 0, buffer(0, 1)).unwrap();
+    assert!(matches!(store.reserve(id, 0).unwrap(), Space::Full(_)));
+    assert_eq!(
+        lock(&store.released_early).len(),
+        1,
+        "the one never created"
+    );
+    assert!(!store.release(never));
+    assert!(lock(&store.released_early).is_empty());
+}
