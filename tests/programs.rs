@@ -615,3 +615,24 @@ fn a_program_that_declares_another_plan_on_a_task_manager_is_refused_by_name() {
     let error = run(program, &[]).unwrap_err().to_string();
     assert!(error.contains("declared another plan for job 0"), "{error}");
 }
+
+/// A `first_n` fed by the network stops reading once it has its n (issue 32): the rebalanced
+/// producers, half a million records each, discard the rest instead of waiting for it, and the
+/// answer is still exactly n records of the input.
+#[test]
+fn first_n_after_a_shuffle_stops_reading_and_its_producers_finish() {
+    let (slot, out) = answer::<Vec<u64>>();
+    let program = Program::new("first-after-shuffle", move |env: &Env| {
+        env.set_parallelism(2);
+        let values =
+            env.generate(|subtask, _| (0..500_000u64).map(move |i| i * 2 + u64::from(subtask)));
+        let first = values.rebalance().first_n(3).collect();
+        let result = env.execute("first-after-shuffle")?;
+        *slot.lock().unwrap() = Some(result.get(&first)?);
+        Ok(())
+    });
+    run(program, &[]).unwrap();
+    let first = take(&out);
+    assert_eq!(first.len(), 3, "{first:?}");
+    assert!(first.iter().all(|v| *v < 1_000_000), "{first:?}");
+}

@@ -382,6 +382,10 @@ impl<T> Push<T> for FirstN<T> {
     fn end(&mut self, cx: &mut Ctx<'_>) -> Result<(), OperatorError> {
         self.next.end(cx)
     }
+
+    fn is_done(&self) -> bool {
+        self.left == 0
+    }
 }
 
 /// An entry of a top-k heap: ordered so the heap's top is the one to drop first.

@@ -38,6 +38,10 @@ impl<T, U> Push<T> for Map<T, U> {
     fn end(&mut self, cx: &mut Ctx<'_>) -> Result<(), OperatorError> {
         self.next.end(cx)
     }
+
+    fn is_done(&self) -> bool {
+        self.next.is_done()
+    }
 }
 
 /// `filter`.
@@ -58,6 +62,10 @@ impl<T> Push<T> for Filter<T> {
     fn end(&mut self, cx: &mut Ctx<'_>) -> Result<(), OperatorError> {
         self.next.end(cx)
     }
+
+    fn is_done(&self) -> bool {
+        self.next.is_done()
+    }
 }
 
 /// `flat_map`: any iterator per record.
@@ -77,6 +85,10 @@ impl<T, U, I: IntoIterator<Item = U>> Push<T> for FlatMap<T, U, I> {
     fn end(&mut self, cx: &mut Ctx<'_>) -> Result<(), OperatorError> {
         self.next.end(cx)
     }
+
+    fn is_done(&self) -> bool {
+        self.next.is_done()
+    }
 }
 
 /// Passes records on unchanged (where a repartitioning needs a node of its own).
@@ -91,6 +103,10 @@ impl<T> Push<T> for Identity<T> {
 
     fn end(&mut self, cx: &mut Ctx<'_>) -> Result<(), OperatorError> {
         self.next.end(cx)
+    }
+
+    fn is_done(&self) -> bool {
+        self.next.is_done()
     }
 }
 
@@ -122,6 +138,10 @@ impl<T> Push<T> for UnionPort<T> {
             state.next.end(cx)?;
         }
         Ok(())
+    }
+
+    fn is_done(&self) -> bool {
+        self.state.borrow().next.is_done()
     }
 }
 

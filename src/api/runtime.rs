@@ -57,6 +57,12 @@ pub(crate) trait Push<T> {
     fn push(&mut self, record: T, cx: &mut Ctx<'_>) -> Result<(), OperatorError>;
     /// No record follows on this input.
     fn end(&mut self, cx: &mut Ctx<'_>) -> Result<(), OperatorError>;
+    /// Wants no more records: what would come is dropped anyway (a `first_n` that has its n).
+    /// A task whose every input is done stops reading and releases what it left unread, so
+    /// its producers need not wait for it.
+    fn is_done(&self) -> bool {
+        false
+    }
 }
 
 /// A boxed push, as chains hold them.
@@ -238,6 +244,8 @@ pub(crate) trait Feed {
     fn feed(&mut self, buffer: Buffer, cx: &mut Ctx<'_>) -> Result<(), OperatorError>;
     /// The input ended.
     fn end(&mut self, cx: &mut Ctx<'_>) -> Result<(), OperatorError>;
+    /// Its push wants no more records ([`Push::is_done`]).
+    fn is_done(&self) -> bool;
 }
 
 /// A [`Feed`] of `T` records.
@@ -264,11 +272,18 @@ impl<T: Data> Feed for TypedFeed<T> {
             };
             cx.tick()?;
             self.port.push(record, cx)?;
+            if self.port.is_done() {
+                return Ok(());
+            }
         }
     }
 
     fn end(&mut self, cx: &mut Ctx<'_>) -> Result<(), OperatorError> {
         self.port.end(cx)
+    }
+
+    fn is_done(&self) -> bool {
+        self.port.is_done()
     }
 }
 

@@ -125,7 +125,14 @@ impl Operator for ProgramTask {
         let mut ended = vec![false; feeds.len()];
         while let Some(event) = inputs.next_event()? {
             match event {
-                InputEvent::Buffer { input, buffer } => feeds[input].feed(buffer, &mut cx)?,
+                InputEvent::Buffer { input, buffer } => {
+                    feeds[input].feed(buffer, &mut cx)?;
+                    // Nothing more is wanted (a `first_n` has its n): stop reading; the inputs
+                    // left unread are released when the task ends.
+                    if feeds.iter().all(|feed| feed.is_done()) {
+                        break;
+                    }
+                }
                 InputEvent::Ended(input) => {
                     ended[input] = true;
                     feeds[input].end(&mut cx)?;
