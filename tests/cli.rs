@@ -351,3 +351,53 @@ fn the_binary_allocates_with_jemalloc_without_thread_caches() {
     let stats = String::from_utf8_lossy(&output.stderr);
     assert!(stats.contains("opt.tcache: false"), "{stats}");
 }
+
+/// Issue 32: a flint process started under the common soft open-files limit of 1,024 raises
+/// it to the hard limit (read from the running process's `/proc/PID/limits`).
+#[test]
+fn a_flint_process_raises_its_open_files_limit_to_the_hard_one() {
+    let hard = Command::new("sh")
+        .args(["-c", "ulimit -Hn"])
+        .output()
+        .expect("sh runs");
+    let hard = String::from_utf8_lossy(&hard.stdout).trim().to_owned();
+    if hard == "unlimited" || hard.parse::<u64>().is_ok_and(|h| h <= 1024) {
+        eprintln!("SKIPPED: the hard open-files limit is {hard}: nothing to raise to");
+        return;
+    }
+    let dir = Scratch::new("nofile");
+    let config = dir.path("flint.toml");
+    std::fs::write(&config, "[rest]\nport = 0\n").unwrap();
+    let mut child = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "ulimit -Sn 1024 && exec {} jobmanager --bind 127.0.0.1:0 --pool-size 0 --insecure \
+             --config {}",
+            env!("CARGO_BIN_EXE_flint"),
+            arg(&config)
+        ))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("flint jobmanager starts");
+    // Its first line says it is ready, after the limit was raised.
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.as_mut().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let limits = std::fs::read_to_string(format!("/proc/{}/limits", child.id())).unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    let open_files = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .expect("a Max open files line");
+    let numbers: Vec<&str> = open_files.split_whitespace().skip(3).take(2).collect();
+    assert_eq!(
+        numbers,
+        [hard.as_str(), hard.as_str()],
+        "{open_files} (ready: {line})"
+    );
+}

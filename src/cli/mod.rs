@@ -569,11 +569,14 @@ pub fn main_with_default(programs: Programs, default: Option<&str>) -> ExitCode 
             .or_else(|| default.and_then(|name| programs.get(name).map(|p| (p.clone(), 1))));
         if let Some((program, skip)) = program {
             init_logging();
+            crate::env::open_files::raise_to_hard_limit();
             return run_program(&program, &programs, args[skip..].to_vec());
         }
     }
     let cli = Cli::parse();
     init_logging();
+    // Spill files, data connections and sockets all count against it.
+    crate::env::open_files::raise_to_hard_limit();
     let registry = programs.registry();
     // Unlocked: the JobManager's ready line is printed from its own threads.
     let mut out = std::io::stdout();

@@ -14,6 +14,7 @@
 pub mod build;
 pub mod events;
 pub mod files;
+pub mod open_files;
 pub mod private;
 pub mod task_blocking;
 pub mod task_threads;

@@ -85,7 +85,11 @@ pub enum PartitionError {
     },
     /// Writing a spill file failed (disk full, permissions). Retryable: a new attempt, maybe on
     /// another TaskManager, may have room.
-    #[error("cannot spill result partition {id} to `{}`", path.display())]
+    #[error(
+        "cannot spill result partition {id} to `{}`{}",
+        path.display(),
+        crate::env::open_files::hint(source)
+    )]
     Spill {
         /// The partition.
         id: ResultPartitionId,
