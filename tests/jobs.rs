@@ -449,6 +449,32 @@ async fn a_job_waiting_for_busy_slots_waits_past_the_slot_request_timeout() {
     cluster.shutdown().await.unwrap();
 }
 
+/// `noop` all-to-all into `noop`, pipelined, never restarted; `from` and `to` configure each.
+fn noop_shuffle(
+    name: &str,
+    parallelism: u32,
+    from: &[(&str, &str)],
+    to: &[(&str, &str)],
+) -> JobGraph {
+    let mut b = JobGraph::builder(name);
+    let mut vertex = |name: &str, config: &[(&str, &str)]| {
+        let mut v = b.vertex(name, "noop", parallelism);
+        for (key, value) in config {
+            v = v.config(*key, *value);
+        }
+        v.index()
+    };
+    let (from, to) = (vertex("from", from), vertex("to", to));
+    b.edge(
+        from,
+        to,
+        DistributionPattern::AllToAll,
+        ExchangeMode::Pipelined,
+    )
+    .restart_strategy(RestartStrategyConfig::None);
+    b.build(|_| true).unwrap()
+}
+
 /// A task that runs until its test opens the gate (or it is cancelled).
 struct Held(Arc<(Mutex<bool>, Condvar)>);
 
@@ -490,17 +516,9 @@ async fn a_small_job_runs_on_idle_slots_while_a_large_region_waits_and_the_large
     wait_until_running(&cluster, hog, 0).await;
 
     // Four sources all-to-all into four sinks, pipelined: one region of four shared slots.
-    let mut b = JobGraph::builder("large");
-    let from = b.vertex("from", "noop", 4).config("count", "10").index();
-    let to = b.vertex("to", "noop", 4).index();
-    b.edge(
-        from,
-        to,
-        DistributionPattern::AllToAll,
-        ExchangeMode::Pipelined,
-    )
-    .restart_strategy(RestartStrategyConfig::None);
-    let large = submit(b.build(|_| true).unwrap()).await.unwrap();
+    let large = submit(noop_shuffle("large", 4, &[("count", "10")], &[]))
+        .await
+        .unwrap();
     let small = submit(sleepy(1, 1, RestartStrategyConfig::None))
         .await
         .unwrap();
@@ -622,27 +640,14 @@ async fn consumers_that_stop_reading_early_let_their_producers_finish() {
     let cluster = MiniCluster::start(config(2, 2)).unwrap();
     cluster.wait_for_pool(2, DEADLINE).await.unwrap();
     for take in [0, 1, 1000] {
-        let mut b = JobGraph::builder("early");
-        let from = b
-            .vertex("from", "noop", 2)
-            .config("count", "1000000")
-            .config("payload-bytes", "100")
-            .index();
-        let to = b
-            .vertex("to", "noop", 2)
-            .config("take", take.to_string())
-            .index();
-        b.edge(
-            from,
-            to,
-            DistributionPattern::AllToAll,
-            ExchangeMode::Pipelined,
-        )
-        .restart_strategy(RestartStrategyConfig::None);
-        let job = cluster
-            .submit_job(b.build(|_| true).unwrap())
-            .await
-            .unwrap();
+        let take = take.to_string();
+        let graph = noop_shuffle(
+            "early",
+            2,
+            &[("count", "1000000"), ("payload-bytes", "100")],
+            &[("take", &take)],
+        );
+        let job = cluster.submit_job(graph).await.unwrap();
         let details = cluster.wait_for_job(job, DEADLINE).await.unwrap();
         assert_eq!(
             details.summary.status,

@@ -581,3 +581,21 @@ pub async fn run_task_manager(
     drop(dir);
     outcome
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 32: with `seed` configured, every process (every incarnation of a node) still draws
+    /// its own identifiers — data connection ids among them — so a TaskManager restarted at the
+    /// same address is never served its earlier incarnation's data. (Embedded TaskManagers get a
+    /// seed of their own from the driver's stream per start, simulated ones per incarnation.)
+    #[test]
+    fn a_process_draws_its_seed_from_the_os_whatever_seed_is_configured() {
+        let config = ClusterConfig {
+            seed: Some(7),
+            ..Default::default()
+        };
+        assert_ne!(process_seed(&config), process_seed(&config));
+    }
+}
