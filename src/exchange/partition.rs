@@ -392,14 +392,17 @@ impl ResultPartitionManager {
         if let Ok(partition) = self.get(id) {
             return lock(&partition).release_subpartition(subpartition);
         }
+        // Under the write lock: a creation cannot slip between the look and the note.
         let partitions = write(&self.partitions);
-        if let Some(partition) = partitions.get(&id) {
-            return lock(partition).release_subpartition(subpartition);
+        if let Some(partition) = partitions.get(&id).cloned() {
+            drop(partitions);
+            return lock(&partition).release_subpartition(subpartition);
         }
         let mut early = lock(&self.released_early);
         if early.len() >= MAX_EARLY_RELEASES && !early.contains_key(&id) {
             log::warn!(
-                "partition store: {MAX_EARLY_RELEASES} releases wait for partitions not created                  yet; the release of subpartition {subpartition} of {id} is dropped"
+                "partition store: {MAX_EARLY_RELEASES} releases wait for partitions not created \
+                 yet; the release of subpartition {subpartition} of {id} is dropped"
             );
             return false;
         }
