@@ -20,6 +20,7 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 use crate::config::{ClusterConfig, ConfigError, ConfigSources, keys};
+use crate::process::credentials::{CredentialsError, LocalCredentials};
 use crate::transport::handshake::Secret;
 
 /// The variable naming the JobManager's REST address.
@@ -64,7 +65,7 @@ pub enum EndpointError {
     /// This user's generated token or secret exists but cannot be trusted (not private) or
     /// read.
     #[error("cannot use this user's generated credentials")]
-    Credentials(#[source] crate::process::credentials::CredentialsError),
+    Credentials(#[source] CredentialsError),
     /// `rest.token-file` cannot be read as a token (text).
     #[error("cannot read the REST token from rest.token-file {path}")]
     TokenFile {
@@ -323,16 +324,7 @@ impl Endpoint {
         // to a host someone else runs).
         let token = match token {
             Some(token) => Some(token),
-            None if url.is_loopback() => {
-                crate::process::credentials::LocalCredentials::from_env(|name| {
-                    env(name).map(std::ffi::OsString::from)
-                })
-                .ok()
-                .map(|local| local.token())
-                .transpose()
-                .map_err(EndpointError::Credentials)?
-                .flatten()
-            }
+            None if url.is_loopback() => generated(&env, LocalCredentials::token)?,
             None => None,
         };
         Ok(Self { url, source, token })
@@ -354,17 +346,21 @@ fn leader_settings(
     }
     let secret = match env(crate::process::SECRET_ENV).filter(|s| !s.is_empty()) {
         Some(secret) => Secret::from_bytes(secret.into_bytes()),
-        None => crate::process::credentials::LocalCredentials::from_env(|name| {
-            env(name).map(std::ffi::OsString::from)
-        })
-        .ok()
-        .map(|local| local.secret())
-        .transpose()
-        .map_err(EndpointError::Credentials)?
-        .flatten()
-        .unwrap_or_else(Secret::insecure),
+        None => generated(env, LocalCredentials::secret)?.unwrap_or_else(Secret::insecure),
     };
     Ok(crate::ha::zookeeper::ZooKeeperSettings::of(config, &secret))
+}
+
+/// One of the credentials (`read` picks which) a `flint jobmanager` of this user generated on
+/// this machine, if this user has a place for them (`env` looks up `XDG_STATE_HOME`, `HOME`).
+fn generated<T>(
+    env: &impl Fn(&str) -> Option<String>,
+    read: impl FnOnce(&LocalCredentials) -> Result<Option<T>, CredentialsError>,
+) -> Result<Option<T>, EndpointError> {
+    match LocalCredentials::from_env(|name| env(name).map(std::ffi::OsString::from)) {
+        Ok(local) => read(&local).map_err(EndpointError::Credentials),
+        Err(_) => Ok(None),
+    }
 }
 
 /// The configuration the client takes `rest.*` from: the cluster's loader over the file (if
