@@ -224,9 +224,10 @@ async fn with_restart_strategy_none_a_failure_fails_the_job_with_its_reason() {
     cluster.shutdown().await.unwrap();
 }
 
-/// The pool tests are about demand, not failure detection, and their jobs never restart: a
-/// heartbeat answered late under the parallel load of this binary (300 ms elsewhere here) must
-/// not fail them. Released TaskManagers leave the JobManager at once, not by heartbeat.
+/// The pool tests (and the queueing and exchange tests further down) are not about failure
+/// detection, and their jobs never restart: a heartbeat answered late under the parallel load of
+/// this binary (300 ms elsewhere here) must not fail them. Released TaskManagers leave the
+/// JobManager at once, not by heartbeat.
 const DEMAND_TEST_HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(5);
 
 fn sleepy(parallelism: u32, ms: u64, restart: RestartStrategyConfig) -> JobGraph {
@@ -505,6 +506,8 @@ async fn a_small_job_runs_on_idle_slots_while_a_large_region_waits_and_the_large
     registry.register_fn("held", move |_| Ok(Box::new(Held(held.clone()))));
     let mut config = config(1, 4);
     config.resourcemanager.max_pool_size = 1;
+    // About queueing, not failure detection: a late heartbeat under load must not fail the hog.
+    config.heartbeat.timeout = DEMAND_TEST_HEARTBEAT_TIMEOUT;
     let cluster = MiniCluster::start_with(config, registry, Arc::new(ArbiterSpawner)).unwrap();
     cluster.wait_for_pool(1, DEADLINE).await.unwrap();
     let submit = |graph: JobGraph| cluster.submit_job(graph);
@@ -637,7 +640,11 @@ async fn all_to_all_at_p_1000_gives_the_exact_word_count() {
 /// one consumer reads nothing at all, one a single record, the others more.
 #[actix::test]
 async fn consumers_that_stop_reading_early_let_their_producers_finish() {
-    let cluster = MiniCluster::start(config(2, 2)).unwrap();
+    let mut config = config(2, 2);
+    // About the exchange, not failure detection: two producers of a million records each on 2
+    // cores must not lose a TaskManager to a late heartbeat (the jobs never restart).
+    config.heartbeat.timeout = DEMAND_TEST_HEARTBEAT_TIMEOUT;
+    let cluster = MiniCluster::start(config).unwrap();
     cluster.wait_for_pool(2, DEADLINE).await.unwrap();
     for take in [0, 1, 1000] {
         let take = take.to_string();
