@@ -924,31 +924,32 @@ impl Drop for InputGate {
                 Vec::new()
             };
             match group.local {
-                Some(_) => {
+                Some((_, _, edge)) => {
                     for &member in &unread {
                         self.store.release_subpartition(
                             group.partitions[member as usize],
                             group.subpartition,
                         );
                     }
+                    self.store.remove_reader(
+                        edge,
+                        group.subpartition,
+                        &self.announced,
+                        number as u64,
+                    );
                 }
-                None if !unread.is_empty() => requests.push(PartitionRequest::ReleaseSet {
-                    set: group.set.number,
-                    subpartition: group.subpartition,
-                    members: unread,
-                }),
-                None => {}
-            }
-            match group.local {
-                Some((_, _, edge)) => self.store.remove_reader(
-                    edge,
-                    group.subpartition,
-                    &self.announced,
-                    number as u64,
-                ),
-                None => requests.push(PartitionRequest::CancelSet {
-                    channels: channel_key(self.gate_id, group.base),
-                }),
+                None => {
+                    if !unread.is_empty() {
+                        requests.push(PartitionRequest::ReleaseSet {
+                            set: group.set.number,
+                            subpartition: group.subpartition,
+                            members: unread,
+                        });
+                    }
+                    requests.push(PartitionRequest::CancelSet {
+                        channels: channel_key(self.gate_id, group.base),
+                    });
+                }
             }
             sets.push(group.set.clone());
         }

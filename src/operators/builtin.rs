@@ -191,8 +191,16 @@ fn check_cancelled(io: &dyn TaskIo, handled: u64) -> Result<(), OperatorError> {
 
 /// Emits every input record unchanged.
 fn pass_through(io: &mut dyn TaskIo) -> Result<(), OperatorError> {
+    pass_at_most(io, u64::MAX)
+}
+
+/// Passes at most `limit` input records through, then ends (the rest stays unread).
+fn pass_at_most(io: &mut dyn TaskIo, limit: u64) -> Result<(), OperatorError> {
     let mut handled = 0u64;
-    while let Some(record) = io.next()? {
+    while handled < limit {
+        let Some(record) = io.next()? else {
+            break;
+        };
         io.emit(record)?;
         handled += 1;
         check_cancelled(io, handled)?;
@@ -569,17 +577,7 @@ impl Operator for Noop {
             })?;
             check_cancelled(io, i as u64 + 1)?;
         }
-        let Some(take) = self.take else {
-            return pass_through(io);
-        };
-        for handled in 1..=take {
-            let Some(record) = io.next()? else {
-                break;
-            };
-            io.emit(record)?;
-            check_cancelled(io, handled)?;
-        }
-        Ok(())
+        pass_at_most(io, self.take.unwrap_or(u64::MAX))
     }
 }
 
