@@ -19,6 +19,7 @@ use actix::clock::Instant;
 use actix::prelude::*;
 
 mod deployments;
+mod dispatcher;
 pub mod execution_graph;
 pub mod heartbeat_monitor;
 pub mod instance_manager;
@@ -36,7 +37,7 @@ use crate::base::rng::NodeRng;
 use crate::config::HeartbeatConfig;
 use crate::env::NodeEnv;
 use crate::env::events::ClusterEvent;
-use crate::ha::LeadershipLease;
+use crate::ha::{JobGraphWriter, JobResultStore, LeadershipLease, NoJobGraphs};
 use crate::messages::job_manager::*;
 use crate::messages::resource_manager::{
     NotifyResourceStarted, RegisterResourceManagerSuccessful, ReleaseResource,
@@ -102,9 +103,16 @@ pub struct JobManager {
     task_restarts: u64,
     scheduler: Scheduler,
     jobs: BTreeMap<JobId, ExecutionGraph>,
-    /// Jobs a new leader found in the job graph store but could not run (graph missing or
-    /// corrupted): FAILED with the reason, shown like any other job.
-    unrecoverable: BTreeMap<JobId, crate::messages::job_manager::JobDetails>,
+    /// Where accepted job graphs are persisted before their jobs run, and removed from once
+    /// they ended (see `dispatcher`).
+    job_graphs: std::rc::Rc<dyn JobGraphWriter>,
+    /// How every job that ended ended: it never runs again, and is answered from here once its
+    /// execution graph is gone (see `dispatcher`).
+    job_results: JobResultStore,
+    /// Jobs accepted whose graphs are being persisted: they start once stored.
+    persisting: BTreeSet<JobId>,
+    /// Jobs whose graph removal (after their result was kept) is under way.
+    cleaning: BTreeSet<JobId>,
     /// Ended jobs still kept, by when they ended (ms since the epoch), oldest first: the next
     /// to forget, by count or by age.
     ended: BTreeSet<(u64, JobId)>,
@@ -158,7 +166,10 @@ impl JobManager {
             heartbeat_timeouts: 0,
             task_restarts: 0,
             jobs: BTreeMap::new(),
-            unrecoverable: BTreeMap::new(),
+            job_graphs: std::rc::Rc::new(NoJobGraphs),
+            job_results: JobResultStore::in_memory(),
+            persisting: BTreeSet::new(),
+            cleaning: BTreeSet::new(),
             ended: BTreeSet::new(),
             jobs_on: BTreeMap::new(),
             serve_pending: false,
@@ -173,6 +184,19 @@ impl JobManager {
     /// Deploys only while `lease` is held (a leader elected through high availability).
     pub fn with_leadership_lease(mut self, lease: LeadershipLease) -> Self {
         self.lease = lease;
+        self
+    }
+
+    /// High availability: persists job graphs with `job_graphs` (before their jobs run) and
+    /// keeps results in `job_results` (the store a new leader reads); without, graphs are not
+    /// persisted and results live in memory.
+    pub fn with_job_stores(
+        mut self,
+        job_graphs: std::rc::Rc<dyn JobGraphWriter>,
+        job_results: JobResultStore,
+    ) -> Self {
+        self.job_graphs = job_graphs;
+        self.job_results = job_results;
         self
     }
 
@@ -530,6 +554,10 @@ impl Actor for JobManager {
             self.address,
             self.leader_session_id
         );
+        // Jobs that ended under an earlier leader whose cleanup it did not finish.
+        for job_id in self.job_results.dirty_job_ids() {
+            self.clean_up(job_id, ctx);
+        }
     }
 
     fn stopping(&mut self, _ctx: &mut Self::Context) -> Running {

@@ -15,7 +15,7 @@ use crate::actors::task_manager::{TaskManager, TaskManagerSettings, TaskManagerS
 use crate::base::ids::LeaderSessionId;
 use crate::config::ClusterConfig;
 use crate::env::NodeEnv;
-use crate::ha::LeadershipLease;
+use crate::ha::{JobStores, LeadershipLease};
 use crate::messages::{ActorAddress, HardwareDescription, NewLeaderAvailable};
 use crate::operators::OperatorRegistry;
 use crate::transport::ASK_TIMEOUT;
@@ -49,11 +49,13 @@ pub fn start_job_manager_node(
         driver,
         leader_session_id,
         LeadershipLease::unbounded(),
+        JobStores::in_memory(),
     )
 }
 
 /// [`start_job_manager_node`] leading the session an election granted (high availability: each
-/// leadership of the process gets a fresh one), acting only while `lease` is held.
+/// leadership of the process gets a fresh one), acting only while `lease` is held, persisting
+/// job graphs and keeping results in `stores`.
 pub fn start_job_manager_node_leading(
     config: &ClusterConfig,
     registry: OperatorRegistry,
@@ -61,6 +63,7 @@ pub fn start_job_manager_node_leading(
     driver: Box<dyn WorkerDriver>,
     leader_session_id: LeaderSessionId,
     lease: LeadershipLease,
+    stores: JobStores,
 ) -> JobManagerNode {
     let job_manager = JobManager::new(
         JobManagerSettings {
@@ -80,7 +83,8 @@ pub fn start_job_manager_node_leading(
         leader_session_id,
         env.clone(),
     )
-    .with_leadership_lease(lease.clone());
+    .with_leadership_lease(lease.clone())
+    .with_job_stores(stores.job_graphs, stores.job_results);
     let address = job_manager.address().clone();
     let job_manager = job_manager.start();
     let resource_manager = FlinkResourceManager::new(

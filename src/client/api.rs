@@ -45,6 +45,7 @@ impl JobView {
             failure: self.failure.clone(),
             restarts: self.restarts,
             recovered_at_ms: self.recovered_at,
+            from_job_result_store: self.from_job_result_store,
             exceptions: self
                 .exceptions
                 .iter()
@@ -66,6 +67,20 @@ impl JobView {
                     operator: v.operator.clone(),
                     chain: v.chain.clone(),
                     io: v.metrics.snapshot(),
+                    // Without subtasks (a result-store answer, or `?subtasks=false`), the counts
+                    // and times are all there is.
+                    summary: v.subtasks.is_empty().then(|| jm::VertexSummary {
+                        parallelism: v.parallelism,
+                        states: v
+                            .tasks
+                            .iter()
+                            .filter(|(_, count)| **count > 0)
+                            .map(|(state, count)| (*state, *count))
+                            .collect(),
+                        started_at_ms: v.start_time,
+                        ended_at_ms: v.end_time,
+                        recovered: v.recovered,
+                    }),
                     subtasks: v
                         .subtasks
                         .iter()
@@ -78,6 +93,7 @@ impl JobView {
                             timestamps: sorted_by_time(&s.timestamps),
                             error: s.failure.clone(),
                             io: s.metrics.as_ref().map(IoView::snapshot),
+                            recovered: s.recovered,
                         })
                         .collect(),
                 })

@@ -1,14 +1,22 @@
 //! The `flint jobmanager` side of high availability: stand by until elected, lead (a JobManager
-//! and a resource manager of a fresh `LeaderSessionId`, every stored job recovered), and stop
-//! both the moment the leadership is in doubt, then stand by again.
+//! and a resource manager of a fresh `LeaderSessionId`, published, then every stored job
+//! recovered), and stop both the moment the leadership is in doubt, then stand by again.
 //!
 //! ```text
-//!  standby ──acquire()──▶ start JM+RM (fresh session) ─▶ recover every stored job ─▶ confirm()
-//!     ▲                                                          (publish LeaderInformation)
+//!  standby ──acquire()──▶ renew the lease ─▶ start JM+RM (fresh session, the job stores) ─▶ confirm()
+//!     ▲                                                    (publish LeaderInformation: found at once)
 //!     │                                                                   │
-//!     └── stop RM (its local workers die) and JM ◀── revoked() ◀── leading (REST served here;
-//!                                                                 terminal jobs leave the store)
+//!     └── stop RM (its local workers die) and JM ◀── revoked() ◀── leading: REST served here;
+//!                                                      stored jobs recovered one by one, for as
+//!                                                      long as it takes; strays adopted
 //! ```
+//!
+//! The leader publishes itself before it recovers anything (Flink confirms leadership, then
+//! recovers jobs): TaskManagers and clients find it at once, and recovery has no deadline that
+//! could make a leader with a large job store resign — each job is recovered alone (one whose
+//! graph cannot be read fails alone), and the leadership is watched all along. The JobManager
+//! decides what a recovered job becomes: one with a result in the job result store never runs
+//! again (see `actors::job_manager::dispatcher`).
 //!
 //! The REST port is served for the process's whole life; [`LeaderSwitch`] makes it answer or
 //! redirect. The order on revocation is what keeps two leaders from acting at once: the REST
@@ -18,6 +26,7 @@
 
 use std::collections::BTreeSet;
 use std::future::Future;
+use std::path::Path;
 use std::time::Duration;
 
 use actix::Addr;
@@ -25,6 +34,7 @@ use actix::Addr;
 use crate::actors::Shutdown;
 use crate::actors::job_manager::JobManager;
 use crate::actors::node::{JobManagerNode, start_job_manager_node_leading};
+use crate::base::error_chain::ErrorChain;
 use crate::base::ids::{JobId, LeaderSessionId};
 use crate::config::ClusterConfig;
 use crate::drivers::WorkerDriver;
@@ -32,7 +42,7 @@ use crate::env::NodeEnv;
 use crate::ha::election::LeaderElectionService;
 use crate::ha::job_graph_store::{JobGraphPointers, JobGraphStore, RecoveredJob};
 use crate::ha::lease::{LeadershipLease, RENEW_FRACTION};
-use crate::ha::{HaError, LeaderInformation};
+use crate::ha::{HaError, JobResultStore, JobStores, LeaderInformation};
 use crate::messages::job_manager::{JobManagerGateway, ListJobs, RecoverJob};
 use crate::messages::resource_manager::{ResourceManagerGateway, StopCluster};
 use crate::operators::OperatorRegistry;
@@ -42,8 +52,8 @@ use crate::rest::leader::LeaderSwitch;
 /// How long a failed election step waits before the next try (a fresh session).
 const RETRY_DELAY: Duration = Duration::from_secs(1);
 
-/// How often a leader reconciles the job graph store with its JobManager (terminal jobs
-/// leave it, jobs stored after the recovery are adopted).
+/// How often a leader adopts jobs stored after its recovery (a deposed leader's late
+/// submissions).
 const CLEANUP_INTERVAL: Duration = Duration::from_millis(500);
 
 /// How long a ZooKeeper step of the leader loop may take before it counts as failed.
@@ -63,6 +73,9 @@ pub struct LeaderTerms<'a> {
     pub make_driver: &'a dyn Fn() -> Box<dyn WorkerDriver>,
     /// The operators jobs may use (the built-ins and the binary's programs).
     pub registry: OperatorRegistry,
+    /// The job result store's directory (`high-availability.storageDir/job-result-store/CLUSTER`),
+    /// read afresh by each leadership.
+    pub job_results: &'a Path,
 }
 
 /// Why the leader loop ended.
@@ -74,7 +87,7 @@ pub enum Ended {
 
 /// Runs the election until `stop` resolves: leads whenever elected, stands by otherwise. See
 /// the module docs.
-pub async fn run_leader_loop<E: LeaderElectionService, P: JobGraphPointers>(
+pub async fn run_leader_loop<E: LeaderElectionService, P: JobGraphPointers + Clone + 'static>(
     mut election: E,
     terms: LeaderTerms<'_>,
     store: &JobGraphStore<P>,
@@ -131,6 +144,23 @@ pub async fn run_leader_loop<E: LeaderElectionService, P: JobGraphPointers>(
             }
         };
         let config = with_stored_pool_size(terms.config, store).await;
+        // How the jobs that ended under earlier leaders ended: they never run again.
+        let job_results = match JobResultStore::open(terms.job_results) {
+            Ok(results) => results,
+            Err(error) => {
+                log::warn!(
+                    "jobmanager: cannot read the job result store: {}; standing by again",
+                    ErrorChain(&error)
+                );
+                lease.revoke();
+                election.resign().await;
+                tokio::select! {
+                    biased;
+                    () = &mut stop => break,
+                    () = tokio::time::sleep(RETRY_DELAY) => continue,
+                }
+            }
+        };
         let node = start_job_manager_node_leading(
             &config,
             terms.registry.clone(),
@@ -138,21 +168,22 @@ pub async fn run_leader_loop<E: LeaderElectionService, P: JobGraphPointers>(
             (terms.make_driver)(),
             session,
             lease.clone(),
+            JobStores {
+                job_graphs: std::rc::Rc::new(store.clone()),
+                job_results,
+            },
         );
         let info = LeaderInformation {
             address: terms.address.clone(),
             rest_url: terms.rest_url.clone(),
             leader_session_id: session,
         };
-        let started = async {
-            recover_jobs(store, &node.job_manager).await?;
-            election.confirm(&info).await
-        };
-        match tokio::time::timeout(STEP_TIMEOUT, started).await {
+        // Published before anything is recovered: this leader is found at once.
+        match tokio::time::timeout(STEP_TIMEOUT, election.confirm(&info)).await {
             Ok(Ok(())) => {}
             outcome => {
                 let why = match outcome {
-                    Ok(Err(error)) => crate::base::error_chain::ErrorChain(&error).to_string(),
+                    Ok(Err(error)) => ErrorChain(&error).to_string(),
                     _ => format!("no answer from ZooKeeper within {STEP_TIMEOUT:?}"),
                 };
                 log::warn!("jobmanager: cannot take up leadership: {why}; standing by again");
@@ -174,6 +205,8 @@ pub async fn run_leader_loop<E: LeaderElectionService, P: JobGraphPointers>(
             info.address,
             info.rest_url
         );
+        let mut recovery = std::pin::pin!(recover_jobs(store, node.job_manager.clone()));
+        let mut recovered = false;
         let mut known = BTreeSet::new();
         let mut cleanup = tokio::time::interval(CLEANUP_INTERVAL);
         // (`interval` panics on a zero period; a lease is never that short in practice.)
@@ -194,10 +227,11 @@ pub async fn run_leader_loop<E: LeaderElectionService, P: JobGraphPointers>(
                         break Some(lost);
                     }
                 }
-                _ = cleanup.tick() => {
+                () = &mut recovery, if !recovered => recovered = true,
+                _ = cleanup.tick(), if recovered => {
                     let _ = tokio::time::timeout(
                         STEP_TIMEOUT,
-                        reconcile_store(store, &node.job_manager, &mut known),
+                        adopt_strays(store, &node.job_manager, &mut known),
                     )
                     .await;
                 }
@@ -285,21 +319,49 @@ async fn renew_lease<E: LeaderElectionService>(
     }
 }
 
-/// Hands every stored job to the new leader's JobManager (a graph that cannot be read makes
-/// its job FAILED there, with the reason).
-async fn recover_jobs<P: JobGraphPointers>(
-    store: &JobGraphStore<P>,
-    job_manager: &Addr<JobManager>,
-) -> Result<(), HaError> {
-    let jobs = store.recover().await?;
-    if !jobs.is_empty() {
-        log::info!(
-            "jobmanager: recovering {} job(s) from the job graph store",
-            jobs.len()
-        );
+/// Hands every stored job to the new leader's JobManager, one by one, for as long as it takes:
+/// a store that does not answer is asked again (the leadership is watched meanwhile), a graph
+/// that cannot be read makes its job FAILED there, with the reason, and the JobManager runs
+/// again only the jobs without a result.
+async fn recover_jobs<P: JobGraphPointers>(store: &JobGraphStore<P>, job_manager: Addr<JobManager>) {
+    let started = tokio::time::Instant::now();
+    let job_ids = retried("list the job graph store", || store.job_ids()).await;
+    if job_ids.is_empty() {
+        return;
     }
-    send_recovered(jobs, job_manager).await;
-    Ok(())
+    log::info!(
+        "jobmanager: recovering {} job(s) from the job graph store",
+        job_ids.len()
+    );
+    for &job_id in &job_ids {
+        let one = [job_id];
+        let job = retried("read a stored job", || store.recover_only(&one)).await;
+        send_recovered(job, &job_manager).await;
+    }
+    log::info!(
+        "jobmanager: {} stored job(s) handed to the JobManager in {:?}",
+        job_ids.len(),
+        started.elapsed()
+    );
+}
+
+/// `step` until it succeeds, [`RETRY_DELAY`] apart (logged).
+async fn retried<T, F: Future<Output = Result<T, HaError>>>(
+    what: &str,
+    mut step: impl FnMut() -> F,
+) -> T {
+    loop {
+        match step().await {
+            Ok(value) => return value,
+            Err(error) => {
+                log::warn!(
+                    "jobmanager: cannot {what}: {}; trying again in {RETRY_DELAY:?}",
+                    ErrorChain(&error)
+                );
+                tokio::time::sleep(RETRY_DELAY).await;
+            }
+        }
+    }
 }
 
 /// Hands recovered jobs to the JobManager.
@@ -320,26 +382,24 @@ async fn send_recovered(jobs: Vec<RecoveredJob>, job_manager: &Addr<JobManager>)
     }
 }
 
-/// Keeps the job graph store and this leadership's JobManager in step: removes the stored
-/// graphs of the jobs that reached a terminal state (they are never run again), and adopts
-/// stored jobs this leadership never knew. Those were stored after it recovered the store: a
-/// deposed leader resumed after a pause and answered a submission it had taken before, whose
-/// graph landed in the store (its session is not the election's) after this leadership began
-/// (Flink's `JobGraphStore` listener adopts added graphs the same way). `known` holds every job
-/// this leadership ever listed, so a job it ran and forgot is never run again (its graph is
-/// removed: it ended before it was forgotten).
-async fn reconcile_store<P: JobGraphPointers>(
+/// Adopts stored jobs this leadership never knew. Those were stored after it recovered the
+/// store: a deposed leader resumed after a pause and persisted a submission it had taken
+/// before (its store session is not the election's) after this leadership began (Flink's
+/// `JobGraphStore` listener adopts added graphs the same way). The JobManager runs a stray only
+/// if it has no result. `known` holds every job this leadership ever listed, so a job it ran
+/// and forgot is never adopted again.
+async fn adopt_strays<P: JobGraphPointers>(
     store: &JobGraphStore<P>,
     job_manager: &Addr<JobManager>,
     known: &mut BTreeSet<JobId>,
 ) {
-    // The store first: a job stored by this leadership was submitted to its JobManager
-    // before, so the listing below has it.
+    // The store first: a job stored by this leadership's JobManager is listed there (or being
+    // persisted, which the JobManager knows) before its graph is in the store.
     let Ok(stored) = store.job_ids().await else {
         return;
     };
     if stored.is_empty() {
-        // Nothing stored can be a stray or a forgotten job: nothing to remember either.
+        // Nothing stored can be a stray: nothing to remember either.
         known.clear();
         return;
     }
@@ -347,21 +407,6 @@ async fn reconcile_store<P: JobGraphPointers>(
         return;
     };
     let listed: BTreeSet<JobId> = jobs.iter().map(|job| job.job_id).collect();
-    // Listed before and gone now: the JobManager forgets only ended jobs (`jobstore.*`), so
-    // these ended between two rounds without being seen terminal; they are never run again.
-    let forgotten: Vec<JobId> = stored
-        .iter()
-        .filter(|id| known.contains(id) && !listed.contains(id))
-        .copied()
-        .collect();
-    for job_id in forgotten {
-        if let Err(error) = store.remove(job_id).await {
-            log::warn!(
-                "jobmanager: cannot remove ended job {job_id} from the job graph store: {}",
-                crate::base::error_chain::ErrorChain(&error)
-            );
-        }
-    }
     // Only what is stored or listed can matter later: `known` stays as small as the two.
     known.retain(|id| listed.contains(id) || stored.binary_search(id).is_ok());
     known.extend(listed);
@@ -370,31 +415,16 @@ async fn reconcile_store<P: JobGraphPointers>(
         .filter(|id| !known.contains(id))
         .copied()
         .collect();
-    if !strays.is_empty() {
-        log::info!(
-            "jobmanager: {} job(s) stored after this leadership recovered the store; adopting them",
-            strays.len()
-        );
-        known.extend(strays.iter().copied());
-        if let Ok(recovered) = store.recover_only(&strays).await {
-            send_recovered(recovered, job_manager).await;
-        }
+    if strays.is_empty() {
+        return;
     }
-    for job in jobs {
-        if job.status.is_globally_terminal() && stored.binary_search(&job.job_id).is_ok() {
-            match store.remove(job.job_id).await {
-                Ok(()) => log::info!(
-                    "jobmanager: job {} is {}: its graph left the job graph store",
-                    job.job_id,
-                    job.status
-                ),
-                Err(error) => log::warn!(
-                    "jobmanager: cannot remove job {} from the job graph store: {}",
-                    job.job_id,
-                    crate::base::error_chain::ErrorChain(&error)
-                ),
-            }
-        }
+    log::info!(
+        "jobmanager: {} job(s) stored after this leadership recovered the store; adopting them",
+        strays.len()
+    );
+    known.extend(strays.iter().copied());
+    if let Ok(recovered) = store.recover_only(&strays).await {
+        send_recovered(recovered, job_manager).await;
     }
 }
 

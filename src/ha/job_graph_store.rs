@@ -4,8 +4,9 @@
 //! pointer znode `ROOT/CLUSTER/jobgraphs/ID` holding that file's path. ZooKeeper never holds a
 //! graph: znodes are small, graphs are not.
 //!
-//! A graph is written (file first, then the pointer) before `POST /jobs` answers, and removed
-//! (pointer first, then the file) once its job reached a terminal state. A pointer whose file is
+//! A graph is written (file first, then the pointer) before the JobManager starts its job and
+//! `POST /jobs` answers, and removed (pointer first, then the file) once the job's result is in
+//! the [job result store](super::job_result_store), which then marks it clean. A pointer whose file is
 //! missing or unreadable is still recovered — as a job that failed with that reason — so one bad
 //! file never stops the others from recovering.
 //!
@@ -203,6 +204,51 @@ impl JobGraphPointers for ZooKeeperPointers {
     }
 }
 
+/// How a JobManager persists the graphs of the jobs it accepts and removes those of the jobs
+/// that ended (Flink's `JobGraphWriter`): the [`JobGraphStore`] with high availability,
+/// [`NoJobGraphs`] without. Object safe, its futures local: the JobManager holds one and runs
+/// its futures on its own arbiter.
+pub trait JobGraphWriter {
+    /// Persists `graph` as job `job_id`'s; resolves once it is stored. The graph is encoded
+    /// before this returns.
+    fn put_job_graph(&self, job_id: JobId, graph: &JobGraph) -> LocalBoxFuture<Result<(), HaError>>;
+
+    /// Removes job `job_id`'s graph (and whatever the store keeps beside it); already gone is
+    /// fine.
+    fn remove_job_graph(&self, job_id: JobId) -> LocalBoxFuture<Result<(), HaError>>;
+}
+
+/// A future of a [`JobGraphWriter`].
+pub type LocalBoxFuture<T> = std::pin::Pin<Box<dyn Future<Output = T>>>;
+
+/// No high availability: nothing outlives the JobManager, so nothing is written (Flink's
+/// `StandaloneJobGraphStore`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoJobGraphs;
+
+impl JobGraphWriter for NoJobGraphs {
+    fn put_job_graph(&self, _: JobId, _: &JobGraph) -> LocalBoxFuture<Result<(), HaError>> {
+        Box::pin(std::future::ready(Ok(())))
+    }
+
+    fn remove_job_graph(&self, _: JobId) -> LocalBoxFuture<Result<(), HaError>> {
+        Box::pin(std::future::ready(Ok(())))
+    }
+}
+
+impl<P: JobGraphPointers + Clone + 'static> JobGraphWriter for JobGraphStore<P> {
+    fn put_job_graph(&self, job_id: JobId, graph: &JobGraph) -> LocalBoxFuture<Result<(), HaError>> {
+        let store = self.clone();
+        let encoded = store.encode(job_id, graph);
+        Box::pin(async move { store.put_encoded(job_id, encoded?).await })
+    }
+
+    fn remove_job_graph(&self, job_id: JobId) -> LocalBoxFuture<Result<(), HaError>> {
+        let store = self.clone();
+        Box::pin(async move { store.remove(job_id).await })
+    }
+}
+
 /// See the module docs.
 #[derive(Debug, Clone)]
 pub struct JobGraphStore<P = ZooKeeperPointers> {
@@ -218,7 +264,7 @@ impl JobGraphStore {
         let paths = &settings.paths;
         let pointers = paths.job_graphs();
         ensure_path(&client, &pointers, settings.acls()).await?;
-        let cluster = paths.cluster().rsplit('/').next().unwrap_or("default");
+        let cluster = paths.cluster_id();
         Self::with_pointers(
             ZooKeeperPointers {
                 settings: settings.clone(),
@@ -256,6 +302,20 @@ impl<P: JobGraphPointers> JobGraphStore<P> {
 
     /// Writes the graph (to a temporary file, synced, renamed into place) and then its pointer.
     pub async fn put(&self, job_id: JobId, graph: &JobGraph) -> Result<(), HaError> {
+        let json = self.encode(job_id, graph)?;
+        self.put_encoded(job_id, json).await
+    }
+
+    /// The graph as its file holds it.
+    fn encode(&self, job_id: JobId, graph: &JobGraph) -> Result<Vec<u8>, HaError> {
+        serde_json::to_vec_pretty(graph).map_err(|e| HaError::Storage {
+            operation: "serialize",
+            path: self.file_of(job_id),
+            source: std::io::Error::new(std::io::ErrorKind::InvalidData, e),
+        })
+    }
+
+    async fn put_encoded(&self, job_id: JobId, json: Vec<u8>) -> Result<(), HaError> {
         let path = self.file_of(job_id);
         let storage = |operation| {
             let path = path.clone();
@@ -265,9 +325,6 @@ impl<P: JobGraphPointers> JobGraphStore<P> {
                 source,
             }
         };
-        let json = serde_json::to_vec_pretty(graph).map_err(|e| {
-            storage("serialize")(std::io::Error::new(std::io::ErrorKind::InvalidData, e))
-        })?;
         let partial = path.with_extension("json.partial");
         {
             use std::io::Write as _;
@@ -301,7 +358,6 @@ impl<P: JobGraphPointers> JobGraphStore<P> {
         self.pointers.job_ids().await
     }
 
-    /// Every stored job, each with its graph or why it cannot be read.
     /// The pool size an operator set last, if one did (see [`JobGraphPointers::pool_size`]).
     pub async fn pool_size(&self) -> Result<Option<u32>, HaError> {
         self.pointers.pool_size().await
@@ -312,8 +368,14 @@ impl<P: JobGraphPointers> JobGraphStore<P> {
         self.pointers.put_pool_size(size).await
     }
 
+    /// Every stored job, each with its graph or why it cannot be read.
     pub async fn recover(&self) -> Result<Vec<RecoveredJob>, HaError> {
         self.recover_only(&self.job_ids().await?).await
+    }
+
+    /// The directory of the graph files (each job's event log lives beside its graph).
+    pub fn dir(&self) -> &Path {
+        &self.dir
     }
 
     /// [`recover`](Self::recover) of the stored jobs among `job_ids` (one gone meanwhile is

@@ -40,6 +40,7 @@
 
 pub mod election;
 pub mod job_graph_store;
+pub mod job_result_store;
 pub mod lease;
 pub mod retrieval;
 pub mod signed;
@@ -51,9 +52,41 @@ use serde::{Deserialize, Serialize};
 use crate::base::ids::LeaderSessionId;
 
 pub use election::{LeaderElectionService, Leadership};
-pub use job_graph_store::{JobGraphPointers, JobGraphStore, RecoveredJob, ZooKeeperPointers};
+pub use job_graph_store::{
+    JobGraphPointers, JobGraphStore, JobGraphWriter, NoJobGraphs, RecoveredJob, ZooKeeperPointers,
+};
+pub use job_result_store::{JobResultStore, JobResultStoreError};
 pub use lease::LeadershipLease;
 pub use retrieval::LeaderRetrievalService;
+
+/// What a JobManager keeps beyond itself: the graphs of the jobs it accepted and the results of
+/// the jobs that ended (with high availability, where a new leader finds them; without, the
+/// graphs nowhere and the results in memory).
+#[derive(Clone)]
+pub struct JobStores {
+    /// Graphs are persisted here before their jobs run.
+    pub job_graphs: std::rc::Rc<dyn JobGraphWriter>,
+    /// Results are kept here when jobs end.
+    pub job_results: JobResultStore,
+}
+
+impl JobStores {
+    /// No high availability: graphs not persisted, results in memory.
+    pub fn in_memory() -> Self {
+        Self {
+            job_graphs: std::rc::Rc::new(NoJobGraphs),
+            job_results: JobResultStore::in_memory(),
+        }
+    }
+}
+
+impl std::fmt::Debug for JobStores {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JobStores")
+            .field("job_results", &self.job_results.len())
+            .finish_non_exhaustive()
+    }
+}
 
 /// What the leader publishes for everyone else (Flink's `LeaderInformation`): where its
 /// JobManager is and which session it leads.
@@ -186,6 +219,12 @@ impl ZnodePaths {
     /// `ROOT/CLUSTER`.
     pub fn cluster(&self) -> &str {
         &self.cluster
+    }
+
+    /// `CLUSTER`: the cluster id alone (directories of `high-availability.storageDir` are named
+    /// after it).
+    pub fn cluster_id(&self) -> &str {
+        self.cluster.rsplit('/').next().unwrap_or("default")
     }
 
     /// The election's ephemeral sequential nodes live here.

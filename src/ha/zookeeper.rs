@@ -337,35 +337,92 @@ impl LeaderElectionService for ZooKeeperLeaderElection {
         result
     }
 
+    /// Publishes `info` only while this contender holds the latch in its current session: the
+    /// write is one transaction with a check that its latch node still exists (it is ephemeral
+    /// and named by its sequence, so it exists only while the session that won the election
+    /// does). Never opens a session (a new one holds no latch) and never deletes a node it does
+    /// not own: a leader node of another session means that session is still alive at the
+    /// server, so this one is not the leader after all (ephemeral nodes of one session go
+    /// together: a predecessor whose latch node is gone has no leader node either).
     async fn confirm(&mut self, info: &LeaderInformation) -> Result<(), HaError> {
-        let client = self.client().await?;
+        let (Some(client), Some(own)) = (self.client.clone(), self.latch.clone()) else {
+            return Err(HaError::SessionLost {
+                state: "no session holding a latch".to_owned(),
+            });
+        };
+        if client.state().is_terminated() {
+            self.drop_session();
+            return Err(HaError::SessionLost {
+                state: format!("{:?}", client.state()),
+            });
+        }
         let leader = self.settings.paths.leader();
-        let own_session = client.session_id().0;
+        let latch = format!("{}/{own}", self.settings.paths.latch());
         let data = self.settings.sign(&leader, &info.to_bytes());
+        let own_session = client.session_id().0;
+        let lost = |what: &str| HaError::SessionLost {
+            state: format!("{what}: the latch node {latch} is gone"),
+        };
         for _ in 0..3 {
-            match client
-                .create(&leader, &data, &ephemeral(self.settings.acls()))
-                .await
-            {
+            let mut write = client
+                .new_check_writer(&latch, None)
+                .map_err(HaError::zk("check", &latch))?;
+            write
+                .add_create(&leader, &data, &ephemeral(self.settings.acls()))
+                .map_err(HaError::zk("create", &leader))?;
+            match write.commit().await {
                 Ok(_) => return Ok(()),
-                Err(zookeeper_client::Error::NodeExists) => {}
-                Err(source) => {
+                Err(zookeeper_client::CheckWriteError::CheckFailed { .. }) => {
                     self.drop_session();
-                    return Err(HaError::zk("create", &leader)(source));
+                    return Err(lost("confirm"));
+                }
+                Err(zookeeper_client::CheckWriteError::OperationFailed {
+                    source: zookeeper_client::Error::NodeExists,
+                    ..
+                }) => {}
+                Err(error) => {
+                    let error = zookeeper_client::Error::from(error);
+                    if error == zookeeper_client::Error::SessionExpired {
+                        self.drop_session();
+                    }
+                    return Err(HaError::zk("create", &leader)(error));
                 }
             }
-            // A node left by the previous leader's session (being closed or expiring): ours to
-            // replace, since we hold the latch.
+            // A leader node exists. Ours (an earlier confirm of this session): overwrite it,
+            // still under the latch check. Another session's: it is alive, wait for it to go.
             match client.check_stat(&leader).await {
                 Ok(Some(stat)) if stat.ephemeral_owner == own_session => {
-                    return client
-                        .set_data(&leader, &data, None)
-                        .await
-                        .map(drop)
-                        .map_err(HaError::zk("set", &leader));
+                    let mut write = client
+                        .new_check_writer(&latch, None)
+                        .map_err(HaError::zk("check", &latch))?;
+                    write
+                        .add_set_data(&leader, &data, Some(stat.version))
+                        .map_err(HaError::zk("set", &leader))?;
+                    return match write.commit().await {
+                        Ok(_) => Ok(()),
+                        Err(zookeeper_client::CheckWriteError::CheckFailed { .. }) => {
+                            self.drop_session();
+                            Err(lost("confirm"))
+                        }
+                        Err(error) => Err(HaError::zk("set", &leader)(error.into())),
+                    };
                 }
                 Ok(Some(stat)) => {
-                    let _ = client.delete(&leader, Some(stat.version)).await;
+                    log::warn!(
+                        "ZooKeeper: {leader} is held by session {:#x}, not ours ({own_session:#x}); waiting for it to go",
+                        stat.ephemeral_owner
+                    );
+                    let (stat, watcher) = client
+                        .check_and_watch_stat(&leader)
+                        .await
+                        .map_err(HaError::zk("watch", &leader))?;
+                    if stat.is_some() {
+                        tokio::select! {
+                            biased;
+                            lost = session_doubted(&client) => return Err(lost),
+                            _ = watcher.changed() => {}
+                        }
+                    }
                 }
                 Ok(None) => {}
                 Err(source) => return Err(HaError::zk("stat", &leader)(source)),

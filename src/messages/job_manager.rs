@@ -641,6 +641,11 @@ pub enum JobError {
         /// Its final status.
         status: JobStatus,
     },
+    /// High availability: the job's graph could not be written to the job graph store, so the
+    /// job was not started (a job the store does not hold would be lost with this leader).
+    /// Retryable.
+    #[error("the job graph could not be persisted, so the job was not started: {0}")]
+    NotPersisted(String),
 }
 
 /// One line of the job list.
@@ -682,6 +687,32 @@ pub struct JobDetails {
     /// subtasks show only their current attempts, so this is where the failures that made it
     /// restart stay visible.
     pub exceptions: Vec<JobException>,
+    /// Answered from the job result store (high availability: the job ended under an earlier
+    /// leader, or its execution graph was forgotten): each vertex is its
+    /// [`VertexSummary`], without its subtasks.
+    #[serde(default)]
+    pub from_job_result_store: bool,
+}
+
+impl JobDetails {
+    /// The same job in a few numbers per vertex, without its subtasks (what the job result
+    /// store keeps: an entry of a 10,000-subtask job stays a few hundred bytes).
+    pub fn summarized(&self) -> Self {
+        Self {
+            vertices: self
+                .vertices
+                .iter()
+                .map(|vertex| VertexDetails {
+                    name: vertex.name.clone(),
+                    operator: vertex.operator.clone(),
+                    io: vertex.io,
+                    summary: Some(vertex.summary()),
+                    subtasks: Vec::new(),
+                })
+                .collect(),
+            ..self.clone()
+        }
+    }
 }
 
 /// How many task failures a job's exception history keeps (Flink's
@@ -722,6 +753,76 @@ pub struct VertexDetails {
     /// Over its subtasks' current attempts: records, bytes and buffers summed, the
     /// backpressure the highest (Flink shows a vertex as backpressured as its worst subtask).
     pub io: TaskIoSnapshot,
+    /// Its subtasks in a few numbers, when `subtasks` was dropped (a job answered from the job
+    /// result store); `None` while the subtasks are listed.
+    #[serde(default)]
+    pub summary: Option<VertexSummary>,
+}
+
+impl VertexDetails {
+    /// Its subtasks in a few numbers: the kept summary, or one made from the subtasks.
+    pub fn summary(&self) -> VertexSummary {
+        if let Some(summary) = &self.summary
+            && self.subtasks.is_empty()
+        {
+            return summary.clone();
+        }
+        let mut states: Vec<(ExecutionState, u32)> = Vec::new();
+        for subtask in &self.subtasks {
+            match states.iter_mut().find(|(s, _)| *s == subtask.state) {
+                Some((_, count)) => *count += 1,
+                None => states.push((subtask.state, 1)),
+            }
+        }
+        states.sort();
+        let entered = |subtask: &SubtaskDetails, state: ExecutionState| {
+            subtask
+                .timestamps
+                .iter()
+                .find(|(s, _)| *s == state)
+                .map(|(_, at)| *at)
+        };
+        let started_at_ms = self
+            .subtasks
+            .iter()
+            .filter_map(|s| {
+                entered(s, ExecutionState::Deploying).or_else(|| entered(s, ExecutionState::Running))
+            })
+            .min();
+        let ended_at_ms = self
+            .subtasks
+            .iter()
+            .map(|s| {
+                (s.state == ExecutionState::Finished)
+                    .then(|| entered(s, ExecutionState::Finished))
+                    .flatten()
+            })
+            .collect::<Option<Vec<u64>>>()
+            .and_then(|ends| ends.into_iter().max());
+        VertexSummary {
+            parallelism: self.subtasks.len() as u32,
+            states,
+            started_at_ms,
+            ended_at_ms,
+            recovered: self.subtasks.iter().filter(|s| s.recovered).count() as u32,
+        }
+    }
+}
+
+/// One vertex's subtasks in a few numbers: what the job result store keeps of it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VertexSummary {
+    /// Its subtasks.
+    pub parallelism: u32,
+    /// How many subtasks' current attempts are in each state, by state.
+    pub states: Vec<(ExecutionState, u32)>,
+    /// When its first subtask was deployed (ms since the epoch), if one was.
+    pub started_at_ms: Option<u64>,
+    /// When its last subtask finished, if every subtask did.
+    pub ended_at_ms: Option<u64>,
+    /// Subtasks whose results a new leader took over instead of running them again.
+    #[serde(default)]
+    pub recovered: u32,
 }
 
 /// One subtask's current attempt.
@@ -744,6 +845,11 @@ pub struct SubtaskDetails {
     /// What its exchange did (the last heartbeat's sample, or the final one): `None` until its
     /// TaskManager reported it.
     pub io: Option<TaskIoSnapshot>,
+    /// Its current attempt finished under an earlier leader, and this leader took its results
+    /// over from the job event log and the TaskManager that still holds them instead of running
+    /// it again (high availability, batch job recovery).
+    #[serde(default)]
+    pub recovered: bool,
 }
 
 /// A TaskManager is stopping gracefully: unregister it now, so its tasks fail over at once

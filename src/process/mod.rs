@@ -421,6 +421,7 @@ async fn run_high_availability(
         .clone()
         .unwrap_or_else(std::env::temp_dir);
     let store = JobGraphStore::open(&ha.settings, &storage_dir).await?;
+    let job_results = crate::ha::job_result_store::directory(&storage_dir, &ha.settings.paths);
     let switch = LeaderSwitch::new();
     let state = RestState::with_leader(switch.clone(), ha.config.resourcemanager.max_pool_size)
         .with_job_graph_store(store.clone());
@@ -442,6 +443,7 @@ async fn run_high_availability(
         rest_url,
         make_driver: ha.make_driver,
         registry: ha.registry,
+        job_results: &job_results,
     };
     let election = ZooKeeperLeaderElection::with_client(ha.settings, ha.client);
     let stop = async {

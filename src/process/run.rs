@@ -258,6 +258,21 @@ pub struct VertexTiming {
 impl VertexTiming {
     /// The timing of `vertex`, from its subtasks' state timestamps.
     pub fn of(vertex: &VertexDetails) -> Self {
+        if vertex.subtasks.is_empty()
+            && let Some(summary) = &vertex.summary
+        {
+            // A job answered from the job result store: its vertices in a few numbers.
+            return Self {
+                name: vertex.name.clone(),
+                operator: vertex.operator.clone(),
+                parallelism: summary.parallelism,
+                duration: summary
+                    .started_at_ms
+                    .zip(summary.ended_at_ms)
+                    .map(|(start, end)| Duration::from_millis(end.saturating_sub(start))),
+                states: summary.states.iter().copied().collect(),
+            };
+        }
         let mut states = BTreeMap::new();
         for subtask in &vertex.subtasks {
             *states.entry(subtask.state).or_insert(0) += 1;

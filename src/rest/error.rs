@@ -134,11 +134,6 @@ pub enum ApiError {
     /// under way). Retryable.
     #[error("this JobManager stands by and no leader is elected yet; retry in a moment")]
     NoLeader,
-    /// High availability: the job was accepted but could not be written to the job graph store,
-    /// so it was cancelled (a job the store does not hold would be lost with this leader).
-    /// Retryable.
-    #[error("the job could not be persisted for recovery, so it was cancelled")]
-    NotPersisted(#[source] crate::ha::HaError),
     /// The pool size was set but could not be kept for the next leader (high availability):
     /// this leader runs with it, a new one would start from the previous size. Retryable.
     #[error(
@@ -225,7 +220,7 @@ impl ResponseError for ApiError {
             Self::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
             Self::Unavailable { .. }
             | Self::NoLeader
-            | Self::NotPersisted(_)
+            | Self::Job(JobError::NotPersisted(_))
             | Self::PoolSizeNotPersisted { .. } => StatusCode::SERVICE_UNAVAILABLE,
         }
     }

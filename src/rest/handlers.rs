@@ -164,29 +164,15 @@ pub async fn submit_job(
 ) -> Answer {
     let job_graph = graph.into_inner();
     let name = job_graph.name.clone();
-    // High availability: the graph is kept for the store, written once the job has its id.
-    let kept = state.job_graph_store.as_ref().map(|_| job_graph.clone());
-    let gateways = state.gateways()?;
+    // Answered once the JobManager stored the graph (high availability) and started the job.
     let id = ask(
         &state,
-        &gateways.job_manager.submit_job,
+        &state.gateways()?.job_manager.submit_job,
         JOB_MANAGER,
         // Analysed on this (REST) thread, not in the JobManager's mailbox.
         SubmitJob::prepared(job_graph),
     )
     .await??;
-    if let (Some(store), Some(graph)) = (&state.job_graph_store, kept)
-        && let Err(error) = store.put(id, &graph).await
-    {
-        // Not answered 202, so no client relies on it: a job the store does not hold would
-        // be lost with this leader.
-        let _ = gateways
-            .job_manager
-            .cancel_job
-            .send(CancelJob { job_id: id })
-            .await;
-        return Err(ApiError::NotPersisted(error));
-    }
     log::info!("REST: submitted job {id} ({name})");
     Ok(HttpResponse::Accepted().json(views::JobSubmitted { id }))
 }

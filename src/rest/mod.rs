@@ -107,7 +107,8 @@ pub struct RestState {
     gateways: Option<Gateways>,
     /// High availability: whether this process leads (serve) or stands by (redirect).
     leader: Option<leader::LeaderSwitch>,
-    /// High availability: where accepted job graphs are persisted before `POST /jobs` answers.
+    /// High availability: where the pool size an operator sets is kept for the next leader
+    /// (the JobManager itself persists job graphs before their jobs run).
     job_graph_store: Option<crate::ha::JobGraphStore>,
     max_pool_size: u32,
     transport: TransportMetrics,
@@ -185,7 +186,7 @@ impl RestState {
         self
     }
 
-    /// High availability: persists every accepted job graph in `store` before answering.
+    /// High availability: keeps the pool size an operator sets in `store`, for the next leader.
     pub fn with_job_graph_store(mut self, store: crate::ha::JobGraphStore) -> Self {
         self.job_graph_store = Some(store);
         self

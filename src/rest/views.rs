@@ -236,6 +236,11 @@ pub struct JobView {
     /// Its exception history: the last task failures, oldest first.
     #[serde(default)]
     pub exceptions: Vec<ExceptionView>,
+    /// Answered from the job result store (high availability: the job ended under an earlier
+    /// leader, or its details expired here): each vertex has its counts and times but no
+    /// `subtasks` list.
+    #[serde(default)]
+    pub from_job_result_store: bool,
     /// Subtasks finished.
     pub tasks_finished: u32,
     /// All subtasks.
@@ -343,6 +348,19 @@ pub struct VertexView {
     pub parallelism: u32,
     /// Subtasks by state (every state, zeros included).
     pub tasks: BTreeMap<ExecutionState, u32>,
+    /// When its first subtask was deployed (ms since the epoch); `null` before.
+    #[serde(default)]
+    pub start_time: Option<u64>,
+    /// When its last subtask finished; `null` unless every subtask did.
+    #[serde(default)]
+    pub end_time: Option<u64>,
+    /// `end-time - start-time`; `null` without both.
+    #[serde(default)]
+    pub duration: Option<u64>,
+    /// Subtasks whose results a new leader took over from an earlier one instead of running
+    /// them again (batch job recovery; 0 otherwise).
+    #[serde(default)]
+    pub recovered: u32,
     /// Each subtask's current attempt.
     pub subtasks: Vec<SubtaskView>,
     /// Over its subtasks: counts summed, backpressure the worst (0 from an older server).
@@ -436,6 +454,10 @@ pub struct SubtaskView {
     /// What its exchange did; `null` until its TaskManager reported it.
     #[serde(default)]
     pub metrics: Option<IoView>,
+    /// Its attempt finished under an earlier leader, whose results this one took over instead
+    /// of running it again (batch job recovery).
+    #[serde(default)]
+    pub recovered: bool,
 }
 
 /// `POST /jobs` accepted a job.
@@ -629,6 +651,7 @@ pub fn job(details: &JobDetails, subtasks: bool) -> JobView {
         failure: details.failure.clone(),
         restarts: details.restarts,
         recovered_at: details.recovered_at_ms,
+        from_job_result_store: details.from_job_result_store,
         exceptions: details
             .exceptions
             .iter()
@@ -653,19 +676,27 @@ pub fn job(details: &JobDetails, subtasks: bool) -> JobView {
 }
 
 fn vertex(vertex: &VertexDetails, subtasks: bool) -> VertexView {
+    let summary = vertex.summary();
     let mut tasks: BTreeMap<ExecutionState, u32> = ExecutionState::ALL
         .iter()
         .map(|&state| (state, 0))
         .collect();
-    for subtask in &vertex.subtasks {
-        *tasks.entry(subtask.state).or_default() += 1;
+    for (state, count) in &summary.states {
+        *tasks.entry(*state).or_default() += count;
     }
     VertexView {
         name: vertex.name.clone(),
         operator: vertex.operator.clone(),
         chain: vertex.chain.clone(),
-        parallelism: vertex.subtasks.len() as u32,
+        parallelism: summary.parallelism,
         tasks,
+        start_time: summary.started_at_ms,
+        end_time: summary.ended_at_ms,
+        duration: summary
+            .started_at_ms
+            .zip(summary.ended_at_ms)
+            .map(|(start, end)| end.saturating_sub(start)),
+        recovered: summary.recovered,
         subtasks: if subtasks {
             vertex.subtasks.iter().map(subtask).collect()
         } else {
@@ -685,6 +716,7 @@ fn subtask(subtask: &SubtaskDetails) -> SubtaskView {
         timestamps: subtask.timestamps.iter().copied().collect(),
         failure: subtask.error.clone(),
         metrics: subtask.io.as_ref().map(IoView::of),
+        recovered: subtask.recovered,
     }
 }
 

@@ -111,6 +111,8 @@ pub struct SimCoordination {
     lease_length: Option<Duration>,
     /// The pool size an operator set is not kept (broken on purpose).
     forget_pool_size: bool,
+    /// Job graph pointers are not kept (broken on purpose).
+    forget_job_graphs: bool,
 }
 
 impl SimCoordination {
@@ -123,7 +125,15 @@ impl SimCoordination {
             retrieval_delay: Duration::ZERO,
             lease_length: None,
             forget_pool_size: false,
+            forget_job_graphs: false,
         }
+    }
+
+    /// Job graph pointers are never kept (a test breaks the store with it: a JobManager runs
+    /// jobs a new leader cannot recover).
+    pub fn forgetting_job_graphs(mut self) -> Self {
+        self.forget_job_graphs = true;
+        self
     }
 
     /// The pool size an operator set is never kept (a test breaks the store with it, so a new
@@ -517,7 +527,11 @@ impl SimJobGraphPointers {
 
 impl JobGraphPointers for SimJobGraphPointers {
     async fn put(&self, job_id: JobId, file: &str) -> Result<(), HaError> {
-        self.reach()?.pointers.insert(job_id, file.to_owned());
+        let forget = self.coordination.forget_job_graphs;
+        let mut service = self.reach()?;
+        if !forget {
+            service.pointers.insert(job_id, file.to_owned());
+        }
         Ok(())
     }
 

@@ -16,8 +16,9 @@
 //!  tm-K:6121                                follow_leader(SimLeaderRetrieval) ─▶ TaskManager
 //! ```
 //!
-//! A client submits to whichever JobManager leads (its REST switch says so) and writes the
-//! graph to the store before it counts the job as submitted, as `POST /jobs` does.
+//! A client submits to whichever JobManager leads (its REST switch says so) and counts the job
+//! as submitted once the JobManager answers, which it does only once the graph is in the store
+//! (as `POST /jobs` answers).
 //!
 //! What is checked, after every cluster event, action and 50 ms:
 //! - **(a) at most one JobManager acts as leader.** Acting means: leading (its switch serves,
@@ -115,8 +116,8 @@ pub enum Broken {
     /// ones already running keep the deposed leader's attempts while the new leader runs the
     /// recovered job on the workers it started. Caught by (b).
     LateRetrieval,
-    /// The client does not write job graphs to the store: a new leader cannot recover them.
-    /// Caught by (c).
+    /// The job graph store forgets the graphs it is given (a JobManager that runs a job without
+    /// persisting it): a new leader cannot recover them. Caught by (c).
     NoPersist,
     /// Lease renewals promise an hour: a JobManager node paused past its session deploys and
     /// starts workers the instant it resumes, while another leads. Caught by (a).
@@ -253,7 +254,6 @@ struct Shared {
     /// being retried.
     pool_size: RefCell<(Option<u32>, bool)>,
     storage: PathBuf,
-    broken: Broken,
     /// Each leadership's driver sends its commands' receiver here.
     drivers: mpsc::UnboundedSender<mpsc::UnboundedReceiver<DriverCommand>>,
 }
@@ -325,6 +325,7 @@ impl Shared {
                 let _ = drivers.send(commands);
                 Box::new(driver)
             };
+            let job_results = shared.storage.join("job-result-store");
             let terms = LeaderTerms {
                 config: &shared.cluster.config,
                 env,
@@ -332,6 +333,7 @@ impl Shared {
                 address,
                 make_driver: &make_driver,
                 registry: super::program::registry(),
+                job_results: &job_results,
             };
             let election = shared.coordination.election(index);
             run_leader_loop(election, terms, &store, &switch, std::future::pending()).await;
@@ -461,7 +463,8 @@ async fn simulate(options: HaOptions) -> HaReport {
             coordination = coordination.with_lease_length(Duration::from_secs(3600))
         }
         Broken::PoolSizeForgotten => coordination = coordination.forgetting_pool_size(),
-        Broken::Nothing | Broken::NoPersist => {}
+        Broken::NoPersist => coordination = coordination.forgetting_job_graphs(),
+        Broken::Nothing => {}
     }
     tokio::task::spawn_local(coordination.clone().run());
     let events = EventSink::new(4096);
@@ -504,7 +507,6 @@ async fn simulate(options: HaOptions) -> HaReport {
         deposed_deployments: RefCell::new(0),
         pool_size: RefCell::new((None, false)),
         storage: scratch.join("ha-storage"),
-        broken: options.broken,
         drivers,
     });
     // Each leadership's driver is served on the simulation's root, not on the JobManager's
@@ -767,8 +769,6 @@ impl HaRun {
         }
     }
 
-    /// Builds the job and hands it to a client task: wait for a leader, submit, store the
-    /// graph (as `POST /jobs` does: a job the store does not hold is cancelled, not answered).
     /// An operator's `PUT /cluster/pool-size`, retried at whoever leads (as the 503 says) until
     /// the store kept it.
     fn set_pool_size(&mut self, size: u32) {
@@ -818,6 +818,8 @@ impl HaRun {
         });
     }
 
+    /// Builds the job and hands it to a client task: wait for a leader, submit (answered once
+    /// the graph is stored, as `POST /jobs` is).
     fn submit(&mut self, kind: JobKind, parallelism: u32) {
         let shared = Rc::clone(&self.shared);
         let index = shared.jobs.borrow().len();
@@ -875,33 +877,11 @@ impl HaRun {
                     "job id {id} given to two submissions (a leadership reused another's ids)"
                 ));
             }
-            let stored = if shared.broken == Broken::NoPersist {
-                true
-            } else {
-                let pointers = shared.coordination.job_graph_pointers(contender);
-                match JobGraphStore::with_pointers(pointers, &shared.storage) {
-                    Ok(store) => match store.put(id, &graph).await {
-                        Ok(()) => true,
-                        Err(error) => {
-                            trace.record(format!("job {index} not stored: {error}"));
-                            let _ = leader
-                                .job_manager
-                                .cancel_job
-                                .send(CancelJob { job_id: id })
-                                .await;
-                            false
-                        }
-                    },
-                    Err(error) => {
-                        shared.violation(format!("cannot open the job graph store: {error}"));
-                        false
-                    }
-                }
-            };
+            // Answered once the JobManager stored the graph (`POST /jobs` answers then).
             let mut jobs = shared.jobs.borrow_mut();
             jobs[index].id = Some(id);
             jobs[index].answered = true;
-            jobs[index].stored = stored;
+            jobs[index].stored = true;
         });
     }
 }

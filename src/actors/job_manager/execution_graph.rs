@@ -523,6 +523,7 @@ impl ExecutionGraph {
             restarts: self.restarts,
             recovered_at_ms: self.recovered_at_ms,
             exceptions: self.exceptions.iter().cloned().collect(),
+            from_job_result_store: false,
             vertices: self
                 .graph
                 .vertices
@@ -533,6 +534,7 @@ impl ExecutionGraph {
                     operator: vertex.operator.clone(),
                     chain: vertex.chain.clone(),
                     io: vertex_io(subtasks.iter().filter_map(|ev| ev.io.as_ref())),
+                    summary: None,
                     subtasks: subtasks
                         .iter()
                         .enumerate()
@@ -545,6 +547,7 @@ impl ExecutionGraph {
                             timestamps: ev.state.timestamps().iter().collect(),
                             error: ev.error.clone(),
                             io: ev.io,
+                            recovered: false,
                         })
                         .collect(),
                 })

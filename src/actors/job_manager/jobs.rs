@@ -153,6 +153,11 @@ impl JobManager {
                     log::info!("job manager: job {job_id} is {status}");
                     self.scheduler.forget_job(job_id);
                     self.scheduler.release_requirements(job_id);
+                    // Kept before anyone hears of the end: a new leader never runs it again.
+                    if let Some(job) = self.jobs.get(&job_id) {
+                        let details = job.details().summarized();
+                        self.record_result(details, ctx);
+                    }
                     self.forget_ended_jobs(job_id);
                     if self.jobs.contains_key(&job_id) {
                         self.ended.insert((self.env.clock.now_millis(), job_id));
@@ -268,69 +273,9 @@ impl JobManager {
         }
     }
 
-    fn submit(
-        &mut self,
-        graph: crate::job::graph::JobGraph,
-        regions: Option<crate::job::regions::PipelinedRegions>,
-        ctx: &mut Context<Self>,
-    ) -> Result<JobId, JobError> {
-        let job_id = JobId::generate(&mut self.rng);
-        self.submit_as(job_id, graph, regions, false, ctx)
-    }
-
-    /// Submits `graph` as job `job_id`; `recovered`: a new leader runs it again (HA).
-    fn submit_as(
-        &mut self,
-        job_id: JobId,
-        graph: crate::job::graph::JobGraph,
-        regions: Option<crate::job::regions::PipelinedRegions>,
-        recovered: bool,
-        ctx: &mut Context<Self>,
-    ) -> Result<JobId, JobError> {
-        self.check_runnable(&graph)?;
-        graph
-            .validate(|_| true)
-            .map_err(|e| JobError::Rejected(e.to_string()))?;
-        if !recovered {
-            self.check_capacity(&graph)?;
-        }
-        let now_ms = self.env.clock.now_millis();
-        let name = graph.name.clone();
-        let operators = graph_operators(&graph);
-        let rng = self.rng.fork();
-        let mut job = match regions {
-            Some(regions) => ExecutionGraph::with_regions(job_id, graph, regions, rng, now_ms),
-            None => ExecutionGraph::new(job_id, graph, rng, now_ms)
-                .map_err(|e| JobError::Rejected(e.to_string()))?,
-        };
-        if recovered {
-            job.mark_recovered(now_ms);
-        }
-        // A job runs region by region as slots free: it only has to fit its largest region.
-        let needed = job.largest_region_slots();
-        let slots = u64::from(self.settings.slots_per_task_manager);
-        let max_pool = u64::from(self.pool.max.max(self.instances.len() as u32));
-        let reachable = (max_pool * slots).max(self.scheduler.total_slots());
-        if self.resource_manager.is_some() && needed > reachable {
-            let region = job
-                .largest_region()
-                .map(|(_, described)| format!(" (its largest pipelined region: {described})"))
-                .unwrap_or_default();
-            return Err(JobError::Rejected(format!(
-                "the job needs {needed} slots at once but the pool can never offer more than {reachable} \
-                 ({max_pool} TaskManagers × {slots} slots; raise resourcemanager.max-pool-size or lower the parallelism){region}"
-            )));
-        }
-        log::info!("job manager: job {job_id} ({name}) submitted");
-        self.scheduler.require(job_id, operators);
-        self.jobs.insert(job_id, job);
-        self.with_job(job_id, ctx, |job, cx| job.start(cx));
-        Ok(job_id)
-    }
-
     /// Refuses a submission that would take the subtasks of unfinished jobs past
     /// `jobmanager.max-subtasks` (each waiting subtask costs memory here). O(jobs).
-    fn check_capacity(&self, graph: &crate::job::graph::JobGraph) -> Result<(), JobError> {
+    pub(super) fn check_capacity(&self, graph: &crate::job::graph::JobGraph) -> Result<(), JobError> {
         let (mut jobs, mut held) = (0u64, 0u64);
         for job in self.jobs.values() {
             if !job.status().is_globally_terminal() {
@@ -364,7 +309,7 @@ impl JobManager {
     /// Refuses a job with an operator no TaskManager can run: none registered has it, and the
     /// TaskManagers this JobManager starts (its own binary: its registry) lack it too. Names
     /// each such operator, its vertex, and what the registered TaskManagers are.
-    fn check_runnable(&self, graph: &crate::job::graph::JobGraph) -> Result<(), JobError> {
+    pub(super) fn check_runnable(&self, graph: &crate::job::graph::JobGraph) -> Result<(), JobError> {
         // One look per vertex at the registry and per class of TaskManagers, not per TaskManager.
         let missing: Vec<String> = graph
             .vertices
@@ -498,9 +443,11 @@ impl JobManager {
     /// Forgets the jobs that ended longer than `jobstore.expiration-time` ago (Flink's
     /// expire-after-write job store). Called with every slot request sweep (at most 1 s
     /// apart); O(log J) per job.
-    fn forget_expired_jobs(&mut self) {
+    pub(super) fn forget_expired_jobs(&mut self) {
         let expiration = self.settings.jobstore.expiration_time.as_millis() as u64;
         let now = self.env.clock.now_millis();
+        // Their results, by the same rules (only clean ones: a dirty one has cleanup to do).
+        self.job_results.expire(now, self.settings.jobstore);
         while let Some(&(ended_at, job_id)) = self.ended.first() {
             if ended_at.saturating_add(expiration) > now {
                 return;
@@ -530,98 +477,6 @@ impl Handler<ServeQueue> for JobManager {
     }
 }
 
-impl Handler<SubmitJob> for JobManager {
-    type Result = Result<JobId, JobError>;
-
-    fn handle(&mut self, msg: SubmitJob, ctx: &mut Context<Self>) -> Self::Result {
-        let _timed = self.mailbox.time("SubmitJob");
-        log::debug!("job manager <- SubmitJob {}", msg.job_graph.name);
-        self.submit(msg.job_graph, msg.regions, ctx)
-    }
-}
-
-impl Handler<RecoverJob> for JobManager {
-    type Result = Result<JobId, JobError>;
-
-    fn handle(&mut self, msg: RecoverJob, ctx: &mut Context<Self>) -> Self::Result {
-        let _timed = self.mailbox.time("RecoverJob");
-        let job_id = msg.job_id;
-        if self.jobs.contains_key(&job_id) || self.unrecoverable.contains_key(&job_id) {
-            log::debug!("job manager: job {job_id} is known already; not recovering it again");
-            return Ok(job_id);
-        }
-        let failed = match msg.job_graph {
-            Ok(graph) => match self.submit_as(job_id, graph, None, true, ctx) {
-                Ok(job_id) => {
-                    log::info!("job manager: recovered job {job_id}: it runs again from the start");
-                    return Ok(job_id);
-                }
-                Err(error) => format!("its recovered job graph was refused: {error}"),
-            },
-            Err(reason) => reason,
-        };
-        log::warn!("job manager: job {job_id} cannot be recovered: {failed}");
-        let now_ms = self.env.clock.now_millis();
-        self.unrecoverable.insert(
-            job_id,
-            crate::messages::job_manager::JobDetails {
-                summary: JobSummary {
-                    job_id,
-                    name: String::new(),
-                    status: crate::job::states::JobStatus::Failed,
-                    tasks_finished: 0,
-                    tasks_total: 0,
-                    submitted_at_ms: now_ms,
-                },
-                status_timestamps: vec![(crate::job::states::JobStatus::Failed, now_ms)],
-                failure: Some(failed),
-                restarts: 0,
-                vertices: Vec::new(),
-                recovered_at_ms: Some(now_ms),
-                exceptions: Vec::new(),
-            },
-        );
-        Ok(job_id)
-    }
-}
-
-impl Handler<CancelJob> for JobManager {
-    type Result = Result<crate::job::states::JobStatus, JobError>;
-
-    fn handle(&mut self, msg: CancelJob, ctx: &mut Context<Self>) -> Self::Result {
-        let _timed = self.mailbox.time("CancelJob");
-        log::debug!("job manager <- {msg:?}");
-        let job = self
-            .jobs
-            .get(&msg.job_id)
-            .ok_or(JobError::UnknownJob(msg.job_id))?;
-        if job.status().is_globally_terminal() {
-            return Err(JobError::AlreadyTerminal {
-                job_id: msg.job_id,
-                status: job.status(),
-            });
-        }
-        self.with_job(msg.job_id, ctx, |job, cx| job.cancel(cx));
-        self.jobs
-            .get(&msg.job_id)
-            .map(ExecutionGraph::status)
-            .ok_or(JobError::UnknownJob(msg.job_id))
-    }
-}
-
-impl Handler<RequestJobStatus> for JobManager {
-    type Result = Result<JobDetails, JobError>;
-
-    fn handle(&mut self, msg: RequestJobStatus, _: &mut Context<Self>) -> Self::Result {
-        let _timed = self.mailbox.time("RequestJobStatus");
-        self.jobs
-            .get(&msg.job_id)
-            .map(ExecutionGraph::details)
-            .or_else(|| self.unrecoverable.get(&msg.job_id).cloned())
-            .ok_or(JobError::UnknownJob(msg.job_id))
-    }
-}
-
 impl Handler<RequestJobResults> for JobManager {
     type Result = Result<JobResults, JobError>;
 
@@ -631,22 +486,6 @@ impl Handler<RequestJobResults> for JobManager {
             .get(&msg.job_id)
             .map(ExecutionGraph::results)
             .ok_or(JobError::UnknownJob(msg.job_id))
-    }
-}
-
-impl Handler<ListJobs> for JobManager {
-    type Result = MessageResult<ListJobs>;
-
-    fn handle(&mut self, _: ListJobs, _: &mut Context<Self>) -> Self::Result {
-        let _timed = self.mailbox.time("ListJobs");
-        let mut jobs: Vec<JobSummary> = self
-            .jobs
-            .values()
-            .map(ExecutionGraph::summary)
-            .chain(self.unrecoverable.values().map(|d| d.summary.clone()))
-            .collect();
-        jobs.sort_by_key(|j| (j.submitted_at_ms, j.job_id));
-        MessageResult(jobs)
     }
 }
 
@@ -684,7 +523,7 @@ impl Handler<UpdateTaskExecutionStates> for JobManager {
 mod tests;
 
 /// The operator identities a job graph needs.
-fn graph_operators(
+pub(super) fn graph_operators(
     graph: &crate::job::graph::JobGraph,
 ) -> super::scheduler::capabilities::OperatorSet {
     std::sync::Arc::new(graph.vertices.iter().map(|v| v.operator.clone()).collect())

@@ -145,6 +145,7 @@ fn subtask(state: ExecutionState, timestamps: &[(ExecutionState, u64)]) -> Subta
         timestamps: timestamps.to_vec(),
         error: None,
         io: None,
+        recovered: false,
     }
 }
 
@@ -156,6 +157,7 @@ fn vertex_time_runs_from_first_deploy_to_last_finish() {
         chain: Vec::new(),
         operator: "count-by-key".to_owned(),
         io: Default::default(),
+        summary: None,
         subtasks: vec![
             subtask(
                 Finished,

@@ -103,6 +103,7 @@ fn job(
         failure: failure.map(str::to_owned),
         restarts: 0,
         recovered_at_ms: None,
+        from_job_result_store: false,
         vertices: subtasks
             .iter()
             .enumerate()
@@ -111,6 +112,7 @@ fn job(
                 chain: Vec::new(),
                 operator: "noop".into(),
                 io: Default::default(),
+                summary: None,
                 subtasks: vec![SubtaskDetails {
                     subtask: 0,
                     attempt_number: 0,
@@ -120,6 +122,7 @@ fn job(
                     timestamps: Vec::new(),
                     error: None,
                     io: None,
+                    recovered: false,
                 }],
             })
             .collect(),
