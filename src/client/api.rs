@@ -79,7 +79,6 @@ impl JobView {
                             .collect(),
                         started_at_ms: v.start_time,
                         ended_at_ms: v.end_time,
-                        recovered: v.recovered,
                     }),
                     subtasks: v
                         .subtasks
@@ -93,7 +92,6 @@ impl JobView {
                             timestamps: sorted_by_time(&s.timestamps),
                             error: s.failure.clone(),
                             io: s.metrics.as_ref().map(IoView::snapshot),
-                            recovered: s.recovered,
                         })
                         .collect(),
                 })

@@ -323,7 +323,10 @@ async fn renew_lease<E: LeaderElectionService>(
 /// a store that does not answer is asked again (the leadership is watched meanwhile), a graph
 /// that cannot be read makes its job FAILED there, with the reason, and the JobManager runs
 /// again only the jobs without a result.
-async fn recover_jobs<P: JobGraphPointers>(store: &JobGraphStore<P>, job_manager: Addr<JobManager>) {
+async fn recover_jobs<P: JobGraphPointers>(
+    store: &JobGraphStore<P>,
+    job_manager: Addr<JobManager>,
+) {
     let started = tokio::time::Instant::now();
     let job_ids = retried("list the job graph store", || store.job_ids()).await;
     if job_ids.is_empty() {

@@ -211,7 +211,8 @@ impl JobGraphPointers for ZooKeeperPointers {
 pub trait JobGraphWriter {
     /// Persists `graph` as job `job_id`'s; resolves once it is stored. The graph is encoded
     /// before this returns.
-    fn put_job_graph(&self, job_id: JobId, graph: &JobGraph) -> LocalBoxFuture<Result<(), HaError>>;
+    fn put_job_graph(&self, job_id: JobId, graph: &JobGraph)
+    -> LocalBoxFuture<Result<(), HaError>>;
 
     /// Removes job `job_id`'s graph (and whatever the store keeps beside it); already gone is
     /// fine.
@@ -237,7 +238,11 @@ impl JobGraphWriter for NoJobGraphs {
 }
 
 impl<P: JobGraphPointers + Clone + 'static> JobGraphWriter for JobGraphStore<P> {
-    fn put_job_graph(&self, job_id: JobId, graph: &JobGraph) -> LocalBoxFuture<Result<(), HaError>> {
+    fn put_job_graph(
+        &self,
+        job_id: JobId,
+        graph: &JobGraph,
+    ) -> LocalBoxFuture<Result<(), HaError>> {
         let store = self.clone();
         let encoded = store.encode(job_id, graph);
         Box::pin(async move { store.put_encoded(job_id, encoded?).await })

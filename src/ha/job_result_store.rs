@@ -132,8 +132,9 @@ impl JobResultStore {
             };
             let details = match std::fs::read(&path)
                 .map_err(|e| e.to_string())
-                .and_then(|bytes| serde_json::from_slice::<JobDetails>(&bytes).map_err(|e| e.to_string()))
-            {
+                .and_then(|bytes| {
+                    serde_json::from_slice::<JobDetails>(&bytes).map_err(|e| e.to_string())
+                }) {
                 Ok(details) => Some(details),
                 Err(error) => {
                     log::warn!(
@@ -159,7 +160,9 @@ impl JobResultStore {
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
-        self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Keeps how `details`' job ended, dirty (its cleanup to do). Already kept: nothing changes

@@ -705,6 +705,7 @@ impl JobDetails {
                 .map(|vertex| VertexDetails {
                     name: vertex.name.clone(),
                     operator: vertex.operator.clone(),
+                    chain: vertex.chain.clone(),
                     io: vertex.io,
                     summary: Some(vertex.summary()),
                     subtasks: Vec::new(),
@@ -786,7 +787,8 @@ impl VertexDetails {
             .subtasks
             .iter()
             .filter_map(|s| {
-                entered(s, ExecutionState::Deploying).or_else(|| entered(s, ExecutionState::Running))
+                entered(s, ExecutionState::Deploying)
+                    .or_else(|| entered(s, ExecutionState::Running))
             })
             .min();
         let ended_at_ms = self
@@ -804,7 +806,6 @@ impl VertexDetails {
             states,
             started_at_ms,
             ended_at_ms,
-            recovered: self.subtasks.iter().filter(|s| s.recovered).count() as u32,
         }
     }
 }
@@ -820,9 +821,6 @@ pub struct VertexSummary {
     pub started_at_ms: Option<u64>,
     /// When its last subtask finished, if every subtask did.
     pub ended_at_ms: Option<u64>,
-    /// Subtasks whose results a new leader took over instead of running them again.
-    #[serde(default)]
-    pub recovered: u32,
 }
 
 /// One subtask's current attempt.
@@ -845,11 +843,6 @@ pub struct SubtaskDetails {
     /// What its exchange did (the last heartbeat's sample, or the final one): `None` until its
     /// TaskManager reported it.
     pub io: Option<TaskIoSnapshot>,
-    /// Its current attempt finished under an earlier leader, and this leader took its results
-    /// over from the job event log and the TaskManager that still holds them instead of running
-    /// it again (high availability, batch job recovery).
-    #[serde(default)]
-    pub recovered: bool,
 }
 
 /// A TaskManager is stopping gracefully: unregister it now, so its tasks fail over at once

@@ -100,7 +100,6 @@ pub(crate) fn job_details() -> JobDetails {
                     backpressured_ms: 700,
                     back_pressured_time_ms_per_second: 600,
                 }),
-                recovered: false,
             }],
             io: crate::messages::TaskIoSnapshot::default(),
             summary: None,

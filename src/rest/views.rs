@@ -357,10 +357,6 @@ pub struct VertexView {
     /// `end-time - start-time`; `null` without both.
     #[serde(default)]
     pub duration: Option<u64>,
-    /// Subtasks whose results a new leader took over from an earlier one instead of running
-    /// them again (batch job recovery; 0 otherwise).
-    #[serde(default)]
-    pub recovered: u32,
     /// Each subtask's current attempt.
     pub subtasks: Vec<SubtaskView>,
     /// Over its subtasks: counts summed, backpressure the worst (0 from an older server).
@@ -454,10 +450,6 @@ pub struct SubtaskView {
     /// What its exchange did; `null` until its TaskManager reported it.
     #[serde(default)]
     pub metrics: Option<IoView>,
-    /// Its attempt finished under an earlier leader, whose results this one took over instead
-    /// of running it again (batch job recovery).
-    #[serde(default)]
-    pub recovered: bool,
 }
 
 /// `POST /jobs` accepted a job.
@@ -696,7 +688,6 @@ fn vertex(vertex: &VertexDetails, subtasks: bool) -> VertexView {
             .started_at_ms
             .zip(summary.ended_at_ms)
             .map(|(start, end)| end.saturating_sub(start)),
-        recovered: summary.recovered,
         subtasks: if subtasks {
             vertex.subtasks.iter().map(subtask).collect()
         } else {
@@ -716,7 +707,6 @@ fn subtask(subtask: &SubtaskDetails) -> SubtaskView {
         timestamps: subtask.timestamps.iter().copied().collect(),
         failure: subtask.error.clone(),
         metrics: subtask.io.as_ref().map(IoView::of),
-        recovered: subtask.recovered,
     }
 }
 

@@ -85,10 +85,7 @@ impl JobManager {
 
     /// Runs a prepared job.
     fn start_job(&mut self, job_id: JobId, job: ExecutionGraph, ctx: &mut Context<Self>) {
-        log::info!(
-            "job manager: job {job_id} ({}) submitted",
-            job.graph().name
-        );
+        log::info!("job manager: job {job_id} ({}) submitted", job.graph().name);
         self.scheduler
             .require(job_id, super::jobs::graph_operators(job.graph()));
         self.jobs.insert(job_id, job);
@@ -113,7 +110,9 @@ impl JobManager {
                     "job manager: cannot keep the result of job {job_id}: {}; trying again in {CLEANUP_RETRY:?}",
                     ErrorChain(&error)
                 );
-                ctx.run_later(CLEANUP_RETRY, move |act, ctx| act.record_result(details, ctx));
+                ctx.run_later(CLEANUP_RETRY, move |act, ctx| {
+                    act.record_result(details, ctx)
+                });
             }
         }
     }
@@ -185,7 +184,9 @@ impl Handler<SubmitJob> for JobManager {
                 }
                 Err(error) => {
                     let why = ErrorChain(&error).to_string();
-                    log::warn!("job manager: job {job_id} not started: its graph was not stored: {why}");
+                    log::warn!(
+                        "job manager: job {job_id} not started: its graph was not stored: {why}"
+                    );
                     Err(JobError::NotPersisted(why))
                 }
             }

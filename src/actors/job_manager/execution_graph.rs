@@ -547,7 +547,6 @@ impl ExecutionGraph {
                             timestamps: ev.state.timestamps().iter().collect(),
                             error: ev.error.clone(),
                             io: ev.io,
-                            recovered: false,
                         })
                         .collect(),
                 })

@@ -275,7 +275,10 @@ impl JobManager {
 
     /// Refuses a submission that would take the subtasks of unfinished jobs past
     /// `jobmanager.max-subtasks` (each waiting subtask costs memory here). O(jobs).
-    pub(super) fn check_capacity(&self, graph: &crate::job::graph::JobGraph) -> Result<(), JobError> {
+    pub(super) fn check_capacity(
+        &self,
+        graph: &crate::job::graph::JobGraph,
+    ) -> Result<(), JobError> {
         let (mut jobs, mut held) = (0u64, 0u64);
         for job in self.jobs.values() {
             if !job.status().is_globally_terminal() {
@@ -309,7 +312,10 @@ impl JobManager {
     /// Refuses a job with an operator no TaskManager can run: none registered has it, and the
     /// TaskManagers this JobManager starts (its own binary: its registry) lack it too. Names
     /// each such operator, its vertex, and what the registered TaskManagers are.
-    pub(super) fn check_runnable(&self, graph: &crate::job::graph::JobGraph) -> Result<(), JobError> {
+    pub(super) fn check_runnable(
+        &self,
+        graph: &crate::job::graph::JobGraph,
+    ) -> Result<(), JobError> {
         // One look per vertex at the registry and per class of TaskManagers, not per TaskManager.
         let missing: Vec<String> = graph
             .vertices
@@ -430,6 +436,9 @@ impl JobManager {
     /// among them (a client is about to ask for it). O(log J) per job forgotten.
     pub(super) fn forget_ended_jobs(&mut self, just_ended: JobId) {
         let keep = self.settings.jobstore.max_capacity as usize;
+        // Their results by the same rule (the just-ended one is dirty: it stays).
+        self.job_results
+            .expire(self.env.clock.now_millis(), self.settings.jobstore);
         while self.ended.len() + 1 > keep {
             let Some((_, job_id)) = self.ended.pop_first() else {
                 return;

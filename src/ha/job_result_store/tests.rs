@@ -41,9 +41,15 @@ fn a_result_is_written_dirty_then_marked_clean_and_a_new_leader_reads_both_state
     store
         .create_dirty_result(&ended(2, JobStatus::Failed, 20))
         .unwrap();
-    assert_eq!(files(&dir), [format!("{a}_DIRTY.json"), format!("{b}_DIRTY.json")]);
+    assert_eq!(
+        files(&dir),
+        [format!("{a}_DIRTY.json"), format!("{b}_DIRTY.json")]
+    );
     store.mark_result_as_clean(a).unwrap();
-    assert_eq!(files(&dir), [format!("{a}.json"), format!("{b}_DIRTY.json")]);
+    assert_eq!(
+        files(&dir),
+        [format!("{a}.json"), format!("{b}_DIRTY.json")]
+    );
     // The first result of a job stands: a second one changes nothing.
     store
         .create_dirty_result(&ended(1, JobStatus::Canceled, 30))
@@ -64,9 +70,10 @@ fn a_result_is_written_dirty_then_marked_clean_and_a_new_leader_reads_both_state
 
 #[test]
 fn clean_results_expire_by_age_and_by_count_and_dirty_ones_never() {
+    let dir = scratch("expire");
     for store in [
         JobResultStore::in_memory(),
-        JobResultStore::open(&scratch("expire")).unwrap(),
+        JobResultStore::open(&dir).unwrap(),
     ] {
         let config = JobStoreConfig {
             expiration_time: Duration::from_secs(60),
@@ -94,7 +101,6 @@ fn clean_results_expire_by_age_and_by_count_and_dirty_ones_never() {
         assert_eq!(store.expire(100_000, config), [JobId::from_u128(3)]);
         assert!(store.has_dirty_job_result_entry(JobId::from_u128(4)));
     }
-    let dir = scratch("expire");
     let reopened = JobResultStore::open(&dir).unwrap();
     assert_eq!(reopened.dirty_job_ids(), [JobId::from_u128(4)]);
     assert_eq!(files(&dir).len(), 1, "expired files are removed");
@@ -110,7 +116,10 @@ fn a_damaged_result_file_still_marks_its_job_as_ended() {
     std::fs::write(dir.join("notes.txt"), b"not ours").unwrap();
     std::fs::write(dir.join("x.partial"), b"a write cut short").unwrap();
     let store = JobResultStore::open(&dir).unwrap();
-    assert!(store.has_job_result_entry(job), "a job with a result never runs again");
+    assert!(
+        store.has_job_result_entry(job),
+        "a job with a result never runs again"
+    );
     assert_eq!(store.details(job), None);
     assert!(store.summaries().is_empty());
     assert_eq!(store.len(), 1);

@@ -145,7 +145,6 @@ fn subtask(state: ExecutionState, timestamps: &[(ExecutionState, u64)]) -> Subta
         timestamps: timestamps.to_vec(),
         error: None,
         io: None,
-        recovered: false,
     }
 }
 

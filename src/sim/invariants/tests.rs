@@ -122,7 +122,6 @@ fn job(
                     timestamps: Vec::new(),
                     error: None,
                     io: None,
-                    recovered: false,
                 }],
             })
             .collect(),
