@@ -77,6 +77,9 @@ struct Service {
     /// Contenders whose client cannot run before the given instant (see
     /// [`SimCoordination::starve`]).
     starved: BTreeMap<usize, Instant>,
+    /// Contenders whose session expires at their next `confirm` (see
+    /// [`SimCoordination::expire_session_at_next_confirm`]).
+    expire_at_confirm: BTreeSet<usize>,
 }
 
 impl Service {
@@ -113,6 +116,10 @@ pub struct SimCoordination {
     forget_pool_size: bool,
     /// Job graph pointers are not kept (broken on purpose).
     forget_job_graphs: bool,
+    /// Job graph pointers cannot be removed (broken on purpose).
+    fail_job_graph_removals: bool,
+    /// `confirm` publishes without the latch (broken on purpose).
+    confirm_without_latch: bool,
 }
 
 impl SimCoordination {
@@ -126,7 +133,45 @@ impl SimCoordination {
             lease_length: None,
             forget_pool_size: false,
             forget_job_graphs: false,
+            fail_job_graph_removals: false,
+            confirm_without_latch: false,
         }
+    }
+
+    /// `confirm` publishes even when the session lost its latch node, opening a new session
+    /// (a test breaks the election with it, as Flint's ZooKeeper election did before).
+    pub fn confirming_without_latch(mut self) -> Self {
+        self.confirm_without_latch = true;
+        self
+    }
+
+    /// `contender`'s session expires at the service the moment its next `confirm` reaches it.
+    pub fn expire_session_at_next_confirm(&self, contender: usize) {
+        self.service
+            .borrow_mut()
+            .expire_at_confirm
+            .insert(contender);
+    }
+
+    /// Why the published leader does not hold the latch, if it does not: its session must own
+    /// the lowest latch node (the election's winner).
+    pub fn leader_without_latch(&self) -> Option<String> {
+        let service = self.service.borrow();
+        let (owner, info, _) = service.leader.as_ref()?;
+        let lowest = service.latches.iter().next().map(|(_, session)| *session);
+        (lowest != Some(*owner)).then(|| {
+            format!(
+                "{} (leader session {}) is published by coordination session {owner}, but the lowest latch node is {lowest:?}'s",
+                info.address, info.leader_session_id
+            )
+        })
+    }
+
+    /// Removing a job graph pointer always fails (a storage error: the JobManager's cleanup
+    /// retries it for ever, and the graph stays in the store).
+    pub fn failing_job_graph_removals(mut self) -> Self {
+        self.fail_job_graph_removals = true;
+        self
     }
 
     /// Job graph pointers are never kept (a test breaks the store with it: a JobManager runs
@@ -400,11 +445,52 @@ impl LeaderElectionService for SimLeaderElection {
         }
     }
 
+    /// As the ZooKeeper election: publishes only while this session's latch node exists, and
+    /// waits while another live session's leader node is there.
     async fn confirm(&mut self, info: &LeaderInformation) -> Result<(), HaError> {
-        if self.coordination.reachable(self.contender) && !self.doubted(Instant::now()) {
-            let session = self.session.unwrap_or_default();
+        loop {
+            self.coordination.run_client(self.contender).await;
+            let now = Instant::now();
+            if !self.coordination.reachable(self.contender) || self.doubted(now) {
+                return Err(self.lost());
+            }
+            let mut session = self.session.unwrap_or_default();
             let mut service = self.coordination.service.borrow_mut();
-            service.leader = Some((session, info.clone(), Instant::now()));
+            if service.expire_at_confirm.remove(&self.contender) {
+                if let Some(expired) = service.sessions.get_mut(&session) {
+                    expired.expired = true;
+                }
+                service.session_ended(session, now);
+            }
+            let holds_latch = self
+                .sequence
+                .is_some_and(|sequence| service.latches.get(&sequence) == Some(&session));
+            if !holds_latch {
+                if !self.coordination.confirm_without_latch {
+                    drop(service);
+                    return Err(self.lost());
+                }
+                // Broken: a fresh session, published regardless.
+                session = service.next_session;
+                service.next_session += 1;
+                service.sessions.insert(
+                    session,
+                    Session {
+                        last_contact: now,
+                        expired: false,
+                    },
+                );
+                self.session = Some(session);
+            }
+            let held_by_another = service.leader.as_ref().is_some_and(|(owner, _, _)| {
+                *owner != session && service.sessions.get(owner).is_some_and(|s| !s.expired)
+            });
+            if held_by_another {
+                drop(service);
+                tokio::time::sleep(TICK).await;
+                continue;
+            }
+            service.leader = Some((session, info.clone(), now));
             if let Some(record) = service
                 .leaderships
                 .iter_mut()
@@ -412,11 +498,9 @@ impl LeaderElectionService for SimLeaderElection {
                 .find(|r| r.session == session)
             {
                 record.leader_session_id = Some(info.leader_session_id);
-                record.published_at = Some(Instant::now());
+                record.published_at = Some(now);
             }
-            Ok(())
-        } else {
-            Err(self.lost())
+            return Ok(());
         }
     }
 
@@ -536,6 +620,11 @@ impl JobGraphPointers for SimJobGraphPointers {
     }
 
     async fn remove(&self, job_id: JobId) -> Result<(), HaError> {
+        if self.coordination.fail_job_graph_removals {
+            return Err(HaError::SessionLost {
+                state: "simulated storage error: the pointer cannot be removed".to_owned(),
+            });
+        }
         self.reach()?.pointers.remove(&job_id);
         Ok(())
     }

@@ -45,11 +45,21 @@
 //!   leader at the instant it is elected, so a deposed leader's attempts on a TaskManager that
 //!   has not heard yet cannot be helped (a sink that commits per attempt must cope); a
 //!   TaskManager that goes on with them after it could have heard is a bug.
+//! - **(d) a job whose result was kept never runs again**: once a check saw a job terminal at
+//!   a leader whose job result store holds its result, no JobManager writes a deployment of it
+//!   (judged on the frames, as (a)). A new leader finds such a job's graph when the old one died
+//!   between keeping the result and removing the graph; it must finish the cleanup instead.
+//! - **(e) the published leader holds the latch**: the session that published the leader is
+//!   the one whose latch node is the lowest (the election's winner). The election model
+//!   ([`SimLeaderElection`](super::coordination::SimLeaderElection)) confirms as the ZooKeeper
+//!   one does: only while its own latch node exists, never over another live session's leader
+//!   node; [`HaAction::ExpireSessionAtConfirm`] loses a session at that moment.
 //! - **ids are not reused**: no two submissions get one job id, no worker is asked for twice.
 //!
 //! And at the end of the quiet phase **(c)**: exactly one JobManager leads, the one the service
 //! publishes; every job that was submitted (and stored) and not seen terminal is known to it —
-//! recovered with the same id — and reached a terminal state; its pool is back at its size,
+//! recovered with the same id — and reached a terminal state, and every job whose result was kept
+//! is answered with the state it ended in (from the job result store); its pool is back at its size,
 //! every started worker registered. A FINISHED WordCount wrote the exact count.
 //!
 //! [`Broken`] switches on a deliberately broken rule; the tests show each invariant catching
@@ -125,6 +135,14 @@ pub enum Broken {
     /// The coordination service forgets the pool size an operator set: a new leader starts
     /// from the configured size. Caught by (c).
     PoolSizeForgotten,
+    /// The election's `confirm` publishes even when its session lost the latch (opening a new
+    /// session, as Flint's did before): a JobManager whose session expired between winning and
+    /// publishing leads without the latch while another wins it. Caught by (e).
+    ConfirmWithoutLatch,
+    /// Each JobManager keeps job results on its own disk (gone with its leadership) and job
+    /// graphs can never be removed from the store (a storage error the cleanup retries): a new
+    /// leader finds every ended job's graph with nothing to say it ended. Caught by (d).
+    NoJobResults,
 }
 
 /// How one HA run is shaped.
@@ -237,6 +255,9 @@ struct HaJob {
     stored: bool,
     /// Some check saw it in a globally terminal state.
     seen_terminal: bool,
+    /// When a check first saw it terminal with its result in the job result store of the
+    /// leader that said so: from then on it must never be deployed again (d).
+    result_kept_at: Option<(Instant, JobStatus)>,
     /// The status a leader last gave it.
     last_status: Option<JobStatus>,
 }
@@ -254,6 +275,8 @@ struct Shared {
     /// being retried.
     pool_size: RefCell<(Option<u32>, bool)>,
     storage: PathBuf,
+    /// Job results are kept per JobManager boot, not in `storage` (broken on purpose).
+    local_results: bool,
     /// Each leadership's driver sends its commands' receiver here.
     drivers: mpsc::UnboundedSender<mpsc::UnboundedReceiver<DriverCommand>>,
 }
@@ -266,6 +289,24 @@ impl Shared {
         if violations.len() < 20 {
             violations.push(line);
         }
+    }
+
+    /// Where JobManager `index` in boot `incarnation` keeps job results: the shared storage,
+    /// unless [`Broken::NoJobResults`] keeps them on each boot's own disk.
+    fn job_results_dir(&self, index: usize, incarnation: u32) -> PathBuf {
+        if self.local_results {
+            self.storage
+                .join(format!("local-job-results-{index}-{incarnation}"))
+        } else {
+            self.storage.join("job-result-store")
+        }
+    }
+
+    /// Whether JobManager `index` (in its current boot) keeps a result of job `id`.
+    fn result_kept(&self, index: usize, id: JobId) -> bool {
+        let incarnation = self.hosts.borrow()[index].incarnation;
+        let dir = self.job_results_dir(index, incarnation);
+        dir.join(format!("{id}.json")).is_file() || dir.join(format!("{id}_DIRTY.json")).is_file()
     }
 
     /// The JobManagers that lead now (running, not paused, their switch serving).
@@ -325,7 +366,7 @@ impl Shared {
                 let _ = drivers.send(commands);
                 Box::new(driver)
             };
-            let job_results = shared.storage.join("job-result-store");
+            let job_results = shared.job_results_dir(index, incarnation);
             let terms = LeaderTerms {
                 config: &shared.cluster.config,
                 env,
@@ -464,6 +505,8 @@ async fn simulate(options: HaOptions) -> HaReport {
         }
         Broken::PoolSizeForgotten => coordination = coordination.forgetting_pool_size(),
         Broken::NoPersist => coordination = coordination.forgetting_job_graphs(),
+        Broken::NoJobResults => coordination = coordination.failing_job_graph_removals(),
+        Broken::ConfirmWithoutLatch => coordination = coordination.confirming_without_latch(),
         Broken::Nothing => {}
     }
     tokio::task::spawn_local(coordination.clone().run());
@@ -507,6 +550,7 @@ async fn simulate(options: HaOptions) -> HaReport {
         deposed_deployments: RefCell::new(0),
         pool_size: RefCell::new((None, false)),
         storage: scratch.join("ha-storage"),
+        local_results: options.broken == Broken::NoJobResults,
         drivers,
     });
     // Each leadership's driver is served on the simulation's root, not on the JobManager's
@@ -740,6 +784,13 @@ impl HaRun {
                     shared.boot_job_manager(index);
                 });
             }
+            HaAction::ExpireSessionAtConfirm(target) => {
+                let index = shared.target(*target);
+                shared.coordination.expire_session_at_next_confirm(index);
+                cluster.trace.record(format!(
+                    "fault jobmanager-{index}'s session expires at its next confirm"
+                ));
+            }
             HaAction::Cluster(action) => match action {
                 Action::Crash { target, kind } => cluster.crash(*target, *kind),
                 Action::Restart(index) => cluster.restart(*index).await,
@@ -841,6 +892,7 @@ impl HaRun {
             answered: false,
             stored: false,
             seen_terminal: false,
+            result_kept_at: None,
             last_status: None,
         });
         tokio::task::spawn_local(async move {

@@ -128,6 +128,8 @@ pub struct DeploymentSent {
     pub leader_session_id: crate::base::ids::LeaderSessionId,
     /// The attempt it deploys.
     pub attempt: crate::base::ids::ExecutionAttemptId,
+    /// The attempt's job.
+    pub job_id: crate::base::ids::JobId,
 }
 
 #[derive(Default)]
@@ -534,6 +536,7 @@ impl State {
                             to: dst.to_owned(),
                             leader_session_id: submit.leader_session_id,
                             attempt: descriptor.attempt,
+                            job_id: descriptor.job_id,
                         });
                     }
                 }

@@ -4,7 +4,7 @@
 use super::*;
 
 impl HaRun {
-    /// The safety invariants: (a) and (b), pools within bounds, jobs seen terminal.
+    /// The safety invariants: (a), (b) and (d), pools within bounds, jobs seen terminal.
     pub(super) async fn check_safety(&mut self) {
         let shared = Rc::clone(&self.shared);
         shared.cluster.reap_stopped_task_managers();
@@ -60,11 +60,41 @@ impl HaRun {
                     let status = details.summary.status;
                     job.last_status = Some(status);
                     job.seen_terminal |= status.is_globally_terminal();
+                    if status.is_globally_terminal()
+                        && job.result_kept_at.is_none()
+                        && shared.result_kept(index, *id)
+                    {
+                        job.result_kept_at = Some((now, status));
+                    }
                 }
             }
         }
-        // (a) where it leaves the node: no deployment written by a deposed leader.
+        // (e) the published leader holds the latch.
+        if let Some(what) = shared.coordination.leader_without_latch() {
+            shared.violation(format!("(e) the published leader holds no latch: {what}"));
+        }
+        // (a) where it leaves the node: no deployment written by a deposed leader. (d) no
+        // deployment of a job whose result was kept.
         for sent in shared.cluster.network.take_deployments_sent() {
+            let kept = shared
+                .jobs
+                .borrow()
+                .iter()
+                .find(|j| j.id == Some(sent.job_id))
+                .and_then(|j| j.result_kept_at.map(|(at, _)| at));
+            if let Some(kept) = kept
+                && kept <= sent.at
+            {
+                shared.violation(format!(
+                    "(d) an ended job runs again: {} sent attempt {} of job {} to {} under leader session {}, {:?} after the job's result was kept",
+                    sent.from,
+                    sent.attempt,
+                    sent.job_id,
+                    sent.to,
+                    sent.leader_session_id,
+                    sent.at - kept
+                ));
+            }
             if let Some(superseded) = shared.coordination.superseded_at(sent.leader_session_id)
                 && superseded <= sent.at
             {
@@ -200,15 +230,15 @@ impl HaRun {
                 pool.designated_pool_size
             ));
         }
-        let expected: Vec<(JobId, bool)> = shared
+        let expected: Vec<(JobId, bool, Option<JobStatus>)> = shared
             .jobs
             .borrow()
             .iter()
             .filter(|j| j.stored)
-            .filter_map(|j| Some((j.id?, j.seen_terminal)))
+            .filter_map(|j| Some((j.id?, j.seen_terminal, j.result_kept_at.map(|(_, s)| s))))
             .collect();
         let mut jobs = Vec::new();
-        for (id, seen_terminal) in expected {
+        for (id, seen_terminal, kept) in expected {
             match leader
                 .job_manager
                 .request_job_status
@@ -222,9 +252,23 @@ impl HaRun {
                             details.summary.status
                         ));
                     }
+                    if let Some(kept) = kept
+                        && kept != details.summary.status
+                    {
+                        return Err(format!(
+                            "job {id} ended {kept:?} (its result kept) but jobmanager-{index} says {:?}",
+                            details.summary.status
+                        ));
+                    }
                     jobs.push(details);
                 }
-                _ if seen_terminal => {}
+                // Without a kept result (a deposed leader's end), it may be unknown.
+                _ if seen_terminal && kept.is_none() => {}
+                _ if kept.is_some() => {
+                    return Err(format!(
+                        "job {id} ended with its result kept, and jobmanager-{index} does not know it (the job result store lost it)"
+                    ));
+                }
                 _ => {
                     return Err(format!(
                         "job {id} was stored and never ended, and jobmanager-{index} does not know it (not recovered)"

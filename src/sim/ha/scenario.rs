@@ -43,6 +43,10 @@ pub enum HaAction {
         /// When it boots again.
         restart_after: Duration,
     },
+    /// The coordination service expires a JobManager's session just as its next `confirm`
+    /// reaches it (after it won the election, before it published itself): it must not publish,
+    /// and must contend again with a new session.
+    ExpireSessionAtConfirm(HaTarget),
     /// A fault of the single-JobManager family on the TaskManagers or the network (a
     /// partition is between the leader and a TaskManager).
     Cluster(Action),
@@ -163,6 +167,14 @@ impl HaScenario {
                 _ => job(rng),
             };
             steps.push((millis(rng, 0, fault_phase.as_millis() as u64), action));
+        }
+        // One seed in four, a session lost between winning and publishing.
+        if below(rng, 4) == 0 {
+            let target = HaTarget::Any(rng.next_u64());
+            steps.push((
+                millis(rng, 0, 9_000),
+                HaAction::ExpireSessionAtConfirm(target),
+            ));
         }
         steps.sort_by_key(|(at, _)| *at);
         Self {

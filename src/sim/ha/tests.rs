@@ -210,3 +210,62 @@ fn a_pool_size_not_kept_for_the_next_leader_is_caught_after_the_leader_dies() {
         "the operator set 3",
     );
 }
+
+/// (d): results kept on each JobManager's own disk, and job graphs that cannot be removed: a
+/// quick job finishes, the leader dies, and the new leader finds the job's graph with nothing
+/// to say it ended — it runs the job again. With the job result store as it is, the new leader
+/// never reruns it and answers it from the store.
+#[test]
+fn a_finished_job_run_again_by_a_new_leader_is_caught() {
+    let steps = vec![
+        (
+            Duration::from_millis(300),
+            HaAction::Submit {
+                kind: JobKind::Noop,
+                parallelism: 1,
+            },
+        ),
+        (
+            Duration::from_secs(3),
+            HaAction::Kill {
+                target: HaTarget::Leader,
+                restart_after: Duration::from_secs(3),
+            },
+        ),
+    ];
+    assert_caught_running(
+        7,
+        scenario(2, steps),
+        Broken::NoJobResults,
+        "(d) an ended job runs again",
+        JobKind::Noop,
+    );
+}
+
+/// (e): jobmanager-1's session expires just as it confirms its leadership after the leader
+/// died. The election as it is does not publish and contends again with a new session; a
+/// `confirm` that publishes regardless (opening a new session, as Flint's ZooKeeper election
+/// once did) leaves a leader without the latch, which the restarted jobmanager-0 then wins.
+#[test]
+fn a_leader_published_without_the_latch_is_caught() {
+    let steps = vec![
+        (Duration::from_millis(300), silent_job()),
+        (
+            Duration::from_secs(1),
+            HaAction::ExpireSessionAtConfirm(HaTarget::Any(1)),
+        ),
+        (
+            Duration::from_secs(2),
+            HaAction::Kill {
+                target: HaTarget::Leader,
+                restart_after: Duration::from_secs(2),
+            },
+        ),
+    ];
+    assert_caught(
+        8,
+        scenario(2, steps),
+        Broken::ConfirmWithoutLatch,
+        "(e) the published leader holds no latch",
+    );
+}
