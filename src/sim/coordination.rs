@@ -389,6 +389,65 @@ impl SimLeaderElection {
     }
 }
 
+/// What one `confirm` round found.
+enum Confirmed {
+    Published,
+    /// This session's latch node is gone: it is not the leader.
+    NoLatch,
+    /// Another live session's leader node is there: wait for it to go.
+    HeldByAnother,
+}
+
+impl SimLeaderElection {
+    /// One round of `confirm` at the service (see there).
+    fn try_publish(&mut self, info: &LeaderInformation, now: Instant) -> Confirmed {
+        let mut session = self.session.unwrap_or_default();
+        let mut service = self.coordination.service.borrow_mut();
+        if service.expire_at_confirm.remove(&self.contender) {
+            if let Some(expired) = service.sessions.get_mut(&session) {
+                expired.expired = true;
+            }
+            service.session_ended(session, now);
+        }
+        let holds_latch = self
+            .sequence
+            .is_some_and(|sequence| service.latches.get(&sequence) == Some(&session));
+        if !holds_latch {
+            if !self.coordination.confirm_without_latch {
+                return Confirmed::NoLatch;
+            }
+            // Broken: a fresh session, published regardless.
+            session = service.next_session;
+            service.next_session += 1;
+            service.sessions.insert(
+                session,
+                Session {
+                    last_contact: now,
+                    expired: false,
+                },
+            );
+            self.session = Some(session);
+        }
+        let held_by_another = service.leader.as_ref().is_some_and(|(owner, _, _)| {
+            *owner != session && service.sessions.get(owner).is_some_and(|s| !s.expired)
+        });
+        if held_by_another {
+            return Confirmed::HeldByAnother;
+        }
+        service.leader = Some((session, info.clone(), now));
+        if let Some(record) = service
+            .leaderships
+            .iter_mut()
+            .rev()
+            .find(|r| r.session == session)
+        {
+            record.leader_session_id = Some(info.leader_session_id);
+            record.published_at = Some(now);
+        }
+        Confirmed::Published
+    }
+}
+
 impl LeaderElectionService for SimLeaderElection {
     async fn acquire(&mut self) -> Result<Leadership, HaError> {
         // Connecting needs the service.
@@ -454,53 +513,11 @@ impl LeaderElectionService for SimLeaderElection {
             if !self.coordination.reachable(self.contender) || self.doubted(now) {
                 return Err(self.lost());
             }
-            let mut session = self.session.unwrap_or_default();
-            let mut service = self.coordination.service.borrow_mut();
-            if service.expire_at_confirm.remove(&self.contender) {
-                if let Some(expired) = service.sessions.get_mut(&session) {
-                    expired.expired = true;
-                }
-                service.session_ended(session, now);
+            match self.try_publish(info, now) {
+                Confirmed::Published => return Ok(()),
+                Confirmed::NoLatch => return Err(self.lost()),
+                Confirmed::HeldByAnother => tokio::time::sleep(TICK).await,
             }
-            let holds_latch = self
-                .sequence
-                .is_some_and(|sequence| service.latches.get(&sequence) == Some(&session));
-            if !holds_latch {
-                if !self.coordination.confirm_without_latch {
-                    drop(service);
-                    return Err(self.lost());
-                }
-                // Broken: a fresh session, published regardless.
-                session = service.next_session;
-                service.next_session += 1;
-                service.sessions.insert(
-                    session,
-                    Session {
-                        last_contact: now,
-                        expired: false,
-                    },
-                );
-                self.session = Some(session);
-            }
-            let held_by_another = service.leader.as_ref().is_some_and(|(owner, _, _)| {
-                *owner != session && service.sessions.get(owner).is_some_and(|s| !s.expired)
-            });
-            if held_by_another {
-                drop(service);
-                tokio::time::sleep(TICK).await;
-                continue;
-            }
-            service.leader = Some((session, info.clone(), now));
-            if let Some(record) = service
-                .leaderships
-                .iter_mut()
-                .rev()
-                .find(|r| r.session == session)
-            {
-                record.leader_session_id = Some(info.leader_session_id);
-                record.published_at = Some(now);
-            }
-            return Ok(());
         }
     }
 
