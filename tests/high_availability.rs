@@ -609,3 +609,244 @@ fn forged_znodes_written_with_the_clusters_credential_are_refused_by_every_flint
         );
     }
 }
+
+/// The election against a real ZooKeeper, at the moment a new leader publishes itself
+/// (`confirm`): (1) its session lost the latch node between winning and publishing (here the
+/// node is deleted behind its back, as the server does when the session expires) — it must
+/// refuse, publish nothing and open no session of its own; (2) the leader node of another live
+/// session is there — it must wait, never delete it, and publish once that session is gone.
+#[test]
+fn confirm_publishes_only_under_its_own_latch_and_never_deletes_another_sessions_leader() {
+    use flint::base::ids::LeaderSessionId;
+    use flint::ha::election::LeaderElectionService;
+    use flint::ha::zookeeper::{ZooKeeperLeaderElection, ZooKeeperSettings, current_leader};
+    use flint::ha::{HaError, LeaderInformation, ZnodePaths};
+
+    let _one_at_a_time = common::ha::one_at_a_time();
+    let dir = scratch("ha-confirm");
+    let _remove = common::RemoveOnDrop(dir.clone());
+    let Some(zk) = common::zookeeper::ZooKeeper::start(&dir.join("zookeeper")) else {
+        return;
+    };
+    let settings = ZooKeeperSettings {
+        quorum: zk.quorum(),
+        session_timeout: std::time::Duration::from_secs(4),
+        connection_timeout: std::time::Duration::from_secs(20),
+        paths: ZnodePaths::new("/flint", "confirm-test"),
+        auth_file: None,
+        secret: flint::transport::handshake::Secret::from_bytes(b"confirm-test-secret".to_vec()),
+    };
+    let info = |n: u128| LeaderInformation {
+        address: format!("jobmanager-{n}:6123"),
+        rest_url: format!("http://jobmanager-{n}:8081"),
+        leader_session_id: LeaderSessionId::from_u128(n),
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let other = settings.connect().await.expect("a second session");
+        let latch = settings.paths.latch();
+        let leader = settings.paths.leader();
+
+        // (1) The latch node goes between acquire and confirm.
+        let mut first = ZooKeeperLeaderElection::new(settings.clone());
+        first.acquire().await.expect("the only contender wins");
+        for child in other.list_children(&latch).await.unwrap() {
+            other.delete(&format!("{latch}/{child}"), None).await.unwrap();
+        }
+        let refused = first.confirm(&info(1)).await;
+        assert!(
+            matches!(refused, Err(HaError::SessionLost { .. })),
+            "confirm without the latch: {refused:?}"
+        );
+        assert_eq!(
+            other.check_stat(&leader).await.unwrap(),
+            None,
+            "a contender without the latch published itself"
+        );
+        first.resign().await;
+
+        // (2) Another live session's leader node: waited for, never deleted.
+        let mut second = ZooKeeperLeaderElection::new(settings.clone());
+        second.acquire().await.expect("the only contender wins");
+        let squatter = settings.connect().await.expect("a third session");
+        squatter
+            .create(
+                &leader,
+                b"someone else",
+                &zookeeper_client::CreateMode::Ephemeral
+                    .with_acls(zookeeper_client::Acls::anyone_all()),
+            )
+            .await
+            .unwrap();
+        let second_info = info(2);
+        let confirm = second.confirm(&second_info);
+        tokio::pin!(confirm);
+        // While the other session lives, its node stays and nothing is published over it.
+        let watched_until = tokio::time::Instant::now() + std::time::Duration::from_secs(1);
+        loop {
+            tokio::select! {
+                answer = &mut confirm => panic!("confirm returned over a live session's leader node: {answer:?}"),
+                () = tokio::time::sleep(std::time::Duration::from_millis(100)) => {}
+            }
+            let (data, _) = other.get_data(&leader).await.expect("the node stays");
+            assert_eq!(data, b"someone else");
+            if tokio::time::Instant::now() >= watched_until {
+                break;
+            }
+        }
+        drop(squatter); // its session closes, its ephemeral node goes
+        tokio::time::timeout(std::time::Duration::from_secs(30), &mut confirm)
+            .await
+            .expect("confirm goes on once the other session is gone")
+            .expect("published");
+    });
+    let published = current_leader(&settings)
+        .expect("readable")
+        .expect("a leader");
+    assert_eq!(published, info(2));
+}
+
+/// A job that FINISHED is never run again after its leader is killed with `kill -9`: its result
+/// is kept in the job result store (`storageDir/job-result-store/CLUSTER/ID.json`, clean once
+/// its graph left the job graph store), and the new leader answers it from there — FINISHED,
+/// each vertex summarized, not recovered — while its output stays as the first run wrote it.
+#[test]
+fn a_finished_job_is_not_run_again_after_a_failover_and_is_answered_from_the_job_result_store() {
+    let Some(mut cluster) = HaCluster::start("ha-finished") else {
+        return;
+    };
+    let (a_url, b_url) = (cluster.a.url(), cluster.b.url());
+    let (job, input, output) = submit_wordcount(&a_url, &cluster.dir, 20_000);
+    let first = cluster.wait_for_job(&a_url, &job, "the job finishes", |j| {
+        j["state"] == "FINISHED"
+    });
+    let storage = cluster.dir.join("ha-storage");
+    let result = storage
+        .join("job-result-store")
+        .join("default")
+        .join(format!("{job}.json"));
+    wait_until("the result is kept and marked clean", || {
+        result.is_file().then_some(())
+    });
+    assert!(
+        !storage
+            .join("default")
+            .join(format!("job-{job}.json"))
+            .exists(),
+        "the graph of an ended job stayed in the job graph store"
+    );
+    let written: Vec<_> = std::fs::read_dir(&output)
+        .unwrap()
+        .map(|f| {
+            let f = f.unwrap();
+            (f.file_name(), f.metadata().unwrap().modified().unwrap())
+        })
+        .collect();
+    signal(&cluster.a.child, "-KILL");
+    let _ = cluster.a.child.wait();
+
+    wait_until("the standby leads", || leads(&b_url).then_some(()));
+    let answered = get(&b_url, &format!("/jobs/{job}")).expect(200).json();
+    assert_eq!(answered["state"], "FINISHED", "{answered:#}");
+    assert_eq!(answered["from-job-result-store"], true, "{answered:#}");
+    assert!(
+        answered["recovered-at"].is_null(),
+        "run again: {answered:#}"
+    );
+    assert_eq!(answered["end-time"], first["end-time"], "{answered:#}");
+    let vertices = answered["vertices"].as_array().unwrap();
+    assert_eq!(vertices.len(), first["vertices"].as_array().unwrap().len());
+    for vertex in vertices {
+        assert_eq!(
+            vertex["tasks"]["FINISHED"], vertex["parallelism"],
+            "{answered:#}"
+        );
+        assert!(vertex["duration"].is_u64(), "{answered:#}");
+    }
+    let listed = get(&b_url, "/jobs").expect(200);
+    assert!(listed.body.contains(&job), "{}", listed.body);
+    // The CLI says the same.
+    let status = Command::new(env!("CARGO_BIN_EXE_flint"))
+        .args(["status", &job, "--jobmanager", &b_url])
+        .env_remove("FLINT_JOBMANAGER")
+        .env_remove("FLINT_CONFIG")
+        .output()
+        .expect("flint status runs");
+    let said = String::from_utf8_lossy(&status.stdout);
+    assert!(
+        status.status.success() && said.contains("FINISHED"),
+        "{said}{}",
+        String::from_utf8_lossy(&status.stderr)
+    );
+    // Nothing ran again: the output is the first run's, untouched, and exact.
+    let after: Vec<_> = std::fs::read_dir(&output)
+        .unwrap()
+        .map(|f| {
+            let f = f.unwrap();
+            (f.file_name(), f.metadata().unwrap().modified().unwrap())
+        })
+        .collect();
+    assert_eq!(after, written, "the output was written again");
+    assert_eq!(read_counts(&output), sequential_word_count(&input).unwrap());
+}
+
+/// A new leader with 2,000 jobs in the job graph store publishes itself first, then recovers
+/// them one by one and stays leader (it used to have to recover them all within 5 s or resign,
+/// and with a large store every contender timed out in turn).
+#[test]
+#[allow(clippy::disallowed_methods)] // measures real processes in real time
+fn a_new_leader_recovers_two_thousand_stored_jobs_and_stays_leader() {
+    const JOBS: usize = 2_000;
+    let Some(mut cluster) = HaCluster::start("ha-2000-jobs") else {
+        return;
+    };
+    let (a_url, b_url) = (cluster.a.url(), cluster.b.url());
+    // Jobs that wait: a sleep of an hour each, two run, the rest queue for slots.
+    let mut builder = flint::job::graph::JobGraph::builder("waits");
+    builder.vertex("wait", "sleep", 1).config("ms", "3600000");
+    let graph = serde_json::to_string(&builder.build(|_| true).expect("a valid graph")).unwrap();
+    let agent = no_redirects();
+    let token = common::rest::local_bearer();
+    let mut ids = Vec::with_capacity(JOBS);
+    for _ in 0..JOBS {
+        let answer = request(
+            &agent,
+            "POST",
+            &format!("{a_url}/jobs"),
+            Some(&graph),
+            token.as_deref(),
+        );
+        assert_eq!(answer.status, 202, "{}", answer.body);
+        ids.push(answer.json()["id"].as_str().unwrap().to_owned());
+    }
+    let stored = std::fs::read_dir(cluster.dir.join("ha-storage").join("default"))
+        .unwrap()
+        .count();
+    assert!(stored >= JOBS, "{stored} graphs stored");
+    signal(&cluster.a.child, "-KILL");
+    let _ = cluster.a.child.wait();
+    let killed_at = std::time::Instant::now();
+
+    wait_until("the standby leads", || leads(&b_url).then_some(()));
+    let leading_after = killed_at.elapsed();
+    wait_until("every stored job is recovered", || {
+        let answer = get(&b_url, "/jobs");
+        (answer.status == 200).then_some(())?;
+        let listed = answer.json()["jobs"].as_array()?.len();
+        (listed == JOBS).then_some(())
+    });
+    let all_recovered = killed_at.elapsed();
+    // Still the leader, and the same leadership: ZooKeeper publishes it, it answers.
+    assert!(leads(&b_url), "the new leader resigned");
+    let sample = get(&b_url, &format!("/jobs/{}", ids[JOBS / 2]))
+        .expect(200)
+        .json();
+    assert!(sample["recovered-at"].is_u64(), "{sample:#}");
+    eprintln!(
+        "{JOBS} stored jobs: the new leader served REST {leading_after:?} after the kill, \
+         listed every job recovered after {all_recovered:?}"
+    );
+}

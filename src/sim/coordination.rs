@@ -120,6 +120,8 @@ pub struct SimCoordination {
     fail_job_graph_removals: bool,
     /// `confirm` publishes without the latch (broken on purpose).
     confirm_without_latch: bool,
+    /// How long reading one job graph pointer takes (a slow or distant ensemble).
+    read_latency: Duration,
 }
 
 impl SimCoordination {
@@ -135,7 +137,15 @@ impl SimCoordination {
             forget_job_graphs: false,
             fail_job_graph_removals: false,
             confirm_without_latch: false,
+            read_latency: Duration::ZERO,
         }
+    }
+
+    /// Reading a job graph pointer takes `latency` (a slow or distant ensemble: a large job
+    /// store takes long to recover).
+    pub fn with_read_latency(mut self, latency: Duration) -> Self {
+        self.read_latency = latency;
+        self
     }
 
     /// `confirm` publishes even when the session lost its latch node, opening a new session
@@ -651,6 +661,9 @@ impl JobGraphPointers for SimJobGraphPointers {
     }
 
     async fn get(&self, job_id: JobId) -> Result<Option<String>, HaError> {
+        if !self.coordination.read_latency.is_zero() {
+            tokio::time::sleep(self.coordination.read_latency).await;
+        }
         Ok(self.reach()?.pointers.get(&job_id).cloned())
     }
 

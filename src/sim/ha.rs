@@ -162,6 +162,10 @@ pub struct HaOptions {
     pub scenario: Option<HaScenario>,
     /// A rule broken on purpose.
     pub broken: Broken,
+    /// Quick jobs already in the job graph store when the run starts (an earlier leader's).
+    pub stored_jobs: usize,
+    /// How long reading one job graph pointer takes.
+    pub store_read_latency: Duration,
 }
 
 impl HaOptions {
@@ -173,6 +177,8 @@ impl HaOptions {
             session_timeout: Duration::from_secs(2),
             keep_trace: false,
             quiet_deadline: Duration::from_secs(180),
+            stored_jobs: 0,
+            store_read_latency: Duration::ZERO,
             scenario: None,
             broken: Broken::Nothing,
         }
@@ -431,6 +437,43 @@ impl Shared {
     }
 }
 
+/// Puts `count` quick jobs in the job graph store, as an earlier leader would have: the first
+/// leader must recover them all (and (c) checks it did).
+async fn store_jobs(shared: &Shared, count: usize, rng: &mut NodeRng) {
+    if count == 0 {
+        return;
+    }
+    let pointers = shared.coordination.job_graph_pointers(0);
+    let store = match JobGraphStore::with_pointers(pointers, &shared.storage) {
+        Ok(store) => store,
+        Err(error) => return shared.violation(format!("cannot open the job graph store: {error}")),
+    };
+    for index in 0..count {
+        let dir = shared.cluster.scratch.join(format!("stored-{index}"));
+        let spec = match jobs::build(JobKind::Noop, 1, rng, &dir) {
+            Ok(spec) => spec,
+            Err(error) => return shared.violation(format!("cannot build a stored job: {error}")),
+        };
+        let id = JobId::generate(rng);
+        if let Err(error) = store.put(id, &spec.graph).await {
+            return shared.violation(format!("cannot store job {id}: {error}"));
+        }
+        shared.jobs.borrow_mut().push(HaJob {
+            spec,
+            id: Some(id),
+            answered: true,
+            stored: true,
+            seen_terminal: false,
+            result_kept_at: None,
+            last_status: None,
+        });
+    }
+    shared
+        .cluster
+        .trace
+        .record(format!("{count} jobs stored before the first leader"));
+}
+
 /// When the run began (the first JobManager's first boot).
 fn start_of(shared: &Shared) -> Instant {
     shared
@@ -509,6 +552,7 @@ async fn simulate(options: HaOptions) -> HaReport {
         Broken::ConfirmWithoutLatch => coordination = coordination.confirming_without_latch(),
         Broken::Nothing => {}
     }
+    coordination = coordination.with_read_latency(options.store_read_latency);
     tokio::task::spawn_local(coordination.clone().run());
     let events = EventSink::new(4096);
     let mut event_stream = events.subscribe().expect("an enabled sink");
@@ -553,6 +597,7 @@ async fn simulate(options: HaOptions) -> HaReport {
         local_results: options.broken == Broken::NoJobResults,
         drivers,
     });
+    store_jobs(&shared, options.stored_jobs, &mut rng).await;
     // Each leadership's driver is served on the simulation's root, not on the JobManager's
     // node: the workers it boots must not die with that node.
     let serving = Rc::clone(&shared);

@@ -135,14 +135,25 @@ pub struct HaCluster {
 /// session expiring while it was being established).
 static HA_CLUSTERS: Mutex<()> = Mutex::new(());
 
+/// Waits for the other HA clusters of this test binary to be gone (see [`HA_CLUSTERS`]); held
+/// by a test that starts its own ZooKeeper without a cluster.
+pub fn one_at_a_time() -> MutexGuard<'static, ()> {
+    // A test that failed holding it poisoned it; the next may still run.
+    HA_CLUSTERS.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
 impl HaCluster {
     /// `None` (after the loud banner) when ZooKeeper cannot run here.
     pub fn start(name: &str) -> Option<Self> {
-        // A test that failed holding it poisoned it; the next may still run.
-        let one_at_a_time = HA_CLUSTERS.lock().unwrap_or_else(PoisonError::into_inner);
+        Self::start_with(name, "")
+    }
+
+    /// [`start`](Self::start) with `extra` TOML appended to every process's configuration.
+    pub fn start_with(name: &str, extra: &str) -> Option<Self> {
+        let one_at_a_time = one_at_a_time();
         let dir = scratch(name);
         let zk = ZooKeeper::start(&dir.join("zookeeper"))?;
-        let keys = ha_keys(&zk, &dir.join("ha-storage"), &dir.join("zookeeper-auth"));
+        let keys = ha_keys(&zk, &dir.join("ha-storage"), &dir.join("zookeeper-auth")) + extra;
         let a = JobManagerChild::start(
             &["--bind", "127.0.0.1:0", "--rest", "127.0.0.1:0"],
             &mkdir(&dir.join("jm-a")),

@@ -269,3 +269,28 @@ fn a_leader_published_without_the_latch_is_caught() {
         "(e) the published leader holds no latch",
     );
 }
+
+/// A large job store on a slow ensemble: 500 stored jobs whose pointers take 20 ms each to
+/// read (10 s in all, twice the time a leader once had to recover everything before it
+/// published itself). The first leader publishes at once, recovers them one by one and stays
+/// leader; (c) checks every one of them ended at it.
+#[test]
+fn a_leader_with_a_large_slow_job_store_publishes_first_and_stays_leader() {
+    let mut options = HaOptions::new(9);
+    options.scenario = Some(scenario(2, Vec::new()));
+    options.stored_jobs = 500;
+    options.store_read_latency = Duration::from_millis(20);
+    let report = run_ha_seed(&options);
+    assert!(report.passed(), "{:#?}", report.sim.violations);
+    assert_eq!(report.leaderships, 1, "the leader resigned: {report:#?}");
+    assert_eq!(report.sim.jobs.len(), 500);
+    assert!(
+        report
+            .sim
+            .jobs
+            .iter()
+            .all(|(_, status)| *status == Some(JobStatus::Finished)),
+        "{:?}",
+        report.sim.jobs
+    );
+}
