@@ -303,3 +303,6 @@ impl Handler<ListJobs> for JobManager {
         MessageResult(jobs)
     }
 }
+
+#[cfg(test)]
+mod tests;
