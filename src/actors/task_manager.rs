@@ -118,6 +118,9 @@ struct RunningTask {
     io: TaskIoSnapshot,
     /// When the JobManager first cancelled it: the watchdog's start.
     cancelled_at: Option<Instant>,
+    /// Its JobManager connection ended while it ran (see `drop_all_work`): cancelled, its end
+    /// reported to nobody, its slot held until it has ended.
+    orphaned: bool,
 }
 
 /// See the module docs.
@@ -163,6 +166,9 @@ pub struct TaskManager {
     /// (The JobManager deploys right after it acknowledges a registration, and the task can be
     /// handled before the acknowledgement, which is an ask's reply, not a mailbox message.)
     awaiting_registration: Vec<tokio::sync::oneshot::Sender<()>>,
+    /// A registration attempt held back until the orphaned tasks have ended (see
+    /// `drop_all_work`): its number and timeout.
+    deferred_attempt: Option<(u64, std::time::Duration)>,
     /// Told why, when the TaskManager stops on its own (a refused registration): the
     /// `flint taskmanager` process then exits with that reason.
     fatal_error: Option<tokio::sync::oneshot::Sender<String>>,
@@ -231,6 +237,7 @@ impl TaskManager {
             session: TaskManagerSessionId::generate(&mut session_rng),
             session_rng,
             awaiting_registration: Vec::new(),
+            deferred_attempt: None,
             fatal_error: None,
         }
     }
@@ -342,6 +349,7 @@ impl TaskManager {
                 last_sample: (self.env.clock.now_millis(), 0),
                 io: TaskIoSnapshot::default(),
                 cancelled_at: None,
+                orphaned: false,
             },
         );
         let name = format!(
@@ -589,6 +597,16 @@ impl Handler<TaskEnded> for TaskManager {
                 self.allocations.remove(&task.allocation_id);
                 self.slots.release(task.allocation_id);
             }
+        }
+        if task.orphaned {
+            log::info!(
+                "task manager {}: cancelled task {} of an earlier JobManager connection ended {}; its slot is free",
+                self.settings.resource_id,
+                msg.attempt,
+                msg.outcome.state
+            );
+            self.register_once_drained(ctx);
+            return;
         }
         log::debug!(
             "task manager {}: {} ended {}",

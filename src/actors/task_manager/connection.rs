@@ -24,7 +24,7 @@ impl TaskManager {
             self.job_manager = None;
         }
         if was_registered && self.registration.instance_id().is_none() {
-            self.drop_all_work();
+            self.drop_all_work(ctx);
         }
         if self.registration.session().is_some() || !self.registering_without_session() {
             // Settled one way or the other: the deferred submissions are fenced now.
@@ -35,7 +35,16 @@ impl TaskManager {
         }
         match action {
             RegistrationAction::Send { attempt, timeout } => {
-                self.send_attempt(attempt, timeout, ctx)
+                let orphans = self.running.values().filter(|t| t.orphaned).count();
+                if orphans == 0 {
+                    self.send_attempt(attempt, timeout, ctx);
+                } else {
+                    log::info!(
+                        "task manager {}: registering once its {orphans} cancelled task(s) of the earlier JobManager connection have ended",
+                        self.settings.resource_id
+                    );
+                    self.deferred_attempt = Some((attempt, timeout));
+                }
             }
             RegistrationAction::RetryAfter { attempt, delay } => {
                 log::info!(
@@ -227,27 +236,49 @@ impl TaskManager {
     }
 
     /// The JobManager connection ended (or a new leader took over): it has failed these tasks
-    /// over already, so stop them, free every slot and drop every partition, as Flink does —
-    /// otherwise the new registration would offer slots that are still taken.
-    pub(super) fn drop_all_work(&mut self) {
+    /// over already, so cancel them, free every slot no task holds and drop every partition,
+    /// as Flink does. A cancelled task keeps its slot until it has ended (its end reported to
+    /// nobody), under the cancellation watchdog, and the next registration waits until every
+    /// such task has ended (`register_once_drained`): a new leader is offered only slots that
+    /// are free, and never places work beside a task of the old one that still runs. A task
+    /// that ignores its cancellation fails this TaskManager at `task.cancellation.timeout`.
+    pub(super) fn drop_all_work(&mut self, ctx: &mut Context<Self>) {
         if self.running.is_empty() && self.allocations.is_empty() && self.job_partitions.is_empty()
         {
             return;
         }
         log::info!(
-            "task manager {}: disconnected from the JobManager; cancelling {} tasks and freeing every slot",
+            "task manager {}: disconnected from the JobManager; cancelling {} tasks, freeing every slot as its tasks end",
             self.settings.resource_id,
             self.running.len()
         );
-        for task in std::mem::take(&mut self.running).into_values() {
-            task.cancelled.cancel();
+        let attempts: Vec<ExecutionAttemptId> = self.running.keys().copied().collect();
+        for attempt in attempts {
+            self.cancel_task(attempt, ctx);
+            if let Some(task) = self.running.get_mut(&attempt) {
+                task.orphaned = true;
+            }
         }
         // The JobManager failed them over already.
         self.reporting.clear();
         self.outgoing.clear();
         self.unreported_running.clear();
-        self.allocations.clear();
-        self.slots = SlotTable::new(self.settings.spec.slots);
+        // Only the slots of the tasks still running stay taken.
+        let held: BTreeSet<AllocationId> = self.running.values().map(|t| t.allocation_id).collect();
+        let idle: Vec<AllocationId> = self
+            .allocations
+            .keys()
+            .filter(|a| !held.contains(a))
+            .copied()
+            .collect();
+        for allocation in idle {
+            self.allocations.remove(&allocation);
+        }
+        let mut slots = SlotTable::new(self.settings.spec.slots);
+        for allocation in &held {
+            let _ = slots.allocate(*allocation);
+        }
+        self.slots = slots;
         for partition in self.partitions.partition_ids() {
             self.partitions.release(partition);
         }
@@ -256,6 +287,21 @@ impl TaskManager {
         // still holds those tasks and partitions (Flink's JobMasterPartitionTracker learns the
         // same from a new TaskExecutor registration).
         self.session = TaskManagerSessionId::generate(&mut self.session_rng);
+    }
+
+    /// Sends the registration attempt held back by [`drop_all_work`](Self::drop_all_work) once
+    /// no cancelled task of the earlier connection runs any more.
+    pub(super) fn register_once_drained(&mut self, ctx: &mut Context<Self>) {
+        if self.running.values().any(|t| t.orphaned) {
+            return;
+        }
+        if let Some((attempt, timeout)) = self.deferred_attempt.take() {
+            log::info!(
+                "task manager {}: every cancelled task has ended; registering",
+                self.settings.resource_id
+            );
+            self.send_attempt(attempt, timeout, ctx);
+        }
     }
 
     /// A registration attempt is in flight and no leader session is known (leader retrieval

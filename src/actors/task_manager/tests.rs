@@ -557,8 +557,21 @@ async fn a_task_cancelled_before_its_submission_arrives_is_refused() {
     assert_eq!(status.slots_free, status.slots_total, "no slot taken");
 }
 
+/// Polls (real time: the tasks run on their own threads) until no task runs here any more.
+async fn drained(tm: &Addr<TaskManager>) {
+    let mut polls = 0;
+    while !ask(tm, GetTaskManagerStatus).await.running.is_empty() {
+        polls += 1;
+        assert!(polls < 6_000, "the cancelled tasks never ended");
+        #[allow(clippy::disallowed_methods)] // waiting on real task threads
+        std::thread::sleep(Duration::from_millis(5));
+        settle().await;
+    }
+    settle().await;
+}
+
 #[actix::test]
-async fn a_disconnect_cancels_every_task_and_frees_every_slot() {
+async fn a_disconnect_cancels_every_task_and_frees_each_slot_once_its_task_ended() {
     let f = start(Some(SESSION), |_| {}).await;
     for n in 1..=2 {
         let answer = submit(&f.tm, SESSION, sleeping_task(n, n)).await;
@@ -570,6 +583,14 @@ async fn a_disconnect_cancels_every_task_and_frees_every_slot() {
         reason: RemovalReason::HeartbeatTimeout,
     });
     settle().await;
+    let status = ask(&f.tm, GetTaskManagerStatus).await;
+    assert!(status.running.iter().all(|t| t.cancel_requested));
+    assert_eq!(
+        status.slots_free + status.running.len() as u32,
+        3,
+        "a slot stays taken only while its cancelled task runs"
+    );
+    drained(&f.tm).await;
     let status = ask(&f.tm, GetTaskManagerStatus).await;
     assert_eq!(
         status.slots_free, 3,
@@ -630,9 +651,10 @@ async fn status_shows_each_slots_allocation_and_the_running_attempts_until_disco
         reason: RemovalReason::HeartbeatTimeout,
     });
     settle().await;
+    drained(&f.tm).await;
     let status = ask(&f.tm, GetTaskManagerStatus).await;
     assert_eq!(status.slots, [None, None, None]);
-    assert!(status.running.is_empty(), "cancelled and forgotten");
+    assert!(status.running.is_empty(), "cancelled, ended and forgotten");
 }
 
 /// The JobManager deploys right after it acknowledges a registration, and the acknowledgement
@@ -745,6 +767,8 @@ async fn a_task_manager_that_dropped_its_work_registers_as_a_new_incarnation() {
     assert_eq!(answer, Ok(()));
     f.jm.script(|s| s.heartbeat = Script::Silent);
     advance((TIMEOUT + INTERVAL * 2).as_millis() as u64).await;
+    // It registers again once its cancelled task has ended.
+    drained(&f.tm).await;
     let sent = f.registrations();
     assert_eq!(
         sent.len(),
@@ -893,4 +917,78 @@ async fn a_task_still_running_after_the_report_delay_is_reported_running() {
     advance(RUNNING_REPORT_DELAY.as_millis() as u64 + 1).await;
     settle().await;
     assert_eq!(reports(&f, 12), vec![ExecutionState::Running]);
+}
+
+/// Issue 33, item 4: on a leader change, a task that ignores its cancellation keeps its slot
+/// and the TaskManager does not register at the new leader (which would place work beside it)
+/// until the watchdog fails it at `task.cancellation.timeout`.
+#[actix::test]
+async fn on_a_leader_change_a_stuck_task_keeps_its_slot_and_the_new_leader_never_sees_it_free() {
+    let f = start(Some(SESSION), |_| {}).await;
+    assert_eq!(submit(&f.tm, SESSION, stuck_task(3)).await, Ok(()));
+    let new_session = LeaderSessionId::from_u128(6);
+    let new_jm = JobManagerProbeHandle::start(&f.env, "jobmanager-2", new_session);
+    new_jm.script(|s| s.register_task_manager = Script::Answer(ack(20, new_session)));
+    f.tm.do_send(NewLeaderAvailable {
+        address: new_jm.address.clone(),
+        leader_session_id: new_session,
+    });
+    settle().await;
+    advance(4_900).await;
+    let status = ask(&f.tm, GetTaskManagerStatus).await;
+    assert_eq!(status.running.len(), 1, "still stuck, still watched");
+    assert!(status.running[0].cancel_requested);
+    assert_eq!(
+        status.slots_free,
+        status.slots_total - 1,
+        "its slot stays taken"
+    );
+    assert!(
+        registrations(&new_jm).is_empty(),
+        "registered at the new leader beside a running task of the old one"
+    );
+    advance(200).await;
+    settle().await;
+    assert!(!f.tm.connected(), "the watchdog failed the TaskManager");
+    assert!(registrations(&new_jm).is_empty());
+}
+
+/// The same with a task that stops when cancelled: the TaskManager registers at the new leader
+/// once it has ended, with every slot free, and reports its end to nobody (the old leader
+/// failed it over; the new one never knew it).
+#[actix::test]
+async fn on_a_leader_change_the_task_manager_registers_once_its_cancelled_tasks_ended() {
+    let f = start(Some(SESSION), |_| {}).await;
+    assert_eq!(submit(&f.tm, SESSION, sleeping_task(4, 4)).await, Ok(()));
+    let new_session = LeaderSessionId::from_u128(6);
+    let new_jm = JobManagerProbeHandle::start(&f.env, "jobmanager-2", new_session);
+    new_jm.script(|s| s.register_task_manager = Script::Answer(ack(20, new_session)));
+    f.tm.do_send(NewLeaderAvailable {
+        address: new_jm.address.clone(),
+        leader_session_id: new_session,
+    });
+    // The sleeping task sees its cancellation within 10 ms of real time on its own thread:
+    // poll for up to 30 s of real time.
+    let mut polls = 0;
+    while registrations(&new_jm).is_empty() {
+        polls += 1;
+        assert!(polls < 6_000, "never registered at the new leader");
+        #[allow(clippy::disallowed_methods)] // waiting on a real task thread
+        std::thread::sleep(Duration::from_millis(5));
+        settle().await;
+    }
+    let status = ask(&f.tm, GetTaskManagerStatus).await;
+    assert!(status.running.is_empty());
+    assert_eq!(status.slots_free, status.slots_total);
+    assert_eq!(
+        f.phase().await,
+        RegistrationPhase::Registered {
+            instance_id: InstanceId::from_u128(20)
+        }
+    );
+    let reported_to_new = new_jm.received.filter(|m| match m {
+        JobManagerMessage::UpdateTaskExecutionStates(u) => Some(u.states.len()),
+        _ => None,
+    });
+    assert!(reported_to_new.is_empty(), "{reported_to_new:?}");
 }
