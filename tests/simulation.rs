@@ -359,6 +359,19 @@ fn every_invariant_holds_with_tasks_that_ignore_cancel() {
     assert_every_seed_passed("non-cooperative", None, &reports);
 }
 
+/// Issue 33, item 4 (drain, then free): in non-cooperative seed 223 a TaskManager loses its
+/// JobManager connection while a task that ignores cancel runs. It keeps that task's slot and
+/// registers again only once the task ended (here: once the watchdog failed it). A TaskManager
+/// that registers at once (the rule switched off) fails this seed: "registered while ... of its
+/// earlier JobManager connection still runs".
+#[test]
+fn seed_223_a_task_manager_registers_again_only_once_its_cancelled_tasks_ended() {
+    let mut options = SimOptions::new(223);
+    options.shape.jobs = JobMix::NonCooperative;
+    let report = run_seed(&options);
+    assert!(report.passed(), "{:#?}", report.violations);
+}
+
 /// Issue 12, item 4: cancelling a job whose task is stuck for 15 to 30 s where it cannot see
 /// the cancel ends it within the 10 s cancellation timeout (and a heartbeat): the TaskManager
 /// fails itself and a replacement boots. Without the watchdog the cancel waited for the task.

@@ -500,6 +500,7 @@ impl TaskManager {
                     job_id: task.job_id,
                     allocation_id: task.allocation_id,
                     cancel_requested: task.cancelled.is_cancelled(),
+                    orphaned: task.orphaned,
                     io: task.io,
                 })
                 .collect(),

@@ -108,6 +108,10 @@ pub struct RunningTaskInfo {
     pub allocation_id: AllocationId,
     /// The leader asked to cancel it; it stops at its next check.
     pub cancel_requested: bool,
+    /// It belongs to an earlier JobManager connection (cancelled when that ended): it holds
+    /// its slot until it has ended, and the TaskManager registers again only then.
+    #[serde(default)]
+    pub orphaned: bool,
     /// What its exchange did (records and bytes in and out, input buffers in use,
     /// backpressure), as of the TaskManager's last sample (every heartbeat interval).
     pub io: crate::messages::TaskIoSnapshot,

@@ -173,6 +173,7 @@ pub(crate) fn task_manager_status(registration: RegistrationPhase) -> TaskManage
             job_id: JobId::from_u128(5),
             allocation_id: AllocationId::from_u128(9),
             cancel_requested: true,
+            orphaned: false,
             io: crate::messages::TaskIoSnapshot {
                 records_in: 1,
                 bytes_in: 2,

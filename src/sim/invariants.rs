@@ -10,7 +10,7 @@ use crate::job::graph::{JobGraph, RestartStrategyConfig};
 use crate::job::states::{ExecutionState, JobStatus};
 use crate::messages::job_manager::{JobDetails, JobManagerStatus};
 use crate::messages::resource_manager::ResourceManagerStatus;
-use crate::messages::task_manager::TaskManagerStatus;
+use crate::messages::task_manager::{RegistrationPhase, TaskManagerStatus};
 use crate::operators::builtin::{FAIL_ONCE, IGNORE_CANCEL};
 
 /// What the JobManager node said at one moment.
@@ -241,6 +241,22 @@ pub fn slot_tables_agree(cluster: &JobManagerStatus, tm: &TaskManagerStatus) -> 
         }
     }
     Ok(())
+}
+
+/// Drain, then free: a TaskManager registered at a JobManager runs no task of an earlier
+/// connection (those hold their slots until they ended, and it registers only then, so the
+/// JobManager never places work beside them).
+pub fn drained_before_registering(tm: &TaskManagerStatus) -> Result<(), String> {
+    if !matches!(tm.registration, RegistrationPhase::Registered { .. }) {
+        return Ok(());
+    }
+    match tm.running.iter().find(|t| t.orphaned) {
+        Some(task) => Err(format!(
+            "{} is registered while {} of its earlier JobManager connection still runs",
+            tm.resource_id, task.attempt
+        )),
+        None => Ok(()),
+    }
 }
 
 /// Liveness of the pool: at the designated size, nothing pending, and the JobManager knows

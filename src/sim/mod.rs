@@ -651,16 +651,21 @@ impl Run {
             .collect()
     }
 
-    /// Every running TaskManager registered at the JobManager agrees with it on its slots.
+    /// Every running TaskManager registered at the JobManager agrees with it on its slots, and
+    /// none that says it is registered still runs a task of an earlier connection (drain, then
+    /// free: it registers again only once those have ended).
     async fn check_slot_tables(&mut self, snapshot: &JobManagerSnapshot) {
         let registered = snapshot.registered();
         for (id, task_manager, _) in self.cluster.running_task_managers() {
-            if !registered.contains(&id) {
-                continue;
-            }
             let Ok(status) = task_manager.send(GetTaskManagerStatus).await else {
                 continue;
             };
+            if let Err(what) = invariants::drained_before_registering(&status) {
+                self.violation(what);
+            }
+            if !registered.contains(&id) {
+                continue;
+            }
             if let Err(what) = invariants::slot_tables_agree(&snapshot.cluster, &status) {
                 self.violation(what);
             }
@@ -669,11 +674,15 @@ impl Run {
 
     /// No TaskManager keeps work the JobManager gave up on: one that has been running, yet not
     /// registered at the JobManager, for longer than its heartbeat timeout (and an interval)
-    /// must run no task attempt and hold no slots.
+    /// must run no task attempt and hold no slots — except cancelled tasks of its earlier
+    /// connection still draining, for at most the cancellation watchdog's timeout more (then
+    /// the watchdog fails the TaskManager).
     async fn check_orphans(&mut self, snapshot: &JobManagerSnapshot) {
         let now = self.cluster.now();
         let heartbeat = self.cluster.config.heartbeat;
         let grace = invariants::orphan_grace(heartbeat.interval, heartbeat.timeout);
+        let cancellation = self.cluster.config.task.cancellation;
+        let drain_grace = grace + cancellation.timeout + cancellation.interval;
         let registered = snapshot.registered();
         let running = self.cluster.running_task_managers();
         self.unregistered_since
@@ -690,7 +699,12 @@ impl Run {
             let Ok(status) = task_manager.send(GetTaskManagerStatus).await else {
                 continue;
             };
-            if let Some(task) = status.running.first() {
+            let draining = now.saturating_sub(since.max(running_since)) <= drain_grace;
+            let live: Vec<_> = status.running.iter().filter(|t| !t.orphaned).collect();
+            if draining && live.is_empty() && !status.running.is_empty() {
+                continue; // its earlier connection's cancelled tasks may still end
+            }
+            if let Some(task) = live.first().copied().or(status.running.first()) {
                 self.violation(format!(
                     "{id} still runs {} (and {} more) {:?} after the JobManager dropped it",
                     task.attempt,

@@ -108,7 +108,10 @@ pub const SECRET_ENV: &str = "FLINT_SECRET";
 ///    `JobError::Overloaded` (`jobmanager.max-subtasks`).
 /// 10: a gate that ends before its inputs do releases the subpartitions it left unread
 ///    (`PartitionRequest::ReleaseSet`).
-pub const PROTOCOL_VERSION: u32 = 10;
+/// 11: a submission can be refused as `JobError::NotPersisted` (its graph not stored); job
+///    details carry `from_job_result_store` and each vertex's summary; a running task says
+///    whether it is `orphaned` (an earlier JobManager connection's, draining).
+pub const PROTOCOL_VERSION: u32 = 11;
 
 /// The largest handshake message, in bytes (after the length prefix). A `Hello` with a sensible
 /// node id is under 200 bytes; the limit stops a peer (or a stray HTTP client) from making us

@@ -1,8 +1,10 @@
 //! The TaskManager's connection to the JobManager leader (as `resource_manager/connection.rs` is
 //! the resource manager's): registration with retries (the [`Registration`] state machine),
 //! heartbeats with their task reports, leader changes, and the JobManager disconnecting it.
-//! Losing the connection drops the TaskManager's work (Flink's `disconnectJobManager`): a new
-//! leader finds a TaskManager with free slots.
+//! Losing the connection drops the TaskManager's work (Flink's `disconnectJobManager`): its tasks
+//! are cancelled, each keeps its slot until it has ended, and the TaskManager registers again
+//! only then — a new leader finds a TaskManager whose slots are all free, with nothing of the old
+//! leader's still running beside what it places.
 
 use super::*;
 

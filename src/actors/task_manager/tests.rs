@@ -640,6 +640,7 @@ async fn status_shows_each_slots_allocation_and_the_running_attempts_until_disco
         job_id: JobId::from_u128(1),
         allocation_id,
         cancel_requested: false,
+        orphaned: false,
         io: Default::default(),
     };
     assert_eq!(

@@ -250,6 +250,7 @@ fn tm_status(running: Vec<(u128, u128)>, slots: Vec<Option<AllocationId>>) -> Ta
                 job_id: JOB,
                 allocation_id: allocation(alloc),
                 cancel_requested: false,
+                orphaned: false,
                 io: Default::default(),
             })
             .collect(),
@@ -360,4 +361,17 @@ fn jobs_ended_allows_a_job_failed_for_want_of_slots_and_fails_an_unfinished_one(
     let running = consistent().jobs;
     let error = jobs_ended(&running, &shapes("a", 0), &[]).unwrap_err();
     assert!(error.contains("is still Running"), "{error}");
+}
+
+#[test]
+fn drained_before_registering_fails_for_a_registered_task_manager_still_running_an_orphan() {
+    let mut status = tm_status(vec![(10, 1)], vec![Some(allocation(1)), None]);
+    assert_eq!(drained_before_registering(&status), Ok(()));
+    status.running[0].orphaned = true;
+    status.running[0].cancel_requested = true;
+    let err = drained_before_registering(&status).unwrap_err();
+    assert!(err.contains("earlier JobManager connection"), "{err}");
+    // Not registered (waiting for it to end): fine.
+    status.registration = RegistrationPhase::Registering { attempt: 2 };
+    assert_eq!(drained_before_registering(&status), Ok(()));
 }
