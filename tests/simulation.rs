@@ -655,3 +655,16 @@ fn ha_sweep() {
         "no leadership changed hands in {count} seeds"
     );
 }
+
+/// Regression (the 20,000-seed HA sweep of issue 33's session): a TaskManager's link to the
+/// leader was cut while the leader deployed to it; the leader's `SubmitTasks` waited in its
+/// endpoint for a connection; the leader lost its leadership and stopped; when the link healed
+/// a second later the endpoint connected and sent the stale deployment under the old session —
+/// a frame written by a deposed leader, after the job had ended under the next one. A caller
+/// that stopped waiting now withdraws a message that has not left the node.
+#[test]
+fn ha_seed_6950_a_deposed_leaders_deployment_waiting_for_a_connection_is_withdrawn() {
+    use flint::sim::ha::{HaOptions, run_ha_seed};
+    let report = run_ha_seed(&HaOptions::for_sweep(6950));
+    assert!(report.passed(), "{:#?}", report.sim.violations);
+}

@@ -47,7 +47,7 @@ use crate::config::{ClusterConfig, ConfigError, ConfigSources, FlagOverride};
 use crate::job::file::{JobFileError, read_job_file};
 use crate::job::graph::JobGraph;
 use crate::job::states::{ExecutionState, JobStatus};
-use crate::messages::job_manager::{JobDetails, SubtaskDetails, VertexDetails};
+use crate::messages::job_manager::{JobDetails, VertexDetails};
 use crate::operators::OperatorRegistry;
 use crate::operators::builtin::FILE_SINK;
 
@@ -256,65 +256,21 @@ pub struct VertexTiming {
 }
 
 impl VertexTiming {
-    /// The timing of `vertex`, from its subtasks' state timestamps.
+    /// The timing of `vertex`, from its subtasks' state timestamps (or, for a job answered
+    /// from the job result store, its summary).
     pub fn of(vertex: &VertexDetails) -> Self {
-        if vertex.subtasks.is_empty()
-            && let Some(summary) = &vertex.summary
-        {
-            // A job answered from the job result store: its vertices in a few numbers.
-            return Self {
-                name: vertex.name.clone(),
-                operator: vertex.operator.clone(),
-                parallelism: summary.parallelism,
-                duration: summary
-                    .started_at_ms
-                    .zip(summary.ended_at_ms)
-                    .map(|(start, end)| Duration::from_millis(end.saturating_sub(start))),
-                states: summary.states.iter().copied().collect(),
-            };
-        }
-        let mut states = BTreeMap::new();
-        for subtask in &vertex.subtasks {
-            *states.entry(subtask.state).or_insert(0) += 1;
-        }
-        let started = vertex.subtasks.iter().filter_map(started_at).min();
-        let finished: Option<Vec<u64>> = vertex
-            .subtasks
-            .iter()
-            .map(|s| {
-                (s.state == ExecutionState::Finished)
-                    .then(|| entered(s, ExecutionState::Finished))
-                    .flatten()
-            })
-            .collect();
-        let ended = finished.and_then(|ends| ends.into_iter().max());
-        let duration = match (started, ended) {
-            (Some(start), Some(end)) => Some(Duration::from_millis(end.saturating_sub(start))),
-            _ => None,
-        };
+        let summary = vertex.summary();
         Self {
             name: vertex.name.clone(),
             operator: vertex.operator.clone(),
-            parallelism: vertex.subtasks.len() as u32,
-            duration,
-            states,
+            parallelism: summary.parallelism,
+            duration: summary
+                .started_at_ms
+                .zip(summary.ended_at_ms)
+                .map(|(start, end)| Duration::from_millis(end.saturating_sub(start))),
+            states: summary.states.into_iter().collect(),
         }
     }
-}
-
-/// When a subtask's current attempt was entered into `state`, if it was.
-fn entered(subtask: &SubtaskDetails, state: ExecutionState) -> Option<u64> {
-    subtask
-        .timestamps
-        .iter()
-        .find(|(s, _)| *s == state)
-        .map(|(_, at)| *at)
-}
-
-/// When a subtask started: deploying, or running if deployment was not recorded.
-fn started_at(subtask: &SubtaskDetails) -> Option<u64> {
-    entered(subtask, ExecutionState::Deploying)
-        .or_else(|| entered(subtask, ExecutionState::Running))
 }
 
 /// How the job went.

@@ -1,4 +1,5 @@
 use super::*;
+use crate::messages::job_manager::SubtaskDetails;
 
 #[test]
 fn params_split_at_the_first_equals_sign() {
