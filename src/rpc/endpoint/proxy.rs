@@ -223,6 +223,7 @@ where
                 return;
             };
             let answer = tokio::select! {
+                biased;
                 answer = self.0 => answer,
                 () = tx.closed() => return,
             };
