@@ -83,6 +83,19 @@ impl Fixture {
     }
 }
 
+/// A new leader (session 6, acknowledging as instance 20) that leader retrieval announces to
+/// the TaskManager.
+fn announce_new_leader(f: &Fixture) -> JobManagerProbeHandle {
+    let new_session = LeaderSessionId::from_u128(6);
+    let new_jm = JobManagerProbeHandle::start(&f.env, "jobmanager-2", new_session);
+    new_jm.script(|s| s.register_task_manager = Script::Answer(ack(20, new_session)));
+    f.tm.do_send(NewLeaderAvailable {
+        address: new_jm.address.clone(),
+        leader_session_id: new_session,
+    });
+    new_jm
+}
+
 fn registrations(jm: &JobManagerProbeHandle) -> Vec<RegisterTaskManager> {
     jm.received.filter(|m| match m {
         JobManagerMessage::RegisterTaskManager(r) => Some(r.clone()),
@@ -363,13 +376,7 @@ async fn new_leader_available_moves_it_to_the_new_job_manager() {
         s.register_task_manager = Script::Hold(held.clone())
     })
     .await;
-    let new_session = LeaderSessionId::from_u128(6);
-    let new_jm = JobManagerProbeHandle::start(&f.env, "jobmanager-2", new_session);
-    new_jm.script(|s| s.register_task_manager = Script::Answer(ack(20, new_session)));
-    f.tm.do_send(NewLeaderAvailable {
-        address: new_jm.address.clone(),
-        leader_session_id: new_session,
-    });
+    let new_jm = announce_new_leader(&f);
     settle().await;
     assert_eq!(registrations(&new_jm).len(), 1);
     assert_eq!(
@@ -927,13 +934,7 @@ async fn a_task_still_running_after_the_report_delay_is_reported_running() {
 async fn on_a_leader_change_a_stuck_task_keeps_its_slot_and_the_new_leader_never_sees_it_free() {
     let f = start(Some(SESSION), |_| {}).await;
     assert_eq!(submit(&f.tm, SESSION, stuck_task(3)).await, Ok(()));
-    let new_session = LeaderSessionId::from_u128(6);
-    let new_jm = JobManagerProbeHandle::start(&f.env, "jobmanager-2", new_session);
-    new_jm.script(|s| s.register_task_manager = Script::Answer(ack(20, new_session)));
-    f.tm.do_send(NewLeaderAvailable {
-        address: new_jm.address.clone(),
-        leader_session_id: new_session,
-    });
+    let new_jm = announce_new_leader(&f);
     settle().await;
     advance(4_900).await;
     let status = ask(&f.tm, GetTaskManagerStatus).await;
@@ -961,13 +962,7 @@ async fn on_a_leader_change_a_stuck_task_keeps_its_slot_and_the_new_leader_never
 async fn on_a_leader_change_the_task_manager_registers_once_its_cancelled_tasks_ended() {
     let f = start(Some(SESSION), |_| {}).await;
     assert_eq!(submit(&f.tm, SESSION, sleeping_task(4, 4)).await, Ok(()));
-    let new_session = LeaderSessionId::from_u128(6);
-    let new_jm = JobManagerProbeHandle::start(&f.env, "jobmanager-2", new_session);
-    new_jm.script(|s| s.register_task_manager = Script::Answer(ack(20, new_session)));
-    f.tm.do_send(NewLeaderAvailable {
-        address: new_jm.address.clone(),
-        leader_session_id: new_session,
-    });
+    let new_jm = announce_new_leader(&f);
     // The sleeping task sees its cancellation within 10 ms of real time on its own thread:
     // poll for up to 30 s of real time.
     let mut polls = 0;
