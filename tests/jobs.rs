@@ -666,3 +666,66 @@ async fn consumers_that_stop_reading_early_let_their_producers_finish() {
     assert!(status.is_pool_at(2), "{status}");
     cluster.shutdown().await.unwrap();
 }
+
+/// Issue 32, item 3: a blocking result is released once every region reading it finished, so a
+/// long batch job's disk use is bounded by its live stages. Five stages of 4 subtasks, each edge
+/// all-to-all and blocking, on 4 TaskManagers of 1 slot (so every stage is spread over all
+/// four); each TaskManager may keep 5 MB of spill files (`taskmanager.spill-budget`, enforced:
+/// a spill past it fails the task, and the job has no restarts). Each subtask writes ~2 MB,
+/// so a TaskManager holds ~4 MB while a stage reads the last one's results and writes its own,
+/// and the 4 shuffles write ~32 MB in all, over 6× the budget. Kept until the job ended, as
+/// before, the third stage's results would not fit.
+#[actix::test]
+async fn a_five_stage_batch_job_runs_in_a_spill_budget_a_quarter_of_its_shuffled_bytes() {
+    const BUDGET: u64 = 5 << 20;
+    let mut config = config(4, 1);
+    config.taskmanager.spill_budget = Some(BUDGET);
+    config.heartbeat.timeout = DEMAND_TEST_HEARTBEAT_TIMEOUT;
+    let cluster = MiniCluster::start(config).unwrap();
+    cluster.wait_for_pool(4, DEADLINE).await.unwrap();
+    let mut b = JobGraph::builder("five-stages");
+    let stages: Vec<_> = (0..5)
+        .map(|stage| {
+            let mut v = b.vertex(format!("stage-{stage}"), "noop", 4);
+            if stage == 0 {
+                v = v.config("count", "2000").config("payload-bytes", "1000");
+            }
+            v.index()
+        })
+        .collect();
+    for pair in stages.windows(2) {
+        b.edge(
+            pair[0],
+            pair[1],
+            DistributionPattern::AllToAll,
+            ExchangeMode::Blocking,
+        );
+    }
+    b.restart_strategy(RestartStrategyConfig::None);
+    let job = cluster
+        .submit_job(b.build(|_| true).unwrap())
+        .await
+        .unwrap();
+    let details = cluster
+        .wait_for_job(job, Duration::from_secs(120))
+        .await
+        .unwrap();
+    assert_eq!(
+        details.summary.status,
+        JobStatus::Finished,
+        "{:?}",
+        details.failure
+    );
+    let io = |stage: usize| details.vertices[stage].io;
+    assert_eq!(
+        io(4).records_in,
+        8_000,
+        "every record reached the last stage"
+    );
+    let shuffled: u64 = (0..4).map(|stage| io(stage).bytes_out).sum();
+    assert!(
+        shuffled > 4 * BUDGET,
+        "{shuffled} bytes shuffled: the test must shuffle over 4× the budget"
+    );
+    cluster.shutdown().await.unwrap();
+}

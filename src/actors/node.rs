@@ -153,6 +153,7 @@ pub fn task_manager_spec(
         working_dir,
         spill_threshold_bytes: usize::try_from(config.taskmanager.spill_threshold)
             .unwrap_or(usize::MAX),
+        spill_budget_bytes: config.taskmanager.spill_budget,
         managed_memory: config.taskmanager.managed_memory,
         network: config.taskmanager.network(),
         cancellation: config.task.cancellation,

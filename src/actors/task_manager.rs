@@ -77,6 +77,8 @@ pub struct TaskManagerSpec {
     pub working_dir: PathBuf,
     /// A result partition larger than this (bytes) spills to disk.
     pub spill_threshold_bytes: usize,
+    /// The most bytes of spill files it keeps at once (`None`: no limit).
+    pub spill_budget_bytes: Option<u64>,
     /// Managed memory of the whole TaskManager (bytes), shared out equally among its slots.
     pub managed_memory: u64,
     /// Network buffers (`taskmanager.network.*`).
@@ -223,9 +225,10 @@ impl TaskManager {
             reporting: BTreeSet::new(),
             outgoing: Vec::new(),
             unreported_running: BTreeMap::new(),
-            partitions: Arc::new(ResultPartitionManager::new(
+            partitions: Arc::new(ResultPartitionManager::with_spill_budget(
                 working_dir,
                 settings.spec.spill_threshold_bytes,
+                settings.spec.spill_budget_bytes,
             )),
             job_partitions: BTreeMap::new(),
             producer_lists: ProducerListCache::default(),
@@ -509,6 +512,7 @@ impl TaskManager {
                 .iter()
                 .map(|(job, partitions)| (*job, partitions.len() as u32))
                 .collect(),
+            spill: self.partitions.spill_usage(),
         }
     }
 }
@@ -729,6 +733,28 @@ impl Handler<ReleaseJobPartitions> for TaskManager {
         self.producer_lists.release_job(msg.job_id);
         for partition in self.job_partitions.remove(&msg.job_id).unwrap_or_default() {
             self.partitions.release(partition);
+        }
+    }
+}
+
+impl Handler<ReleasePartitions> for TaskManager {
+    type Result = ();
+
+    fn handle(&mut self, msg: ReleasePartitions, _: &mut Context<Self>) {
+        log::debug!("task manager <- {msg:?}");
+        if !self.fenced(msg.leader_session_id, "ReleasePartitions") {
+            return;
+        }
+        let Some(held) = self.job_partitions.get_mut(&msg.job_id) else {
+            return;
+        };
+        for partition in msg.partitions {
+            if held.remove(&partition) {
+                self.partitions.release(partition);
+            }
+        }
+        if held.is_empty() {
+            self.job_partitions.remove(&msg.job_id);
         }
     }
 }

@@ -159,7 +159,7 @@ macro_rules! duration {
     };
 }
 
-static KEYS: [Key; 55] = [
+static KEYS: [Key; 56] = [
     // [cluster]
     Key {
         name: "cluster.id",
@@ -425,6 +425,15 @@ static KEYS: [Key; 55] = [
         kind: Kind::Bytes(Field {
             get: |c| c.taskmanager.spill_threshold,
             set: |c, v| c.taskmanager.spill_threshold = v,
+        }),
+    },
+    Key {
+        name: "taskmanager.spill-budget",
+        doc: "The most bytes of spilled result partitions a TaskManager keeps on disk at once (unset: no limit); a task whose spill would pass it fails, naming this key.",
+        secret: false,
+        kind: Kind::OptionalBytes(Field {
+            get: |c| c.taskmanager.spill_budget,
+            set: |c, v| c.taskmanager.spill_budget = v,
         }),
     },
     Key {

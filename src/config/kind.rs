@@ -42,6 +42,8 @@ pub(crate) enum Kind {
     OptionalInteger(Field<Option<u64>>),
     /// A size above zero: whole bytes or text with a unit (Flink's `64mb`).
     Bytes(Field<u64>),
+    /// A size above zero, or unset.
+    OptionalBytes(Field<Option<u64>>),
     /// A TCP port.
     Port(Field<u16>),
     /// Non-empty text.
@@ -95,6 +97,15 @@ impl Raw<'_> {
             _ => self.text()?.trim().parse().ok(),
         }
     }
+
+    /// A size above zero: a TOML integer of bytes, or text with a unit.
+    fn size(&self) -> Option<u64> {
+        let bytes = match self {
+            Raw::Toml(toml::Value::Integer(n)) => u64::try_from(*n).ok(),
+            _ => self.text().and_then(parse_bytes),
+        };
+        bytes.filter(|n| *n > 0)
+    }
 }
 
 /// The value the check of a key refused; its kind's [`Kind::describe`] says what it accepts.
@@ -120,13 +131,8 @@ impl Kind {
                 raw.whole_number().filter(|n| (min..=max).contains(n)),
             ),
             Kind::OptionalInteger(field) => store(config, field, raw.whole_number().map(Some)),
-            Kind::Bytes(field) => {
-                let value = match raw {
-                    Raw::Toml(toml::Value::Integer(n)) => u64::try_from(*n).ok(),
-                    _ => raw.text().and_then(parse_bytes),
-                };
-                store(config, field, value.filter(|n| *n > 0))
-            }
+            Kind::Bytes(field) => store(config, field, raw.size()),
+            Kind::OptionalBytes(field) => store(config, field, raw.size().map(Some)),
             Kind::Port(field) => store(
                 config,
                 field,
@@ -176,6 +182,7 @@ impl Kind {
             Kind::Duration(field) => !(field.get)(config).is_zero(),
             Kind::Integer { min, max, field } => (min..=max).contains(&(field.get)(config)),
             Kind::Bytes(field) => (field.get)(config) > 0,
+            Kind::OptionalBytes(field) => (field.get)(config) != Some(0),
             Kind::Text(field) => !(field.get)(config).trim().is_empty(),
             Kind::OptionalText(field) => (field.get)(config).is_none_or(|s| !s.trim().is_empty()),
             Kind::OptionalPath(field) => {
@@ -205,6 +212,7 @@ impl Kind {
                 }
             }
             Kind::Bytes(field) => format_bytes((field.get)(config)),
+            Kind::OptionalBytes(field) => format_bytes((field.get)(config)?),
             Kind::Port(field) => (field.get)(config).to_string(),
             Kind::Text(field) => quote(&(field.get)(config)),
             Kind::OptionalText(field) => quote(&(field.get)(config)?),
@@ -229,8 +237,9 @@ impl Kind {
                 .to_owned(),
             Kind::Integer { min, max, .. } => format!("a whole number from {min} to {max}"),
             Kind::OptionalInteger(_) => format!("a whole number from 0 to {}", u64::MAX),
-            Kind::Bytes(_) => "a size above zero such as \"64mb\", \"512kb\", \"1gb\" or a whole \
-                               number of bytes"
+            Kind::Bytes(_) | Kind::OptionalBytes(_) => "a size above zero such as \"64mb\", \
+                                                        \"512kb\", \"1gb\" or a whole number of \
+                                                        bytes"
                 .to_owned(),
             Kind::Port(_) => "a port number from 0 to 65535 (0 picks a free port)".to_owned(),
             Kind::Text(_) | Kind::OptionalText(_) => "a non-empty string".to_owned(),
@@ -251,7 +260,7 @@ impl Kind {
         match self {
             Kind::Duration(_) => "duration",
             Kind::Integer { .. } | Kind::OptionalInteger(_) => "integer",
-            Kind::Bytes(_) => "size",
+            Kind::Bytes(_) | Kind::OptionalBytes(_) => "size",
             Kind::Port(_) => "port",
             Kind::Text(_) | Kind::OptionalText(_) => "string",
             Kind::OptionalPath(_) => "path",
@@ -265,7 +274,10 @@ impl Kind {
     pub(crate) fn is_optional(&self) -> bool {
         matches!(
             self,
-            Kind::OptionalInteger(_) | Kind::OptionalText(_) | Kind::OptionalPath(_)
+            Kind::OptionalInteger(_)
+                | Kind::OptionalBytes(_)
+                | Kind::OptionalText(_)
+                | Kind::OptionalPath(_)
         )
     }
 }

@@ -376,6 +376,9 @@ pub struct TaskManagerConfig {
     pub working_dir: Option<PathBuf>,
     /// `taskmanager.spill-threshold`: a result partition above this many bytes spills to disk.
     pub spill_threshold: u64,
+    /// `taskmanager.spill-budget`: the most bytes of spilled result partitions a TaskManager
+    /// keeps on disk at once (`None`: no limit); a spill past it fails its producer.
+    pub spill_budget: Option<u64>,
     /// `taskmanager.memory.managed.size` (Flink's): memory for the sorts, groupings and join
     /// build sides of typed programs, shared out equally among the slots; past its share an
     /// operator spills to the working directory.
@@ -400,6 +403,7 @@ impl Default for TaskManagerConfig {
             slots: 1,
             working_dir: None,
             spill_threshold: 64 << 20,
+            spill_budget: None,
             managed_memory: 512 << 20,
             network_buffer_size: network.buffer_size as u64,
             network_buffers_per_channel: network.buffers_per_channel,

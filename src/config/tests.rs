@@ -43,6 +43,7 @@ fn everything_changed() -> ClusterConfig {
     c.task.cancellation.timeout = Duration::from_secs(60);
     c.taskmanager.working_dir = Some("/var/lib/flint dir".into());
     c.taskmanager.spill_threshold = 1000;
+    c.taskmanager.spill_budget = Some(3 << 30);
     c.taskmanager.managed_memory = 3 << 30;
     c.taskmanager.network_buffer_size = 4096;
     c.taskmanager.network_buffers_per_channel = 4;

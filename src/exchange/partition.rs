@@ -46,7 +46,8 @@ mod result_partition;
 mod spill;
 
 use result_partition::{ResultPartition, ResultSubpartition, State};
-use spill::{FetchPlan, PlannedBuffer, SpillFile, Stored};
+pub use spill::SpillUsage;
+use spill::{FetchPlan, PlannedBuffer, SpillDisk, SpillFile, Stored};
 
 /// Why a producer-side operation on a result partition failed.
 #[derive(Debug, thiserror::Error)]
@@ -301,6 +302,7 @@ pub struct PartitionStats {
 pub struct ResultPartitionManager {
     working_dir: PathBuf,
     spill_threshold_bytes: usize,
+    disk: Arc<SpillDisk>,
     partitions: RwLock<FixedHashMap<ResultPartitionId, Arc<Mutex<ResultPartition>>>>,
     /// Makes every spill file name unique, even for a partition id released and created again.
     next_spill_file: AtomicU64,
@@ -324,9 +326,20 @@ impl ResultPartitionManager {
     /// A store that spills into `working_dir` (created when first needed) once a partition holds
     /// more than `spill_threshold_bytes` in memory (0: spill everything).
     pub fn new(working_dir: PathBuf, spill_threshold_bytes: usize) -> Self {
+        Self::with_spill_budget(working_dir, spill_threshold_bytes, None)
+    }
+
+    /// As [`new`](Self::new), holding at most `spill_budget` bytes of spill files at once (`None`:
+    /// no limit): a spill past it fails its producer (a retryable [`PartitionError::Spill`]).
+    pub fn with_spill_budget(
+        working_dir: PathBuf,
+        spill_threshold_bytes: usize,
+        spill_budget: Option<u64>,
+    ) -> Self {
         Self {
             working_dir,
             spill_threshold_bytes,
+            disk: Arc::new(SpillDisk::new(spill_budget)),
             partitions: RwLock::new(FixedHashMap::default()),
             next_spill_file: AtomicU64::new(0),
             results: Mutex::default(),
@@ -338,6 +351,11 @@ impl ResultPartitionManager {
     /// Where spill files go.
     pub fn working_dir(&self) -> &Path {
         &self.working_dir
+    }
+
+    /// Bytes spilled: on disk now, at most at once, in all.
+    pub fn spill_usage(&self) -> SpillUsage {
+        self.disk.usage()
     }
 
     /// Registers a partition with `subpartitions` subpartitions (one per consumer subtask) before
@@ -520,6 +538,7 @@ impl ResultPartitionManager {
                 subpartition,
                 &buffer,
                 &self.working_dir,
+                &self.disk,
                 || self.next_spill_file.fetch_add(1, Ordering::Relaxed),
             );
             match spilled {

@@ -820,4 +820,4 @@ pub fn slots_needed(graph: &JobGraph, vertices: impl IntoIterator<Item = usize>)
 }
 
 #[cfg(test)]
-mod tests;
+pub(super) mod tests;

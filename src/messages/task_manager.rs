@@ -41,6 +41,8 @@ protocol! {
         partition_requests: PartitionRequests,
         /// A consumer TaskManager's standing call for its channels' data.
         poll_partition_data: PollPartitionData,
+        /// Drop some of a job's result partitions.
+        release_partitions: ReleasePartitions,
     }
 }
 
@@ -83,8 +85,10 @@ pub struct TaskManagerStatus {
     /// disconnect they are dropped at once (cancelled), although their threads may take a
     /// moment to notice.
     pub running: Vec<RunningTaskInfo>,
-    /// Result partitions held, per job (until the leader releases them with the job).
+    /// Result partitions held, per job (until the leader releases them, or the job).
     pub job_partitions: Vec<(JobId, u32)>,
+    /// Bytes of result partitions spilled to disk.
+    pub spill: crate::exchange::partition::SpillUsage,
 }
 
 impl TaskManagerStatus {
@@ -239,6 +243,20 @@ pub struct ReleaseJobPartitions {
     pub leader_session_id: LeaderSessionId,
     /// The job.
     pub job_id: JobId,
+}
+
+/// Drop these result partitions of a running job (Flink's `releasePartitions`): every region
+/// reading them finished, or their attempt was superseded by a restart. A tell: a lost one
+/// leaves them until the job's [`ReleaseJobPartitions`]. Only the current leader may send it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Message)]
+#[rtype(result = "()")]
+pub struct ReleasePartitions {
+    /// The sender's leader session (fencing).
+    pub leader_session_id: LeaderSessionId,
+    /// The job.
+    pub job_id: JobId,
+    /// The partitions; unknown ones are ignored.
+    pub partitions: Vec<ResultPartitionId>,
 }
 
 /// Subscriptions and credit of one data connection (consumer TaskManager → producer

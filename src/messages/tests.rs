@@ -185,6 +185,11 @@ pub(crate) fn task_manager_status(registration: RegistrationPhase) -> TaskManage
             },
         }],
         job_partitions: vec![(JobId::from_u128(5), 2)],
+        spill: crate::exchange::partition::SpillUsage {
+            live: 1,
+            peak: 2,
+            total: 3,
+        },
     }
 }
 
@@ -513,6 +518,15 @@ pub(crate) fn task_manager_samples() -> Vec<TaskManagerMessage> {
             acknowledged: 3,
         }
         .into(),
+        ReleasePartitions {
+            leader_session_id: session(),
+            job_id: JobId::from_u128(5),
+            partitions: vec![ResultPartitionId {
+                producer: ExecutionAttemptId::from_u128(7),
+                edge: 1,
+            }],
+        }
+        .into(),
     ]
 }
 
@@ -527,6 +541,7 @@ fn task_manager_variant(message: &TaskManagerMessage) -> usize {
         M::ReleaseJobPartitions(_) => 5,
         M::PartitionRequests(_) => 6,
         M::PollPartitionData(_) => 7,
+        M::ReleasePartitions(_) => 8,
     }
 }
 
@@ -558,7 +573,7 @@ fn every_job_manager_message_round_trips() {
 #[test]
 fn every_task_manager_message_round_trips() {
     let samples = task_manager_samples();
-    assert_covers(&samples, task_manager_variant, 8);
+    assert_covers(&samples, task_manager_variant, 9);
     samples.iter().for_each(round_trip);
 }
 
@@ -737,6 +752,7 @@ fn every_answer_round_trips() {
         slots: vec![None; 3],
         running: Vec::new(),
         job_partitions: Vec::new(),
+        spill: Default::default(),
         slots_free: 3,
         ..task_manager_status(RegistrationPhase::NoLeader)
     });

@@ -12,13 +12,15 @@ use crate::actors::task_manager::TaskManager;
 use crate::base::ids::{AllocationId, ExecutionAttemptId, JobId, LeaderSessionId, ResourceId};
 use crate::base::rng::NodeRng;
 use crate::messages::RemovalReason;
+use crate::messages::ResultPartitionId;
 use crate::messages::deployment::TaskDeploymentDescriptor;
 use crate::messages::job_manager::{GetJobManagerStatus, ResourceRemoved};
 use crate::messages::resource_manager::{
     DeclareResourceRequirements, GetResourceManagerStatus, ReleaseResource,
 };
 use crate::messages::task_manager::{
-    CancelTasks, GetTaskManagerStatus, ReleaseJobPartitions, SubmitTasks, TaskSubmissionError,
+    CancelTasks, GetTaskManagerStatus, ReleaseJobPartitions, ReleasePartitions, SubmitTasks,
+    TaskSubmissionError,
 };
 
 /// A stale `ReleaseResource` of the started worker picked by `index`, and a stale
@@ -100,7 +102,8 @@ pub async fn probe_job_manager(
 }
 
 /// A stale `SubmitTasks` (of a new attempt in a new allocation), `CancelTasks` (of a running
-/// attempt) and `ReleaseJobPartitions` (of a job with partitions) to one TaskManager: the
+/// attempt), `ReleaseJobPartitions` (of a job with partitions) and `ReleasePartitions` (of the
+/// running attempts' results) to one TaskManager: the
 /// submission must be refused as stale, and its slots, running attempts, cancel flags and held
 /// partitions must stay as they were. `Err` describes what changed.
 pub async fn probe_task_manager(
@@ -132,6 +135,20 @@ pub async fn probe_task_manager(
             job_id: *job_id,
         });
     }
+    // The running tasks' results (a job's edges are few: the first 8 cover every job of the
+    // run), as a deposed leader whose consumer regions finished would release them.
+    for task in &before.running {
+        tm.do_send(ReleasePartitions {
+            leader_session_id: stale,
+            job_id: task.job_id,
+            partitions: (0..8)
+                .map(|edge| ResultPartitionId {
+                    producer: task.attempt,
+                    edge,
+                })
+                .collect(),
+        });
+    }
     let after = tm.send(GetTaskManagerStatus);
     let (first, submit, after) = tokio::join!(first, submit, after);
     let (Ok(first), Ok(after)) = (first, after) else {
@@ -158,7 +175,7 @@ pub async fn probe_task_manager(
     }
     if first.job_partitions != after.job_partitions {
         return Err(format!(
-            "a stale leader's ReleaseJobPartitions changed {resource_id}'s partitions: {:?} -> {:?}",
+            "a stale leader's release changed {resource_id}'s partitions: {:?} -> {:?}",
             first.job_partitions, after.job_partitions
         ));
     }

@@ -111,7 +111,9 @@ pub const SECRET_ENV: &str = "FLINT_SECRET";
 /// 11: a submission can be refused as `JobError::NotPersisted` (its graph not stored); job
 ///    details carry `from_job_result_store` and each vertex's summary; a running task says
 ///    whether it is `orphaned` (an earlier JobManager connection's, draining).
-pub const PROTOCOL_VERSION: u32 = 11;
+/// 12: a TaskManager takes `ReleasePartitions` (results of a running job nobody reads any
+///    more, or of superseded attempts).
+pub const PROTOCOL_VERSION: u32 = 12;
 
 /// The largest handshake message, in bytes (after the length prefix). A `Hello` with a sensible
 /// node id is under 200 bytes; the limit stops a peer (or a stray HTTP client) from making us

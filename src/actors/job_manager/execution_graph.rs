@@ -8,11 +8,13 @@
 //! (Flink's PipelinedRegionSchedulingStrategy). A region's tasks ask for slots; when every task of
 //! the region has one, all of them are deployed together (pipelined consumers run beside their
 //! producers). A finished task frees its slot; its result partitions stay on its TaskManager until
-//! the job ends. A failed task (or a lost TaskManager) triggers region failover: the restart
-//! strategy decides; if it allows, the failed region and every region consuming its results are
-//! cancelled, and once their tasks have all stopped and the restart delay has passed, they run
-//! again as new attempts. A region whose finished results were lost with a TaskManager is
-//! restarted too. If the strategy gives up, the job fails with the first failure's reason.
+//! every region reading them has finished ([`PartitionReleaseStrategy`]) or the job ends. A
+//! failed task (or a lost TaskManager) triggers region failover: the restart strategy decides; if
+//! it allows, the failed region and every region consuming its results are cancelled, and once
+//! their tasks have all stopped and the restart delay has passed, they run again as new attempts
+//! (the old attempts' results are released). A region whose finished results were lost with a
+//! TaskManager, or released, and are read again by a restarting region is restarted too. If the
+//! strategy gives up, the job fails with the first failure's reason.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
@@ -28,6 +30,7 @@ use crate::base::hash::FixedHashMap;
 use crate::base::ids::{AllocationId, ExecutionAttemptId, JobId, ProducerListId, ResourceId};
 use crate::base::rng::NodeRng;
 use crate::job::graph::{DistributionPattern, ExchangeMode, JobGraph};
+use crate::job::partition_release::PartitionReleaseStrategy;
 use crate::job::regions::{
     ExecutionVertexRef, PipelinedRegions, RegionError, RegionId, RegionProgress, slots_needed,
 };
@@ -88,6 +91,14 @@ pub enum JobAction {
         /// Which restart it is.
         generation: u64,
     },
+    /// Drop these result partitions of the job on a TaskManager: nothing reads them any more
+    /// (every consuming region finished) or their attempt was superseded by a restart.
+    ReleaseResults {
+        /// Where they are.
+        resource_id: ResourceId,
+        /// Which.
+        partitions: Vec<ResultPartitionId>,
+    },
     /// Drop the job's result partitions on these TaskManagers.
     ReleasePartitions {
         /// Every TaskManager that ran a task of the job.
@@ -147,6 +158,8 @@ pub struct ExecutionGraph {
     attempts: FixedHashMap<ExecutionAttemptId, TaskRef>,
     status: Tracked<JobStatus>,
     progress: RegionProgress,
+    /// Which finished regions' results nobody reads any more.
+    release: PartitionReleaseStrategy,
     /// Regions waiting to run again (their tasks stopping, or the restart delay).
     restarting: BTreeSet<RegionId>,
     restart_generation: u64,
@@ -231,6 +244,7 @@ impl ExecutionGraph {
         now_ms: u64,
     ) -> Self {
         let progress = RegionProgress::new(&regions);
+        let release = PartitionReleaseStrategy::new(&regions);
         let rank: BTreeMap<usize, usize> = graph
             .topological_order()
             .into_iter()
@@ -290,6 +304,7 @@ impl ExecutionGraph {
             attempts: FixedHashMap::default(),
             status: Tracked::new(JobStatus::Created, now_ms),
             progress,
+            release,
             restarting: BTreeSet::new(),
             restart_generation: 0,
             restart_due: false,

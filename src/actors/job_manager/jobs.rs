@@ -16,7 +16,7 @@ use crate::base::ids::{ExecutionAttemptId, JobId, ResourceId};
 use crate::messages::RemovalReason;
 use crate::messages::job_manager::*;
 use crate::messages::resource_manager::DeclareResourceRequirements;
-use crate::messages::task_manager::{CancelTasks, ReleaseJobPartitions};
+use crate::messages::task_manager::{CancelTasks, ReleaseJobPartitions, ReleasePartitions};
 
 /// The JobManager's side of the pool: the resource manager's maximum (from its registration
 /// and heartbeats) and the demand declared to it.
@@ -129,6 +129,19 @@ impl JobManager {
                     ctx.run_later(delay, move |act, ctx| {
                         act.with_job(job_id, ctx, |job, cx| job.restart_due(generation, cx));
                     });
+                }
+                JobAction::ReleaseResults {
+                    resource_id,
+                    partitions,
+                } => {
+                    // A tell: if it is lost, the job's end releases them all the same.
+                    if let Some(gateway) = self.gateways.get(&resource_id) {
+                        gateway.release_partitions.do_send(ReleasePartitions {
+                            leader_session_id: self.leader_session_id,
+                            job_id,
+                            partitions,
+                        });
+                    }
                 }
                 JobAction::ReleasePartitions { resource_ids } => {
                     for resource_id in resource_ids {

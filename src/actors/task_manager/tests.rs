@@ -51,6 +51,7 @@ fn spec(slots: u32, hostname: &str) -> TaskManagerSpec {
         registry: crate::operators::OperatorRegistry::with_builtins(),
         working_dir: std::env::temp_dir().join("flint-unit-tests"),
         spill_threshold_bytes: 1 << 20,
+        spill_budget_bytes: None,
         managed_memory: 64 << 20,
         network: crate::exchange::NetworkSettings::default(),
         cancellation: crate::config::CancellationConfig {
@@ -987,4 +988,43 @@ async fn on_a_leader_change_the_task_manager_registers_once_its_cancelled_tasks_
         _ => None,
     });
     assert!(reported_to_new.is_empty(), "{reported_to_new:?}");
+}
+
+/// `ReleasePartitions` drops only the partitions it names, from the current leader only, and
+/// a job whose last partition went is no longer reported as holding any.
+#[actix::test]
+async fn release_partitions_drops_the_named_partitions_of_the_current_leader_only() {
+    use crate::messages::ResultPartitionId;
+    use crate::messages::deployment::ResultPartitionDeploymentDescriptor;
+    let f = start(Some(SESSION), |_| {}).await;
+    let mut descriptor = sleeping_task(21, 1);
+    let partition = |edge| ResultPartitionId {
+        producer: descriptor.attempt,
+        edge,
+    };
+    let (first, second) = (partition(0), partition(1));
+    for partition in [first, second] {
+        descriptor
+            .outputs
+            .push(ResultPartitionDeploymentDescriptor {
+                partition,
+                pattern: crate::job::graph::DistributionPattern::Forward,
+                subpartitions: 1,
+                retained: true,
+            });
+    }
+    let job_id = descriptor.job_id;
+    assert_eq!(submit(&f.tm, SESSION, descriptor).await, Ok(()));
+    let held = |status: TaskManagerStatus| status.job_partitions;
+    assert_eq!(held(ask(&f.tm, GetTaskManagerStatus).await), [(job_id, 2)]);
+    let release = |session, partitions| ReleasePartitions {
+        leader_session_id: session,
+        job_id,
+        partitions,
+    };
+    f.tm.do_send(release(STALE, vec![first, second]));
+    f.tm.do_send(release(SESSION, vec![first]));
+    assert_eq!(held(ask(&f.tm, GetTaskManagerStatus).await), [(job_id, 1)]);
+    f.tm.do_send(release(SESSION, vec![second, first]));
+    assert!(held(ask(&f.tm, GetTaskManagerStatus).await).is_empty());
 }

@@ -27,6 +27,7 @@ fn template() -> TaskManagerSpec {
         registry: crate::operators::OperatorRegistry::with_builtins(),
         working_dir: std::env::temp_dir().join("flint-unit-tests"),
         spill_threshold_bytes: 1 << 20,
+        spill_budget_bytes: None,
         managed_memory: 64 << 20,
         network: crate::exchange::NetworkSettings::default(),
         cancellation: crate::config::CancellationConfig::default(),

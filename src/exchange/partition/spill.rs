@@ -12,6 +12,7 @@ impl ResultSubpartition {
         subpartition: u32,
         buffer: &Buffer,
         working_dir: &Path,
+        disk: &Arc<SpillDisk>,
         next_file: impl FnOnce() -> u64,
     ) -> Result<Stored, PartitionError> {
         let payload =
@@ -28,6 +29,7 @@ impl ResultSubpartition {
             empty @ None => empty.insert(SpillFile::create(
                 id,
                 working_dir,
+                disk.clone(),
                 working_dir.join(format!(
                     "partition-{:032x}-{}-{subpartition}-{}.spill",
                     id.producer.as_u128(),
@@ -39,14 +41,18 @@ impl ResultSubpartition {
         let mut frame = Vec::with_capacity(4 + payload.len());
         frame.extend_from_slice(&len.to_le_bytes());
         frame.extend_from_slice(&payload);
-        spill
-            .file
-            .write_all(&frame)
-            .map_err(|source| PartitionError::Spill {
-                id,
-                path: spill.path.clone(),
-                source,
-            })?;
+        let spill_error = |source| PartitionError::Spill {
+            id,
+            path: spill.path.clone(),
+            source,
+        };
+        spill.disk.take(frame.len() as u64).map_err(spill_error)?;
+        if let Err(error) = spill.file.write_all(&frame) {
+            // The frame is not in `len`, which the file frees when deleted: free it now (a
+            // torn tail nobody reads goes with the file).
+            spill.disk.free(frame.len() as u64);
+            return Err(spill_error(error));
+        }
         let offset = spill.len;
         spill.len += frame.len() as u64;
         Ok(Stored::Spilled {
@@ -80,18 +86,86 @@ impl Stored {
     }
 }
 
-/// An append-only spill file, deleted when dropped.
+/// The spilled bytes a store holds on disk, against its budget
+/// (`taskmanager.spill-budget`): a frame is counted before it is written, and a file's frames
+/// are freed when it is deleted.
+#[derive(Debug)]
+pub struct SpillDisk {
+    /// `u64::MAX`: no limit.
+    budget: u64,
+    live: AtomicU64,
+    peak: AtomicU64,
+    total: AtomicU64,
+}
+
+/// What a store spilled, in bytes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct SpillUsage {
+    /// On disk now.
+    pub live: u64,
+    /// The most on disk at once since the store was made.
+    pub peak: u64,
+    /// Written since the store was made.
+    pub total: u64,
+}
+
+impl SpillDisk {
+    pub(super) fn new(budget: Option<u64>) -> Self {
+        Self {
+            budget: budget.unwrap_or(u64::MAX),
+            live: AtomicU64::new(0),
+            peak: AtomicU64::new(0),
+            total: AtomicU64::new(0),
+        }
+    }
+
+    /// Counts `bytes` about to be written, unless that would pass the budget.
+    fn take(&self, bytes: u64) -> io::Result<()> {
+        let live = self.live.fetch_add(bytes, Ordering::AcqRel) + bytes;
+        if live > self.budget {
+            self.live.fetch_sub(bytes, Ordering::AcqRel);
+            return Err(io::Error::new(
+                io::ErrorKind::StorageFull,
+                format!(
+                    "the TaskManager's spill budget of {} bytes (`taskmanager.spill-budget`) \
+                     is used up: {} bytes of result partitions are spilled",
+                    self.budget,
+                    live - bytes
+                ),
+            ));
+        }
+        self.peak.fetch_max(live, Ordering::AcqRel);
+        self.total.fetch_add(bytes, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn free(&self, bytes: u64) {
+        self.live.fetch_sub(bytes, Ordering::AcqRel);
+    }
+
+    pub(super) fn usage(&self) -> SpillUsage {
+        SpillUsage {
+            live: self.live.load(Ordering::Acquire),
+            peak: self.peak.load(Ordering::Acquire),
+            total: self.total.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// An append-only spill file, deleted (and its bytes freed from the [`SpillDisk`]) when dropped.
 pub(super) struct SpillFile {
     pub(super) path: PathBuf,
     pub(super) file: File,
     /// Bytes written so far: the next frame's offset.
     pub(super) len: u64,
+    disk: Arc<SpillDisk>,
 }
 
 impl SpillFile {
     pub(super) fn create(
         id: ResultPartitionId,
         working_dir: &Path,
+        disk: Arc<SpillDisk>,
         path: PathBuf,
     ) -> Result<Self, PartitionError> {
         // Inside the process's private working directory; made 0700 if this is its first
@@ -112,12 +186,18 @@ impl SpillFile {
                 source,
             }
         })?;
-        Ok(Self { path, file, len: 0 })
+        Ok(Self {
+            path,
+            file,
+            len: 0,
+            disk,
+        })
     }
 }
 
 impl Drop for SpillFile {
     fn drop(&mut self) {
+        self.disk.free(self.len);
         if let Err(err) = fs::remove_file(&self.path)
             && err.kind() != io::ErrorKind::NotFound
         {

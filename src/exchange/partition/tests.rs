@@ -637,3 +637,43 @@ fn a_release_before_the_partition_exists_applies_when_it_is_created() {
     assert!(!store.release(never));
     assert!(lock(&store.released_early).is_empty());
 }
+
+#[test]
+fn a_spill_past_the_budget_fails_naming_the_key_and_released_files_free_it() {
+    let dir = TempDir::new("budget");
+    let store = ResultPartitionManager::with_spill_budget(dir.0.clone(), 0, Some(4_000));
+    let (first, second) = (pid(7), pid(8));
+    store.create(first, 1).unwrap();
+    let mut appended = 0;
+    let error = loop {
+        match store.append_records(first, 0, buffer(appended * 10, 10)) {
+            Ok(()) => appended += 1,
+            Err(error) => break error,
+        }
+        assert!(appended < 1_000, "the budget never bit");
+    };
+    assert!(appended > 0, "the budget fits some buffers");
+    assert!(error.is_retryable(), "{error}");
+    let reason = std::error::Error::source(&error).map(ToString::to_string);
+    assert!(
+        reason
+            .as_deref()
+            .is_some_and(|r| r.contains("taskmanager.spill-budget")),
+        "{error}: {reason:?}"
+    );
+    let usage = store.spill_usage();
+    assert_eq!(
+        usage.live, 0,
+        "the failed partition's file is deleted: {usage:?}"
+    );
+    assert!(usage.peak > 0 && usage.peak <= 4_000, "{usage:?}");
+    assert_eq!(usage.total, usage.peak);
+    // The room is back: another partition spills, and releasing it frees its bytes.
+    store.create(second, 1).unwrap();
+    store.append_records(second, 0, buffer(0, 10)).unwrap();
+    assert!(store.spill_usage().live > 0);
+    assert!(store.release(second));
+    let usage = store.spill_usage();
+    assert_eq!(usage.live, 0, "deleting its file freed it");
+    assert!(usage.total > usage.peak);
+}

@@ -4,7 +4,7 @@ use crate::job::graph::{DEFAULT_SLOT_SHARING_GROUP, JobEdge, JobVertex, RestartS
 use DistributionPattern::{AllToAll, Forward};
 use ExchangeMode::{Blocking, Pipelined};
 
-fn graph(
+pub(in crate::job) fn graph(
     parallelism: &[u32],
     edges: &[(usize, usize, DistributionPattern, ExchangeMode)],
 ) -> JobGraph {
@@ -39,7 +39,7 @@ fn graph(
 }
 
 /// Computes regions and checks the invariants every answer must keep.
-fn regions(
+pub(in crate::job) fn regions(
     parallelism: &[u32],
     edges: &[(usize, usize, DistributionPattern, ExchangeMode)],
 ) -> PipelinedRegions {

@@ -109,6 +109,7 @@ fn reply_samples() -> Vec<Reply> {
             slots: vec![None, None],
             running: Vec::new(),
             job_partitions: Vec::new(),
+            spill: Default::default(),
         }
         .into_reply(),
         vec![
@@ -205,6 +206,7 @@ fn task_manager_answer(message: &TaskManagerMessage) -> &'static str {
         M::ReleaseJobPartitions(m) => answer_of(m),
         M::PartitionRequests(m) => answer_of(m),
         M::PollPartitionData(m) => answer_of(m),
+        M::ReleasePartitions(m) => answer_of(m),
     }
 }
 
@@ -267,7 +269,7 @@ fn every_message_sample_is_there() {
     // keep the envelope samples from silently dropping a message.
     assert_eq!(job_manager_samples().len(), 14);
     assert_eq!(resource_manager_samples().len(), 13);
-    assert_eq!(task_manager_samples().len(), 8);
+    assert_eq!(task_manager_samples().len(), 9);
 }
 
 // ---- round trips ----
@@ -326,7 +328,7 @@ fn envelope_samples() -> Vec<Envelope> {
 #[test]
 fn every_payload_kind_and_reply_round_trips() {
     let envelopes = envelope_samples();
-    assert_eq!(envelopes.len(), 2 * (14 + 13 + 8) + reply_samples().len());
+    assert_eq!(envelopes.len(), 2 * (14 + 13 + 9) + reply_samples().len());
     for envelope in &envelopes {
         let bytes = envelope.encode().expect("encodes");
         assert_eq!(&Envelope::decode(&bytes).expect("decodes"), envelope);

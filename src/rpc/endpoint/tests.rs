@@ -112,6 +112,7 @@ fn start_task_manager(env: &NodeEnv, id: &str, leader: ActorAddress) -> Addr<Tas
                 registry: OperatorRegistry::with_builtins(),
                 working_dir: std::env::temp_dir().join(format!("flint-remote-{id}")),
                 spill_threshold_bytes: 1 << 20,
+                spill_budget_bytes: None,
                 managed_memory: 64 << 20,
                 network: crate::exchange::NetworkSettings::default(),
                 cancellation: crate::config::CancellationConfig::default(),

@@ -138,12 +138,48 @@ impl ExecutionGraph {
             return;
         }
         self.progress.finish(&self.regions, region);
+        let unread = self.release.finished(&self.regions, region);
         if self.progress.finished_count() == self.regions.regions.len() {
             self.set_status(JobStatus::Finished, cx.now_ms);
             self.end(actions);
             return;
         }
+        self.release_results(&unread, actions);
         self.schedule_ready_regions(cx);
+    }
+
+    /// Releases the results of `regions`' current attempts: one action per TaskManager.
+    pub(super) fn release_results(&self, regions: &[RegionId], actions: &mut Vec<JobAction>) {
+        let mut by_task_manager: BTreeMap<&ResourceId, Vec<ResultPartitionId>> = BTreeMap::new();
+        for &region in regions {
+            for task in self.region_members[region.0].iter() {
+                let ev = self.task(task);
+                // Results on a lost TaskManager went with it.
+                let Some(placement) = (ev.placement.as_ref())
+                    .filter(|p| self.used_task_managers.contains(&p.resource_id))
+                else {
+                    continue;
+                };
+                let outputs = (self.graph.edges.iter().enumerate())
+                    .filter(|(_, edge)| edge.source == task.vertex)
+                    .map(|(edge, _)| ResultPartitionId {
+                        producer: ev.attempt,
+                        edge: edge as u32,
+                    });
+                by_task_manager
+                    .entry(&placement.resource_id)
+                    .or_default()
+                    .extend(outputs);
+            }
+        }
+        actions.extend(
+            (by_task_manager.into_iter())
+                .filter(|(_, partitions)| !partitions.is_empty())
+                .map(|(resource_id, partitions)| JobAction::ReleaseResults {
+                    resource_id: resource_id.clone(),
+                    partitions,
+                }),
+        );
     }
 
     pub(super) fn end(&mut self, actions: &mut Vec<JobAction>) {
@@ -185,6 +221,7 @@ impl ExecutionGraph {
                 for (task, _) in &failed {
                     regions.extend(self.regions.regions_to_restart(self.region_of(task)));
                 }
+                self.add_released_producers(&mut regions);
                 log::info!(
                     "job {}: restarting {} regions in {delay:?} after {}",
                     self.job_id,
@@ -194,6 +231,7 @@ impl ExecutionGraph {
                 self.restarts += 1;
                 for region in &regions {
                     self.progress.reset(&self.regions, *region);
+                    self.release.reset(&self.regions, *region);
                     if self.restarting.insert(*region) {
                         self.restarting_active += self.region_members[region.0]
                             .iter()
@@ -210,6 +248,31 @@ impl ExecutionGraph {
                     delay,
                     generation: self.restart_generation,
                 });
+            }
+        }
+    }
+
+    /// Adds to `restart` the finished regions whose released results a region in it reads, and
+    /// the regions reading theirs (the upstream half of Flink's failover strategy, for released
+    /// results; results lost with a TaskManager are found as it is lost). Each consumed group is
+    /// looked at once, so an all-to-all edge costs O(P), not O(P²).
+    fn add_released_producers(&self, restart: &mut BTreeSet<RegionId>) {
+        let mut seen_groups = BTreeSet::new();
+        let mut pending: Vec<RegionId> = restart.iter().copied().collect();
+        while let Some(region) = pending.pop() {
+            for &group in &self.regions.regions[region.0].input_groups {
+                if !seen_groups.insert(group) {
+                    continue;
+                }
+                for &producer in &self.regions.groups[group].producers {
+                    if self.release.needs_rerun(producer) && !restart.contains(&producer) {
+                        for added in self.regions.regions_to_restart(producer) {
+                            if restart.insert(added) {
+                                pending.push(added);
+                            }
+                        }
+                    }
+                }
             }
         }
     }
@@ -287,13 +350,23 @@ impl ExecutionGraph {
                     .iter()
                     .flat_map(|r| self.region_members[r.0].iter().copied())
                     .collect();
-                self.restart_regions(members, cx);
+                self.restart_regions(members, cx, actions);
             }
             _ => {}
         }
     }
 
-    pub(super) fn restart_regions(&mut self, members: Vec<TaskRef>, cx: &mut JobContext<'_>) {
+    pub(super) fn restart_regions(
+        &mut self,
+        members: Vec<TaskRef>,
+        cx: &mut JobContext<'_>,
+        actions: &mut Vec<JobAction>,
+    ) {
+        // The old attempts' results are superseded: released now, not when the job ends.
+        let superseded: Vec<RegionId> = (self.restarting.iter().copied())
+            .filter(|&region| self.release.supersede(region))
+            .collect();
+        self.release_results(&superseded, actions);
         // New producer attempts: the shared producer lists name the old ones.
         self.gates.clear();
         self.restarted_tasks += members.len() as u64;

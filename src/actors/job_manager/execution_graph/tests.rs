@@ -374,6 +374,16 @@ pub(super) fn released(task_managers: &[usize], status: JobStatus) -> Vec<JobAct
     ]
 }
 
+/// The release of results nobody reads any more: `(producer, edge)` partitions on `tm-n`.
+pub(super) fn results_released(n: usize, partitions: &[(ExecutionAttemptId, u32)]) -> JobAction {
+    JobAction::ReleaseResults {
+        resource_id: tm(n),
+        partitions: (partitions.iter())
+            .map(|&(producer, edge)| ResultPartitionId { producer, edge })
+            .collect(),
+    }
+}
+
 pub(super) fn restart_after(generation: u64) -> JobAction {
     JobAction::RestartAfter {
         delay: DELAY,
@@ -444,7 +454,9 @@ fn forward_pipelined_pairs_deploy_at_once_local_to_their_sources_and_finish() {
 
     h.run_all(&[("source", 0), ("sink", 0), ("source", 1), ("sink", 1)]);
     assert_eq!(h.finish("source", 0), []);
-    assert_eq!(h.finish("sink", 0), []);
+    // A pipeline read its own results: released as it finishes, not when the job ends.
+    let source = h.attempt("source", 0);
+    assert_eq!(h.finish("sink", 0), [results_released(0, &[(source, 0)])]);
     assert_eq!(h.finish("source", 1), []);
     assert_eq!(h.status(), JobStatus::Running);
     assert_eq!(h.finish("sink", 1), released(&[0, 1], JobStatus::Finished));

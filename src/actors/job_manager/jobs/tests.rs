@@ -191,6 +191,7 @@ async fn job_manager_and_task_manager_statuses_agree_on_slots_and_running_attemp
         registry: crate::operators::OperatorRegistry::with_builtins(),
         working_dir: std::env::temp_dir().join("flint-unit-tests"),
         spill_threshold_bytes: 1 << 20,
+        spill_budget_bytes: None,
         managed_memory: 64 << 20,
         network: crate::exchange::NetworkSettings::default(),
         cancellation: crate::config::CancellationConfig::default(),

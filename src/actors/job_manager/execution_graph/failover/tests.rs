@@ -41,6 +41,11 @@ fn a_failed_task_restarts_its_region_as_new_attempts_after_the_delay() {
         "the region's source and sink"
     );
     assert_eq!(
+        actions[0],
+        results_released(0, &[(old_source, 0)]),
+        "the superseded attempt's results go at once"
+    );
+    assert_eq!(
         deployments(&actions),
         [deployed("source", 0, 0), deployed("sink", 0, 0)]
     );
@@ -60,9 +65,10 @@ fn a_failed_task_restarts_its_region_as_new_attempts_after_the_delay() {
     assert_eq!(h.state("sink", 0), ExecutionState::Deploying);
 
     h.run_all(&[("source", 0), ("sink", 0)]);
-    for (vertex, subtask) in [("source", 0), ("sink", 0), ("source", 1)] {
-        assert_eq!(h.finish(vertex, subtask), []);
-    }
+    let source = h.attempt("source", 0);
+    assert_eq!(h.finish("source", 0), []);
+    assert_eq!(h.finish("sink", 0), [results_released(0, &[(source, 0)])]);
+    assert_eq!(h.finish("source", 1), []);
     assert_eq!(h.finish("sink", 1), released(&[0, 1], JobStatus::Finished));
     assert_eq!(h.master.details().restarts, 1);
     assert_eq!(h.subtask("source", 0).attempt_number, 1);
@@ -319,7 +325,8 @@ fn a_lost_task_manager_reruns_finished_producers_only_for_unfinished_consumers()
         [deployed("sink", 1, 0)]
     );
     h.run_all(&[("sink", 0), ("sink", 1)]);
-    assert_eq!(h.finish("sink", 0), []);
+    let source = h.attempt("source", 0);
+    assert_eq!(h.finish("sink", 0), [results_released(0, &[(source, 0)])]);
 
     // sink 0 consumed its input: source 0 stays done. sink 1 still needs source 1's result.
     assert_eq!(h.lose(0), [restart_after(1)]);
@@ -374,7 +381,8 @@ fn a_lost_task_manager_whose_results_were_all_consumed_restarts_nothing() {
         [deployed("sink", 1, 1)]
     );
     h.run_all(&[("sink", 0), ("sink", 1)]);
-    assert_eq!(h.finish("sink", 0), []);
+    let source = h.attempt("source", 0);
+    assert_eq!(h.finish("sink", 0), [results_released(0, &[(source, 0)])]);
 
     // tm-0 held source 0's result, read in full by the finished sink 0, and sink 0 itself.
     assert_eq!(h.lose(0), []);
@@ -765,4 +773,65 @@ fn task_failures_stay_in_the_bounded_exception_history_after_the_restart() {
         exceptions[EXCEPTION_HISTORY_SIZE - 1].reason,
         format!("boom {}", EXCEPTION_HISTORY_SIZE - 1)
     );
+}
+
+/// `a` → `b` → `c`, forward, blocking, parallelism 1: three regions, one stage each.
+fn three_stages() -> JobGraph {
+    let mut g = JobGraph::builder("three stages");
+    let a = g.vertex("a", "numbers", 1).index();
+    let b = g.vertex("b", "map", 1).index();
+    let c = g.vertex("c", "collect", 1).index();
+    g.edge(a, b, DistributionPattern::Forward, ExchangeMode::Blocking);
+    g.edge(b, c, DistributionPattern::Forward, ExchangeMode::Blocking);
+    g.restart_strategy(fixed_delay(1));
+    g.build(|_| true).expect("a valid graph")
+}
+
+#[test]
+fn each_stage_is_released_once_the_next_one_finished() {
+    let mut h = Harness::new(three_stages(), &[1]);
+    h.start();
+    h.run("a", 0);
+    let a = h.attempt("a", 0);
+    assert_eq!(deployments(&h.finish("a", 0)), [deployed("b", 0, 0)]);
+    h.run("b", 0);
+    let b = h.attempt("b", 0);
+    let actions = h.finish("b", 0);
+    assert_eq!(
+        actions[0],
+        results_released(0, &[(a, 0)]),
+        "b read all of a"
+    );
+    assert_eq!(deployments(&actions), [deployed("c", 0, 0)]);
+    h.run("c", 0);
+    // The job's end releases the rest (b's results): no release of its own before.
+    assert_eq!(h.finish("c", 0), released(&[0], JobStatus::Finished));
+    assert_ne!(a, b);
+}
+
+#[test]
+fn a_stage_that_runs_again_reruns_the_released_stage_it_reads() {
+    let mut h = Harness::new(three_stages(), &[1]);
+    h.start();
+    for vertex in ["a", "b"] {
+        h.run(vertex, 0);
+        h.finish(vertex, 0);
+    }
+    // tm-0 goes with b's results, which c (not run yet) needs: b runs again, and so must a,
+    // whose results were released when b finished. Without that, b would be deployed alone,
+    // find a's partition gone and fail a second time.
+    assert_eq!(h.lose(0), [restart_after(1)]);
+    assert_eq!(h.master.details().restarts, 1, "one failure, not two");
+    h.scheduler.add_task_manager(tm(1), 1);
+    assert_eq!(deployments(&h.restart_due(1)), [deployed("a", 0, 1)]);
+    assert_eq!(h.subtask("a", 0).attempt_number, 1);
+    for vertex in ["a", "b", "c"] {
+        h.run(vertex, 0);
+        if vertex == "c" {
+            assert_eq!(h.finish(vertex, 0), released(&[1], JobStatus::Finished));
+        } else {
+            h.finish(vertex, 0);
+        }
+    }
+    assert_eq!(h.master.details().restarts, 1);
 }
