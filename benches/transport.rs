@@ -87,6 +87,7 @@ fn heartbeat() -> Payload {
             running: Vec::new(),
             io: vec![],
             partitions_of: vec![],
+            spill: Default::default(),
         },
     })
     .into()

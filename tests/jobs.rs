@@ -727,5 +727,25 @@ async fn a_five_stage_batch_job_runs_in_a_spill_budget_a_quarter_of_its_shuffled
         shuffled > 4 * BUDGET,
         "{shuffled} bytes shuffled: the test must shuffle over 4× the budget"
     );
+    // The TaskManagers' heartbeats report what they spilled: all of it written, all of it
+    // deleted since (the job ended), never more than the budget at once.
+    let give_up = tokio::time::Instant::now() + DEADLINE;
+    let spill = loop {
+        let status = cluster.job_manager_status().await.unwrap();
+        let spill: Vec<_> = status.task_managers.iter().map(|tm| tm.spill).collect();
+        let written: u64 = spill.iter().map(|s| s.total).sum();
+        if written >= shuffled && spill.iter().all(|s| s.live == 0) {
+            break spill;
+        }
+        assert!(
+            tokio::time::Instant::now() < give_up,
+            "heartbeats never reported {shuffled} bytes written and none left: {spill:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    assert!(
+        spill.iter().all(|s| s.peak > 0 && s.peak <= BUDGET),
+        "{spill:?}"
+    );
     cluster.shutdown().await.unwrap();
 }

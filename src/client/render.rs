@@ -125,6 +125,7 @@ pub fn task_managers(list: &TaskManagerList) -> String {
         ("CPU", Align::Right),
         ("MEMORY", Align::Right),
         ("HEARTBEAT", Align::Right),
+        ("SPILLED", Align::Right),
         ("TASKS", Align::Left),
     ]);
     for tm in &list.taskmanagers {
@@ -148,6 +149,7 @@ pub fn task_managers(list: &TaskManagerList) -> String {
             tm.hardware.cpu_cores.to_string(),
             gib(tm.hardware.physical_memory),
             format!("{} ago", millis(tm.time_since_last_heartbeat)),
+            mib(tm.spill.bytes),
             tasks.join(", "),
         ]);
     }
@@ -194,6 +196,10 @@ fn millis(ms: u64) -> String {
 /// `24.0 GiB` for bytes.
 fn gib(bytes: u64) -> String {
     format!("{:.1} GiB", bytes as f64 / f64::from(1u32 << 30))
+}
+
+fn mib(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / f64::from(1u32 << 20))
 }
 
 #[cfg(test)]
@@ -257,9 +263,9 @@ mod tests {
         let text = task_managers(&parse(include_str!("testdata/taskmanagers.json")));
         assert_eq!(
             text,
-            "ID    ADDRESS          BUILD         PROGRAMS        SLOTS  FREE  CPU    MEMORY  HEARTBEAT  TASKS\n\
-             tm-1  127.0.0.1:40123  3fa91c0be2d4  tpch,wordcount      2     1    2  24.0 GiB  1.20s ago  source#0 RUNNING, tokenize#0 DEPLOYING\n\
-             tm-2  127.0.0.1:40999  77e0d5aa01c4                      2     2    2  24.0 GiB  0.04s ago\n"
+            "ID    ADDRESS          BUILD         PROGRAMS        SLOTS  FREE  CPU    MEMORY  HEARTBEAT  SPILLED  TASKS\n\
+             tm-1  127.0.0.1:40123  3fa91c0be2d4  tpch,wordcount      2     1    2  24.0 GiB  1.20s ago  5.0 MiB  source#0 RUNNING, tokenize#0 DEPLOYING\n\
+             tm-2  127.0.0.1:40999  77e0d5aa01c4                      2     2    2  24.0 GiB  0.04s ago  0.0 MiB\n"
         );
         assert_eq!(
             task_managers(&TaskManagerList {

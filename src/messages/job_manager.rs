@@ -255,6 +255,8 @@ pub struct HeartbeatReport {
     /// The jobs it holds result partitions of: the JobManager releases them again for a job
     /// that ended (its `ReleaseJobPartitions` is a tell, and may have been lost).
     pub partitions_of: Vec<JobId>,
+    /// Bytes of result partitions it has spilled to disk.
+    pub spill: crate::exchange::partition::SpillUsage,
 }
 
 /// The JobManager's answer to a heartbeat.
@@ -438,6 +440,8 @@ pub struct TaskManagerInfo {
     /// JobManager, so an index here would be made up. Compare with the TaskManager's own
     /// [`TaskManagerStatus::slots`](super::task_manager::TaskManagerStatus::slots).
     pub allocated_slots: Vec<AllocatedSlotInfo>,
+    /// Its spilled result partitions, as of its last heartbeat.
+    pub spill: crate::exchange::partition::SpillUsage,
 }
 
 /// One slot of a TaskManager held by an allocation (a shared slot of one slot sharing group of

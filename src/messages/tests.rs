@@ -122,6 +122,11 @@ pub(crate) fn job_manager_status() -> JobManagerStatus {
             fingerprint: Fingerprint::default(),
             registered_at_ms: 1_700_000_000_000,
             last_heartbeat_ms: 1_700_000_001_000,
+            spill: crate::exchange::partition::SpillUsage {
+                live: 10,
+                peak: 20,
+                total: 30,
+            },
             allocated_slots: vec![AllocatedSlotInfo {
                 allocation_id: AllocationId::from_u128(9),
                 tasks: vec![
@@ -301,6 +306,7 @@ pub(crate) fn job_manager_samples() -> Vec<JobManagerMessage> {
                 running: vec![],
                 io: vec![],
                 partitions_of: vec![],
+                spill: Default::default(),
             },
         }
         .into(),

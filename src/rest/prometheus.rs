@@ -89,6 +89,9 @@ pub struct MetricsSnapshot {
     pub slot_requests_queued: u64,
     /// `flint_slot_request_bulks_queued`.
     pub slot_request_bulks_queued: u64,
+    /// `flint_taskmanager_spill_bytes{taskmanager}` and `_peak_bytes`, per registered
+    /// TaskManager as of its last heartbeat.
+    pub spill: Vec<(String, crate::exchange::partition::SpillUsage)>,
 }
 
 impl MetricsSnapshot {
@@ -125,6 +128,9 @@ impl MetricsSnapshot {
             jm_mailbox_max_delay_us: jm.mailbox.max_delay_us,
             slot_requests_queued: jm.slot_requests_queued,
             slot_request_bulks_queued: jm.slot_request_bulks_queued,
+            spill: (jm.task_managers.iter())
+                .map(|tm| (tm.resource_id.to_string(), tm.spill))
+                .collect(),
         }
     }
 
@@ -267,6 +273,28 @@ impl MetricsSnapshot {
             registry.register(name, help, family);
         }
         self.register_vertices(&mut registry);
+        type Pick = fn(&crate::exchange::partition::SpillUsage) -> u64;
+        let spill: [(&str, &str, Pick); 2] = [
+            (
+                "flint_taskmanager_spill_bytes",
+                "Bytes of result partitions the TaskManager holds spilled on disk.",
+                |usage| usage.live,
+            ),
+            (
+                "flint_taskmanager_spill_peak_bytes",
+                "The most bytes of spilled result partitions the TaskManager held at once.",
+                |usage| usage.peak,
+            ),
+        ];
+        for (name, help, pick) in spill {
+            let family = Family::<Vec<(String, String)>, Gauge>::default();
+            for (taskmanager, usage) in &self.spill {
+                family
+                    .get_or_create(&label("taskmanager", taskmanager))
+                    .set(i64::try_from(pick(usage)).unwrap_or(i64::MAX));
+            }
+            registry.register(name, help, family);
+        }
         let mut text = String::new();
         // Writing to a String cannot fail.
         let _ = encode(&mut text, &registry);

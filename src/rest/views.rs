@@ -122,6 +122,21 @@ pub struct TaskManagerView {
     pub fingerprint: FingerprintView,
     /// The allocated slots, by allocation (the others are free).
     pub slots: Vec<SlotView>,
+    /// Its spilled result partitions in bytes, as of its last heartbeat.
+    #[serde(default)]
+    pub spill: SpillView,
+}
+
+/// A TaskManager's spill files, in bytes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct SpillView {
+    /// On disk now.
+    pub bytes: u64,
+    /// The most on disk at once since it started.
+    pub peak_bytes: u64,
+    /// Written since it started.
+    pub written_bytes: u64,
 }
 
 /// What a TaskManager can run.
@@ -566,6 +581,11 @@ pub fn task_manager(info: &TaskManagerInfo, now_ms: u64) -> TaskManagerView {
             operators: info.fingerprint.operators.clone(),
         },
         slots: info.allocated_slots.iter().map(slot).collect(),
+        spill: SpillView {
+            bytes: info.spill.live,
+            peak_bytes: info.spill.peak,
+            written_bytes: info.spill.total,
+        },
     }
 }
 

@@ -66,6 +66,7 @@ impl InstanceManager {
                 last_heartbeat_ms: now_ms,
                 // Filled from the scheduler when a status is built: it owns the placements.
                 allocated_slots: Vec::new(),
+                spill: Default::default(),
             },
             sequence: self.next_sequence,
             session,
@@ -99,6 +100,7 @@ impl InstanceManager {
                 // The TaskManager's own count wins for slots the JobManager does not allocate
                 // itself yet; the scheduler will keep both in step.
                 info.slots_free = report.slots_free.min(info.slots_total);
+                info.spill = report.spill;
                 true
             }
             _ => false,
@@ -214,6 +216,7 @@ mod tests {
             running: vec![],
             io: vec![],
             partitions_of: vec![],
+            spill: Default::default(),
         };
         assert!(instances.heartbeat(&tm1, InstanceId::from_u128(1), &report, 20));
         assert_eq!(instances.get(&tm1).unwrap().info.last_heartbeat_ms, 20);
@@ -251,6 +254,7 @@ mod tests {
             running: vec![],
             io: vec![],
             partitions_of: vec![],
+            spill: Default::default(),
         };
         assert!(instances.heartbeat(&ResourceId::new("tm-3"), InstanceId::from_u128(3), &busy, 1));
         let names: Vec<String> = instances

@@ -185,6 +185,7 @@ impl Fixture {
                     running: vec![],
                     io: vec![],
                     partitions_of,
+                    spill: Default::default(),
                 },
             },
         )

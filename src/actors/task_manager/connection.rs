@@ -182,6 +182,7 @@ impl TaskManager {
                         .collect(),
                     io: self.running.iter().map(|(a, t)| (*a, t.io)).collect(),
                     partitions_of: self.job_partitions.keys().copied().collect(),
+                    spill: self.partitions.spill_usage(),
                 },
             })
             .timeout(self.settings.spec.heartbeat.timeout)

@@ -39,6 +39,14 @@ fn snapshot() -> MetricsSnapshot {
         jm_mailbox_max_delay_us: 4_000,
         slot_requests_queued: 13,
         slot_request_bulks_queued: 14,
+        spill: vec![(
+            "tm-1".into(),
+            crate::exchange::partition::SpillUsage {
+                live: 15,
+                peak: 16,
+                total: 17,
+            },
+        )],
     }
 }
 
@@ -55,7 +63,7 @@ fn every_family_has_help_and_type_before_its_samples() {
             assert!(lines[i + 1].starts_with(name), "{}", lines[i + 1]);
         }
     }
-    assert_eq!(families, 27);
+    assert_eq!(families, 29);
     assert!(text.ends_with("# EOF\n"), "OpenMetrics ends with EOF");
 }
 
@@ -91,6 +99,8 @@ fn values_and_labels_are_where_the_contract_says() {
         "flint_jobmanager_mailbox_max_delay_ms 4.0",
         "flint_slot_requests_queued 13",
         "flint_slot_request_bulks_queued 14",
+        "flint_taskmanager_spill_bytes{taskmanager=\"tm-1\"} 15",
+        "flint_taskmanager_spill_peak_bytes{taskmanager=\"tm-1\"} 16",
     ] {
         assert!(
             text.lines().any(|line| line == expected),
@@ -145,6 +155,18 @@ fn a_snapshot_reads_each_value_from_its_source() {
         (1, 2, 1)
     );
     assert_eq!(snapshot.heartbeat_timeouts, jm.heartbeat_timeouts);
+    assert_eq!(
+        snapshot.spill,
+        [(
+            jm.task_managers[0].resource_id.to_string(),
+            jm.task_managers[0].spill
+        )]
+    );
+    assert_ne!(
+        jm.task_managers[0].spill,
+        Default::default(),
+        "a sample that can fail"
+    );
     assert_eq!(snapshot.task_restarts, jm.task_restarts);
     assert_eq!(snapshot.jobs[&JobStatus::Running], 1);
     assert_eq!(snapshot.jobs.len(), JobStatus::ALL.len());

@@ -96,6 +96,17 @@ fn a_task_manager_shows_its_slots_and_the_time_since_its_heartbeat() {
     let json = serde_json::to_value(&view).unwrap();
     assert!(json["slots"][0]["tasks"][1]["state"].is_null());
     assert!(json["slots"][0]["allocation-id"].is_string());
+    assert_eq!(
+        (
+            json["spill"]["bytes"].as_u64(),
+            json["spill"]["peak-bytes"].as_u64()
+        ),
+        (Some(info.spill.live), Some(info.spill.peak))
+    );
+    assert_eq!(
+        json["spill"]["written-bytes"].as_u64(),
+        Some(info.spill.total)
+    );
     // A clock behind the heartbeat does not underflow.
     assert_eq!(task_manager(info, 0).time_since_last_heartbeat, 0);
 }

@@ -59,6 +59,7 @@ fn task_manager(n: u32, slots: u32, allocated: Vec<AllocatedSlotInfo>) -> TaskMa
         registered_at_ms: EPOCH,
         last_heartbeat_ms: EPOCH,
         allocated_slots: allocated,
+        spill: Default::default(),
     }
 }
 
