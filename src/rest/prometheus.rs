@@ -273,8 +273,7 @@ impl MetricsSnapshot {
             registry.register(name, help, family);
         }
         self.register_vertices(&mut registry);
-        type Pick = fn(&crate::exchange::partition::SpillUsage) -> u64;
-        let spill: [(&str, &str, Pick); 2] = [
+        let spill: [MetricOf<'_, crate::exchange::partition::SpillUsage>; 2] = [
             (
                 "flint_taskmanager_spill_bytes",
                 "Bytes of result partitions the TaskManager holds spilled on disk.",
@@ -286,15 +285,10 @@ impl MetricsSnapshot {
                 |usage| usage.peak,
             ),
         ];
-        for (name, help, pick) in spill {
-            let family = Family::<Vec<(String, String)>, Gauge>::default();
-            for (taskmanager, usage) in &self.spill {
-                family
-                    .get_or_create(&label("taskmanager", taskmanager))
-                    .set(i64::try_from(pick(usage)).unwrap_or(i64::MAX));
-            }
-            registry.register(name, help, family);
-        }
+        let per_task_manager: Vec<_> = (self.spill.iter())
+            .map(|(taskmanager, usage)| (label("taskmanager", taskmanager), usage))
+            .collect();
+        register_gauges(&mut registry, &spill, &per_task_manager);
         let mut text = String::new();
         // Writing to a String cannot fail.
         let _ = encode(&mut text, &registry);
@@ -306,8 +300,7 @@ impl MetricsSnapshot {
     /// The running jobs' vertices, labelled by job id and vertex name (bounded by the
     /// vertices, not the subtasks, of running jobs: Flink's per-task metrics, summed).
     fn register_vertices(&self, registry: &mut Registry) {
-        type Pick = fn(&crate::messages::TaskIoSnapshot) -> u64;
-        let gauges: [(&str, &str, Pick); 2] = [
+        let gauges: [MetricOf<'_, crate::messages::TaskIoSnapshot>; 2] = [
             (
                 "flint_vertex_back_pressured_time_ms_per_second",
                 "Of the last heartbeat interval, the milliseconds per second the vertex's most backpressured subtask waited for room downstream (Flink's backPressuredTimeMsPerSecond).",
@@ -319,16 +312,11 @@ impl MetricsSnapshot {
                 |io| io.buffers_in_use,
             ),
         ];
-        for (name, help, pick) in gauges {
-            let family = Family::<Vec<(String, String)>, Gauge>::default();
-            for v in &self.vertices {
-                family
-                    .get_or_create(&vertex_labels(v))
-                    .set(i64::try_from(pick(&v.io)).unwrap_or(i64::MAX));
-            }
-            registry.register(name, help, family);
-        }
-        let counters: [(&str, &str, Pick); 4] = [
+        let per_vertex: Vec<_> = (self.vertices.iter())
+            .map(|v| (vertex_labels(v), &v.io))
+            .collect();
+        register_gauges(registry, &gauges, &per_vertex);
+        let counters: [MetricOf<'_, crate::messages::TaskIoSnapshot>; 4] = [
             (
                 "flint_vertex_records_in",
                 "Records the vertex's subtasks read (Flink's numRecordsIn).",
@@ -357,6 +345,26 @@ impl MetricsSnapshot {
             }
             registry.register(name, help, family);
         }
+    }
+}
+
+/// A metric family: its name, its help, and how a sample's value is read from an item.
+type MetricOf<'a, T> = (&'a str, &'a str, fn(&T) -> u64);
+
+/// One gauge family per entry of `families`, with a sample per labelled item.
+fn register_gauges<T>(
+    registry: &mut Registry,
+    families: &[MetricOf<'_, T>],
+    items: &[(Vec<(String, String)>, &T)],
+) {
+    for &(name, help, pick) in families {
+        let family = Family::<Vec<(String, String)>, Gauge>::default();
+        for (labels, item) in items {
+            family
+                .get_or_create(labels)
+                .set(i64::try_from(pick(item)).unwrap_or(i64::MAX));
+        }
+        registry.register(name, help, family);
     }
 }
 
