@@ -21,6 +21,46 @@ fn flint(args: &[&str]) -> Run {
         .into()
 }
 
+/// `examples/stages.toml` as the README runs it: five blocking stages whose exchanges write
+/// ~32 MB fit a spill budget of 5 MB per TaskManager (results are deleted as soon as the next
+/// stage finished); with 1 MB they do not, and the failure names the key.
+#[test]
+fn the_stages_example_runs_in_its_spill_budget_and_a_smaller_one_is_named() {
+    const STAGES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/stages.toml");
+    let run = |budget: &str| -> Run {
+        Command::new(env!("CARGO_BIN_EXE_flint"))
+            .args([
+                "run",
+                "--embedded",
+                STAGES,
+                "--pool-size",
+                "4",
+                "--slots",
+                "1",
+                "--param",
+                "records=2000",
+                "--param",
+                "bytes=1000",
+                "--timeout",
+                "120s",
+            ])
+            .env_remove("RUST_LOG")
+            .env("FLINT_TASKMANAGER_SPILL_BUDGET", budget)
+            .output()
+            .expect("the flint binary runs")
+            .into()
+    };
+    let fits = run("5mb");
+    assert_eq!(fits.code, Some(0), "{fits:?}");
+    assert!(fits.stdout.contains("FINISHED"), "{fits:?}");
+    let too_small = run("1mb");
+    assert_eq!(too_small.code, Some(1), "{too_small:?}");
+    assert!(
+        format!("{}{}", too_small.stdout, too_small.stderr).contains("taskmanager.spill-budget"),
+        "{too_small:?}"
+    );
+}
+
 fn arg(path: &Path) -> String {
     path.display().to_string()
 }
