@@ -45,8 +45,8 @@ use crate::messages::common::ResultPartitionId;
 mod result_partition;
 mod spill;
 
+use crate::messages::SpillUsage;
 use result_partition::{ResultPartition, ResultSubpartition, State};
-pub use spill::SpillUsage;
 use spill::{FetchPlan, PlannedBuffer, SpillDisk, SpillFile, Stored};
 
 /// Why a producer-side operation on a result partition failed.

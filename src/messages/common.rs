@@ -118,6 +118,17 @@ pub struct ResultPartitionId {
     pub edge: u32,
 }
 
+/// What a TaskManager's result partitions spilled, in bytes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SpillUsage {
+    /// On disk now.
+    pub live: u64,
+    /// The most on disk at once since the TaskManager started.
+    pub peak: u64,
+    /// Written since it started.
+    pub total: u64,
+}
+
 impl fmt::Display for ResultPartitionId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}#{}", self.producer, self.edge)

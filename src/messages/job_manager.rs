@@ -256,7 +256,7 @@ pub struct HeartbeatReport {
     /// that ended (its `ReleaseJobPartitions` is a tell, and may have been lost).
     pub partitions_of: Vec<JobId>,
     /// Bytes of result partitions it has spilled to disk.
-    pub spill: crate::exchange::partition::SpillUsage,
+    pub spill: crate::messages::SpillUsage,
 }
 
 /// The JobManager's answer to a heartbeat.
@@ -441,7 +441,7 @@ pub struct TaskManagerInfo {
     /// [`TaskManagerStatus::slots`](super::task_manager::TaskManagerStatus::slots).
     pub allocated_slots: Vec<AllocatedSlotInfo>,
     /// Its spilled result partitions, as of its last heartbeat.
-    pub spill: crate::exchange::partition::SpillUsage,
+    pub spill: crate::messages::SpillUsage,
 }
 
 /// One slot of a TaskManager held by an allocation (a shared slot of one slot sharing group of

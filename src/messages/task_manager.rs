@@ -88,7 +88,7 @@ pub struct TaskManagerStatus {
     /// Result partitions held, per job (until the leader releases them, or the job).
     pub job_partitions: Vec<(JobId, u32)>,
     /// Bytes of result partitions spilled to disk.
-    pub spill: crate::exchange::partition::SpillUsage,
+    pub spill: crate::messages::SpillUsage,
 }
 
 impl TaskManagerStatus {

@@ -122,7 +122,7 @@ pub(crate) fn job_manager_status() -> JobManagerStatus {
             fingerprint: Fingerprint::default(),
             registered_at_ms: 1_700_000_000_000,
             last_heartbeat_ms: 1_700_000_001_000,
-            spill: crate::exchange::partition::SpillUsage {
+            spill: crate::messages::SpillUsage {
                 live: 10,
                 peak: 20,
                 total: 30,
@@ -190,7 +190,7 @@ pub(crate) fn task_manager_status(registration: RegistrationPhase) -> TaskManage
             },
         }],
         job_partitions: vec![(JobId::from_u128(5), 2)],
-        spill: crate::exchange::partition::SpillUsage {
+        spill: crate::messages::SpillUsage {
             live: 1,
             peak: 2,
             total: 3,

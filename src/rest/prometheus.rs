@@ -91,7 +91,7 @@ pub struct MetricsSnapshot {
     pub slot_request_bulks_queued: u64,
     /// `flint_taskmanager_spill_bytes{taskmanager}` and `_peak_bytes`, per registered
     /// TaskManager as of its last heartbeat.
-    pub spill: Vec<(String, crate::exchange::partition::SpillUsage)>,
+    pub spill: Vec<(String, crate::messages::SpillUsage)>,
 }
 
 impl MetricsSnapshot {
@@ -273,7 +273,7 @@ impl MetricsSnapshot {
             registry.register(name, help, family);
         }
         self.register_vertices(&mut registry);
-        let spill: [MetricOf<'_, crate::exchange::partition::SpillUsage>; 2] = [
+        let spill: [MetricOf<'_, crate::messages::SpillUsage>; 2] = [
             (
                 "flint_taskmanager_spill_bytes",
                 "Bytes of result partitions the TaskManager holds spilled on disk.",

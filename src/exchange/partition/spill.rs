@@ -98,17 +98,6 @@ pub struct SpillDisk {
     total: AtomicU64,
 }
 
-/// What a store spilled, in bytes.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct SpillUsage {
-    /// On disk now.
-    pub live: u64,
-    /// The most on disk at once since the store was made.
-    pub peak: u64,
-    /// Written since the store was made.
-    pub total: u64,
-}
-
 impl SpillDisk {
     pub(super) fn new(budget: Option<u64>) -> Self {
         Self {

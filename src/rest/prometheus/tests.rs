@@ -41,7 +41,7 @@ fn snapshot() -> MetricsSnapshot {
         slot_request_bulks_queued: 14,
         spill: vec![(
             "tm-1".into(),
-            crate::exchange::partition::SpillUsage {
+            crate::messages::SpillUsage {
                 live: 15,
                 peak: 16,
                 total: 17,
