@@ -253,23 +253,29 @@ impl ExecutionGraph {
     }
 
     /// Adds to `restart` the finished regions whose released results a region in it reads, and
-    /// the regions reading theirs (the upstream half of Flink's failover strategy, for released
-    /// results; results lost with a TaskManager are found as it is lost). Each consumed group is
-    /// looked at once, so an all-to-all edge costs O(P), not O(P²).
+    /// everything downstream of them (the upstream half of Flink's failover strategy, for
+    /// released results; results lost with a TaskManager are found as it is lost). Each consumed
+    /// group's producers and consumers are walked once, so the closure costs O(regions + group
+    /// sizes): an all-to-all edge of P producers and P consumers is P + P, not P × P.
     fn add_released_producers(&self, restart: &mut BTreeSet<RegionId>) {
-        let mut seen_groups = BTreeSet::new();
+        let (mut inputs_seen, mut outputs_seen) = (BTreeSet::new(), BTreeSet::new());
         let mut pending: Vec<RegionId> = restart.iter().copied().collect();
         while let Some(region) = pending.pop() {
-            for &group in &self.regions.regions[region.0].input_groups {
-                if !seen_groups.insert(group) {
-                    continue;
+            let region = &self.regions.regions[region.0];
+            for &group in &region.input_groups {
+                if inputs_seen.insert(group) {
+                    for &producer in &self.regions.groups[group].producers {
+                        if self.release.needs_rerun(producer) && restart.insert(producer) {
+                            pending.push(producer);
+                        }
+                    }
                 }
-                for &producer in &self.regions.groups[group].producers {
-                    if self.release.needs_rerun(producer) && !restart.contains(&producer) {
-                        for added in self.regions.regions_to_restart(producer) {
-                            if restart.insert(added) {
-                                pending.push(added);
-                            }
+            }
+            for &group in &region.output_groups {
+                if outputs_seen.insert(group) {
+                    for &consumer in &self.regions.groups[group].consumers {
+                        if restart.insert(consumer) {
+                            pending.push(consumer);
                         }
                     }
                 }
