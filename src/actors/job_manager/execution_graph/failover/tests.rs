@@ -795,7 +795,6 @@ fn each_stage_is_released_once_the_next_one_finished() {
     let a = h.attempt("a", 0);
     assert_eq!(deployments(&h.finish("a", 0)), [deployed("b", 0, 0)]);
     h.run("b", 0);
-    let b = h.attempt("b", 0);
     let actions = h.finish("b", 0);
     assert_eq!(
         actions[0],
@@ -806,7 +805,6 @@ fn each_stage_is_released_once_the_next_one_finished() {
     h.run("c", 0);
     // The job's end releases the rest (b's results): no release of its own before.
     assert_eq!(h.finish("c", 0), released(&[0], JobStatus::Finished));
-    assert_ne!(a, b);
 }
 
 #[test]
