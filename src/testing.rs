@@ -57,6 +57,68 @@ pub async fn settle() {
     advance(1).await;
 }
 
+/// Blocking I/O that waits until the test runs it ([`HeldIo::run_held`]): a disk as slow as
+/// the test wants, to show who waits for it.
+#[derive(Default)]
+pub struct HeldIo {
+    held: Mutex<Vec<crate::env::blocking_io::IoWork>>,
+}
+
+impl std::fmt::Debug for HeldIo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HeldIo")
+            .field("held", &self.held())
+            .finish()
+    }
+}
+
+impl HeldIo {
+    /// How many pieces of work wait.
+    pub fn held(&self) -> usize {
+        lock(&self.held).len()
+    }
+
+    /// Runs every piece of work that waits, on this thread.
+    pub fn run_held(&self) {
+        let held = std::mem::take(&mut *lock(&self.held));
+        for work in held {
+            work();
+        }
+    }
+}
+
+impl crate::env::blocking_io::BlockingIo for HeldIo {
+    fn execute(&self, work: crate::env::blocking_io::IoWork) {
+        lock(&self.held).push(work);
+    }
+}
+
+/// Production task threads, with blocking I/O held by a [`HeldIo`].
+#[derive(Debug)]
+pub struct HeldIoRunner {
+    tasks: crate::env::ThreadTaskRunner,
+    io: Arc<HeldIo>,
+}
+
+impl HeldIoRunner {
+    pub fn new(io: Arc<HeldIo>) -> Self {
+        Self {
+            tasks: crate::env::ThreadTaskRunner::default(),
+            io,
+        }
+    }
+}
+
+impl crate::env::TaskRunner for HeldIoRunner {
+    fn run(&self, name: String, task: crate::env::TaskBody) {
+        self.tasks.run(name, task);
+    }
+
+    fn io(&self) -> Arc<dyn crate::env::blocking_io::BlockingIo> {
+        self.io.clone()
+    }
+}
+
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }

@@ -229,6 +229,7 @@ impl TaskManager {
                 working_dir,
                 settings.spec.spill_threshold_bytes,
                 settings.spec.spill_budget_bytes,
+                env.task_runner.io(),
             )),
             job_partitions: BTreeMap::new(),
             producer_lists: ProducerListCache::default(),

@@ -11,6 +11,7 @@
 //! [`task_threads`]), how they wait ([`task_blocking`]), the events a node emits ([`events`])
 //! and its private working directory ([`working_dir`]).
 
+pub mod blocking_io;
 pub mod build;
 pub mod events;
 pub mod files;
@@ -108,6 +109,9 @@ pub trait TaskRunner: Send + Sync + fmt::Debug {
     /// Runs `task` to its end somewhere else; the task blocks only through the [`TaskBlocker`]
     /// it is given.
     fn run(&self, name: String, task: TaskBody);
+    /// Where the node's actors hand blocking file I/O (production: the process's
+    /// [`IoPool`](blocking_io::IoPool); simulation: inline, in lock step).
+    fn io(&self) -> Arc<dyn blocking_io::BlockingIo>;
 }
 
 /// Task code as a [`TaskRunner`] takes it: it waits only through the blocker it is called with.
@@ -139,6 +143,10 @@ impl TaskRunner for ThreadTaskRunner {
         if let Err(error) = self.pool.execute(Box::new(move || task(&ThreadBlocker))) {
             log::error!("cannot start a thread for task {name}: {error}");
         }
+    }
+
+    fn io(&self) -> Arc<dyn blocking_io::BlockingIo> {
+        Arc::new(blocking_io::IoPool)
     }
 }
 

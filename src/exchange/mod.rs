@@ -29,6 +29,7 @@
 //! | a producer's writer | room in a full pipelined subpartition (backpressure) | its consumer takes buffers, or ends early and releases the subpartition (writes there are then discarded), or the partition fails or is released |
 //! | the producer's TaskManager | news for a held poll | news arrives, a newer poll comes, or after [`server::FETCH_HOLD`] (answered empty) |
 //! | the producer's TaskManager | a data connection's next poll | forgotten after [`server::IDLE_CONNECTION`] without one |
+//! | a held poll (not the actor: it keeps running) | its spilled buffers, read on the [`crate::env::blocking_io`] threads | the reads end (an error fails the channel with it); a disk that never answers leaves the consumer's ask to time out after [`crate::transport::ASK_TIMEOUT`] and the connection fails as above |
 //!
 //! A task's network memory is never waited for: a deployment that does not fit is refused at
 //! once, naming `taskmanager.network.memory`.

@@ -23,7 +23,12 @@
 //!
 //! The store owns its spill files and must never leave them behind: releasing a partition,
 //! failing it, or dropping the store deletes them. It never blocks on an actor or a network, only
-//! briefly on its locks and, for spilled buffers, on the local disk.
+//! briefly on its locks and, for spilled buffers, on the local disk, and only on threads that may
+//! wait for it (Flink keeps disk I/O off its RPC threads the same way): spill files are written by
+//! the producing task's thread, read back by a local consumer's task thread, or, for a remote
+//! consumer, planned under the lock ([`ResultPartitionManager::fetch_or_listen`]) and read on
+//! the store's [`BlockingIo`] (the TaskManager's actor only hands the read over), and deleted
+//! there too: a release frees the spill budget at once and hands the files over.
 
 use std::fmt;
 use std::fs::{self, File};
@@ -40,6 +45,7 @@ use tokio::sync::oneshot;
 use super::buffer::Buffer;
 use crate::base::codec::{self, CodecError};
 use crate::base::hash::FixedHashMap;
+use crate::env::blocking_io::{BlockingIo, InlineIo};
 use crate::messages::common::ResultPartitionId;
 
 mod result_partition;
@@ -273,6 +279,86 @@ pub enum Fetch {
     Unknown,
 }
 
+/// What [`ResultPartitionManager::fetch_or_listen`] decided under the partition's lock.
+#[derive(Debug)]
+pub enum PlannedFetch {
+    /// The answer, nothing to read.
+    Answer(Fetch),
+    /// Buffers to take; the subpartition's position has moved past them already.
+    Read(PendingRead),
+}
+
+/// Buffers a fetch planned under the partition's lock, some perhaps still on disk.
+pub struct PendingRead {
+    id: ResultPartitionId,
+    partition: Arc<Mutex<ResultPartition>>,
+    plan: FetchPlan,
+}
+
+impl fmt::Debug for PendingRead {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PendingRead")
+            .field("id", &self.id)
+            .field("buffers", &self.plan.items.len())
+            .field("next_buffer", &self.plan.next_buffer)
+            .field("finished", &self.plan.finished)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PendingRead {
+    /// Whether [`read`](Self::read) touches the disk (else it only moves buffers in memory).
+    pub fn needs_disk(&self) -> bool {
+        self.plan.needs_disk()
+    }
+
+    /// The buffers' size.
+    pub fn bytes(&self) -> usize {
+        self.plan.bytes
+    }
+
+    /// How many buffers it takes.
+    pub fn buffers(&self) -> usize {
+        self.plan.items.len()
+    }
+
+    /// The index to fetch from next.
+    pub fn next_buffer(&self) -> u64 {
+        self.plan.next_buffer
+    }
+
+    /// Whether these are the subpartition's last buffers.
+    pub fn finished(&self) -> bool {
+        self.plan.finished
+    }
+
+    /// The buffers, or why they cannot be had: blocks on the disk when
+    /// [`needs_disk`](Self::needs_disk).
+    pub fn read(self) -> Result<Vec<Buffer>, Unreadable> {
+        self.plan.read().map_err(|err| {
+            // A release or failure racing with the read deletes the file: report that, not
+            // the missing file.
+            match &lock(&self.partition).state {
+                State::Released => Unreadable::Released,
+                State::Failed(reason) => Unreadable::Failed(reason.clone()),
+                State::Producing | State::Finished => Unreadable::Failed(format!(
+                    "cannot read a spilled buffer of result partition {}: {err}",
+                    self.id
+                )),
+            }
+        })
+    }
+}
+
+/// Why a [`PendingRead`] got no buffers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unreadable {
+    /// The partition failed, or its spill file could not be read: the consumer fails.
+    Failed(String),
+    /// The partition was released meanwhile.
+    Released,
+}
+
 /// A snapshot of one partition's size, for metrics and tests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PartitionStats {
@@ -325,21 +411,24 @@ pub const MAX_EARLY_RELEASES: usize = 1 << 16;
 impl ResultPartitionManager {
     /// A store that spills into `working_dir` (created when first needed) once a partition holds
     /// more than `spill_threshold_bytes` in memory (0: spill everything).
+    /// Its blocking I/O runs on the caller's thread ([`InlineIo`]).
     pub fn new(working_dir: PathBuf, spill_threshold_bytes: usize) -> Self {
-        Self::with_spill_budget(working_dir, spill_threshold_bytes, None)
+        Self::with_spill_budget(working_dir, spill_threshold_bytes, None, Arc::new(InlineIo))
     }
 
     /// As [`new`](Self::new), holding at most `spill_budget` bytes of spill files at once (`None`:
     /// no limit): a spill past it fails its producer (a retryable [`PartitionError::Spill`]).
+    /// Spill files are deleted on `io`, and [`PendingRead`]s say whether to read on it.
     pub fn with_spill_budget(
         working_dir: PathBuf,
         spill_threshold_bytes: usize,
         spill_budget: Option<u64>,
+        io: Arc<dyn BlockingIo>,
     ) -> Self {
         Self {
             working_dir,
             spill_threshold_bytes,
-            disk: Arc::new(SpillDisk::new(spill_budget)),
+            disk: Arc::new(SpillDisk::new(spill_budget, io)),
             partitions: RwLock::new(FixedHashMap::default()),
             next_spill_file: AtomicU64::new(0),
             results: Mutex::default(),
@@ -356,6 +445,11 @@ impl ResultPartitionManager {
     /// Bytes spilled: on disk now, at most at once, in all.
     pub fn spill_usage(&self) -> SpillUsage {
         self.disk.usage()
+    }
+
+    /// Where this store's blocking I/O goes.
+    pub fn io(&self) -> &Arc<dyn BlockingIo> {
+        self.disk.io()
     }
 
     /// Registers a partition with `subpartitions` subpartitions (one per consumer subtask) before
@@ -676,7 +770,9 @@ impl ResultPartitionManager {
     /// Like [`fetch_with_credit`](Self::fetch_with_credit), but when nothing is new it answers
     /// [`Fetch::Listening`] and pushes `key` to `queue` once the subpartition gets a buffer, ends,
     /// fails or is released: one queue serves every subscription of a data connection, so a
-    /// producer TaskManager waits on one thing per connection, not one per channel.
+    /// producer TaskManager waits on one thing per connection, not one per channel. Buffers are
+    /// planned, not read: the caller reads them with [`PendingRead::read`], on its
+    /// [`io`](Self::io) when they are on disk, so an actor never reads a spill file itself.
     pub fn fetch_or_listen(
         &self,
         read: (ResultPartitionId, u32, u64),
@@ -684,9 +780,9 @@ impl ResultPartitionManager {
         credit: usize,
         queue: &Arc<ReadyQueue>,
         key: u64,
-    ) -> Fetch {
+    ) -> PlannedFetch {
         let (id, subpartition, from_buffer) = read;
-        self.fetch_inner(
+        self.plan(
             id,
             subpartition,
             from_buffer,
@@ -705,35 +801,49 @@ impl ResultPartitionManager {
         credit: usize,
         listener: Option<(&Arc<ReadyQueue>, u64)>,
     ) -> Fetch {
+        match self.plan(id, subpartition, from_buffer, max_bytes, credit, listener) {
+            PlannedFetch::Answer(answer) => answer,
+            PlannedFetch::Read(read) => {
+                let (next_buffer, finished) = (read.next_buffer(), read.finished());
+                match read.read() {
+                    Ok(buffers) => Fetch::Ready {
+                        buffers,
+                        next_buffer,
+                        finished,
+                    },
+                    Err(Unreadable::Failed(reason)) => Fetch::Failed(reason),
+                    Err(Unreadable::Released) => Fetch::Unknown,
+                }
+            }
+        }
+    }
+
+    fn plan(
+        &self,
+        id: ResultPartitionId,
+        subpartition: u32,
+        from_buffer: u64,
+        max_bytes: usize,
+        credit: usize,
+        listener: Option<(&Arc<ReadyQueue>, u64)>,
+    ) -> PlannedFetch {
         let Ok(partition) = self.get(id) else {
-            return Fetch::Unknown;
+            return PlannedFetch::Answer(Fetch::Unknown);
         };
-        let plan = match lock(&partition).plan_fetch(
+        let planned = lock(&partition).plan_fetch(
             subpartition,
             from_buffer,
             max_bytes,
             credit,
             listener,
-        ) {
-            Ok(plan) => plan,
-            Err(answer) => return answer,
-        };
-        let (next_buffer, finished) = (plan.next_buffer, plan.finished);
-        match plan.read() {
-            Ok(buffers) => Fetch::Ready {
-                buffers,
-                next_buffer,
-                finished,
-            },
-            // A release or failure racing with the read deletes the file: report that, not the
-            // missing file.
-            Err(err) => match &lock(&partition).state {
-                State::Released => Fetch::Unknown,
-                State::Failed(reason) => Fetch::Failed(reason.clone()),
-                State::Producing | State::Finished => Fetch::Failed(format!(
-                    "cannot read a spilled buffer of result partition {id}: {err}"
-                )),
-            },
+        );
+        match planned {
+            Ok(plan) => PlannedFetch::Read(PendingRead {
+                id,
+                partition,
+                plan,
+            }),
+            Err(answer) => PlannedFetch::Answer(answer),
         }
     }
 

@@ -16,6 +16,10 @@
 //! say is held at most [`FETCH_HOLD`] (well inside the transport's ask timeout) and answered
 //! empty, and the consumer polls again.
 //!
+//! The answer's buffers are taken after the connection's lock is let go, and when any is on disk,
+//! on the store's I/O threads ([`crate::env::blocking_io`]): the TaskManager actor that serves the
+//! poll keeps heartbeating and deploying however slow the disk.
+//!
 //! An answer lost on the way (the consumer's next poll says it did not get it) is served again
 //! from where it started: a retained (blocking) buffer is read again, a pipelined one was moved
 //! out and is gone, so that channel fails and its region restarts, never reads a gap.
@@ -27,7 +31,10 @@ use tokio::time::Instant;
 
 use super::input_gate::PARTITION_REQUEST_TIMEOUT;
 use super::partition::EndState;
-use super::partition::{Fetch, ReadyQueue, ResultPartitionManager};
+use super::partition::{
+    Fetch, PendingRead, PlannedFetch, ReadyQueue, ResultPartitionManager, Unreadable,
+};
+use crate::env::blocking_io::offload;
 use crate::base::hash::FixedHashMap;
 use crate::base::ids::DataConnectionId;
 use crate::messages::task_manager::{
@@ -393,7 +400,7 @@ impl ServerConnection {
         tokio::pin!(hold);
         let mut held_out = false;
         loop {
-            {
+            let answer = {
                 let mut state = lock(&self.state);
                 if state.poll != poll {
                     drop(state);
@@ -410,27 +417,118 @@ impl ServerConnection {
                     // Sets still waiting for members look again (and time out).
                     state.look_for_awaited(store, &self.ready);
                 }
-                let channels = state.collect(store, &self.ready);
+                let planned = state.collect(store, &self.ready);
                 let notices = std::mem::take(&mut state.notices);
-                let news = !channels.is_empty() || !notices.is_empty();
-                if news || held_out {
-                    if news {
-                        state.seq += 1;
-                        state.last_notices = notices.clone();
-                    }
-                    return PartitionData {
-                        seq: state.seq,
-                        channels,
-                        notices,
-                        forgotten: false,
-                    };
+                let news = !planned.is_empty() || !notices.is_empty();
+                if news {
+                    state.seq += 1;
+                    state.last_notices = notices.clone();
                 }
+                (news || held_out).then_some((state.seq, planned, notices))
+            };
+            if let Some((seq, planned, notices)) = answer {
+                // The connection's lock is free while the buffers are read.
+                let channels = self.read(store, poll, planned).await;
+                return PartitionData {
+                    seq,
+                    channels,
+                    notices,
+                    forgotten: false,
+                };
             }
             tokio::select! {
                 biased;
                 () = &mut superseded => {}
                 () = self.ready.wait() => {}
                 () = &mut hold, if !held_out => held_out = true,
+            }
+        }
+    }
+}
+
+impl ServerConnection {
+    /// Takes the buffers an answer planned: on the store's I/O threads when any is on disk, so
+    /// the TaskManager's actor thread, which serves this poll, never waits for the disk. A read
+    /// that fails ends its channel (unless a newer poll has taken the answer back to serve it
+    /// again).
+    async fn read(
+        &self,
+        store: &ResultPartitionManager,
+        poll: u64,
+        planned: Vec<(u64, Planned)>,
+    ) -> Vec<(u64, ChannelResponse)> {
+        let on_disk = planned.iter().any(|(_, planned)| planned.needs_disk());
+        let keys: Vec<u64> = planned.iter().map(|(key, _)| *key).collect();
+        let take = move || -> Vec<(u64, ChannelResponse, bool)> {
+            planned
+                .into_iter()
+                .map(|(key, planned)| {
+                    let (response, failed) = planned.take();
+                    (key, response, failed)
+                })
+                .collect()
+        };
+        let taken = if on_disk {
+            offload(store.io().as_ref(), take).await.unwrap_or_else(|| {
+                let reason = "the I/O thread reading spilled buffers panicked";
+                log::error!("{reason}");
+                keys.iter()
+                    .map(|&key| (key, ChannelResponse::Failed(reason.to_owned()), true))
+                    .collect()
+            })
+        } else {
+            take()
+        };
+        if taken.iter().any(|(_, _, failed)| *failed) {
+            let mut state = lock(&self.state);
+            if state.poll == poll {
+                for (key, _, failed) in &taken {
+                    if *failed {
+                        state.subscriptions.remove(key);
+                    }
+                }
+            }
+        }
+        taken
+            .into_iter()
+            .map(|(key, response, _)| (key, response))
+            .collect()
+    }
+}
+
+/// One channel of an answer as collected under the connection's lock.
+enum Planned {
+    /// Decided there.
+    Answer(ChannelResponse),
+    /// Buffers still to take (from disk, perhaps).
+    Read { pending: PendingRead, backlog: u64 },
+}
+
+impl Planned {
+    fn needs_disk(&self) -> bool {
+        matches!(self, Self::Read { pending, .. } if pending.needs_disk())
+    }
+
+    /// The channel's response, reading its buffers; `true` if it could not read them (the
+    /// channel ends).
+    fn take(self) -> (ChannelResponse, bool) {
+        match self {
+            Self::Answer(response) => (response, false),
+            Self::Read { pending, backlog } => {
+                let (next_buffer, finished) = (pending.next_buffer(), pending.finished());
+                match pending.read() {
+                    Ok(buffers) => (
+                        ChannelResponse::Data {
+                            buffers,
+                            next_buffer,
+                            finished,
+                            backlog,
+                        },
+                        false,
+                    ),
+                    Err(Unreadable::Failed(reason)) => (ChannelResponse::Failed(reason), true),
+                    Err(Unreadable::Released) => (ChannelResponse::Released, true),
+                }
             }
         }
     }
@@ -520,7 +618,7 @@ impl ConnectionState {
         &mut self,
         store: &ResultPartitionManager,
         ready: &Arc<ReadyQueue>,
-    ) -> Vec<(u64, ChannelResponse)> {
+    ) -> Vec<(u64, Planned)> {
         let items = ready.take_all();
         self.tell_ended(store, items.ended);
         let mut keys = items.keys;
@@ -563,22 +661,18 @@ impl ConnectionState {
                 subscription.subpartition,
                 subscription.next_buffer,
             );
-            let fetch = store.fetch_or_listen(
+            let planned = store.fetch_or_listen(
                 read,
                 budget,
                 usize::try_from(credit).unwrap_or(usize::MAX),
                 ready,
                 key,
             );
-            match fetch {
-                Fetch::Ready {
-                    buffers,
-                    next_buffer,
-                    finished,
-                } => {
-                    let bytes: usize = buffers.iter().map(super::Buffer::len).sum();
-                    budget = budget.saturating_sub(bytes);
-                    subscription.sent += buffers.len() as u64;
+            match planned {
+                PlannedFetch::Read(pending) => {
+                    budget = budget.saturating_sub(pending.bytes());
+                    subscription.sent += pending.buffers() as u64;
+                    let (next_buffer, finished) = (pending.next_buffer(), pending.finished());
                     subscription.next_buffer = next_buffer;
                     let backlog = if finished {
                         0
@@ -592,27 +686,50 @@ impl ConnectionState {
                         // More may be there already, or the next read listens.
                         again.push(key);
                     }
+                    channels.push((key, Planned::Read { pending, backlog }));
+                }
+                // An end with nothing left, decided without reading.
+                PlannedFetch::Answer(Fetch::Ready {
+                    buffers,
+                    next_buffer,
+                    finished,
+                }) => {
+                    subscription.sent += buffers.len() as u64;
+                    subscription.next_buffer = next_buffer;
+                    let backlog = if finished {
+                        0
+                    } else {
+                        store.backlog(read.0, read.1, next_buffer)
+                    };
+                    self.last_answer.push((key, before));
+                    if finished {
+                        self.subscriptions.remove(&key);
+                    } else {
+                        again.push(key);
+                    }
                     channels.push((
                         key,
-                        ChannelResponse::Data {
+                        Planned::Answer(ChannelResponse::Data {
                             buffers,
                             next_buffer,
                             finished,
                             backlog,
-                        },
+                        }),
                     ));
                 }
-                Fetch::Listening | Fetch::Pending(_) => subscription.listening = true,
-                Fetch::Failed(reason) => {
+                PlannedFetch::Answer(Fetch::Listening | Fetch::Pending(_)) => {
+                    subscription.listening = true;
+                }
+                PlannedFetch::Answer(Fetch::Failed(reason)) => {
                     self.last_answer.push((key, before));
                     self.subscriptions.remove(&key);
-                    channels.push((key, ChannelResponse::Failed(reason)));
+                    channels.push((key, Planned::Answer(ChannelResponse::Failed(reason))));
                 }
                 // It had data, so it was here: it was released.
-                Fetch::Unknown => {
+                PlannedFetch::Answer(Fetch::Unknown) => {
                     self.last_answer.push((key, before));
                     self.subscriptions.remove(&key);
-                    channels.push((key, ChannelResponse::Released));
+                    channels.push((key, Planned::Answer(ChannelResponse::Released)));
                 }
             }
         }

@@ -18,7 +18,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::mpsc;
+use std::sync::{Arc, mpsc};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -84,6 +84,11 @@ impl LockstepTaskRunner {
 impl TaskRunner for LockstepTaskRunner {
     fn run(&self, name: String, task: TaskBody) {
         drop(self.spawn(name, task));
+    }
+
+    /// Inline: the I/O happens in lock step, so a seed replays the same.
+    fn io(&self) -> Arc<dyn crate::env::blocking_io::BlockingIo> {
+        Arc::new(crate::env::blocking_io::InlineIo)
     }
 }
 

@@ -228,6 +228,7 @@ impl ResultPartition {
         let plan = FetchPlan {
             spill_path: sub.spill.as_ref().map(|spill| spill.path.clone()),
             items,
+            bytes: total,
             next_buffer,
             finished: finished && next_buffer == available,
         };

@@ -47,7 +47,8 @@ impl ResultSubpartition {
             source,
         };
         spill.disk.take(frame.len() as u64).map_err(spill_error)?;
-        if let Err(error) = spill.file.write_all(&frame) {
+        let file = spill.file.as_mut().expect("a spill file has its file until dropped");
+        if let Err(error) = file.write_all(&frame) {
             // The frame is not in `len`, which the file frees when deleted: free it now (a
             // torn tail nobody reads goes with the file).
             spill.disk.free(frame.len() as u64);
@@ -93,15 +94,19 @@ impl Stored {
 pub struct SpillDisk {
     /// `u64::MAX`: no limit.
     budget: u64,
+    /// Where spill files are deleted: a release on the TaskManager's actor thread only hands
+    /// them over.
+    io: Arc<dyn BlockingIo>,
     live: AtomicU64,
     peak: AtomicU64,
     total: AtomicU64,
 }
 
 impl SpillDisk {
-    pub(super) fn new(budget: Option<u64>) -> Self {
+    pub(super) fn new(budget: Option<u64>, io: Arc<dyn BlockingIo>) -> Self {
         Self {
             budget: budget.unwrap_or(u64::MAX),
+            io,
             live: AtomicU64::new(0),
             peak: AtomicU64::new(0),
             total: AtomicU64::new(0),
@@ -132,6 +137,10 @@ impl SpillDisk {
         self.live.fetch_sub(bytes, Ordering::AcqRel);
     }
 
+    pub(super) fn io(&self) -> &Arc<dyn BlockingIo> {
+        &self.io
+    }
+
     pub(super) fn usage(&self) -> SpillUsage {
         SpillUsage {
             live: self.live.load(Ordering::Acquire),
@@ -141,10 +150,13 @@ impl SpillDisk {
     }
 }
 
-/// An append-only spill file, deleted (and its bytes freed from the [`SpillDisk`]) when dropped.
+/// An append-only spill file, deleted (and its bytes freed from the [`SpillDisk`]) when dropped:
+/// the bytes at once, the file on the disk's [`BlockingIo`] (unlinking and closing a large file
+/// frees its blocks, which takes a while).
 pub(super) struct SpillFile {
     pub(super) path: PathBuf,
-    pub(super) file: File,
+    /// `None` only while it is dropped.
+    file: Option<File>,
     /// Bytes written so far: the next frame's offset.
     pub(super) len: u64,
     disk: Arc<SpillDisk>,
@@ -177,7 +189,7 @@ impl SpillFile {
         })?;
         Ok(Self {
             path,
-            file,
+            file: Some(file),
             len: 0,
             disk,
         })
@@ -187,11 +199,15 @@ impl SpillFile {
 impl Drop for SpillFile {
     fn drop(&mut self) {
         self.disk.free(self.len);
-        if let Err(err) = fs::remove_file(&self.path)
-            && err.kind() != io::ErrorKind::NotFound
-        {
-            log::warn!("cannot delete spill file `{}`: {err}", self.path.display());
-        }
+        let (path, file) = (std::mem::take(&mut self.path), self.file.take());
+        self.disk.io.execute(Box::new(move || {
+            if let Err(err) = fs::remove_file(&path)
+                && err.kind() != io::ErrorKind::NotFound
+            {
+                log::warn!("cannot delete spill file `{}`: {err}", path.display());
+            }
+            drop(file);
+        }));
     }
 }
 
@@ -204,6 +220,8 @@ pub(super) enum PlannedBuffer {
 pub(super) struct FetchPlan {
     pub(super) spill_path: Option<PathBuf>,
     pub(super) items: Vec<PlannedBuffer>,
+    /// The buffers' size.
+    pub(super) bytes: usize,
     pub(super) next_buffer: u64,
     pub(super) finished: bool,
 }
@@ -236,6 +254,13 @@ pub(super) enum ReadError {
 }
 
 impl FetchPlan {
+    /// Whether reading it touches the disk.
+    pub(super) fn needs_disk(&self) -> bool {
+        self.items
+            .iter()
+            .any(|item| matches!(item, PlannedBuffer::Spilled { .. }))
+    }
+
     /// Takes the planned buffers, reading spilled ones from disk (one open per fetch).
     pub(super) fn read(self) -> Result<Vec<Buffer>, ReadError> {
         let mut file: Option<File> = None;

@@ -536,7 +536,7 @@ fn a_listener_gets_its_key_on_append_finish_failure_and_release() {
         store.create(id, 1).unwrap();
     }
     for (key, id) in [(1, appended), (2, finished), (3, failed), (4, released)] {
-        assert!(matches!(listen(id, key), Fetch::Listening));
+        assert!(matches!(listen(id, key), PlannedFetch::Answer(Fetch::Listening)));
         // The partition's end is watched too, under another key.
         assert_eq!(store.watch_end(id, &queue, key + 10), EndState::Producing);
     }
@@ -563,7 +563,7 @@ fn a_listener_gets_its_key_on_append_finish_failure_and_release() {
         vec![12, 13, 14],
         "only the partitions that ended"
     );
-    assert!(matches!(listen(released, 4), Fetch::Unknown));
+    assert!(matches!(listen(released, 4), PlannedFetch::Answer(Fetch::Unknown)));
     assert_eq!(store.end_state(released), EndState::Unknown);
 }
 
@@ -641,7 +641,12 @@ fn a_release_before_the_partition_exists_applies_when_it_is_created() {
 #[test]
 fn a_spill_past_the_budget_fails_naming_the_key_and_released_files_free_it() {
     let dir = TempDir::new("budget");
-    let store = ResultPartitionManager::with_spill_budget(dir.0.clone(), 0, Some(4_000));
+    let store = ResultPartitionManager::with_spill_budget(
+        dir.0.clone(),
+        0,
+        Some(4_000),
+        Arc::new(InlineIo),
+    );
     let (first, second) = (pid(7), pid(8));
     store.create(first, 1).unwrap();
     let mut appended = 0;
