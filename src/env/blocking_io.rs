@@ -144,7 +144,9 @@ mod tests {
             }));
         }
         for _ in 0..WORKS {
-            finished.recv_timeout(Duration::from_secs(60)).expect("every work ran");
+            finished
+                .recv_timeout(Duration::from_secs(60))
+                .expect("every work ran");
         }
         let most = most.load(Ordering::SeqCst);
         assert!(most <= IO_THREADS, "{most} ran at once");

@@ -5,8 +5,8 @@
 //! serialized records) to one subpartition per consumer subtask; consumers (local task threads, or the TaskManager actor
 //! answering a remote consumer) [`fetch`](ResultPartitionManager::fetch) them by buffer index, long-polling
 //! when they have caught up. Buffers stay in memory until a partition's in-memory size would pass
-//! the spill threshold; from then on that partition's buffers go to one spill file per
-//! subpartition, so memory stays bounded by the threshold whatever the input size. A partition
+//! the spill threshold; from then on that partition's buffers go to its spill file (one per
+//! partition, see `spill`), so memory stays bounded by the threshold whatever the input size. A partition
 //! lives until it is [released](ResultPartitionManager::release) (or the store dropped), so a restarted
 //! consumer can read it again from buffer 0.
 //!
@@ -52,7 +52,7 @@ mod result_partition;
 mod spill;
 
 use crate::messages::SpillUsage;
-use result_partition::{ResultPartition, ResultSubpartition, State};
+use result_partition::{ResultPartition, State};
 use spill::{FetchPlan, PlannedBuffer, SpillDisk, SpillFile, Stored};
 
 /// Why a producer-side operation on a result partition failed.
@@ -482,6 +482,7 @@ impl ResultPartitionManager {
             count: subpartitions,
             memory_bytes: 0,
             spilling: false,
+            spill: None,
             retain,
             capacity: None,
         };
@@ -627,14 +628,9 @@ impl ResultPartitionManager {
             Stored::Memory(buffer)
         } else {
             partition.spilling = true;
-            let spilled = partition.subpartitions.entry(index).or_default().spill(
-                id,
-                subpartition,
-                &buffer,
-                &self.working_dir,
-                &self.disk,
-                || self.next_spill_file.fetch_add(1, Ordering::Relaxed),
-            );
+            let spilled = partition.spill(&buffer, &self.working_dir, &self.disk, || {
+                self.next_spill_file.fetch_add(1, Ordering::Relaxed)
+            });
             match spilled {
                 Ok(stored) => stored,
                 Err(err) => {
@@ -670,6 +666,9 @@ impl ResultPartitionManager {
         let mut partition = lock(&partition);
         partition.check_writable()?;
         partition.state = State::Finished;
+        if let Some(spill) = &mut partition.spill {
+            spill.close();
+        }
         for subpartition in partition.subpartitions.values_mut() {
             subpartition.wake();
         }
@@ -830,13 +829,8 @@ impl ResultPartitionManager {
         let Ok(partition) = self.get(id) else {
             return PlannedFetch::Answer(Fetch::Unknown);
         };
-        let planned = lock(&partition).plan_fetch(
-            subpartition,
-            from_buffer,
-            max_bytes,
-            credit,
-            listener,
-        );
+        let planned =
+            lock(&partition).plan_fetch(subpartition, from_buffer, max_bytes, credit, listener);
         match planned {
             Ok(plan) => PlannedFetch::Read(PendingRead {
                 id,

@@ -34,9 +34,9 @@ use super::partition::EndState;
 use super::partition::{
     Fetch, PendingRead, PlannedFetch, ReadyQueue, ResultPartitionManager, Unreadable,
 };
-use crate::env::blocking_io::offload;
 use crate::base::hash::FixedHashMap;
 use crate::base::ids::DataConnectionId;
+use crate::env::blocking_io::offload;
 use crate::messages::task_manager::{
     ChannelResponse, PartitionData, PartitionEnd, PartitionNotice, PartitionRequest,
     PartitionRequests, PollPartitionData,

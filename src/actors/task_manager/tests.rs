@@ -1139,9 +1139,14 @@ async fn heartbeats_go_on_while_a_poll_waits_for_its_spilled_buffers_on_the_io_t
     io.run_held();
     let data = answer.await.expect("the poll is answered");
     match &data.channels[..] {
-        [(7, ChannelResponse::Data {
-            buffers, finished, ..
-        })] => {
+        [
+            (
+                7,
+                ChannelResponse::Data {
+                    buffers, finished, ..
+                },
+            ),
+        ] => {
             assert_eq!(buffers, &records);
             assert!(finished);
         }
@@ -1154,7 +1159,11 @@ async fn heartbeats_go_on_while_a_poll_waits_for_its_spilled_buffers_on_the_io_t
     // (What the actor's `ReleasePartitions` handler calls; the partition was not deployed here.)
     assert!(store.release(id));
     assert_eq!(store.spill_usage().live, 0);
-    assert_eq!((io.held(), files()), (1, 1), "the delete waits for the I/O threads");
+    assert_eq!(
+        (io.held(), files()),
+        (1, 1),
+        "the delete waits for the I/O threads"
+    );
     io.run_held();
     assert_eq!(files(), 0);
     let _ = std::fs::remove_dir_all(&work);

@@ -27,6 +27,8 @@ pub(super) struct ResultPartition {
     pub(super) spilling: bool,
     /// Whether fetched in-memory buffers stay (blocking results) or move to the consumer.
     pub(super) retain: bool,
+    /// Every spilled buffer of every subpartition, created at the first.
+    pub(super) spill: Option<SpillFile>,
     /// Of a pipelined partition: the most unread buffers a subpartition holds before its
     /// producer waits. `None`: unbounded, spilling past the threshold.
     pub(super) capacity: Option<usize>,
@@ -104,9 +106,9 @@ impl ResultPartition {
     pub(super) fn fail(&mut self, reason: String) {
         self.state = State::Failed(reason);
         self.memory_bytes = 0;
+        self.spill = None;
         for subpartition in self.subpartitions.values_mut() {
             subpartition.buffers.clear();
-            subpartition.spill = None;
             subpartition.wake();
             subpartition.wake_producer();
         }
@@ -226,7 +228,7 @@ impl ResultPartition {
             }
         }
         let plan = FetchPlan {
-            spill_path: sub.spill.as_ref().map(|spill| spill.path.clone()),
+            spill_path: self.spill.as_ref().map(|spill| spill.path.clone()),
             items,
             bytes: total,
             next_buffer,
@@ -241,8 +243,6 @@ impl ResultPartition {
 #[derive(Default)]
 pub(super) struct ResultSubpartition {
     pub(super) buffers: Vec<Stored>,
-    /// Created at the first spilled buffer.
-    pub(super) spill: Option<SpillFile>,
     /// Consumers long-polling for the next buffer.
     pub(super) waiters: Vec<Waiter>,
     /// A producer waiting for room (a pipelined partition at capacity).

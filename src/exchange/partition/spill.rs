@@ -1,20 +1,24 @@
-//! Spilling: a blocking partition's buffers written to one spill file per subpartition once the
-//! partition's in-memory size would pass the threshold, and read back, outside any lock, by the
-//! fetches planned under it.
+//! Spilling: a blocking partition's buffers written to one spill file per partition (Flink's
+//! sort-merge blocking shuffle writes one data file per partition too), every subpartition's
+//! buffers appended as they come, each buffer one subpartition's records; the partition's index
+//! is the place of each buffer, kept in memory with its subpartition ([`Stored::Spilled`]). So
+//! a TaskManager has one spill file open per partition being written, whatever the number of
+//! subpartitions, and none once its producer finished: reads open the file per fetch.
+//! Buffers are read back, outside any lock, by the fetches planned under it.
 
 use super::*;
 
-impl ResultSubpartition {
-    /// Appends one length-prefixed encoded buffer to this subpartition's spill file.
+impl ResultPartition {
+    /// Appends one length-prefixed encoded buffer (of one subpartition) to the partition's spill
+    /// file.
     pub(super) fn spill(
         &mut self,
-        id: ResultPartitionId,
-        subpartition: u32,
         buffer: &Buffer,
         working_dir: &Path,
         disk: &Arc<SpillDisk>,
         next_file: impl FnOnce() -> u64,
     ) -> Result<Stored, PartitionError> {
+        let id = self.id;
         let payload =
             codec::encode(buffer).map_err(|source| PartitionError::Encode { id, source })?;
         // The codec refuses anything over 16 MiB, so the length fits a u32.
@@ -31,7 +35,7 @@ impl ResultSubpartition {
                 working_dir,
                 disk.clone(),
                 working_dir.join(format!(
-                    "partition-{:032x}-{}-{subpartition}-{}.spill",
+                    "partition-{:032x}-{}-{}.spill",
                     id.producer.as_u128(),
                     id.edge,
                     next_file()
@@ -47,8 +51,13 @@ impl ResultSubpartition {
             source,
         };
         spill.disk.take(frame.len() as u64).map_err(spill_error)?;
-        let file = spill.file.as_mut().expect("a spill file has its file until dropped");
-        if let Err(error) = file.write_all(&frame) {
+        let written = match spill.file.as_mut() {
+            Some(file) => file.write_all(&frame),
+            None => Err(io::Error::other(
+                "the spill file was closed: its producer finished",
+            )),
+        };
+        if let Err(error) = written {
             // The frame is not in `len`, which the file frees when deleted: free it now (a
             // torn tail nobody reads goes with the file).
             spill.disk.free(frame.len() as u64);
@@ -155,7 +164,7 @@ impl SpillDisk {
 /// frees its blocks, which takes a while).
 pub(super) struct SpillFile {
     pub(super) path: PathBuf,
-    /// `None` only while it is dropped.
+    /// For writing; `None` once its producer finished (readers open the file themselves).
     file: Option<File>,
     /// Bytes written so far: the next frame's offset.
     pub(super) len: u64,
@@ -193,6 +202,14 @@ impl SpillFile {
             len: 0,
             disk,
         })
+    }
+}
+
+impl SpillFile {
+    /// Closes the file for writing: nothing more is written, and a finished partition holds no
+    /// open file.
+    pub(super) fn close(&mut self) {
+        self.file = None;
     }
 }
 

@@ -343,7 +343,8 @@ fn spills_beyond_the_threshold_and_reads_back_in_order() {
     assert_eq!(stats.buffers, 300);
     assert!(stats.spilled_buffers >= 297, "{stats:?}");
     let files = dir.files();
-    assert_eq!(files.len(), 3, "one spill file per subpartition: {files:?}");
+    assert_eq!(files.len(), 1, "one spill file per partition: {files:?}");
+    assert_eq!(open_descriptors(&files[0]), 1, "open for writing");
 
     // Readable while producing, then to the end once finished, with small and large budgets.
     assert!(matches!(
@@ -351,6 +352,11 @@ fn spills_beyond_the_threshold_and_reads_back_in_order() {
         Fetch::Ready { ref buffers, next_buffer: 1, finished: false } if buffers.len() == 1
     ));
     store.finish(id).unwrap();
+    assert_eq!(
+        open_descriptors(&files[0]),
+        0,
+        "a finished partition holds no open file"
+    );
     for sub in 0..3 {
         assert_eq!(drain(&store, id, sub, 1), expected[sub as usize]);
         assert_eq!(drain(&store, id, sub, 2_000), expected[sub as usize]);
@@ -417,7 +423,7 @@ fn dropping_the_store_deletes_spill_files() {
         store.append_records(pid(n), 0, buffer(0, 2)).unwrap();
         store.append_records(pid(n), 1, buffer(2, 2)).unwrap();
     }
-    assert_eq!(dir.files().len(), 6);
+    assert_eq!(dir.files().len(), 3, "one per partition");
     assert!(format!("{store:?}").contains("partitions: 3"));
     drop(store);
     assert!(dir.files().is_empty());
@@ -536,7 +542,10 @@ fn a_listener_gets_its_key_on_append_finish_failure_and_release() {
         store.create(id, 1).unwrap();
     }
     for (key, id) in [(1, appended), (2, finished), (3, failed), (4, released)] {
-        assert!(matches!(listen(id, key), PlannedFetch::Answer(Fetch::Listening)));
+        assert!(matches!(
+            listen(id, key),
+            PlannedFetch::Answer(Fetch::Listening)
+        ));
         // The partition's end is watched too, under another key.
         assert_eq!(store.watch_end(id, &queue, key + 10), EndState::Producing);
     }
@@ -563,7 +572,10 @@ fn a_listener_gets_its_key_on_append_finish_failure_and_release() {
         vec![12, 13, 14],
         "only the partitions that ended"
     );
-    assert!(matches!(listen(released, 4), PlannedFetch::Answer(Fetch::Unknown)));
+    assert!(matches!(
+        listen(released, 4),
+        PlannedFetch::Answer(Fetch::Unknown)
+    ));
     assert_eq!(store.end_state(released), EndState::Unknown);
 }
 
@@ -681,4 +693,13 @@ fn a_spill_past_the_budget_fails_naming_the_key_and_released_files_free_it() {
     let usage = store.spill_usage();
     assert_eq!(usage.live, 0, "deleting its file freed it");
     assert!(usage.total > usage.peak);
+}
+
+/// How many of this process's file descriptors are open on `path`.
+fn open_descriptors(path: &std::path::Path) -> usize {
+    std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .filter_map(|entry| std::fs::read_link(entry.ok()?.path()).ok())
+        .filter(|target| target == path)
+        .count()
 }
