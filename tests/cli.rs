@@ -451,36 +451,13 @@ fn a_flint_process_raises_its_open_files_limit_to_the_hard_one() {
 #[test]
 #[allow(clippy::disallowed_methods)] // waits for a real process in real time
 fn a_blocking_all_to_all_of_p_256_runs_under_an_open_files_limit_of_1024() {
-    let dir = Scratch::new("p256-files");
-    let job = dir.write(
-        "job.toml",
-        r#"name = "p256"
-[restart-strategy]
-type = "none"
-[[vertex]]
-name = "source"
-operator = "noop"
-parallelism = 256
-[vertex.config]
-count = "1024"
-payload-bytes = "100"
-[[vertex]]
-name = "sink"
-operator = "noop"
-parallelism = 256
-[[edge]]
-from = "source"
-to = "sink"
-pattern = "all-to-all"
-exchange = "blocking"
-"#,
-    );
+    const WIDE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/wide-blocking.toml");
     let mut child = Command::new("sh")
         .arg("-c")
         .arg(format!(
-            "ulimit -n 1024 && exec {} run --embedded {} --pool-size 2 --slots 16 --timeout 300s",
+            "ulimit -n 1024 && exec {} run --embedded {WIDE} --pool-size 2 --slots 16 \
+             --param records=1024 --param bytes=100 --timeout 300s",
             env!("CARGO_BIN_EXE_flint"),
-            arg(&job)
         ))
         .env_remove("RUST_LOG")
         .env("FLINT_TASKMANAGER_NETWORK_MEMORY", "2gb")
