@@ -32,8 +32,8 @@
 
 use std::fmt;
 use std::fs::{self, File};
-use std::io::{self, Read, Seek, SeekFrom, Write};
-use std::os::unix::fs::DirBuilderExt;
+use std::io::{self, Write};
+use std::os::unix::fs::{DirBuilderExt, FileExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{
@@ -43,7 +43,7 @@ use std::sync::{
 use tokio::sync::oneshot;
 
 use super::buffer::Buffer;
-use crate::base::codec::{self, CodecError};
+use crate::base::codec::CodecError;
 use crate::base::hash::FixedHashMap;
 use crate::env::blocking_io::{BlockingIo, InlineIo};
 use crate::messages::common::ResultPartitionId;

@@ -19,9 +19,7 @@ impl ResultPartition {
         next_file: impl FnOnce() -> u64,
     ) -> Result<Stored, PartitionError> {
         let id = self.id;
-        let payload =
-            codec::encode(buffer).map_err(|source| PartitionError::Encode { id, source })?;
-        // The codec refuses anything over 16 MiB, so the length fits a u32.
+        let payload = buffer.bytes();
         let len = u32::try_from(payload.len()).map_err(|_| PartitionError::Encode {
             id,
             source: CodecError::TooLarge {
@@ -42,17 +40,18 @@ impl ResultPartition {
                 )),
             )?),
         };
-        let mut frame = Vec::with_capacity(4 + payload.len());
-        frame.extend_from_slice(&len.to_le_bytes());
-        frame.extend_from_slice(&payload);
+        let mut header = [0u8; FRAME_HEADER];
+        header[..4].copy_from_slice(&len.to_le_bytes());
+        header[4..].copy_from_slice(&buffer.records().to_le_bytes());
+        let frame_len = (FRAME_HEADER + payload.len()) as u64;
         let spill_error = |source| PartitionError::Spill {
             id,
             path: spill.path.clone(),
             source,
         };
-        spill.disk.take(frame.len() as u64).map_err(spill_error)?;
+        spill.disk.take(frame_len).map_err(spill_error)?;
         let written = match spill.file.as_mut() {
-            Some(file) => file.write_all(&frame),
+            Some(file) => write_frame(file, &header, payload),
             None => Err(io::Error::other(
                 "the spill file was closed: its producer finished",
             )),
@@ -60,11 +59,11 @@ impl ResultPartition {
         if let Err(error) = written {
             // The frame is not in `len`, which the file frees when deleted: free it now (a
             // torn tail nobody reads goes with the file).
-            spill.disk.free(frame.len() as u64);
+            spill.disk.free(frame_len);
             return Err(spill_error(error));
         }
         let offset = spill.len;
-        spill.len += frame.len() as u64;
+        spill.len += frame_len;
         Ok(Stored::Spilled {
             offset,
             len: payload.len(),
@@ -73,7 +72,27 @@ impl ResultPartition {
     }
 }
 
-/// One buffer, in memory or at a place in its subpartition's spill file.
+/// A frame's header: the payload's length and the buffer's record count, each a little-endian
+/// `u32`; the buffer's bytes follow as they are (no encoding: written and read without a copy
+/// of our own).
+const FRAME_HEADER: usize = 8;
+
+/// Writes header and payload with as few system calls as the kernel allows (one, usually).
+fn write_frame(file: &mut File, header: &[u8], payload: &[u8]) -> io::Result<()> {
+    let mut slices = [io::IoSlice::new(header), io::IoSlice::new(payload)];
+    let mut slices = &mut slices[..];
+    while !slices.is_empty() {
+        match file.write_vectored(slices) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(written) => io::IoSlice::advance_slices(&mut slices, written),
+            Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+            Err(error) => return Err(error),
+        }
+    }
+    Ok(())
+}
+
+/// One buffer, in memory or at a place in the partition's spill file.
 pub(super) enum Stored {
     Memory(Buffer),
     Spilled {
@@ -259,13 +278,6 @@ pub(super) enum ReadError {
         found: u32,
         expected: usize,
     },
-    #[error("cannot decode the buffer at offset {offset} of `{}`", path.display())]
-    Decode {
-        path: PathBuf,
-        offset: u64,
-        #[source]
-        source: CodecError,
-    },
     #[error("spilled buffer without a spill file")]
     NoSpillFile,
 }
@@ -295,10 +307,13 @@ impl FetchPlan {
                         Some(file) => file,
                         empty @ None => empty.insert(File::open(path).map_err(io_error)?),
                     };
-                    file.seek(SeekFrom::Start(offset)).map_err(io_error)?;
-                    let mut prefix = [0u8; 4];
-                    file.read_exact(&mut prefix).map_err(io_error)?;
-                    let found = u32::from_le_bytes(prefix);
+                    // One read of header and payload together, into the buffer's own bytes.
+                    let mut frame = vec![0u8; FRAME_HEADER + len];
+                    file.read_exact_at(&mut frame, offset).map_err(io_error)?;
+                    let field = |at: usize| {
+                        u32::from_le_bytes(frame[at..at + 4].try_into().expect("4 bytes"))
+                    };
+                    let (found, records) = (field(0), field(4));
                     if found as usize != len {
                         return Err(ReadError::Corrupt {
                             path: path.clone(),
@@ -307,13 +322,8 @@ impl FetchPlan {
                             expected: len,
                         });
                     }
-                    let mut payload = vec![0u8; len];
-                    file.read_exact(&mut payload).map_err(io_error)?;
-                    buffers.push(codec::decode(&payload).map_err(|source| ReadError::Decode {
-                        path: path.clone(),
-                        offset,
-                        source,
-                    })?);
+                    let bytes = bytes::Bytes::from(frame).slice(FRAME_HEADER..);
+                    buffers.push(Buffer::new(records, bytes));
                 }
             }
         }
