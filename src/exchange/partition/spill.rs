@@ -290,40 +290,64 @@ impl FetchPlan {
             .any(|item| matches!(item, PlannedBuffer::Spilled { .. }))
     }
 
-    /// Takes the planned buffers, reading spilled ones from disk (one open per fetch).
+    /// Takes the planned buffers, reading spilled ones from disk: one open per fetch, every
+    /// spilled frame into one allocation the buffers share (a fetch is at most about a
+    /// megabyte), one positioned read per run of frames that lie back to back in the file.
     pub(super) fn read(self) -> Result<Vec<Buffer>, ReadError> {
-        let mut file: Option<File> = None;
+        // Each spilled frame's place in the file and its length, in order.
+        let frames: Vec<(u64, usize)> = self
+            .items
+            .iter()
+            .filter_map(|item| match item {
+                PlannedBuffer::Spilled { offset, len } => Some((*offset, FRAME_HEADER + len)),
+                PlannedBuffer::Memory(_) => None,
+            })
+            .collect();
+        let mut read = vec![0u8; frames.iter().map(|(_, len)| len).sum()];
+        if !frames.is_empty() {
+            let path = self.spill_path.as_ref().ok_or(ReadError::NoSpillFile)?;
+            let io_error = |source| ReadError::Io {
+                path: path.clone(),
+                source,
+            };
+            let file = File::open(path).map_err(io_error)?;
+            let (mut start, mut at) = (0, 0);
+            while start < frames.len() {
+                // The run of frames from `start` that follow each other in the file.
+                let (offset, mut run) = frames[start];
+                let mut end = start + 1;
+                while end < frames.len() && frames[end].0 == offset + run as u64 {
+                    run += frames[end].1;
+                    end += 1;
+                }
+                file.read_exact_at(&mut read[at..at + run], offset)
+                    .map_err(io_error)?;
+                (start, at) = (end, at + run);
+            }
+        }
+        let read = bytes::Bytes::from(read);
+        let mut at = 0;
         let mut buffers = Vec::with_capacity(self.items.len());
         for item in self.items {
             match item {
-                PlannedBuffer::Memory(records) => buffers.push(records),
+                PlannedBuffer::Memory(buffer) => buffers.push(buffer),
                 PlannedBuffer::Spilled { offset, len } => {
-                    let path = self.spill_path.as_ref().ok_or(ReadError::NoSpillFile)?;
-                    let io_error = |source| ReadError::Io {
-                        path: path.clone(),
-                        source,
+                    let field = |from: usize| {
+                        let bytes: [u8; 4] = read[from..from + 4].try_into().expect("4 bytes");
+                        u32::from_le_bytes(bytes)
                     };
-                    let file = match &mut file {
-                        Some(file) => file,
-                        empty @ None => empty.insert(File::open(path).map_err(io_error)?),
-                    };
-                    // One read of header and payload together, into the buffer's own bytes.
-                    let mut frame = vec![0u8; FRAME_HEADER + len];
-                    file.read_exact_at(&mut frame, offset).map_err(io_error)?;
-                    let field = |at: usize| {
-                        u32::from_le_bytes(frame[at..at + 4].try_into().expect("4 bytes"))
-                    };
-                    let (found, records) = (field(0), field(4));
+                    let (found, records) = (field(at), field(at + 4));
                     if found as usize != len {
                         return Err(ReadError::Corrupt {
-                            path: path.clone(),
+                            path: self.spill_path.clone().unwrap_or_default(),
                             offset,
                             found,
                             expected: len,
                         });
                     }
-                    let bytes = bytes::Bytes::from(frame).slice(FRAME_HEADER..);
-                    buffers.push(Buffer::new(records, bytes));
+                    let payload = at + FRAME_HEADER;
+                    buffers.push(Buffer::new(records, read.slice(payload..payload + len)));
+                    at = payload + len;
                 }
             }
         }
