@@ -18,6 +18,13 @@ pub type IoWork = Box<dyn FnOnce() + Send>;
 pub trait BlockingIo: Send + Sync + fmt::Debug {
     /// Runs `work` where it may block (production: never on the caller's thread).
     fn execute(&self, work: IoWork);
+
+    /// How long the simulation's disk takes: [`offload`] lets this much (virtual) time pass
+    /// before the work runs, so other messages interleave with a read in flight as they do in
+    /// production. Zero in production, where the work simply takes what it takes.
+    fn latency(&self) -> Duration {
+        Duration::ZERO
+    }
 }
 
 /// Threads of the process-wide [`IoPool`] at most: reads and deletes of spill files are mostly
@@ -64,7 +71,8 @@ fn pool() -> Option<&'static tokio::runtime::Runtime> {
     .as_ref()
 }
 
-/// Runs the work on the caller's thread: the simulation, and stores that tests build directly.
+/// Runs the work on the caller's thread: stores that tests build directly, and (with a latency)
+/// the simulation.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct InlineIo;
 
@@ -80,6 +88,10 @@ pub async fn offload<T: Send + 'static>(
     io: &dyn BlockingIo,
     work: impl FnOnce() -> T + Send + 'static,
 ) -> Option<T> {
+    let latency = io.latency();
+    if !latency.is_zero() {
+        tokio::time::sleep(latency).await;
+    }
     let (sender, receiver) = tokio::sync::oneshot::channel();
     io.execute(Box::new(move || {
         // The waiter may be gone (its poll was dropped): the result is not needed then.

@@ -282,10 +282,17 @@ pub enum Fetch {
 /// What [`ResultPartitionManager::fetch_or_listen`] decided under the partition's lock.
 #[derive(Debug)]
 pub enum PlannedFetch {
-    /// The answer, nothing to read.
-    Answer(Fetch),
-    /// Buffers to take; the subpartition's position has moved past them already.
+    /// Buffers to take (perhaps none: the subpartition's end); the subpartition's position has
+    /// moved past them already.
     Read(PendingRead),
+    /// As [`Fetch::Pending`].
+    Pending(oneshot::Receiver<()>),
+    /// As [`Fetch::Listening`].
+    Listening,
+    /// As [`Fetch::Failed`].
+    Failed(String),
+    /// As [`Fetch::Unknown`].
+    Unknown,
 }
 
 /// Buffers a fetch planned under the partition's lock, some perhaps still on disk.
@@ -763,7 +770,7 @@ impl ResultPartitionManager {
         max_bytes: usize,
         credit: usize,
     ) -> Fetch {
-        self.fetch_inner(id, subpartition, from_buffer, max_bytes, credit, None)
+        Self::taken(self.plan(id, subpartition, from_buffer, max_bytes, credit, None))
     }
 
     /// Like [`fetch_with_credit`](Self::fetch_with_credit), but when nothing is new it answers
@@ -791,17 +798,13 @@ impl ResultPartitionManager {
         )
     }
 
-    fn fetch_inner(
-        &self,
-        id: ResultPartitionId,
-        subpartition: u32,
-        from_buffer: u64,
-        max_bytes: usize,
-        credit: usize,
-        listener: Option<(&Arc<ReadyQueue>, u64)>,
-    ) -> Fetch {
-        match self.plan(id, subpartition, from_buffer, max_bytes, credit, listener) {
-            PlannedFetch::Answer(answer) => answer,
+    /// What a planned fetch gives, read on the caller's thread.
+    fn taken(planned: PlannedFetch) -> Fetch {
+        match planned {
+            PlannedFetch::Pending(receiver) => Fetch::Pending(receiver),
+            PlannedFetch::Listening => Fetch::Listening,
+            PlannedFetch::Failed(reason) => Fetch::Failed(reason),
+            PlannedFetch::Unknown => Fetch::Unknown,
             PlannedFetch::Read(read) => {
                 let (next_buffer, finished) = (read.next_buffer(), read.finished());
                 match read.read() {
@@ -827,18 +830,35 @@ impl ResultPartitionManager {
         listener: Option<(&Arc<ReadyQueue>, u64)>,
     ) -> PlannedFetch {
         let Ok(partition) = self.get(id) else {
-            return PlannedFetch::Answer(Fetch::Unknown);
+            return PlannedFetch::Unknown;
         };
         let planned =
             lock(&partition).plan_fetch(subpartition, from_buffer, max_bytes, credit, listener);
-        match planned {
-            Ok(plan) => PlannedFetch::Read(PendingRead {
-                id,
-                partition,
-                plan,
-            }),
-            Err(answer) => PlannedFetch::Answer(answer),
-        }
+        let plan = match planned {
+            Ok(plan) => plan,
+            // An end decided without reading is an (empty) read too, so a caller handles
+            // every answer with buffers in one place.
+            Err(Fetch::Ready {
+                buffers,
+                next_buffer,
+                finished,
+            }) => FetchPlan {
+                spill_path: None,
+                bytes: buffers.iter().map(Buffer::len).sum(),
+                items: buffers.into_iter().map(PlannedBuffer::Memory).collect(),
+                next_buffer,
+                finished,
+            },
+            Err(Fetch::Pending(receiver)) => return PlannedFetch::Pending(receiver),
+            Err(Fetch::Listening) => return PlannedFetch::Listening,
+            Err(Fetch::Failed(reason)) => return PlannedFetch::Failed(reason),
+            Err(Fetch::Unknown) => return PlannedFetch::Unknown,
+        };
+        PlannedFetch::Read(PendingRead {
+            id,
+            partition,
+            plan,
+        })
     }
 
     /// The partition's size right now, or `None` if it is unknown.

@@ -31,9 +31,7 @@ use tokio::time::Instant;
 
 use super::input_gate::PARTITION_REQUEST_TIMEOUT;
 use super::partition::EndState;
-use super::partition::{
-    Fetch, PendingRead, PlannedFetch, ReadyQueue, ResultPartitionManager, Unreadable,
-};
+use super::partition::{PendingRead, PlannedFetch, ReadyQueue, ResultPartitionManager, Unreadable};
 use crate::base::hash::FixedHashMap;
 use crate::base::ids::DataConnectionId;
 use crate::env::blocking_io::offload;
@@ -688,45 +686,16 @@ impl ConnectionState {
                     }
                     channels.push((key, Planned::Read { pending, backlog }));
                 }
-                // An end with nothing left, decided without reading.
-                PlannedFetch::Answer(Fetch::Ready {
-                    buffers,
-                    next_buffer,
-                    finished,
-                }) => {
-                    subscription.sent += buffers.len() as u64;
-                    subscription.next_buffer = next_buffer;
-                    let backlog = if finished {
-                        0
-                    } else {
-                        store.backlog(read.0, read.1, next_buffer)
-                    };
-                    self.last_answer.push((key, before));
-                    if finished {
-                        self.subscriptions.remove(&key);
-                    } else {
-                        again.push(key);
-                    }
-                    channels.push((
-                        key,
-                        Planned::Answer(ChannelResponse::Data {
-                            buffers,
-                            next_buffer,
-                            finished,
-                            backlog,
-                        }),
-                    ));
-                }
-                PlannedFetch::Answer(Fetch::Listening | Fetch::Pending(_)) => {
+                PlannedFetch::Listening | PlannedFetch::Pending(_) => {
                     subscription.listening = true;
                 }
-                PlannedFetch::Answer(Fetch::Failed(reason)) => {
+                PlannedFetch::Failed(reason) => {
                     self.last_answer.push((key, before));
                     self.subscriptions.remove(&key);
                     channels.push((key, Planned::Answer(ChannelResponse::Failed(reason))));
                 }
                 // It had data, so it was here: it was released.
-                PlannedFetch::Answer(Fetch::Unknown) => {
+                PlannedFetch::Unknown => {
                     self.last_answer.push((key, before));
                     self.subscriptions.remove(&key);
                     channels.push((key, Planned::Answer(ChannelResponse::Released)));

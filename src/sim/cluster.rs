@@ -245,9 +245,11 @@ impl SimCluster {
             resolver,
             self.events.clone(),
         );
-        env.task_runner = Arc::new(crate::sim::lockstep::LockstepTaskRunner::new(
-            Duration::from_millis(1 + seed % 20),
-        ));
+        // A disk of 0–3 ms per handed-over read (0: read at once, as before).
+        env.task_runner = Arc::new(
+            crate::sim::lockstep::LockstepTaskRunner::new(Duration::from_millis(1 + seed % 20))
+                .with_io_latency(Duration::from_millis((seed / 20) % 4)),
+        );
         env
     }
 

@@ -43,13 +43,26 @@ enum Step {
 #[derive(Debug, Default, Clone, Copy)]
 pub struct LockstepTaskRunner {
     compute: Duration,
+    io_latency: Duration,
 }
 
 impl LockstepTaskRunner {
     /// A runner whose tasks start after `compute` of virtual time (may be zero), so a task takes
     /// virtual time even when it never waits.
     pub fn new(compute: Duration) -> Self {
-        Self { compute }
+        Self {
+            compute,
+            io_latency: Duration::ZERO,
+        }
+    }
+
+    /// The same, with a disk whose handed-over reads take `latency` of virtual time (see
+    /// [`LockstepIo`]).
+    pub fn with_io_latency(self, latency: Duration) -> Self {
+        Self {
+            io_latency: latency,
+            ..self
+        }
     }
 
     /// Like [`TaskRunner::run`], but the returned handle completes once the task's thread has
@@ -86,9 +99,28 @@ impl TaskRunner for LockstepTaskRunner {
         drop(self.spawn(name, task));
     }
 
-    /// Inline: the I/O happens in lock step, so a seed replays the same.
     fn io(&self) -> Arc<dyn crate::env::blocking_io::BlockingIo> {
-        Arc::new(crate::env::blocking_io::InlineIo)
+        Arc::new(LockstepIo {
+            latency: self.io_latency,
+        })
+    }
+}
+
+/// The simulation's disk: work runs inline, in lock step, so a seed replays the same; a read an
+/// actor hands over ([`offload`](crate::env::blocking_io::offload)) first waits `latency` of
+/// virtual time, so a newer poll, a release or a crash can come while it is in flight.
+#[derive(Debug, Clone, Copy)]
+pub struct LockstepIo {
+    latency: Duration,
+}
+
+impl crate::env::blocking_io::BlockingIo for LockstepIo {
+    fn execute(&self, work: crate::env::blocking_io::IoWork) {
+        work();
+    }
+
+    fn latency(&self) -> Duration {
+        self.latency
     }
 }
 
