@@ -442,9 +442,7 @@ impl ServerConnection {
             }
         }
     }
-}
 
-impl ServerConnection {
     /// Takes the buffers an answer planned: on the store's I/O threads when any is on disk, so
     /// the TaskManager's actor thread, which serves this poll, never waits for the disk. A read
     /// that fails ends its channel (unless a newer poll has taken the answer back to serve it

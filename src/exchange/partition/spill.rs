@@ -9,8 +9,8 @@
 use super::*;
 
 impl ResultPartition {
-    /// Appends one length-prefixed encoded buffer (of one subpartition) to the partition's spill
-    /// file.
+    /// Appends one buffer (of one subpartition) to the partition's spill file as a frame: the
+    /// [`FRAME_HEADER`], then the buffer's bytes.
     pub(super) fn spill(
         &mut self,
         buffer: &Buffer,
