@@ -834,31 +834,14 @@ impl ResultPartitionManager {
         };
         let planned =
             lock(&partition).plan_fetch(subpartition, from_buffer, max_bytes, credit, listener);
-        let plan = match planned {
-            Ok(plan) => plan,
-            // An end decided without reading is an (empty) read too, so a caller handles
-            // every answer with buffers in one place.
-            Err(Fetch::Ready {
-                buffers,
-                next_buffer,
-                finished,
-            }) => FetchPlan {
-                spill_path: None,
-                bytes: buffers.iter().map(Buffer::len).sum(),
-                items: buffers.into_iter().map(PlannedBuffer::Memory).collect(),
-                next_buffer,
-                finished,
-            },
-            Err(Fetch::Pending(receiver)) => return PlannedFetch::Pending(receiver),
-            Err(Fetch::Listening) => return PlannedFetch::Listening,
-            Err(Fetch::Failed(reason)) => return PlannedFetch::Failed(reason),
-            Err(Fetch::Unknown) => return PlannedFetch::Unknown,
-        };
-        PlannedFetch::Read(PendingRead {
-            id,
-            partition,
-            plan,
-        })
+        match planned {
+            Ok(plan) => PlannedFetch::Read(PendingRead {
+                id,
+                partition,
+                plan,
+            }),
+            Err(answer) => answer,
+        }
     }
 
     /// The partition's size right now, or `None` if it is unknown.

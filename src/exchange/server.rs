@@ -454,26 +454,20 @@ impl ServerConnection {
         planned: Vec<(u64, Planned)>,
     ) -> Vec<(u64, ChannelResponse)> {
         let on_disk = planned.iter().any(|(_, planned)| planned.needs_disk());
-        let keys: Vec<u64> = planned.iter().map(|(key, _)| *key).collect();
-        let take = move || -> Vec<(u64, ChannelResponse, bool)> {
-            planned
-                .into_iter()
-                .map(|(key, planned)| {
-                    let (response, failed) = planned.take();
-                    (key, response, failed)
-                })
-                .collect()
-        };
         let taken = if on_disk {
-            offload(store.io().as_ref(), take).await.unwrap_or_else(|| {
-                let reason = "the I/O thread reading spilled buffers panicked";
-                log::error!("{reason}");
-                keys.iter()
-                    .map(|&key| (key, ChannelResponse::Failed(reason.to_owned()), true))
-                    .collect()
-            })
+            // Only for the answer if the read panics (the planned channels move into it).
+            let keys: Vec<u64> = planned.iter().map(|(key, _)| *key).collect();
+            offload(store.io().as_ref(), move || Planned::take_all(planned))
+                .await
+                .unwrap_or_else(|| {
+                    let reason = "the I/O thread reading spilled buffers panicked";
+                    log::error!("{reason}");
+                    keys.iter()
+                        .map(|&key| (key, ChannelResponse::Failed(reason.to_owned()), true))
+                        .collect()
+                })
         } else {
-            take()
+            Planned::take_all(planned)
         };
         if taken.iter().any(|(_, _, failed)| *failed) {
             let mut state = lock(&self.state);
@@ -501,6 +495,17 @@ enum Planned {
 }
 
 impl Planned {
+    /// Every channel's response, with whether its read failed.
+    fn take_all(planned: Vec<(u64, Self)>) -> Vec<(u64, ChannelResponse, bool)> {
+        planned
+            .into_iter()
+            .map(|(key, planned)| {
+                let (response, failed) = planned.take();
+                (key, response, failed)
+            })
+            .collect()
+    }
+
     fn needs_disk(&self) -> bool {
         matches!(self, Self::Read { pending, .. } if pending.needs_disk())
     }

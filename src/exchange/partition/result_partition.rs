@@ -122,16 +122,16 @@ impl ResultPartition {
         max_bytes: usize,
         credit: usize,
         listener: Option<(&Arc<ReadyQueue>, u64)>,
-    ) -> Result<FetchPlan, Fetch> {
+    ) -> Result<FetchPlan, PlannedFetch> {
         let finished = match &self.state {
             State::Producing => false,
             State::Finished => true,
-            State::Failed(reason) => return Err(Fetch::Failed(reason.clone())),
-            State::Released => return Err(Fetch::Unknown),
+            State::Failed(reason) => return Err(PlannedFetch::Failed(reason.clone())),
+            State::Released => return Err(PlannedFetch::Unknown),
         };
         let index = self
             .subpartition_index(subpartition)
-            .map_err(|err| Fetch::Failed(err.to_string()))?;
+            .map_err(|err| PlannedFetch::Failed(err.to_string()))?;
         let id = self.id;
         let available = self
             .subpartitions
@@ -139,16 +139,12 @@ impl ResultPartition {
             .map_or(0, |sub| sub.buffers.len() as u64);
         if from_buffer == 0 && available == 0 && finished {
             // Nothing was ever written there (and nothing is stored for it).
-            return Err(Fetch::Ready {
-                buffers: Vec::new(),
-                next_buffer: 0,
-                finished: true,
-            });
+            return Ok(FetchPlan::end(0));
         }
         let capacity = self.capacity;
         let sub = self.subpartitions.entry(index).or_default();
         if sub.released {
-            return Err(Fetch::Failed(format!(
+            return Err(PlannedFetch::Failed(format!(
                 "subpartition {subpartition} of result partition {id} was released by its \
                  consumer"
             )));
@@ -157,34 +153,30 @@ impl ResultPartition {
             // A pipelined buffer moves to its reader; one asked for again was lost on its way
             // (the data connection broke while the answer travelled). Never answer with the
             // emptied buffer: the reader fails and its region runs again.
-            return Err(Fetch::Failed(format!(
+            return Err(PlannedFetch::Failed(format!(
                 "buffer {from_buffer} of subpartition {subpartition} of result partition {id} was \
                  already handed to its consumer and lost on the way (the data connection broke)"
             )));
         }
         if from_buffer > available {
-            return Err(Fetch::Failed(format!(
+            return Err(PlannedFetch::Failed(format!(
                 "buffer {from_buffer} of subpartition {subpartition} of result partition {id} was \
                  asked for, but only {available} exist"
             )));
         }
         if from_buffer == available {
             if finished {
-                return Err(Fetch::Ready {
-                    buffers: Vec::new(),
-                    next_buffer: from_buffer,
-                    finished: true,
-                });
+                return Ok(FetchPlan::end(from_buffer));
             }
             // Consumers that gave up waiting must not make the list grow without bound.
             sub.waiters.retain(|waiter| !waiter.is_closed());
             if let Some((queue, key)) = listener {
                 sub.waiters.push(Waiter::Listener(Arc::clone(queue), key));
-                return Err(Fetch::Listening);
+                return Err(PlannedFetch::Listening);
             }
             let (sender, receiver) = oneshot::channel();
             sub.waiters.push(Waiter::Once(sender));
-            return Err(Fetch::Pending(receiver));
+            return Err(PlannedFetch::Pending(receiver));
         }
 
         let mut items = Vec::new();

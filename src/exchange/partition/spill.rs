@@ -283,6 +283,17 @@ pub(super) enum ReadError {
 }
 
 impl FetchPlan {
+    /// Nothing more to read: the subpartition ended at `next_buffer`.
+    pub(super) fn end(next_buffer: u64) -> Self {
+        Self {
+            spill_path: None,
+            items: Vec::new(),
+            bytes: 0,
+            next_buffer,
+            finished: true,
+        }
+    }
+
     /// Whether reading it touches the disk.
     pub(super) fn needs_disk(&self) -> bool {
         self.items
