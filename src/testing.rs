@@ -229,6 +229,7 @@ fn register(env: &NodeEnv, address: &ActorAddress, actor: LocalActor) {
 }
 
 /// What a probe answers one message with.
+#[allow(clippy::large_enum_variant)] // a test probe's answer, made a few times per test
 pub enum ProbeAnswer {
     /// At once.
     Now(Reply),

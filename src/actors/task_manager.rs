@@ -26,6 +26,7 @@ use crate::env::events::ClusterEvent;
 use crate::env::task_blocking::Cancellation;
 use crate::env::{NodeEnv, TaskBlocker};
 use crate::exchange::NetworkSettings;
+use crate::exchange::buffer_pool::NetworkBufferPool;
 use crate::exchange::client::{NetworkClient, Peer};
 use crate::exchange::metrics::TaskIoMetrics;
 use crate::exchange::partition::ResultPartitionManager;
@@ -111,8 +112,6 @@ struct RunningTask {
     job_id: JobId,
     allocation_id: AllocationId,
     cancelled: Arc<Cancellation>,
-    /// The network memory reserved for its buffers (see [`NetworkSettings::task_memory`]).
-    network_memory: u64,
     /// What its exchange does, counted by the task thread.
     metrics: Arc<TaskIoMetrics>,
     /// The last sample of `metrics` (wall ms, backpressured ms) and what it showed.
@@ -147,6 +146,8 @@ pub struct TaskManager {
     /// transition the JobManager takes, and a no-op task then costs one report, not two.
     unreported_running: BTreeMap<ExecutionAttemptId, JobId>,
     partitions: Arc<ResultPartitionManager>,
+    /// The hard cap on its exchange's network buffers (`taskmanager.network.memory`).
+    network_pool: Arc<NetworkBufferPool>,
     /// This TaskManager's data connections to the producers its tasks read from.
     network: NetworkClient,
     /// The data connections consumers opened to this TaskManager.
@@ -231,6 +232,10 @@ impl TaskManager {
                 settings.spec.spill_budget_bytes,
                 env.task_runner.io(),
             )),
+            network_pool: NetworkBufferPool::new(
+                settings.spec.network.memory,
+                settings.spec.network.buffer_size,
+            ),
             job_partitions: BTreeMap::new(),
             producer_lists: ProducerListCache::default(),
             cancelled_early: VecDeque::new(),
@@ -315,22 +320,25 @@ impl TaskManager {
             .iter()
             .map(|g| g.producers.locations().len())
             .sum();
-        let pipelined: usize = descriptor
-            .outputs
-            .iter()
-            .filter(|o| !o.retained)
-            .map(|o| o.subpartitions as usize)
-            .sum();
-        let network_memory = network.task_memory(channels, pipelined);
-        let reserved: u64 = self.running.values().map(|t| t.network_memory).sum();
-        if reserved.saturating_add(network_memory) > network.memory {
-            self.release_allocation_if_unused(allocation_id);
-            return Err(TaskSubmissionError::NetworkMemory {
-                needed: network_memory,
-                available: network.memory.saturating_sub(reserved),
-            });
-        }
-        if let Err(error) = create_outputs(&self.partitions, &descriptor) {
+        let floor = network.gate_floor(channels)
+            + descriptor
+                .outputs
+                .iter()
+                .filter(|o| !o.retained)
+                .map(|o| network.output_floor(o.subpartitions))
+                .sum::<u64>();
+        let mut floor = match self.network_pool.reserve(floor) {
+            Ok(floor) => floor,
+            Err(refused) => {
+                self.release_allocation_if_unused(allocation_id);
+                return Err(TaskSubmissionError::NetworkMemory {
+                    needed: refused.needed,
+                    available: refused.free,
+                    floors: refused.floors,
+                });
+            }
+        };
+        if let Err(error) = create_outputs(&self.partitions, &descriptor, &network, &mut floor) {
             self.release_allocation_if_unused(allocation_id);
             return Err(TaskSubmissionError::Partition(error.to_string()));
         }
@@ -348,7 +356,6 @@ impl TaskManager {
                 job_id,
                 allocation_id,
                 cancelled: cancelled.clone(),
-                network_memory,
                 metrics: metrics.clone(),
                 last_sample: (self.env.clock.now_millis(), 0),
                 io: TaskIoSnapshot::default(),
@@ -409,6 +416,7 @@ impl TaskManager {
             data_connections: self.network.clone(),
             groupings,
             network,
+            gate_floor: floor,
             cancelled,
             metrics,
             clock: self.env.clock.clone(),
@@ -514,6 +522,7 @@ impl TaskManager {
                 .map(|(job, partitions)| (*job, partitions.len() as u32))
                 .collect(),
             spill: self.partitions.spill_usage(),
+            network: self.network_pool.usage(),
         }
     }
 }

@@ -159,7 +159,7 @@ macro_rules! duration {
     };
 }
 
-static KEYS: [Key; 56] = [
+static KEYS: [Key; 58] = [
     // [cluster]
     Key {
         name: "cluster.id",
@@ -472,8 +472,34 @@ static KEYS: [Key; 56] = [
         },
     },
     Key {
+        name: "taskmanager.network.required-buffers-per-gate",
+        doc: "The most network buffers a task's input gate reserves when it is deployed (fewer if its channels need fewer); beyond them it borrows from the TaskManager's lent quarter while any is free.",
+        secret: false,
+        kind: Kind::Integer {
+            min: 1,
+            max: 65_536,
+            field: Field {
+                get: |c| c.taskmanager.network_required_per_gate.into(),
+                set: |c, v| c.taskmanager.network_required_per_gate = narrow(v),
+            },
+        },
+    },
+    Key {
+        name: "taskmanager.network.required-buffers-per-output",
+        doc: "The most network buffers a task's pipelined output reserves when it is deployed; beyond them its producer borrows from the TaskManager's lent quarter, and waits when that is empty.",
+        secret: false,
+        kind: Kind::Integer {
+            min: 1,
+            max: 65_536,
+            field: Field {
+                get: |c| c.taskmanager.network_required_per_output.into(),
+                set: |c, v| c.taskmanager.network_required_per_output = narrow(v),
+            },
+        },
+    },
+    Key {
         name: "taskmanager.network.memory",
-        doc: "Network buffer memory of one TaskManager: a task whose buffers do not fit next to the running tasks' is refused.",
+        doc: "Network buffer memory of one TaskManager, a hard cap: three quarters for the buffers tasks reserve when deployed (a task whose reservation does not fit is refused), a quarter lent to whichever gate or producer needs more.",
         secret: false,
         kind: Kind::Bytes(Field {
             get: |c| c.taskmanager.network_memory,

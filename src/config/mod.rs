@@ -392,7 +392,13 @@ pub struct TaskManagerConfig {
     /// `taskmanager.network.floating-buffers-per-gate`: buffers a task's input gate lends to
     /// channels with a backlog.
     pub network_floating_buffers_per_gate: u32,
-    /// `taskmanager.network.memory`: network buffer memory per TaskManager.
+    /// `taskmanager.network.required-buffers-per-gate`: the most buffers a task's input gate
+    /// reserves.
+    pub network_required_per_gate: u32,
+    /// `taskmanager.network.required-buffers-per-output`: the most buffers a pipelined output
+    /// reserves.
+    pub network_required_per_output: u32,
+    /// `taskmanager.network.memory`: network buffer memory per TaskManager (a hard cap).
     pub network_memory: u64,
 }
 
@@ -408,6 +414,8 @@ impl Default for TaskManagerConfig {
             network_buffer_size: network.buffer_size as u64,
             network_buffers_per_channel: network.buffers_per_channel,
             network_floating_buffers_per_gate: network.floating_buffers_per_gate,
+            network_required_per_gate: network.required_per_gate,
+            network_required_per_output: network.required_per_output,
             network_memory: network.memory,
         }
     }
@@ -420,6 +428,8 @@ impl TaskManagerConfig {
             buffer_size: usize::try_from(self.network_buffer_size).unwrap_or(usize::MAX),
             buffers_per_channel: self.network_buffers_per_channel,
             floating_buffers_per_gate: self.network_floating_buffers_per_gate,
+            required_per_gate: self.network_required_per_gate,
+            required_per_output: self.network_required_per_output,
             memory: self.network_memory,
         }
     }
@@ -591,17 +601,17 @@ impl ClusterConfig {
             .because_of("resourcemanager.max-pool-size"));
         }
         let network = self.taskmanager.network();
-        let one_channel = network.task_memory(1, 1);
-        if self.taskmanager.network_memory < one_channel {
+        // One task with one input channel and one output, with room to lend beside it.
+        let one_task = network.bytes((network.gate_floor(1) + network.output_floor(1)) * 4 / 3 + 1);
+        if self.taskmanager.network_memory < one_task {
             return Err(ConfigError::invalid(
                 "taskmanager.network.memory",
                 keys::find("taskmanager.network.memory")
                     .and_then(|key| key.value(self))
                     .unwrap_or_default(),
                 format!(
-                    "at least the buffers of one task with one input and one output channel \
-                     ({one_channel} bytes: (buffers-per-channel + floating-buffers-per-gate + \
-                     2) × buffer-size)"
+                    "at least the guaranteed buffers of one task with one input and one output \
+                     channel, and a quarter more to lend ({one_task} bytes at this buffer-size)"
                 ),
             )
             .because_of("taskmanager.network.buffer-size"));

@@ -48,6 +48,8 @@ fn everything_changed() -> ClusterConfig {
     c.taskmanager.network_buffer_size = 4096;
     c.taskmanager.network_buffers_per_channel = 4;
     c.taskmanager.network_floating_buffers_per_gate = 16;
+    c.taskmanager.network_required_per_gate = 4;
+    c.taskmanager.network_required_per_output = 3;
     c.taskmanager.network_memory = 128 << 20;
     c.slot.request.timeout = Duration::from_secs(42);
     c.jobmanager.scheduler.slot_selection = crate::config::SlotSelectionKind::Pack;
@@ -327,8 +329,14 @@ fn zero_or_too_small_network_settings_name_the_key() {
         ("taskmanager.network.memory", |c| {
             c.taskmanager.network_memory = 0
         }),
+        ("taskmanager.network.required-buffers-per-gate", |c| {
+            c.taskmanager.network_required_per_gate = 0
+        }),
+        ("taskmanager.network.required-buffers-per-output", |c| {
+            c.taskmanager.network_required_per_output = 0
+        }),
         ("taskmanager.network.memory", |c| {
-            c.taskmanager.network_memory = 300 << 10 // < (2 + 8 + 2) × 32 KiB
+            c.taskmanager.network_memory = 150 << 10 // < (2 + 2) × 4/3 + 1 buffers of 32 KiB
         }),
     ] {
         let mut config = ClusterConfig::default();

@@ -15,9 +15,11 @@
 //! state only for channels that got data, and one bit per channel for the finished ones, so a
 //! gate of 10,000 channels that mostly stay empty is small.
 //!
-//! Credit-based flow control: a channel has `buffers-per-channel` exclusive buffers, and the
-//! gate `floating-buffers-per-gate` more, lent to channels whose producer reports a backlog. A
-//! channel is read only while it has credit (buffers received and not yet consumed count
+//! Credit-based flow control (see `credit`): a channel has `buffers-per-channel` exclusive
+//! buffers, and the gate `floating-buffers-per-gate` more, lent to channels whose producer
+//! reports a backlog — or, for a gate whose channels' exclusive buffers would not fit its share
+//! of the TaskManager's network buffers, only floating ones, lent to channels whose producer
+//! announced a backlog. A channel is read only while it has credit (buffers received and not yet consumed count
 //! against it; a remote channel's producer sends only within the credit the gate granted), so
 //! a fast producer fills at most its consumer's buffers and its own subpartition's capacity,
 //! then waits: backpressure, not memory.
@@ -39,6 +41,7 @@ use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
 
 use super::NetworkSettings;
+use super::buffer_pool::Floor;
 use super::buffer::Buffer;
 use super::client::{
     ClientSet, Delivery, GateInbox, Grouping, Leaving, NetworkClient, PartitionRequestClient,
@@ -185,7 +188,6 @@ pub struct InputGate {
     /// Where the store tells which local partitions got data in a group's subpartition (the
     /// group's number is the key).
     announced: Arc<ReadyQueue>,
-    settings: NetworkSettings,
     cancellation: Arc<Cancellation>,
     /// The channels that got data, by index.
     channels: FixedHashMap<u32, Channel>,
@@ -210,6 +212,8 @@ pub struct InputGate {
     /// counts them ([`finished_empty`]).
     inbox_finished: u64,
     queue: VecDeque<(usize, Buffer)>,
+    /// Its network buffers, and whether its channels have exclusive credit.
+    budget: credit::GateBudget,
     /// Floating buffers not lent to any channel.
     floating_free: u32,
     /// Channels whose backlog asks for more floating buffers than they got, oldest first.
@@ -226,20 +230,23 @@ impl InputGate {
     /// `groupings`, or here if that is empty), subscribed through `network`, which has a
     /// connection to every producer TaskManager, its own included (opened by the TaskManager
     /// actor before the task starts).
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         gates: &[InputGateDeploymentDescriptor],
         groupings: &[Arc<Grouping>],
         network: &NetworkClient,
         store: Arc<ResultPartitionManager>,
         settings: NetworkSettings,
+        floor: Floor,
         cancellation: Arc<Cancellation>,
         metrics: Arc<TaskIoMetrics>,
     ) -> Result<Self, ExchangeError> {
+        let channels: usize = gates.iter().map(|g| g.producers.locations().len()).sum();
+        let (budget, floating_free) = credit::GateBudget::new(floor, &settings, channels);
         let (gate_id, inbox) = network.register_gate();
         let mut gate = Self {
             store,
             announced: Arc::default(),
-            settings,
             cancellation,
             open: 0,
             inputs: vec![InputState::default(); gates.len()],
@@ -254,7 +261,8 @@ impl InputGate {
             served: 0,
             inbox_finished: 0,
             queue: VecDeque::new(),
-            floating_free: settings.floating_buffers_per_gate,
+            budget,
+            floating_free,
             floating_waiters: VecDeque::new(),
             to_fetch: VecDeque::new(),
             local_waits: FuturesUnordered::new(),
@@ -262,7 +270,7 @@ impl InputGate {
             metrics,
         };
         let mut by_address: FixedHashMap<ActorAddress, u32> = FixedHashMap::default();
-        let credit = gate.settings.buffers_per_channel;
+        let credit = gate.budget.exclusive;
         let mut told = Vec::new();
         let mut wake = Vec::new();
         let mut total = 0u32;
@@ -568,106 +576,6 @@ impl InputGate {
         self.inputs.len()
     }
 
-    /// A buffer of `channel` was consumed: its credit grows back (or a floating buffer it no
-    /// longer needs goes back to the gate).
-    fn consumed(&mut self, index: usize) {
-        let channel = self.ch_mut(index);
-        channel.queued = channel.queued.saturating_sub(1);
-        if let Some(read) = channel.local.as_mut()
-            && read.state == LocalState::NoCredit
-        {
-            read.state = LocalState::Ready;
-            self.to_fetch.push_back(index);
-        }
-        self.settle(index);
-    }
-
-    /// Buffers `index` holds or may still receive: queued ones plus credit the producer has not
-    /// used yet.
-    fn in_use(&self, index: usize) -> u32 {
-        let channel = self.ch(index);
-        let outstanding = if channel.finished || channel.local.is_some() {
-            0
-        } else {
-            u32::try_from(channel.granted.saturating_sub(channel.received)).unwrap_or(u32::MAX)
-        };
-        channel.queued.saturating_add(outstanding)
-    }
-
-    /// Lends floating buffers to a channel with a backlog, or takes back those it has no use
-    /// for (Flink's `RemoteInputChannel`: required buffers = backlog + exclusive), then grants
-    /// whatever credit its window has room for. Freed floating buffers go to the channels
-    /// waiting for them, oldest first.
-    fn settle(&mut self, index: usize) {
-        self.settle_one(index);
-        while self.floating_free > 0 {
-            let Some(waiter) = self.floating_waiters.pop_front() else {
-                break;
-            };
-            self.ch_mut(waiter).wants_floating = false;
-            self.settle_one(waiter);
-        }
-    }
-
-    fn settle_one(&mut self, index: usize) {
-        let exclusive = self.settings.buffers_per_channel;
-        let in_use = self.in_use(index);
-        let free = self.floating_free;
-        let channel = self
-            .channels
-            .get_mut(&(index as u32))
-            .expect("a channel with state");
-        let wanted = if channel.finished {
-            0
-        } else {
-            u32::try_from(channel.backlog)
-                .unwrap_or(u32::MAX)
-                .min(self.settings.floating_buffers_per_gate)
-        };
-        if channel.floating > wanted {
-            // Only what the window has free: credit granted cannot be taken back.
-            let unused = (exclusive + channel.floating).saturating_sub(in_use);
-            let back = (channel.floating - wanted).min(unused);
-            channel.floating -= back;
-            self.floating_free += back;
-        } else if channel.floating < wanted {
-            let lent = (wanted - channel.floating).min(free);
-            channel.floating += lent;
-            self.floating_free -= lent;
-            if channel.floating < wanted && !channel.wants_floating {
-                channel.wants_floating = true;
-                self.floating_waiters.push_back(index);
-            }
-        }
-        self.grant(index);
-    }
-
-    /// Tells a channel's producer of the buffers it may send now, if more than it knows.
-    fn grant(&mut self, index: usize) {
-        let channel = self.ch(index);
-        let position = channel.connection;
-        if channel.finished || channel.local.is_some() {
-            return;
-        }
-        let credit = self.credit(index);
-        if credit == 0 {
-            return;
-        }
-        let channel = self
-            .channels
-            .get_mut(&(index as u32))
-            .expect("a channel with state");
-        channel.granted += u64::from(credit);
-        let granted = channel.granted;
-        self.request(
-            position,
-            PartitionRequest::Credit {
-                channel: channel_key(self.gate_id, index as u32),
-                granted,
-            },
-        );
-    }
-
     /// Queues a request for the connection at `position`, handed over at the next
     /// [`send_requests`](Self::send_requests).
     fn request(&mut self, position: u32, request: PartitionRequest) {
@@ -676,13 +584,6 @@ impl InputGate {
             self.dirty.push(position);
         }
         requests.push(request);
-    }
-
-    /// Buffers `channel` may receive now: its window (exclusive buffers plus the floating ones
-    /// lent to it) less those it holds or was promised.
-    fn credit(&self, index: usize) -> u32 {
-        (self.settings.buffers_per_channel + self.ch(index).floating)
-            .saturating_sub(self.in_use(index))
     }
 
     fn receive(&mut self, index: usize, buffers: Vec<Buffer>) {
@@ -724,10 +625,6 @@ impl InputGate {
             return Ok(());
         };
         if finished || read.state != LocalState::Ready {
-            return Ok(());
-        }
-        if credit == 0 {
-            read.state = LocalState::NoCredit;
             return Ok(());
         }
         let (partition, subpartition, from) = (read.partition, read.subpartition, read.next_buffer);
@@ -775,6 +672,16 @@ impl InputGate {
                     let _ = wake.await;
                     index
                 }));
+                Ok(())
+            }
+            Fetch::Backlog(backlog) => {
+                // No credit: lent some for the backlog, it is read again (or waits for some).
+                let channel = self.ch_mut(index);
+                channel.backlog = backlog;
+                if let Some(read) = channel.local.as_mut() {
+                    read.state = LocalState::NoCredit;
+                }
+                self.settle(index);
                 Ok(())
             }
             Fetch::Failed(reason) => Err(self.lost(index as u32, ChannelResponse::Failed(reason))),
@@ -834,7 +741,7 @@ impl InputGate {
                             continue; // read here, never served through the connection
                         }
                         let connection = group.connection;
-                        let granted = u64::from(self.settings.buffers_per_channel);
+                        let granted = u64::from(self.budget.exclusive);
                         self.channels
                             .insert(index, Channel::new(connection, granted, None));
                         self.served += 1;
@@ -957,5 +864,6 @@ impl Drop for InputGate {
     }
 }
 
+mod credit;
 #[cfg(test)]
 mod tests;

@@ -31,10 +31,13 @@
 //! | the producer's TaskManager | a data connection's next poll | forgotten after [`server::IDLE_CONNECTION`] without one |
 //! | a held poll (not the actor: it keeps running) | its spilled buffers, read on the [`crate::env::blocking_io`] threads | the reads end (an error fails the channel with it); a disk that never answers leaves the consumer's ask to time out after [`crate::transport::ASK_TIMEOUT`] and the connection fails as above |
 //!
-//! A task's network memory is never waited for: a deployment that does not fit is refused at
-//! once, naming `taskmanager.network.memory`.
+//! | a producer's writer | a network buffer, when its output's floor and the TaskManager's lent buffers are all in use ([`buffer_pool`]) | a consumer takes a buffer of its output, or any lent buffer of the TaskManager comes back |
+//!
+//! A task's floor of network buffers is never waited for: a deployment whose floor does not
+//! fit is refused at once, naming `taskmanager.network.memory`.
 
 pub mod buffer;
+pub mod buffer_pool;
 pub mod client;
 pub mod error;
 pub mod input_gate;
@@ -61,49 +64,65 @@ pub struct NetworkSettings {
     /// before it hands them over as one buffer.
     pub buffer_size: usize,
     /// `taskmanager.network.buffers-per-channel`: a consumer's exclusive buffers per input
-    /// channel (its credit).
+    /// channel (its credit), when its gate can have them (see [`buffer_pool`]).
     pub buffers_per_channel: u32,
     /// `taskmanager.network.floating-buffers-per-gate`: buffers a consumer lends to whichever
     /// channel has a backlog.
     pub floating_buffers_per_gate: u32,
-    /// `taskmanager.network.memory`: the network buffer memory of one TaskManager; a task whose
-    /// buffers do not fit next to the running ones' is refused, naming the setting.
+    /// `taskmanager.network.required-buffers-per-gate`: the most buffers a task's input gate
+    /// reserves (its floor; Flink's `read-buffer.required-per-gate.max`).
+    pub required_per_gate: u32,
+    /// `taskmanager.network.required-buffers-per-output`: the most buffers a pipelined output
+    /// reserves.
+    pub required_per_output: u32,
+    /// `taskmanager.network.memory`: the network buffer memory of one TaskManager, a hard cap
+    /// ([`buffer_pool::NetworkBufferPool`]).
     pub memory: u64,
 }
 
 impl Default for NetworkSettings {
-    /// Flink's defaults: 32 KiB buffers, 2 per channel, 8 floating per gate; 64 MiB per
-    /// TaskManager.
+    /// Flink's 32 KiB buffers, 2 per channel and 8 floating per gate; floors of at most 2
+    /// buffers per gate and per pipelined output, so that a TaskManager of 2,500 slots running
+    /// a producer and a consumer in each fits; 512 MiB per TaskManager (Flink's default is a
+    /// tenth of the process, at most 1 GiB).
     fn default() -> Self {
         Self {
             buffer_size: 32 << 10,
             buffers_per_channel: 2,
             floating_buffers_per_gate: 8,
-            memory: 64 << 20,
+            required_per_gate: 2,
+            required_per_output: 2,
+            memory: 512 << 20,
         }
     }
 }
 
 impl NetworkSettings {
-    /// The network memory a task reserves, as Flink counts its required buffers: its gate's
-    /// (exclusive per channel plus the floating ones) and one per pipelined subpartition plus
-    /// one, each `buffer_size`. A subpartition may hold up to [`MAX_BUFFERS_PER_SUBPARTITION`]
-    /// while its consumer lags: like Flink's `max-buffers-per-channel`, that is a cap, not a
-    /// reservation.
-    pub fn task_memory(&self, input_channels: usize, pipelined_subpartitions: usize) -> u64 {
-        let per_channel = u64::from(self.buffers_per_channel);
-        let buffers = (input_channels as u64)
-            .saturating_mul(per_channel)
-            .saturating_add(if input_channels > 0 {
-                u64::from(self.floating_buffers_per_gate)
-            } else {
-                0
-            })
-            .saturating_add(if pipelined_subpartitions > 0 {
-                pipelined_subpartitions as u64 + 1
-            } else {
-                0
-            });
+    /// The buffers a gate of `channels` would use with every channel's exclusive credit:
+    /// Flink's required buffers before FLIP-266 capped them.
+    pub fn gate_need(&self, channels: usize) -> u64 {
+        if channels == 0 {
+            return 0;
+        }
+        (channels as u64)
+            .saturating_mul(u64::from(self.buffers_per_channel))
+            .saturating_add(u64::from(self.floating_buffers_per_gate))
+    }
+
+    /// The floor of a gate of `channels` channels (0 without any).
+    pub fn gate_floor(&self, channels: usize) -> u64 {
+        self.gate_need(channels)
+            .min(u64::from(self.required_per_gate))
+    }
+
+    /// The floor of a pipelined output of `subpartitions`: one buffer per subpartition plus one
+    /// (Flink's), at most `required-buffers-per-output`.
+    pub fn output_floor(&self, subpartitions: u32) -> u64 {
+        (u64::from(subpartitions) + 1).min(u64::from(self.required_per_output))
+    }
+
+    /// Bytes of `buffers` buffers.
+    pub fn bytes(&self, buffers: u64) -> u64 {
         buffers.saturating_mul(self.buffer_size as u64)
     }
 }
@@ -113,15 +132,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_task_reserves_flinks_required_buffers() {
+    fn floors_are_capped_so_wide_tasks_fit() {
         let network = NetworkSettings::default();
-        let kib32 = 32 << 10;
-        // A source of 100 consumers: one buffer per subpartition plus one.
-        assert_eq!(network.task_memory(0, 100), 101 * kib32);
-        // A sink of 100 producers: 2 exclusive per channel plus 8 floating.
-        assert_eq!(network.task_memory(100, 0), 208 * kib32);
-        // All-to-all at P = 1,000 does not fit Flink's 64 MiB default, as in Flink.
-        assert!(network.task_memory(1_000, 1_000) > network.memory);
-        assert_eq!(network.task_memory(0, 0), 0);
+        assert_eq!(network.gate_need(100), 208);
+        assert_eq!(network.gate_floor(100), 2);
+        assert_eq!(network.gate_floor(0), 0);
+        assert_eq!(network.output_floor(1), 2);
+        assert_eq!(network.output_floor(10_000), 2);
+        // 2,500 producers and 2,500 consumers of an all-to-all at P = 10,000 on one
+        // TaskManager fit the floors' three quarters of the default memory.
+        let floors = 2_500 * (network.gate_floor(10_000) + network.output_floor(10_000));
+        assert!(network.bytes(floors) <= network.memory / 4 * 3);
     }
 }

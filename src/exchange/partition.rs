@@ -43,13 +43,17 @@ use std::sync::{
 use tokio::sync::oneshot;
 
 use super::buffer::Buffer;
+use super::buffer_pool;
 use crate::base::codec::CodecError;
 use crate::base::hash::FixedHashMap;
 use crate::env::blocking_io::{BlockingIo, InlineIo};
 use crate::messages::common::ResultPartitionId;
 
+mod output_budget;
 mod result_partition;
 mod spill;
+
+pub use output_budget::Room;
 
 use crate::messages::SpillUsage;
 use result_partition::{ResultPartition, State};
@@ -130,10 +134,11 @@ impl PartitionError {
 pub enum Space {
     /// There is room for one more buffer.
     Available,
-    /// The subpartition is full. The receiver fires when its consumer has taken it down to half
-    /// its capacity, or the partition fails (it closes if the partition is released); reserve
-    /// again then.
-    Full(oneshot::Receiver<()>),
+    /// The subpartition is full, or the partition's network buffers (its floor and what the
+    /// TaskManager lends) are all in use. The room fires when its consumer has taken the
+    /// subpartition down to half its capacity, a buffer of the partition is taken, a lent buffer
+    /// comes back anywhere, or the partition fails or is released; reserve again then.
+    Full(Room),
 }
 
 /// What a data connection's server has to look at again: the store pushes a subscription's key
@@ -277,6 +282,9 @@ pub enum Fetch {
     Failed(String),
     /// No such partition: released or never created. The consumer's producer is gone.
     Unknown,
+    /// Asked with no credit: this many buffers wait unread (a consumer without credit for the
+    /// channel learns it has data, to lend it some).
+    Backlog(u64),
 }
 
 /// What [`ResultPartitionManager::fetch_or_listen`] decided under the partition's lock.
@@ -293,6 +301,8 @@ pub enum PlannedFetch {
     Failed(String),
     /// As [`Fetch::Unknown`].
     Unknown,
+    /// As [`Fetch::Backlog`].
+    Backlog(u64),
 }
 
 /// Buffers a fetch planned under the partition's lock, some perhaps still on disk.
@@ -492,6 +502,7 @@ impl ResultPartitionManager {
             spill: None,
             retain,
             capacity: None,
+            budget: None,
         };
         if let Some(released) = lock(&self.released_early).remove(&id) {
             for subpartition in released {
@@ -558,6 +569,22 @@ impl ResultPartitionManager {
         Ok(())
     }
 
+    /// Like [`create_pipelined`](Self::create_pipelined), its buffers in memory also bounded by
+    /// `floor` and what `floor`'s pool lends: a producer waits when both are used up. The
+    /// partition holds the floor until it is released or fails.
+    pub fn create_pipelined_within(
+        &self,
+        id: ResultPartitionId,
+        subpartitions: u32,
+        capacity: usize,
+        floor: buffer_pool::Floor,
+    ) -> Result<(), PartitionError> {
+        self.create_pipelined(id, subpartitions, capacity)?;
+        let partition = self.get(id)?;
+        lock(&partition).budget = Some(output_budget::OutputBudget::new(floor));
+        Ok(())
+    }
+
     /// Whether the producer may append one buffer to `subpartition` now. A partition without a
     /// capacity always has room.
     pub fn reserve(
@@ -572,20 +599,22 @@ impl ResultPartitionManager {
         let Some(capacity) = partition.capacity else {
             return Ok(Space::Available);
         };
-        let Some(sub) = partition.subpartitions.get_mut(&index) else {
-            return Ok(Space::Available); // nothing written there yet
-        };
-        if sub.released {
-            return Ok(Space::Available); // its writes are discarded
+        if let Some(sub) = partition.subpartitions.get_mut(&index) {
+            if sub.released {
+                return Ok(Space::Available); // its writes are discarded
+            }
+            let unread = (sub.buffers.len() as u64).saturating_sub(sub.handed_over);
+            if unread >= capacity as u64 {
+                let (sender, receiver) = oneshot::channel();
+                sub.space_waiters.retain(|waiter| !waiter.is_closed());
+                sub.space_waiters.push(sender);
+                return Ok(Space::Full(Room::of(receiver)));
+            }
         }
-        let unread = (sub.buffers.len() as u64).saturating_sub(sub.handed_over);
-        if unread < capacity as u64 {
-            return Ok(Space::Available);
+        match partition.budget.as_mut().map(|budget| budget.reserve()) {
+            Some(Err(room)) => Ok(Space::Full(room)),
+            _ => Ok(Space::Available),
         }
-        let (sender, receiver) = oneshot::channel();
-        sub.space_waiters.retain(|waiter| !waiter.is_closed());
-        sub.space_waiters.push(sender);
-        Ok(Space::Full(receiver))
     }
 
     /// Buffers of `subpartition` not yet taken by its consumer after `from_buffer` (the backlog a
@@ -632,6 +661,9 @@ impl ResultPartitionManager {
         // A pipelined partition is bounded by its capacity instead: it never spills.
         let stored = if partition.capacity.is_some() || (!partition.spilling && fits) {
             partition.memory_bytes += bytes;
+            if let Some(budget) = partition.budget.as_mut() {
+                budget.appended();
+            }
             Stored::Memory(buffer)
         } else {
             partition.spilling = true;
@@ -721,6 +753,7 @@ impl ResultPartitionManager {
         let mut partition = lock(&partition);
         partition.state = State::Released;
         partition.memory_bytes = 0;
+        partition.budget = None;
         // Listeners hear of it (their next fetch answers `Unknown`); dropping the rest drops
         // the buffers, the other waiters' senders and the spill files (deleting them).
         for subpartition in partition.subpartitions.values_mut() {
@@ -760,8 +793,8 @@ impl ResultPartitionManager {
         self.fetch_with_credit(id, subpartition, from_buffer, max_bytes, usize::MAX)
     }
 
-    /// Like [`fetch`](Self::fetch), at most `credit` buffers (at least one is still returned
-    /// when any is available: a consumer asks only for channels it has credit for).
+    /// Like [`fetch`](Self::fetch), at most `credit` buffers; with no credit, none: the backlog
+    /// is told instead ([`Fetch::Backlog`]), or the end, or it waits for data as without.
     pub fn fetch_with_credit(
         &self,
         id: ResultPartitionId,
@@ -805,6 +838,7 @@ impl ResultPartitionManager {
             PlannedFetch::Listening => Fetch::Listening,
             PlannedFetch::Failed(reason) => Fetch::Failed(reason),
             PlannedFetch::Unknown => Fetch::Unknown,
+            PlannedFetch::Backlog(buffers) => Fetch::Backlog(buffers),
             PlannedFetch::Read(read) => {
                 let (next_buffer, finished) = (read.next_buffer(), read.finished());
                 match read.read() {

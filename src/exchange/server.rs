@@ -153,6 +153,9 @@ struct Subscription {
     sent: u64,
     /// Its key is registered with the store (it comes back through the ready queue).
     listening: bool,
+    /// The consumer knows of buffers waiting here (told with the last data or announced to a
+    /// channel without credit), so a channel without credit waits for credit, not for data.
+    announced: bool,
 }
 
 impl PartitionRequestServer {
@@ -236,7 +239,10 @@ impl PartitionRequestServer {
                     }
                     PartitionRequest::Credit { channel, granted } => {
                         if let Some(subscription) = state.subscriptions.get_mut(&channel) {
-                            subscription.granted = subscription.granted.max(granted);
+                            if granted > subscription.granted {
+                                subscription.granted = granted;
+                                subscription.announced = false;
+                            }
                             if !subscription.listening {
                                 ready.push(channel);
                             }
@@ -551,6 +557,7 @@ impl ConnectionState {
             granted: u64::from(credit),
             sent: 0,
             listening: false,
+            announced: false,
         });
     }
 
@@ -653,9 +660,11 @@ impl ConnectionState {
             };
             subscription.listening = false;
             let credit = subscription.granted.saturating_sub(subscription.sent);
-            if credit == 0 {
+            if credit == 0 && subscription.announced {
                 continue; // looked at again when credit comes
             }
+            // Without credit, the store tells the backlog (announced once, so the consumer
+            // lends the channel credit: Flink's backlog announcement), or listens for data.
             let before = *subscription;
             let read = (
                 subscription.partition,
@@ -681,6 +690,7 @@ impl ConnectionState {
                         store.backlog(read.0, read.1, next_buffer)
                     };
                     self.last_answer.push((key, before));
+                    subscription.announced = backlog > 0;
                     if finished {
                         self.subscriptions.remove(&key);
                     } else {
@@ -691,6 +701,20 @@ impl ConnectionState {
                 }
                 PlannedFetch::Listening | PlannedFetch::Pending(_) => {
                     subscription.listening = true;
+                }
+                PlannedFetch::Backlog(backlog) => {
+                    self.last_answer.push((key, before));
+                    subscription.announced = true;
+                    let next_buffer = subscription.next_buffer;
+                    channels.push((
+                        key,
+                        Planned::Answer(ChannelResponse::Data {
+                            buffers: Vec::new(),
+                            next_buffer,
+                            finished: false,
+                            backlog,
+                        }),
+                    ));
                 }
                 PlannedFetch::Failed(reason) => {
                     self.last_answer.push((key, before));

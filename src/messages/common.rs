@@ -129,6 +129,21 @@ pub struct SpillUsage {
     pub total: u64,
 }
 
+/// A TaskManager's network buffer pool, in buffers (see `exchange::buffer_pool`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NetworkBufferUsage {
+    /// Buffers in all (`taskmanager.network.memory` / `buffer-size`).
+    pub total: u64,
+    /// Of them, the part floors come from.
+    pub floor_limit: u64,
+    /// Buffers reserved as floors now.
+    pub reserved: u64,
+    /// Buffers lent beyond floors now.
+    pub lent: u64,
+    /// The most lent at once.
+    pub peak_lent: u64,
+}
+
 impl fmt::Display for ResultPartitionId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}#{}", self.producer, self.edge)

@@ -89,6 +89,8 @@ pub struct TaskManagerStatus {
     pub job_partitions: Vec<(JobId, u32)>,
     /// Bytes of result partitions spilled to disk.
     pub spill: crate::messages::SpillUsage,
+    /// Its network buffers: reserved as floors, lent beyond them.
+    pub network: crate::messages::NetworkBufferUsage,
 }
 
 impl TaskManagerStatus {
@@ -210,14 +212,19 @@ pub enum TaskSubmissionError {
     /// Its network buffers do not fit in the TaskManager's network memory next to the running
     /// tasks' (raise `taskmanager.network.memory`, or lower the buffer settings).
     #[error(
-        "the task needs {needed} bytes of network buffers but only {available} of \
-         `taskmanager.network.memory` are free on this TaskManager"
+        "the task needs {needed} bytes of guaranteed network buffers (its input gate's and \
+         pipelined outputs' floors) but only {available} of the {floors} bytes \
+         `taskmanager.network.memory` keeps for them are free on this TaskManager; raise \
+         `taskmanager.network.memory` (or lower `taskmanager.network.required-buffers-per-gate` \
+         / `-per-output`)"
     )]
     NetworkMemory {
-        /// Bytes the task's buffers need.
+        /// Bytes the task's floors need.
         needed: u64,
-        /// Bytes still free.
+        /// Bytes of floors still free.
         available: u64,
+        /// Bytes kept for floors in all (three quarters of `taskmanager.network.memory`).
+        floors: u64,
     },
 }
 

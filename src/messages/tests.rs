@@ -195,6 +195,7 @@ pub(crate) fn task_manager_status(registration: RegistrationPhase) -> TaskManage
             peak: 2,
             total: 3,
         },
+        network: Default::default(),
     }
 }
 
@@ -759,6 +760,7 @@ fn every_answer_round_trips() {
         running: Vec::new(),
         job_partitions: Vec::new(),
         spill: Default::default(),
+        network: Default::default(),
         slots_free: 3,
         ..task_manager_status(RegistrationPhase::NoLeader)
     });

@@ -413,6 +413,25 @@ pub fn partitions_released(jobs: &[JobDetails], tm: &TaskManagerStatus) -> Resul
     }
 }
 
+/// The network buffer pool leaks nothing: a TaskManager with no task running and no result
+/// partition held has no floor reserved and no buffer lent (every gate and partition gave its
+/// floor and borrowed buffers back), and never more than its cap.
+pub fn network_buffers_returned(tm: &TaskManagerStatus) -> Result<(), String> {
+    let pool = tm.network;
+    if pool.reserved > pool.floor_limit || pool.lent > pool.total - pool.floor_limit {
+        return Err(format!("{} holds network buffers past its cap: {pool:?}", tm.resource_id));
+    }
+    let idle = tm.running.is_empty() && tm.job_partitions.iter().all(|(_, n)| *n == 0);
+    if idle && (pool.reserved > 0 || pool.lent > 0) {
+        return Err(format!(
+            "{} runs nothing and holds no partition, yet {} network buffers are reserved and \
+             {} lent",
+            tm.resource_id, pool.reserved, pool.lent
+        ));
+    }
+    Ok(())
+}
+
 /// How long a TaskManager may keep running tasks after the JobManager dropped it: it notices by
 /// its own heartbeat timeout, and one more interval covers the heartbeat in flight.
 pub fn orphan_grace(interval: Duration, timeout: Duration) -> Duration {

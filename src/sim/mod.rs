@@ -282,6 +282,12 @@ async fn simulate(options: SimOptions) -> SimReport {
         config.taskmanager.network_buffer_size = [64, 512, 32 << 10][variant];
         config.taskmanager.network_buffers_per_channel = [1, 2, 2][variant];
         config.taskmanager.network_floating_buffers_per_gate = [1, 2, 8][variant];
+        // With the small buffers, a pool of 160 (120 for floors, 40 to lend): wide gates take
+        // the floating mode (credit lent on announced backlogs), producers wait for lent
+        // buffers, and a deployment may be refused for floors that do not fit.
+        if variant < 2 {
+            config.taskmanager.network_memory = 160 * config.taskmanager.network_buffer_size;
+        }
     }
     let cluster = SimCluster::new(
         options.seed,
@@ -743,6 +749,7 @@ impl Run {
                 .await
                 .map_err(|_| format!("{id} does not answer"))?;
             invariants::partitions_released(&snapshot.jobs, &status)?;
+            invariants::network_buffers_returned(&status)?;
         }
         Ok(())
     }

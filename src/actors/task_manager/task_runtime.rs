@@ -20,6 +20,7 @@ use std::time::Duration;
 use crate::base::clock::Clock;
 use crate::env::TaskBlocker;
 use crate::env::task_blocking::Cancellation;
+use crate::exchange::buffer_pool::Floor;
 use crate::exchange::client::{Grouping, NetworkClient};
 use crate::exchange::input_gate::{GateEvent, GateStats, InputGate, PRODUCER_CANCELLED};
 use crate::exchange::metrics::TaskIoMetrics;
@@ -72,6 +73,8 @@ pub struct TaskEnvironment {
     pub groupings: Vec<Arc<Grouping>>,
     /// The network buffer settings.
     pub network: NetworkSettings,
+    /// The input gate's floor of network buffers, reserved when the task was accepted.
+    pub gate_floor: Floor,
     /// Set (and any wait woken) by `CancelTasks`.
     pub cancelled: Arc<Cancellation>,
     /// What the task's exchange does, read by the TaskManager while it runs.
@@ -143,19 +146,23 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
 /// consumers deployed beside the producer find them as early as possible. A blocking one is
 /// written to disk; a pipelined one holds
 /// at most [`MAX_BUFFERS_PER_SUBPARTITION`](crate::exchange::MAX_BUFFERS_PER_SUBPARTITION)
-/// unread buffers per subpartition.
+/// unread buffers per subpartition, and no more in all than its floor (split off `floor`: see
+/// [`NetworkSettings::output_floor`]) and what the TaskManager's pool lends it.
 pub fn create_outputs(
     partitions: &ResultPartitionManager,
     descriptor: &TaskDeploymentDescriptor,
+    network: &NetworkSettings,
+    floor: &mut Floor,
 ) -> Result<(), crate::exchange::partition::PartitionError> {
     for output in &descriptor.outputs {
         if output.retained {
             partitions.create_blocking(output.partition, output.subpartitions)?;
         } else {
-            partitions.create_pipelined(
+            partitions.create_pipelined_within(
                 output.partition,
                 output.subpartitions,
                 crate::exchange::MAX_BUFFERS_PER_SUBPARTITION as usize,
+                floor.split(network.output_floor(output.subpartitions)),
             )?;
         }
     }
@@ -163,7 +170,7 @@ pub fn create_outputs(
 }
 
 fn run(
-    env: TaskEnvironment,
+    mut env: TaskEnvironment,
     blocker: &dyn TaskBlocker,
     input: &mut GateStats,
     output: &mut WriterStats,
@@ -177,6 +184,7 @@ fn run(
         parallelism: d.parallelism,
     };
     let mut operator = env.registry.create(&spec)?;
+    let gate_floor = env.gate_floor.split(u64::MAX);
     let mut io = Io {
         inputs: Inputs {
             gate: InputGate::new(
@@ -185,6 +193,7 @@ fn run(
                 &env.data_connections,
                 env.partitions.clone(),
                 env.network,
+                gate_floor,
                 env.cancelled.clone(),
                 env.metrics.clone(),
             )?,

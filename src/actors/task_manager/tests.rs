@@ -15,6 +15,7 @@ use crate::messages::task_manager::{CancelTasks, SubmitTasks, TaskSubmissionErro
 use crate::testing::*;
 
 mod blocking_io;
+mod network_buffers;
 
 const SESSION: LeaderSessionId = LeaderSessionId::from_u128(5);
 const STALE: LeaderSessionId = LeaderSessionId::from_u128(4);
@@ -112,6 +113,15 @@ async fn start(
     retrieved: Option<LeaderSessionId>,
     script: impl FnOnce(&mut JobManagerScripts),
 ) -> Fixture {
+    start_with(retrieved, script, spec(3, "host-a")).await
+}
+
+/// [`start`] with a TaskManager of `spec`.
+async fn start_with(
+    retrieved: Option<LeaderSessionId>,
+    script: impl FnOnce(&mut JobManagerScripts),
+    spec: TaskManagerSpec,
+) -> Fixture {
     tokio::time::pause();
     let env = env("tm-node", 9);
     let jm = JobManagerProbeHandle::start(&env, "jobmanager", SESSION);
@@ -123,7 +133,7 @@ async fn start(
                 address: jm.address.clone(),
                 retrieved_session: retrieved,
             }),
-            spec: spec(3, "host-a"),
+            spec,
         },
         env.clone(),
     )
@@ -690,37 +700,6 @@ async fn a_task_that_overtakes_the_registration_acknowledgement_waits_for_it() {
     let status = ask(&f.tm, GetTaskManagerStatus).await;
     let running: Vec<_> = status.running.iter().map(|t| t.attempt).collect();
     assert_eq!(running, [ExecutionAttemptId::from_u128(7)]);
-}
-
-#[actix::test]
-async fn a_task_whose_network_buffers_do_not_fit_is_refused_naming_the_setting() {
-    let f = start(Some(SESSION), |_| {}).await;
-    let mut descriptor = sleeping_task(11, 1);
-    // 3,000 pipelined subpartitions need 3,001 buffers of 32 KiB: more than the 64 MiB default.
-    descriptor.outputs.push(
-        crate::messages::deployment::ResultPartitionDeploymentDescriptor {
-            partition: crate::messages::ResultPartitionId {
-                producer: descriptor.attempt,
-                edge: 0,
-            },
-            pattern: crate::job::graph::DistributionPattern::AllToAll,
-            subpartitions: 3_000,
-            retained: false,
-        },
-    );
-    let answer = submit(&f.tm, SESSION, descriptor).await;
-    let error = answer.expect_err("refused");
-    assert!(
-        matches!(error, TaskSubmissionError::NetworkMemory { .. }),
-        "{error:?}"
-    );
-    assert!(
-        error.to_string().contains("taskmanager.network.memory"),
-        "{error}"
-    );
-    let status = ask(&f.tm, GetTaskManagerStatus).await;
-    assert_eq!(status.slots_free, status.slots_total, "no slot taken");
-    assert!(status.job_partitions.is_empty(), "no partition created");
 }
 
 /// Issue 11, item 5: a task may name an all-to-all producer list an earlier task carried; a

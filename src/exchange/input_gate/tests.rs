@@ -1,6 +1,7 @@
 use super::*;
 use crate::base::ids::ExecutionAttemptId;
 use crate::env::task_blocking::ThreadBlocker;
+use crate::exchange::buffer_pool::NetworkBufferPool;
 use crate::exchange::partition::ResultPartitionManager;
 use crate::exchange::partition::tests::AppendRecords;
 use crate::messages::deployment::{ProducerLocation, Producers};
@@ -20,6 +21,24 @@ fn local_gate(
     partitions: &[ResultPartitionId],
     subpartition: u32,
     settings: NetworkSettings,
+) -> InputGate {
+    // Room for every channel's exclusive credit: the gate as it was before floors.
+    local_gate_within(
+        store,
+        partitions,
+        subpartition,
+        settings,
+        Floor::unbounded(1 << 20),
+    )
+}
+
+/// [`local_gate`] with the floor `floor`.
+fn local_gate_within(
+    store: &Arc<ResultPartitionManager>,
+    partitions: &[ResultPartitionId],
+    subpartition: u32,
+    settings: NetworkSettings,
+    floor: Floor,
 ) -> InputGate {
     let local = ActorAddress::new("local", "taskmanager/tm");
     let descriptor = InputGateDeploymentDescriptor {
@@ -41,6 +60,7 @@ fn local_gate(
         &NetworkClient::reading_locally(&local, store),
         store.clone(),
         settings,
+        floor,
         Arc::default(),
         Arc::default(),
     )
@@ -153,4 +173,56 @@ async fn local_partitions_created_after_the_gate_are_read_or_end_by_notice() {
         with_state, 1,
         "only the channel that got data has state of its own"
     );
+}
+
+/// Issue 32 item 1 (FLIP-266's idea): a gate of 300 channels with data, whose exclusive credit
+/// (2 per channel) would be 600 buffers, runs on its floor of 2 and the 2 buffers its
+/// TaskManager lends: no channel has credit of its own, each is lent credit for its backlog,
+/// and the gate never holds more than floor + lent while it reads all 900 buffers. Everything
+/// lent goes back.
+#[actix::test]
+async fn a_wide_gate_reads_everything_within_its_floor_and_what_is_lent() {
+    let store = Arc::new(ResultPartitionManager::new(
+        std::env::temp_dir(),
+        usize::MAX,
+    ));
+    let partitions: Vec<ResultPartitionId> = (1..=300).map(partition).collect();
+    for (i, &id) in partitions.iter().enumerate() {
+        store.create(id, 1).unwrap();
+        for j in 0..3 {
+            let record = Record {
+                key: format!("{i}-{j}"),
+                value: Value::Int(j),
+            };
+            store.append_records(id, 0, vec![record]).unwrap();
+        }
+        store.finish(id).unwrap();
+    }
+    let settings = NetworkSettings::default();
+    // 8 buffers: 6 for floors, 2 to lend.
+    let pool = NetworkBufferPool::new(8 * settings.buffer_size as u64, settings.buffer_size);
+    let floor = pool.reserve(2).unwrap();
+    let mut gate = local_gate_within(&store, &partitions, 0, settings, floor);
+    assert_eq!(gate.budget.exclusive, 0, "the floating mode");
+    let watched = pool.clone();
+    #[allow(clippy::disallowed_methods)] // the test plays the task runner
+    let read = tokio::task::spawn_blocking(move || {
+        let (mut records, mut most_held, mut most_lent) = (0, 0, 0);
+        while let Some(buffer) = gate.next_buffer(&ThreadBlocker).unwrap() {
+            records += buffer.records();
+            let lent: u32 = gate.channels.values().map(|c| c.floating).sum();
+            most_lent = most_lent.max(lent + gate.floating_free);
+            // The one just handed out counts until the next call.
+            most_held = most_held.max(gate.queue.len() + 1);
+            assert!(watched.usage().lent <= 2);
+        }
+        assert_eq!(gate.floating_free, 2, "the floor is back, the lent ones returned");
+        (records, most_held, most_lent)
+    });
+    let (records, most_held, most_lent) = read.await.unwrap();
+    assert_eq!(records, 900);
+    assert!(most_held <= 4, "held {most_held} > floor 2 + lent 2");
+    assert_eq!(most_lent, 4, "it borrowed what the pool lends");
+    assert_eq!(pool.usage().lent, 0, "every lent buffer went back");
+    assert_eq!(pool.usage().peak_lent, 2);
 }

@@ -32,6 +32,8 @@ pub(super) struct ResultPartition {
     /// Of a pipelined partition: the most unread buffers a subpartition holds before its
     /// producer waits. `None`: unbounded, spilling past the threshold.
     pub(super) capacity: Option<usize>,
+    /// Of a pipelined partition of a deployed task: its network buffers.
+    pub(super) budget: Option<super::output_budget::OutputBudget>,
 }
 
 impl ResultPartition {
@@ -88,10 +90,11 @@ impl ResultPartition {
         }
         sub.released = true;
         let unread = sub.handed_over as usize..;
-        let mut freed = 0;
+        let (mut freed, mut dropped) = (0, 0);
         for stored in sub.buffers.get_mut(unread).into_iter().flatten() {
             if let Stored::Memory(buffer) = stored {
                 freed += buffer.len();
+                dropped += 1;
                 *buffer = Buffer::default();
             }
         }
@@ -99,6 +102,9 @@ impl ResultPartition {
         sub.wake();
         sub.wake_producer();
         self.memory_bytes = self.memory_bytes.saturating_sub(freed);
+        if let Some(budget) = self.budget.as_mut() {
+            budget.taken(dropped);
+        }
         true
     }
 
@@ -107,6 +113,7 @@ impl ResultPartition {
         self.state = State::Failed(reason);
         self.memory_bytes = 0;
         self.spill = None;
+        self.budget = None;
         for subpartition in self.subpartitions.values_mut() {
             subpartition.buffers.clear();
             subpartition.wake();
@@ -178,10 +185,14 @@ impl ResultPartition {
             sub.waiters.push(Waiter::Once(sender));
             return Err(PlannedFetch::Pending(receiver));
         }
+        if credit == 0 {
+            return Err(PlannedFetch::Backlog(available - from_buffer));
+        }
 
         let mut items = Vec::new();
         let mut total = 0usize;
         let mut handed_over = 0usize;
+        let mut moved = 0u64;
         let retain = self.retain;
         // `from_buffer < available`, which is a `usize`.
         let mut moved_until = None;
@@ -196,6 +207,7 @@ impl ResultPartition {
             items.push(match stored {
                 Stored::Memory(buffer) if !retain => {
                     handed_over += bytes;
+                    moved += 1;
                     moved_until = Some(index + 1);
                     PlannedBuffer::Memory(std::mem::take(buffer))
                 }
@@ -226,8 +238,11 @@ impl ResultPartition {
             next_buffer,
             finished: finished && next_buffer == available,
         };
-        // Handed-over buffers no longer count against the spill threshold.
+        // Handed-over buffers no longer count against the spill threshold, nor the budget.
         self.memory_bytes = self.memory_bytes.saturating_sub(handed_over);
+        if let Some(budget) = self.budget.as_mut() {
+            budget.taken(moved);
+        }
         Ok(plan)
     }
 }

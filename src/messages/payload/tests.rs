@@ -110,6 +110,7 @@ fn reply_samples() -> Vec<Reply> {
             running: Vec::new(),
             job_partitions: Vec::new(),
             spill: Default::default(),
+            network: Default::default(),
         }
         .into_reply(),
         vec![

@@ -257,6 +257,7 @@ fn tm_status(running: Vec<(u128, u128)>, slots: Vec<Option<AllocationId>>) -> Ta
             .collect(),
         job_partitions: Vec::new(),
         spill: Default::default(),
+        network: Default::default(),
     }
 }
 

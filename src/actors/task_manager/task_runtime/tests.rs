@@ -131,6 +131,7 @@ fn task(
         data_connections,
         groupings: Vec::new(),
         network: NetworkSettings::default(),
+        gate_floor: Floor::unbounded(1 << 20),
         cancelled: cancelled.clone(),
         metrics: Arc::default(),
         clock: Arc::new(crate::base::clock::SystemClock),
@@ -444,7 +445,13 @@ async fn a_pipelined_producer_waits_for_its_consumer_instead_of_spilling_until_c
         store.clone(),
         NetworkClient::reading_locally(&env.address_of("taskmanager/tm-local"), &store),
     );
-    create_outputs(&store, &task.descriptor).unwrap();
+    create_outputs(
+        &store,
+        &task.descriptor,
+        &NetworkSettings::default(),
+        &mut Floor::unbounded(1 << 20),
+    )
+    .unwrap();
     let producer = spawn_task(task);
     let capacity = u64::from(crate::exchange::MAX_BUFFERS_PER_SUBPARTITION);
     eventually("the subpartition filled up", || {

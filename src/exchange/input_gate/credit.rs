@@ -1,0 +1,228 @@
+//! A gate's credit (Flink's credit-based flow control) within its share of the TaskManager's
+//! network buffers ([`NetworkBufferPool`](crate::exchange::buffer_pool::NetworkBufferPool)).
+//!
+//! A gate reserved its floor when its task was deployed (at most
+//! `required-buffers-per-gate`). Two modes, chosen when it starts (FLIP-266's idea):
+//! - **Exclusive** (a gate of few channels, as every gate was before): when its floor plus
+//!   what the pool lends it at once covers `buffers-per-channel` for every channel and
+//!   `floating-buffers-per-gate`, each channel that gets data has its exclusive credit from the
+//!   start and the floating ones go to channels with a backlog.
+//! - **Floating** (a wide gate, or a TaskManager short of lent buffers): no channel has credit
+//!   of its own. A producer with data for a channel without credit announces its backlog; the
+//!   gate lends that channel credit from its floor, and borrows from the pool for more while
+//!   any is free (up to one channel's window), giving borrowed buffers back as soon as they
+//!   are consumed. So a gate of 10,000 channels holds no more than its floor and what it
+//!   borrows, whatever the number of channels with data.
+
+use super::{InputGate, LocalState};
+use crate::exchange::NetworkSettings;
+use crate::exchange::buffer_pool::Floor;
+use crate::messages::task_manager::PartitionRequest;
+
+use super::super::client::channel_key;
+
+/// A gate that would borrow more than this share of the pool's lent buffers for exclusive
+/// credit takes the floating mode instead (so one wide gate cannot take them all).
+const EXCLUSIVE_SHARE: u64 = 16;
+
+/// The gate's buffers: its floor and what it borrowed.
+pub(super) struct GateBudget {
+    floor: Floor,
+    /// Borrowed from the pool (given back when consumed in the floating mode, at the end in
+    /// the exclusive one).
+    lent: u64,
+    /// Credit of every channel of its own: `buffers-per-channel`, or 0 (floating mode).
+    pub(super) exclusive: u32,
+    /// The most floating buffers one channel is lent.
+    pub(super) floating_cap: u32,
+    /// The most it borrows in the floating mode.
+    lend_limit: u64,
+}
+
+impl GateBudget {
+    /// The budget of a gate of `channels` channels with `floor`, and its floating buffers.
+    pub(super) fn new(floor: Floor, settings: &NetworkSettings, channels: usize) -> (Self, u32) {
+        let need = settings.gate_need(channels);
+        let short = need.saturating_sub(floor.buffers());
+        let pool = floor.pool();
+        let lendable = pool.usage().total - pool.usage().floor_limit;
+        let lent = if short == 0 || short > lendable / EXCLUSIVE_SHARE {
+            0
+        } else {
+            let lent = pool.borrow(short);
+            if lent < short {
+                pool.give_back(lent);
+                0
+            } else {
+                lent
+            }
+        };
+        let window = settings.buffers_per_channel + settings.floating_buffers_per_gate;
+        if short == lent {
+            let budget = Self {
+                floor,
+                lent,
+                exclusive: settings.buffers_per_channel,
+                floating_cap: settings.floating_buffers_per_gate,
+                lend_limit: 0,
+            };
+            (budget, settings.floating_buffers_per_gate)
+        } else {
+            let floating = u32::try_from(floor.buffers()).unwrap_or(u32::MAX);
+            let budget = Self {
+                floor,
+                lent: 0,
+                exclusive: 0,
+                floating_cap: window,
+                lend_limit: u64::from(window),
+            };
+            (budget, floating)
+        }
+    }
+
+    /// Borrows up to `wanted` more floating buffers (floating mode only).
+    fn borrow(&mut self, wanted: u32) -> u32 {
+        let room = self.lend_limit.saturating_sub(self.lent);
+        let lent = self.floor.pool().borrow(u64::from(wanted).min(room));
+        self.lent += lent;
+        lent as u32
+    }
+
+    /// Gives back up to `free` borrowed buffers (floating mode only); returns how many.
+    fn give_back(&mut self, free: u32) -> u32 {
+        if self.exclusive > 0 {
+            return 0;
+        }
+        let back = self.lent.min(u64::from(free));
+        self.floor.pool().give_back(back);
+        self.lent -= back;
+        back as u32
+    }
+}
+
+impl Drop for GateBudget {
+    fn drop(&mut self) {
+        self.floor.pool().give_back(self.lent);
+    }
+}
+
+impl InputGate {
+    /// A buffer of `channel` was consumed: its credit grows back (or a floating buffer it no
+    /// longer needs goes back to the gate).
+    pub(super) fn consumed(&mut self, index: usize) {
+        let channel = self.ch_mut(index);
+        channel.queued = channel.queued.saturating_sub(1);
+        self.settle(index);
+    }
+
+    /// Buffers `index` holds or may still receive: queued ones plus credit the producer has not
+    /// used yet.
+    fn in_use(&self, index: usize) -> u32 {
+        let channel = self.ch(index);
+        let outstanding = if channel.finished || channel.local.is_some() {
+            0
+        } else {
+            u32::try_from(channel.granted.saturating_sub(channel.received)).unwrap_or(u32::MAX)
+        };
+        channel.queued.saturating_add(outstanding)
+    }
+
+    /// Lends floating buffers to a channel with a backlog, or takes back those it has no use
+    /// for (Flink's `RemoteInputChannel`: required buffers = backlog + exclusive), then grants
+    /// whatever credit its window has room for. Freed floating buffers go to the channels
+    /// waiting for them, oldest first; borrowed ones nobody waits for go back to the pool.
+    pub(super) fn settle(&mut self, index: usize) {
+        self.settle_one(index);
+        while self.floating_free > 0 {
+            let Some(waiter) = self.floating_waiters.pop_front() else {
+                break;
+            };
+            self.ch_mut(waiter).wants_floating = false;
+            self.settle_one(waiter);
+        }
+        if self.floating_waiters.is_empty() && self.floating_free > 0 {
+            self.floating_free -= self.budget.give_back(self.floating_free);
+        }
+    }
+
+    fn settle_one(&mut self, index: usize) {
+        let exclusive = self.budget.exclusive;
+        let in_use = self.in_use(index);
+        let channel = self.ch(index);
+        let wanted = if channel.finished {
+            0
+        } else {
+            u32::try_from(channel.backlog)
+                .unwrap_or(u32::MAX)
+                .min(self.budget.floating_cap)
+        };
+        let floating = channel.floating;
+        if floating < wanted && self.floating_free < wanted - floating {
+            // Short of floating buffers: borrow what the pool lends (floating mode).
+            let more = wanted - floating - self.floating_free;
+            self.floating_free += self.budget.borrow(more);
+        }
+        let free = self.floating_free;
+        let channel = self
+            .channels
+            .get_mut(&(index as u32))
+            .expect("a channel with state");
+        if channel.floating > wanted {
+            // Only what the window has free: credit granted cannot be taken back.
+            let unused = (exclusive + channel.floating).saturating_sub(in_use);
+            let back = (channel.floating - wanted).min(unused);
+            channel.floating -= back;
+            self.floating_free += back;
+        } else if channel.floating < wanted {
+            let lent = (wanted - channel.floating).min(free);
+            channel.floating += lent;
+            self.floating_free -= lent;
+            if channel.floating < wanted && !channel.wants_floating {
+                channel.wants_floating = true;
+                self.floating_waiters.push_back(index);
+            }
+        }
+        // A local channel that ran out of credit is read again once it has some.
+        let credit = self.credit(index);
+        if credit > 0
+            && let Some(read) = self.ch_mut(index).local.as_mut()
+            && read.state == LocalState::NoCredit
+        {
+            read.state = LocalState::Ready;
+            self.to_fetch.push_back(index);
+        }
+        self.grant(index);
+    }
+
+    /// Tells a channel's producer of the buffers it may send now, if more than it knows.
+    fn grant(&mut self, index: usize) {
+        let channel = self.ch(index);
+        let position = channel.connection;
+        if channel.finished || channel.local.is_some() {
+            return;
+        }
+        let credit = self.credit(index);
+        if credit == 0 {
+            return;
+        }
+        let channel = self
+            .channels
+            .get_mut(&(index as u32))
+            .expect("a channel with state");
+        channel.granted += u64::from(credit);
+        let granted = channel.granted;
+        self.request(
+            position,
+            PartitionRequest::Credit {
+                channel: channel_key(self.gate_id, index as u32),
+                granted,
+            },
+        );
+    }
+
+    /// Buffers `channel` may receive now: its window (exclusive buffers plus the floating ones
+    /// lent to it) less those it holds or was promised.
+    pub(super) fn credit(&self, index: usize) -> u32 {
+        (self.budget.exclusive + self.ch(index).floating).saturating_sub(self.in_use(index))
+    }
+}
