@@ -9,11 +9,14 @@
 //!
 //! Both in the same run, as a ratio (issue 11's target: the exchange at ≥ 60 % of raw TCP).
 //!
-//! 3. All-to-all deployment across processes: `noop` source → `noop` sink, all-to-all, at each P
-//!    of `FLINT_BENCH_A2A_P` (default `100,200,400`) on 4 TaskManager processes × 100 slots
+//! 3. All-to-all across processes, on the default network settings: `noop` source (2,000
+//!    records each, `FLINT_BENCH_A2A_RECORDS`) → `noop` sink, all-to-all, at each P of
+//!    `FLINT_BENCH_A2A_P` (default `100,200,400`) on 4 TaskManager processes × 100 slots
 //!    (`FLINT_BENCH_A2A_SLOTS` for more: P = 10,000 needs 2,500):
-//!    submit → FINISHED, and the bytes the JobManager's transport sent for the job (its
-//!    `SubmitTask`s above all; issue 11, item 5: O(P) per TaskManager, not O(P²)).
+//!    submit → FINISHED, the bytes the JobManager's transport sent for the job (its
+//!    `SubmitTask`s above all; issue 11, item 5: O(P) per TaskManager, not O(P²)), and the
+//!    TaskManager processes' peak resident memory (`VmHWM`, the largest of the four, since the
+//!    cluster started: sizes run in the order given).
 //!    `FLINT_BENCH_BIN` runs another build of `flint` for a before/after comparison;
 //!    `-- all-to-all` runs this section alone.
 //! 4. WordCount across processes: 67 MB of generated text, examples/wordcount.toml at P = 2 on
@@ -102,9 +105,12 @@ fn pair_job(records: u64) -> JobGraph {
 }
 
 /// `source` → `sink`, all-to-all and pipelined, P each, 10 records per producer.
-fn all_to_all_job(p: u32) -> JobGraph {
+fn all_to_all_job(p: u32, records: u64) -> JobGraph {
     let mut b = JobGraph::builder("exchange-all-to-all");
-    let source = b.vertex("source", "noop", p).config("count", "10").index();
+    let source = b
+        .vertex("source", "noop", p)
+        .config("count", &records.to_string())
+        .index();
     let sink = b.vertex("sink", "noop", p).index();
     b.edge(
         source,
@@ -128,6 +134,24 @@ fn bytes_sent(cluster: &Cluster) -> u64 {
         .expect("the JobManager's transport byte counter")
 }
 
+/// The largest peak resident memory (`VmHWM`) among the children of process `parent` (a
+/// JobManager's TaskManager processes).
+fn task_manager_peak_rss_kib(parent: u32) -> u64 {
+    let field = |status: &str, name: &str| -> Option<u64> {
+        let line = status.lines().find(|l| l.starts_with(name))?;
+        line.split_whitespace().nth(1)?.parse().ok()
+    };
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| std::fs::read_to_string(entry.path().join("status")).ok())
+        .filter(|status| field(status, "PPid:") == Some(u64::from(parent)))
+        .filter_map(|status| field(&status, "VmHWM:"))
+        .max()
+        .unwrap_or(0)
+}
+
 /// Section 3 of the module docs.
 fn all_to_all_deployments(rounds: usize) {
     let sizes: Vec<u32> = std::env::var("FLINT_BENCH_A2A_P")
@@ -138,29 +162,28 @@ fn all_to_all_deployments(rounds: usize) {
     let slots: u32 = std::env::var("FLINT_BENCH_A2A_SLOTS")
         .map(|s| s.trim().parse().expect("FLINT_BENCH_A2A_SLOTS: a number"))
         .unwrap_or(100);
-    // Every sink reserves 2 buffers per channel: at P = 10,000 that is 20 MB per task. The job
-    // sends no data, so the reservation is raised, as Flink users raise it for such jobs.
-    let cluster = Cluster::start(
-        "exchange-a2a",
-        4,
-        slots,
-        "[taskmanager.network]\nbuffer-size = \"1kb\"\nmemory = \"1tb\"\n",
-    );
+    let records: u64 = std::env::var("FLINT_BENCH_A2A_RECORDS")
+        .map(|s| s.trim().parse().expect("FLINT_BENCH_A2A_RECORDS: a number"))
+        .unwrap_or(2_000);
+    // The defaults: each task reserves at most 2 buffers per gate and per output (issue 32).
+    let cluster = Cluster::start("exchange-a2a", 4, slots, "");
     for p in sizes {
         let (mut seconds, mut bytes) = (Vec::new(), Vec::new());
         for _ in 0..rounds {
             let before = bytes_sent(&cluster);
             let began = Instant::now();
-            let id = cluster.submit(&all_to_all_job(p));
+            let id = cluster.submit(&all_to_all_job(p, records));
             cluster.wait_all(std::slice::from_ref(&id), Duration::from_millis(2));
             seconds.push(began.elapsed().as_secs_f64());
             bytes.push((bytes_sent(&cluster) - before) as f64);
         }
         println!(
-            "all-to-all P = {p} across 4 TaskManager processes × {slots} slots (median of \
-             {rounds}): submit → FINISHED {:.0} ms, JobManager sent {:.0} KB",
+            "all-to-all P = {p}, {records} records per source, across 4 TaskManager processes × \
+             {slots} slots (median of {rounds}): submit → FINISHED {:.0} ms, JobManager sent \
+             {:.0} KB, TaskManager peak RSS {:.0} MiB",
             median(seconds) * 1e3,
-            median(bytes) / 1e3
+            median(bytes) / 1e3,
+            task_manager_peak_rss_kib(cluster.pid()) as f64 / 1024.0
         );
     }
 }

@@ -469,7 +469,6 @@ fn a_blocking_all_to_all_of_p_256_runs_under_an_open_files_limit_of_1024() {
             env!("CARGO_BIN_EXE_flint"),
         ))
         .env_remove("RUST_LOG")
-        .env("FLINT_TASKMANAGER_NETWORK_MEMORY", "2gb")
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()

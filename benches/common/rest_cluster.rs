@@ -159,6 +159,10 @@ impl Cluster {
     }
 
     /// The JobManager process's resident memory, in KiB.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     pub fn rss_kib(&self) -> u64 {
         crate::process::resident_kib(self.child.id()).expect("its VmRSS in /proc/PID/status")
     }

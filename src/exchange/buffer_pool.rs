@@ -18,6 +18,7 @@
 //! is held by whoever uses it (a gate for its life, a pipelined partition until it is released,
 //! since its queued buffers outlive the producer task) and comes back when that is dropped.
 
+use std::collections::VecDeque;
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
@@ -61,8 +62,9 @@ pub struct NetworkBufferPool {
     total: u64,
     floor_limit: u64,
     counts: Mutex<Counts>,
-    /// Producers waiting for a lent buffer, woken when one comes back.
-    waiters: Mutex<Vec<oneshot::Sender<()>>>,
+    /// Producers waiting for a lent buffer, oldest first: each buffer given back wakes one
+    /// (waking all of them for each was a storm of futex calls with 100 producers waiting).
+    waiters: Mutex<VecDeque<oneshot::Sender<()>>>,
 }
 
 impl fmt::Debug for NetworkBufferPool {
@@ -133,7 +135,9 @@ impl NetworkBufferPool {
         lent
     }
 
-    /// Takes back `buffers` lent ones and wakes the producers waiting for one.
+    /// Takes back `buffers` lent ones and wakes as many producers waiting for one (a producer
+    /// that stopped waiting, its room found elsewhere, is skipped: a waiting producer always has
+    /// buffers of its own queued, so it is woken when they are taken in any case).
     pub fn give_back(&self, buffers: u64) {
         if buffers == 0 {
             return;
@@ -143,9 +147,15 @@ impl NetworkBufferPool {
             debug_assert!(counts.lent >= buffers, "gave back more than was lent");
             counts.lent = counts.lent.saturating_sub(buffers);
         }
-        for waiter in lock(&self.waiters).drain(..) {
-            // A producer that stopped waiting is no error.
-            let _ = waiter.send(());
+        let mut waiters = lock(&self.waiters);
+        let mut woken = 0;
+        while woken < buffers {
+            let Some(waiter) = waiters.pop_front() else {
+                break;
+            };
+            if waiter.send(()).is_ok() {
+                woken += 1;
+            }
         }
     }
 
@@ -157,7 +167,7 @@ impl NetworkBufferPool {
             return true;
         }
         waiters.retain(|w| !w.is_closed());
-        waiters.push(waiter);
+        waiters.push_back(waiter);
         false
     }
 }

@@ -41,8 +41,8 @@ use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
 
 use super::NetworkSettings;
-use super::buffer_pool::Floor;
 use super::buffer::Buffer;
+use super::buffer_pool::Floor;
 use super::client::{
     ClientSet, Delivery, GateInbox, Grouping, Leaving, NetworkClient, PartitionRequestClient,
     channel_key, finished_empty,

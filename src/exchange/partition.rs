@@ -651,6 +651,9 @@ impl ResultPartitionManager {
                 .get(&index)
                 .is_some_and(|sub| sub.released)
         {
+            if let Some(budget) = partition.budget.as_mut() {
+                budget.discarded();
+            }
             return Ok(()); // nothing, or for a consumer that is gone
         }
         let bytes = buffer.len();

@@ -419,7 +419,10 @@ pub fn partitions_released(jobs: &[JobDetails], tm: &TaskManagerStatus) -> Resul
 pub fn network_buffers_returned(tm: &TaskManagerStatus) -> Result<(), String> {
     let pool = tm.network;
     if pool.reserved > pool.floor_limit || pool.lent > pool.total - pool.floor_limit {
-        return Err(format!("{} holds network buffers past its cap: {pool:?}", tm.resource_id));
+        return Err(format!(
+            "{} holds network buffers past its cap: {pool:?}",
+            tm.resource_id
+        ));
     }
     let idle = tm.running.is_empty() && tm.job_partitions.iter().all(|(_, n)| *n == 0);
     if idle && (pool.reserved > 0 || pool.lent > 0) {

@@ -216,7 +216,10 @@ async fn a_wide_gate_reads_everything_within_its_floor_and_what_is_lent() {
             most_held = most_held.max(gate.queue.len() + 1);
             assert!(watched.usage().lent <= 2);
         }
-        assert_eq!(gate.floating_free, 2, "the floor is back, the lent ones returned");
+        assert_eq!(
+            gate.floating_free, 2,
+            "the floor is back, the lent ones returned"
+        );
         (records, most_held, most_lent)
     });
     let (records, most_held, most_lent) = read.await.unwrap();

@@ -69,6 +69,13 @@ impl OutputBudget {
         self.queued += 1;
     }
 
+    /// The buffer reserved for was not kept (empty, or for a consumer that is gone).
+    pub(crate) fn discarded(&mut self) {
+        if std::mem::take(&mut self.pending) {
+            self.taken_back();
+        }
+    }
+
     /// `buffers` were taken (by a consumer, or dropped for one that is gone): lent buffers no
     /// longer needed go back, and a producer waiting for room is woken.
     pub(crate) fn taken(&mut self, buffers: u64) {
@@ -76,6 +83,11 @@ impl OutputBudget {
             return;
         }
         self.queued = self.queued.saturating_sub(buffers);
+        self.taken_back();
+    }
+
+    /// Gives back lent buffers no longer needed and wakes a producer waiting for room.
+    fn taken_back(&mut self) {
         let excess = self.held().saturating_sub(self.floor.buffers());
         if self.lent > excess {
             self.floor.pool().give_back(self.lent - excess);

@@ -465,11 +465,7 @@ fn a_full_producer_is_woken_when_half_its_subpartition_is_free() {
             Fetch::Ready { next_buffer, .. } => next = next_buffer,
             other => panic!("{other:?}"),
         }
-        assert_eq!(
-            room.fired(),
-            woken,
-            "after taking {next} of 10 buffers"
-        );
+        assert_eq!(room.fired(), woken, "after taking {next} of 10 buffers");
     }
     assert!(matches!(store.reserve(id, 0).unwrap(), Space::Available));
     // A failure wakes a waiting producer at once, however full.
@@ -712,8 +708,13 @@ fn a_pipelined_partition_holds_its_floor_and_what_is_lent_then_waits() {
         .create_pipelined_within(id, 2, 10, pool.reserve(2).unwrap())
         .unwrap();
     for i in 0..4 {
-        assert!(matches!(store.reserve(id, i % 2).unwrap(), Space::Available));
-        store.append_records(id, i % 2, buffer(i.into(), 1)).unwrap();
+        assert!(matches!(
+            store.reserve(id, i % 2).unwrap(),
+            Space::Available
+        ));
+        store
+            .append_records(id, i % 2, buffer(i.into(), 1))
+            .unwrap();
     }
     assert_eq!(pool.usage().lent, 2, "two beyond the floor of two");
     let Space::Full(mut room) = store.reserve(id, 0).unwrap() else {
@@ -725,7 +726,11 @@ fn a_pipelined_partition_holds_its_floor_and_what_is_lent_then_waits() {
     };
     assert_eq!(buffers.len(), 1);
     assert!(room.fired(), "the waiting producer is woken");
-    assert_eq!(pool.usage().lent, 1, "a lent buffer no longer needed went back");
+    assert_eq!(
+        pool.usage().lent,
+        1,
+        "a lent buffer no longer needed went back"
+    );
     assert!(matches!(store.reserve(id, 0).unwrap(), Space::Available));
     store.append_records(id, 0, buffer(9, 1)).unwrap();
     assert_eq!(pool.usage().lent, 2);

@@ -378,3 +378,34 @@ fn drained_before_registering_fails_for_a_registered_task_manager_still_running_
     status.registration = RegistrationPhase::Registering { attempt: 2 };
     assert_eq!(drained_before_registering(&status), Ok(()));
 }
+
+#[test]
+fn network_buffers_returned_fails_for_a_leak_or_a_pool_past_its_cap() {
+    let pool = crate::messages::NetworkBufferUsage {
+        total: 160,
+        floor_limit: 120,
+        ..Default::default()
+    };
+    let mut idle = tm_status(vec![], vec![None]);
+    idle.network = pool;
+    assert_eq!(network_buffers_returned(&idle), Ok(()));
+    // A floor kept after every task ended and every partition was released: a leak.
+    idle.network.reserved = 2;
+    let error = network_buffers_returned(&idle).unwrap_err();
+    assert!(error.contains("2 network buffers are reserved"), "{error}");
+    // Lent and not given back.
+    idle.network.reserved = 0;
+    idle.network.lent = 1;
+    assert!(network_buffers_returned(&idle).is_err());
+    // While a task runs, floors and lent buffers are in use, within the cap.
+    let mut busy = tm_status(vec![(10, 1)], vec![Some(allocation(1))]);
+    busy.network = crate::messages::NetworkBufferUsage {
+        reserved: 120,
+        lent: 40,
+        ..pool
+    };
+    assert_eq!(network_buffers_returned(&busy), Ok(()));
+    busy.network.lent = 41;
+    let error = network_buffers_returned(&busy).unwrap_err();
+    assert!(error.contains("past its cap"), "{error}");
+}

@@ -13,15 +13,17 @@ fn wide_producer(
     subpartitions: u32,
 ) -> crate::messages::deployment::TaskDeploymentDescriptor {
     let mut descriptor = sleeping_task(attempt, attempt);
-    descriptor.outputs.push(ResultPartitionDeploymentDescriptor {
-        partition: ResultPartitionId {
-            producer: descriptor.attempt,
-            edge: 0,
-        },
-        pattern: crate::job::graph::DistributionPattern::AllToAll,
-        subpartitions,
-        retained: false,
-    });
+    descriptor
+        .outputs
+        .push(ResultPartitionDeploymentDescriptor {
+            partition: ResultPartitionId {
+                producer: descriptor.attempt,
+                edge: 0,
+            },
+            pattern: crate::job::graph::DistributionPattern::AllToAll,
+            subpartitions,
+            retained: false,
+        });
     descriptor
 }
 
