@@ -109,7 +109,7 @@ fn all_to_all_job(p: u32, records: u64) -> JobGraph {
     let mut b = JobGraph::builder("exchange-all-to-all");
     let source = b
         .vertex("source", "noop", p)
-        .config("count", &records.to_string())
+        .config("count", records.to_string())
         .index();
     let sink = b.vertex("sink", "noop", p).index();
     b.edge(
