@@ -129,11 +129,17 @@ impl BufferBuilder {
         self.records == 0
     }
 
-    /// The buffer collected so far; the builder starts over empty.
+    /// The buffer collected so far; the builder starts over empty. A buffer using less than
+    /// half its allocation (a subpartition's last, cut short) gives the rest back: a queued
+    /// buffer holds about its bytes, which is what the network buffer pool counts it as.
     pub fn finish(&mut self) -> Buffer {
         let records = std::mem::take(&mut self.records);
         self.warm = self.bytes.capacity();
-        Buffer::new(records, Bytes::from(std::mem::take(&mut self.bytes)))
+        let mut bytes = std::mem::take(&mut self.bytes);
+        if bytes.capacity() > bytes.len().saturating_mul(2) {
+            bytes.shrink_to_fit();
+        }
+        Buffer::new(records, Bytes::from(bytes))
     }
 }
 

@@ -95,6 +95,16 @@ impl NetworkBufferPool {
         Self::new(u64::MAX, 1)
     }
 
+    /// Bytes of one buffer, the unit it counts in.
+    pub fn buffer_size(&self) -> u64 {
+        self.buffer_size
+    }
+
+    /// Buffers of the lent part, free or not.
+    pub fn lendable(&self) -> u64 {
+        self.total - self.floor_limit
+    }
+
     /// What it holds now.
     pub fn usage(&self) -> PoolUsage {
         let counts = *lock(&self.counts);

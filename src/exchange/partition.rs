@@ -585,12 +585,13 @@ impl ResultPartitionManager {
         Ok(())
     }
 
-    /// Whether the producer may append one buffer to `subpartition` now. A partition without a
-    /// capacity always has room.
+    /// Whether the producer may append one buffer of `bytes` to `subpartition` now. A partition
+    /// without a capacity always has room.
     pub fn reserve(
         &self,
         id: ResultPartitionId,
         subpartition: u32,
+        bytes: usize,
     ) -> Result<Space, PartitionError> {
         let partition = self.get(id)?;
         let mut partition = lock(&partition);
@@ -611,7 +612,11 @@ impl ResultPartitionManager {
                 return Ok(Space::Full(Room::of(receiver)));
             }
         }
-        match partition.budget.as_mut().map(|budget| budget.reserve()) {
+        match partition
+            .budget
+            .as_mut()
+            .map(|budget| budget.reserve(bytes))
+        {
             Some(Err(room)) => Ok(Space::Full(room)),
             _ => Ok(Space::Available),
         }
@@ -665,7 +670,7 @@ impl ResultPartitionManager {
         let stored = if partition.capacity.is_some() || (!partition.spilling && fits) {
             partition.memory_bytes += bytes;
             if let Some(budget) = partition.budget.as_mut() {
-                budget.appended();
+                budget.appended(bytes);
             }
             Stored::Memory(buffer)
         } else {

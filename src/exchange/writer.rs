@@ -207,8 +207,13 @@ impl ResultPartitionWriter {
                 ExchangeError::Partition(error)
             }
         };
+        let bytes = self.outputs[index].buffers[sub].len();
         loop {
-            match self.store.reserve(id, subpartition).map_err(failed)? {
+            match self
+                .store
+                .reserve(id, subpartition, bytes)
+                .map_err(failed)?
+            {
                 Space::Available => break,
                 Space::Full(mut room) => {
                     self.stats.backpressured_waits += 1;

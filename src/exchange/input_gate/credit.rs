@@ -45,7 +45,7 @@ impl GateBudget {
         let need = settings.gate_need(channels);
         let short = need.saturating_sub(floor.buffers());
         let pool = floor.pool();
-        let lendable = pool.usage().total - pool.usage().floor_limit;
+        let lendable = pool.lendable();
         let lent = if short == 0 || short > lendable / EXCLUSIVE_SHARE {
             0
         } else {

@@ -103,7 +103,7 @@ impl ResultPartition {
         sub.wake_producer();
         self.memory_bytes = self.memory_bytes.saturating_sub(freed);
         if let Some(budget) = self.budget.as_mut() {
-            budget.taken(dropped);
+            budget.taken(dropped, freed);
         }
         true
     }
@@ -241,7 +241,7 @@ impl ResultPartition {
         // Handed-over buffers no longer count against the spill threshold, nor the budget.
         self.memory_bytes = self.memory_bytes.saturating_sub(handed_over);
         if let Some(budget) = self.budget.as_mut() {
-            budget.taken(moved);
+            budget.taken(moved, handed_over);
         }
         Ok(plan)
     }

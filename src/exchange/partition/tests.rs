@@ -3,6 +3,7 @@ use std::time::Duration;
 
 use tokio::sync::oneshot::error::TryRecvError;
 
+use super::output_budget::charge;
 use super::*;
 use crate::base::ids::ExecutionAttemptId;
 use crate::operators::{Record, Value};
@@ -453,10 +454,13 @@ fn a_full_producer_is_woken_when_half_its_subpartition_is_free() {
     let id = pid(8);
     store.create_pipelined(id, 1, 10).unwrap();
     for i in 0..10 {
-        assert!(matches!(store.reserve(id, 0).unwrap(), Space::Available));
+        assert!(matches!(
+            store.reserve(id, 0, 100).unwrap(),
+            Space::Available
+        ));
         store.append_records(id, 0, buffer(i, 1)).unwrap();
     }
-    let Space::Full(mut room) = store.reserve(id, 0).unwrap() else {
+    let Space::Full(mut room) = store.reserve(id, 0, 100).unwrap() else {
         panic!("ten unread buffers fill a capacity of ten");
     };
     let mut next = 0;
@@ -467,12 +471,15 @@ fn a_full_producer_is_woken_when_half_its_subpartition_is_free() {
         }
         assert_eq!(room.fired(), woken, "after taking {next} of 10 buffers");
     }
-    assert!(matches!(store.reserve(id, 0).unwrap(), Space::Available));
+    assert!(matches!(
+        store.reserve(id, 0, 100).unwrap(),
+        Space::Available
+    ));
     // A failure wakes a waiting producer at once, however full.
     for i in 10..15 {
         store.append_records(id, 0, buffer(i, 1)).unwrap();
     }
-    let Space::Full(mut room) = store.reserve(id, 0).unwrap() else {
+    let Space::Full(mut room) = store.reserve(id, 0, 100).unwrap() else {
         panic!("full again");
     };
     store.fail(id, "boom").unwrap();
@@ -582,7 +589,7 @@ fn a_released_pipelined_subpartition_frees_its_producer_and_discards_its_writes(
         store.append_records(id, 0, buffer(i, 1)).unwrap();
         store.append_records(id, 1, buffer(i, 1)).unwrap();
     }
-    let Space::Full(mut room) = store.reserve(id, 0).unwrap() else {
+    let Space::Full(mut room) = store.reserve(id, 0, 100).unwrap() else {
         panic!("four unread buffers fill a capacity of four");
     };
     let before = store.stats(id).unwrap().memory_bytes;
@@ -590,7 +597,10 @@ fn a_released_pipelined_subpartition_frees_its_producer_and_discards_its_writes(
     assert!(room.fired(), "the waiting producer is woken");
     assert_eq!(store.stats(id).unwrap().memory_bytes, before / 2);
     for i in 0..100 {
-        assert!(matches!(store.reserve(id, 0).unwrap(), Space::Available));
+        assert!(matches!(
+            store.reserve(id, 0, 100).unwrap(),
+            Space::Available
+        ));
         store.append_records(id, 0, buffer(i, 1)).unwrap();
     }
     assert_eq!(
@@ -598,7 +608,7 @@ fn a_released_pipelined_subpartition_frees_its_producer_and_discards_its_writes(
         before / 2,
         "discarded"
     );
-    assert!(matches!(store.reserve(id, 1).unwrap(), Space::Full(_)));
+    assert!(matches!(store.reserve(id, 1, 100).unwrap(), Space::Full(_)));
     match store.fetch(id, 0, 4, usize::MAX) {
         Fetch::Failed(reason) => assert!(reason.contains("released by its consumer"), "{reason}"),
         other => panic!("{other:?}"),
@@ -626,11 +636,14 @@ fn a_release_before_the_partition_exists_applies_when_it_is_created() {
     assert!(store.release_subpartition(never, 0));
     store.create_pipelined(id, 2, 1).unwrap();
     for i in 0..10 {
-        assert!(matches!(store.reserve(id, 1).unwrap(), Space::Available));
+        assert!(matches!(
+            store.reserve(id, 1, 100).unwrap(),
+            Space::Available
+        ));
         store.append_records(id, 1, buffer(i, 1)).unwrap();
     }
     store.append_records(id, 0, buffer(0, 1)).unwrap();
-    assert!(matches!(store.reserve(id, 0).unwrap(), Space::Full(_)));
+    assert!(matches!(store.reserve(id, 0, 100).unwrap(), Space::Full(_)));
     assert_eq!(
         lock(&store.released_early).len(),
         1,
@@ -694,6 +707,17 @@ fn open_descriptors(path: &std::path::Path) -> usize {
         .count()
 }
 
+/// A buffer of most of a 1 KiB network buffer: `(records, bytes)`.
+fn near_full(from: i64) -> (Vec<Record>, usize) {
+    let records = buffer((from + 10) * 100, 68);
+    let bytes = Buffer::from(records.clone()).len();
+    assert!(
+        charge(1, bytes) > 3 << 8 && charge(1, bytes) <= 1 << 10,
+        "{bytes} bytes: not most of one 1 KiB buffer"
+    );
+    (records, bytes)
+}
+
 /// Issue 32 item 1: a pipelined partition holds in memory at most its floor and what the
 /// TaskManager's pool lends: the producer waits when both are used up (even with room in the
 /// subpartition), is woken when its consumer takes a buffer, and lent buffers go back as soon
@@ -708,16 +732,16 @@ fn a_pipelined_partition_holds_its_floor_and_what_is_lent_then_waits() {
         .create_pipelined_within(id, 2, 10, pool.reserve(2).unwrap())
         .unwrap();
     for i in 0..4 {
+        let (records, bytes) = near_full(i.into());
         assert!(matches!(
-            store.reserve(id, i % 2).unwrap(),
+            store.reserve(id, i % 2, bytes).unwrap(),
             Space::Available
         ));
-        store
-            .append_records(id, i % 2, buffer(i.into(), 1))
-            .unwrap();
+        store.append_records(id, i % 2, records).unwrap();
     }
     assert_eq!(pool.usage().lent, 2, "two beyond the floor of two");
-    let Space::Full(mut room) = store.reserve(id, 0).unwrap() else {
+    let (records, bytes) = near_full(9);
+    let Space::Full(mut room) = store.reserve(id, 0, bytes).unwrap() else {
         panic!("the floor and the pool's two lent buffers are in use");
     };
     assert!(!room.fired());
@@ -731,9 +755,46 @@ fn a_pipelined_partition_holds_its_floor_and_what_is_lent_then_waits() {
         1,
         "a lent buffer no longer needed went back"
     );
-    assert!(matches!(store.reserve(id, 0).unwrap(), Space::Available));
-    store.append_records(id, 0, buffer(9, 1)).unwrap();
+    assert!(matches!(
+        store.reserve(id, 0, bytes).unwrap(),
+        Space::Available
+    ));
+    store.append_records(id, 0, records).unwrap();
     assert_eq!(pool.usage().lent, 2);
     assert!(store.release(id));
     assert_eq!((pool.usage().reserved, pool.usage().lent), (0, 0));
+}
+
+/// Queued buffers count by their bytes, not as whole network buffers: a producer that ends
+/// with a few records for each of 1,000 subpartitions (an all-to-all's last flush) holds a few
+/// dozen KiB, which its floor of two 32 KiB buffers and one lent one cover. Counted whole, the
+/// 1,000 buffers took every lent buffer of the TaskManager and the producer waited.
+#[test]
+fn small_buffers_count_by_their_bytes() {
+    let store = ResultPartitionManager::new(TempDir::new("small").0.clone(), usize::MAX);
+    // 16 buffers of 32 KiB: 12 for floors, 4 to lend.
+    let pool = crate::exchange::buffer_pool::NetworkBufferPool::new(16 << 15, 1 << 15);
+    let id = pid(15);
+    store
+        .create_pipelined_within(id, 1_000, 10, pool.reserve(2).unwrap())
+        .unwrap();
+    for sub in 0..1_000u32 {
+        let records = buffer(i64::from(sub), 1);
+        let bytes = Buffer::from(records.clone()).len();
+        assert!(
+            matches!(store.reserve(id, sub, bytes).unwrap(), Space::Available),
+            "subpartition {sub}: {:?}",
+            pool.usage()
+        );
+        store.append_records(id, sub, records).unwrap();
+    }
+    let held = pool.usage().lent;
+    assert!(held <= 2, "{held} lent for 1,000 buffers of a record each");
+    for sub in 0..1_000u32 {
+        assert!(matches!(
+            store.fetch_with_credit(id, sub, 0, usize::MAX, 1),
+            Fetch::Ready { .. }
+        ));
+    }
+    assert_eq!(pool.usage().lent, 0, "all taken: nothing lent");
 }
