@@ -137,7 +137,11 @@ impl Cluster {
             };
             if ours.iter().all(ended) {
                 for job in ours {
-                    assert_eq!(job["state"], "FINISHED", "{job}");
+                    if job["state"] != "FINISHED" {
+                        let id = job["id"].as_str().unwrap_or_default();
+                        let failure = &self.get(&format!("/jobs/{id}"))["failure"];
+                        panic!("job {id} ended {}: {failure}", job["state"]);
+                    }
                 }
                 return;
             }

@@ -12,6 +12,13 @@
 //! what one thread per task had. A stuck task's thread is simply never returned; the pool is
 //! unaffected. Threads idle for [`KEEP_ALIVE`] end, so a burst does not keep its threads.
 //!
+//! New threads are started by a spawner thread of the pool's own, not by the caller: the caller
+//! is the TaskManager's actor, and `pthread_create` (a stack to map, the process's memory map
+//! locked for it) slows to milliseconds while thousands of running tasks fault memory in. At
+//! P = 10,000 on 4 × 2,500 slots the actor spent its time deploying a batch in thread starts and
+//! answered `SubmitTasks` after the 10 s ask timeout: the job failed. Now it hands the task over
+//! and answers at once.
+//!
 //! Nothing of a task outlives it on its thread: task code keeps no thread-locals (every wait
 //! goes through its [`TaskBlocker`](crate::env::TaskBlocker), which takes `thread::current()`
 //! afresh each time), and a panic that escapes a task's body is caught here so the thread
@@ -38,12 +45,18 @@ pub struct TaskThreadPool {
 struct Shared {
     state: Mutex<State>,
     work: Condvar,
+    /// Tells the spawner thread of tasks in `State::to_spawn`.
+    spawn: Condvar,
 }
 
 #[derive(Default)]
 struct State {
     /// Tasks handed to parked threads that have not taken them yet.
     queue: VecDeque<Job>,
+    /// Tasks waiting for the spawner to start a thread for each.
+    to_spawn: VecDeque<Job>,
+    /// The spawner thread runs.
+    spawner: bool,
     /// Threads parked waiting for work.
     idle: usize,
     /// Threads alive (running a task or parked).
@@ -84,13 +97,15 @@ impl TaskThreadPool {
             shared: Arc::new(Shared {
                 state: Mutex::new(State::default()),
                 work: Condvar::new(),
+                spawn: Condvar::new(),
             }),
             keep_alive,
         }
     }
 
     /// Runs `job` on a parked thread, or on a new one if none is free (never behind another
-    /// task). Fails only if the OS refuses a new thread.
+    /// task; the new thread is started by the pool's spawner thread). Fails only if the OS
+    /// refuses the spawner thread; a refused task thread is logged by the spawner.
     pub fn execute(&self, job: Job) -> std::io::Result<()> {
         let mut state = self.lock();
         // Parked threads not yet spoken for by queued jobs: each queued job has woken one.
@@ -102,16 +117,27 @@ impl TaskThreadPool {
         }
         state.threads += 1;
         state.started += 1;
+        state.to_spawn.push_back(job);
+        if state.spawner {
+            drop(state);
+            self.shared.spawn.notify_one();
+            return Ok(());
+        }
+        state.spawner = true;
         drop(state);
         let shared = Arc::clone(&self.shared);
         let keep_alive = self.keep_alive;
         #[allow(clippy::disallowed_methods)]
-        // production-only: the task runner's threads start here
+        // production-only: the spawner of the task runner's threads
         let spawned = std::thread::Builder::new()
-            .name("flint-task".to_owned())
-            .spawn(move || serve(&shared, job, keep_alive));
+            .name("flint-task-spawner".to_owned())
+            .spawn(move || spawn_threads(&shared, keep_alive));
         if let Err(error) = spawned {
-            self.lock().threads -= 1;
+            let mut state = self.lock();
+            state.spawner = false;
+            let lost = state.to_spawn.len();
+            state.to_spawn.clear();
+            state.threads -= lost;
             return Err(error);
         }
         Ok(())
@@ -137,6 +163,38 @@ impl Shared {
     /// a poisoned lock must not take every task thread down with it.
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// The spawner thread: starts a thread for each task handed to it, until none came for
+/// `keep_alive`.
+fn spawn_threads(shared: &Arc<Shared>, keep_alive: Duration) {
+    let mut state = shared.lock();
+    loop {
+        let Some(job) = state.to_spawn.pop_front() else {
+            let (next_state, waited) = shared
+                .spawn
+                .wait_timeout(state, keep_alive)
+                .unwrap_or_else(PoisonError::into_inner);
+            state = next_state;
+            if waited.timed_out() && state.to_spawn.is_empty() {
+                state.spawner = false;
+                return;
+            }
+            continue;
+        };
+        drop(state);
+        let thread_shared = Arc::clone(shared);
+        #[allow(clippy::disallowed_methods)]
+        // production-only: the task runner's threads start here
+        let spawned = std::thread::Builder::new()
+            .name("flint-task".to_owned())
+            .spawn(move || serve(&thread_shared, job, keep_alive));
+        state = shared.lock();
+        if let Err(error) = spawned {
+            state.threads -= 1;
+            log::error!("cannot start a thread for a task: {error}");
+        }
     }
 }
 

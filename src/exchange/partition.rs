@@ -690,10 +690,20 @@ impl ResultPartitionManager {
         let first = sub.buffers.is_empty();
         sub.buffers.push(stored);
         sub.wake();
+        // The partition's lock goes first: held while waiting for the store-wide `results`
+        // (every producer's first buffer of a subpartition takes it), it made the TaskManager's
+        // actor, which looks at every partition when a consumer subscribes, wait behind
+        // thousands of producers (SubmitTasks unanswered for 10 s at P = 10,000).
+        drop(partition);
         if first {
             // Its reader on another TaskManager may not listen to it yet (it listens to the
             // partition's end only): tell it there is data.
             let mut results = lock(&self.results);
+            // Released meanwhile: its release, which removed it from the map first, cleaned
+            // `results` already. (Removed after this look, its clean-up comes after this.)
+            if !read(&self.partitions).contains_key(&id) {
+                return Ok(());
+            }
             let result = results.entry((id.edge, subpartition)).or_default();
             result.with_data.push(id);
             result.readers.retain(|(queue, key)| match queue.upgrade() {
