@@ -115,8 +115,6 @@ impl TaskThreadPool {
             self.shared.work.notify_one();
             return Ok(());
         }
-        state.threads += 1;
-        state.started += 1;
         state.to_spawn.push_back(job);
         if state.spawner {
             drop(state);
@@ -135,9 +133,7 @@ impl TaskThreadPool {
         if let Err(error) = spawned {
             let mut state = self.lock();
             state.spawner = false;
-            let lost = state.to_spawn.len();
             state.to_spawn.clear();
-            state.threads -= lost;
             return Err(error);
         }
         Ok(())
@@ -183,6 +179,8 @@ fn spawn_threads(shared: &Arc<Shared>, keep_alive: Duration) {
             }
             continue;
         };
+        state.threads += 1;
+        state.started += 1;
         drop(state);
         let thread_shared = Arc::clone(shared);
         #[allow(clippy::disallowed_methods)]
@@ -209,7 +207,12 @@ fn serve(shared: &Shared, first: Job, keep_alive: Duration) {
         let mut state = shared.lock();
         state.idle += 1;
         loop {
-            if let Some(next) = state.queue.pop_front() {
+            // A task waiting for the spawner is as good (no thread was started for it yet).
+            if let Some(next) = state
+                .queue
+                .pop_front()
+                .or_else(|| state.to_spawn.pop_front())
+            {
                 state.idle -= 1;
                 job = next;
                 break;
@@ -219,7 +222,7 @@ fn serve(shared: &Shared, first: Job, keep_alive: Duration) {
                 .wait_timeout(state, keep_alive)
                 .unwrap_or_else(PoisonError::into_inner);
             state = next_state;
-            if waited.timed_out() && state.queue.is_empty() {
+            if waited.timed_out() && state.queue.is_empty() && state.to_spawn.is_empty() {
                 state.idle -= 1;
                 state.threads -= 1;
                 return;
