@@ -27,7 +27,8 @@ pub(crate) fn charge(buffers: u64, bytes: usize) -> u64 {
 
 pub(crate) struct OutputBudget {
     floor: Floor,
-    /// Bytes of one network buffer (the pool's unit).
+    /// Bytes one network buffer of the pool stands for here: its size and its
+    /// [`BUFFER_OVERHEAD`], so a full buffer takes one, as the floor promises.
     unit: u64,
     /// Buffers lent by the pool.
     lent: u64,
@@ -42,7 +43,7 @@ pub(crate) struct OutputBudget {
 impl OutputBudget {
     pub(crate) fn new(floor: Floor) -> Self {
         Self {
-            unit: floor.pool().buffer_size(),
+            unit: floor.pool().buffer_size() + BUFFER_OVERHEAD,
             floor,
             lent: 0,
             queued: 0,
