@@ -12,7 +12,8 @@
 //! ([`PartitionNotice`]): the consumer finishes every channel of it that had no data. So a
 //! silent, empty or finished channel costs no message and no memory of its own, and an
 //! all-to-all job of P = 10,000 (10⁸ channels) costs per TaskManager pair what it has
-//! partitions there. An answer carries at most [`FETCH_BYTES`]; a poll with nothing to
+//! partitions there. An answer carries at most [`FETCH_BYTES`] of data and about
+//! [`NOTICE_BYTES`] of notices (the rest follow with the next answers); a poll with nothing to
 //! say is held at most [`FETCH_HOLD`] (well inside the transport's ask timeout) and answered
 //! empty, and the consumer polls again.
 //!
@@ -43,6 +44,41 @@ use crate::messages::{ActorAddress, ResultPartitionId};
 
 /// Bytes one answer carries at most (one buffer more, so every answer makes progress).
 pub const FETCH_BYTES: usize = 1 << 20;
+
+/// About the most bytes of notices one answer carries (with [`FETCH_BYTES`] of data, far below
+/// the transport's largest message, 16 MiB); the rest go with the next answers, which follow at
+/// once. At P = 10,000 with 2,000 records per source the notices of a TaskManager's 2,500
+/// partitions, each listing ~1,800 subpartitions with data, did not fit one message (issue 32).
+pub const NOTICE_BYTES: usize = 4 << 20;
+
+const _: () = assert!(
+    FETCH_BYTES + NOTICE_BYTES <= crate::transport::frame::DEFAULT_MAX_FRAME / 2,
+    "an answer must fit a frame with room for channel keys and framing"
+);
+
+/// The oldest of `notices` that fit in [`NOTICE_BYTES`] (at least one), taken out in order.
+fn next_notices(notices: &mut Vec<PartitionNotice>) -> Vec<PartitionNotice> {
+    // Generous sizes of their encoding: numbers are varints of at most 5 bytes here.
+    let size = |notice: &PartitionNotice| match &notice.end {
+        PartitionEnd::Finished { with_data } => 32 + 5 * with_data.len(),
+        PartitionEnd::Failed(reason) => 32 + reason.len(),
+        PartitionEnd::Released | PartitionEnd::Unknown => 32,
+    };
+    let mut bytes = 0;
+    let fit = notices
+        .iter()
+        .take_while(|notice| {
+            bytes += size(notice);
+            bytes <= NOTICE_BYTES
+        })
+        .count()
+        .max(1);
+    if fit >= notices.len() {
+        std::mem::take(notices)
+    } else {
+        notices.drain(..fit).collect()
+    }
+}
 
 /// How long a poll that finds nothing new is held before it is answered with no news: far
 /// inside the transport's ask timeout, so a silent channel never looks like a dead peer.
@@ -422,7 +458,7 @@ impl ServerConnection {
                     state.look_for_awaited(store, &self.ready);
                 }
                 let planned = state.collect(store, &self.ready);
-                let notices = std::mem::take(&mut state.notices);
+                let notices = next_notices(&mut state.notices);
                 let news = !planned.is_empty() || !notices.is_empty();
                 if news {
                     state.seq += 1;
@@ -740,4 +776,42 @@ impl ConnectionState {
 /// leaves the state consistent).
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The end notices of many partitions that each list most subpartitions with data go out
+    /// over several answers, each within [`NOTICE_BYTES`] encoded, in order, none lost: at
+    /// P = 10,000 one answer carrying all of them was over the transport's largest message
+    /// (issue 32).
+    #[test]
+    fn notices_go_out_over_answers_within_the_transport_limit() {
+        let mut notices: Vec<PartitionNotice> = (0..2_500u32)
+            .map(|member| PartitionNotice {
+                set: u32::MAX - member,
+                member: u32::MAX - member,
+                end: if member % 100 == 7 {
+                    PartitionEnd::Failed("x".repeat(500))
+                } else {
+                    PartitionEnd::Finished {
+                        with_data: (0..1_800).map(|s| u32::MAX - 1_800 + s).collect(),
+                    }
+                },
+            })
+            .collect();
+        let queued = notices.clone();
+        let mut sent = Vec::new();
+        let mut answers = 0;
+        while !notices.is_empty() {
+            let answer = next_notices(&mut notices);
+            let encoded = crate::base::codec::encode(&answer).unwrap().len();
+            assert!(encoded <= NOTICE_BYTES, "answer {answers}: {encoded} bytes");
+            answers += 1;
+            sent.extend(answer);
+        }
+        assert!(answers > 1);
+        assert_eq!(sent, queued);
+    }
 }

@@ -78,3 +78,60 @@ fn a_gate_joining_a_set_its_last_reader_leaves_never_reads_a_forgotten_set() {
         "{lost} of {ROUNDS} joined gates read a forgotten set"
     );
 }
+
+/// Requests queued faster than rounds go out (credit, sets of 20,000 members, the releases of
+/// 3,000 gates cancelled at once) are sent in rounds that each stay within [`ROUND_BYTES`]
+/// encoded, in their order, none lost: a round over the transport's largest message broke the
+/// connection at P = 10,000 (issue 32).
+#[test]
+fn requests_go_out_in_rounds_within_the_transport_limit() {
+    let members = Arc::new(
+        (0..20_000u128)
+            .map(|i| ResultPartitionId {
+                producer: crate::base::ids::ExecutionAttemptId::from_u128(u128::MAX - i),
+                edge: u32::MAX,
+            })
+            .collect::<Vec<_>>(),
+    );
+    let mut pending: Vec<PartitionRequest> = (0..400_000u64)
+        .map(|i| PartitionRequest::Credit {
+            channel: u64::MAX - i,
+            granted: u64::MAX - i,
+        })
+        .collect();
+    for set in 0..40 {
+        pending.insert(
+            set * 10_000,
+            PartitionRequest::Set {
+                set: u32::MAX - set as u32,
+                edge: u32::MAX,
+                members: members.clone(),
+            },
+        );
+    }
+    for gate in 0..3_000u32 {
+        pending.push(PartitionRequest::ReleaseSet {
+            set: u32::MAX - gate,
+            subpartition: u32::MAX,
+            members: (0..2_500).map(|m| u32::MAX - m).collect(),
+        });
+    }
+    let queued = pending.clone();
+    let mut sent = Vec::new();
+    let mut rounds = 0;
+    while !pending.is_empty() {
+        let round = next_round(&mut pending);
+        let encoded = crate::base::codec::encode(&round).unwrap().len();
+        assert!(encoded <= ROUND_BYTES, "round {rounds}: {encoded} bytes");
+        rounds += 1;
+        sent.extend(round);
+    }
+    assert!(rounds > 1);
+    assert_eq!(sent.len(), queued.len());
+    for (sent, queued) in sent.iter().zip(&queued) {
+        assert_eq!(
+            crate::base::codec::encode(sent).unwrap(),
+            crate::base::codec::encode(queued).unwrap()
+        );
+    }
+}
