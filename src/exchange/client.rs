@@ -67,20 +67,7 @@ fn next_round(pending: &mut Vec<PartitionRequest>) -> Vec<PartitionRequest> {
         PartitionRequest::ReleaseSet { members, .. } => 32 + 5 * members.len(),
         _ => 32,
     };
-    let mut bytes = 0;
-    let fit = pending
-        .iter()
-        .take_while(|request| {
-            bytes += size(request);
-            bytes <= ROUND_BYTES
-        })
-        .count()
-        .max(1);
-    if fit >= pending.len() {
-        std::mem::take(pending)
-    } else {
-        pending.drain(..fit).collect()
-    }
+    super::take_within(pending, ROUND_BYTES, size)
 }
 
 /// Where a data connection's asks go.

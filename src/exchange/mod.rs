@@ -127,6 +127,26 @@ impl NetworkSettings {
     }
 }
 
+/// Takes the oldest of `items` whose `size`s add up to at most `budget` (at least one, so
+/// every message makes progress), in order: how requests and notices are cut into messages
+/// that fit the transport's largest one.
+fn take_within<T>(items: &mut Vec<T>, budget: usize, size: impl Fn(&T) -> usize) -> Vec<T> {
+    let mut bytes = 0;
+    let fit = items
+        .iter()
+        .take_while(|item| {
+            bytes += size(item);
+            bytes <= budget
+        })
+        .count()
+        .max(1);
+    if fit >= items.len() {
+        std::mem::take(items)
+    } else {
+        items.drain(..fit).collect()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -64,20 +64,7 @@ fn next_notices(notices: &mut Vec<PartitionNotice>) -> Vec<PartitionNotice> {
         PartitionEnd::Failed(reason) => 32 + reason.len(),
         PartitionEnd::Released | PartitionEnd::Unknown => 32,
     };
-    let mut bytes = 0;
-    let fit = notices
-        .iter()
-        .take_while(|notice| {
-            bytes += size(notice);
-            bytes <= NOTICE_BYTES
-        })
-        .count()
-        .max(1);
-    if fit >= notices.len() {
-        std::mem::take(notices)
-    } else {
-        notices.drain(..fit).collect()
-    }
+    super::take_within(notices, NOTICE_BYTES, size)
 }
 
 /// How long a poll that finds nothing new is held before it is answered with no news: far
