@@ -15,7 +15,8 @@
 //!    1 TaskManager × 1 slot, with 48 MiB of managed memory (the data is ~4.5× that: the sort
 //!    spills runs and merges them) against 4 GiB (everything sorted in memory); the ratio.
 //!
-//! Each figure is the median of 3 rounds (1 with `--quick`).
+//! Each figure is the median of 3 rounds (1 with `--quick`). A section's name as an argument
+//! (`wordcount`, `chaining`, `sort`) runs only that section.
 
 #![allow(clippy::disallowed_methods)] // a benchmark measures wall time with the real clock
 
@@ -148,6 +149,10 @@ fn sort_rounds(managed: u64, rounds: usize) -> Vec<f64> {
 fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
     let rounds = if quick { 1 } else { 3 };
+    let only = std::env::args()
+        .skip(1)
+        .find(|a| ["wordcount", "chaining", "sort"].contains(&a.as_str()));
+    let runs = |section: &str| only.as_deref().is_none_or(|only| only == section);
     let dir = std::env::temp_dir().join(format!("flint-bench-programs-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let input = dir.join("input.txt");
@@ -174,7 +179,7 @@ fn main() {
 
     let registry = programs.registry();
     let (mut builtin, mut typed) = (Vec::new(), Vec::new());
-    for round in 0..rounds {
+    for round in (0..rounds).filter(|_| runs("wordcount")) {
         let output = dir.join(format!("builtin-{round}"));
         let params = BTreeMap::from([
             ("input".to_owned(), input.display().to_string()),
@@ -192,44 +197,50 @@ fn main() {
         let args = [input.display().to_string(), output.display().to_string()];
         typed.push(megabytes / run("wordcount", &args));
     }
-    let (builtin, typed) = (median(builtin), median(typed));
-    println!("WordCount, {megabytes:.0} MB, parallelism 2, median of {rounds}:");
-    println!("  built-in job file   {builtin:7.1} MB/s");
-    println!(
-        "  typed program       {typed:7.1} MB/s   ({:.2}× the built-in)",
-        typed / builtin
-    );
-
-    let (mut chained, mut unchained) = (Vec::new(), Vec::new());
-    let mut sums = Vec::new();
-    for _ in 0..rounds {
-        chained.push(NUMBERS as f64 / 1e6 / run("pipeline", &[]));
-        sums.push(*sum.lock().unwrap());
-        unchained.push(NUMBERS as f64 / 1e6 / run("pipeline", &["unchained".to_owned()]));
-        sums.push(*sum.lock().unwrap());
+    if runs("wordcount") {
+        let (builtin, typed) = (median(builtin), median(typed));
+        println!("WordCount, {megabytes:.0} MB, parallelism 2, median of {rounds}:");
+        println!("  built-in job file   {builtin:7.1} MB/s");
+        println!(
+            "  typed program       {typed:7.1} MB/s   ({:.2}× the built-in)",
+            typed / builtin
+        );
     }
-    assert!(sums.windows(2).all(|w| w[0] == w[1]), "{sums:?}");
-    let (chained, unchained) = (median(chained), median(unchained));
-    println!(
-        "map → filter → map → reduce, {} M numbers, parallelism 4:",
-        NUMBERS / 1_000_000
-    );
-    println!("  chained             {chained:7.1} M records/s");
-    println!(
-        "  unchained           {unchained:7.1} M records/s   (chained {:.2}× faster)",
-        chained / unchained
-    );
 
-    let spilling = median(sort_rounds(48 << 20, rounds));
-    let in_memory = median(sort_rounds(4 << 30, rounds));
-    println!(
-        "sort_partition of {} M records, 1 slot:",
-        SORTED / 1_000_000
-    );
-    println!("  48 MiB managed memory (spills) {spilling:6.2} s");
-    println!(
-        "  4 GiB (in memory)              {in_memory:6.2} s   (spilling {:.2}× the in-memory time)",
-        spilling / in_memory
-    );
+    if runs("chaining") {
+        let (mut chained, mut unchained) = (Vec::new(), Vec::new());
+        let mut sums = Vec::new();
+        for _ in 0..rounds {
+            chained.push(NUMBERS as f64 / 1e6 / run("pipeline", &[]));
+            sums.push(*sum.lock().unwrap());
+            unchained.push(NUMBERS as f64 / 1e6 / run("pipeline", &["unchained".to_owned()]));
+            sums.push(*sum.lock().unwrap());
+        }
+        assert!(sums.windows(2).all(|w| w[0] == w[1]), "{sums:?}");
+        let (chained, unchained) = (median(chained), median(unchained));
+        println!(
+            "map → filter → map → reduce, {} M numbers, parallelism 4:",
+            NUMBERS / 1_000_000
+        );
+        println!("  chained             {chained:7.1} M records/s");
+        println!(
+            "  unchained           {unchained:7.1} M records/s   (chained {:.2}× faster)",
+            chained / unchained
+        );
+    }
+
+    if runs("sort") {
+        let spilling = median(sort_rounds(48 << 20, rounds));
+        let in_memory = median(sort_rounds(4 << 30, rounds));
+        println!(
+            "sort_partition of {} M records, 1 slot:",
+            SORTED / 1_000_000
+        );
+        println!("  48 MiB managed memory (spills) {spilling:6.2} s");
+        println!(
+            "  4 GiB (in memory)              {in_memory:6.2} s   (spilling {:.2}× the in-memory time)",
+            spilling / in_memory
+        );
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }

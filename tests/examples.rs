@@ -7,28 +7,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// The example binary `cargo test` built beside this test (target/PROFILE/examples/NAME).
+mod common;
+
 fn example(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().expect("the test's path");
-    let dir = exe.parent().and_then(Path::parent).expect("target/PROFILE");
-    let binary = dir.join("examples").join(name);
-    assert!(
-        binary.exists(),
-        "{} is missing: `cargo test` builds the examples (or `cargo build --example {name}`)",
-        binary.display()
-    );
-    // `cargo test --test examples` builds this test only, not the examples: do not test an
-    // example binary older than its source.
-    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("examples/{name}.rs"));
-    let modified = |path: &Path| std::fs::metadata(path).and_then(|m| m.modified()).ok();
-    assert!(
-        modified(&binary) >= modified(&source),
-        "{} is older than {}: run `cargo build --example {name}` (or a plain `cargo test`, \
-         which builds the examples)",
-        binary.display(),
-        source.display()
-    );
-    binary
+    common::example_binary(name)
 }
 
 /// A directory of its own under the system temp directory, removed when dropped unless the

@@ -850,3 +850,80 @@ fn a_new_leader_recovers_two_thousand_stored_jobs_and_stays_leader() {
          listed every job recovered after {all_recovered:?}"
     );
 }
+
+#[test]
+#[allow(clippy::disallowed_methods)] // measures real processes in real time
+fn a_typed_programs_client_follows_the_new_leader_and_its_count_is_exact() {
+    // The cluster is the program's own binary (its operators are in every process), and the
+    // program's client finds the leader through ZooKeeper with the cluster's configuration.
+    let binary = common::example_binary("wordcount_typed");
+    let Some(mut cluster) = HaCluster::start_binary("ha-program", &binary, "") else {
+        return;
+    };
+    let (a_url, b_url) = (cluster.a.url(), cluster.b.url());
+    let input = cluster.dir.join("program.txt");
+    // Long enough (a debug build) to be running when its leader is killed.
+    common::write_text(&input, 400_000);
+    let output = cluster.dir.join("program-output");
+    let client_log = cluster.dir.join("client.log");
+    let client = Command::new(&binary)
+        .arg(&input)
+        .arg(&output)
+        .args(["--parallelism", "2", "--config"])
+        .arg(cluster.dir.join("taskmanager.toml"))
+        .env_remove("FLINT_JOBMANAGER")
+        .env_remove("FLINT_CONFIG")
+        .env("RUST_LOG", "info")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::fs::File::create(&client_log).unwrap())
+        .spawn()
+        .expect("the program's client starts");
+    let job = wait_until("the program's job runs at the first leader", || {
+        let jobs = get(&a_url, "/jobs");
+        let json = (jobs.status == 200).then(|| jobs.json())?;
+        json["jobs"]
+            .as_array()?
+            .iter()
+            .find(|j| j["state"] == "RUNNING")
+            .map(|j| j["id"].as_str().unwrap().to_owned())
+    });
+    signal(&cluster.a.child, "-KILL");
+    let _ = cluster.a.child.wait();
+
+    let finished = client.wait_with_output().expect("the client ends");
+    let said = std::fs::read_to_string(&client_log).unwrap_or_default();
+    assert!(
+        finished.status.success(),
+        "the program failed across the failover: {said}"
+    );
+    assert!(
+        said.contains("following the new leader at"),
+        "the client never switched leaders: {said}"
+    );
+    let done = cluster.wait_for_job(&b_url, &job, "the recovered job is answered", |j| {
+        j["state"] == "FINISHED"
+    });
+    assert!(
+        done["recovered-at"].is_u64(),
+        "not run by the new leader: {done:#}"
+    );
+    let mut counts = std::collections::BTreeMap::new();
+    for entry in std::fs::read_dir(&output).expect("the output directory") {
+        let path = entry.unwrap().path();
+        let text = std::fs::read_to_string(&path).unwrap();
+        for line in text.lines().skip(1) {
+            let (word, count) = line.rsplit_once(',').expect("word,count");
+            let previous = counts.insert(word.to_owned(), count.parse::<u64>().unwrap());
+            assert!(
+                previous.is_none(),
+                "{word} written twice ({})",
+                path.display()
+            );
+        }
+    }
+    assert_eq!(
+        counts,
+        sequential_word_count(&input).unwrap(),
+        "the recovered program's output is not the exact count"
+    );
+}

@@ -18,15 +18,7 @@ const QUERIES: [&str; 6] = ["Q1", "Q3", "Q5", "Q6", "Q10", "Q18"];
 
 /// The example binary `cargo test` built beside this test (target/*/examples/tpch).
 fn tpch_binary() -> PathBuf {
-    let exe = std::env::current_exe().expect("the test's path");
-    let dir = exe.parent().and_then(Path::parent).expect("target/PROFILE");
-    let binary = dir.join("examples").join("tpch");
-    assert!(
-        binary.exists(),
-        "{} is missing: `cargo test` builds the examples (run `cargo build --example tpch`)",
-        binary.display()
-    );
-    binary
+    common::example_binary("tpch")
 }
 
 /// One field of an answer: numbers compare within a cent (answers print two decimals), text

@@ -639,25 +639,16 @@ fn take_option(args: &mut Vec<String>, name: &str) -> Option<String> {
 fn run_program(program: &Program, programs: &Programs, mut args: Vec<String>) -> ExitCode {
     let jobmanager = take_option(&mut args, "jobmanager");
     let config = take_option(&mut args, "config").map(PathBuf::from);
-    let executor: anyhow::Result<Box<dyn Executor>> = match &jobmanager {
-        Some(url) => crate::client::Client::from_environment(
-            Some(url),
-            config.as_deref(),
-            crate::client::OutputFormat::Table,
-        )
-        .map(|client| {
-            Box::new(crate::client::executor::RemoteExecutor::new(
-                client.rest().clone(),
-            )) as Box<dyn Executor>
-        })
-        .map_err(anyhow::Error::new),
-        None => embedded_config(config)
-            .and_then(|config| {
-                crate::cluster::embedded::EmbeddedCluster::start(config, programs.registry())
-                    .map_err(anyhow::Error::new)
-            })
-            .map(|cluster| Box::new(cluster) as Box<dyn Executor>),
-    };
+    let executor =
+        remote_executor(jobmanager.as_deref(), config.as_deref()).and_then(|remote| match remote {
+            Some(remote) => Ok(Box::new(remote) as Box<dyn Executor>),
+            None => embedded_config(config)
+                .and_then(|config| {
+                    crate::cluster::embedded::EmbeddedCluster::start(config, programs.registry())
+                        .map_err(anyhow::Error::new)
+                })
+                .map(|cluster| Box::new(cluster) as Box<dyn Executor>),
+        });
     let executor = match executor {
         Ok(executor) => executor,
         Err(error) => {
@@ -673,6 +664,35 @@ fn run_program(program: &Program, programs: &Programs, mut args: Vec<String>) ->
             ExitCode::from(1)
         }
     }
+}
+
+/// Where a program runs its jobs: on the JobManager `--jobmanager` names, or on the leader the
+/// high-availability keys of `--config` find (followed across failovers in both cases when the
+/// file has such keys); `None` (an embedded cluster) otherwise.
+fn remote_executor(
+    jobmanager: Option<&str>,
+    config: Option<&std::path::Path>,
+) -> anyhow::Result<Option<crate::client::executor::RemoteExecutor>> {
+    use crate::client::executor::RemoteExecutor;
+    let env = |name: &str| std::env::var(name).ok();
+    let leader = match (jobmanager, config) {
+        (None, Some(path)) => crate::client::Endpoint::leader(path, env)?,
+        _ => None,
+    };
+    let endpoint = match (jobmanager, leader) {
+        (Some(url), _) => crate::client::Endpoint::resolve(Some(url), config, env)?,
+        (None, Some(leader)) => leader,
+        (None, None) => return Ok(None),
+    };
+    let client = crate::client::RestClient::new(endpoint);
+    let ha = config.filter(|path| {
+        crate::client::endpoint::load_client_config(Some(path), env)
+            .is_ok_and(|c| c.high_availability.is_enabled())
+    });
+    Ok(Some(match ha {
+        Some(path) => RemoteExecutor::following_leader(client, path.to_owned()),
+        None => RemoteExecutor::new(client),
+    }))
 }
 
 /// The embedded cluster's configuration: `--config FILE` (or `FLINT_CONFIG`) and `FLINT_*`

@@ -331,6 +331,23 @@ impl Endpoint {
     }
 }
 
+impl Endpoint {
+    /// The leader published in ZooKeeper now, per the high-availability keys of the file
+    /// `config`; `None` when the file sets none (a cluster without HA has no leader to find
+    /// again). `FLINT_JOBMANAGER` is not consulted: it names one JobManager, not the leader.
+    pub fn leader(
+        config: &Path,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<Option<Self>, EndpointError> {
+        let loaded = load_client_config(Some(config), &env)?;
+        if leader_settings(&loaded, true, &env)?.is_none() {
+            return Ok(None);
+        }
+        let without_flag = |name: &str| (name != ENV_JOBMANAGER).then(|| env(name)).flatten();
+        Self::resolve(None, Some(config), without_flag).map(Some)
+    }
+}
+
 /// How to find the leader of the high-availability cluster `config` describes (when it came
 /// from a file, not only defaults), verifying its published information with the cluster
 /// secret: `FLINT_SECRET`, else the one a `flint jobmanager` of this user generated on this

@@ -1,26 +1,104 @@
 //! Running a program's jobs on a remote cluster: the [`Executor`] a program started with
-//! `--jobmanager URL` gets. It submits each job graph over the REST API, polls the job until it
-//! ends, and fetches what its `collect()` sinks gathered.
+//! `--jobmanager URL` (or `--config FILE` with high-availability keys) gets. It submits each job
+//! graph over the REST API, polls the job until it ends, and fetches what its `collect()` sinks
+//! gathered.
+//!
+//! With high availability the JobManager it polls can die or be deposed while the job runs. As a
+//! Flink client does, it then finds the new leader in ZooKeeper and goes on polling the same job,
+//! which the new leader recovered (for up to [`FAILOVER_DEADLINE`]): the program sees one job,
+//! not an error. It never submits again, so a job is never run twice by the client.
 
-use std::time::Duration;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
-use super::rest::RestClient;
+use super::endpoint::Endpoint;
+use super::rest::{RestClient, RestError};
 use crate::api::{ExecutedJob, Executor};
 use crate::job::graph::JobGraph;
 
 /// How often a running job is polled.
 pub const POLL_INTERVAL: Duration = Duration::from_millis(20);
 
+/// How long the executor looks for a new leader that knows the job before it gives up with the
+/// last error: ZooKeeper's session timeout (the old leader's latch must lapse) plus the new
+/// leader's recovery of the stored jobs, with room to spare.
+pub const FAILOVER_DEADLINE: Duration = Duration::from_secs(120);
+
+/// How long it waits between two looks for the leader.
+const LEADER_RETRY: Duration = Duration::from_millis(200);
+
 /// See the module docs.
 #[derive(Debug)]
 pub struct RemoteExecutor {
     client: RestClient,
+    /// The configuration file whose high-availability keys find the leader again, if any.
+    follow: Option<PathBuf>,
 }
 
 impl RemoteExecutor {
-    /// Runs jobs through `client`.
+    /// Runs jobs through `client` only.
     pub fn new(client: RestClient) -> Self {
-        Self { client }
+        Self {
+            client,
+            follow: None,
+        }
+    }
+
+    /// Runs jobs through `client`, and through the leader the high-availability keys of the file
+    /// `config` find when that JobManager is gone (see the module docs).
+    pub fn following_leader(client: RestClient, config: PathBuf) -> Self {
+        Self {
+            client,
+            follow: Some(config),
+        }
+    }
+
+    /// `call` against the current JobManager; across a failover, against the new leader.
+    #[allow(clippy::disallowed_methods)] // the client's own thread waits for the new leader
+    fn call<T>(
+        &mut self,
+        mut call: impl FnMut(&RestClient) -> Result<T, RestError>,
+    ) -> Result<T, RestError> {
+        let mut failover: Option<Instant> = None;
+        loop {
+            let error = match call(&self.client) {
+                Ok(value) => return Ok(value),
+                Err(error) => error,
+            };
+            let Some(config) = &self.follow else {
+                return Err(error);
+            };
+            if !leader_may_be_gone(&error, failover.is_some()) {
+                return Err(error);
+            }
+            let since = *failover.get_or_insert_with(Instant::now);
+            if since.elapsed() > FAILOVER_DEADLINE {
+                return Err(error);
+            }
+            std::thread::sleep(LEADER_RETRY);
+            match Endpoint::leader(config, |name| std::env::var(name).ok()) {
+                Ok(Some(leader)) if leader.url != self.client.endpoint().url => {
+                    log::info!("following the new leader at {}", leader.url);
+                    self.client = RestClient::new(leader);
+                }
+                // No leader yet, the same one, or ZooKeeper not answering: ask again.
+                _ => {}
+            }
+        }
+    }
+}
+
+/// Whether `error` may mean the JobManager asked is no longer the leader: it does not answer, a
+/// standby points at another, or (once a failover began) the new leader has not yet recovered
+/// the job.
+fn leader_may_be_gone(error: &RestError, in_failover: bool) -> bool {
+    match error {
+        RestError::Unreachable { .. }
+        | RestError::Redirected { .. }
+        | RestError::NoAnswer { .. } => true,
+        RestError::Server { status, .. } => *status == 503,
+        RestError::NotFound { .. } => in_failover,
+        _ => false,
     }
 }
 
@@ -30,15 +108,20 @@ impl Executor for RemoteExecutor {
         &mut self,
         graph: JobGraph,
     ) -> Result<ExecutedJob, Box<dyn std::error::Error + Send + Sync>> {
+        // Submitted once: a submission whose answer was lost is not repeated (it may have been
+        // stored, and would run twice).
         let job_id = self.client.submit(&graph)?.value.id;
         let view = loop {
-            let view = self.client.job_progress(job_id)?.value;
+            let view = self.call(|client| client.job_progress(job_id))?.value;
             if view.state.is_globally_terminal() {
                 break view;
             }
             std::thread::sleep(POLL_INTERVAL);
         };
-        let results = self.client.results(job_id)?.value.into_results()?;
+        let results = self
+            .call(|client| client.results(job_id))?
+            .value
+            .into_results()?;
         Ok(ExecutedJob {
             job_id,
             status: view.state,

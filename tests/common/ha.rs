@@ -95,7 +95,12 @@ pub use super::process::TaskManagerChild;
 impl TaskManagerChild {
     /// A `flint taskmanager` finding its JobManager through ZooKeeper.
     pub fn start(config: &Path, name: &str, log: &Path) -> Self {
-        let child = Command::new(env!("CARGO_BIN_EXE_flint"))
+        Self::start_binary(env!("CARGO_BIN_EXE_flint").as_ref(), config, name, log)
+    }
+
+    /// [`start`](Self::start) of `binary` (a program's own cluster binary) instead of `flint`.
+    pub fn start_binary(binary: &Path, config: &Path, name: &str, log: &Path) -> Self {
+        let child = Command::new(binary)
             .args(["taskmanager", "--slots", "2", "--resource-id", name])
             .arg("--config")
             .arg(config)
@@ -150,18 +155,26 @@ impl HaCluster {
 
     /// [`start`](Self::start) with `extra` TOML appended to every process's configuration.
     pub fn start_with(name: &str, extra: &str) -> Option<Self> {
+        Self::start_binary(name, env!("CARGO_BIN_EXE_flint").as_ref(), extra)
+    }
+
+    /// [`start_with`](Self::start_with), every JobManager and TaskManager a process of `binary`
+    /// (a program's own cluster binary) instead of `flint`.
+    pub fn start_binary(name: &str, binary: &Path, extra: &str) -> Option<Self> {
         let one_at_a_time = one_at_a_time();
         let dir = scratch(name);
         let zk = ZooKeeper::start(&dir.join("zookeeper"))?;
         let keys = ha_keys(&zk, &dir.join("ha-storage"), &dir.join("zookeeper-auth")) + extra;
-        let a = JobManagerChild::start(
+        let a = JobManagerChild::start_binary(
+            binary,
             &["--bind", "127.0.0.1:0", "--rest", "127.0.0.1:0"],
             &mkdir(&dir.join("jm-a")),
             &keys,
         );
         let a_url = a.url();
         wait_until("the first JobManager leads", || leads(&a_url).then_some(()));
-        let b = JobManagerChild::start(
+        let b = JobManagerChild::start_binary(
+            binary,
             &["--bind", "127.0.0.1:0", "--rest", "127.0.0.1:0"],
             &mkdir(&dir.join("jm-b")),
             &keys,
@@ -178,7 +191,10 @@ impl HaCluster {
         .unwrap();
         let task_managers = ["tm-1", "tm-2"]
             .into_iter()
-            .map(|name| TaskManagerChild::start(&tm_config, name, &dir.join(format!("{name}.log"))))
+            .map(|name| {
+                let log = dir.join(format!("{name}.log"));
+                TaskManagerChild::start_binary(binary, &tm_config, name, &log)
+            })
             .collect();
         let cluster = Self {
             _scratch: RemoveOnDrop(dir.clone()),

@@ -13,6 +13,39 @@ use std::path::{Path, PathBuf};
 
 use flint::job::graph::JobGraph;
 
+/// The example binary `cargo test` built beside this test (target/PROFILE/examples/NAME). A
+/// test binary built alone (`cargo test --test NAME`) does not build the examples: an example
+/// binary older than its source is refused rather than tested.
+pub fn example_binary(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("the test's path");
+    let dir = exe.parent().and_then(Path::parent).expect("target/PROFILE");
+    let binary = dir.join("examples").join(name);
+    assert!(
+        binary.exists(),
+        "{} is missing: `cargo test` builds the examples (or `cargo build --example {name}`)",
+        binary.display()
+    );
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let source = [
+        format!("examples/{name}.rs"),
+        format!("examples/{name}/main.rs"),
+    ]
+    .into_iter()
+    .map(|path| manifest.join(path))
+    .find(|path| path.exists());
+    let modified = |path: &Path| std::fs::metadata(path).and_then(|m| m.modified()).ok();
+    if let Some(source) = source {
+        assert!(
+            modified(&binary) >= modified(&source),
+            "{} is older than {}: run `cargo build --example {name}` (or a plain `cargo test`, \
+             which builds the examples)",
+            binary.display(),
+            source.display()
+        );
+    }
+    binary
+}
+
 /// Installs Debian's `package` with apt-get, as the tests that need a real component do
 /// (chromium with the packages it recommends, such as fonts; ZooKeeper without); `Err` says
 /// why it could not, for the test's loud skip.

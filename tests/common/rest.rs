@@ -420,6 +420,16 @@ impl JobManagerChild {
     /// `flint jobmanager ARGS --config dir/flint.toml` with fast heartbeats, its TaskManagers
     /// working in `dir/work` and `extra` appended to the configuration.
     pub fn start(args: &[&str], dir: &std::path::Path, extra: &str) -> Self {
+        Self::start_binary(env!("CARGO_BIN_EXE_flint").as_ref(), args, dir, extra)
+    }
+
+    /// [`start`](Self::start) of `binary` (a program's own cluster binary) instead of `flint`.
+    pub fn start_binary(
+        binary: &std::path::Path,
+        args: &[&str],
+        dir: &std::path::Path,
+        extra: &str,
+    ) -> Self {
         use std::io::BufRead;
         let config = dir.join("flint.toml");
         std::fs::write(
@@ -431,7 +441,7 @@ impl JobManagerChild {
         )
         .unwrap();
         let log = dir.join("jobmanager.log");
-        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_flint"))
+        let mut child = std::process::Command::new(binary)
             .arg("jobmanager")
             .args(args)
             .arg("--config")

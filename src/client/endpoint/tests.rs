@@ -145,3 +145,24 @@ fn a_bad_address_or_config_is_named() {
     assert!(matches!(err, EndpointError::Config(_)), "{err:?}");
     assert!(err.to_string().contains("no-such-config"), "{err}");
 }
+
+#[test]
+fn only_a_file_with_high_availability_keys_has_a_leader_to_follow() {
+    // Without HA keys there is no leader to find again, even with FLINT_JOBMANAGER set.
+    let file = ConfigFile::new("no-ha", "[rest]\naddress = \"10.1.1.1\"\nport = 9000\n");
+    let vars: BTreeMap<String, String> = [(ENV_JOBMANAGER.to_owned(), "10.2.2.2:1".to_owned())]
+        .into_iter()
+        .collect();
+    let leader = Endpoint::leader(&file.0, |k| vars.get(k).cloned()).unwrap();
+    assert_eq!(leader, None);
+    // With them, the leader is asked of ZooKeeper (none answers on this port): the error
+    // names the quorum, and FLINT_JOBMANAGER does not stand in for the leader.
+    let file = ConfigFile::new(
+        "ha",
+        "[high-availability]\ntype = \"zookeeper\"\nzookeeper.quorum = \"127.0.0.1:1\"\n\
+         zookeeper.client.connection-timeout = \"200ms\"\n\
+         storageDir = \"/tmp/flint-endpoint-ha\"\n",
+    );
+    let error = Endpoint::leader(&file.0, |k| vars.get(k).cloned()).unwrap_err();
+    assert!(error.to_string().contains("127.0.0.1:1"), "{error}");
+}
