@@ -15,7 +15,7 @@
 //! compiler from skipping work). Each figure is the best and the median of `FLINT_BENCH_PARQUET_RUNS`
 //! runs (default 5), as wall time and as this thread's CPU time (`/proc/thread-self/schedstat`),
 //! which on a shared machine wanders less. The allocator is Flint's (`flint::global_allocator!`:
-//! jemalloc without thread caches); `_RJEM_MALLOC_CONF=tcache:true` turns the caches on.
+//! jemalloc with small thread caches); `_RJEM_MALLOC_CONF=tcache:false` turns the caches off.
 //!
 //! The files are `/work/data/tpch/sf1-{duckdb,tpchgen}/lineitem.parquet`, or those listed in
 //! `FLINT_BENCH_PARQUET_FILES` (comma-separated); a missing file is skipped with a message.

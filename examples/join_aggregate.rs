@@ -21,7 +21,7 @@
 //! target/release/examples/join_aggregate 1000000 5000 --jobmanager http://127.0.0.1:8081
 //! ```
 
-// jemalloc without thread caches, as the flint binary (see flint::process::allocator).
+// jemalloc with small thread caches, as the flint binary (see flint::process::allocator).
 flint::global_allocator!();
 
 use std::cmp::Reverse;

@@ -24,7 +24,7 @@
 //! On a process cluster the TaskManagers read INPUT and write OUTPUT_DIR themselves, relative to
 //! the JobManager's working directory: give absolute paths.
 
-// jemalloc without thread caches, as the flint binary (see flint::process::allocator).
+// jemalloc with small thread caches, as the flint binary (see flint::process::allocator).
 flint::global_allocator!();
 
 use std::cmp::Reverse;

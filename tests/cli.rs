@@ -376,12 +376,12 @@ fn no_subcommand_prints_help() {
     assert!(run.stderr.contains("Usage: flint"), "{run:?}");
 }
 
-/// The binary allocates with jemalloc without thread caches (flint::process::allocator): jemalloc reads
+/// The binary allocates with jemalloc with small thread caches (flint::process::allocator): jemalloc reads
 /// the options Flint exports under its prefixed symbol name, or silently ignores them under
 /// any other. Its statistics at exit (asked for through the run-time variable, which adds to
 /// the compiled-in options) show what it read.
 #[test]
-fn the_binary_allocates_with_jemalloc_without_thread_caches() {
+fn the_binary_allocates_with_jemalloc_with_small_bounded_thread_caches() {
     let output = Command::new(env!("CARGO_BIN_EXE_flint"))
         .arg("--version")
         .env("_RJEM_MALLOC_CONF", "stats_print:true")
@@ -389,7 +389,13 @@ fn the_binary_allocates_with_jemalloc_without_thread_caches() {
         .expect("the flint binary runs");
     assert!(output.status.success());
     let stats = String::from_utf8_lossy(&output.stderr);
-    assert!(stats.contains("opt.tcache: false"), "{stats}");
+    for option in [
+        "opt.tcache: true",
+        "opt.tcache_max: 1024",
+        "opt.tcache_nslots_small_max: 16",
+    ] {
+        assert!(stats.contains(option), "{option} missing: {stats}");
+    }
 }
 
 /// Issue 32: a flint process started under the common soft open-files limit of 1,024 raises

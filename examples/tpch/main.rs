@@ -10,7 +10,7 @@
 //! a cluster started from it runs these queries' operators. Each query prints its answer CSV
 //! (and writes `OUTPUT/QUERY.csv` with `--output`).
 
-// jemalloc without thread caches, as the flint binary (see flint::process::allocator).
+// jemalloc with small thread caches, as the flint binary (see flint::process::allocator).
 flint::global_allocator!();
 
 mod answer;

@@ -3,7 +3,7 @@
 
 use std::process::ExitCode;
 
-// jemalloc without thread caches: see flint::process::allocator.
+// jemalloc with small thread caches: see flint::process::allocator.
 flint::global_allocator!();
 
 #[actix::main]

@@ -1,6 +1,6 @@
 //! `flint`: the command line ([`flint::cli`]), with the built-in operators only.
 
-// jemalloc without thread caches: see flint::process::allocator.
+// jemalloc with small thread caches: see flint::process::allocator.
 flint::global_allocator!();
 
 fn main() -> std::process::ExitCode {
