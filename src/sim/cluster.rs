@@ -38,6 +38,7 @@ use crate::messages::ActorAddress;
 use crate::messages::resource_manager::{
     ResourceManagerGateway, WorkerFailed, WorkerStarted, WorkerTerminated,
 };
+use crate::operators::OperatorRegistry;
 use crate::rpc::endpoint::{EndpointConfig, NodeEndpoint};
 use crate::transport::handshake::Secret;
 
@@ -147,6 +148,9 @@ pub struct SimCluster {
     /// High availability ([`super::ha`]): TaskManagers find their JobManager through leader
     /// retrieval on this service instead of the address in their start request.
     retrieval: Option<SimCoordination>,
+    /// Two builds ([`with_two_builds`](Self::with_two_builds)): some TaskManagers run only the
+    /// built-in operators.
+    two_builds: bool,
 }
 
 impl SimCluster {
@@ -177,6 +181,26 @@ impl SimCluster {
             })),
             job_manager: Rc::new(RefCell::new(None)),
             retrieval: None,
+            two_builds: false,
+        }
+    }
+
+    /// TaskManagers booted from now on are of two builds, as when a driver's command starts
+    /// another binary than the JobManager's: about half of the nodes (by a hash of the node's
+    /// name, the same in every incarnation) run a plain build with the built-in operators only,
+    /// the others the JobManager's build with the simulation's program. The JobManager must
+    /// place the program's tasks only on the latter (the fingerprints).
+    pub fn with_two_builds(mut self) -> Self {
+        self.two_builds = true;
+        self
+    }
+
+    /// The operators the TaskManager on `node` can run.
+    fn registry_of(&self, node: &str) -> OperatorRegistry {
+        if self.two_builds && fnv1a(node.as_bytes()) % 2 == 1 {
+            OperatorRegistry::with_builtins()
+        } else {
+            super::program::registry()
         }
     }
 
@@ -406,6 +430,7 @@ impl SimCluster {
         let hostname = node.split(':').next().unwrap_or("tm").to_owned();
         let working_dir = self.scratch.join(format!("{hostname}-{incarnation}"));
         let id = resource_id.clone();
+        let registry = self.registry_of(&node);
         let retrieval = self.retrieval.as_ref().map(SimCoordination::retrieval);
         // With leader retrieval the TaskManager starts knowing no leader, as `flint
         // taskmanager --config` with the HA keys does.
@@ -418,12 +443,7 @@ impl SimCluster {
                 .await
                 .expect("the simulated network always binds");
             let env = cluster.env(&name, seed, resolver);
-            let spec = task_manager_spec(
-                &cluster.config,
-                super::program::registry(),
-                &hostname,
-                working_dir,
-            );
+            let spec = task_manager_spec(&cluster.config, registry, &hostname, working_dir);
             let task_manager = start_task_manager_node(
                 TaskManagerSettings {
                     resource_id: id,

@@ -73,6 +73,9 @@ pub struct JobShape {
     /// cancellation timeout), and every deployment there until then is refused for want of a
     /// free slot. Such refusals are failures the fault caused, one each.
     pub ignores_cancel: bool,
+    /// The operator identities its vertices need: a TaskManager that places one of its tasks
+    /// must have registered them all (its fingerprint), or have declared none.
+    pub operators: BTreeSet<String>,
 }
 
 impl JobShape {
@@ -97,6 +100,7 @@ impl JobShape {
                 .map(|v| v.parallelism)
                 .sum(),
             ignores_cancel: graph.vertices.iter().any(|v| v.operator == IGNORE_CANCEL),
+            operators: graph.vertices.iter().map(|v| v.operator.clone()).collect(),
         }
     }
 }
@@ -105,12 +109,19 @@ impl JobShape {
 /// lists them): no TaskManager has more slots given out than it has, no allocation is on two
 /// TaskManagers, a slot holds the subtasks of one job and one slot sharing group with at most
 /// one attempt per vertex, and every task the JobManager places (deploying or running) is on a
-/// TaskManager registered right now, in a slot of that TaskManager that lists it.
+/// TaskManager registered right now, in a slot of that TaskManager that lists it, whose
+/// fingerprint has every operator of the task's job (TaskManagers of several builds).
 pub fn slots_consistent(
     snapshot: &JobManagerSnapshot,
     shapes: &BTreeMap<JobId, JobShape>,
 ) -> Result<(), String> {
     let registered = snapshot.registered();
+    let fingerprints: BTreeMap<&ResourceId, &Vec<String>> = snapshot
+        .cluster
+        .task_managers
+        .iter()
+        .map(|tm| (&tm.resource_id, &tm.fingerprint.operators))
+        .collect();
     let mut allocations: BTreeMap<AllocationId, &ResourceId> = BTreeMap::new();
     let mut slotted: BTreeSet<(&ResourceId, JobId, u32, u32)> = BTreeSet::new();
     for tm in &snapshot.cluster.task_managers {
@@ -180,6 +191,23 @@ pub fn slots_consistent(
                 if !registered.contains(resource_id) {
                     return Err(format!(
                         "job {job_id} {}[{}] is {:?} on {resource_id}, which is not registered",
+                        vertex.name, subtask.subtask, subtask.state
+                    ));
+                }
+                let missing = shapes.get(&job_id).and_then(|shape| {
+                    let has = fingerprints.get(resource_id)?;
+                    if has.is_empty() {
+                        return None;
+                    }
+                    shape
+                        .operators
+                        .iter()
+                        .find(|op| has.binary_search(op).is_err())
+                });
+                if let Some(operator) = missing {
+                    return Err(format!(
+                        "job {job_id} {}[{}] is {:?} on {resource_id}, which cannot run its \
+                         operator {operator}",
                         vertex.name, subtask.subtask, subtask.state
                     ));
                 }

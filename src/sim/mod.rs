@@ -289,7 +289,7 @@ async fn simulate(options: SimOptions) -> SimReport {
             config.taskmanager.network_memory = 160 * config.taskmanager.network_buffer_size;
         }
     }
-    let cluster = SimCluster::new(
+    let mut cluster = SimCluster::new(
         options.seed,
         config,
         network.clone(),
@@ -297,6 +297,11 @@ async fn simulate(options: SimOptions) -> SimReport {
         events,
         scratch.clone(),
     );
+    // Half of the programs seeds run TaskManagers of two builds: the program's tasks may go
+    // only where its operators are (checked by `slots_consistent`).
+    if options.shape.jobs == scenario::JobMix::Programs && options.seed % 2 == 1 {
+        cluster = cluster.with_two_builds();
+    }
     cluster.boot_job_manager().await;
     let mut run = Run {
         cluster: cluster.clone(),

@@ -18,8 +18,9 @@
 //!
 //! **Timeouts** (Flink's batch semantics): a bulk waiting because slots are busy waits as long
 //! as it takes. Only a bulk the cluster could not serve even with every slot free (it needs
-//! more slots than are registered) fails, with [`NoResourceAvailable`], once it has been in that
-//! state for the slot request timeout.
+//! more slots than are registered, or than the TaskManagers that run its job's operators have)
+//! fails, with [`NoResourceAvailable`], once it has been in that state for the slot request
+//! timeout.
 //!
 //! **Placement** of one task, in Flink's order: a shared slot on a preferred TaskManager, else a
 //! new slot there, else any shared slot, else a new slot on the TaskManager the slot selection
@@ -47,7 +48,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::ops::Bound;
 use std::sync::Arc;
-use std::time::Duration;
 
 use actix::clock::Instant;
 use serde::{Deserialize, Serialize};
@@ -61,10 +61,12 @@ use crate::messages::job_manager::Locality;
 
 pub mod capabilities;
 mod demand;
+mod expiry;
 mod requests;
 pub mod strategy;
 
 use capabilities::{Classes, OperatorSet};
+pub use expiry::NoResourceAvailable;
 use requests::{bulk_shape, distinct_preferences, locality};
 
 use strategy::{FreeSlots, QueuedBulkView, RegionSchedulingStrategy, Serve, SlotSelectionStrategy};
@@ -127,36 +129,6 @@ pub struct SlotAssignment {
 
 /// A bulk placed: every task of it with its slot, in the order of its requests.
 pub type PlacedBulk = (BulkId, Vec<(TaskRef, SlotAssignment)>);
-
-/// A bulk the cluster could not serve, even with every slot free, for the slot request timeout.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "NoResourceAvailable: {bulk} needs {slots_needed} slots at once for its {tasks} subtasks and \
-     waited {waited:?} for them; the cluster has {task_managers} TaskManagers with {total_slots} \
-     slots, and the pool at its maximum offers {max_slots} (resourcemanager.max-pool-size){}",
-    job_cap.map_or_else(String::new, |cap| format!(
-        "; one job may ask for {cap} slots beyond those it holds \
-         (resourcemanager.max-workers-per-job)"
-    ))
-)]
-pub struct NoResourceAvailable {
-    /// The region's bulk.
-    pub bulk: BulkId,
-    /// Its subtasks.
-    pub tasks: usize,
-    /// The slots it needs at once (after slot sharing).
-    pub slots_needed: u64,
-    /// How long it could not be served.
-    pub waited: Duration,
-    /// Registered TaskManagers when it gave up.
-    pub task_managers: usize,
-    /// Their slots.
-    pub total_slots: u64,
-    /// Slots of the largest pool the resource manager may start.
-    pub max_slots: u64,
-    /// The per-job cap on demand, in slots ([`Scheduler::with_job_cap`]), if there is one.
-    pub job_cap: Option<u64>,
-}
 
 /// Work counted by the scheduler: tests bound it to prove the costs in the module docs.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -328,6 +300,9 @@ struct QueuedBulk {
     need: u64,
     /// Since when the registered slots could not serve it even if all were free.
     unfulfillable_since: Option<Instant>,
+    /// Since when the slots of the TaskManagers that run its job's operators could not serve it
+    /// even if all were free (only when some TaskManagers cannot run the job).
+    incapable_since: Option<Instant>,
 }
 
 /// See the module docs.
@@ -477,6 +452,7 @@ impl Scheduler {
             class.by_free.insert(by_free_entry(slots, key));
             class.free += u64::from(slots);
         }
+        self.classes.class_mut(class).slots += u64::from(slots);
         self.total_slots += u64::from(slots);
         self.free_slots += u64::from(slots);
         // Bulks the cluster can serve now stop counting towards their timeout.
@@ -503,6 +479,7 @@ impl Scheduler {
         let class = self.classes.class_mut(entry.class);
         class.by_free.remove(&by_free_entry(entry.free(), key));
         class.free -= u64::from(entry.free());
+        class.slots -= u64::from(entry.total);
         self.classes.leave(entry.class);
         let mut lost = Vec::new();
         for &slot_key in &entry.slots {
@@ -562,6 +539,7 @@ impl Scheduler {
                 per_vertex,
                 need,
                 unfulfillable_since,
+                incapable_since: None,
             },
         );
     }
@@ -791,48 +769,6 @@ impl Scheduler {
             available.insert(task_manager, slot_key);
         }
         None
-    }
-
-    /// Fails the queued bulks the registered slots could not serve even if all were free, once
-    /// they have been so for `timeout`. `max_slots` is what the pool at its maximum offers (for
-    /// the error). Looks only at those bulks.
-    pub fn expire(
-        &mut self,
-        now: Instant,
-        timeout: Duration,
-        max_slots: u64,
-    ) -> Vec<(BulkId, Vec<TaskRef>, NoResourceAvailable)> {
-        let unfulfillable: Vec<QueueKey> = self
-            .by_need
-            .range((self.total_slots + 1, (0, 0))..)
-            .map(|(_, key)| *key)
-            .collect();
-        let mut expired = Vec::new();
-        for key in unfulfillable {
-            self.counters.queue_visits += 1;
-            let Some(bulk) = self.queue.get_mut(&key) else {
-                continue;
-            };
-            let since = *bulk.unfulfillable_since.get_or_insert(now);
-            let waited = now.saturating_duration_since(since);
-            if waited < timeout {
-                continue;
-            }
-            let bulk = self.dequeue(key);
-            let error = NoResourceAvailable {
-                bulk: bulk.id,
-                tasks: bulk.requests.len(),
-                slots_needed: bulk.need,
-                waited,
-                task_managers: self.task_managers.len(),
-                total_slots: self.total_slots,
-                max_slots,
-                job_cap: self.demand.cap(),
-            };
-            let tasks = bulk.requests.iter().map(|r| r.task).collect();
-            expired.push((bulk.id, tasks, error));
-        }
-        expired
     }
 
     /// Withdraws a queued bulk (its region was cancelled while it waited). True if it was

@@ -162,6 +162,7 @@ fn shapes(second_group: &str, built_in_failures: u32) -> BTreeMap<JobId, JobShap
             failures_absorbed: Some(4),
             built_in_failures,
             ignores_cancel: false,
+            operators: ["program:sim-join@b1".to_owned()].into(),
         },
     )]
     .into()
@@ -189,6 +190,22 @@ fn consistent() -> JobManagerSnapshot {
 #[test]
 fn slots_consistent_accepts_a_consistent_picture() {
     assert_eq!(slots_consistent(&consistent(), &shapes("a", 0)), Ok(()));
+}
+
+#[test]
+fn slots_consistent_fails_for_a_task_on_a_task_manager_without_its_operator() {
+    // A fingerprint with the job's operator, or none declared: placed correctly.
+    let mut s = consistent();
+    s.cluster.task_managers[0].fingerprint.operators =
+        vec!["noop".to_owned(), "program:sim-join@b1".to_owned()];
+    assert_eq!(slots_consistent(&s, &shapes("a", 0)), Ok(()));
+    // Another build's TaskManager: it cannot run the job's program.
+    s.cluster.task_managers[0].fingerprint.operators = vec!["noop".to_owned()];
+    let error = slots_consistent(&s, &shapes("a", 0)).unwrap_err();
+    assert!(
+        error.contains("cannot run its operator program:sim-join@b1"),
+        "{error}"
+    );
 }
 
 #[test]

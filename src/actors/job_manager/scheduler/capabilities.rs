@@ -25,6 +25,8 @@ pub(super) struct Class {
     pub by_free: BTreeSet<u64>,
     /// Their free slots.
     pub free: u64,
+    /// Their slots.
+    pub slots: u64,
     /// How many are registered.
     members: usize,
 }
@@ -48,6 +50,7 @@ impl Classes {
                     operators,
                     by_free: BTreeSet::new(),
                     free: 0,
+                    slots: 0,
                     members: 0,
                 });
                 self.classes.len() - 1
@@ -102,6 +105,25 @@ impl Classes {
                     .as_ref()
                     .is_none_or(|operators| operators.contains(operator))
         })
+    }
+
+    /// All slots (free or not) on TaskManagers that can run `job`, or `None` if all can.
+    pub fn slots_for(&self, job: JobId) -> Option<u64> {
+        let populated = || {
+            self.classes
+                .iter()
+                .enumerate()
+                .filter(|(_, c)| c.members > 0)
+        };
+        if populated().all(|(at, _)| self.capable(job, at)) {
+            return None;
+        }
+        Some(
+            populated()
+                .filter(|(at, _)| self.capable(job, *at))
+                .map(|(_, class)| class.slots)
+                .sum(),
+        )
     }
 
     /// Free slots on TaskManagers that can run `job`, or `None` if all can.

@@ -868,3 +868,46 @@ fn preferred_task_managers_that_lack_the_operators_are_passed_over() {
     wants_tm0.preferred = vec![tm(0)];
     assert!(matches!(cluster.place(wants_tm0), Placement::Assigned(a) if a.resource_id == tm(1)));
 }
+
+#[test]
+fn a_bulk_more_than_the_capable_task_managers_can_hold_expires_with_their_slots_named() {
+    // 12 slots registered, 4 of them on TaskManagers that run the program: a region of five
+    // program subtasks can never be placed, although the cluster has slots enough.
+    let mut scheduler = Scheduler::new(NodeRng::seed_from_u64(1));
+    let program = operators(&["map", "program:p@aaaa"]);
+    scheduler.add_task_manager_running(tm(0), 2, Some(program.clone()));
+    scheduler.add_task_manager_running(tm(1), 8, Some(operators(&["map"])));
+    scheduler.add_task_manager_running(tm(2), 2, Some(program.clone()));
+    scheduler.require(JOB, operators(&["program:p@aaaa"]));
+    let mut cluster = TestCluster {
+        scheduler,
+        start: Instant::now(),
+        next_region: 0,
+    };
+    let wide = cluster.bulk((0..5).map(|s| request(0, s)).collect());
+    assert_eq!(cluster.serve(), []);
+    let timeout = Duration::from_secs(300);
+    let start = cluster.start;
+    assert_eq!(cluster.scheduler.expire(start, timeout, 12), []);
+    // A third program TaskManager for a while: the bulk fits then, so its clock starts again.
+    cluster
+        .scheduler
+        .add_task_manager_running(tm(3), 2, Some(program));
+    assert_eq!(cluster.scheduler.expire(start + timeout, timeout, 12), []);
+    cluster.scheduler.remove_task_manager(&tm(3));
+    let lost_at = start + timeout * 2;
+    assert_eq!(cluster.scheduler.expire(lost_at, timeout, 12), []);
+    assert_eq!(
+        cluster.scheduler.expire(lost_at + timeout / 2, timeout, 12),
+        []
+    );
+    let expired = cluster.scheduler.expire(lost_at + timeout, timeout, 12);
+    assert_eq!(expired.len(), 1, "{expired:?}");
+    assert_eq!(expired[0].0, wide);
+    let text = expired[0].2.to_string();
+    assert!(
+        text.contains("with 12 slots of which 4 are on TaskManagers that run the job's operators"),
+        "{text}"
+    );
+    assert_eq!(cluster.scheduler.queued(), 0);
+}
