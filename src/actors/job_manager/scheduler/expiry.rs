@@ -70,20 +70,7 @@ impl Scheduler {
             if waited < timeout {
                 continue;
             }
-            let bulk = self.dequeue(key);
-            let error = NoResourceAvailable {
-                bulk: bulk.id,
-                tasks: bulk.requests.len(),
-                slots_needed: bulk.need,
-                waited,
-                task_managers: self.task_managers.len(),
-                total_slots: self.total_slots,
-                capable_slots: None,
-                max_slots,
-                job_cap: self.demand.cap(),
-            };
-            let tasks = bulk.requests.iter().map(|r| r.task).collect();
-            expired.push((bulk.id, tasks, error));
+            expired.push(self.give_up(key, waited, None, max_slots));
         }
         self.expire_incapable(now, timeout, max_slots, &mut expired);
         expired
@@ -126,21 +113,32 @@ impl Scheduler {
                 if waited < timeout {
                     continue;
                 }
-                let bulk = self.dequeue(key);
-                let error = NoResourceAvailable {
-                    bulk: bulk.id,
-                    tasks: bulk.requests.len(),
-                    slots_needed: bulk.need,
-                    waited,
-                    task_managers: self.task_managers.len(),
-                    total_slots: self.total_slots,
-                    capable_slots: Some(capable),
-                    max_slots,
-                    job_cap: self.demand.cap(),
-                };
-                let tasks = bulk.requests.iter().map(|r| r.task).collect();
-                expired.push((bulk.id, tasks, error));
+                expired.push(self.give_up(key, waited, Some(capable), max_slots));
             }
         }
+    }
+
+    /// Takes the bulk at `key` out of the queue, with its tasks and the error it fails with.
+    fn give_up(
+        &mut self,
+        key: QueueKey,
+        waited: Duration,
+        capable_slots: Option<u64>,
+        max_slots: u64,
+    ) -> (BulkId, Vec<TaskRef>, NoResourceAvailable) {
+        let bulk = self.dequeue(key);
+        let error = NoResourceAvailable {
+            bulk: bulk.id,
+            tasks: bulk.requests.len(),
+            slots_needed: bulk.need,
+            waited,
+            task_managers: self.task_managers.len(),
+            total_slots: self.total_slots,
+            capable_slots,
+            max_slots,
+            job_cap: self.demand.cap(),
+        };
+        let tasks = bulk.requests.iter().map(|r| r.task).collect();
+        (bulk.id, tasks, error)
     }
 }
