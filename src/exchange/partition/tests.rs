@@ -165,7 +165,8 @@ fn in_memory_batches_come_back_in_order() {
 
 #[test]
 fn producer_errors() {
-    let store = ResultPartitionManager::new(TempDir::new("errors").0.clone(), usize::MAX);
+    let dir = TempDir::new("errors");
+    let store = ResultPartitionManager::new(dir.0.clone(), usize::MAX);
     let id = pid(2);
     assert!(matches!(
         store.append_records(id, 0, buffer(0, 1)),
@@ -204,7 +205,8 @@ fn producer_errors() {
 
 #[test]
 fn pending_fetch_fires_on_append_and_finish() {
-    let store = ResultPartitionManager::new(TempDir::new("pending").0.clone(), usize::MAX);
+    let dir = TempDir::new("pending");
+    let store = ResultPartitionManager::new(dir.0.clone(), usize::MAX);
     let id = pid(3);
     store.create(id, 2).unwrap();
     let Fetch::Pending(mut on_sub0) = store.fetch(id, 0, 0, 100) else {
@@ -305,7 +307,8 @@ fn fail_wakes_pending_and_fails_fetches() {
 
 #[test]
 fn release_forgets_and_closes_pending_fetches() {
-    let store = ResultPartitionManager::new(TempDir::new("release").0.clone(), usize::MAX);
+    let dir = TempDir::new("release");
+    let store = ResultPartitionManager::new(dir.0.clone(), usize::MAX);
     let id = pid(6);
     assert!(matches!(store.fetch(id, 0, 0, 100), Fetch::Unknown));
     store.create(id, 1).unwrap();
@@ -450,7 +453,8 @@ fn unwritable_working_dir_fails_the_partition() {
 /// taken half of it, not by every fetch that takes a buffer or two.
 #[test]
 fn a_full_producer_is_woken_when_half_its_subpartition_is_free() {
-    let store = ResultPartitionManager::new(TempDir::new("room").0.clone(), usize::MAX);
+    let dir = TempDir::new("room");
+    let store = ResultPartitionManager::new(dir.0.clone(), usize::MAX);
     let id = pid(8);
     store.create_pipelined(id, 1, 10).unwrap();
     for i in 0..10 {
@@ -490,7 +494,8 @@ fn a_full_producer_is_woken_when_half_its_subpartition_is_free() {
 fn a_pipelined_batch_fetched_again_fails_instead_of_reading_as_empty() {
     // A remote consumer whose answer was lost with its connection asks again from the same
     // buffer: the moved buffer is gone, and an empty one in its place would lose records silently.
-    let store = ResultPartitionManager::new(TempDir::new("refetch").0.clone(), usize::MAX);
+    let dir = TempDir::new("refetch");
+    let store = ResultPartitionManager::new(dir.0.clone(), usize::MAX);
     let id = pid(9);
     store.create_with(id, 1, false).unwrap();
     store.append_records(id, 0, buffer(0, 2)).unwrap();
@@ -537,7 +542,8 @@ fn a_blocking_partition_is_on_disk_read_back_again_and_deleted_when_released() {
 /// back when the subpartition gets a buffer, ends, or its partition fails or is released.
 #[test]
 fn a_listener_gets_its_key_on_append_finish_failure_and_release() {
-    let store = ResultPartitionManager::new(TempDir::new("listen").0.clone(), usize::MAX);
+    let dir = TempDir::new("listen");
+    let store = ResultPartitionManager::new(dir.0.clone(), usize::MAX);
     let queue = Arc::new(ReadyQueue::default());
     let listen = |id, key| store.fetch_or_listen((id, 0, 0), 100, 1, &queue, key);
     let (appended, finished, failed, released) = (pid(20), pid(21), pid(22), pid(23));
@@ -582,7 +588,8 @@ fn a_listener_gets_its_key_on_append_finish_failure_and_release() {
 /// subpartitions are untouched. A blocking partition keeps everything.
 #[test]
 fn a_released_pipelined_subpartition_frees_its_producer_and_discards_its_writes() {
-    let store = ResultPartitionManager::new(TempDir::new("released").0.clone(), usize::MAX);
+    let dir = TempDir::new("released");
+    let store = ResultPartitionManager::new(dir.0.clone(), usize::MAX);
     let id = pid(11);
     store.create_pipelined(id, 2, 4).unwrap();
     for i in 0..4 {
@@ -630,7 +637,8 @@ fn a_released_pipelined_subpartition_frees_its_producer_and_discards_its_writes(
 /// forgets it.
 #[test]
 fn a_release_before_the_partition_exists_applies_when_it_is_created() {
-    let store = ResultPartitionManager::new(TempDir::new("early").0.clone(), usize::MAX);
+    let dir = TempDir::new("early");
+    let store = ResultPartitionManager::new(dir.0.clone(), usize::MAX);
     let (id, never) = (pid(13), pid(14));
     assert!(store.release_subpartition(id, 1));
     assert!(store.release_subpartition(never, 0));
@@ -724,7 +732,8 @@ fn near_full(from: i64) -> (Vec<Record>, usize) {
 /// as they are not needed; a release gives back the floor and everything lent.
 #[test]
 fn a_pipelined_partition_holds_its_floor_and_what_is_lent_then_waits() {
-    let store = ResultPartitionManager::new(TempDir::new("budget").0.clone(), usize::MAX);
+    let dir = TempDir::new("budget");
+    let store = ResultPartitionManager::new(dir.0.clone(), usize::MAX);
     // 8 buffers: 6 for floors, 2 to lend.
     let pool = crate::exchange::buffer_pool::NetworkBufferPool::new(8 << 10, 1 << 10);
     let id = pid(12);
@@ -773,7 +782,8 @@ fn a_pipelined_partition_holds_its_floor_and_what_is_lent_then_waits() {
 /// holds it, so the producer always progresses.
 #[test]
 fn small_buffers_count_by_their_bytes() {
-    let store = ResultPartitionManager::new(TempDir::new("small").0.clone(), usize::MAX);
+    let dir = TempDir::new("small");
+    let store = ResultPartitionManager::new(dir.0.clone(), usize::MAX);
     // 16 buffers of 32 KiB: 12 for floors, 4 to lend.
     let pool = crate::exchange::buffer_pool::NetworkBufferPool::new(16 << 15, 1 << 15);
     let id = pid(15);

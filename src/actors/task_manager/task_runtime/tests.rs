@@ -33,11 +33,34 @@ fn partition(n: u128) -> ResultPartitionId {
     }
 }
 
-fn store(name: &str) -> Arc<ResultPartitionManager> {
+/// A partition store that spills everything, in a directory of its own removed with it.
+struct Store {
+    manager: Arc<ResultPartitionManager>,
+    dir: std::path::PathBuf,
+}
+
+impl std::ops::Deref for Store {
+    type Target = Arc<ResultPartitionManager>;
+
+    fn deref(&self) -> &Self::Target {
+        &self.manager
+    }
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn store(name: &str) -> Store {
     let dir =
         std::env::temp_dir().join(format!("flint-task-runtime-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    Arc::new(ResultPartitionManager::new(dir, 0))
+    Store {
+        manager: Arc::new(ResultPartitionManager::new(dir.clone(), 0)),
+        dir,
+    }
 }
 
 fn consumer() -> ActorAddress {
@@ -304,6 +327,7 @@ async fn a_consumer_whose_producer_task_manager_is_gone_names_it_not_a_closed_ma
     let producer = TaskManagerProbeHandle::start(&env, &ResourceId::new("tm-producer"));
     producer.stop().await;
     let task_manager = producer.address.clone();
+    let gone = store("gone");
     let (task, _) = task(
         descriptor(
             "noop",
@@ -314,7 +338,7 @@ async fn a_consumer_whose_producer_task_manager_is_gone_names_it_not_a_closed_ma
             }],
             vec![],
         ),
-        store("gone"),
+        gone.manager.clone(),
         {
             let network = NetworkClient::new(
                 env.address_of("taskmanager/tm-consumer"),
