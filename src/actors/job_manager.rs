@@ -18,6 +18,7 @@ use std::time::Duration;
 use actix::clock::Instant;
 use actix::prelude::*;
 
+mod batch_recovery;
 mod deployments;
 mod dispatcher;
 pub mod execution_graph;
@@ -74,6 +75,8 @@ pub struct JobManagerSettings {
     pub registry: OperatorRegistry,
     /// How long and how many ended jobs stay visible (`jobstore.*`).
     pub jobstore: crate::config::JobStoreConfig,
+    /// What of a batch job survives a leader failover (`execution.batch.job-recovery.*`).
+    pub batch_job_recovery: crate::config::BatchJobRecoveryConfig,
     /// The scheduler's strategies (`jobmanager.scheduler.*`).
     pub scheduler: crate::config::SchedulerConfig,
     /// `jobmanager.max-subtasks`: the subtasks of unfinished jobs held at most.
@@ -130,6 +133,8 @@ pub struct JobManager {
     released: std::collections::VecDeque<ResourceId>,
     /// Checked before every deployment (high availability; see [`crate::ha::lease`]).
     lease: LeadershipLease,
+    /// Job events for the event log, and finished work taken back after a failover.
+    batch_recovery: batch_recovery::BatchRecovery,
 }
 
 /// The resource manager registered here, watched by heartbeat like a TaskManager.
@@ -178,6 +183,7 @@ impl JobManager {
             pool: jobs::PoolView::default(),
             released: std::collections::VecDeque::new(),
             lease: LeadershipLease::unbounded(),
+            batch_recovery: batch_recovery::BatchRecovery::default(),
         }
     }
 
@@ -211,9 +217,10 @@ impl JobManager {
 
     fn register_task_manager(
         &mut self,
-        msg: RegisterTaskManager,
+        mut msg: RegisterTaskManager,
         ctx: &mut Context<Self>,
     ) -> RegistrationResponse {
+        let offered = std::mem::take(&mut msg.partitions);
         let resource_id = msg.resource_id;
         if msg.cluster_id != self.settings.cluster_id {
             log::warn!(
@@ -311,7 +318,8 @@ impl JobManager {
         });
         self.notify_resource_started(resource_id.clone());
         self.scheduler
-            .add_task_manager_running(resource_id, slots, operators);
+            .add_task_manager_running(resource_id.clone(), slots, operators);
+        self.take_offered_partitions(&resource_id, offered, ctx);
         self.serve_queue(ctx);
         RegistrationResponse::AcknowledgeRegistration(AcknowledgeRegistration {
             instance_id,
@@ -355,6 +363,7 @@ impl JobManager {
         if self.instances.unregister(resource_id).is_none() {
             return false;
         }
+        self.forget_offered(resource_id);
         self.fail_over_task_manager(resource_id, ctx);
         log::info!("job manager: unregistered TaskManager {resource_id}: {reason}");
         self.env.events.emit(ClusterEvent::TaskManagerLost {
@@ -533,6 +542,7 @@ impl Actor for JobManager {
             self.address.clone(),
             LocalActor::JobManager(JobManagerGateway::of(&ctx.address())),
         );
+        self.open_recovery_window(ctx);
         ctx.run_interval(self.settings.heartbeat.interval, |act, ctx| {
             let _timed = act.mailbox.time("heartbeat check");
             act.check_heartbeats(ctx);

@@ -75,6 +75,7 @@ pub fn start_job_manager_node_leading(
             taskmanager_timeout: config.resourcemanager.taskmanager_timeout,
             registry,
             jobstore: config.jobstore,
+            batch_job_recovery: config.batch_job_recovery,
             scheduler: config.jobmanager.scheduler,
             max_subtasks: config.jobmanager.max_subtasks,
             max_jobs: config.jobmanager.max_jobs,

@@ -92,6 +92,7 @@ impl JobView {
                             timestamps: sorted_by_time(&s.timestamps),
                             error: s.failure.clone(),
                             io: s.metrics.as_ref().map(IoView::snapshot),
+                            restored: s.restored,
                         })
                         .collect(),
                 })

@@ -159,7 +159,7 @@ macro_rules! duration {
     };
 }
 
-static KEYS: [Key; 58] = [
+static KEYS: [Key; 60] = [
     // [cluster]
     Key {
         name: "cluster.id",
@@ -220,6 +220,22 @@ static KEYS: [Key; 58] = [
                 set: |c, v| c.jobstore.max_capacity = narrow(v),
             },
         },
+    },
+    // [execution.batch.job-recovery]
+    Key {
+        name: "execution.batch.job-recovery.enabled",
+        doc: "With high availability, a new leader reruns only the regions of a batch job whose finished results did not survive the failover.",
+        secret: false,
+        kind: Kind::Bool(Field {
+            get: |c| c.batch_job_recovery.enabled,
+            set: |c, v| c.batch_job_recovery.enabled = v,
+        }),
+    },
+    Key {
+        name: "execution.batch.job-recovery.previous-worker.recovery.timeout",
+        doc: "How long a new leader waits for the TaskManagers holding a recovered job's finished results.",
+        secret: false,
+        kind: duration!(batch_job_recovery.previous_worker_recovery_timeout),
     },
     // [job]
     Key {

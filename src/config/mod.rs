@@ -121,6 +121,8 @@ pub struct ClusterConfig {
     pub rest: RestConfig,
     /// `[high-availability]`: standby JobManagers and job recovery through ZooKeeper.
     pub high_availability: HighAvailabilityConfig,
+    /// `[execution.batch.job-recovery]`: what of a batch job survives a leader failover.
+    pub batch_job_recovery: BatchJobRecoveryConfig,
     /// Seed of every node's RNG; `None` draws one from the OS. Set it to replay a run.
     pub seed: Option<u64>,
 }
@@ -179,6 +181,30 @@ impl Default for HeartbeatConfig {
         Self {
             interval: Duration::from_secs(10),
             timeout: Duration::from_secs(50),
+        }
+    }
+}
+
+/// `[execution.batch.job-recovery]` (Flink's keys, FLIP-383): with high availability, a new
+/// leader keeps the finished regions of a recovered batch job whose results the TaskManagers
+/// that come back still hold, and reruns only the rest. On by default in Flint (off in Flink,
+/// where it is new): it costs one append per flush interval while a job runs, and a failover
+/// that finds nothing reruns exactly what it reran without it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BatchJobRecoveryConfig {
+    /// `execution.batch.job-recovery.enabled`.
+    pub enabled: bool,
+    /// `execution.batch.job-recovery.previous-worker.recovery.timeout`: how long a new leader
+    /// waits for the TaskManagers holding a recovered job's finished results to register
+    /// before it reruns what they held.
+    pub previous_worker_recovery_timeout: Duration,
+}
+
+impl Default for BatchJobRecoveryConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            previous_worker_recovery_timeout: Duration::from_secs(30),
         }
     }
 }

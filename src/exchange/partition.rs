@@ -755,6 +755,15 @@ impl ResultPartitionManager {
         }
     }
 
+    /// Whether partition `id` is complete and keeps its data for every reader (a finished
+    /// blocking result a new leader can take back).
+    pub fn is_finished_and_retained(&self, id: ResultPartitionId) -> bool {
+        self.get(id).is_ok_and(|partition| {
+            let partition = lock(&partition);
+            matches!(partition.state, State::Finished) && partition.retain
+        })
+    }
+
     /// Forgets the partition: memory dropped, spill files deleted. Pending fetches complete with
     /// an error (their sender is dropped) and later fetches answer `Unknown`. Returns whether the
     /// partition existed, so releasing twice is harmless.

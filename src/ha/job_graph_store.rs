@@ -24,6 +24,7 @@ use std::sync::{Arc, Mutex};
 use zookeeper_client::{Client, CreateMode};
 
 use super::HaError;
+use super::job_event_log::JobEventLog;
 use super::zookeeper::{ZooKeeperSettings, ensure_path};
 use crate::base::ids::JobId;
 use crate::job::graph::JobGraph;
@@ -217,6 +218,12 @@ pub trait JobGraphWriter {
     /// Removes job `job_id`'s graph (and whatever the store keeps beside it); already gone is
     /// fine.
     fn remove_job_graph(&self, job_id: JobId) -> LocalBoxFuture<Result<(), HaError>>;
+
+    /// Where job events go beside the graphs (batch job recovery); `None` without high
+    /// availability (nothing outlives the JobManager).
+    fn event_log(&self) -> Option<JobEventLog> {
+        None
+    }
 }
 
 /// A future of a [`JobGraphWriter`].
@@ -251,6 +258,10 @@ impl<P: JobGraphPointers + Clone + 'static> JobGraphWriter for JobGraphStore<P> 
     fn remove_job_graph(&self, job_id: JobId) -> LocalBoxFuture<Result<(), HaError>> {
         let store = self.clone();
         Box::pin(async move { store.remove(job_id).await })
+    }
+
+    fn event_log(&self) -> Option<JobEventLog> {
+        Some(JobEventLog::new(&self.dir))
     }
 }
 
@@ -343,9 +354,13 @@ impl<P: JobGraphPointers> JobGraphStore<P> {
         self.pointers.put(job_id, &path.display().to_string()).await
     }
 
-    /// Removes the pointer, then the file; either already gone is fine.
+    /// Removes the pointer, then the job's event log and graph file; any already gone is fine.
     pub async fn remove(&self, job_id: JobId) -> Result<(), HaError> {
         self.pointers.remove(job_id).await?;
+        if let Err(error) = JobEventLog::new(&self.dir).remove(job_id) {
+            // Harmless: a log without a graph is never read.
+            log::warn!("{}", crate::base::error_chain::ErrorChain(&error));
+        }
         let path = self.file_of(job_id);
         match std::fs::remove_file(&path) {
             Ok(()) => Ok(()),

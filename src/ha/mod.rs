@@ -21,6 +21,8 @@
 //! - [`job_graph_store`]: submitted job graphs in `high-availability.storageDir`, pointers in
 //!   ZooKeeper, as Flink's `ZooKeeperJobGraphStore` keeps them (the pointers behind
 //!   [`JobGraphPointers`], so the simulation keeps them in its coordination service).
+//! - [`job_event_log`]: beside each graph, what its batch job finished (FLIP-383), so a new
+//!   leader reruns only what the failover lost.
 //! - [`signed`]: the leader information, job graph pointers and pool size are signed with the
 //!   cluster secret and verified before use, so a writer of the znodes without the secret can
 //!   neither redirect the cluster nor make it run anything.
@@ -39,6 +41,7 @@
 //! graph anywhere but the store (ZooKeeper holds pointers only).
 
 pub mod election;
+pub mod job_event_log;
 pub mod job_graph_store;
 pub mod job_result_store;
 pub mod lease;
@@ -52,6 +55,7 @@ use serde::{Deserialize, Serialize};
 use crate::base::ids::LeaderSessionId;
 
 pub use election::{LeaderElectionService, Leadership};
+pub use job_event_log::{JobEvent, JobEventLog, JobEventLogError};
 pub use job_graph_store::{
     JobGraphPointers, JobGraphStore, JobGraphWriter, NoJobGraphs, RecoveredJob, ZooKeeperPointers,
 };

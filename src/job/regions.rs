@@ -393,6 +393,7 @@ impl RegionProgress {
             return;
         }
         self.state[region.0] = Progress::Finished;
+        self.ready.remove(&region);
         self.finished += 1;
         for &group in &regions.regions[region.0].output_groups {
             self.group_remaining[group] -= 1;

@@ -104,6 +104,10 @@ pub struct RegisterTaskManager {
     pub session: TaskManagerSessionId,
     /// What it can run.
     pub fingerprint: Fingerprint,
+    /// The finished blocking result partitions it kept from an earlier leader, by job: a new
+    /// leader takes back those its recovered jobs' event logs name and releases the rest
+    /// (batch job recovery).
+    pub partitions: Vec<(JobId, Vec<ResultPartitionId>)>,
 }
 
 /// What a TaskManager can run: the build of its binary and the operator identities registered
@@ -847,6 +851,10 @@ pub struct SubtaskDetails {
     /// What its exchange did (the last heartbeat's sample, or the final one): `None` until its
     /// TaskManager reported it.
     pub io: Option<TaskIoSnapshot>,
+    /// A new leader took this finished attempt back after a failover (batch job recovery): it
+    /// did not run again.
+    #[serde(default)]
+    pub restored: bool,
 }
 
 /// A TaskManager is stopping gracefully: unregister it now, so its tasks fail over at once

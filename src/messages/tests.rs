@@ -100,6 +100,7 @@ pub(crate) fn job_details() -> JobDetails {
                     backpressured_ms: 700,
                     back_pressured_time_ms_per_second: 600,
                 }),
+                restored: true,
             }],
             io: crate::messages::TaskIoSnapshot::default(),
             summary: None,
@@ -283,6 +284,13 @@ pub(crate) fn job_manager_samples() -> Vec<JobManagerMessage> {
                 build: "0123456789ab".into(),
                 operators: vec!["map".into(), "program:tpch@0123456789ab".into()],
             },
+            partitions: vec![(
+                crate::base::ids::JobId::from_u128(3),
+                vec![ResultPartitionId {
+                    producer: crate::base::ids::ExecutionAttemptId::from_u128(4),
+                    edge: 1,
+                }],
+            )],
         }
         .into(),
         RegisterResourceManager {

@@ -465,6 +465,10 @@ pub struct SubtaskView {
     /// What its exchange did; `null` until its TaskManager reported it.
     #[serde(default)]
     pub metrics: Option<IoView>,
+    /// `true`: a new leader took this finished attempt back after a failover (batch job
+    /// recovery); it did not run again.
+    #[serde(default)]
+    pub restored: bool,
 }
 
 /// `POST /jobs` accepted a job.
@@ -727,6 +731,7 @@ fn subtask(subtask: &SubtaskDetails) -> SubtaskView {
         timestamps: subtask.timestamps.iter().copied().collect(),
         failure: subtask.error.clone(),
         metrics: subtask.io.as_ref().map(IoView::of),
+        restored: subtask.restored,
     }
 }
 

@@ -84,7 +84,15 @@ impl JobManager {
     }
 
     /// Runs a prepared job.
-    fn start_job(&mut self, job_id: JobId, job: ExecutionGraph, ctx: &mut Context<Self>) {
+    pub(super) fn start_job(
+        &mut self,
+        job_id: JobId,
+        mut job: ExecutionGraph,
+        ctx: &mut Context<Self>,
+    ) {
+        if self.batch_recovery.is_logging() {
+            job.log_events();
+        }
         log::info!("job manager: job {job_id} ({}) submitted", job.graph().name);
         self.scheduler
             .require(job_id, super::jobs::graph_operators(job.graph()));
@@ -215,8 +223,7 @@ impl Handler<RecoverJob> for JobManager {
         let failed = match msg.job_graph {
             Ok(graph) => match self.prepare_job(job_id, graph, None, Some(now_ms)) {
                 Ok(job) => {
-                    log::info!("job manager: recovered job {job_id}: it runs again from the start");
-                    self.start_job(job_id, job, ctx);
+                    self.start_recovered_job(job_id, job, ctx);
                     return Ok(job_id);
                 }
                 Err(error) => format!("its recovered job graph was refused: {error}"),

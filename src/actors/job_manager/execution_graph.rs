@@ -137,6 +137,9 @@ struct ExecutionVertex {
     /// does not list it counts against it, as for a RUNNING task (Flink's deployment
     /// reconciliation). Before that the submission may still be on its way.
     taken: bool,
+    /// A new leader took this finished attempt back from the job event log: it did not run
+    /// again.
+    restored: bool,
 }
 
 /// See the module docs.
@@ -201,6 +204,8 @@ pub struct ExecutionGraph {
     recovered_at_ms: Option<u64>,
     /// The last [`EXCEPTION_HISTORY_SIZE`] task failures, oldest first.
     exceptions: VecDeque<JobException>,
+    /// Progress not yet taken for the job event log; `None`: not logged (see `recovery`).
+    events: Option<Vec<crate::ha::job_event_log::JobEvent>>,
 }
 
 /// What every descriptor of a vertex carries, shared rather than copied per subtask.
@@ -283,6 +288,7 @@ impl ExecutionGraph {
                         io: None,
                         result: None,
                         taken: false,
+                        restored: false,
                     })
                     .collect()
             })
@@ -335,6 +341,7 @@ impl ExecutionGraph {
             submitted_at_ms: now_ms,
             recovered_at_ms: None,
             exceptions: VecDeque::new(),
+            events: None,
             graph: Arc::new(graph),
         };
         master.index_attempts();
@@ -562,6 +569,7 @@ impl ExecutionGraph {
                             timestamps: ev.state.timestamps().iter().collect(),
                             error: ev.error.clone(),
                             io: ev.io,
+                            restored: ev.restored,
                         })
                         .collect(),
                 })
@@ -628,7 +636,10 @@ fn vertex_io<'a>(subtasks: impl Iterator<Item = &'a TaskIoSnapshot>) -> TaskIoSn
 
 mod descriptors;
 mod failover;
+mod recovery;
 mod scheduling;
+
+pub use recovery::Restored;
 
 #[cfg(test)]
 mod tests;

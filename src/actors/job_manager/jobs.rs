@@ -98,7 +98,11 @@ impl JobManager {
         };
         let restarted_before = job.restarted_tasks();
         let actions = f(job, &mut cx);
+        let events = job.take_events();
         self.task_restarts += job.restarted_tasks() - restarted_before;
+        if !events.is_empty() {
+            self.queue_job_events(job_id, events, ctx);
+        }
         self.carry_out(job_id, actions, ctx);
     }
 
@@ -412,6 +416,10 @@ impl JobManager {
         let Some(gateway) = self.gateways.get(resource_id) else {
             return;
         };
+        if self.batch_recovery.window_open() {
+            // Perhaps a job not recovered yet: the window's end releases what nobody took.
+            return;
+        }
         for &job_id in jobs {
             let running = self
                 .jobs

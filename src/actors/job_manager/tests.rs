@@ -35,6 +35,7 @@ pub(super) fn settings() -> JobManagerSettings {
         taskmanager_timeout: Duration::from_secs(30),
         registry: crate::operators::OperatorRegistry::with_builtins(),
         jobstore: crate::config::JobStoreConfig::default(),
+        batch_job_recovery: crate::config::BatchJobRecoveryConfig::default(),
         scheduler: Default::default(),
         max_subtasks: 1_000_000,
         max_jobs: 10_000,
@@ -74,6 +75,7 @@ impl Fixture {
             number_of_slots: 2,
             session: TaskManagerSessionId::from_u128(1),
             fingerprint: Default::default(),
+            partitions: Vec::new(),
         };
         (probe, registration)
     }

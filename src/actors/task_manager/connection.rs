@@ -125,6 +125,11 @@ impl TaskManager {
             number_of_slots: self.slots.total(),
             session: self.session,
             fingerprint: self.settings.spec.registry.fingerprint(),
+            partitions: self
+                .job_partitions
+                .iter()
+                .map(|(job, held)| (*job, held.iter().copied().collect()))
+                .collect(),
         };
         gateway
             .register_task_manager
@@ -239,8 +244,10 @@ impl TaskManager {
     }
 
     /// The JobManager connection ended (or a new leader took over): it has failed these tasks
-    /// over already, so cancel them, free every slot no task holds and drop every partition,
-    /// as Flink does. A cancelled task keeps its slot until it has ended (its end reported to
+    /// over already, so cancel them, free every slot no task holds and drop every partition
+    /// but the finished blocking ones: those are offered to the next leader with the
+    /// registration (batch job recovery, FLIP-383), which takes back what its jobs' event logs
+    /// name and releases the rest. A cancelled task keeps its slot until it has ended (its end reported to
     /// nobody), under the cancellation watchdog, and the next registration waits until every
     /// such task has ended (`register_once_drained`): a new leader is offered only slots that
     /// are free, and never places work beside a task of the old one that still runs. A task
@@ -282,10 +289,28 @@ impl TaskManager {
             let _ = slots.allocate(*allocation);
         }
         self.slots = slots;
-        for partition in self.partitions.partition_ids() {
-            self.partitions.release(partition);
+        let mut kept = 0;
+        for (_, held) in self.job_partitions.iter_mut() {
+            held.retain(|partition| {
+                let keep = self.partitions.is_finished_and_retained(*partition);
+                kept += usize::from(keep);
+                keep
+            });
         }
-        self.job_partitions.clear();
+        self.job_partitions.retain(|_, held| !held.is_empty());
+        let keep: BTreeSet<ResultPartitionId> =
+            self.job_partitions.values().flatten().copied().collect();
+        for partition in self.partitions.partition_ids() {
+            if !keep.contains(&partition) {
+                self.partitions.release(partition);
+            }
+        }
+        if kept > 0 {
+            log::info!(
+                "task manager {}: keeping {kept} finished result partitions for the next leader",
+                self.settings.resource_id
+            );
+        }
         // A new incarnation: the JobManager must not take this TaskManager back as the one that
         // still holds those tasks and partitions (Flink's JobMasterPartitionTracker learns the
         // same from a new TaskExecutor registration).

@@ -146,6 +146,7 @@ fn subtask(state: ExecutionState, timestamps: &[(ExecutionState, u64)]) -> Subta
         timestamps: timestamps.to_vec(),
         error: None,
         io: None,
+        restored: false,
     }
 }
 

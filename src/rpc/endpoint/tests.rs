@@ -75,6 +75,7 @@ fn start_job_manager(env: &NodeEnv) -> (Addr<JobManager>, ActorAddress) {
             taskmanager_timeout: Duration::from_secs(30),
             registry: OperatorRegistry::with_builtins(),
             jobstore: crate::config::JobStoreConfig::default(),
+            batch_job_recovery: crate::config::BatchJobRecoveryConfig::default(),
             scheduler: Default::default(),
             max_subtasks: 1_000_000,
             max_jobs: 10_000,

@@ -123,6 +123,7 @@ fn job(
                     timestamps: Vec::new(),
                     error: None,
                     io: None,
+                    restored: false,
                 }],
             })
             .collect(),

@@ -138,6 +138,7 @@ impl ExecutionGraph {
             return;
         }
         self.progress.finish(&self.regions, region);
+        self.log_region_finished(region);
         let unread = self.release.finished(&self.regions, region);
         if self.progress.finished_count() == self.regions.regions.len() {
             self.set_status(JobStatus::Finished, cx.now_ms);
@@ -229,6 +230,7 @@ impl ExecutionGraph {
                     first_reason.unwrap_or_default()
                 );
                 self.restarts += 1;
+                self.log_regions_reset(&regions);
                 for region in &regions {
                     self.progress.reset(&self.regions, *region);
                     self.release.reset(&self.regions, *region);
@@ -390,6 +392,7 @@ impl ExecutionGraph {
             ev.io = None;
             ev.result = None;
             ev.taken = false;
+            ev.restored = false;
             if let Some(old) = ev.placement.take() {
                 self.unplace(&task, &old.resource_id);
             }

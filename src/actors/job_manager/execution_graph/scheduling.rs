@@ -9,8 +9,15 @@ impl ExecutionGraph {
     /// their bulks).
     pub fn start(&mut self, cx: &mut JobContext<'_>) -> Vec<JobAction> {
         self.set_status(JobStatus::Running, cx.now_ms);
+        let mut actions = Vec::new();
+        if self.progress.finished_count() == self.regions.regions.len() {
+            // A new leader took every region back from the job event log.
+            self.set_status(JobStatus::Finished, cx.now_ms);
+            self.end(&mut actions);
+            return actions;
+        }
         self.schedule_ready_regions(cx);
-        Vec::new()
+        actions
     }
 
     pub(super) fn schedule_ready_regions(&mut self, cx: &mut JobContext<'_>) {
