@@ -126,8 +126,8 @@ pub struct HaCluster {
     pub dir: PathBuf,
     pub a: JobManagerChild,
     pub b: JobManagerChild,
-    /// Held for their `Drop`: killed with the cluster.
-    _task_managers: Vec<TaskManagerChild>,
+    /// `tm-1` and `tm-2`, killed with the cluster (their `Drop`).
+    pub task_managers: Vec<TaskManagerChild>,
     pub zk: ZooKeeper,
     /// Removed once every process above was stopped.
     _scratch: RemoveOnDrop,
@@ -202,7 +202,7 @@ impl HaCluster {
             dir,
             a,
             b,
-            _task_managers: task_managers,
+            task_managers,
             zk,
         };
         cluster.wait_for_pool(&a_url);

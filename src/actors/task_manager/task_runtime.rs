@@ -101,6 +101,15 @@ pub fn run_task(env: TaskEnvironment, blocker: &dyn TaskBlocker) -> TaskOutcome 
     }));
     let unavailable_partition = match &result {
         Ok(Err(OperatorError::PartitionNotFound { partition, .. })) => Some(*partition),
+        // A producer's side that cannot serve its result (a spill file gone behind its back)
+        // has lost it: named too, and the JobManager reruns that producer if it had finished
+        // (a producer that failed restarts with its region anyway).
+        Ok(Err(OperatorError::Exchange(error))) => match error.downcast_ref() {
+            Some(crate::exchange::ExchangeError::ProducerFailed { partition, .. }) => {
+                Some(*partition)
+            }
+            _ => None,
+        },
         _ => None,
     };
     let (state, error) = match result {

@@ -1,0 +1,328 @@
+//! Batch job recovery across a leader failover (FLIP-383, in the shape of Flink's
+//! `JMFailoverITCase`), against a real ZooKeeper with real processes: a WordCount of 10,000
+//! keys whose tokenize → count edge is blocking and all-to-all, its leader `kill -9`ed while the
+//! second stage runs. The new leader takes the finished first stage back from the TaskManagers
+//! that kept its results and reruns only the second; every key's count is exact, and the REST
+//! details say which subtasks were taken back (`restored`) and which ran again.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use flint::operators::builtin::sequential_word_count;
+
+mod common;
+use common::ha::{HaCluster, get, leads, signal, wait_until};
+use common::read_counts;
+
+/// Distinct words of the input.
+const KEYS: usize = 10_000;
+
+/// The previous-worker timeout of these clusters: long enough for a TaskManager to re-register
+/// under load, short enough for the test where one never comes back.
+const RECOVERY_TIMEOUT: &str =
+    "[execution.batch.job-recovery.previous-worker.recovery]\ntimeout = \"8s\"\n";
+
+/// source → slow → tokenize ⇒ count → pace → sink, `⇒` blocking and all-to-all; `slow` and
+/// `pace` slow the first stage (`first_us` per line) and the second (`second_us` per count)
+/// so the leader can be killed while either runs.
+fn job_toml(first_us: u32, second_us: u32) -> String {
+    let vertex = |name: &str, operator: &str, config: &str| {
+        format!(
+            "[[vertex]]\nname = \"{name}\"\noperator = \"{operator}\"\nparallelism = 2\n{config}\n"
+        )
+    };
+    let edge = |from: &str, to: &str, pattern: &str, exchange: &str| {
+        format!(
+            "[[edge]]\nfrom = \"{from}\"\nto = \"{to}\"\npattern = \"{pattern}\"\nexchange = \"{exchange}\"\n\n"
+        )
+    };
+    [
+        "name = \"recovery-wordcount\"\n[restart-strategy]\ntype = \"fixed-delay\"\n\
+         attempts = 5\ndelay = \"200ms\"\n\n"
+            .to_owned(),
+        vertex(
+            "source",
+            "text-source",
+            "[vertex.config]\npath = \"${input}\"",
+        ),
+        vertex(
+            "slow",
+            "sleep",
+            &format!("[vertex.config]\nms = \"0\"\nper-record-us = \"{first_us}\""),
+        ),
+        vertex("tokenize", "tokenize", ""),
+        vertex("count", "count-by-key", ""),
+        vertex(
+            "pace",
+            "sleep",
+            &format!("[vertex.config]\nms = \"0\"\nper-record-us = \"{second_us}\""),
+        ),
+        vertex("sink", "file-sink", "[vertex.config]\npath = \"${output}\""),
+        edge("source", "slow", "forward", "pipelined"),
+        edge("slow", "tokenize", "forward", "pipelined"),
+        edge("tokenize", "count", "all-to-all", "blocking"),
+        edge("count", "pace", "forward", "pipelined"),
+        edge("pace", "sink", "forward", "pipelined"),
+    ]
+    .concat()
+}
+
+/// 50,000 lines over [`KEYS`] distinct words; `skewed`: the first half of the bytes in 20,000
+/// short lines, the second in a few hundred long ones, so source subtask 0 reads 30× the lines
+/// of subtask 1 (a text source splits by bytes).
+fn write_input(path: &Path, skewed: bool) {
+    let mut text = String::new();
+    if skewed {
+        for i in 0..20_000usize {
+            text.push_str(&format!("w{}\n", i % KEYS));
+        }
+        let half = text.len();
+        let mut line = 0usize;
+        while text.len() < 2 * half {
+            for word in 0..30 {
+                text.push_str(&format!("w{} ", (line * 30 + word) * 7 % KEYS));
+            }
+            text.push('\n');
+            line += 1;
+        }
+    } else {
+        for i in 0..50_000usize {
+            text.push_str(&format!("w{} w{}\n", i % KEYS, (i * 7 + 3) % KEYS));
+        }
+    }
+    std::fs::write(path, text).unwrap();
+}
+
+/// Submits the job with `flint run --detach`; its id, input and output.
+fn submit(url: &str, dir: &Path, first_us: u32, second_us: u32) -> (String, PathBuf, PathBuf) {
+    let input = dir.join("words.txt");
+    let output = dir.join("counts");
+    write_input(&input, first_us > 0);
+    let job_file = dir.join("recovery-wordcount.toml");
+    std::fs::write(&job_file, job_toml(first_us, second_us)).unwrap();
+    let run = Command::new(env!("CARGO_BIN_EXE_flint"))
+        .args(["run", "--detach", "--jobmanager", url])
+        .arg(&job_file)
+        .arg(format!("--param=input={}", input.display()))
+        .arg(format!("--param=output={}", output.display()))
+        .env_remove("FLINT_JOBMANAGER")
+        .env_remove("FLINT_CONFIG")
+        .output()
+        .expect("flint run runs");
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert!(
+        run.status.success(),
+        "flint run --detach: {stdout}{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    (stdout.trim().to_owned(), input, output)
+}
+
+/// A vertex's subtasks in a job's JSON.
+fn subtasks<'a>(job: &'a serde_json::Value, vertex: &str) -> &'a Vec<serde_json::Value> {
+    job["vertices"]
+        .as_array()
+        .and_then(|vertices| vertices.iter().find(|v| v["name"] == vertex))
+        .and_then(|v| v["subtasks"].as_array())
+        .unwrap_or_else(|| panic!("no subtasks of {vertex}: {job:#}"))
+}
+
+fn all_in(job: &serde_json::Value, vertex: &str, state: &str) -> bool {
+    subtasks(job, vertex).iter().all(|s| s["state"] == state)
+}
+
+/// Which subtasks of `vertex` the new leader took back.
+fn restored(job: &serde_json::Value, vertex: &str) -> Vec<bool> {
+    subtasks(job, vertex)
+        .iter()
+        .map(|s| s["restored"] == true)
+        .collect()
+}
+
+/// The job's event log in the cluster's HA storage, once its first stage's events are in.
+fn wait_for_event_log(dir: &Path, job: &str) {
+    let name = format!("job-{job}.events");
+    wait_until("the first stage's events are in the job event log", || {
+        let cluster = std::fs::read_dir(dir.join("ha-storage")).ok()?;
+        cluster
+            .flatten()
+            .map(|entry| entry.path().join(&name))
+            .find(|log| std::fs::metadata(log).is_ok_and(|m| m.len() > 0))
+    });
+}
+
+/// Starts a cluster and the job, and kills the leader once the first stage has finished, its
+/// events are logged, and the second stage runs. `before_kill` runs just before the kill.
+fn run_until_leader_killed(
+    name: &str,
+    before_kill: impl FnOnce(&mut HaCluster),
+) -> Option<(HaCluster, String, PathBuf, PathBuf)> {
+    run_until(name, (0, 800), before_kill, |j| {
+        all_in(j, "tokenize", "FINISHED")
+            && subtasks(j, "pace").iter().any(|s| s["state"] == "RUNNING")
+    })
+}
+
+/// [`run_until_leader_killed`] with the stages paced `paces` (µs per record), the leader killed
+/// once `ready` holds for the job's JSON and an event is logged.
+fn run_until(
+    name: &str,
+    (first_us, second_us): (u32, u32),
+    before_kill: impl FnOnce(&mut HaCluster),
+    ready: impl Fn(&serde_json::Value) -> bool,
+) -> Option<(HaCluster, String, PathBuf, PathBuf)> {
+    let mut cluster = HaCluster::start_with(name, RECOVERY_TIMEOUT)?;
+    let a_url = cluster.a.url();
+    let (job, input, output) = submit(&a_url, &cluster.dir, first_us, second_us);
+    cluster.wait_for_job(&a_url, &job, "the job reaches the point of the kill", ready);
+    wait_for_event_log(&cluster.dir, &job);
+    before_kill(&mut cluster);
+    signal(&cluster.a.child, "-KILL");
+    let _ = cluster.a.child.wait();
+    Some((cluster, job, input, output))
+}
+
+/// The job at the new leader once it ended, its count checked exact.
+fn finish_at_new_leader(
+    cluster: &HaCluster,
+    job: &str,
+    input: &Path,
+    output: &Path,
+) -> serde_json::Value {
+    let b_url = cluster.b.url();
+    wait_until("the standby leads", || leads(&b_url).then_some(()));
+    let done = cluster.wait_for_job(&b_url, job, "the recovered job ends", |j| {
+        matches!(
+            j["state"].as_str(),
+            Some("FINISHED" | "FAILED" | "CANCELED")
+        )
+    });
+    assert_eq!(done["state"], "FINISHED", "{done:#}");
+    assert!(done["recovered-at"].is_u64(), "not recovered: {done:#}");
+    let expected = sequential_word_count(input).unwrap();
+    assert_eq!(expected.len(), KEYS);
+    let counts: BTreeMap<String, u64> = read_counts(output);
+    assert_eq!(counts.len(), KEYS, "every key once");
+    assert_eq!(counts, expected, "the recovered job's count is not exact");
+    done
+}
+
+/// (a) Leadership lost while the second stage runs: the whole first stage is taken back.
+#[test]
+fn a_leader_lost_while_the_second_stage_runs_reruns_only_the_second_stage() {
+    let Some((cluster, job, input, output)) =
+        run_until_leader_killed("recovery-second-stage", |_| {})
+    else {
+        return;
+    };
+    let done = finish_at_new_leader(&cluster, &job, &input, &output);
+    for vertex in ["source", "slow", "tokenize"] {
+        assert_eq!(restored(&done, vertex), [true, true], "{vertex}: {done:#}");
+    }
+    for vertex in ["count", "pace", "sink"] {
+        assert_eq!(
+            restored(&done, vertex),
+            [false, false],
+            "{vertex}: {done:#}"
+        );
+    }
+    // The REST answer says so too (the leader's log is the operator's other witness).
+    let answer = get(&cluster.b.url(), &format!("/jobs/{job}"));
+    assert!(answer.body.contains("\"restored\":true"), "{}", answer.body);
+}
+
+/// (b) Leadership lost while one source subtask still runs: the finished one is taken back,
+/// the running one runs again.
+#[test]
+fn a_leader_lost_while_one_source_runs_takes_back_the_finished_one() {
+    let Some((cluster, job, input, output)) = run_until(
+        "recovery-one-source-runs",
+        (200, 0),
+        |_| {},
+        |j| {
+            let states: Vec<&serde_json::Value> = subtasks(j, "tokenize")
+                .iter()
+                .map(|s| &s["state"])
+                .collect();
+            states == ["RUNNING", "FINISHED"]
+        },
+    ) else {
+        return;
+    };
+    let done = finish_at_new_leader(&cluster, &job, &input, &output);
+    for vertex in ["source", "slow", "tokenize"] {
+        assert_eq!(restored(&done, vertex), [false, true], "{vertex}: {done:#}");
+    }
+    for vertex in ["count", "pace", "sink"] {
+        assert_eq!(
+            restored(&done, vertex),
+            [false, false],
+            "{vertex}: {done:#}"
+        );
+    }
+}
+
+/// (c) A TaskManager that does not come back before the timeout: what it held runs again, what
+/// the other kept is taken back.
+#[test]
+fn a_taskmanager_that_does_not_come_back_costs_only_the_reruns_of_what_it_held() {
+    let Some((cluster, job, input, output)) =
+        run_until_leader_killed("recovery-lost-worker", |cluster| {
+            let tm = &cluster.task_managers[0];
+            signal(&tm.0, "-KILL");
+        })
+    else {
+        return;
+    };
+    let done = finish_at_new_leader(&cluster, &job, &input, &output);
+    let placed: Vec<String> = subtasks(&done, "tokenize")
+        .iter()
+        .map(|s| s["taskmanager-id"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    let tokenize = restored(&done, "tokenize");
+    assert!(
+        tokenize.iter().all(|r| !r) || placed.iter().all(|tm| tm == "tm-2"),
+        "only tm-2's results can be taken back: {done:#}"
+    );
+    for (subtask, was_restored) in tokenize.iter().enumerate() {
+        if *was_restored {
+            assert_eq!(placed[subtask], "tm-2", "{done:#}");
+        }
+    }
+}
+
+/// (d) A partition file deleted behind its TaskManager's back: its reader fails, its producer
+/// runs again, and the count is still exact.
+#[test]
+fn a_partition_file_deleted_behind_the_taskmanagers_back_reruns_its_producer() {
+    let Some((cluster, job, input, output)) =
+        run_until_leader_killed("recovery-deleted-partition", |cluster| {
+            let deleted = delete_one_spill_file(&cluster.dir.join("tm-work"));
+            eprintln!("deleted {deleted:?}");
+        })
+    else {
+        return;
+    };
+    let done = finish_at_new_leader(&cluster, &job, &input, &output);
+    assert!(
+        restored(&done, "tokenize").contains(&false),
+        "the deleted partition's producer ran again: {done:#}"
+    );
+}
+
+/// Deletes the first spill file found under `dir`.
+fn delete_one_spill_file(dir: &Path) -> Option<PathBuf> {
+    let mut pending = vec![dir.to_owned()];
+    while let Some(dir) = pending.pop() {
+        for entry in std::fs::read_dir(&dir).ok()?.flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                pending.push(path);
+            } else if std::fs::remove_file(&path).is_ok() {
+                return Some(path);
+            }
+        }
+    }
+    None
+}
