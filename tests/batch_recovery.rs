@@ -7,117 +7,20 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use flint::operators::builtin::sequential_word_count;
 
 mod common;
-use common::ha::{HaCluster, get, leads, signal, wait_until};
+use common::ha::{
+    HaCluster, KEYS, get, leads, signal, submit_recovery_wordcount, wait_for_logged_regions,
+    wait_until,
+};
 use common::read_counts;
-
-/// Distinct words of the input.
-const KEYS: usize = 10_000;
 
 /// The previous-worker timeout of these clusters: long enough for a TaskManager to re-register
 /// under load, short enough for the test where one never comes back.
 const RECOVERY_TIMEOUT: &str =
     "[execution.batch.job-recovery.previous-worker.recovery]\ntimeout = \"8s\"\n";
-
-/// source → slow → tokenize ⇒ count → pace → sink, `⇒` blocking and all-to-all; `slow` and
-/// `pace` slow the first stage (`first_us` per line) and the second (`second_us` per count)
-/// so the leader can be killed while either runs.
-fn job_toml(first_us: u32, second_us: u32) -> String {
-    let vertex = |name: &str, operator: &str, config: &str| {
-        format!(
-            "[[vertex]]\nname = \"{name}\"\noperator = \"{operator}\"\nparallelism = 2\n{config}\n"
-        )
-    };
-    let edge = |from: &str, to: &str, pattern: &str, exchange: &str| {
-        format!(
-            "[[edge]]\nfrom = \"{from}\"\nto = \"{to}\"\npattern = \"{pattern}\"\nexchange = \"{exchange}\"\n\n"
-        )
-    };
-    [
-        "name = \"recovery-wordcount\"\n[restart-strategy]\ntype = \"fixed-delay\"\n\
-         attempts = 5\ndelay = \"200ms\"\n\n"
-            .to_owned(),
-        vertex(
-            "source",
-            "text-source",
-            "[vertex.config]\npath = \"${input}\"",
-        ),
-        vertex(
-            "slow",
-            "sleep",
-            &format!("[vertex.config]\nms = \"0\"\nper-record-us = \"{first_us}\""),
-        ),
-        vertex("tokenize", "tokenize", ""),
-        vertex("count", "count-by-key", ""),
-        vertex(
-            "pace",
-            "sleep",
-            &format!("[vertex.config]\nms = \"0\"\nper-record-us = \"{second_us}\""),
-        ),
-        vertex("sink", "file-sink", "[vertex.config]\npath = \"${output}\""),
-        edge("source", "slow", "forward", "pipelined"),
-        edge("slow", "tokenize", "forward", "pipelined"),
-        edge("tokenize", "count", "all-to-all", "blocking"),
-        edge("count", "pace", "forward", "pipelined"),
-        edge("pace", "sink", "forward", "pipelined"),
-    ]
-    .concat()
-}
-
-/// 50,000 lines over [`KEYS`] distinct words; `skewed`: the first half of the bytes in 20,000
-/// short lines, the second in a few hundred long ones, so source subtask 0 reads 30× the lines
-/// of subtask 1 (a text source splits by bytes).
-fn write_input(path: &Path, skewed: bool) {
-    let mut text = String::new();
-    if skewed {
-        for i in 0..20_000usize {
-            text.push_str(&format!("w{}\n", i % KEYS));
-        }
-        let half = text.len();
-        let mut line = 0usize;
-        while text.len() < 2 * half {
-            for word in 0..30 {
-                text.push_str(&format!("w{} ", (line * 30 + word) * 7 % KEYS));
-            }
-            text.push('\n');
-            line += 1;
-        }
-    } else {
-        for i in 0..50_000usize {
-            text.push_str(&format!("w{} w{}\n", i % KEYS, (i * 7 + 3) % KEYS));
-        }
-    }
-    std::fs::write(path, text).unwrap();
-}
-
-/// Submits the job with `flint run --detach`; its id, input and output.
-fn submit(url: &str, dir: &Path, first_us: u32, second_us: u32) -> (String, PathBuf, PathBuf) {
-    let input = dir.join("words.txt");
-    let output = dir.join("counts");
-    write_input(&input, first_us > 0);
-    let job_file = dir.join("recovery-wordcount.toml");
-    std::fs::write(&job_file, job_toml(first_us, second_us)).unwrap();
-    let run = Command::new(env!("CARGO_BIN_EXE_flint"))
-        .args(["run", "--detach", "--jobmanager", url])
-        .arg(&job_file)
-        .arg(format!("--param=input={}", input.display()))
-        .arg(format!("--param=output={}", output.display()))
-        .env_remove("FLINT_JOBMANAGER")
-        .env_remove("FLINT_CONFIG")
-        .output()
-        .expect("flint run runs");
-    let stdout = String::from_utf8_lossy(&run.stdout);
-    assert!(
-        run.status.success(),
-        "flint run --detach: {stdout}{}",
-        String::from_utf8_lossy(&run.stderr)
-    );
-    (stdout.trim().to_owned(), input, output)
-}
 
 /// A vertex's subtasks in a job's JSON.
 fn subtasks<'a>(job: &'a serde_json::Value, vertex: &str) -> &'a Vec<serde_json::Value> {
@@ -140,43 +43,32 @@ fn restored(job: &serde_json::Value, vertex: &str) -> Vec<bool> {
         .collect()
 }
 
-/// The job's event log in the cluster's HA storage, once its first stage's events are in.
-fn wait_for_event_log(dir: &Path, job: &str) {
-    let name = format!("job-{job}.events");
-    wait_until("the first stage's events are in the job event log", || {
-        let cluster = std::fs::read_dir(dir.join("ha-storage")).ok()?;
-        cluster
-            .flatten()
-            .map(|entry| entry.path().join(&name))
-            .find(|log| std::fs::metadata(log).is_ok_and(|m| m.len() > 0))
-    });
-}
-
 /// Starts a cluster and the job, and kills the leader once the first stage has finished, its
 /// events are logged, and the second stage runs. `before_kill` runs just before the kill.
 fn run_until_leader_killed(
     name: &str,
     before_kill: impl FnOnce(&mut HaCluster),
 ) -> Option<(HaCluster, String, PathBuf, PathBuf)> {
-    run_until(name, (0, 800), before_kill, |j| {
+    run_until(name, (0, 800), 2, before_kill, |j| {
         all_in(j, "tokenize", "FINISHED")
             && subtasks(j, "pace").iter().any(|s| s["state"] == "RUNNING")
     })
 }
 
 /// [`run_until_leader_killed`] with the stages paced `paces` (µs per record), the leader killed
-/// once `ready` holds for the job's JSON and an event is logged.
+/// once `ready` holds for the job's JSON and the event log names `logged` finished regions.
 fn run_until(
     name: &str,
     (first_us, second_us): (u32, u32),
+    logged: usize,
     before_kill: impl FnOnce(&mut HaCluster),
     ready: impl Fn(&serde_json::Value) -> bool,
 ) -> Option<(HaCluster, String, PathBuf, PathBuf)> {
     let mut cluster = HaCluster::start_with(name, RECOVERY_TIMEOUT)?;
     let a_url = cluster.a.url();
-    let (job, input, output) = submit(&a_url, &cluster.dir, first_us, second_us);
+    let (job, input, output) = submit_recovery_wordcount(&a_url, &cluster.dir, first_us, second_us);
     cluster.wait_for_job(&a_url, &job, "the job reaches the point of the kill", ready);
-    wait_for_event_log(&cluster.dir, &job);
+    wait_for_logged_regions(&cluster.dir, &job, logged);
     before_kill(&mut cluster);
     signal(&cluster.a.child, "-KILL");
     let _ = cluster.a.child.wait();
@@ -239,6 +131,7 @@ fn a_leader_lost_while_one_source_runs_takes_back_the_finished_one() {
     let Some((cluster, job, input, output)) = run_until(
         "recovery-one-source-runs",
         (200, 0),
+        1,
         |_| {},
         |j| {
             let states: Vec<&serde_json::Value> = subtasks(j, "tokenize")

@@ -635,9 +635,10 @@ fn ha_sweep() {
         .map(|r| r.leaderships.saturating_sub(1))
         .sum();
     let deployed: u32 = reports.iter().map(|r| r.deposed_deployments).sum();
+    let restored: u64 = reports.iter().map(|r| r.restored_tasks).sum();
     let sims: Vec<SimReport> = reports.iter().map(|r| r.sim.clone()).collect();
     eprintln!(
-        "HA sweep in {:.1} s, {failovers} failovers; deployments of deposed leaders written before and started within the grace: {deployed}; {}",
+        "HA sweep in {:.1} s, {failovers} failovers, {restored} finished subtasks taken back; deployments of deposed leaders written before and started within the grace: {deployed}; {}",
         started.elapsed().as_secs_f64(),
         outcome_report(&sims)
     );

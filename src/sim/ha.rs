@@ -54,6 +54,11 @@
 //!   ([`SimLeaderElection`](super::coordination::SimLeaderElection)) confirms as the ZooKeeper
 //!   one does: only while its own latch node exists, never over another live session's leader
 //!   node; [`HaAction::ExpireSessionAtConfirm`] loses a session at that moment.
+//! - **(f) finished work that survived is not run again** (batch job recovery): in a seed
+//!   without TaskManager or network faults and without frame loss (so every finished result
+//!   survives every failover), a leader whose leadership was granted after a check saw a batch
+//!   job's subtask in the job's event log as finished (attempt A) never deploys that subtask
+//!   again. The log is read from the store's directory, the deployments from the frames.
 //! - **ids are not reused**: no two submissions get one job id, no worker is asked for twice.
 //!
 //! And at the end of the quiet phase **(c)**: exactly one JobManager leads, the one the service
@@ -141,8 +146,14 @@ pub enum Broken {
     ConfirmWithoutLatch,
     /// Each JobManager keeps job results on its own disk (gone with its leadership) and job
     /// graphs can never be removed from the store (a storage error the cleanup retries): a new
-    /// leader finds every ended job's graph with nothing to say it ended. Caught by (d).
+    /// leader finds every ended job's graph with nothing to say it ended. Caught by (d) (batch
+    /// job recovery off in this run: its event log would let the new leader take the whole job
+    /// back instead of running it).
     NoJobResults,
+    /// A new leader does not wait for the TaskManagers that hold a recovered batch job's
+    /// finished results (`previous-worker.recovery.timeout` = 0): it reruns the first stage
+    /// they kept. Caught by (f).
+    NoPreviousWorkerWait,
 }
 
 /// How one HA run is shaped.
@@ -214,6 +225,9 @@ pub struct HaReport {
     /// Attempts TaskManagers started for a deposed leader within the grace (tolerated, see
     /// the module docs).
     pub deposed_deployments: u32,
+    /// Finished subtasks a new leader took back from the job event log instead of running
+    /// them again (batch job recovery), over the final leader's jobs.
+    pub restored_tasks: u64,
 }
 
 impl HaReport {
@@ -512,6 +526,14 @@ struct HaRun {
     /// How long after a later leadership was granted a TaskManager may still start a deposed
     /// leader's attempt: [`STEP_DOWN`] and the network's slow tail (a deployment in flight).
     accept_grace: Duration,
+    /// No TaskManager or network fault and no frame loss: every finished result survives a
+    /// failover, so (f) is judged.
+    clean: bool,
+    /// (f): each batch job's subtasks its event log names finished, with the attempt and when
+    /// a check first saw it there.
+    logged: BTreeMap<(JobId, String, u32), (ExecutionAttemptId, Instant)>,
+    /// When a check first saw each (subtask, attempt) in its job's event log.
+    seen_logged: BTreeMap<((JobId, String, u32), ExecutionAttemptId), Instant>,
 }
 
 async fn simulate(options: HaOptions) -> HaReport {
@@ -550,7 +572,7 @@ async fn simulate(options: HaOptions) -> HaReport {
         Broken::NoPersist => coordination = coordination.forgetting_job_graphs(),
         Broken::NoJobResults => coordination = coordination.failing_job_graph_removals(),
         Broken::ConfirmWithoutLatch => coordination = coordination.confirming_without_latch(),
-        Broken::Nothing => {}
+        Broken::Nothing | Broken::NoPreviousWorkerWait => {}
     }
     coordination = coordination.with_read_latency(options.store_read_latency);
     tokio::task::spawn_local(coordination.clone().run());
@@ -565,9 +587,19 @@ async fn simulate(options: HaOptions) -> HaReport {
         fault_phase: scenario.fault_phase,
         steps: Vec::new(),
     };
+    let mut config = sim_config(&config_scenario, options.seed);
+    match options.broken {
+        Broken::NoPreviousWorkerWait => {
+            config.batch_job_recovery.previous_worker_recovery_timeout = Duration::ZERO;
+        }
+        // The event log names every region of an ended job, so a new leader would take the
+        // whole job back rather than run it: without it, (d) judges the result store alone.
+        Broken::NoJobResults => config.batch_job_recovery.enabled = false,
+        _ => {}
+    }
     let cluster = SimCluster::new(
         options.seed,
-        sim_config(&config_scenario, options.seed),
+        config,
         network.clone(),
         trace.clone(),
         events,
@@ -615,6 +647,10 @@ async fn simulate(options: HaOptions) -> HaReport {
         seen_attempts: BTreeSet::new(),
         last_poll: BTreeMap::new(),
         accept_grace: STEP_DOWN + scenario.net.tail_latency + scenario.net.base_latency,
+        clean: scenario.net.loss == 0.0
+            && !(scenario.steps.iter()).any(|(_, action)| matches!(action, HaAction::Cluster(_))),
+        logged: BTreeMap::new(),
+        seen_logged: BTreeMap::new(),
     };
 
     // The fault phase.
@@ -693,7 +729,7 @@ async fn simulate(options: HaOptions) -> HaReport {
             break;
         }
     }
-    let (jobs, failures) = run.final_statuses().await;
+    let (jobs, failures, restored_tasks) = run.final_statuses().await;
     let leaderships = coordination.leaderships();
     for record in &leaderships {
         trace.record(format!(
@@ -728,6 +764,7 @@ async fn simulate(options: HaOptions) -> HaReport {
         },
         leaderships: leaderships.len(),
         deposed_deployments: *shared.deposed_deployments.borrow(),
+        restored_tasks,
     };
     let hosts: Vec<NodeHost> = shared
         .hosts

@@ -62,7 +62,7 @@ pub fn build(
     builder.restart_strategy(restarts());
     let mut files = None;
     match kind {
-        JobKind::WordCount | JobKind::BatchWordCount => {
+        JobKind::WordCount | JobKind::BatchWordCount | JobKind::PacedBatchWordCount => {
             fs::create_dir_all(dir)?;
             let input = dir.join("input.txt");
             let output = dir.join("out");
@@ -95,12 +95,21 @@ pub fn build(
                 .index();
             let pipelined = ExchangeMode::Pipelined;
             let shuffle = match kind {
-                JobKind::BatchWordCount => ExchangeMode::Blocking,
+                JobKind::BatchWordCount | JobKind::PacedBatchWordCount => ExchangeMode::Blocking,
                 _ => pipelined,
             };
             builder.edge(source, tokenize, DistributionPattern::Forward, pipelined);
             builder.edge(tokenize, count, DistributionPattern::AllToAll, shuffle);
-            builder.edge(count, sink, DistributionPattern::Forward, pipelined);
+            if kind == JobKind::PacedBatchWordCount {
+                let pace = builder
+                    .vertex("pace", SLEEP, p)
+                    .config("ms", (1_000 + rng.next_u64() % 3_000).to_string())
+                    .index();
+                builder.edge(count, pace, DistributionPattern::Forward, pipelined);
+                builder.edge(pace, sink, DistributionPattern::Forward, pipelined);
+            } else {
+                builder.edge(count, sink, DistributionPattern::Forward, pipelined);
+            }
             files = Some((input, output));
         }
         JobKind::TypedJoin => {

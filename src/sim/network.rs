@@ -130,6 +130,10 @@ pub struct DeploymentSent {
     pub attempt: crate::base::ids::ExecutionAttemptId,
     /// The attempt's job.
     pub job_id: crate::base::ids::JobId,
+    /// Its vertex's name.
+    pub vertex: std::sync::Arc<str>,
+    /// Its subtask.
+    pub subtask: u32,
 }
 
 #[derive(Default)]
@@ -537,6 +541,8 @@ impl State {
                             leader_session_id: submit.leader_session_id,
                             attempt: descriptor.attempt,
                             job_id: descriptor.job_id,
+                            vertex: descriptor.vertex_name.clone(),
+                            subtask: descriptor.subtask,
                         });
                     }
                 }

@@ -16,6 +16,10 @@ pub enum JobKind {
     /// consumers deploy once every producer finished, and a restarted consumer reads the same
     /// producers again, so deployments name producer lists sent before (issue 11, item 5).
     BatchWordCount,
+    /// That batch WordCount with a `sleep` of 1 to 4 s (virtual) after `count`: its second
+    /// stage runs long enough for a failover to hit it once the first stage finished (the HA
+    /// family's batch job recovery).
+    PacedBatchWordCount,
     /// A generating source and a pass-through, in one slot-sharing group.
     Noop,
     /// Source → sleep → sink, the sleep co-located with the source.

@@ -288,3 +288,128 @@ pub fn submit_wordcount_named(
     );
     (stdout.trim().to_owned(), input, output)
 }
+
+/// Distinct words of the batch-recovery WordCount's input.
+pub const KEYS: usize = 10_000;
+
+/// source → slow → tokenize ⇒ count → pace → sink, `⇒` blocking and all-to-all; `slow` and
+/// `pace` slow the first stage (`first_us` per line) and the second (`second_us` per count)
+/// so the leader can be killed while either runs.
+pub fn recovery_job_toml(first_us: u32, second_us: u32) -> String {
+    let vertex = |name: &str, operator: &str, config: &str| {
+        format!(
+            "[[vertex]]\nname = \"{name}\"\noperator = \"{operator}\"\nparallelism = 2\n{config}\n"
+        )
+    };
+    let edge = |from: &str, to: &str, pattern: &str, exchange: &str| {
+        format!(
+            "[[edge]]\nfrom = \"{from}\"\nto = \"{to}\"\npattern = \"{pattern}\"\nexchange = \"{exchange}\"\n\n"
+        )
+    };
+    [
+        "name = \"recovery-wordcount\"\n[restart-strategy]\ntype = \"fixed-delay\"\n\
+         attempts = 5\ndelay = \"200ms\"\n\n"
+            .to_owned(),
+        vertex(
+            "source",
+            "text-source",
+            "[vertex.config]\npath = \"${input}\"",
+        ),
+        vertex(
+            "slow",
+            "sleep",
+            &format!("[vertex.config]\nms = \"0\"\nper-record-us = \"{first_us}\""),
+        ),
+        vertex("tokenize", "tokenize", ""),
+        vertex("count", "count-by-key", ""),
+        vertex(
+            "pace",
+            "sleep",
+            &format!("[vertex.config]\nms = \"0\"\nper-record-us = \"{second_us}\""),
+        ),
+        vertex("sink", "file-sink", "[vertex.config]\npath = \"${output}\""),
+        edge("source", "slow", "forward", "pipelined"),
+        edge("slow", "tokenize", "forward", "pipelined"),
+        edge("tokenize", "count", "all-to-all", "blocking"),
+        edge("count", "pace", "forward", "pipelined"),
+        edge("pace", "sink", "forward", "pipelined"),
+    ]
+    .concat()
+}
+
+/// 50,000 lines over [`KEYS`] distinct words; `skewed`: the first half of the bytes in 20,000
+/// short lines, the second in a few hundred long ones, so source subtask 0 reads 30× the lines
+/// of subtask 1 (a text source splits by bytes).
+fn write_recovery_input(path: &Path, skewed: bool) {
+    let mut text = String::new();
+    if skewed {
+        for i in 0..20_000usize {
+            text.push_str(&format!("w{}\n", i % KEYS));
+        }
+        let half = text.len();
+        let mut line = 0usize;
+        while text.len() < 2 * half {
+            for word in 0..30 {
+                text.push_str(&format!("w{} ", (line * 30 + word) * 7 % KEYS));
+            }
+            text.push('\n');
+            line += 1;
+        }
+    } else {
+        for i in 0..50_000usize {
+            text.push_str(&format!("w{} w{}\n", i % KEYS, (i * 7 + 3) % KEYS));
+        }
+    }
+    std::fs::write(path, text).unwrap();
+}
+
+/// Submits the batch-recovery WordCount ([`recovery_job_toml`]) with `flint run --detach` at
+/// `url`; its id, input and output.
+pub fn submit_recovery_wordcount(
+    url: &str,
+    dir: &Path,
+    first_us: u32,
+    second_us: u32,
+) -> (String, PathBuf, PathBuf) {
+    let input = dir.join("words.txt");
+    let output = dir.join("counts");
+    write_recovery_input(&input, first_us > 0);
+    let job_file = dir.join("recovery-wordcount.toml");
+    std::fs::write(&job_file, recovery_job_toml(first_us, second_us)).unwrap();
+    let run = Command::new(env!("CARGO_BIN_EXE_flint"))
+        .args(["run", "--detach", "--jobmanager", url])
+        .arg(&job_file)
+        .arg(format!("--param=input={}", input.display()))
+        .arg(format!("--param=output={}", output.display()))
+        .env_remove("FLINT_JOBMANAGER")
+        .env_remove("FLINT_CONFIG")
+        .output()
+        .expect("flint run runs");
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert!(
+        run.status.success(),
+        "flint run --detach: {stdout}{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    (stdout.trim().to_owned(), input, output)
+}
+
+/// Waits until job `job`'s event log in the cluster's HA storage (under `dir`) names at least
+/// `regions` finished regions (events are appended every 200 ms, so a region that just finished
+/// may not be there yet).
+pub fn wait_for_logged_regions(dir: &Path, job: &str, regions: usize) {
+    let job_id: flint::base::ids::JobId = job.parse().expect("a job id");
+    let name = format!("job-{job}.events");
+    wait_until(
+        &format!("{regions} finished regions in the job event log"),
+        || {
+            let cluster = std::fs::read_dir(dir.join("ha-storage")).ok()?;
+            let store = cluster
+                .flatten()
+                .map(|entry| entry.path())
+                .find(|store| store.join(&name).exists())?;
+            let events = flint::ha::JobEventLog::new(&store).read(job_id).ok()?;
+            (flint::ha::job_event_log::replay(&events).len() >= regions).then_some(())
+        },
+    );
+}

@@ -44,6 +44,10 @@ pub(super) struct BatchRecovery {
     waiting: BTreeMap<JobId, Waiting>,
     /// Events not appended yet, by job.
     unflushed: BTreeMap<JobId, Vec<JobEvent>>,
+    /// Results made unneeded by events not appended yet: released after the next flush, so a
+    /// new leader never finds a region's results gone while its log still says a reader of
+    /// them has to run.
+    deferred_releases: Vec<(JobId, ResourceId, Vec<ResultPartitionId>)>,
     flush_scheduled: bool,
 }
 
@@ -270,6 +274,24 @@ impl JobManager {
         }
     }
 
+    /// Holds back the release of `partitions` while `job_id` has events not appended yet (the
+    /// finish of the regions that read them among them); `Some` to release now.
+    pub(super) fn defer_release(
+        &mut self,
+        job_id: JobId,
+        resource_id: ResourceId,
+        partitions: Vec<ResultPartitionId>,
+    ) -> Option<(ResourceId, Vec<ResultPartitionId>)> {
+        let recovery = &mut self.batch_recovery;
+        if !recovery.unflushed.contains_key(&job_id) {
+            return Some((resource_id, partitions));
+        }
+        recovery
+            .deferred_releases
+            .push((job_id, resource_id, partitions));
+        None
+    }
+
     /// Keeps a job's new events for the next flush.
     pub(super) fn queue_job_events(
         &mut self,
@@ -282,6 +304,21 @@ impl JobManager {
         if !recovery.flush_scheduled {
             recovery.flush_scheduled = true;
             ctx.run_later(FLUSH_INTERVAL, |act, _| act.flush_job_events());
+        }
+    }
+
+    /// Appends `job_id`'s queued events now (it ended: nothing comes after them).
+    pub(super) fn flush_job_events_of(&mut self, job_id: JobId) {
+        let Some(events) = self.batch_recovery.unflushed.remove(&job_id) else {
+            return;
+        };
+        if let Some(log) = &self.batch_recovery.log
+            && let Err(error) = log.append(job_id, &events)
+        {
+            log::warn!(
+                "job manager: job {job_id}: {}",
+                crate::base::error_chain::ErrorChain(&error)
+            );
         }
     }
 
@@ -306,6 +343,11 @@ impl JobManager {
                     crate::base::error_chain::ErrorChain(&error)
                 );
             }
+        }
+        for (job_id, resource_id, partitions) in
+            std::mem::take(&mut self.batch_recovery.deferred_releases)
+        {
+            self.release_results_now(job_id, &resource_id, partitions);
         }
     }
 }

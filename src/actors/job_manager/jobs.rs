@@ -110,6 +110,12 @@ impl JobManager {
         // A run of cancellations goes out as one message per TaskManager, before whatever
         // action comes next (the order of cancels and the rest is kept).
         let mut cancels: BTreeMap<ResourceId, Vec<ExecutionAttemptId>> = BTreeMap::new();
+        if (actions.iter()).any(|a| matches!(a, JobAction::Terminated(_))) {
+            // Its last regions are in its event log before any of its results is released
+            // or its result kept: a new leader that still finds its graph takes every region
+            // back instead of running them again.
+            self.flush_job_events_of(job_id);
+        }
         for action in actions {
             if !matches!(action, JobAction::Cancel { .. }) {
                 self.send_cancels(std::mem::take(&mut cancels), ctx);
@@ -138,13 +144,12 @@ impl JobManager {
                     resource_id,
                     partitions,
                 } => {
-                    // A tell: if it is lost, the job's end releases them all the same.
-                    if let Some(gateway) = self.gateways.get(&resource_id) {
-                        gateway.release_partitions.do_send(ReleasePartitions {
-                            leader_session_id: self.leader_session_id,
-                            job_id,
-                            partitions,
-                        });
+                    // Not before the event log has what made them unneeded (see
+                    // `batch_recovery`).
+                    if let Some((resource_id, partitions)) =
+                        self.defer_release(job_id, resource_id, partitions)
+                    {
+                        self.release_results_now(job_id, &resource_id, partitions);
                     }
                 }
                 JobAction::ReleasePartitions { resource_ids } => {
@@ -186,6 +191,23 @@ impl JobManager {
             }
         }
         self.send_cancels(cancels, ctx);
+    }
+
+    /// Releases finished results of `job_id` on `resource_id` that nothing reads any more.
+    pub(super) fn release_results_now(
+        &self,
+        job_id: JobId,
+        resource_id: &ResourceId,
+        partitions: Vec<crate::messages::ResultPartitionId>,
+    ) {
+        // A tell: if it is lost, the job's end releases them all the same.
+        if let Some(gateway) = self.gateways.get(resource_id) {
+            gateway.release_partitions.do_send(ReleasePartitions {
+                leader_session_id: self.leader_session_id,
+                job_id,
+                partitions,
+            });
+        }
     }
 
     /// Sends each TaskManager one `CancelTasks` of its attempts in `cancels`, after the

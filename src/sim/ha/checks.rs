@@ -73,9 +73,34 @@ impl HaRun {
         if let Some(what) = shared.coordination.leader_without_latch() {
             shared.violation(format!("(e) the published leader holds no latch: {what}"));
         }
+        if self.clean {
+            self.read_event_logs();
+        }
         // (a) where it leaves the node: no deployment written by a deposed leader. (d) no
-        // deployment of a job whose result was kept.
+        // deployment of a job whose result was kept. (f) no finished subtask a new leader
+        // could take back deployed again.
         for sent in shared.cluster.network.take_deployments_sent() {
+            if let Some((logged, seen)) = (self.logged)
+                .get(&(sent.job_id, sent.vertex.to_string(), sent.subtask))
+                .copied()
+                && logged != sent.attempt
+                && shared
+                    .coordination
+                    .leaderships()
+                    .iter()
+                    .find(|r| r.leader_session_id == Some(sent.leader_session_id))
+                    .is_some_and(|r| r.granted_at > seen)
+            {
+                shared.violation(format!(
+                    "(f) finished work runs again: {} sent attempt {} of {} {} of job {} under leader session {}, granted after the job's event log named attempt {logged} finished, and every result survived",
+                    sent.from,
+                    sent.attempt,
+                    sent.vertex,
+                    sent.subtask,
+                    sent.job_id,
+                    sent.leader_session_id
+                ));
+            }
             let kept = shared
                 .jobs
                 .borrow()
@@ -184,6 +209,42 @@ impl HaRun {
         }
     }
 
+    /// (f): what each batch job's event log names finished now, keeping when each attempt was
+    /// first seen there.
+    fn read_event_logs(&mut self) {
+        let now = Instant::now();
+        let log = crate::ha::JobEventLog::new(&self.shared.storage);
+        let jobs: Vec<(JobId, Vec<String>)> = (self.shared.jobs.borrow().iter())
+            .filter(|j| {
+                matches!(
+                    j.spec.kind,
+                    JobKind::BatchWordCount | JobKind::PacedBatchWordCount
+                )
+            })
+            .filter_map(|j| {
+                let names = j.spec.graph.vertices.iter().map(|v| v.name.clone());
+                Some((j.id?, names.collect()))
+            })
+            .collect();
+        for (job_id, names) in jobs {
+            let Ok(events) = log.read(job_id) else {
+                continue;
+            };
+            let finished = crate::ha::job_event_log::replay(&events);
+            self.logged.retain(|(job, _, _), _| *job != job_id);
+            for task in finished.values().flatten() {
+                let Some(name) = names.get(task.vertex as usize) else {
+                    continue;
+                };
+                let key = (job_id, name.clone(), task.subtask);
+                let seen = *(self.seen_logged)
+                    .entry((key.clone(), task.attempt))
+                    .or_insert(now);
+                self.logged.insert(key, (task.attempt, seen));
+            }
+        }
+    }
+
     /// (c): one leader, the published one; every stored job that was not seen terminal is
     /// known to it and ended; its pool back and registered.
     pub(super) async fn check_liveness(&mut self) -> Result<(), String> {
@@ -283,11 +344,16 @@ impl HaRun {
         })
     }
 
-    /// Each job's final status at the leader (or `None`) and each FAILED job's reason; every
-    /// FINISHED WordCount wrote exactly the sequential count.
+    /// Each job's final status at the leader (or `None`), each FAILED job's reason, and the
+    /// subtasks taken back after a failover; every FINISHED WordCount wrote exactly the
+    /// sequential count (a batch one too, whatever was taken back).
     pub(super) async fn final_statuses(
         &mut self,
-    ) -> (Vec<(JobKind, Option<JobStatus>)>, Vec<(JobKind, String)>) {
+    ) -> (
+        Vec<(JobKind, Option<JobStatus>)>,
+        Vec<(JobKind, String)>,
+        u64,
+    ) {
         let shared = Rc::clone(&self.shared);
         let leader = shared.leaders().into_iter().next();
         let jobs: Vec<(Option<JobId>, JobSpec, Option<JobStatus>)> = shared
@@ -298,6 +364,7 @@ impl HaRun {
             .collect();
         let mut out = Vec::new();
         let mut failures = Vec::new();
+        let mut restored = 0;
         for (id, JobSpec { kind, files, .. }, last_status) in jobs {
             let details = match (id, &leader) {
                 (Some(id), Some((_, leader))) => match leader
@@ -313,6 +380,18 @@ impl HaRun {
             };
             // A job that ended at an earlier leader left the store: the last status seen.
             let status = details.as_ref().map(|d| d.summary.status).or(last_status);
+            let taken_back = (details.iter())
+                .flat_map(|d| &d.vertices)
+                .flat_map(|v| &v.subtasks)
+                .filter(|s| s.restored)
+                .count();
+            if taken_back > 0 {
+                shared
+                    .cluster
+                    .trace
+                    .record(format!("job {id:?}: {taken_back} subtasks taken back"));
+            }
+            restored += taken_back as u64;
             shared
                 .cluster
                 .trace
@@ -328,6 +407,6 @@ impl HaRun {
             }
             out.push((kind, status));
         }
-        (out, failures)
+        (out, failures, restored)
     }
 }

@@ -294,3 +294,37 @@ fn a_leader_with_a_large_slow_job_store_publishes_first_and_stays_leader() {
         report.sim.jobs
     );
 }
+
+/// (f): a batch job's first stage finishes, the leader dies while its paced second stage runs,
+/// and every TaskManager kept the first stage's results. As it is, the new leader takes the
+/// first stage back from the event log (its subtasks `restored`) and reruns only the second;
+/// a leader that does not wait for the TaskManagers holding it deploys the first stage again.
+#[test]
+fn a_new_leader_rerunning_finished_work_that_survived_is_caught() {
+    let steps = vec![
+        (
+            Duration::from_millis(300),
+            HaAction::Submit {
+                kind: JobKind::PacedBatchWordCount,
+                parallelism: 2,
+            },
+        ),
+        (
+            Duration::from_millis(1_200),
+            HaAction::Kill {
+                target: HaTarget::Leader,
+                restart_after: Duration::from_secs(3),
+            },
+        ),
+    ];
+    let sound = run(11, scenario(2, steps.clone()), Broken::Nothing);
+    assert!(sound.passed(), "{:#?}", sound.sim.violations);
+    assert!(sound.restored_tasks > 0, "nothing taken back: {sound:#?}");
+    assert_caught_running(
+        11,
+        scenario(2, steps),
+        Broken::NoPreviousWorkerWait,
+        "(f) finished work runs again",
+        JobKind::PacedBatchWordCount,
+    );
+}
