@@ -271,22 +271,8 @@ pub fn submit_wordcount_named(
     write_text(&input, lines);
     let job_file = dir.join(format!("{name}.toml"));
     std::fs::write(&job_file, paced_wordcount()).unwrap();
-    let run = Command::new(env!("CARGO_BIN_EXE_flint"))
-        .args(["run", "--detach", "--jobmanager", url])
-        .arg(&job_file)
-        .arg(format!("--param=input={}", input.display()))
-        .arg(format!("--param=output={}", output.display()))
-        .env_remove("FLINT_JOBMANAGER")
-        .env_remove("FLINT_CONFIG")
-        .output()
-        .expect("flint run runs");
-    let stdout = String::from_utf8_lossy(&run.stdout);
-    assert!(
-        run.status.success(),
-        "flint run --detach: {stdout}{}",
-        String::from_utf8_lossy(&run.stderr)
-    );
-    (stdout.trim().to_owned(), input, output)
+    let job = run_detached(url, &job_file, &input, &output);
+    (job, input, output)
 }
 
 /// Distinct words of the batch-recovery WordCount's input.
@@ -376,22 +362,8 @@ pub fn submit_recovery_wordcount(
     write_recovery_input(&input, first_us > 0);
     let job_file = dir.join("recovery-wordcount.toml");
     std::fs::write(&job_file, recovery_job_toml(first_us, second_us)).unwrap();
-    let run = Command::new(env!("CARGO_BIN_EXE_flint"))
-        .args(["run", "--detach", "--jobmanager", url])
-        .arg(&job_file)
-        .arg(format!("--param=input={}", input.display()))
-        .arg(format!("--param=output={}", output.display()))
-        .env_remove("FLINT_JOBMANAGER")
-        .env_remove("FLINT_CONFIG")
-        .output()
-        .expect("flint run runs");
-    let stdout = String::from_utf8_lossy(&run.stdout);
-    assert!(
-        run.status.success(),
-        "flint run --detach: {stdout}{}",
-        String::from_utf8_lossy(&run.stderr)
-    );
-    (stdout.trim().to_owned(), input, output)
+    let job = run_detached(url, &job_file, &input, &output);
+    (job, input, output)
 }
 
 /// Waits until job `job`'s event log in the cluster's HA storage (under `dir`) names at least
@@ -412,4 +384,24 @@ pub fn wait_for_logged_regions(dir: &Path, job: &str, regions: usize) {
             (flint::ha::job_event_log::replay(&events).len() >= regions).then_some(())
         },
     );
+}
+
+/// `flint run --detach JOB_FILE --param=input=… --param=output=…` at `url`; the job's id.
+fn run_detached(url: &str, job_file: &Path, input: &Path, output: &Path) -> String {
+    let run = Command::new(env!("CARGO_BIN_EXE_flint"))
+        .args(["run", "--detach", "--jobmanager", url])
+        .arg(job_file)
+        .arg(format!("--param=input={}", input.display()))
+        .arg(format!("--param=output={}", output.display()))
+        .env_remove("FLINT_JOBMANAGER")
+        .env_remove("FLINT_CONFIG")
+        .output()
+        .expect("flint run runs");
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert!(
+        run.status.success(),
+        "flint run --detach: {stdout}{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    stdout.trim().to_owned()
 }
