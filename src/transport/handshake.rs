@@ -113,7 +113,10 @@ pub const SECRET_ENV: &str = "FLINT_SECRET";
 ///    whether it is `orphaned` (an earlier JobManager connection's, draining).
 /// 12: a TaskManager takes `ReleasePartitions` (results of a running job nobody reads any
 ///    more, or of superseded attempts).
-pub const PROTOCOL_VERSION: u32 = 12;
+/// 13: batch job recovery — a TaskManager registers with the finished partitions it kept from
+///    an earlier leader (`RegisterTaskManager::partitions`); a subtask's details say whether a
+///    new leader took it back (`restored`).
+pub const PROTOCOL_VERSION: u32 = 13;
 
 /// The largest handshake message, in bytes (after the length prefix). A `Hello` with a sensible
 /// node id is under 200 bytes; the limit stops a peer (or a stray HTTP client) from making us
