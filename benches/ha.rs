@@ -12,6 +12,10 @@
 //! - 10,000 no-op subtasks submitted over REST → FINISHED (the event log's cost);
 //! - the batch-recovery WordCount of tests/batch_recovery.rs undisturbed, and `kill -9` of the
 //!   leader while its second stage runs → the job RUNNING again at the new leader → FINISHED.
+//!
+//! `eventlog` measures only the event log's cost, paired: two clusters (recovery on, recovery
+//! off) run side by side and take turns (the order alternating per pair) at 10,000 no-op
+//! subtasks, so both see the same moment of a noisy machine; it prints the median ratio.
 
 // A benchmark measures wall time with the real clock; it is no node code.
 #![allow(clippy::disallowed_methods)]
@@ -207,9 +211,62 @@ fn batch_rounds(rounds: usize) {
     }
 }
 
+/// One submit → FINISHED of 10,000 no-op subtasks on `cluster`.
+fn ten_thousand(cluster: &HaCluster, index: usize) -> Duration {
+    let url = cluster.a.url();
+    let started = Instant::now();
+    let job = submit_noop(&url, &mkdir(&cluster.dir.join(format!("wide-{index}"))), 10_000);
+    finished(cluster, &url, &job);
+    started.elapsed()
+}
+
+fn event_log_pairs(pairs: usize) {
+    let start = |enabled: bool| {
+        let extra = format!("[execution.batch.job-recovery]\nenabled = {enabled}\n");
+        HaCluster::start_beside(&format!("bench-ha-eventlog-{enabled}"), &extra)
+    };
+    let (Some(on), Some(off)) = (start(true), start(false)) else {
+        eprintln!("ha bench: skipped (ZooKeeper cannot run here)");
+        return;
+    };
+    // A warm-up job each: the first job pays for page faults and connections.
+    ten_thousand(&on, 0);
+    ten_thousand(&off, 0);
+    let (mut with_log, mut without, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+    for pair in 1..=pairs {
+        let (a, b) = if pair % 2 == 0 {
+            let a = ten_thousand(&on, pair);
+            (a, ten_thousand(&off, pair))
+        } else {
+            let b = ten_thousand(&off, pair);
+            (ten_thousand(&on, pair), b)
+        };
+        let ratio = a.as_secs_f64() / b.as_secs_f64();
+        println!(
+            "event log: pair {pair}: on {:.3}s, off {:.3}s, ratio {ratio:.3}",
+            a.as_secs_f64(),
+            b.as_secs_f64()
+        );
+        with_log.push(a);
+        without.push(b);
+        ratios.push(ratio);
+    }
+    ratios.sort_by(f64::total_cmp);
+    println!(
+        "event log: median of {pairs} pairs: on {:.3}s, off {:.3}s, median ratio on/off {:.3}",
+        median(with_log).as_secs_f64(),
+        median(without).as_secs_f64(),
+        ratios[ratios.len() / 2]
+    );
+}
+
 fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
     let rounds = if quick { 1 } else { 5 };
+    if std::env::args().any(|a| a == "eventlog") {
+        event_log_pairs(if quick { 3 } else { 11 });
+        return;
+    }
     if std::env::args().any(|a| a == "batch") {
         batch_rounds(rounds);
         return;

@@ -132,7 +132,7 @@ pub struct HaCluster {
     /// Removed once every process above was stopped.
     _scratch: RemoveOnDrop,
     /// Last: released once this cluster is gone (see [`HA_CLUSTERS`]).
-    _one_at_a_time: MutexGuard<'static, ()>,
+    _one_at_a_time: Option<MutexGuard<'static, ()>>,
 }
 
 /// One HA cluster at a time per test binary: each starts a JVM and four processes, and two at
@@ -161,7 +161,21 @@ impl HaCluster {
     /// [`start_with`](Self::start_with), every JobManager and TaskManager a process of `binary`
     /// (a program's own cluster binary) instead of `flint`.
     pub fn start_binary(name: &str, binary: &Path, extra: &str) -> Option<Self> {
-        let one_at_a_time = one_at_a_time();
+        Self::start_inner(name, binary, extra, Some(one_at_a_time()))
+    }
+
+    /// [`start_with`](Self::start_with) without waiting for the other clusters of this binary:
+    /// for a benchmark that runs two clusters side by side on purpose.
+    pub fn start_beside(name: &str, extra: &str) -> Option<Self> {
+        Self::start_inner(name, env!("CARGO_BIN_EXE_flint").as_ref(), extra, None)
+    }
+
+    fn start_inner(
+        name: &str,
+        binary: &Path,
+        extra: &str,
+        one_at_a_time: Option<MutexGuard<'static, ()>>,
+    ) -> Option<Self> {
         let dir = scratch(name);
         let zk = ZooKeeper::start(&dir.join("zookeeper"))?;
         let keys = ha_keys(&zk, &dir.join("ha-storage"), &dir.join("zookeeper-auth")) + extra;
