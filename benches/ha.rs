@@ -215,7 +215,11 @@ fn batch_rounds(rounds: usize) {
 fn ten_thousand(cluster: &HaCluster, index: usize) -> Duration {
     let url = cluster.a.url();
     let started = Instant::now();
-    let job = submit_noop(&url, &mkdir(&cluster.dir.join(format!("wide-{index}"))), 10_000);
+    let job = submit_noop(
+        &url,
+        &mkdir(&cluster.dir.join(format!("wide-{index}"))),
+        10_000,
+    );
     finished(cluster, &url, &job);
     started.elapsed()
 }

@@ -351,3 +351,6 @@ impl JobManager {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;
