@@ -5,6 +5,7 @@
 
 pub mod address;
 pub mod backoff;
+pub mod blob_key;
 pub mod clock;
 pub mod codec;
 pub mod error_chain;

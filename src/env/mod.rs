@@ -11,6 +11,7 @@
 //! [`task_threads`]), how they wait ([`task_blocking`]), the events a node emits ([`events`])
 //! and its private working directory ([`working_dir`]).
 
+pub mod blob_store;
 pub mod blocking_io;
 pub mod build;
 pub mod events;
