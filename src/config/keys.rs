@@ -159,7 +159,7 @@ macro_rules! duration {
     };
 }
 
-static KEYS: [Key; 60] = [
+static KEYS: [Key; 61] = [
     // [cluster]
     Key {
         name: "cluster.id",
@@ -220,6 +220,16 @@ static KEYS: [Key; 60] = [
                 set: |c, v| c.jobstore.max_capacity = narrow(v),
             },
         },
+    },
+    // [blob]
+    Key {
+        name: "blob.max-size",
+        doc: "The largest artifact the JobManager accepts (flint run --artifact, POST /artifacts); a larger upload is refused and nothing of it stored.",
+        secret: false,
+        kind: Kind::Bytes(Field {
+            get: |c| c.blob.max_size,
+            set: |c, v| c.blob.max_size = v,
+        }),
     },
     // [execution.batch.job-recovery]
     Key {

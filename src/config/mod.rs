@@ -123,6 +123,8 @@ pub struct ClusterConfig {
     pub high_availability: HighAvailabilityConfig,
     /// `[execution.batch.job-recovery]`: what of a batch job survives a leader failover.
     pub batch_job_recovery: BatchJobRecoveryConfig,
+    /// `[blob]`: job artifacts.
+    pub blob: BlobConfig,
     /// Seed of every node's RNG; `None` draws one from the OS. Set it to replay a run.
     pub seed: Option<u64>,
 }
@@ -206,6 +208,19 @@ impl Default for BatchJobRecoveryConfig {
             enabled: true,
             previous_worker_recovery_timeout: Duration::from_secs(30),
         }
+    }
+}
+
+/// `[blob]`: the artifacts jobs ship with them (Flink's blob service).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BlobConfig {
+    /// `blob.max-size`: the largest artifact the JobManager accepts.
+    pub max_size: u64,
+}
+
+impl Default for BlobConfig {
+    fn default() -> Self {
+        Self { max_size: 1 << 30 }
     }
 }
 

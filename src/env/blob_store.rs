@@ -270,10 +270,11 @@ impl BlobUpload {
             let _ = dir.sync_all();
         }
         self.path = PathBuf::new();
+        let stored = fs::metadata(&target).and_then(|m| m.modified());
         Ok(BlobInfo {
             digest,
             size: self.size,
-            stored_at_ms: millis(SystemTime::now()),
+            stored_at_ms: stored.map_or(0, millis),
         })
     }
 }
@@ -374,6 +375,7 @@ mod tests {
     }
 
     #[test]
+    #[allow(clippy::disallowed_methods)] // ages a file on the real disk
     fn reopening_removes_only_stale_uploads() {
         let dir = scratch("stale");
         let store = BlobStore::open(&dir, 100).unwrap();

@@ -48,6 +48,9 @@ pub struct JobGraph {
     /// for graphs that route by their records' string keys.
     #[serde(default)]
     pub max_parallelism: Option<u32>,
+    /// The files the job ships with it (see [`super::artifact`]).
+    #[serde(default)]
+    pub artifacts: Vec<super::artifact::JobArtifact>,
 }
 
 /// One operator of the job, run as `parallelism` subtasks.
@@ -169,6 +172,9 @@ pub const MAX_SUBTASKS: u64 = 1_000_000;
 /// A job graph that cannot run. Not retryable: the graph (or the job file) must change.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum JobGraphError {
+    /// The job's artifacts cannot be used.
+    #[error(transparent)]
+    Artifact(#[from] super::artifact::ArtifactError),
     /// The graph has no vertices, so there is nothing to run.
     #[error("job `{job}` has no vertices; a job needs at least one")]
     Empty {
@@ -391,6 +397,7 @@ pub struct JobGraphBuilder {
     edges: Vec<JobEdge>,
     restart_strategy: RestartStrategyConfig,
     max_parallelism: Option<u32>,
+    artifacts: Vec<super::artifact::JobArtifact>,
 }
 
 /// The optional settings of a vertex just added to a [`JobGraphBuilder`].
@@ -409,6 +416,7 @@ impl JobGraph {
             edges: Vec::new(),
             restart_strategy: RestartStrategyConfig::default(),
             max_parallelism: None,
+            artifacts: Vec::new(),
         }
     }
 }
@@ -458,6 +466,12 @@ impl JobGraphBuilder {
         self
     }
 
+    /// Ships `artifact` with the job (see [`super::artifact`]).
+    pub fn artifact(&mut self, artifact: super::artifact::JobArtifact) -> &mut Self {
+        self.artifacts.push(artifact);
+        self
+    }
+
     /// Validates the graph (see [`JobGraph::validate`]) and returns it.
     pub fn build(self, knows_operator: impl Fn(&str) -> bool) -> Result<JobGraph, JobGraphError> {
         let graph = JobGraph {
@@ -466,6 +480,7 @@ impl JobGraphBuilder {
             edges: self.edges,
             restart_strategy: self.restart_strategy,
             max_parallelism: self.max_parallelism,
+            artifacts: self.artifacts,
         };
         graph.validate(knows_operator)?;
         Ok(graph)
@@ -527,6 +542,7 @@ impl JobGraph {
         self.validate_edges()?;
         self.validate_acyclic()?;
         self.validate_co_location()?;
+        super::artifact::validate(&self.artifacts)?;
         validate_restart_strategy(&self.restart_strategy)
     }
 

@@ -3,6 +3,7 @@
 //! [`regions`], when their results are released ([`partition_release`]), [`restart`] strategies.
 //! Nothing here is an actor.
 
+pub mod artifact;
 pub mod file;
 pub mod graph;
 pub mod partition_release;

@@ -35,6 +35,7 @@ pub(in crate::job) fn graph(
             .collect(),
         restart_strategy: RestartStrategyConfig::None,
         max_parallelism: None,
+        artifacts: Vec::new(),
     }
 }
 
