@@ -62,7 +62,9 @@ pub enum BlobError {
         actual: BlobKey,
     },
     /// No artifact with this key is stored.
-    #[error("no artifact {key} is stored (upload it first: flint run --artifact, or POST /artifacts)")]
+    #[error(
+        "no artifact {key} is stored (upload it first: flint run --artifact, or POST /artifacts)"
+    )]
     NotFound {
         /// The key.
         key: BlobKey,
@@ -179,7 +181,8 @@ impl BlobStore {
 
     /// Every stored artifact, by key.
     pub fn list(&self) -> Result<Vec<BlobInfo>, BlobError> {
-        let entries = fs::read_dir(&self.dir).map_err(|source| io_error("list", &self.dir, source))?;
+        let entries =
+            fs::read_dir(&self.dir).map_err(|source| io_error("list", &self.dir, source))?;
         let mut blobs: Vec<BlobInfo> = (entries.flatten())
             .filter_map(|entry| {
                 let digest: BlobKey = entry.file_name().to_str()?.parse().ok()?;
@@ -307,8 +310,7 @@ mod tests {
     use super::*;
 
     fn scratch(name: &str) -> PathBuf {
-        let dir =
-            std::env::temp_dir().join(format!("flint-blob-{name}-{}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!("flint-blob-{name}-{}", std::process::id()));
         let _ = fs::remove_dir_all(&dir);
         dir
     }
@@ -331,9 +333,15 @@ mod tests {
         let again = store.put(&b"print('hi')\n"[..], Some(info.digest)).unwrap();
         assert_eq!(again.digest, info.digest);
         assert_eq!(files_in(&dir), [info.digest.to_string()]);
-        let mode = fs::metadata(store.path_of(&info.digest)).unwrap().permissions().mode();
+        let mode = fs::metadata(store.path_of(&info.digest))
+            .unwrap()
+            .permissions()
+            .mode();
         assert_eq!(mode & 0o777, 0o600);
-        assert_eq!(fs::metadata(&dir).unwrap().permissions().mode() & 0o777, 0o700);
+        assert_eq!(
+            fs::metadata(&dir).unwrap().permissions().mode() & 0o777,
+            0o700
+        );
         let (mut file, size) = store.open_blob(&info.digest).unwrap();
         let mut read = String::new();
         file.read_to_string(&mut read).unwrap();
@@ -392,7 +400,10 @@ mod tests {
             .set_modified(old)
             .unwrap();
         BlobStore::open(&dir, 100).unwrap();
-        assert!(fresh.exists(), "an upload in flight (another leader's) was removed");
+        assert!(
+            fresh.exists(),
+            "an upload in flight (another leader's) was removed"
+        );
         assert!(!stale.exists());
         assert!(store.contains(&kept.digest));
         fs::remove_dir_all(dir).unwrap();

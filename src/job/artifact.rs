@@ -104,7 +104,17 @@ mod tests {
             assert!(validate(&[named(good)]).is_ok(), "{good}");
         }
         for bad in [
-            "", ".", "..", "../x", "a/b", "/etc/passwd", ".hidden", "-rf", "a b", "a\0b", "ä",
+            "",
+            ".",
+            "..",
+            "../x",
+            "a/b",
+            "/etc/passwd",
+            ".hidden",
+            "-rf",
+            "a b",
+            "a\0b",
+            "ä",
             &"x".repeat(256),
         ] {
             assert!(
@@ -122,7 +132,12 @@ mod tests {
                 name: "a.py".into()
             })
         );
-        let many: Vec<_> = (0..=MAX_ARTIFACTS).map(|i| named(&format!("f{i}"))).collect();
-        assert!(matches!(validate(&many), Err(ArtifactError::TooMany { .. })));
+        let many: Vec<_> = (0..=MAX_ARTIFACTS)
+            .map(|i| named(&format!("f{i}")))
+            .collect();
+        assert!(matches!(
+            validate(&many),
+            Err(ArtifactError::TooMany { .. })
+        ));
     }
 }

@@ -64,6 +64,12 @@ impl BatchRecovery {
         self.log.is_some()
     }
 
+    /// Whether `resource_id` offered results a recovered job may still take back: it is not
+    /// idle, whatever its slots say (releasing it would make finished work run again).
+    pub(super) fn holds_offered(&self, resource_id: &ResourceId) -> bool {
+        (self.offered.values()).any(|by| by.get(resource_id).is_some_and(|p| !p.is_empty()))
+    }
+
     /// Whether a TaskManager's partitions of an unknown job may belong to a job not recovered
     /// yet (so they are not released as an ended job's).
     pub(super) fn window_open(&self) -> bool {

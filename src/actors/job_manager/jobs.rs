@@ -465,6 +465,8 @@ impl JobManager {
     /// finished results a running job still needs.
     pub(super) fn is_busy(&self, resource_id: &ResourceId) -> bool {
         self.scheduler.used_slots(resource_id) > 0
+            // It offered results a recovered job may take back (the window is open).
+            || self.batch_recovery.holds_offered(resource_id)
             || self.jobs_on.get(resource_id).is_some_and(|jobs| {
                 jobs.iter().any(|job| {
                     self.jobs

@@ -71,6 +71,21 @@ fn held_partition() -> ResultPartitionId {
 /// A new leader (recovery on, a `WINDOW` long window) whose event log says `source` finished
 /// on tm-1; the job recovered from the store.
 async fn recovering(name: &str) -> (Fixture, PathBuf) {
+    let (f, dir) = new_leader(name).await;
+    let answer = ask(
+        &f.jm,
+        RecoverJob {
+            job_id: JOB,
+            job_graph: Ok(two_stages()),
+        },
+    )
+    .await;
+    assert_eq!(answer, Ok(JOB));
+    (f, dir)
+}
+
+/// [`recovering`] before the job is recovered.
+async fn new_leader(name: &str) -> (Fixture, PathBuf) {
     let dir = std::env::temp_dir().join(format!(
         "flint-batch-recovery-{name}-{}",
         std::process::id()
@@ -105,15 +120,6 @@ async fn recovering(name: &str) -> (Fixture, PathBuf) {
         .start();
     let f = Fixture { jm, ..f };
     settle().await;
-    let answer = ask(
-        &f.jm,
-        RecoverJob {
-            job_id: JOB,
-            job_graph: Ok(two_stages()),
-        },
-    )
-    .await;
-    assert_eq!(answer, Ok(JOB));
     (f, dir)
 }
 
@@ -176,5 +182,42 @@ async fn past_the_window_a_recovered_job_runs_from_the_start() {
     assert_eq!(deployed.len(), 1, "{deployed:?}");
     assert_eq!(&*deployed[0].vertex_name, "source", "runs from the start");
     assert!(!status(&f).await.vertices[0].subtasks[0].restored);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[actix::test]
+async fn a_task_manager_holding_offered_results_is_never_released_as_idle() {
+    // A TaskManager re-registers before the new leader has recovered the job its results
+    // belong to (jobs are recovered after the leader is published); the pool then shrinks.
+    let (f, dir) = new_leader("idle").await;
+    let (tm, mut registration) = f.task_manager("tm-1");
+    registration.partitions = vec![(JOB, vec![held_partition()])];
+    f.register(&registration).await;
+    let (_other, registration) = f.task_manager("tm-2");
+    f.register(&registration).await;
+    let answer = ask(
+        &f.jm,
+        ReleaseIdleTaskManagers {
+            count: 2,
+            pending: Vec::new(),
+        },
+    )
+    .await;
+    assert_eq!(answer.released, [ResourceId::new("tm-2")]);
+    // The job comes, and takes its results back from tm-1.
+    let recovered = ask(
+        &f.jm,
+        RecoverJob {
+            job_id: JOB,
+            job_graph: Ok(two_stages()),
+        },
+    )
+    .await;
+    assert_eq!(recovered, Ok(JOB));
+    settle().await;
+    let deployed = tm.submitted();
+    assert_eq!(deployed.len(), 1, "{deployed:?}");
+    assert_eq!(&*deployed[0].vertex_name, "sink");
+    assert!(status(&f).await.vertices[0].subtasks[0].restored);
     let _ = std::fs::remove_dir_all(dir);
 }
