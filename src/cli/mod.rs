@@ -129,6 +129,9 @@ enum Command {
         "  flint pool-size        # show\n  flint pool-size 5      # keep 5 TaskManagers"
     ))]
     PoolSize(PoolSizeArgs),
+    /// List the artifacts the JobManager stores (uploaded with `flint run --artifact`).
+    #[command(after_help = client_help!("  flint artifacts --output json"))]
+    Artifacts(ClientArgs),
     /// Stop the cluster: release every TaskManager and stop the JobManager.
     #[command(after_help = client_help!("  flint stop --config /etc/flint/flint.toml"))]
     Stop(ClientArgs),
@@ -503,6 +506,11 @@ struct RunArgs {
     #[arg(long, conflicts_with = "embedded")]
     detach: bool,
 
+    /// Upload FILE to the JobManager and ship it with the job under its file name
+    /// (repeatable; stored once by its SHA-256, see `flint artifacts`).
+    #[arg(long = "artifact", value_name = "FILE", conflicts_with = "embedded")]
+    artifacts: Vec<PathBuf>,
+
     /// The JobManager's REST address: http://HOST:PORT, or HOST:PORT.
     #[arg(long, value_name = "URL", conflicts_with = "embedded")]
     jobmanager: Option<String>,
@@ -603,6 +611,7 @@ pub fn main_with_default(programs: Programs, default: Option<&str>) -> ExitCode 
                 .and_then(|c| c.pool_size(args.size, &mut out)),
         ),
         Command::Stop(args) => finish(args.client().and_then(|c| c.stop(&mut out))),
+        Command::Artifacts(args) => finish(args.client().and_then(|c| c.artifacts(&mut out))),
         Command::Jobmanager(args) => {
             report(actix::System::new().block_on(job_manager(args, registry)))
         }
@@ -782,6 +791,7 @@ fn run_on_cluster(args: RunArgs, out: &mut impl std::io::Write) -> Result<u8, Cl
         job_file: args.job_file,
         params,
         detach: args.detach,
+        artifacts: args.artifacts,
     };
     let interrupt = match Interrupt::from_signals() {
         Ok(interrupt) => interrupt,

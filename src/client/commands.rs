@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use indicatif::ProgressDrawTarget;
@@ -21,6 +21,7 @@ use super::progress::JobProgress;
 use super::render;
 use super::rest::{Answer, RestClient, RestError};
 use crate::base::ids::{IdParseError, JobId};
+use crate::job::artifact::JobArtifact;
 use crate::job::file::{JobFileError, read_job_file};
 use crate::operators::OperatorRegistry;
 use crate::process::run::{RunReport, UsageError, sink_outputs};
@@ -96,6 +97,15 @@ pub enum ClientError {
         /// How long the command waited.
         waited: Duration,
     },
+    /// An artifact to ship cannot be read, or its name is not a plain file name; nothing was
+    /// submitted. Not retryable.
+    #[error("artifact {path}: {reason}")]
+    Artifact {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
     /// The output could not be written (stdout closed). Not retryable.
     #[error("cannot write the output")]
     Output(#[from] std::io::Error),
@@ -105,12 +115,29 @@ impl ClientError {
     /// The process exit code (see [`super::exit`]).
     pub fn exit_code(&self) -> u8 {
         match self {
-            Self::Usage(_) | Self::Endpoint(_) | Self::JobFile(_) | Self::BadJobId { .. } => {
-                exit::USAGE
-            }
+            Self::Usage(_)
+            | Self::Endpoint(_)
+            | Self::JobFile(_)
+            | Self::BadJobId { .. }
+            | Self::Artifact { .. } => exit::USAGE,
             Self::Rest(error) | Self::Watch { source: error, .. } => error.exit_code(),
             Self::Interrupted { .. } => exit::INTERRUPTED,
             Self::StillRunning { .. } | Self::Output(_) => exit::CLUSTER,
+        }
+    }
+}
+
+/// The SHA-256 of the file at `path`, read in pieces.
+fn sha256_of_file(path: &Path) -> std::io::Result<crate::base::blob_key::BlobKey> {
+    use sha2::Digest as _;
+    use std::io::Read as _;
+    let mut file = std::fs::File::open(path)?;
+    let mut hasher = sha2::Sha256::new();
+    let mut buffer = vec![0u8; 1 << 16];
+    loop {
+        match file.read(&mut buffer)? {
+            0 => return Ok(crate::base::blob_key::BlobKey::from_hasher(hasher)),
+            read => hasher.update(&buffer[..read]),
         }
     }
 }
@@ -124,6 +151,8 @@ pub struct SubmitOptions {
     pub params: BTreeMap<String, String>,
     /// Print the job id and return without waiting.
     pub detach: bool,
+    /// Files to upload and ship with the job (`--artifact`), each under its file name.
+    pub artifacts: Vec<PathBuf>,
 }
 
 /// The client commands of one JobManager.
@@ -159,6 +188,39 @@ impl Client {
     pub fn list(&self, out: &mut impl Write) -> Result<u8, ClientError> {
         let jobs = self.rest.jobs()?;
         self.print(out, &jobs, render::job_list)
+    }
+
+    /// `flint artifacts`: what the JobManager stores.
+    pub fn artifacts(&self, out: &mut impl Write) -> Result<u8, ClientError> {
+        let list = self.rest.artifacts()?;
+        self.print(out, &list, render::artifacts)
+    }
+
+    /// Hashes the file at `path` and uploads it (the JobManager checks the hash); the job's
+    /// entry for it, named by its file name.
+    fn upload_artifact(&self, path: &Path) -> Result<JobArtifact, ClientError> {
+        let failed = |reason: String| ClientError::Artifact {
+            path: path.to_owned(),
+            reason,
+        };
+        let name = (path.file_name().and_then(|n| n.to_str()))
+            .filter(|name| crate::job::artifact::is_plain_name(name))
+            .ok_or_else(|| {
+                failed(
+                    "its file name must be a plain one (letters, digits, `.`, `_`, `-`; not \
+                     starting with `.` or `-`): rename or copy it"
+                        .to_owned(),
+                )
+            })?
+            .to_owned();
+        let digest = sha256_of_file(path).map_err(|e| failed(e.to_string()))?;
+        let stored = self.rest.upload_artifact(path, &digest)?;
+        Ok(JobArtifact {
+            name,
+            digest: stored.value.digest,
+            size: stored.value.size,
+            executable: false,
+        })
     }
 
     /// `flint status JOB_ID`: one job with its vertices and subtasks.
@@ -247,6 +309,17 @@ impl Client {
         let registry = OperatorRegistry::with_builtins();
         let graph = read_job_file(&options.job_file, &options.params, |operator| {
             registry.contains(operator)
+        })?;
+        let mut graph = graph;
+        for path in &options.artifacts {
+            let artifact = self.upload_artifact(path)?;
+            graph.artifacts.push(artifact);
+        }
+        crate::job::artifact::validate(&graph.artifacts).map_err(|error| {
+            ClientError::Artifact {
+                path: options.artifacts.first().cloned().unwrap_or_default(),
+                reason: error.to_string(),
+            }
         })?;
         let outputs = sink_outputs(&graph);
         let submitted = self.rest.submit(&graph)?;
@@ -409,6 +482,7 @@ mod tests {
             job_file: "/no/such/job.toml".into(),
             params: BTreeMap::new(),
             detach: true,
+            artifacts: Vec::new(),
         };
         let mut out = Vec::new();
         let err = client

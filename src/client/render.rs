@@ -193,6 +193,18 @@ fn millis(ms: u64) -> String {
     format!("{:.2}s", Duration::from_millis(ms).as_secs_f64())
 }
 
+/// `flint artifacts`: the JobManager's stored artifacts.
+pub fn artifacts(list: &crate::rest::ArtifactList) -> String {
+    if list.artifacts.is_empty() {
+        return "No artifacts stored.\n".to_owned();
+    }
+    let mut table = Table::new(&[("SHA256", Align::Left), ("SIZE", Align::Right)]);
+    for artifact in &list.artifacts {
+        table.row([artifact.digest.to_string(), artifact.size.to_string()]);
+    }
+    table.to_string()
+}
+
 /// `24.0 GiB` for bytes.
 fn gib(bytes: u64) -> String {
     format!("{:.1} GiB", bytes as f64 / f64::from(1u32 << 30))

@@ -185,13 +185,15 @@ enum Request<'a> {
     Post(&'a str),
     Put(&'a str),
     Delete,
+    /// A file's bytes, streamed (an artifact upload).
+    Upload(&'a std::path::Path),
 }
 
 impl Request<'_> {
     fn method(&self) -> &'static str {
         match self {
             Self::Get => "GET",
-            Self::Post(_) => "POST",
+            Self::Post(_) | Self::Upload(_) => "POST",
             Self::Put(_) => "PUT",
             Self::Delete => "DELETE",
         }
@@ -265,6 +267,24 @@ impl RestClient {
         self.call(Request::Post(&to_json(graph)), "/jobs")
     }
 
+    /// `POST /artifacts?sha256=DIGEST`: uploads the file at `path`, whose bytes hash to
+    /// `digest` (checked by the JobManager before it stores anything).
+    pub fn upload_artifact(
+        &self,
+        path: &std::path::Path,
+        digest: &crate::base::blob_key::BlobKey,
+    ) -> Result<Answer<crate::env::blob_store::BlobInfo>, RestError> {
+        self.call(
+            Request::Upload(path),
+            &format!("/artifacts?sha256={digest}"),
+        )
+    }
+
+    /// `GET /artifacts`.
+    pub fn artifacts(&self) -> Result<Answer<crate::rest::ArtifactList>, RestError> {
+        self.call(Request::Get, "/artifacts")
+    }
+
     /// `DELETE /jobs/{id}`: cancels the job.
     pub fn cancel(&self, id: JobId) -> Result<Answer<JobCancelled>, RestError> {
         self.call(Request::Delete, &format!("/jobs/{id}"))
@@ -306,6 +326,19 @@ impl RestClient {
                     .authorize(self.agent.put(&url))
                     .content_type("application/json")
                     .send(body),
+                // No overall deadline: a large artifact takes what the link needs; a stall
+                // is cut off by the server (and by the send timeout here).
+                Request::Upload(path) => std::fs::File::open(path)
+                    .map_err(ureq::Error::Io)
+                    .and_then(|file| {
+                        self.authorize(self.agent.post(&url))
+                            .config()
+                            .timeout_global(None)
+                            .timeout_send_body(Some(REQUEST_TIMEOUT))
+                            .build()
+                            .content_type("application/octet-stream")
+                            .send(file)
+                    }),
             };
             let response = sent.map_err(|e| self.transport_error(e, &described))?;
             // A redirect within the same origin is followed (a few hops at most); one elsewhere

@@ -39,6 +39,7 @@ use crate::base::rng::NodeRng;
 use crate::cluster::leader_loop::{LeaderTerms, run_leader_loop};
 use crate::config::{ClusterConfig, ConfigError};
 use crate::drivers::{WorkerDriver, worker_driver};
+use crate::env::blob_store::BlobStore;
 use crate::env::events::EventSink;
 use crate::env::working_dir::{WorkingDir, WorkingDirError, write_private_file};
 use crate::env::{ArbiterSpawner, NodeEnv};
@@ -60,6 +61,9 @@ pub use crate::transport::handshake::SECRET_ENV;
 /// Why a process could not run. Not retryable without changing its configuration.
 #[derive(Debug, thiserror::Error)]
 pub enum ProcessError {
+    /// The artifact store cannot be opened.
+    #[error(transparent)]
+    Blob(#[from] crate::env::blob_store::BlobError),
     /// The configuration is invalid.
     #[error(transparent)]
     Config(#[from] ConfigError),
@@ -368,12 +372,14 @@ pub async fn run_job_manager(
         return outcome;
     }
     let node = start_job_manager_node(&config, options.registry.clone(), env, make_driver());
+    let blobs = BlobStore::open(&dir.path().join("blobs"), config.blob.max_size)?;
     let state = RestState::new(
         JobManagerGateway::of(&node.job_manager),
         ResourceManagerGateway::of(&node.resource_manager),
         config.resourcemanager.max_pool_size,
     )
-    .with_transport_metrics(endpoint.metrics());
+    .with_transport_metrics(endpoint.metrics())
+    .with_blob_store(blobs);
     let mut rest = rest.serve(state)?;
     ready(&JobManagerReady {
         address: endpoint.local_node(),
@@ -423,8 +429,11 @@ async fn run_high_availability(
     let store = JobGraphStore::open(&ha.settings, &storage_dir).await?;
     let job_results = crate::ha::job_result_store::directory(&storage_dir, &ha.settings.paths);
     let switch = LeaderSwitch::new();
+    // Every leader serves the same artifacts: they live beside the job graphs.
+    let blobs = BlobStore::open(&storage_dir.join("blobs"), ha.config.blob.max_size)?;
     let state = RestState::with_leader(switch.clone(), ha.config.resourcemanager.max_pool_size)
-        .with_job_graph_store(store.clone());
+        .with_job_graph_store(store.clone())
+        .with_blob_store(blobs);
     let mut rest = rest.serve(state)?;
     let rest_url = rest.url();
     switch.set_own_url(rest_url.clone());

@@ -130,6 +130,23 @@ pub enum ApiError {
         #[source]
         source: MailboxError,
     },
+    /// An artifact could not be stored or found.
+    #[error(transparent)]
+    Artifact(#[from] crate::env::blob_store::BlobError),
+    /// A job names an artifact that was never uploaded (or not at the size it names).
+    #[error(
+        "the job names artifact `{name}` (sha256 {digest}), which this cluster does not store: \
+         upload it first (flint run --artifact PATH, or POST /artifacts)"
+    )]
+    MissingArtifact {
+        /// The job's name for it.
+        name: String,
+        /// Its digest.
+        digest: crate::base::blob_key::BlobKey,
+    },
+    /// This JobManager keeps no artifacts (an embedded cluster without a working directory).
+    #[error("this JobManager has no artifact store")]
+    NoArtifactStore,
     /// High availability: this JobManager stands by and no leader is known yet (an election is
     /// under way). Retryable.
     #[error("this JobManager stands by and no leader is elected yet; retry in a moment")]
@@ -218,6 +235,17 @@ impl ResponseError for ApiError {
             Self::ForeignHost { .. } | Self::ForeignOrigin { .. } => StatusCode::FORBIDDEN,
             Self::UnsupportedMediaType { .. } => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
+            Self::Artifact(error) => {
+                use crate::env::blob_store::BlobError;
+                match error {
+                    BlobError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+                    BlobError::DigestMismatch { .. } => StatusCode::BAD_REQUEST,
+                    BlobError::NotFound { .. } => StatusCode::NOT_FOUND,
+                    BlobError::Io { .. } => StatusCode::INTERNAL_SERVER_ERROR,
+                }
+            }
+            Self::MissingArtifact { .. } => StatusCode::BAD_REQUEST,
+            Self::NoArtifactStore => StatusCode::NOT_FOUND,
             Self::Unavailable { .. }
             | Self::NoLeader
             | Self::Job(JobError::NotPersisted(_))

@@ -8,8 +8,9 @@
 //! - **Cross-site requests.** A page may `POST` a "simple" request (`text/plain`, no preflight)
 //!   to any address. Every changing request (`POST`, `PUT`, `PATCH`, `DELETE`) that carries an
 //!   `Origin` must come from this server's own origin (the dashboard does), and a body must be
-//!   `Content-Type: application/json` (415 otherwise): a page cannot send that cross-site
-//!   without a CORS preflight, which this server never answers.
+//!   `Content-Type: application/json` (415 otherwise), or `application/octet-stream` (an
+//!   artifact upload): a page cannot send either cross-site without a CORS preflight, which
+//!   this server never answers.
 //! - **DNS rebinding.** A page's own name, re-pointed at 127.0.0.1, makes every request
 //!   same-origin for the browser. The `Host` header still names the page's domain: only the
 //!   bound address, any IP literal (an IP is its own origin, nothing to rebind), `rest.address`,
@@ -17,7 +18,9 @@
 //!   otherwise).
 //! - **Slow bodies.** Headers must arrive within actix-web's request timeout; the body must
 //!   arrive within [`DEFAULT_BODY_TIMEOUT`] of the request's start (408 otherwise), so a client
-//!   cannot hold a worker by trickling bytes. The body is still read lazily, by the handler,
+//!   cannot hold a worker by trickling bytes. An artifact upload (`POST /artifacts`, up to
+//!   `blob.max-size`) may take longer in all: its deadline restarts with every chunk, so only a
+//!   stalled upload is cut off. The body is still read lazily, by the handler,
 //!   after the token was checked.
 //!
 //! Requests without `Origin` (the CLI, `curl`, scripts) are not affected beyond the
@@ -131,6 +134,12 @@ fn has_body(method: &Method, headers: &HeaderMap) -> bool {
             .is_some_and(|length| length > 0)
 }
 
+/// Whether `content_type` is raw bytes (`application/octet-stream`, any parameters).
+fn is_bytes(content_type: &str) -> bool {
+    (content_type.split(';').next().unwrap_or("").trim())
+        .eq_ignore_ascii_case("application/octet-stream")
+}
+
 /// Whether `content_type` is JSON (`application/json`, or `application/*+json`, any
 /// parameters).
 fn is_json(content_type: &str) -> bool {
@@ -176,7 +185,10 @@ pub fn check(
         let content_type = headers
             .get(CONTENT_TYPE)
             .map(|value| String::from_utf8_lossy(value.as_bytes()).into_owned());
-        if !content_type.as_deref().is_some_and(is_json) {
+        if !content_type
+            .as_deref()
+            .is_some_and(|t| is_json(t) || is_bytes(t))
+        {
             return Err(ApiError::UnsupportedMediaType { content_type });
         }
     }
@@ -239,11 +251,13 @@ pub async fn guard(
         }
     }
     let payload = req.take_payload();
+    let per_chunk = req.method() == Method::POST && req.path() == "/artifacts";
     req.set_payload(Payload::Stream {
         payload: Box::pin(Deadline {
             inner: payload,
             sleep: Box::pin(tokio::time::sleep(body_timeout)),
             after: body_timeout,
+            per_chunk,
             expired: false,
         }),
     });
@@ -258,6 +272,8 @@ struct Deadline {
     inner: Payload,
     sleep: Pin<Box<tokio::time::Sleep>>,
     after: Duration,
+    /// The deadline restarts with every chunk (an upload: only a stall is cut off).
+    per_chunk: bool,
     expired: bool,
 }
 
@@ -269,6 +285,10 @@ impl Stream for Deadline {
             return Poll::Ready(None);
         }
         if let Poll::Ready(item) = Pin::new(&mut self.inner).poll_next(cx) {
+            if self.per_chunk && matches!(item, Some(Ok(_))) {
+                let next = tokio::time::Instant::now() + self.after;
+                self.sleep.as_mut().reset(next);
+            }
             return Poll::Ready(item);
         }
         match self.sleep.as_mut().poll(cx) {
@@ -352,8 +372,21 @@ mod tests {
         let allowed = loopback();
         let host = Some("127.0.0.1:8081");
         let json = ("content-type", "application/json");
-        let cases: [(Pairs<'_>, Method, bool); 8] = [
+        let cases: [(Pairs<'_>, Method, bool); 10] = [
             (&[json], Method::POST, true),
+            (
+                &[("content-type", "application/octet-stream")],
+                Method::POST,
+                true,
+            ),
+            (
+                &[
+                    ("content-type", "application/octet-stream"),
+                    ("origin", "http://evil.example"),
+                ],
+                Method::POST,
+                false,
+            ),
             (
                 &[json, ("origin", "http://127.0.0.1:8081")],
                 Method::POST,

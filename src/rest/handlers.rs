@@ -163,6 +163,7 @@ pub async fn submit_job(
     graph: web::Json<JobGraph>,
 ) -> Answer {
     let job_graph = graph.into_inner();
+    super::artifacts::check_stored(&state, &job_graph).await?;
     let name = job_graph.name.clone();
     // Answered once the JobManager stored the graph (high availability) and started the job.
     let id = ask(

@@ -17,6 +17,7 @@
 //! [`RestServer::stop_requested`]), and never logs a token. Production-only code: the server
 //! runs on actix-web's own threads, outside any simulation.
 
+mod artifacts;
 mod auth;
 pub mod dashboard;
 mod error;
@@ -35,6 +36,7 @@ use std::path::PathBuf;
 use actix_web::dev::ServerHandle;
 use actix_web::{App, HttpRequest, HttpServer, web};
 
+pub use artifacts::ArtifactList;
 pub use auth::{AuthError, Token};
 pub use error::ApiError;
 
@@ -110,6 +112,9 @@ pub struct RestState {
     /// High availability: where the pool size an operator sets is kept for the next leader
     /// (the JobManager itself persists job graphs before their jobs run).
     job_graph_store: Option<crate::ha::JobGraphStore>,
+    /// Where uploaded artifacts go (`POST /artifacts`), and what a submitted job's artifacts
+    /// are checked against.
+    blob_store: Option<crate::env::blob_store::BlobStore>,
     max_pool_size: u32,
     transport: TransportMetrics,
     clock: Arc<dyn Clock>,
@@ -149,6 +154,7 @@ impl RestState {
             gateways: None,
             leader,
             job_graph_store: None,
+            blob_store: None,
             max_pool_size,
             transport: TransportMetrics::new(),
             clock: Arc::new(SystemClock),
@@ -189,6 +195,12 @@ impl RestState {
     /// High availability: keeps the pool size an operator sets in `store`, for the next leader.
     pub fn with_job_graph_store(mut self, store: crate::ha::JobGraphStore) -> Self {
         self.job_graph_store = Some(store);
+        self
+    }
+
+    /// Stores uploaded artifacts in `store`, and refuses jobs naming artifacts it lacks.
+    pub fn with_blob_store(mut self, store: crate::env::blob_store::BlobStore) -> Self {
+        self.blob_store = Some(store);
         self
     }
 
@@ -248,6 +260,11 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .route(delete().to(handlers::cancel_job)),
     )
     .service(resource("/jobs/{id}/results", "GET").route(get().to(handlers::job_results)))
+    .service(
+        resource("/artifacts", "GET, POST")
+            .route(get().to(artifacts::list))
+            .route(post().to(artifacts::upload)),
+    )
     .service(
         resource("/cluster/pool-size", "GET, PUT")
             .route(get().to(handlers::pool_size))

@@ -116,7 +116,8 @@ pub const SECRET_ENV: &str = "FLINT_SECRET";
 /// 13: batch job recovery — a TaskManager registers with the finished partitions it kept from
 ///    an earlier leader (`RegisterTaskManager::partitions`); a subtask's details say whether a
 ///    new leader took it back (`restored`).
-pub const PROTOCOL_VERSION: u32 = 13;
+/// 14: a job graph names the artifacts it ships (`JobGraph::artifacts`).
+pub const PROTOCOL_VERSION: u32 = 14;
 
 /// The largest handshake message, in bytes (after the length prefix). A `Hello` with a sensible
 /// node id is under 200 bytes; the limit stops a peer (or a stray HTTP client) from making us

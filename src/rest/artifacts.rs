@@ -1,0 +1,115 @@
+//! `POST /artifacts` and `GET /artifacts`: the JobManager's blob store over HTTP, and the check
+//! that a submitted job names only stored artifacts.
+//!
+//! An upload streams into the store chunk by chunk (each write on actix-web's blocking pool,
+//! never on the REST thread), within `blob.max-size`; a client that names the digest it
+//! expects (`?sha256=`) has it checked before anything is stored. A cut-off or refused upload
+//! stores nothing.
+
+use actix_web::{HttpResponse, web};
+use futures_util::StreamExt as _;
+use serde::Deserialize;
+
+use super::RestState;
+use super::auth::Authorized;
+use super::error::ApiError;
+use crate::base::blob_key::BlobKey;
+use crate::env::blob_store::{BlobError, BlobInfo, BlobStore, BlobUpload};
+use crate::job::graph::JobGraph;
+
+/// The query of `POST /artifacts`.
+#[derive(Debug, Deserialize)]
+pub struct UploadQuery {
+    /// The SHA-256 the client computed: a different one arriving is refused.
+    sha256: Option<String>,
+}
+
+/// `GET /artifacts`'s answer.
+#[derive(Debug, serde::Serialize, Deserialize)]
+pub struct ArtifactList {
+    /// Every stored artifact, by digest.
+    pub artifacts: Vec<BlobInfo>,
+}
+
+fn store(state: &RestState) -> Result<&BlobStore, ApiError> {
+    state.blob_store.as_ref().ok_or(ApiError::NoArtifactStore)
+}
+
+/// Runs `work` on the blocking pool (file I/O stays off the REST thread).
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, BlobError> + Send + 'static,
+) -> Result<T, ApiError> {
+    web::block(work)
+        .await
+        .map_err(|error| ApiError::Body {
+            detail: error.to_string(),
+        })?
+        .map_err(ApiError::from)
+}
+
+/// `POST /artifacts[?sha256=HEX]` with the artifact's bytes as an `application/octet-stream`
+/// body: 201 with its digest and size.
+pub async fn upload(
+    _: Authorized,
+    state: web::Data<RestState>,
+    query: web::Query<UploadQuery>,
+    mut body: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    let expected: Option<BlobKey> = match &query.sha256 {
+        Some(text) => Some(text.parse().map_err(
+            |error: crate::base::blob_key::BlobKeyError| ApiError::BadQuery {
+                detail: error.to_string(),
+            },
+        )?),
+        None => None,
+    };
+    let store = store(&state)?.clone();
+    let mut upload: BlobUpload = blocking(move || store.upload()).await?;
+    while let Some(chunk) = body.next().await {
+        // A cut-off or timed-out body drops the upload: nothing is stored.
+        let chunk = chunk.map_err(|error| {
+            ApiError::from_json(actix_web::error::JsonPayloadError::Payload(error))
+        })?;
+        upload = blocking(move || upload.write(&chunk).map(|()| upload)).await?;
+    }
+    let info = blocking(move || upload.finish(expected)).await?;
+    log::info!(
+        "REST: stored artifact {} ({} bytes)",
+        info.digest.short(),
+        info.size
+    );
+    Ok(HttpResponse::Created().json(info))
+}
+
+/// `GET /artifacts`: what the store holds.
+pub async fn list(state: web::Data<RestState>) -> Result<HttpResponse, ApiError> {
+    let store = store(&state)?.clone();
+    let artifacts = blocking(move || store.list()).await?;
+    Ok(HttpResponse::Ok().json(ArtifactList { artifacts }))
+}
+
+/// Refuses `graph` if it names an artifact the store does not hold at the size named.
+pub async fn check_stored(state: &RestState, graph: &JobGraph) -> Result<(), ApiError> {
+    if graph.artifacts.is_empty() {
+        return Ok(());
+    }
+    let store = store(state)?.clone();
+    let artifacts = graph.artifacts.clone();
+    let missing = web::block(move || {
+        (artifacts.into_iter()).find(|artifact| {
+            let stored = std::fs::metadata(store.path_of(&artifact.digest));
+            !stored.is_ok_and(|m| m.is_file() && m.len() == artifact.size)
+        })
+    })
+    .await
+    .map_err(|error| ApiError::Body {
+        detail: error.to_string(),
+    })?;
+    match missing {
+        Some(artifact) => Err(ApiError::MissingArtifact {
+            name: artifact.name,
+            digest: artifact.digest,
+        }),
+        None => Ok(()),
+    }
+}

@@ -1,0 +1,223 @@
+//! Job artifacts on a process cluster: `flint run --artifact` uploads and ships a file, `flint
+//! artifacts` and `GET /artifacts` list it, and every bad upload or reference is refused with
+//! nothing stored and the cluster going on.
+
+mod common;
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::rest::{JobManagerChild, agent, local_bearer, poll, request};
+use common::scratch;
+use sha2::{Digest, Sha256};
+
+fn sha256(bytes: &[u8]) -> String {
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// `POST /artifacts[?sha256=…]` with `bytes` as the body: (status, body).
+fn upload(url: &str, bytes: &[u8], sha: Option<&str>) -> (u16, String) {
+    let target = match sha {
+        Some(sha) => format!("{url}/artifacts?sha256={sha}"),
+        None => format!("{url}/artifacts"),
+    };
+    let mut builder = agent()
+        .post(&target)
+        .content_type("application/octet-stream");
+    if let Some(bearer) = local_bearer() {
+        builder = builder.header("Authorization", bearer);
+    }
+    let mut response = builder.send(bytes).expect("an answer");
+    let status = response.status().as_u16();
+    (status, response.body_mut().read_to_string().unwrap())
+}
+
+fn stored(url: &str) -> Vec<serde_json::Value> {
+    let answer = request(
+        &agent(),
+        "GET",
+        &format!("{url}/artifacts"),
+        None,
+        local_bearer().as_deref(),
+    )
+    .expect(200);
+    answer.json()["artifacts"].as_array().cloned().unwrap()
+}
+
+/// Every file in the JobManager's artifact store (its working directory's `blobs`).
+fn store_files(dir: &Path) -> Vec<String> {
+    let work = dir.join("work");
+    let jm = (std::fs::read_dir(&work).unwrap().flatten())
+        .map(|e| e.path())
+        .find(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("flint-jm-")
+        })
+        .expect("the JobManager's working directory");
+    let mut names: Vec<String> = (std::fs::read_dir(jm.join("blobs")).unwrap().flatten())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+fn flint(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_flint"))
+        .args(args)
+        .env_remove("FLINT_JOBMANAGER")
+        .env_remove("FLINT_CONFIG")
+        .output()
+        .expect("flint runs")
+}
+
+fn write(dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, bytes).unwrap();
+    path
+}
+
+#[test]
+fn artifacts_are_uploaded_listed_checked_and_bad_ones_refused() {
+    let dir = scratch("artifacts");
+    let args = [
+        "--bind",
+        "127.0.0.1:0",
+        "--rest",
+        "127.0.0.1:0",
+        "--pool-size",
+        "1",
+    ];
+    let jm = JobManagerChild::start(&args, &dir, "[blob]\nmax-size = \"20mb\"\n");
+    let url = jm.url();
+
+    // `flint run --artifact`: uploaded, named by its file name, the job runs.
+    let script = write(&dir, "tokenize.py", b"print('hello')\n");
+    let job = write(
+        &dir,
+        "job.toml",
+        b"name = \"with-artifact\"\n[[vertex]]\nname = \"nothing\"\noperator = \"noop\"\nparallelism = 1\n",
+    );
+    let run = flint(&[
+        "run",
+        "--jobmanager",
+        &url,
+        "--artifact",
+        script.to_str().unwrap(),
+        job.to_str().unwrap(),
+    ]);
+    assert!(run.status.success(), "{run:?}\n{}", jm.log());
+    let digest = sha256(b"print('hello')\n");
+    let listed = stored(&url);
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(
+        (listed[0]["digest"].as_str(), listed[0]["size"].as_u64()),
+        (Some(digest.as_str()), Some(15))
+    );
+    let shown = flint(&["artifacts", "--jobmanager", &url]);
+    assert!(
+        String::from_utf8_lossy(&shown.stdout).contains(&digest),
+        "{shown:?}"
+    );
+    assert_eq!(store_files(&dir), std::slice::from_ref(&digest));
+
+    // Larger than the 16 MiB of a JSON body is fine up to blob.max-size; past it, refused.
+    let big = vec![7u8; 17 << 20];
+    let (status, body) = upload(&url, &big, Some(&sha256(&big)));
+    assert_eq!(status, 201, "{body}");
+    let (status, body) = upload(&url, &vec![7u8; 21 << 20], None);
+    assert_eq!(status, 413, "{body}");
+    assert!(body.contains("blob.max-size"), "{body}");
+
+    // A digest that does not match what arrived.
+    let (status, body) = upload(&url, b"changed on the way", Some(&sha256(b"original")));
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("SHA-256"), "{body}");
+    let (status, body) = upload(&url, b"x", Some("../../etc/passwd"));
+    assert_eq!(status, 400, "{body}");
+
+    // An upload cut off half-way: nothing stored, no temporary file left.
+    let address = url.strip_prefix("http://").unwrap();
+    let mut stream = std::net::TcpStream::connect(address).unwrap();
+    let bearer = local_bearer()
+        .map(|b| format!("Authorization: {b}\r\n"))
+        .unwrap_or_default();
+    write!(
+        stream,
+        "POST /artifacts HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/octet-stream\r\n\
+         Content-Length: 100000\r\n{bearer}\r\n"
+    )
+    .unwrap();
+    stream.write_all(&[1u8; 5000]).unwrap();
+    drop(stream);
+    let expected = {
+        let mut files = vec![digest.clone(), sha256(&big)];
+        files.sort();
+        files
+    };
+    poll("the cut-off upload leaves nothing behind", || {
+        (store_files(&dir) == expected).then_some(())
+    });
+    assert_eq!(stored(&url).len(), 2);
+
+    // A job naming an artifact that was never uploaded, or under a path, is refused.
+    let graph = |name: &str, digest: &str| {
+        let mut b = flint::job::graph::JobGraph::builder("j");
+        b.vertex("v", "noop", 1);
+        let mut json = serde_json::to_value(b.build(|_| true).unwrap()).unwrap();
+        json["artifacts"] = serde_json::json!([{"name": name, "digest": digest, "size": 15}]);
+        json.to_string()
+    };
+    let bearer = local_bearer();
+    let never = sha256(b"never uploaded");
+    let answer = request(
+        &agent(),
+        "POST",
+        &format!("{url}/jobs"),
+        Some(&graph("a.py", &never)),
+        bearer.as_deref(),
+    );
+    answer.expect_error(400, "does not store");
+    let answer = request(
+        &agent(),
+        "POST",
+        &format!("{url}/jobs"),
+        Some(&graph("../a.py", &digest)),
+        bearer.as_deref(),
+    );
+    assert_eq!(answer.status, 400, "{}", answer.body);
+    let missing = write(&dir, "missing-dir-marker", b"");
+    std::fs::remove_file(&missing).unwrap();
+    let run = flint(&[
+        "run",
+        "--detach",
+        "--jobmanager",
+        &url,
+        "--artifact",
+        missing.to_str().unwrap(),
+        job.to_str().unwrap(),
+    ]);
+    assert_eq!(run.status.code(), Some(2), "{run:?}");
+    assert!(
+        String::from_utf8_lossy(&run.stderr).contains("missing-dir-marker"),
+        "{run:?}"
+    );
+
+    // The cluster goes on: the same job with its artifact still runs.
+    let run = flint(&[
+        "run",
+        "--jobmanager",
+        &url,
+        "--artifact",
+        script.to_str().unwrap(),
+        job.to_str().unwrap(),
+    ]);
+    assert!(run.status.success(), "{run:?}");
+    drop(jm);
+    let _ = std::fs::remove_dir_all(&dir);
+}
