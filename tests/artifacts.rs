@@ -76,6 +76,12 @@ fn flint(args: &[&str]) -> std::process::Output {
         .expect("flint runs")
 }
 
+/// `flint run --jobmanager URL --artifact ARTIFACT JOB` (waiting for the job).
+fn run_with(url: &str, artifact: &Path, job: &Path) -> std::process::Output {
+    let (artifact, job) = (artifact.to_str().unwrap(), job.to_str().unwrap());
+    flint(&["run", "--jobmanager", url, "--artifact", artifact, job])
+}
+
 fn write(dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {
     let path = dir.join(name);
     std::fs::write(&path, bytes).unwrap();
@@ -103,14 +109,7 @@ fn artifacts_are_uploaded_listed_checked_and_bad_ones_refused() {
         "job.toml",
         b"name = \"with-artifact\"\n[[vertex]]\nname = \"nothing\"\noperator = \"noop\"\nparallelism = 1\n",
     );
-    let run = flint(&[
-        "run",
-        "--jobmanager",
-        &url,
-        "--artifact",
-        script.to_str().unwrap(),
-        job.to_str().unwrap(),
-    ]);
+    let run = run_with(&url, &script, &job);
     assert!(run.status.success(), "{run:?}\n{}", jm.log());
     let digest = sha256(b"print('hello')\n");
     let listed = stored(&url);
@@ -193,15 +192,7 @@ fn artifacts_are_uploaded_listed_checked_and_bad_ones_refused() {
     assert_eq!(answer.status, 400, "{}", answer.body);
     let missing = write(&dir, "missing-dir-marker", b"");
     std::fs::remove_file(&missing).unwrap();
-    let run = flint(&[
-        "run",
-        "--detach",
-        "--jobmanager",
-        &url,
-        "--artifact",
-        missing.to_str().unwrap(),
-        job.to_str().unwrap(),
-    ]);
+    let run = run_with(&url, &missing, &job);
     assert_eq!(run.status.code(), Some(2), "{run:?}");
     assert!(
         String::from_utf8_lossy(&run.stderr).contains("missing-dir-marker"),
@@ -209,14 +200,7 @@ fn artifacts_are_uploaded_listed_checked_and_bad_ones_refused() {
     );
 
     // The cluster goes on: the same job with its artifact still runs.
-    let run = flint(&[
-        "run",
-        "--jobmanager",
-        &url,
-        "--artifact",
-        script.to_str().unwrap(),
-        job.to_str().unwrap(),
-    ]);
+    let run = run_with(&url, &script, &job);
     assert!(run.status.success(), "{run:?}");
     drop(jm);
     let _ = std::fs::remove_dir_all(&dir);
