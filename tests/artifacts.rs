@@ -8,6 +8,7 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use common::ha::{HaCluster, leads, signal, wait_until};
 use common::rest::{JobManagerChild, agent, local_bearer, poll, request};
 use common::scratch;
 use sha2::{Digest, Sha256};
@@ -204,4 +205,48 @@ fn artifacts_are_uploaded_listed_checked_and_bad_ones_refused() {
     assert!(run.status.success(), "{run:?}");
     drop(jm);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_new_leader_serves_the_artifacts_uploaded_to_the_old_one() {
+    let Some(mut cluster) = HaCluster::start("artifacts-ha") else {
+        return;
+    };
+    let (a, b) = (cluster.a.url(), cluster.b.url());
+    let bytes = b"shipped before the failover\n";
+    let digest = sha256(bytes);
+    let (status, body) = upload(&a, bytes, Some(&digest));
+    assert_eq!(status, 201, "{body}");
+
+    signal(&cluster.a.child, "-KILL");
+    let _ = cluster.a.child.wait();
+    wait_until("the standby leads", || leads(&b).then_some(()));
+    let listed = stored(&b);
+    assert!(
+        listed.iter().any(|a| a["digest"] == digest.as_str()),
+        "{listed:?}"
+    );
+
+    // A job naming it is accepted by the new leader, and runs.
+    let mut graph = flint::job::graph::JobGraph::builder("after-failover");
+    graph.vertex("v", "noop", 1);
+    let mut json = serde_json::to_value(graph.build(|_| true).unwrap()).unwrap();
+    json["artifacts"] =
+        serde_json::json!([{"name": "data.txt", "digest": digest, "size": bytes.len()}]);
+    let answer = request(
+        &agent(),
+        "POST",
+        &format!("{b}/jobs"),
+        Some(&json.to_string()),
+        local_bearer().as_deref(),
+    )
+    .expect(202);
+    let job = answer.json()["id"].as_str().unwrap().to_owned();
+    let done = cluster.wait_for_job(&b, &job, "the job ends", |j| {
+        matches!(
+            j["state"].as_str(),
+            Some("FINISHED" | "FAILED" | "CANCELED")
+        )
+    });
+    assert_eq!(done["state"], "FINISHED", "{done:#}");
 }
