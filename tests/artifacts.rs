@@ -249,4 +249,7 @@ fn a_new_leader_serves_the_artifacts_uploaded_to_the_old_one() {
         )
     });
     assert_eq!(done["state"], "FINISHED", "{done:#}");
+    // Its details name what it shipped.
+    assert_eq!(done["artifacts"][0]["name"], "data.txt", "{done:#}");
+    assert_eq!(done["artifacts"][0]["digest"], digest.as_str());
 }

@@ -46,6 +46,7 @@ impl JobView {
             restarts: self.restarts,
             recovered_at_ms: self.recovered_at,
             from_job_result_store: self.from_job_result_store,
+            artifacts: self.artifacts.clone(),
             exceptions: self
                 .exceptions
                 .iter()

@@ -700,6 +700,9 @@ pub struct JobDetails {
     /// [`VertexSummary`], without its subtasks.
     #[serde(default)]
     pub from_job_result_store: bool,
+    /// The files the job shipped with it (name, digest, size).
+    #[serde(default)]
+    pub artifacts: Vec<crate::job::artifact::JobArtifact>,
 }
 
 impl JobDetails {

@@ -106,6 +106,7 @@ pub(crate) fn job_details() -> JobDetails {
             summary: None,
         }],
         from_job_result_store: false,
+        artifacts: Vec::new(),
     }
 }
 

@@ -256,6 +256,9 @@ pub struct JobView {
     /// `subtasks` list.
     #[serde(default)]
     pub from_job_result_store: bool,
+    /// The files it shipped with it: `name`, `digest` (SHA-256), `size`, `executable`.
+    #[serde(default)]
+    pub artifacts: Vec<crate::job::artifact::JobArtifact>,
     /// Subtasks finished.
     pub tasks_finished: u32,
     /// All subtasks.
@@ -668,6 +671,7 @@ pub fn job(details: &JobDetails, subtasks: bool) -> JobView {
         restarts: details.restarts,
         recovered_at: details.recovered_at_ms,
         from_job_result_store: details.from_job_result_store,
+        artifacts: details.artifacts.clone(),
         exceptions: details
             .exceptions
             .iter()

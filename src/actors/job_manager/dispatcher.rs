@@ -248,6 +248,7 @@ impl Handler<RecoverJob> for JobManager {
             recovered_at_ms: Some(now_ms),
             exceptions: Vec::new(),
             from_job_result_store: false,
+            artifacts: Vec::new(),
         };
         self.record_result(details, ctx);
         Ok(job_id)

@@ -546,6 +546,7 @@ impl ExecutionGraph {
             recovered_at_ms: self.recovered_at_ms,
             exceptions: self.exceptions.iter().cloned().collect(),
             from_job_result_store: false,
+            artifacts: self.graph.artifacts.clone(),
             vertices: self
                 .graph
                 .vertices

@@ -105,6 +105,7 @@ fn job(
         restarts: 0,
         recovered_at_ms: None,
         from_job_result_store: false,
+        artifacts: Vec::new(),
         vertices: subtasks
             .iter()
             .enumerate()
