@@ -95,16 +95,13 @@ pub async fn check_stored(state: &RestState, graph: &JobGraph) -> Result<(), Api
     }
     let store = store(state)?.clone();
     let artifacts = graph.artifacts.clone();
-    let missing = web::block(move || {
-        (artifacts.into_iter()).find(|artifact| {
+    let missing = blocking(move || {
+        Ok((artifacts.into_iter()).find(|artifact| {
             let stored = std::fs::metadata(store.path_of(&artifact.digest));
             !stored.is_ok_and(|m| m.is_file() && m.len() == artifact.size)
-        })
+        }))
     })
-    .await
-    .map_err(|error| ApiError::Body {
-        detail: error.to_string(),
-    })?;
+    .await?;
     match missing {
         Some(artifact) => Err(ApiError::MissingArtifact {
             name: artifact.name,
