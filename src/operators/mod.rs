@@ -192,6 +192,10 @@ pub struct TaskContext {
     /// (`taskmanager.memory.managed.size` / slots), in bytes: what its sorts, groupings and
     /// join build sides hold before they spill.
     pub managed_memory: u64,
+    /// The job's artifacts on this TaskManager: name (as the job graph lists it) -> a local
+    /// file in the TaskManager's blob cache, fetched and digest-checked before the task
+    /// started. Read-only; executable only when the job said so.
+    pub artifacts: std::collections::BTreeMap<String, std::path::PathBuf>,
 }
 
 /// An operator instance, for one subtask.

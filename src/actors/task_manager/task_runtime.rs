@@ -384,6 +384,7 @@ impl TaskIo for Io<'_> {
             vertex: self.env.descriptor.vertex_name.to_string(),
             spill_dir: Some(self.env.working_dir.clone()),
             managed_memory: self.env.managed_memory,
+            artifacts: std::collections::BTreeMap::new(),
         }
     }
 
