@@ -19,6 +19,7 @@ use actix::clock::Instant;
 use actix::prelude::*;
 
 mod batch_recovery;
+mod blob_server;
 mod deployments;
 mod dispatcher;
 pub mod execution_graph;
@@ -135,6 +136,8 @@ pub struct JobManager {
     lease: LeadershipLease,
     /// Job events for the event log, and finished work taken back after a failover.
     batch_recovery: batch_recovery::BatchRecovery,
+    /// The artifacts jobs ship (see `blob_server`).
+    blobs: Option<crate::env::blob_store::BlobStore>,
 }
 
 /// The resource manager registered here, watched by heartbeat like a TaskManager.
@@ -184,7 +187,15 @@ impl JobManager {
             released: std::collections::VecDeque::new(),
             lease: LeadershipLease::unbounded(),
             batch_recovery: batch_recovery::BatchRecovery::default(),
+            blobs: None,
         }
+    }
+
+    /// Serves the artifacts of `blobs` to TaskManagers (`FetchBlob`); without a store every
+    /// fetch is refused, and so is every job naming an artifact (at the REST API).
+    pub fn with_blob_store(mut self, blobs: Option<crate::env::blob_store::BlobStore>) -> Self {
+        self.blobs = blobs;
+        self
     }
 
     /// Deploys only while `lease` is held (a leader elected through high availability).

@@ -34,12 +34,14 @@ pub struct JobManagerNode {
 
 /// Starts a JobManager leading a fresh session and a resource manager with `driver`, and tells
 /// the resource manager where its leader is (leader retrieval: one JobManager for the cluster's
-/// life). Must run inside an actix System; the actors run on the caller's arbiter.
+/// life), serving the artifacts of `blobs` if given. Must run inside an actix System; the actors
+/// run on the caller's arbiter.
 pub fn start_job_manager_node(
     config: &ClusterConfig,
     registry: OperatorRegistry,
     env: NodeEnv,
     driver: Box<dyn WorkerDriver>,
+    blobs: Option<crate::env::blob_store::BlobStore>,
 ) -> JobManagerNode {
     let leader_session_id = LeaderSessionId::generate(&mut env.rng("leader-election"));
     start_job_manager_node_leading(
@@ -49,7 +51,10 @@ pub fn start_job_manager_node(
         driver,
         leader_session_id,
         LeadershipLease::unbounded(),
-        JobStores::in_memory(),
+        JobStores {
+            blobs,
+            ..JobStores::in_memory()
+        },
     )
 }
 
@@ -85,7 +90,8 @@ pub fn start_job_manager_node_leading(
         env.clone(),
     )
     .with_leadership_lease(lease.clone())
-    .with_job_stores(stores.job_graphs, stores.job_results);
+    .with_job_stores(stores.job_graphs, stores.job_results)
+    .with_blob_store(stores.blobs);
     let address = job_manager.address().clone();
     let job_manager = job_manager.start();
     let resource_manager = FlinkResourceManager::new(

@@ -48,6 +48,8 @@ use crate::messages::{
 use crate::operators::OperatorRegistry;
 use crate::rpc::directory::LocalActor;
 
+mod artifacts;
+pub mod blob_cache;
 mod connection;
 #[cfg(test)]
 use connection::Internal;
@@ -122,6 +124,8 @@ struct RunningTask {
     /// Its JobManager connection ended while it ran (see `drop_all_work`): cancelled, its end
     /// reported to nobody, its slot held until it has ended.
     orphaned: bool,
+    /// The job's artifacts it holds in the cache.
+    artifacts: Arc<[crate::job::artifact::JobArtifact]>,
 }
 
 /// See the module docs.
@@ -175,6 +179,8 @@ pub struct TaskManager {
     /// Told why, when the TaskManager stops on its own (a refused registration): the
     /// `flint taskmanager` process then exits with that reason.
     fatal_error: Option<tokio::sync::oneshot::Sender<String>>,
+    /// Copies of the artifacts of the jobs running here.
+    blob_cache: blob_cache::BlobCache,
 }
 
 /// Times a batch of state changes is sent before the TaskManager gives up on it (by then the
@@ -213,6 +219,9 @@ impl TaskManager {
             .spec
             .working_dir
             .join(settings.resource_id.as_str());
+        let blob_cache = blob_cache::BlobCache::open(
+            &(settings.spec.working_dir).join(format!("{}.blobs", settings.resource_id)),
+        );
         let mut session_rng = env.rng("task-manager-session");
         let address = env.address_of(&Self::name_of(&settings.resource_id));
         Self {
@@ -248,6 +257,7 @@ impl TaskManager {
             awaiting_registration: Vec::new(),
             deferred_attempt: None,
             fatal_error: None,
+            blob_cache,
         }
     }
 
@@ -361,8 +371,10 @@ impl TaskManager {
                 io: TaskIoSnapshot::default(),
                 cancelled_at: None,
                 orphaned: false,
+                artifacts: descriptor.artifacts.clone(),
             },
         );
+        let artifacts = self.acquire_artifacts(job_id, &descriptor.artifacts, ctx);
         let name = format!(
             "{} ({}/{})",
             descriptor.vertex_name,
@@ -423,6 +435,7 @@ impl TaskManager {
             working_dir: self.partitions.working_dir().to_owned(),
             managed_memory: self.settings.spec.managed_memory
                 / u64::from(self.settings.spec.slots.max(1)),
+            artifacts,
         };
         let done = ctx.address().recipient::<TaskEnded>();
         self.env.task_runner.run(
@@ -603,6 +616,7 @@ impl Handler<TaskEnded> for TaskManager {
         };
         // Its final state says it ran.
         self.unreported_running.remove(&msg.attempt);
+        self.release_artifacts(task.job_id, &task.artifacts, ctx);
         let io = task
             .metrics
             .sample(self.env.clock.now_millis(), &mut task.last_sample);
@@ -813,6 +827,7 @@ impl Actor for TaskManager {
         for partition in self.partitions.partition_ids() {
             self.partitions.release(partition);
         }
+        self.blob_cache.remove_all();
         Running::Stop
     }
 }

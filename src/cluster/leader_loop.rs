@@ -76,6 +76,8 @@ pub struct LeaderTerms<'a> {
     /// The job result store's directory (`high-availability.storageDir/job-result-store/CLUSTER`),
     /// read afresh by each leadership.
     pub job_results: &'a Path,
+    /// The artifacts every leadership serves (in `high-availability.storageDir`).
+    pub blobs: Option<crate::env::blob_store::BlobStore>,
 }
 
 /// Why the leader loop ended.
@@ -171,6 +173,7 @@ pub async fn run_leader_loop<E: LeaderElectionService, P: JobGraphPointers + Clo
             JobStores {
                 job_graphs: std::rc::Rc::new(store.clone()),
                 job_results,
+                blobs: terms.blobs.clone(),
             },
         );
         let info = LeaderInformation {

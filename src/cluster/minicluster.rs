@@ -47,6 +47,9 @@ pub enum MiniClusterError {
     /// The private working directory (spill files) could not be created.
     #[error(transparent)]
     WorkingDir(#[from] crate::env::working_dir::WorkingDirError),
+    /// The artifact store could not be opened, or an artifact stored.
+    #[error(transparent)]
+    Blob(#[from] crate::env::blob_store::BlobError),
     /// `start` was called outside a running actix System.
     #[error("the mini-cluster must be started inside a running actix System (e.g. #[actix::main])")]
     NoSystem,
@@ -175,6 +178,8 @@ pub struct MiniCluster {
     leader_session_id: LeaderSessionId,
     /// The TaskManagers' spill directory (0700), removed when the cluster is dropped.
     working_dir: crate::env::working_dir::WorkingDir,
+    /// The JobManager's artifact store, in the working directory.
+    blobs: crate::env::blob_store::BlobStore,
 }
 
 impl MiniCluster {
@@ -226,7 +231,17 @@ impl MiniCluster {
             env.clone(),
         );
         let workers = driver.workers();
-        let node = start_job_manager_node(&config, registry, env, Box::new(driver));
+        let blobs = crate::env::blob_store::BlobStore::open(
+            &working_dir.path().join("blobs"),
+            config.blob.max_size,
+        )?;
+        let node = start_job_manager_node(
+            &config,
+            registry,
+            env,
+            Box::new(driver),
+            Some(blobs.clone()),
+        );
         let (job_manager, resource_manager, leader_session_id) = (
             node.job_manager,
             node.resource_manager,
@@ -244,6 +259,35 @@ impl MiniCluster {
             events,
             leader_session_id,
             working_dir,
+            blobs,
+        })
+    }
+
+    /// Stores the file at `path` as an artifact jobs can ship ([`JobGraphBuilder::artifact`](
+    /// crate::job::graph::JobGraphBuilder::artifact)), as `POST /artifacts` does for a process
+    /// cluster; `executable` makes the TaskManagers' copies executable (a program a `process`
+    /// vertex runs).
+    pub fn upload_artifact(
+        &self,
+        path: &std::path::Path,
+        executable: bool,
+    ) -> Result<crate::job::artifact::JobArtifact, MiniClusterError> {
+        let name = (path.file_name().and_then(|name| name.to_str()))
+            .unwrap_or_default()
+            .to_owned();
+        let file = std::fs::File::open(path).map_err(|source| {
+            crate::env::blob_store::BlobError::Io {
+                operation: "open",
+                path: path.to_owned(),
+                source,
+            }
+        })?;
+        let info = self.blobs.put(file, None)?;
+        Ok(crate::job::artifact::JobArtifact {
+            name,
+            digest: info.digest,
+            size: info.size,
+            executable,
         })
     }
 

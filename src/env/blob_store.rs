@@ -136,6 +136,38 @@ impl BlobStore {
         Ok((file, size))
     }
 
+    /// Reads up to `length` bytes of `key` from `offset` (fewer only at its end), with the
+    /// artifact's whole size: how a TaskManager's fetch is served, one chunk per ask.
+    pub fn read_chunk(
+        &self,
+        key: &BlobKey,
+        offset: u64,
+        length: usize,
+    ) -> Result<(Vec<u8>, u64), BlobError> {
+        use std::os::unix::fs::FileExt;
+        let (file, size) = self.open_blob(key)?;
+        let wanted = usize::try_from(size.saturating_sub(offset)).map_or(length, |left| left.min(length));
+        let mut bytes = vec![0; wanted];
+        file.read_exact_at(&mut bytes, offset)
+            .map_err(|source| io_error("read", &self.path_of(key), source))?;
+        Ok((bytes, size))
+    }
+
+    /// Removes every artifact and temporary file: a TaskManager's cache at start-up, whose
+    /// files belong to an earlier incarnation that no job holds any more.
+    pub fn clear(&self) -> Result<(), BlobError> {
+        let entries = fs::read_dir(&self.dir).map_err(|source| io_error("list", &self.dir, source))?;
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if let Err(source) = fs::remove_file(&path)
+                && source.kind() != io::ErrorKind::NotFound
+            {
+                return Err(io_error("remove", &path, source));
+            }
+        }
+        Ok(())
+    }
+
     /// Starts an upload; see [`BlobUpload`].
     pub fn upload(&self) -> Result<BlobUpload, BlobError> {
         let mut rng = NodeRng::from_entropy();
@@ -321,6 +353,32 @@ mod tests {
             .collect();
         names.sort();
         names
+    }
+
+    #[test]
+    fn chunks_read_back_the_artifact_and_clear_empties_the_store() {
+        let dir = scratch("chunks");
+        let store = BlobStore::open(&dir, 1 << 20).unwrap();
+        let bytes: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8).collect();
+        let info = store.put(&bytes[..], None).unwrap();
+        let mut read = Vec::new();
+        while (read.len() as u64) < info.size {
+            let (chunk, size) = store.read_chunk(&info.digest, read.len() as u64, 4096).unwrap();
+            assert_eq!(size, 10_000);
+            assert!(!chunk.is_empty() && chunk.len() <= 4096);
+            read.extend_from_slice(&chunk);
+        }
+        assert_eq!(read, bytes);
+        let (past, _) = store.read_chunk(&info.digest, 20_000, 4096).unwrap();
+        assert!(past.is_empty());
+        let missing = BlobKey::of(b"never stored");
+        assert!(matches!(
+            store.read_chunk(&missing, 0, 1),
+            Err(BlobError::NotFound { .. })
+        ));
+        store.clear().unwrap();
+        assert!(files_in(&dir).is_empty());
+        fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

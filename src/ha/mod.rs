@@ -72,6 +72,8 @@ pub struct JobStores {
     pub job_graphs: std::rc::Rc<dyn JobGraphWriter>,
     /// Results are kept here when jobs end.
     pub job_results: JobResultStore,
+    /// The artifacts jobs ship, served to TaskManagers (`None`: jobs cannot ship any).
+    pub blobs: Option<crate::env::blob_store::BlobStore>,
 }
 
 impl JobStores {
@@ -80,6 +82,7 @@ impl JobStores {
         Self {
             job_graphs: std::rc::Rc::new(NoJobGraphs),
             job_results: JobResultStore::in_memory(),
+            blobs: None,
         }
     }
 }

@@ -46,6 +46,9 @@ pub struct TaskDeploymentDescriptor {
     pub inputs: Vec<InputGateDeploymentDescriptor>,
     /// One partition per outgoing edge.
     pub outputs: Vec<ResultPartitionDeploymentDescriptor>,
+    /// The job's artifacts: the TaskManager fetches each (once) before the task starts and
+    /// gives the task their local paths (shared by the job's descriptors).
+    pub artifacts: Arc<[crate::job::artifact::JobArtifact]>,
 }
 
 /// Where one incoming edge's data comes from.

@@ -58,6 +58,8 @@ protocol! {
         disconnect_task_manager: DisconnectTaskManager,
         /// Report the registered TaskManagers.
         get_status: GetJobManagerStatus,
+        /// A TaskManager reads a piece of a job's artifact.
+        fetch_blob: FetchBlob,
     }
 }
 
@@ -870,4 +872,55 @@ pub struct DisconnectTaskManager {
     pub resource_id: ResourceId,
     /// Its registration.
     pub instance_id: InstanceId,
+}
+
+/// The most bytes one [`FetchBlob`] answer carries: large enough that a transfer is a handful
+/// of round trips per 100 MB (with [`FETCH_BLOB_WINDOW`] asks in flight), small enough that a
+/// chunk never holds up a connection's other frames for long (the frame limit is 16 MiB).
+pub const FETCH_BLOB_CHUNK: u32 = 1 << 20;
+
+/// How many [`FetchBlob`] asks a TaskManager keeps in flight per artifact: enough to hide the
+/// round trip behind the transfer.
+pub const FETCH_BLOB_WINDOW: usize = 4;
+
+/// A TaskManager reads `length` bytes of a stored artifact from `offset` (Flink's
+/// `BlobServer` GET, in chunks over the authenticated transport rather than a socket of its
+/// own). Answered from the JobManager's blob store, off the actor's thread.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Message)]
+#[rtype(result = "Result<BlobChunk, BlobFetchError>")]
+pub struct FetchBlob {
+    /// The artifact's SHA-256.
+    pub digest: crate::base::blob_key::BlobKey,
+    /// Where to start reading.
+    pub offset: u64,
+    /// How many bytes at most (capped at [`FETCH_BLOB_CHUNK`]).
+    pub length: u32,
+}
+
+/// A piece of an artifact.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BlobChunk {
+    /// The artifact's whole size, so the reader knows when it is done.
+    pub size: u64,
+    /// The bytes from the asked offset: fewer than asked only at the end.
+    pub bytes: crate::messages::buffer::Buffer,
+}
+
+/// Why a [`FetchBlob`] was not answered with bytes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+pub enum BlobFetchError {
+    /// This JobManager keeps no artifacts (an embedded cluster without a store).
+    #[error("the JobManager keeps no artifacts")]
+    NoStore,
+    /// Not stored here.
+    #[error("artifact {0} is not stored at the JobManager")]
+    NotFound(crate::base::blob_key::BlobKey),
+    /// Reading the store failed.
+    #[error("reading artifact {digest} failed: {message}")]
+    Io {
+        /// The artifact.
+        digest: crate::base::blob_key::BlobKey,
+        /// The error, as text.
+        message: String,
+    },
 }

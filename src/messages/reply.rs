@@ -8,7 +8,7 @@ use crate::base::ids::JobId;
 use crate::job::states::JobStatus;
 use crate::messages::common::Acknowledge;
 use crate::messages::job_manager::{
-    HeartbeatResponse, IdleTaskManagersReleased, JobDetails, JobError, JobManagerStatus,
+    BlobChunk, BlobFetchError, HeartbeatResponse, IdleTaskManagersReleased, JobDetails, JobError, JobManagerStatus,
     JobResults, JobSummary, RegistrationResponse, ResourceManagerHeartbeatResponse,
 };
 use crate::messages::resource_manager::{
@@ -123,6 +123,8 @@ replies! {
     RequestJobResults(Result<JobResults, JobError>),
     /// To `ListJobs`.
     ListJobs(Vec<JobSummary>),
+    /// To `FetchBlob`.
+    FetchBlob(Result<BlobChunk, BlobFetchError>),
     /// To `SetWorkerPoolSize`.
     SetWorkerPoolSize(Result<Acknowledge, SetPoolSizeError>),
     /// To `GetResourceManagerStatus`.

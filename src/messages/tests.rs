@@ -346,6 +346,12 @@ pub(crate) fn job_manager_samples() -> Vec<JobManagerMessage> {
         }
         .into(),
         ListJobs.into(),
+        FetchBlob {
+            digest: crate::base::blob_key::BlobKey::of(b"artifact"),
+            offset: 1 << 20,
+            length: 4096,
+        }
+        .into(),
         UpdateTaskExecutionStates {
             states: vec![
                 TaskExecutionState {
@@ -438,6 +444,12 @@ pub(crate) fn descriptor() -> TaskDeploymentDescriptor {
             subpartitions: 1,
             retained: false,
         }],
+        artifacts: std::sync::Arc::from([crate::job::artifact::JobArtifact {
+            name: "tokenize.py".into(),
+            digest: crate::base::blob_key::BlobKey::of(b"print()"),
+            size: 7,
+            executable: true,
+        }]),
     }
 }
 
@@ -458,6 +470,7 @@ fn job_manager_variant(message: &JobManagerMessage) -> usize {
         M::UpdateTaskExecutionStates(_) => 11,
         M::DisconnectTaskManager(_) => 12,
         M::RequestJobResults(_) => 13,
+        M::FetchBlob(_) => 14,
     }
 }
 
@@ -582,7 +595,7 @@ fn every_resource_manager_message_round_trips() {
 #[test]
 fn every_job_manager_message_round_trips() {
     let samples = job_manager_samples();
-    assert_covers(&samples, job_manager_variant, 14);
+    assert_covers(&samples, job_manager_variant, 15);
     samples.iter().for_each(round_trip);
 }
 

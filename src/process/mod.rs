@@ -371,8 +371,14 @@ pub async fn run_job_manager(
         remove_after_children(dir).await;
         return outcome;
     }
-    let node = start_job_manager_node(&config, options.registry.clone(), env, make_driver());
     let blobs = BlobStore::open(&dir.path().join("blobs"), config.blob.max_size)?;
+    let node = start_job_manager_node(
+        &config,
+        options.registry.clone(),
+        env,
+        make_driver(),
+        Some(blobs.clone()),
+    );
     let state = RestState::new(
         JobManagerGateway::of(&node.job_manager),
         ResourceManagerGateway::of(&node.resource_manager),
@@ -433,7 +439,7 @@ async fn run_high_availability(
     let blobs = BlobStore::open(&storage_dir.join("blobs"), ha.config.blob.max_size)?;
     let state = RestState::with_leader(switch.clone(), ha.config.resourcemanager.max_pool_size)
         .with_job_graph_store(store.clone())
-        .with_blob_store(blobs);
+        .with_blob_store(blobs.clone());
     let mut rest = rest.serve(state)?;
     let rest_url = rest.url();
     switch.set_own_url(rest_url.clone());
@@ -453,6 +459,7 @@ async fn run_high_availability(
         make_driver: ha.make_driver,
         registry: ha.registry,
         job_results: &job_results,
+        blobs: Some(blobs),
     };
     let election = ZooKeeperLeaderElection::with_client(ha.settings, ha.client);
     let stop = async {

@@ -297,6 +297,7 @@ impl SimCluster {
                 super::program::registry(),
                 env,
                 Box::new(driver),
+                None,
             );
             let _ = ready.send(node);
             // The endpoint lives as long as the node.

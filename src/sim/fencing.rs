@@ -199,5 +199,6 @@ fn stray_task(
         allocation_id,
         inputs: Vec::new(),
         outputs: Vec::new(),
+        artifacts: std::sync::Arc::from([]),
     }
 }

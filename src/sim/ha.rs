@@ -395,6 +395,7 @@ impl Shared {
                 make_driver: &make_driver,
                 registry: super::program::registry(),
                 job_results: &job_results,
+                blobs: None,
             };
             let election = shared.coordination.election(index);
             run_leader_loop(election, terms, &store, &switch, std::future::pending()).await;

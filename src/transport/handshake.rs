@@ -117,7 +117,9 @@ pub const SECRET_ENV: &str = "FLINT_SECRET";
 ///    an earlier leader (`RegisterTaskManager::partitions`); a subtask's details say whether a
 ///    new leader took it back (`restored`).
 /// 14: a job graph names the artifacts it ships (`JobGraph::artifacts`).
-pub const PROTOCOL_VERSION: u32 = 14;
+/// 15: a TaskManager fetches a job's artifacts from the JobManager (`FetchBlob`); a task's
+///    descriptor names them (`TaskDeploymentDescriptor::artifacts`).
+pub const PROTOCOL_VERSION: u32 = 15;
 
 /// The largest handshake message, in bytes (after the length prefix). A `Hello` with a sensible
 /// node id is under 200 bytes; the limit stops a peer (or a stray HTTP client) from making us

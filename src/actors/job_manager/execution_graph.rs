@@ -195,6 +195,8 @@ pub struct ExecutionGraph {
     cancel_suspects: BTreeMap<ResourceId, BTreeSet<ExecutionAttemptId>>,
     /// Each vertex's name, operator and configuration as its descriptors share them.
     vertex_parts: Vec<VertexParts>,
+    /// The job's artifacts, as its descriptors share them.
+    artifacts: Arc<[crate::job::artifact::JobArtifact]>,
     /// All-to-all producer lists by edge, shared by every consumer (even across regions, as
     /// with blocking edges) until a producer changes (a restart or a lost TaskManager).
     gates: BTreeMap<u32, SharedProducers>,
@@ -335,6 +337,7 @@ impl ExecutionGraph {
                     config: Arc::new(v.config.clone()),
                 })
                 .collect(),
+            artifacts: graph.artifacts.clone().into(),
             suspects: BTreeMap::new(),
             cancel_suspects: BTreeMap::new(),
             rng,

@@ -138,6 +138,7 @@ mod tests {
                 })
                 .collect(),
             outputs: Vec::new(),
+            artifacts: Arc::from([]),
         }
     }
 

@@ -85,6 +85,9 @@ pub struct TaskEnvironment {
     pub working_dir: std::path::PathBuf,
     /// The task's share of managed memory (`taskmanager.memory.managed.size` / slots), bytes.
     pub managed_memory: u64,
+    /// The job's artifacts, as the TaskManager's cache fetches them: the task waits for each
+    /// before its operator runs.
+    pub artifacts: Vec<super::blob_cache::ArtifactHandle>,
 }
 
 /// Runs the task to its end, waiting only through `blocker`. Never panics: operator panics
@@ -151,6 +154,47 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
         .unwrap_or_else(|| "(no message)".to_owned())
 }
 
+/// Waits until every artifact of the job is in the TaskManager's cache (a cancellation cuts
+/// the wait short): their local paths by name, or why one could not be fetched.
+fn wait_for_artifacts(
+    env: &TaskEnvironment,
+    blocker: &dyn TaskBlocker,
+) -> Result<std::collections::BTreeMap<String, std::path::PathBuf>, OperatorError> {
+    use super::blob_cache::FetchState;
+    let mut paths = std::collections::BTreeMap::new();
+    for handle in &env.artifacts {
+        let mut state = handle.state.clone();
+        let cancelled = env.cancelled.clone();
+        let settled = async move {
+            let cancel = std::future::poll_fn(|cx| {
+                if cancelled.poll_cancelled(cx) {
+                    std::task::Poll::Ready(())
+                } else {
+                    std::task::Poll::Pending
+                }
+            });
+            tokio::select! {
+                biased;
+                () = cancel => {}
+                _ = state.wait_for(|state| *state != FetchState::Fetching) => {}
+            }
+        };
+        if !blocker.wait(Box::pin(settled)) {
+            return Err(OperatorError::Cancelled);
+        }
+        check_cancelled(&env.cancelled)?;
+        match &*handle.state.borrow() {
+            FetchState::Ready(path) => {
+                paths.insert(handle.name.clone(), path.clone());
+            }
+            FetchState::Failed(why) => return Err(OperatorError::Failed(why.clone())),
+            // The cache was dropped with the fetch unfinished (the TaskManager is stopping).
+            FetchState::Fetching => return Err(OperatorError::Cancelled),
+        }
+    }
+    Ok(paths)
+}
+
 /// Creates the task's output partitions; the TaskManager does it when it accepts the task, so
 /// consumers deployed beside the producer find them as early as possible. A blocking one is
 /// written to disk; a pipelined one holds
@@ -193,6 +237,7 @@ fn run(
         parallelism: d.parallelism,
     };
     let mut operator = env.registry.create(&spec)?;
+    let artifacts = wait_for_artifacts(&env, blocker)?;
     let gate_floor = env.gate_floor.split(u64::MAX);
     let mut io = Io {
         inputs: Inputs {
@@ -224,6 +269,7 @@ fn run(
         env: &env,
         blocker,
         result: None,
+        artifacts,
     };
     let result = operator
         .run(&mut io)
@@ -242,6 +288,8 @@ struct Io<'a> {
     inputs: Inputs<'a>,
     outputs: Outputs<'a>,
     result: Option<Vec<u8>>,
+    /// The job's artifacts on this TaskManager, by name.
+    artifacts: std::collections::BTreeMap<String, std::path::PathBuf>,
 }
 
 /// The task's input gate, and the buffer being read record by record for [`TaskIo::next`]:
@@ -384,7 +432,7 @@ impl TaskIo for Io<'_> {
             vertex: self.env.descriptor.vertex_name.to_string(),
             spill_dir: Some(self.env.working_dir.clone()),
             managed_memory: self.env.managed_memory,
-            artifacts: std::collections::BTreeMap::new(),
+            artifacts: self.artifacts.clone(),
         }
     }
 

@@ -560,6 +560,7 @@ fn sleeping_task(
         allocation_id: crate::base::ids::AllocationId::from_u128(allocation),
         inputs: vec![],
         outputs: vec![],
+        artifacts: Arc::from([]),
     }
 }
 

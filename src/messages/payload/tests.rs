@@ -174,6 +174,7 @@ fn job_manager_answer(message: &JobManagerMessage) -> &'static str {
         M::UpdateTaskExecutionStates(m) => answer_of(m),
         M::DisconnectTaskManager(m) => answer_of(m),
         M::GetJobManagerStatus(m) => answer_of(m),
+        M::FetchBlob(m) => answer_of(m),
     }
 }
 
@@ -227,6 +228,7 @@ fn reply_variant(reply: &Reply) -> &'static str {
         Reply::RequestJobStatus(_) => "RequestJobStatus",
         Reply::RequestJobResults(_) => "RequestJobResults",
         Reply::ListJobs(_) => "ListJobs",
+        Reply::FetchBlob(_) => "FetchBlob",
         Reply::SetWorkerPoolSize(_) => "SetWorkerPoolSize",
         Reply::ResourceManagerStatus(_) => "ResourceManagerStatus",
         Reply::TaskManagerStatus(_) => "TaskManagerStatus",
@@ -236,7 +238,7 @@ fn reply_variant(reply: &Reply) -> &'static str {
     }
 }
 
-const REPLY_VARIANTS: usize = 19;
+const REPLY_VARIANTS: usize = 20;
 
 #[test]
 fn every_reply_variant_has_a_sample_and_answers_some_ask() {

@@ -107,6 +107,7 @@ impl ExecutionGraph {
             allocation_id,
             inputs,
             outputs,
+            artifacts: self.artifacts.clone(),
         })
     }
 }

@@ -138,6 +138,7 @@ fn descriptor(
             }]
         },
         outputs,
+        artifacts: Arc::from([]),
     }
 }
 
@@ -160,6 +161,7 @@ fn task(
         clock: Arc::new(crate::base::clock::SystemClock),
         working_dir: std::env::temp_dir(),
         managed_memory: 64 << 20,
+        artifacts: Vec::new(),
     };
     (env, cancelled)
 }
