@@ -227,9 +227,24 @@ fn a_new_leader_serves_the_artifacts_uploaded_to_the_old_one() {
         "{listed:?}"
     );
 
-    // A job naming it is accepted by the new leader, and runs.
+    // A job reading it is accepted by the new leader, and its TaskManager fetches it from
+    // there: the sink writes the shipped line back out.
+    let output = cluster.dir.join("after-failover-out");
     let mut graph = flint::job::graph::JobGraph::builder("after-failover");
-    graph.vertex("v", "noop", 1);
+    let source = graph
+        .vertex("read", "text-source", 1)
+        .config("artifact", "data.txt")
+        .index();
+    let sink = graph
+        .vertex("write", "file-sink", 1)
+        .config("path", output.display().to_string())
+        .index();
+    graph.edge(
+        source,
+        sink,
+        flint::job::graph::DistributionPattern::Forward,
+        flint::job::graph::ExchangeMode::Pipelined,
+    );
     let mut json = serde_json::to_value(graph.build(|_| true).unwrap()).unwrap();
     json["artifacts"] =
         serde_json::json!([{"name": "data.txt", "digest": digest, "size": bytes.len()}]);
@@ -252,4 +267,77 @@ fn a_new_leader_serves_the_artifacts_uploaded_to_the_old_one() {
     // Its details name what it shipped.
     assert_eq!(done["artifacts"][0]["name"], "data.txt", "{done:#}");
     assert_eq!(done["artifacts"][0]["digest"], digest.as_str());
+    let written = std::fs::read_to_string(output.join("part-00000")).unwrap();
+    assert!(written.contains("shipped before the failover"), "{written}");
+}
+
+/// WordCount whose text ships with the job: four source tasks on two TaskManagers, each
+/// TaskManager fetching the file once; the counts equal a sequential count of the file.
+#[test]
+fn a_shipped_input_is_fetched_once_per_task_manager_and_counted_exactly() {
+    let dir = scratch("artifacts-wordcount");
+    let args = [
+        "--bind",
+        "127.0.0.1:0",
+        "--rest",
+        "127.0.0.1:0",
+        "--pool-size",
+        "2",
+        "--slots",
+        "2",
+    ];
+    let jm = JobManagerChild::start(&args, &dir, "");
+    let url = jm.url();
+    let mut text = String::new();
+    for i in 0..20_000u32 {
+        text.push_str(&format!("word{} The quick, brown fox {}\n", i % 97, i % 13));
+    }
+    let input = write(&dir, "words.txt", text.as_bytes());
+    let output = dir.join("counts");
+    let job = write(
+        &dir,
+        "job.toml",
+        format!(
+            "name = \"shipped-wordcount\"\n\
+             [[vertex]]\nname = \"source\"\noperator = \"text-source\"\nparallelism = 4\n\
+             [vertex.config]\nartifact = \"words.txt\"\n\
+             [[vertex]]\nname = \"tokenize\"\noperator = \"tokenize\"\nparallelism = 4\n\
+             [[vertex]]\nname = \"count\"\noperator = \"count-by-key\"\nparallelism = 2\n\
+             [[vertex]]\nname = \"sink\"\noperator = \"file-sink\"\nparallelism = 2\n\
+             [vertex.config]\npath = \"{}\"\n\
+             [[edge]]\nfrom = \"source\"\nto = \"tokenize\"\npattern = \"forward\"\n\
+             [[edge]]\nfrom = \"tokenize\"\nto = \"count\"\npattern = \"all-to-all\"\n\
+             [[edge]]\nfrom = \"count\"\nto = \"sink\"\npattern = \"forward\"\n",
+            output.display()
+        )
+        .as_bytes(),
+    );
+    let run = run_with(&url, &input, &job);
+    assert!(run.status.success(), "{run:?}\n{}", jm.log());
+    let expected = flint::operators::builtin::sequential_word_count(&input).unwrap();
+    let counted = common::read_counts(&output);
+    assert_eq!(counted, expected);
+    // Four source tasks on two TaskManagers: the file crossed the network once per
+    // TaskManager that ran one, never once per task.
+    let metrics = request(
+        &agent(),
+        "GET",
+        &format!("{url}/metrics"),
+        None,
+        local_bearer().as_deref(),
+    )
+    .expect(200)
+    .body;
+    let served: u64 = (metrics.lines())
+        .find_map(|line| line.strip_prefix("flint_blob_served_bytes_total "))
+        .and_then(|value| value.trim().parse::<f64>().ok())
+        .unwrap_or_else(|| panic!("no flint_blob_served_bytes_total in\n{metrics}"))
+        as u64;
+    let size = text.len() as u64;
+    assert!(
+        served == size || served == 2 * size,
+        "{served} bytes served for a {size}-byte artifact"
+    );
+    drop(jm);
+    let _ = std::fs::remove_dir_all(&dir);
 }

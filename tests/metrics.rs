@@ -15,7 +15,7 @@ use common::rest::{
 use common::scratch;
 
 /// Every metric of the contract and its type.
-const CONTRACT: [(&str, &str); 21] = [
+const CONTRACT: [(&str, &str); 22] = [
     ("flint_pool_designated", "gauge"),
     ("flint_pool_demand", "gauge"),
     ("flint_pool_target", "gauge"),
@@ -29,6 +29,7 @@ const CONTRACT: [(&str, &str); 21] = [
     ("flint_jobs", "gauge"),
     ("flint_task_restarts_total", "counter"),
     ("flint_heartbeat_timeouts_total", "counter"),
+    ("flint_blob_served_bytes_total", "counter"),
     ("flint_transport_messages_total", "counter"),
     ("flint_transport_bytes_total", "counter"),
     ("flint_transport_rejected_connections_total", "counter"),

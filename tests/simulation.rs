@@ -219,17 +219,17 @@ fn every_invariant_holds_over_the_programs_sweep() {
         Some("FLINT_SIM_PROGRAMS_SEED={seed} cargo test --test simulation -- --nocapture programs"),
         &reports,
     );
-    let finished = reports
-        .iter()
-        .flat_map(|r| &r.jobs)
-        .filter(|(kind, status)| {
-            *kind == JobKind::TypedJoin && *status == Some(JobStatus::Finished)
-        })
-        .count();
-    assert!(
-        count < 10 || finished > 0,
-        "no typed join finished in {count} seeds"
-    );
+    for wanted in [JobKind::TypedJoin, JobKind::ShippedWordCount] {
+        let finished = reports
+            .iter()
+            .flat_map(|r| &r.jobs)
+            .filter(|(kind, status)| *kind == wanted && *status == Some(JobStatus::Finished))
+            .count();
+        assert!(
+            count < 10 || finished > 0,
+            "no {wanted:?} job finished in {count} seeds"
+        );
+    }
 }
 
 /// The data plane among the faults: producers silent for minutes of virtual time, slow

@@ -113,6 +113,19 @@ impl Cluster {
         body["id"].as_str().expect("an id").to_owned()
     }
 
+    /// `POST /artifacts` of `bytes`: the stored artifact's digest (hex).
+    pub fn upload(&self, bytes: &[u8]) -> String {
+        let mut answer = self
+            .agent
+            .post(&format!("{}/artifacts", self.url))
+            .header("Content-Type", "application/octet-stream")
+            .header("Authorization", &format!("Bearer {TOKEN}"))
+            .send(bytes)
+            .expect("POST /artifacts answers");
+        let body: Value = answer.body_mut().read_json().expect("JSON");
+        body["digest"].as_str().expect("a digest").to_owned()
+    }
+
     /// `POST /jobs`; the job's id.
     pub fn submit(&self, graph: &JobGraph) -> String {
         self.submit_json(&serde_json::to_string(graph).expect("a graph as JSON"))

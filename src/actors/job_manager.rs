@@ -138,6 +138,8 @@ pub struct JobManager {
     batch_recovery: batch_recovery::BatchRecovery,
     /// The artifacts jobs ship (see `blob_server`).
     blobs: Option<crate::env::blob_store::BlobStore>,
+    /// Artifact bytes sent to TaskManagers.
+    blob_bytes_served: u64,
 }
 
 /// The resource manager registered here, watched by heartbeat like a TaskManager.
@@ -188,6 +190,7 @@ impl JobManager {
             lease: LeadershipLease::unbounded(),
             batch_recovery: batch_recovery::BatchRecovery::default(),
             blobs: None,
+            blob_bytes_served: 0,
         }
     }
 
@@ -510,6 +513,7 @@ impl JobManager {
             task_managers,
             heartbeat_timeouts: self.heartbeat_timeouts,
             task_restarts: self.task_restarts,
+            blob_bytes_served: self.blob_bytes_served,
             mailbox: MailboxFigures {
                 max_handle_us: self.mailbox.longest_handler().0,
                 longest_handler: self.mailbox.longest_handler().1.to_owned(),

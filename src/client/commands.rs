@@ -214,12 +214,18 @@ impl Client {
             })?
             .to_owned();
         let digest = sha256_of_file(path).map_err(|e| failed(e.to_string()))?;
+        // Executable on the TaskManagers exactly when it is for its owner here (as `rsync`,
+        // `tar` and Ray's `working_dir` keep the bit): a script or program a `process` vertex
+        // runs is marked so by `chmod +x`, data never is.
+        let executable = std::fs::metadata(path)
+            .map(|meta| std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o100 != 0)
+            .map_err(|e| failed(e.to_string()))?;
         let stored = self.rest.upload_artifact(path, &digest)?;
         Ok(JobArtifact {
             name,
             digest: stored.value.digest,
             size: stored.value.size,
-            executable: false,
+            executable,
         })
     }
 

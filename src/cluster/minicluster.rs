@@ -275,13 +275,12 @@ impl MiniCluster {
         let name = (path.file_name().and_then(|name| name.to_str()))
             .unwrap_or_default()
             .to_owned();
-        let file = std::fs::File::open(path).map_err(|source| {
-            crate::env::blob_store::BlobError::Io {
+        let file =
+            std::fs::File::open(path).map_err(|source| crate::env::blob_store::BlobError::Io {
                 operation: "open",
                 path: path.to_owned(),
                 source,
-            }
-        })?;
+            })?;
         let info = self.blobs.put(file, None)?;
         Ok(crate::job::artifact::JobArtifact {
             name,

@@ -146,7 +146,8 @@ impl BlobStore {
     ) -> Result<(Vec<u8>, u64), BlobError> {
         use std::os::unix::fs::FileExt;
         let (file, size) = self.open_blob(key)?;
-        let wanted = usize::try_from(size.saturating_sub(offset)).map_or(length, |left| left.min(length));
+        let wanted =
+            usize::try_from(size.saturating_sub(offset)).map_or(length, |left| left.min(length));
         let mut bytes = vec![0; wanted];
         file.read_exact_at(&mut bytes, offset)
             .map_err(|source| io_error("read", &self.path_of(key), source))?;
@@ -156,7 +157,8 @@ impl BlobStore {
     /// Removes every artifact and temporary file: a TaskManager's cache at start-up, whose
     /// files belong to an earlier incarnation that no job holds any more.
     pub fn clear(&self) -> Result<(), BlobError> {
-        let entries = fs::read_dir(&self.dir).map_err(|source| io_error("list", &self.dir, source))?;
+        let entries =
+            fs::read_dir(&self.dir).map_err(|source| io_error("list", &self.dir, source))?;
         for entry in entries.flatten() {
             let path = entry.path();
             if let Err(source) = fs::remove_file(&path)
@@ -363,7 +365,9 @@ mod tests {
         let info = store.put(&bytes[..], None).unwrap();
         let mut read = Vec::new();
         while (read.len() as u64) < info.size {
-            let (chunk, size) = store.read_chunk(&info.digest, read.len() as u64, 4096).unwrap();
+            let (chunk, size) = store
+                .read_chunk(&info.digest, read.len() as u64, 4096)
+                .unwrap();
             assert_eq!(size, 10_000);
             assert!(!chunk.is_empty() && chunk.len() <= 4096);
             read.extend_from_slice(&chunk);

@@ -349,6 +349,8 @@ pub struct JobManagerStatus {
     /// Task attempts started again by failover since start: each task of a restarted region
     /// counts once per restart (for `flint_task_restarts_total`).
     pub task_restarts: u64,
+    /// Artifact bytes sent to TaskManagers since start (for `flint_blob_served_bytes_total`).
+    pub blob_bytes_served: u64,
     /// How long the JobManager's messages take.
     pub mailbox: MailboxFigures,
     /// Tasks waiting for slots (in queued region bulks).

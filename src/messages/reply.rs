@@ -8,8 +8,9 @@ use crate::base::ids::JobId;
 use crate::job::states::JobStatus;
 use crate::messages::common::Acknowledge;
 use crate::messages::job_manager::{
-    BlobChunk, BlobFetchError, HeartbeatResponse, IdleTaskManagersReleased, JobDetails, JobError, JobManagerStatus,
-    JobResults, JobSummary, RegistrationResponse, ResourceManagerHeartbeatResponse,
+    BlobChunk, BlobFetchError, HeartbeatResponse, IdleTaskManagersReleased, JobDetails, JobError,
+    JobManagerStatus, JobResults, JobSummary, RegistrationResponse,
+    ResourceManagerHeartbeatResponse,
 };
 use crate::messages::resource_manager::{
     RegisterResourceManagerSuccessful, ResourceManagerStatus, SetPoolSizeError,

@@ -154,6 +154,7 @@ pub(crate) fn job_manager_status() -> JobManagerStatus {
         }],
         heartbeat_timeouts: 1,
         task_restarts: 2,
+        blob_bytes_served: 3 << 20,
         mailbox: MailboxFigures {
             max_handle_us: 3,
             longest_handler: "SubmitJob".into(),

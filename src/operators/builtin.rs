@@ -212,14 +212,49 @@ fn pass_at_most(io: &mut dyn TaskIo, limit: u64) -> Result<(), OperatorError> {
 // text-source
 
 fn text_source(spec: &OperatorSpec<'_>) -> Result<Box<dyn Operator>, OperatorError> {
-    Ok(Box::new(TextSource {
-        path: PathBuf::from(required(spec, "path")?),
-    }))
+    let input = match (spec.config.get("path"), spec.config.get("artifact")) {
+        (Some(_), Some(_)) => {
+            return Err(config_error(
+                spec,
+                "give `path` or `artifact`, not both".to_owned(),
+            ));
+        }
+        (None, Some(_)) => TextInput::Artifact(required(spec, "artifact")?.to_owned()),
+        _ => TextInput::Path(PathBuf::from(required(spec, "path")?)),
+    };
+    Ok(Box::new(TextSource { input }))
 }
 
 /// Reads the lines whose first byte lies in this subtask's byte range of the file.
 struct TextSource {
-    path: PathBuf,
+    input: TextInput,
+}
+
+/// Where a `text-source` reads: a file every TaskManager sees (`path`), or one the job ships
+/// (`artifact`: its name; the TaskManager fetched it before the task started).
+enum TextInput {
+    Path(PathBuf),
+    Artifact(String),
+}
+
+/// The local copy of the job's artifact `name`, or an error naming what the job ships.
+pub(crate) fn artifact_path(
+    io: &dyn TaskIo,
+    operator: &str,
+    name: &str,
+) -> Result<PathBuf, OperatorError> {
+    let artifacts = io.context().artifacts;
+    artifacts.get(name).cloned().ok_or_else(|| {
+        let shipped: Vec<&str> = artifacts.keys().map(String::as_str).collect();
+        OperatorError::Failed(format!(
+            "{operator}: the job ships no artifact `{name}` (it ships {})",
+            if shipped.is_empty() {
+                "none".to_owned()
+            } else {
+                shipped.join(", ")
+            }
+        ))
+    })
 }
 
 /// Subtask `subtask`'s byte range `[start, end)` of a `size`-byte file split `parallelism` ways.
@@ -239,7 +274,10 @@ impl Operator for TextSource {
                 "{TEXT_SOURCE}: subtask {subtask} is out of range for parallelism {parallelism}"
             )));
         }
-        let path = &self.path;
+        let path = &match &self.input {
+            TextInput::Path(path) => path.clone(),
+            TextInput::Artifact(name) => artifact_path(io, TEXT_SOURCE, name)?,
+        };
         let read_error = |source| {
             io_error(
                 format!("{TEXT_SOURCE}: cannot read `{}`", path.display()),

@@ -67,6 +67,8 @@ pub struct MetricsSnapshot {
     pub task_restarts: u64,
     /// `flint_heartbeat_timeouts_total`.
     pub heartbeat_timeouts: u64,
+    /// `flint_blob_served_bytes_total`.
+    pub blob_bytes_served: u64,
     /// `flint_transport_messages_total{direction="in"}`.
     pub messages_in: u64,
     /// `flint_transport_messages_total{direction="out"}`.
@@ -117,6 +119,7 @@ impl MetricsSnapshot {
             jobs: super::views::jobs_by_status(jobs),
             task_restarts: jm.task_restarts,
             heartbeat_timeouts: jm.heartbeat_timeouts,
+            blob_bytes_served: jm.blob_bytes_served,
             messages_in: transport.messages_in.get(),
             messages_out: transport.messages_out.get(),
             bytes_in: transport.bytes_in.get(),
@@ -221,7 +224,7 @@ impl MetricsSnapshot {
         for (name, help, micros) in milliseconds {
             registry.register(name, help, ConstGauge::new(micros as f64 / 1e3));
         }
-        let counters: [(&str, &str, u64); 4] = [
+        let counters: [(&str, &str, u64); 5] = [
             (
                 "flint_worker_start_failures",
                 "Workers the driver failed to start.",
@@ -231,6 +234,11 @@ impl MetricsSnapshot {
                 "flint_task_restarts",
                 "Task attempts started again by failover (each task of a restarted region).",
                 self.task_restarts,
+            ),
+            (
+                "flint_blob_served_bytes",
+                "Artifact bytes the JobManager sent to TaskManagers (each fetches a job's artifacts once).",
+                self.blob_bytes_served,
             ),
             (
                 "flint_heartbeat_timeouts",

@@ -277,6 +277,12 @@ impl SimCluster {
         env
     }
 
+    /// Where the JobManager keeps the artifacts jobs ship (it survives the node's crashes,
+    /// as `high-availability.storageDir` would).
+    pub fn blob_dir(&self) -> PathBuf {
+        self.scratch.join("blobs")
+    }
+
     /// Boots the JobManager node (a JobManager and its resource manager with the simulation's
     /// driver) and starts serving the driver's requests.
     pub async fn boot_job_manager(&self) {
@@ -297,7 +303,7 @@ impl SimCluster {
                 super::program::registry(),
                 env,
                 Box::new(driver),
-                None,
+                crate::env::blob_store::BlobStore::open(&cluster.blob_dir(), u64::MAX).ok(),
             );
             let _ = ready.send(node);
             // The endpoint lives as long as the node.

@@ -6,7 +6,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::scenario::JobKind;
+use crate::base::blob_key::BlobKey;
 use crate::base::rng::NodeRng;
+use crate::job::artifact::JobArtifact;
 use crate::job::graph::{DistributionPattern, ExchangeMode, JobGraph, RestartStrategyConfig};
 use crate::operators::OperatorRegistry;
 use crate::operators::builtin::{
@@ -39,6 +41,8 @@ pub struct JobSpec {
     pub graph: JobGraph,
     /// WordCount's input and output directory.
     pub files: Option<(PathBuf, PathBuf)>,
+    /// Files to store at the JobManager before the job is submitted (its artifacts).
+    pub artifacts: Vec<PathBuf>,
 }
 
 fn restarts() -> RestartStrategyConfig {
@@ -61,8 +65,12 @@ pub fn build(
     let mut builder = JobGraph::builder(format!("{kind:?}").to_lowercase());
     builder.restart_strategy(restarts());
     let mut files = None;
+    let mut artifacts = Vec::new();
     match kind {
-        JobKind::WordCount | JobKind::BatchWordCount | JobKind::PacedBatchWordCount => {
+        JobKind::WordCount
+        | JobKind::ShippedWordCount
+        | JobKind::BatchWordCount
+        | JobKind::PacedBatchWordCount => {
             fs::create_dir_all(dir)?;
             let input = dir.join("input.txt");
             let output = dir.join("out");
@@ -82,11 +90,25 @@ pub fn build(
                 }
                 text.push('\n');
             }
-            fs::write(&input, text)?;
-            let source = builder
-                .vertex("source", TEXT_SOURCE, p)
-                .config("path", input.display().to_string())
-                .index();
+            fs::write(&input, &text)?;
+            let source = if kind == JobKind::ShippedWordCount {
+                builder.artifact(JobArtifact {
+                    name: "input.txt".into(),
+                    digest: BlobKey::of(text.as_bytes()),
+                    size: text.len() as u64,
+                    executable: false,
+                });
+                artifacts.push(input.clone());
+                builder
+                    .vertex("source", TEXT_SOURCE, p)
+                    .config("artifact", "input.txt")
+                    .index()
+            } else {
+                builder
+                    .vertex("source", TEXT_SOURCE, p)
+                    .config("path", input.display().to_string())
+                    .index()
+            };
             let tokenize = builder.vertex("tokenize", TOKENIZE, p).index();
             let count = builder.vertex("count", COUNT_BY_KEY, p).index();
             let sink = builder
@@ -129,6 +151,7 @@ pub fn build(
                 kind,
                 graph,
                 files: Some((expected, output)),
+                artifacts: Vec::new(),
             });
         }
         JobKind::Noop => {
@@ -255,7 +278,12 @@ pub fn build(
     let graph = builder
         .build(knows)
         .map_err(|error| std::io::Error::other(error.to_string()))?;
-    Ok(JobSpec { kind, graph, files })
+    Ok(JobSpec {
+        kind,
+        graph,
+        files,
+        artifacts,
+    })
 }
 
 /// Checks a finished job's output: WordCount's against the sequential count of its input, a

@@ -486,6 +486,27 @@ impl Run {
                         return;
                     }
                 };
+                // Uploaded first, as `flint run --artifact` does.
+                for file in &spec.artifacts {
+                    let stored =
+                        crate::env::blob_store::BlobStore::open(&cluster.blob_dir(), u64::MAX)
+                            .and_then(|store| {
+                                let reader = std::fs::File::open(file).map_err(|source| {
+                                    crate::env::blob_store::BlobError::Io {
+                                        operation: "open",
+                                        path: file.clone(),
+                                        source,
+                                    }
+                                })?;
+                                store.put(reader, None)
+                            });
+                    if let Err(error) = stored {
+                        self.violation(format!(
+                            "cannot store an artifact of a {kind:?} job: {error}"
+                        ));
+                        return;
+                    }
+                }
                 cluster.trace.record(format!(
                     "action submit {kind:?} x{parallelism} as job {index}"
                 ));

@@ -12,6 +12,9 @@ use crate::base::rng::NodeRng;
 pub enum JobKind {
     /// WordCount over a small generated text (source → tokenize → count → sink).
     WordCount,
+    /// The same WordCount with its text shipped as an artifact: each TaskManager fetches it
+    /// from the JobManager (over the lossy network) before its first source task runs.
+    ShippedWordCount,
     /// The same WordCount with a blocking (batch) all-to-all exchange into `count`: its
     /// consumers deploy once every producer finished, and a restarted consumer reads the same
     /// producers again, so deployments name producer lists sent before (issue 11, item 5).
@@ -81,8 +84,9 @@ impl JobMix {
                 1 => JobKind::FailOnce,
                 _ => JobKind::IgnoresCancel,
             },
-            Self::Programs => match below(rng, 3) {
+            Self::Programs => match below(rng, 4) {
                 0 => JobKind::WordCount,
+                1 => JobKind::ShippedWordCount,
                 _ => JobKind::TypedJoin,
             },
         }

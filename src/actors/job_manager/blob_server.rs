@@ -7,22 +7,22 @@
 use actix::prelude::*;
 
 use super::JobManager;
-use crate::env::blocking_io::offload;
 use crate::env::blob_store::BlobError;
+use crate::env::blocking_io::offload;
 use crate::messages::buffer::Buffer;
 use crate::messages::job_manager::{BlobChunk, BlobFetchError, FETCH_BLOB_CHUNK, FetchBlob};
 
 impl Handler<FetchBlob> for JobManager {
-    type Result = ResponseFuture<Result<BlobChunk, BlobFetchError>>;
+    type Result = ResponseActFuture<Self, Result<BlobChunk, BlobFetchError>>;
 
     fn handle(&mut self, msg: FetchBlob, _: &mut Context<Self>) -> Self::Result {
         let _timed = self.mailbox.time("FetchBlob");
         let Some(store) = self.blobs.clone() else {
-            return Box::pin(async { Err(BlobFetchError::NoStore) });
+            return Box::pin(fut::ready(Err(BlobFetchError::NoStore)));
         };
         let io = self.env.task_runner.io();
         let length = msg.length.min(FETCH_BLOB_CHUNK) as usize;
-        Box::pin(async move {
+        let read = async move {
             let digest = msg.digest;
             let read = offload(&*io, move || store.read_chunk(&digest, msg.offset, length)).await;
             match read {
@@ -40,6 +40,12 @@ impl Handler<FetchBlob> for JobManager {
                     message: "the read panicked".into(),
                 }),
             }
-        })
+        };
+        Box::pin(read.into_actor(self).map(|answer, act, _| {
+            if let Ok(chunk) = &answer {
+                act.blob_bytes_served += chunk.bytes.len() as u64;
+            }
+            answer
+        }))
     }
 }

@@ -25,7 +25,8 @@ impl TaskManager {
                     "cannot fetch artifact `{}`: this TaskManager has no JobManager",
                     order.artifact.name
                 );
-                self.blob_cache.fetched(digest, executable, FetchState::Failed(why));
+                self.blob_cache
+                    .fetched(digest, executable, FetchState::Failed(why));
                 continue;
             };
             log::info!(
@@ -36,14 +37,16 @@ impl TaskManager {
                 order.artifact.size
             );
             let io = self.env.task_runner.io();
-            ctx.spawn(fetch(gateway, order, io).into_actor(self).map(
-                move |outcome, act, _| {
-                    if let FetchState::Failed(why) = &outcome {
-                        log::warn!("task manager {}: {why}", act.settings.resource_id);
-                    }
-                    act.blob_cache.fetched(digest, executable, outcome);
-                },
-            ));
+            ctx.spawn(
+                fetch(gateway, order, io)
+                    .into_actor(self)
+                    .map(move |outcome, act, _| {
+                        if let FetchState::Failed(why) = &outcome {
+                            log::warn!("task manager {}: {why}", act.settings.resource_id);
+                        }
+                        act.blob_cache.fetched(digest, executable, outcome);
+                    }),
+            );
         }
         handles
     }

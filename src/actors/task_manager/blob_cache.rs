@@ -229,7 +229,10 @@ impl BlobCache {
         if let Err(error) = std::fs::remove_dir_all(&self.dir)
             && error.kind() != std::io::ErrorKind::NotFound
         {
-            log::warn!("cannot remove the artifact cache {}: {error}", self.dir.display());
+            log::warn!(
+                "cannot remove the artifact cache {}: {error}",
+                self.dir.display()
+            );
         }
     }
 

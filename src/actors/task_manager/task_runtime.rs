@@ -188,8 +188,14 @@ fn wait_for_artifacts(
                 paths.insert(handle.name.clone(), path.clone());
             }
             FetchState::Failed(why) => return Err(OperatorError::Failed(why.clone())),
-            // The cache was dropped with the fetch unfinished (the TaskManager is stopping).
-            FetchState::Fetching => return Err(OperatorError::Cancelled),
+            // The fetch was dropped unfinished: the TaskManager is stopping (its tasks are
+            // cancelled, and end CANCELED) or lost track of it; either way this task cannot run.
+            FetchState::Fetching => {
+                return Err(OperatorError::Failed(format!(
+                    "artifact `{}`: its fetch ended without a result",
+                    handle.name
+                )));
+            }
         }
     }
     Ok(paths)

@@ -27,6 +27,7 @@ fn snapshot() -> MetricsSnapshot {
         slots_free: 1,
         jobs,
         task_restarts: 5,
+        blob_bytes_served: 0,
         heartbeat_timeouts: 6,
         messages_in: 7,
         messages_out: 8,

@@ -77,6 +77,7 @@ fn cluster(task_managers: Vec<TaskManagerInfo>) -> JobManagerStatus {
         task_managers,
         heartbeat_timeouts: 0,
         task_restarts: 0,
+        blob_bytes_served: 0,
         mailbox: MailboxFigures::default(),
         slot_requests_queued: 0,
         slot_request_bulks_queued: 0,

@@ -45,7 +45,14 @@ impl Handler<FetchBlob> for Server {
     }
 }
 
-fn server(dir: &Path, corrupt: bool) -> (Recipient<FetchBlob>, BlobStore, Arc<std::sync::atomic::AtomicUsize>) {
+fn server(
+    dir: &Path,
+    corrupt: bool,
+) -> (
+    Recipient<FetchBlob>,
+    BlobStore,
+    Arc<std::sync::atomic::AtomicUsize>,
+) {
     let store = BlobStore::open(&dir.join("jobmanager"), u64::MAX).unwrap();
     let asks = Arc::default();
     let address = Server {
@@ -79,7 +86,9 @@ async fn a_fetch_copies_the_artifact_in_chunks_checked_and_read_only() {
     let dir = scratch("fetch");
     let (fetch_blob, jobmanager, asks) = server(&dir, false);
     // Three and a half chunks, so the window, the order of writes and the short tail count.
-    let bytes: Vec<u8> = (0..(FETCH_BLOB_CHUNK as usize * 7 / 2)).map(|i| (i % 253) as u8).collect();
+    let bytes: Vec<u8> = (0..(FETCH_BLOB_CHUNK as usize * 7 / 2))
+        .map(|i| (i % 253) as u8)
+        .collect();
     jobmanager.put(&bytes[..], None).unwrap();
     let mut cache = BlobCache::open(&dir.join("cache"));
     let job = JobId::from_u128(1);
@@ -97,7 +106,11 @@ async fn a_fetch_copies_the_artifact_in_chunks_checked_and_read_only() {
         let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, if executable { 0o500 } else { 0o400 });
     }
-    assert_eq!(asks.load(std::sync::atomic::Ordering::SeqCst), 8, "four chunks per fetch");
+    assert_eq!(
+        asks.load(std::sync::atomic::Ordering::SeqCst),
+        8,
+        "four chunks per fetch"
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -130,7 +143,10 @@ async fn a_copy_that_does_not_match_its_digest_is_refused_and_leaves_nothing() {
     else {
         panic!("a missing artifact was fetched");
     };
-    assert!(why.contains("`gone.txt`") && why.contains("not stored"), "{why}");
+    assert!(
+        why.contains("`gone.txt`") && why.contains("not stored"),
+        "{why}"
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -138,16 +154,27 @@ async fn a_copy_that_does_not_match_its_digest_is_refused_and_leaves_nothing() {
 fn tasks_share_one_fetch_and_the_copy_goes_when_no_job_uses_it() {
     let dir = scratch("refcount");
     std::fs::create_dir_all(dir.join("cache/plain")).unwrap();
-    std::fs::write(dir.join("cache/plain/leftover"), b"an earlier incarnation's").unwrap();
+    std::fs::write(
+        dir.join("cache/plain/leftover"),
+        b"an earlier incarnation's",
+    )
+    .unwrap();
     let mut cache = BlobCache::open(&dir.join("cache"));
-    assert!(files(&dir.join("cache/plain")).is_empty(), "leftovers removed at start");
+    assert!(
+        files(&dir.join("cache/plain")).is_empty(),
+        "leftovers removed at start"
+    );
     let shared = artifact("words.txt", b"the words", false);
     let (a, b) = (JobId::from_u128(1), JobId::from_u128(2));
     let jobs = [shared.clone()];
     let (_, first) = cache.acquire(a, &jobs);
     let (_, second) = cache.acquire(a, &jobs);
     let (_, other_job) = cache.acquire(b, &jobs);
-    assert_eq!((first.len(), second.len(), other_job.len()), (1, 0, 0), "one fetch");
+    assert_eq!(
+        (first.len(), second.len(), other_job.len()),
+        (1, 0, 0),
+        "one fetch"
+    );
     let path = dir.join("cache/plain/copy");
     cache.fetched(shared.digest, false, FetchState::Ready(path.clone()));
     // Job a's first task ends: not its last.
