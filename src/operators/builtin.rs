@@ -38,7 +38,7 @@ pub const FAIL_ONCE: &str = "fail-once";
 pub const IGNORE_CANCEL: &str = "ignore-cancel";
 
 /// Every built-in operator name, so callers (and tests) can check a registry has them all.
-pub const BUILTIN_OPERATORS: [&str; 8] = [
+pub const BUILTIN_OPERATORS: [&str; 9] = [
     TEXT_SOURCE,
     TOKENIZE,
     COUNT_BY_KEY,
@@ -47,6 +47,7 @@ pub const BUILTIN_OPERATORS: [&str; 8] = [
     SLEEP,
     FAIL_ONCE,
     IGNORE_CANCEL,
+    super::process::PROCESS,
 ];
 
 /// How many records a long loop handles between two [`TaskIo::is_cancelled`] checks: often
@@ -64,6 +65,7 @@ pub fn register_builtins(registry: &mut OperatorRegistry) {
     registry.register(SLEEP, Arc::new(sleep));
     registry.register(FAIL_ONCE, Arc::new(fail_once));
     registry.register(IGNORE_CANCEL, Arc::new(ignore_cancel));
+    registry.register(super::process::PROCESS, Arc::new(super::process::create));
 }
 
 /// The words of a line, as `tokenize` and [`sequential_word_count`] both define them: maximal

@@ -97,6 +97,11 @@ pub trait TaskIo {
     /// The next input record (from any input), or `None` when every input has finished.
     /// Returns `Err(Cancelled)` once the task is cancelled.
     fn next(&mut self) -> Result<Option<Record>, OperatorError>;
+    /// [`next`](Self::next) with the input (incoming edge, in the job graph's order) the record
+    /// came from, for operators that tell their inputs apart (a join). The default says 0.
+    fn next_with_input(&mut self) -> Result<Option<(usize, Record)>, OperatorError> {
+        Ok(self.next()?.map(|record| (0, record)))
+    }
     /// Sends a record downstream.
     fn emit(&mut self, record: Record) -> Result<(), OperatorError>;
     /// Whether the task has been cancelled (long-running operators check it).
@@ -213,6 +218,7 @@ impl From<crate::env::files::FilesError> for OperatorError {
 pub mod builtin;
 pub mod memory;
 pub mod parquet;
+pub mod process;
 pub mod registry;
 pub mod types;
 

@@ -260,6 +260,7 @@ fn run(
             blocker,
             cancelled: &env.cancelled,
             reader: BufferReader::default(),
+            reader_input: 0,
         },
         outputs: Outputs {
             writer: ResultPartitionWriter::new(
@@ -305,6 +306,8 @@ struct Inputs<'a> {
     blocker: &'a dyn TaskBlocker,
     cancelled: &'a Arc<Cancellation>,
     reader: BufferReader,
+    /// The input `reader`'s buffer came from.
+    reader_input: usize,
 }
 
 /// The task's result partition writer.
@@ -378,15 +381,23 @@ impl TaskIo for Io<'_> {
     }
 
     fn next(&mut self) -> Result<Option<Record>, OperatorError> {
+        Ok(self.next_with_input()?.map(|(_, record)| record))
+    }
+
+    fn next_with_input(&mut self) -> Result<Option<(usize, Record)>, OperatorError> {
         let inputs = &mut self.inputs;
         loop {
             let record = inputs.reader.next_record().map_err(ExchangeError::from)?;
-            if record.is_some() {
-                return Ok(record);
+            if let Some(record) = record {
+                return Ok(Some((inputs.reader_input, record)));
             }
             check_cancelled(inputs.cancelled)?;
-            match inputs.gate.next_buffer(inputs.blocker)? {
-                Some(buffer) => inputs.reader = buffer.reader(),
+            match inputs.gate.next_event(inputs.blocker)? {
+                Some(GateEvent::Buffer { input, buffer }) => {
+                    inputs.reader = buffer.reader();
+                    inputs.reader_input = input;
+                }
+                Some(GateEvent::InputEnded(_)) => {}
                 None => return Ok(None),
             }
         }
