@@ -341,3 +341,109 @@ fn a_shipped_input_is_fetched_once_per_task_manager_and_counted_exactly() {
     drop(jm);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The Python example as a user runs it: `flint run` ships `tokenize.py` (executable) and
+/// `flint_stream.py` to a process cluster, a `process` vertex runs the script per subtask, and
+/// the counts equal the built-in WordCount's. Then a script that fails: the job fails naming
+/// the command, its exit code and its stderr, and the cluster runs the next job.
+#[test]
+fn the_python_wordcount_example_runs_on_a_process_cluster() {
+    if Command::new("python3").arg("--version").output().is_err() {
+        eprintln!("SKIPPED: python3 is not installed, so the Python example cannot run here");
+        return;
+    }
+    let dir = scratch("artifacts-python");
+    let args = [
+        "--bind",
+        "127.0.0.1:0",
+        "--rest",
+        "127.0.0.1:0",
+        "--pool-size",
+        "2",
+    ];
+    let jm = JobManagerChild::start(&args, &dir, "");
+    let url = jm.url();
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/python");
+    let mut text = String::new();
+    for i in 0..5_000u32 {
+        text.push_str(&format!(
+            "Über x{} the Quick, brown fox; THE end {}\n",
+            i % 31,
+            i % 7
+        ));
+    }
+    let input = write(&dir, "input.txt", text.as_bytes());
+    let output = dir.join("counts");
+    let (script, helper) = (
+        examples.join("tokenize.py"),
+        examples.join("flint_stream.py"),
+    );
+    let job = examples.join("wordcount.toml");
+    let run = flint(&[
+        "run",
+        "--jobmanager",
+        &url,
+        "--artifact",
+        script.to_str().unwrap(),
+        "--artifact",
+        helper.to_str().unwrap(),
+        job.to_str().unwrap(),
+        "--param",
+        &format!("input={}", input.display()),
+        "--param",
+        &format!("output={}", output.display()),
+    ]);
+    assert!(run.status.success(), "{run:?}\n{}", jm.log());
+    let expected = flint::operators::builtin::sequential_word_count(&input).unwrap();
+    assert_eq!(common::read_counts(&output), expected);
+
+    // A shipped script that fails: the job fails saying how, and the cluster goes on.
+    let broken = write(
+        &dir,
+        "broken.py",
+        b"import sys\nsys.stderr.write('no model here\\n')\nsys.exit(4)\n",
+    );
+    let job_text = std::fs::read_to_string(&job)
+        .unwrap()
+        .replace(
+            "command = \"tokenize.py\"",
+            "command = \"python3\"\nallow-path = \"true\"\nargs = '[\"{artifact:broken.py}\"]'",
+        )
+        .replace("attempts = 2", "attempts = 0");
+    let broken_job = write(&dir, "broken.toml", job_text.as_bytes());
+    let run = flint(&[
+        "run",
+        "--jobmanager",
+        &url,
+        "--artifact",
+        broken.to_str().unwrap(),
+        broken_job.to_str().unwrap(),
+        "--param",
+        &format!("input={}", input.display()),
+        "--param",
+        &format!("output={}", dir.join("never").display()),
+    ]);
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&run.stdout),
+        String::from_utf8_lossy(&run.stderr)
+    );
+    assert!(!run.status.success(), "{said}");
+    assert!(
+        said.contains("exited with code 4") && said.contains("no model here"),
+        "{said}\n{}",
+        jm.log()
+    );
+    let again = run_with(
+        &url,
+        &script,
+        &write(
+            &dir,
+            "noop.toml",
+            b"name = \"after\"\n[[vertex]]\nname = \"v\"\noperator = \"noop\"\nparallelism = 1\n",
+        ),
+    );
+    assert!(again.status.success(), "{again:?}");
+    drop(jm);
+    let _ = std::fs::remove_dir_all(&dir);
+}

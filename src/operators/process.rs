@@ -82,8 +82,9 @@ pub fn create(spec: &OperatorSpec<'_>) -> Result<Box<dyn Operator>, OperatorErro
     let stderr_lines = match spec.config.get("stderr-lines") {
         None => 20,
         Some(n) => n
-            .parse()
-            .map_err(|_| config(format!("`stderr-lines` must be a number, got `{n}`")))?,
+            .parse::<usize>()
+            .map_err(|_| config(format!("`stderr-lines` must be a number, got `{n}`")))?
+            .min(1000),
     };
     if !allow_path && (command.contains('/') || command.starts_with('.')) {
         return Err(config(format!(
@@ -214,6 +215,12 @@ impl ChildGuard {
 impl Drop for ChildGuard {
     fn drop(&mut self) {
         self.kill();
+        // What the child left running in its group (a background job holding its pipes) goes
+        // with it. The group's id cannot name anyone else while a member lives.
+        // SAFETY: killpg only sends a signal.
+        unsafe {
+            libc::killpg(self.child.id() as libc::pid_t, libc::SIGKILL);
+        }
     }
 }
 
@@ -370,7 +377,16 @@ impl Operator for ProcessOperator {
                     stderr_read();
                     return Err(self.failure(error, &stderr_tail));
                 }
-                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Timeout) => {
+                    if guard.try_reap().is_some() {
+                        // It exited, yet its stdout is open: something it left in its group
+                        // holds it. That goes now, and the pipe ends.
+                        // SAFETY: killpg only sends a signal.
+                        unsafe {
+                            libc::killpg(guard.child.id() as libc::pid_t, libc::SIGKILL);
+                        }
+                    }
+                }
                 Err(RecvTimeoutError::Disconnected) => break,
             }
         }

@@ -285,6 +285,18 @@ fn bad_configurations_are_refused_at_creation() {
 }
 
 #[test]
+fn what_a_child_leaves_running_holding_its_stdout_is_killed_when_it_exits() {
+    let mut io = FakeIo::new(vec![(0, text("a", "b"))]);
+    shell(
+        r#"cat; (sleep 1000 &); echo '{"key":"done","value":null}'"#,
+        "json",
+    )
+    .run(&mut io)
+    .unwrap();
+    assert_eq!(io.outputs.last().map(|r| r.key.as_str()), Some("done"));
+}
+
+#[test]
 fn a_command_that_does_not_exist_fails_naming_it() {
     let mut io = FakeIo::new(vec![(0, text("a", "b"))]);
     let err = operator(&[("command", "no-such-program-flint"), ("allow-path", "true")])
