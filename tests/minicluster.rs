@@ -137,3 +137,77 @@ async fn wait_for_pool_reports_the_cluster_when_it_times_out() {
     assert_eq!(last.designated_pool_size, 1);
     cluster.shutdown().await.unwrap();
 }
+
+/// The embedded cluster's artifacts: a file stored with `upload_artifact` ships with a job, its
+/// TaskManagers fetch it, and a `text-source` reads it: the counts equal a sequential count.
+#[actix::test]
+async fn a_shipped_file_is_read_by_the_jobs_tasks() {
+    use flint::job::graph::{DistributionPattern, ExchangeMode, JobGraph};
+    let cluster = MiniCluster::start(config(2)).unwrap();
+    cluster.wait_for_pool(2, DEADLINE).await.unwrap();
+    let dir = std::env::temp_dir().join(format!("flint-mini-artifact-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let input = dir.join("words.txt");
+    let text: String = (0..2_000)
+        .map(|i| format!("Flint actor {} slot\n", i % 17))
+        .collect();
+    std::fs::write(&input, text).unwrap();
+    let artifact = cluster.upload_artifact(&input, false).unwrap();
+    assert_eq!(artifact.name, "words.txt");
+    let output = dir.join("counts");
+    let mut b = JobGraph::builder("shipped");
+    b.artifact(artifact);
+    let source = b
+        .vertex("source", "text-source", 4)
+        .config("artifact", "words.txt")
+        .index();
+    let tokenize = b.vertex("tokenize", "tokenize", 4).index();
+    let count = b.vertex("count", "count-by-key", 2).index();
+    let sink = b
+        .vertex("sink", "file-sink", 2)
+        .config("path", output.display().to_string())
+        .index();
+    b.edge(
+        source,
+        tokenize,
+        DistributionPattern::Forward,
+        ExchangeMode::Pipelined,
+    );
+    b.edge(
+        tokenize,
+        count,
+        DistributionPattern::AllToAll,
+        ExchangeMode::Pipelined,
+    );
+    b.edge(
+        count,
+        sink,
+        DistributionPattern::Forward,
+        ExchangeMode::Pipelined,
+    );
+    let job = cluster
+        .submit_job(b.build(|_| true).unwrap())
+        .await
+        .unwrap();
+    let details = cluster.wait_for_job(job, DEADLINE).await.unwrap();
+    assert_eq!(
+        details.summary.status,
+        flint::job::states::JobStatus::Finished,
+        "{details:?}"
+    );
+    let mut counted = std::collections::BTreeMap::new();
+    for part in std::fs::read_dir(&output).unwrap().flatten() {
+        if part.path().extension().is_some() {
+            continue;
+        }
+        for line in std::fs::read_to_string(part.path()).unwrap().lines() {
+            let (word, n) = line.split_once('\t').unwrap();
+            counted.insert(word.to_owned(), n.parse::<u64>().unwrap());
+        }
+    }
+    assert_eq!(
+        counted,
+        flint::operators::builtin::sequential_word_count(&input).unwrap()
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -14,7 +14,7 @@
 //! starts, since the files there belong to an earlier incarnation that no job holds any more.
 //! File names come from digests only.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -22,11 +22,11 @@ use std::time::Duration;
 
 use actix::Recipient;
 use futures_util::StreamExt;
-use tokio::sync::watch;
 
 use crate::base::blob_key::BlobKey;
 use crate::base::error_chain::ErrorChain;
 use crate::base::ids::JobId;
+use crate::base::latch::Latch;
 use crate::env::blob_store::{BlobError, BlobStore};
 use crate::env::blocking_io::{BlockingIo, offload};
 use crate::job::artifact::JobArtifact;
@@ -37,11 +37,9 @@ use crate::messages::job_manager::{FETCH_BLOB_CHUNK, FETCH_BLOB_WINDOW, FetchBlo
 /// region of the job, short enough that disk comes back soon after the job.
 pub const CACHE_LINGER: Duration = Duration::from_secs(60);
 
-/// Where a fetch stands, as the tasks waiting on it see it.
+/// How a fetch ended, as the tasks waiting on it see it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FetchState {
-    /// Under way.
-    Fetching,
     /// Here, checked, at this path.
     Ready(PathBuf),
     /// It failed, for this reason.
@@ -53,8 +51,8 @@ pub enum FetchState {
 pub struct ArtifactHandle {
     /// Its name within the job.
     pub name: String,
-    /// Its fetch.
-    pub state: watch::Receiver<FetchState>,
+    /// Its fetch: set once it ended (`Ready` or `Failed`), abandoned if the cache went away.
+    pub state: Latch<FetchState>,
 }
 
 /// A fetch the TaskManager must start (see [`fetch`]).
@@ -71,7 +69,7 @@ type CacheKey = (BlobKey, bool);
 
 #[derive(Debug)]
 struct Entry {
-    state: watch::Sender<FetchState>,
+    state: Latch<FetchState>,
     jobs: BTreeSet<JobId>,
 }
 
@@ -91,8 +89,8 @@ pub struct BlobCache {
     /// Plain and executable copies; `Err` if the directory could not be prepared (every fetch
     /// then fails with the reason).
     stores: Result<(BlobStore, BlobStore), String>,
-    entries: HashMap<CacheKey, Entry>,
-    jobs: HashMap<JobId, JobUse>,
+    entries: BTreeMap<CacheKey, Entry>,
+    jobs: BTreeMap<JobId, JobUse>,
     generation: u64,
 }
 
@@ -111,8 +109,8 @@ impl BlobCache {
         Self {
             dir: dir.to_owned(),
             stores,
-            entries: HashMap::new(),
-            jobs: HashMap::new(),
+            entries: BTreeMap::new(),
+            jobs: BTreeMap::new(),
             generation: 0,
         }
     }
@@ -144,10 +142,10 @@ impl BlobCache {
             let key = (artifact.digest, artifact.executable);
             uses.keys.insert(key);
             let entry = self.entries.entry(key).or_insert_with(|| {
-                let (state, _) = watch::channel(match &self.stores {
-                    Ok(_) => FetchState::Fetching,
-                    Err(why) => FetchState::Failed(why.clone()),
-                });
+                let state = Latch::new();
+                if let Err(why) = &self.stores {
+                    state.set(FetchState::Failed(why.clone()));
+                }
                 if let Ok((plain, exec)) = &self.stores {
                     orders.push(FetchOrder {
                         artifact: artifact.clone(),
@@ -162,7 +160,7 @@ impl BlobCache {
             entry.jobs.insert(job);
             handles.push(ArtifactHandle {
                 name: artifact.name.clone(),
-                state: entry.state.subscribe(),
+                state: entry.state.clone(),
             });
         }
         (handles, orders)
@@ -173,7 +171,7 @@ impl BlobCache {
         let key = (digest, executable);
         let failed = matches!(outcome, FetchState::Failed(_));
         if let Some(entry) = self.entries.get(&key) {
-            entry.state.send_replace(outcome);
+            entry.state.set(outcome);
         }
         if failed {
             self.entries.remove(&key);
@@ -214,8 +212,8 @@ impl BlobCache {
             entry.jobs.remove(&job);
             if entry.jobs.is_empty() {
                 let entry = self.entries.remove(&key).expect("just found");
-                if let FetchState::Ready(path) = &*entry.state.borrow() {
-                    unused.push(path.clone());
+                if let Some(FetchState::Ready(path)) = entry.state.get() {
+                    unused.push(path);
                 }
             }
         }
@@ -224,6 +222,9 @@ impl BlobCache {
 
     /// Deletes every copy and the cache's directory: the TaskManager is stopping.
     pub fn remove_all(&mut self) {
+        for entry in self.entries.values() {
+            entry.state.abandon();
+        }
         self.entries.clear();
         self.jobs.clear();
         if let Err(error) = std::fs::remove_dir_all(&self.dir)

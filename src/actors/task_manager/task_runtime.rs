@@ -163,7 +163,7 @@ fn wait_for_artifacts(
     use super::blob_cache::FetchState;
     let mut paths = std::collections::BTreeMap::new();
     for handle in &env.artifacts {
-        let mut state = handle.state.clone();
+        let latch = handle.state.clone();
         let cancelled = env.cancelled.clone();
         let settled = async move {
             let cancel = std::future::poll_fn(|cx| {
@@ -176,21 +176,21 @@ fn wait_for_artifacts(
             tokio::select! {
                 biased;
                 () = cancel => {}
-                _ = state.wait_for(|state| *state != FetchState::Fetching) => {}
+                _ = latch.wait() => {}
             }
         };
         if !blocker.wait(Box::pin(settled)) {
             return Err(OperatorError::Cancelled);
         }
         check_cancelled(&env.cancelled)?;
-        match &*handle.state.borrow() {
-            FetchState::Ready(path) => {
-                paths.insert(handle.name.clone(), path.clone());
+        match handle.state.get() {
+            Some(FetchState::Ready(path)) => {
+                paths.insert(handle.name.clone(), path);
             }
-            FetchState::Failed(why) => return Err(OperatorError::Failed(why.clone())),
+            Some(FetchState::Failed(why)) => return Err(OperatorError::Failed(why)),
             // The fetch was dropped unfinished: the TaskManager is stopping (its tasks are
             // cancelled, and end CANCELED) or lost track of it; either way this task cannot run.
-            FetchState::Fetching => {
+            None => {
                 return Err(OperatorError::Failed(format!(
                     "artifact `{}`: its fetch ended without a result",
                     handle.name

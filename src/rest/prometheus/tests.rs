@@ -64,7 +64,7 @@ fn every_family_has_help_and_type_before_its_samples() {
             assert!(lines[i + 1].starts_with(name), "{}", lines[i + 1]);
         }
     }
-    assert_eq!(families, 29);
+    assert_eq!(families, 30);
     assert!(text.ends_with("# EOF\n"), "OpenMetrics ends with EOF");
 }
 

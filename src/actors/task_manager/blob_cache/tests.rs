@@ -101,7 +101,10 @@ async fn a_fetch_copies_the_artifact_in_chunks_checked_and_read_only() {
             panic!("fetch failed: {outcome:?}");
         };
         cache.fetched(wanted.digest, executable, outcome);
-        assert_eq!(*handles[0].state.borrow(), FetchState::Ready(path.clone()));
+        assert_eq!(
+            handles[0].state.get(),
+            Some(FetchState::Ready(path.clone()))
+        );
         assert_eq!(std::fs::read(&path).unwrap(), bytes);
         let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, if executable { 0o500 } else { 0o400 });
@@ -129,7 +132,7 @@ async fn a_copy_that_does_not_match_its_digest_is_refused_and_leaves_nothing() {
     };
     assert!(why.contains("`run.sh`") && why.contains("SHA-256"), "{why}");
     cache.fetched(wanted.digest, true, outcome.clone());
-    assert_eq!(*handles[0].state.borrow(), outcome);
+    assert_eq!(handles[0].state.get(), Some(outcome.clone()));
     assert!(files(&dir.join("cache/exec")).is_empty(), "nothing stored");
     assert!(cache.is_empty(), "a failed fetch is forgotten");
     // The next task of the job fetches again.
