@@ -89,18 +89,27 @@ fn write(dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {
     path
 }
 
-#[test]
-fn artifacts_are_uploaded_listed_checked_and_bad_ones_refused() {
-    let dir = scratch("artifacts");
+/// A `flint jobmanager` on free ports with `pool` TaskManager processes of `slots` slots
+/// (`extra` appended to its configuration file).
+fn process_cluster(dir: &Path, pool: u32, slots: u32, extra: &str) -> JobManagerChild {
+    let (pool, slots) = (pool.to_string(), slots.to_string());
     let args = [
         "--bind",
         "127.0.0.1:0",
         "--rest",
         "127.0.0.1:0",
         "--pool-size",
-        "1",
+        &pool,
+        "--slots",
+        &slots,
     ];
-    let jm = JobManagerChild::start(&args, &dir, "[blob]\nmax-size = \"20mb\"\n");
+    JobManagerChild::start(&args, dir, extra)
+}
+
+#[test]
+fn artifacts_are_uploaded_listed_checked_and_bad_ones_refused() {
+    let dir = scratch("artifacts");
+    let jm = process_cluster(&dir, 1, 1, "[blob]\nmax-size = \"20mb\"\n");
     let url = jm.url();
 
     // `flint run --artifact`: uploaded, named by its file name, the job runs.
@@ -276,17 +285,7 @@ fn a_new_leader_serves_the_artifacts_uploaded_to_the_old_one() {
 #[test]
 fn a_shipped_input_is_fetched_once_per_task_manager_and_counted_exactly() {
     let dir = scratch("artifacts-wordcount");
-    let args = [
-        "--bind",
-        "127.0.0.1:0",
-        "--rest",
-        "127.0.0.1:0",
-        "--pool-size",
-        "2",
-        "--slots",
-        "2",
-    ];
-    let jm = JobManagerChild::start(&args, &dir, "");
+    let jm = process_cluster(&dir, 2, 2, "");
     let url = jm.url();
     let mut text = String::new();
     for i in 0..20_000u32 {
@@ -353,15 +352,7 @@ fn the_python_wordcount_example_runs_on_a_process_cluster() {
         return;
     }
     let dir = scratch("artifacts-python");
-    let args = [
-        "--bind",
-        "127.0.0.1:0",
-        "--rest",
-        "127.0.0.1:0",
-        "--pool-size",
-        "2",
-    ];
-    let jm = JobManagerChild::start(&args, &dir, "");
+    let jm = process_cluster(&dir, 2, 1, "");
     let url = jm.url();
     let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/python");
     let mut text = String::new();

@@ -237,11 +237,6 @@ impl BlobCache {
         }
     }
 
-    /// How many artifacts are cached or being fetched (for tests and status).
-    pub fn len(&self) -> usize {
-        self.entries.len()
-    }
-
     /// Whether nothing is cached or being fetched.
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use crate::base::clock::Clock;
 use crate::env::TaskBlocker;
-use crate::env::task_blocking::Cancellation;
+use crate::env::task_blocking::{Cancellation, block_on};
 use crate::exchange::buffer_pool::Floor;
 use crate::exchange::client::{Grouping, NetworkClient};
 use crate::exchange::input_gate::{GateEvent, GateStats, InputGate, PRODUCER_CANCELLED};
@@ -164,38 +164,32 @@ fn wait_for_artifacts(
     let mut paths = std::collections::BTreeMap::new();
     for handle in &env.artifacts {
         let latch = handle.state.clone();
-        let cancelled = env.cancelled.clone();
-        let settled = async move {
-            let cancel = std::future::poll_fn(|cx| {
-                if cancelled.poll_cancelled(cx) {
-                    std::task::Poll::Ready(())
-                } else {
-                    std::task::Poll::Pending
+        let cancellation = Arc::clone(&env.cancelled);
+        let abandoned = format!(
+            "artifact `{}`: its fetch ended without a result",
+            handle.name
+        );
+        // `None`: cancelled (or the runner is gone).
+        let settled = block_on(blocker, async move {
+            let mut settled = std::pin::pin!(latch.wait());
+            std::future::poll_fn(|cx| {
+                if cancellation.poll_cancelled(cx) {
+                    return std::task::Poll::Ready(None);
                 }
-            });
-            tokio::select! {
-                biased;
-                () = cancel => {}
-                _ = latch.wait() => {}
-            }
-        };
-        if !blocker.wait(Box::pin(settled)) {
-            return Err(OperatorError::Cancelled);
-        }
+                // A latch abandoned unset: the fetch was dropped (the TaskManager is stopping).
+                (settled.as_mut().poll(cx))
+                    .map(|state| Some(state.unwrap_or(FetchState::Failed(abandoned.clone()))))
+            })
+            .await
+        })
+        .flatten();
         check_cancelled(&env.cancelled)?;
-        match handle.state.get() {
+        match settled {
+            None => return Err(OperatorError::Cancelled),
             Some(FetchState::Ready(path)) => {
                 paths.insert(handle.name.clone(), path);
             }
             Some(FetchState::Failed(why)) => return Err(OperatorError::Failed(why)),
-            // The fetch was dropped unfinished: the TaskManager is stopping (its tasks are
-            // cancelled, and end CANCELED) or lost track of it; either way this task cannot run.
-            None => {
-                return Err(OperatorError::Failed(format!(
-                    "artifact `{}`: its fetch ended without a result",
-                    handle.name
-                )));
-            }
         }
     }
     Ok(paths)
