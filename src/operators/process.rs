@@ -12,28 +12,31 @@
 //! - `stderr-lines`: how many last lines of stderr a failure quotes (default 20).
 //!
 //! The child runs in its own process group, in the task's private directory, with
-//! `FLINT_SUBTASK`, `FLINT_PARALLELISM` and `FLINT_ATTEMPT` set. A writer thread feeds its
-//! stdin (flushing whenever it has nothing more queued), a reader thread decodes its stdout, a
-//! third logs its stderr; the task thread moves records between them and the exchange. Every
-//! queue is bounded, so a slow child slows its inputs down (backpressure) and a child that
+//! `FLINT_SUBTASK`, `FLINT_PARALLELISM` and `FLINT_ATTEMPT` set. A writer thread writes its
+//! stdin, each time all the frames queued since its last write ([`stdin_queue`]); a reader
+//! thread decodes its stdout into batches, handed over whenever its pipe has nothing more
+//! ready; a third logs its stderr; the task thread moves records between them and the
+//! exchange. Every queue is bounded, so a slow child slows its inputs down (backpressure) and a child that
 //! writes without reading cannot make memory grow. Cancellation sends the group SIGTERM, then
 //! SIGKILL after [`KILL_GRACE`]; the child is reaped on every way out. A non-zero exit, a death
 //! by signal or a malformed frame fails the task naming the command, how it ended and the last
 //! lines of its stderr.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::io::{BufRead, BufReader, BufWriter, Write};
+use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError, sync_channel};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, sync_channel};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use self::framing::Framing;
+use self::stdin_queue::{Push, StdinQueue, StdinSender};
 use super::registry::OperatorSpec;
 use super::{Operator, OperatorError, Record, TaskIo};
 
 pub mod framing;
+mod stdin_queue;
 
 /// The operator's registered name.
 pub const PROCESS: &str = "process";
@@ -41,8 +44,12 @@ pub const PROCESS: &str = "process";
 /// How long a cancelled child has between SIGTERM and SIGKILL.
 pub const KILL_GRACE: Duration = Duration::from_secs(2);
 
-/// Frames queued for the child's stdin, and records read from its stdout, at most.
-const QUEUE: usize = 1024;
+/// Bytes of frames queued for the child's stdin at most.
+const STDIN_LIMIT: usize = 1 << 20;
+
+/// Records the reader hands over at once at most, and batches it keeps ready at most.
+const BATCH: usize = 256;
+const BATCHES: usize = 8;
 
 /// How long the task thread waits for the child's output while its stdin queue is full.
 const POLL: Duration = Duration::from_millis(1);
@@ -345,12 +352,13 @@ impl Operator for ProcessOperator {
         let stderr_read = || {
             let _ = stderr_done.recv_timeout(Duration::from_secs(1));
         };
-        let (frames, to_child) = sync_channel::<Vec<u8>>(QUEUE);
-        spawn_writer(stdin, to_child)?;
-        let (records, from_child) = sync_channel(QUEUE);
+        let queue = Arc::new(StdinQueue::new(STDIN_LIMIT));
+        let frames = StdinSender(Arc::clone(&queue));
+        spawn_writer(stdin, queue)?;
+        let (records, from_child) = sync_channel(BATCHES);
         spawn_reader(stdout, self.framing, records)?;
 
-        let outcome = self.pump(io, &frames, &from_child);
+        let outcome = self.pump(io, &frames.0, &from_child);
         drop(frames); // the child sees the end of its input
         if let Err(error) = outcome {
             if matches!(error, OperatorError::Cancelled) || io.is_cancelled() {
@@ -371,7 +379,7 @@ impl Operator for ProcessOperator {
                 return Err(OperatorError::Cancelled);
             }
             match from_child.recv_timeout(POLL * 10) {
-                Ok(Ok(record)) => io.emit(record)?,
+                Ok(Ok(records)) => emit_all(io, records)?,
                 Ok(Err(error)) => {
                     guard.kill();
                     stderr_read();
@@ -423,39 +431,35 @@ impl ProcessOperator {
     fn pump(
         &self,
         io: &mut dyn TaskIo,
-        frames: &SyncSender<Vec<u8>>,
-        from_child: &Receiver<Result<Record, String>>,
+        frames: &StdinQueue,
+        from_child: &Receiver<Result<Vec<Record>, String>>,
     ) -> Result<(), OperatorError> {
         let emit_ready = |io: &mut dyn TaskIo| -> Result<(), OperatorError> {
             loop {
                 match from_child.try_recv() {
-                    Ok(Ok(record)) => io.emit(record)?,
+                    Ok(Ok(records)) => emit_all(io, records)?,
                     Ok(Err(error)) => return Err(OperatorError::Failed(error)),
                     Err(_) => return Ok(()),
                 }
             }
         };
+        let mut frame = Vec::new();
         while let Some((input, record)) = io.next_with_input()? {
-            let mut frame = Vec::with_capacity(record.key.len() + 32);
+            frame.clear();
             self.framing.encode(input, &record, &mut frame);
-            let mut pending = frame;
             loop {
-                match frames.try_send(pending) {
-                    Ok(()) => break,
-                    Err(TrySendError::Full(frame)) => {
-                        pending = frame;
+                match frames.push(&frame) {
+                    Push::Queued => break,
+                    Push::Full => {
                         if io.is_cancelled() {
                             return Err(OperatorError::Cancelled);
                         }
-                        match from_child.recv_timeout(POLL) {
-                            Ok(Ok(record)) => io.emit(record)?,
-                            Ok(Err(error)) => return Err(OperatorError::Failed(error)),
-                            Err(_) => {}
-                        }
+                        emit_ready(io)?;
+                        frames.wait_for_room(POLL);
                     }
                     // The writer is gone: the child closed its stdin (or exited). What it says
                     // about it comes with its exit.
-                    Err(TrySendError::Disconnected(_)) => return Ok(()),
+                    Push::Gone => return Ok(()),
                 }
             }
             emit_ready(io)?;
@@ -476,48 +480,65 @@ fn spawn_named(name: &str, body: impl FnOnce() + Send + 'static) -> Result<(), O
         })
 }
 
+fn emit_all(io: &mut dyn TaskIo, records: Vec<Record>) -> Result<(), OperatorError> {
+    records.into_iter().try_for_each(|record| io.emit(record))
+}
+
 fn spawn_writer(
-    stdin: std::process::ChildStdin,
-    frames: Receiver<Vec<u8>>,
+    mut stdin: std::process::ChildStdin,
+    queue: Arc<StdinQueue>,
 ) -> Result<(), OperatorError> {
     spawn_named("stdin", move || {
-        let mut stdin = BufWriter::with_capacity(64 * 1024, stdin);
-        while let Ok(frame) = frames.recv() {
-            if stdin.write_all(&frame).is_err() {
-                return; // the child closed its stdin
-            }
-            // Flushed whenever nothing more is queued: batches under load, no record held back.
-            let mut more = frames.try_recv();
-            while let Ok(frame) = more {
-                if stdin.write_all(&frame).is_err() {
-                    return;
-                }
-                more = frames.try_recv();
-            }
-            if stdin.flush().is_err() {
+        let mut bytes = Vec::new();
+        while queue.take(&mut bytes) {
+            if stdin.write_all(&bytes).is_err() {
+                queue.writer_gone(); // the child closed its stdin
                 return;
             }
+            bytes.clear();
         }
-        let _ = stdin.flush();
+        // Dropping stdin closes it: the child sees the end of its input.
     })
 }
 
 fn spawn_reader(
     stdout: std::process::ChildStdout,
     framing: Framing,
-    records: SyncSender<Result<Record, String>>,
+    records: SyncSender<Result<Vec<Record>, String>>,
 ) -> Result<(), OperatorError> {
     spawn_named("stdout", move || {
         let mut stdout = BufReader::with_capacity(64 * 1024, stdout);
+        let mut batch = Vec::with_capacity(BATCH);
         loop {
-            let item = match framing.decode(&mut stdout) {
-                Ok(Some(record)) => Ok(record),
-                Ok(None) => return,
-                Err(error) => Err(crate::base::error_chain::ErrorChain(&error).to_string()),
+            let failure = match framing.decode(&mut stdout) {
+                Ok(Some(record)) => {
+                    batch.push(record);
+                    // Handed over when full, or when the next read may wait for the child:
+                    // batches under load, no record held back.
+                    if batch.len() < BATCH && !stdout.buffer().is_empty() {
+                        continue;
+                    }
+                    None
+                }
+                Ok(None) => Some(None),
+                Err(error) => Some(Some(
+                    crate::base::error_chain::ErrorChain(&error).to_string(),
+                )),
             };
-            let last = item.is_err();
-            if records.send(item).is_err() || last {
+            if !batch.is_empty()
+                && records
+                    .send(Ok(std::mem::replace(&mut batch, Vec::with_capacity(BATCH))))
+                    .is_err()
+            {
                 return;
+            }
+            match failure {
+                None => {}
+                Some(None) => return,
+                Some(Some(error)) => {
+                    let _ = records.send(Err(error));
+                    return;
+                }
             }
         }
     })
