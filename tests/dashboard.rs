@@ -4,7 +4,8 @@
 //!
 //! - `the_page_shows_the_pool_the_taskmanagers_and_the_running_job`: `chromium --headless
 //!   --dump-dom` renders the page, and the DOM must show every TaskManager with its slots (the
-//!   tasks in them, the free ones), the pool and the job with its state and vertices; then
+//!   tasks in them, the free ones), the pool and the job with its state, vertices and the
+//!   artifact it ships; then
 //!   `--screenshot` takes the picture the README shows (set `FLINT_DASHBOARD_SCREENSHOT=PATH` to
 //!   keep a copy, e.g. `docs/dashboard.png`).
 //! - `the_page_scales_the_pool_cancels_a_job_and_survives_a_restart`: the test drives the page
@@ -60,7 +61,10 @@ async fn the_page_shows_the_pool_the_taskmanagers_and_the_running_job() {
     let dir = common::scratch("dashboard-dom");
     let cluster = Cluster::start(&dir, "jm", 0).await;
     cluster.wait_for_the_pool().await;
-    let job = cluster.submit_sleeping_job();
+    // The job ships an artifact (issue 35: a job's details list its artifacts).
+    let model = cluster.upload(&[42u8; 3000]);
+    let artifacts = json!([{"name": "model.bin", "digest": model, "size": 3000}]);
+    let job = cluster.submit_sleeping_job(artifacts);
     let taskmanagers = cluster.wait_until_the_job_runs(&job).await;
     let url = format!("{}/#token={TOKEN}", cluster.rest);
 
@@ -113,6 +117,14 @@ async fn the_page_shows_the_pool_the_taskmanagers_and_the_running_job() {
         ("its first vertex", "<td>wait</td>"),
         ("its second vertex", "<td>sink</td>"),
         ("the vertices' progress", "0 / 3"),
+        (
+            "its artifact",
+            "<span class=\"mono\">model.bin</span> 2.9 KiB",
+        ),
+        (
+            "the artifact's digest",
+            &format!("title=\"sha256 {model}\""),
+        ),
     ] {
         assert!(row.contains(needle), "job row without {what}:\n{row}");
     }
@@ -208,7 +220,7 @@ async fn the_page_scales_the_pool_cancels_a_job_and_survives_a_restart() {
     let dir = common::scratch("dashboard-actions");
     let cluster = Cluster::start(&dir, "jm", 0).await;
     cluster.wait_for_the_pool().await;
-    let job = cluster.submit_sleeping_job();
+    let job = cluster.submit_sleeping_job(json!([]));
     cluster.wait_until_the_job_runs(&job).await;
 
     // Opened without the token: the page asks for it before it shows anything; a wrong one
@@ -453,9 +465,24 @@ impl Cluster {
         }
     }
 
+    /// Uploads `bytes` as an artifact (`POST /artifacts`); returns its digest.
+    fn upload(&self, bytes: &[u8]) -> String {
+        let mut answer = self
+            .http
+            .post(format!("{}/artifacts", self.rest))
+            .header("Authorization", &format!("Bearer {TOKEN}"))
+            .content_type("application/octet-stream")
+            .send(bytes)
+            .expect("POST /artifacts");
+        let text = answer.body_mut().read_to_string().expect("an answer body");
+        assert_eq!(answer.status().as_u16(), 201, "POST /artifacts: {text}");
+        let info: Value = serde_json::from_str(&text).expect("JSON");
+        info["digest"].as_str().expect("the digest").to_owned()
+    }
+
     /// Submits a job that keeps 3 slots busy for ten minutes: `wait` (sleep) → `sink` (noop),
-    /// forward, in one slot sharing group.
-    fn submit_sleeping_job(&self) -> String {
+    /// forward, in one slot sharing group, shipping `artifacts` (a JSON list).
+    fn submit_sleeping_job(&self, artifacts: Value) -> String {
         let mut job = JobGraph::builder(JOB_NAME);
         let wait = job
             .vertex("wait", "sleep", 3)
@@ -468,7 +495,8 @@ impl Cluster {
             DistributionPattern::Forward,
             ExchangeMode::Pipelined,
         );
-        let graph = serde_json::to_value(job.build(|_| true).expect("a valid graph")).unwrap();
+        let mut graph = serde_json::to_value(job.build(|_| true).expect("a valid graph")).unwrap();
+        graph["artifacts"] = artifacts;
         let (status, answer) = self.request("POST", "/jobs", Some(&graph));
         assert_eq!(status, 202, "POST /jobs: {answer}");
         answer["id"].as_str().expect("the job id").to_owned()

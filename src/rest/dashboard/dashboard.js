@@ -230,9 +230,11 @@
     return Math.floor(m / 60) + ' h ' + pad(m % 60) + ' min';
   }
 
-  /** Memory in GiB or MiB; null when unknown (the API reports 0 then). */
+  /** A size in B, KiB, MiB or GiB; null when unknown (the API reports 0 for memory then). */
   function formatBytes(bytes) {
     if (typeof bytes !== 'number' || bytes <= 0) return null;
+    if (bytes < 1024) return bytes + ' B';
+    if (bytes < 1024 * 1024) return (bytes / 1024).toFixed(1) + ' KiB';
     const gib = bytes / (1024 * 1024 * 1024);
     return gib >= 1 ? gib.toFixed(1) + ' GiB' : Math.round(bytes / (1024 * 1024)) + ' MiB';
   }
@@ -543,10 +545,19 @@
       const failure = details.failure
         ? '<p class="failure">Failure: ' + esc(details.failure) + '</p>'
         : '';
+      const shipped = (details.artifacts || []).map((a) =>
+        '<li class="artifact" title="' + esc('sha256 ' + a.digest) + '"><span class="mono">' +
+        esc(a.name) + '</span> ' + esc(formatBytes(a.size) || '0 B') +
+        (a.executable ? ' · executable' : '') + ' <span class="digest mono">' +
+        esc(String(a.digest).slice(0, 12)) + '</span></li>');
+      const artifacts = shipped.length
+        ? '<div class="artifacts">' + esc(plural(shipped.length, 'artifact')) +
+          ': <ul class="artifact-list">' + shipped.join('') + '</ul></div>'
+        : '';
       const remembered = ui.vertexListOpen.get(id);
       const open = remembered === undefined ? !JOB_ENDED.has(state) : remembered;
       const vertices = details.vertices || [];
-      html += '<tr class="vertices-row"><td colspan="6">' + failure +
+      html += '<tr class="vertices-row"><td colspan="6">' + failure + artifacts +
         '<details class="vertex-details" data-job="' + esc(id) + '"' + (open ? ' open' : '') +
         '><summary data-focus="vertices-' + esc(id) + '">' + esc(plural(vertices.length, 'vertex', 'vertices')) +
         '</summary><table class="vertices"><thead><tr><th scope="col">Vertex</th>' +
