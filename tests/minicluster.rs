@@ -211,3 +211,83 @@ async fn a_shipped_file_is_read_by_the_jobs_tasks() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A `process` vertex with two inputs (issue 35, item 2): the runtime gives each record the
+/// index of the edge it came on, and the child sees it in its frame. Two sources of different
+/// sizes feed a shell child that turns each input line into a record keyed by its `input`
+/// (valued 1); counting those keys gives each source's line count.
+#[actix::test]
+async fn a_process_vertex_tells_its_two_inputs_apart() {
+    use flint::job::graph::{DistributionPattern, ExchangeMode, JobGraph};
+    let cluster = MiniCluster::start(config(2)).unwrap();
+    cluster.wait_for_pool(2, DEADLINE).await.unwrap();
+    let dir = std::env::temp_dir().join(format!("flint-mini-two-inputs-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (left, right) = (dir.join("left.txt"), dir.join("right.txt"));
+    std::fs::write(&left, "left line\n".repeat(300)).unwrap();
+    std::fs::write(&right, "right line\n".repeat(500)).unwrap();
+    let output = dir.join("counts");
+    let mut b = JobGraph::builder("two-inputs");
+    let sources = [&left, &right].map(|path| {
+        let name = path.file_stem().unwrap().to_string_lossy().into_owned();
+        b.vertex(&name, "text-source", 2)
+            .config("path", path.display().to_string())
+            .index()
+    });
+    let script = r#"sed 's/^{"input":\([0-9]*\),.*$/{"key":"\1","value":1}/'"#;
+    let step = b
+        .vertex("which-input", "process", 2)
+        .config("command", "sh")
+        .config("allow-path", "true")
+        .config("args", serde_json::to_string(&["-c", script]).unwrap())
+        .index();
+    let count = b.vertex("count", "count-by-key", 2).index();
+    let sink = b
+        .vertex("sink", "file-sink", 2)
+        .config("path", output.display().to_string())
+        .index();
+    for source in sources {
+        b.edge(
+            source,
+            step,
+            DistributionPattern::AllToAll,
+            ExchangeMode::Pipelined,
+        );
+    }
+    b.edge(
+        step,
+        count,
+        DistributionPattern::AllToAll,
+        ExchangeMode::Pipelined,
+    );
+    b.edge(
+        count,
+        sink,
+        DistributionPattern::Forward,
+        ExchangeMode::Pipelined,
+    );
+    let job = cluster
+        .submit_job(b.build(|_| true).unwrap())
+        .await
+        .unwrap();
+    let details = cluster.wait_for_job(job, DEADLINE).await.unwrap();
+    assert_eq!(
+        details.summary.status,
+        flint::job::states::JobStatus::Finished,
+        "{details:?}"
+    );
+    let mut counted = std::collections::BTreeMap::new();
+    for part in std::fs::read_dir(&output).unwrap().flatten() {
+        if part.path().extension().is_some() {
+            continue;
+        }
+        for line in std::fs::read_to_string(part.path()).unwrap().lines() {
+            let (input, n) = line.split_once('\t').unwrap_or_else(|| panic!("{line:?}"));
+            counted.insert(input.to_owned(), n.parse::<u64>().unwrap());
+        }
+    }
+    let expected: std::collections::BTreeMap<String, u64> =
+        [("0".to_owned(), 300), ("1".to_owned(), 500)].into();
+    assert_eq!(counted, expected);
+    let _ = std::fs::remove_dir_all(&dir);
+}
