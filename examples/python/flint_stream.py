@@ -110,13 +110,30 @@ def records(framing=None):
         yield input_index, key, value
 
 
+# Encoded JSON lines of recent records: a step that emits the same record often (a word and
+# its 1) encodes it once. Cleared when full, so memory stays bounded.
+_LINES = {}
+_LINES_MAX = 1 << 16
+
+
 def emit(key, value, framing=None):
     """Sends one record downstream. Buffered: Flint sees it at the latest when the program
     ends or `flush()` is called."""
     framing = framing or _FRAMING
     if framing == "json":
-        _stdout.write(json.dumps({"key": key, "value": value}, ensure_ascii=False).encode("utf-8"))
-        _stdout.write(b"\n")
+        # type(value) in the key: True == 1 for a dict, but not for Flint.
+        cached = (key, type(value), value)
+        line = _LINES.get(cached)
+        if line is None:
+            if isinstance(value, bool) or not (value is None or isinstance(value, (int, str))):
+                raise TypeError("a Flint value is None, an int or a str, not %r" % (value,))
+            record = {"key": key, "value": value}
+            line = json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n"
+            line = line.encode("utf-8")
+            if len(_LINES) >= _LINES_MAX:
+                _LINES.clear()
+            _LINES[cached] = line
+        _stdout.write(line)
     else:
         body = _encode_str(key) + _encode_value(value)
         _stdout.write(struct.pack("<I", len(body)))
