@@ -1,6 +1,7 @@
 //! Job artifacts on a process cluster: `flint run --artifact` uploads and ships a file, `flint
 //! artifacts` and `GET /artifacts` list it, and every bad upload or reference is refused with
-//! nothing stored and the cluster going on.
+//! nothing stored and the cluster going on; under HA a new leader serves what the old one
+//! stored, and an upload cut off by the old leader's death stores nothing.
 
 mod common;
 
@@ -37,6 +38,24 @@ fn upload(url: &str, bytes: &[u8], sha: Option<&str>) -> (u16, String) {
     (status, response.body_mut().read_to_string().unwrap())
 }
 
+/// An upload of `length` bytes to `path` of which only `sent` has been sent, over a raw
+/// connection the caller cuts (drops) or watches.
+fn start_upload(url: &str, path: &str, length: usize, sent: &[u8]) -> std::net::TcpStream {
+    let address = url.strip_prefix("http://").unwrap();
+    let mut stream = std::net::TcpStream::connect(address).unwrap();
+    let bearer = local_bearer()
+        .map(|b| format!("Authorization: {b}\r\n"))
+        .unwrap_or_default();
+    write!(
+        stream,
+        "POST {path} HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/octet-stream\r\n\
+         Content-Length: {length}\r\n{bearer}\r\n"
+    )
+    .unwrap();
+    stream.write_all(sent).unwrap();
+    stream
+}
+
 fn stored(url: &str) -> Vec<serde_json::Value> {
     let answer = request(
         &agent(),
@@ -50,7 +69,8 @@ fn stored(url: &str) -> Vec<serde_json::Value> {
 }
 
 /// Every file in the JobManager's artifact store (its working directory's `blobs`).
-fn store_files(dir: &Path) -> Vec<String> {
+/// The JobManager's artifact store of the process cluster in `dir`.
+fn store_dir(dir: &Path) -> PathBuf {
     let work = dir.join("work");
     let jm = (std::fs::read_dir(&work).unwrap().flatten())
         .map(|e| e.path())
@@ -61,7 +81,15 @@ fn store_files(dir: &Path) -> Vec<String> {
                 .starts_with("flint-jm-")
         })
         .expect("the JobManager's working directory");
-    let mut names: Vec<String> = (std::fs::read_dir(jm.join("blobs")).unwrap().flatten())
+    jm.join("blobs")
+}
+
+fn stored_path(dir: &Path, digest: &str) -> PathBuf {
+    store_dir(dir).join(digest)
+}
+
+fn store_files(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = (std::fs::read_dir(store_dir(dir)).unwrap().flatten())
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .collect();
     names.sort();
@@ -151,19 +179,7 @@ fn artifacts_are_uploaded_listed_checked_and_bad_ones_refused() {
     assert_eq!(status, 400, "{body}");
 
     // An upload cut off half-way: nothing stored, no temporary file left.
-    let address = url.strip_prefix("http://").unwrap();
-    let mut stream = std::net::TcpStream::connect(address).unwrap();
-    let bearer = local_bearer()
-        .map(|b| format!("Authorization: {b}\r\n"))
-        .unwrap_or_default();
-    write!(
-        stream,
-        "POST /artifacts HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/octet-stream\r\n\
-         Content-Length: 100000\r\n{bearer}\r\n"
-    )
-    .unwrap();
-    stream.write_all(&[1u8; 5000]).unwrap();
-    drop(stream);
+    drop(start_upload(&url, "/artifacts", 100_000, &[1u8; 5000]));
     let expected = {
         let mut files = vec![digest.clone(), sha256(&big)];
         files.sort();
@@ -209,9 +225,32 @@ fn artifacts_are_uploaded_listed_checked_and_bad_ones_refused() {
         "{run:?}"
     );
 
-    // The cluster goes on: the same job with its artifact still runs.
+    // The cluster goes on: the same job with its artifact still runs, and the file, stored
+    // already, is not sent again (`GET /artifacts/{digest}` says so; an unknown digest is 404).
+    let inode = || {
+        std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(stored_path(&dir, &digest)).unwrap())
+    };
+    let before = inode();
     let run = run_with(&url, &script, &job);
     assert!(run.status.success(), "{run:?}");
+    assert_eq!(inode(), before, "an upload replaced the stored copy");
+    let one = request(
+        &agent(),
+        "GET",
+        &format!("{url}/artifacts/{digest}"),
+        None,
+        local_bearer().as_deref(),
+    )
+    .expect(200);
+    assert_eq!(one.json()["size"], 15, "{}", one.body);
+    request(
+        &agent(),
+        "GET",
+        &format!("{url}/artifacts/{never}"),
+        None,
+        local_bearer().as_deref(),
+    )
+    .expect_error(404, "no artifact");
     drop(jm);
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -227,14 +266,55 @@ fn a_new_leader_serves_the_artifacts_uploaded_to_the_old_one() {
     let (status, body) = upload(&a, bytes, Some(&digest));
     assert_eq!(status, 201, "{body}");
 
+    // An upload in flight when the leader dies: half its body has reached the store when the
+    // leader is killed. The client sees it fail; nothing of it is stored, and it can be sent
+    // again whole to the new leader.
+    let store = cluster.dir.join("ha-storage").join("blobs");
+    let cut: Vec<u8> = (0..4u32 << 20).map(|i| (i % 251) as u8).collect();
+    let cut_digest = sha256(&cut);
+    let mut in_flight = start_upload(
+        &a,
+        &format!("/artifacts?sha256={cut_digest}"),
+        cut.len(),
+        &cut[..cut.len() / 2],
+    );
+    let partial = || {
+        (std::fs::read_dir(&store).unwrap().flatten())
+            .filter(|e| e.file_name().to_string_lossy().ends_with(".part"))
+            .map(|e| e.metadata().map_or(0, |m| m.len()))
+            .max()
+    };
+    wait_until("half the upload reaches the store", || {
+        partial().filter(|&len| len > 0).map(drop)
+    });
+
     signal(&cluster.a.child, "-KILL");
     let _ = cluster.a.child.wait();
+    let mut answer = String::new();
+    let _ = std::io::Read::read_to_string(&mut in_flight, &mut answer);
+    assert!(
+        !answer.contains(" 201 "),
+        "a cut-off upload was stored: {answer}"
+    );
     wait_until("the standby leads", || leads(&b).then_some(()));
     let listed = stored(&b);
     assert!(
         listed.iter().any(|a| a["digest"] == digest.as_str()),
         "{listed:?}"
     );
+    assert!(
+        !listed.iter().any(|a| a["digest"] == cut_digest.as_str()),
+        "half an upload is listed: {listed:?}"
+    );
+    assert!(
+        !store.join(&cut_digest).exists(),
+        "half an upload is stored"
+    );
+    let (status, body) = upload(&b, &cut, Some(&cut_digest));
+    assert_eq!(status, 201, "{body}");
+    let listed = stored(&b);
+    let whole = listed.iter().find(|a| a["digest"] == cut_digest.as_str());
+    assert_eq!(whole.map(|a| a["size"].clone()), Some(cut.len().into()));
 
     // A job reading it is accepted by the new leader, and its TaskManager fetches it from
     // there: the sink writes the shipped line back out.

@@ -164,6 +164,7 @@ pub fn task_manager_spec(
         managed_memory: config.taskmanager.managed_memory,
         network: config.taskmanager.network(),
         cancellation: config.task.cancellation,
+        blob_cache_linger: config.blob.cache_linger,
     }
 }
 

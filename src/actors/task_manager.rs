@@ -88,6 +88,8 @@ pub struct TaskManagerSpec {
     pub network: NetworkSettings,
     /// How a task that ignores its cancellation is pressed (`task.cancellation.*`).
     pub cancellation: CancellationConfig,
+    /// How long a job's artifacts stay cached after its last task here (`blob.cache-linger`).
+    pub blob_cache_linger: std::time::Duration,
 }
 
 /// What one TaskManager is started with.

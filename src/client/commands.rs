@@ -220,11 +220,16 @@ impl Client {
         let executable = std::fs::metadata(path)
             .map(|meta| std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o100 != 0)
             .map_err(|e| failed(e.to_string()))?;
-        let stored = self.rest.upload_artifact(path, &digest)?;
+        // Sent once: a file the JobManager already stores (same content, so same size) is
+        // not uploaded again.
+        let stored = match self.rest.artifact(&digest)? {
+            Some(stored) => stored,
+            None => self.rest.upload_artifact(path, &digest)?.value,
+        };
         Ok(JobArtifact {
             name,
-            digest: stored.value.digest,
-            size: stored.value.size,
+            digest: stored.digest,
+            size: stored.size,
             executable,
         })
     }

@@ -280,6 +280,18 @@ impl RestClient {
         )
     }
 
+    /// `GET /artifacts/{digest}`: the stored artifact, `None` if the JobManager lacks it.
+    pub fn artifact(
+        &self,
+        digest: &crate::base::blob_key::BlobKey,
+    ) -> Result<Option<crate::env::blob_store::BlobInfo>, RestError> {
+        match self.call(Request::Get, &format!("/artifacts/{digest}")) {
+            Ok(answer) => Ok(Some(answer.value)),
+            Err(RestError::NotFound { .. }) => Ok(None),
+            Err(error) => Err(error),
+        }
+    }
+
     /// `GET /artifacts`.
     pub fn artifacts(&self) -> Result<Answer<crate::rest::ArtifactList>, RestError> {
         self.call(Request::Get, "/artifacts")

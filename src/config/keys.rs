@@ -159,7 +159,7 @@ macro_rules! duration {
     };
 }
 
-static KEYS: [Key; 61] = [
+static KEYS: [Key; 62] = [
     // [cluster]
     Key {
         name: "cluster.id",
@@ -230,6 +230,12 @@ static KEYS: [Key; 61] = [
             get: |c| c.blob.max_size,
             set: |c, v| c.blob.max_size = v,
         }),
+    },
+    Key {
+        name: "blob.cache-linger",
+        doc: "How long a TaskManager keeps a job's artifacts after the job's last task there ended (the next wave or a resubmission fetches nothing); then they are deleted unless another job uses them.",
+        secret: false,
+        kind: duration!(blob.cache_linger),
     },
     // [execution.batch.job-recovery]
     Key {

@@ -216,11 +216,17 @@ impl Default for BatchJobRecoveryConfig {
 pub struct BlobConfig {
     /// `blob.max-size`: the largest artifact the JobManager accepts.
     pub max_size: u64,
+    /// `blob.cache-linger`: how long a TaskManager keeps a job's artifacts after its last task
+    /// there ended.
+    pub cache_linger: Duration,
 }
 
 impl Default for BlobConfig {
     fn default() -> Self {
-        Self { max_size: 1 << 30 }
+        Self {
+            max_size: 1 << 30,
+            cache_linger: Duration::from_secs(60),
+        }
     }
 }
 

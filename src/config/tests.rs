@@ -42,6 +42,7 @@ fn everything_changed() -> ClusterConfig {
     c.batch_job_recovery.enabled = false;
     c.batch_job_recovery.previous_worker_recovery_timeout = Duration::from_secs(5);
     c.blob.max_size = 5 << 20;
+    c.blob.cache_linger = Duration::from_secs(7);
     c.task.cancellation.interval = Duration::from_secs(5);
     c.task.cancellation.timeout = Duration::from_secs(60);
     c.taskmanager.working_dir = Some("/var/lib/flint dir".into());

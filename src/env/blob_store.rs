@@ -87,6 +87,10 @@ pub struct BlobInfo {
 pub struct BlobStore {
     dir: PathBuf,
     max_size: u64,
+    /// Whether a stored artifact is synced to disk before it counts as stored: the
+    /// JobManager's store must survive a crash; a TaskManager's cache is emptied at start-up
+    /// anyway, and four 100 MB syncs at once cost more than the fetch itself.
+    durable: bool,
 }
 
 impl BlobStore {
@@ -103,9 +107,19 @@ impl BlobStore {
         let store = Self {
             dir: dir.to_owned(),
             max_size,
+            durable: true,
         };
         store.remove_stale_uploads();
         Ok(store)
+    }
+
+    /// [`open`](Self::open) for a cache of copies (a TaskManager's): no size limit, and
+    /// nothing synced to disk, since a restarted cache starts empty.
+    pub fn open_cache(dir: &Path) -> Result<Self, BlobError> {
+        Ok(Self {
+            durable: false,
+            ..Self::open(dir, u64::MAX)?
+        })
     }
 
     /// The largest artifact accepted.
@@ -116,6 +130,20 @@ impl BlobStore {
     /// Where the artifact `key` is (whether or not it is stored).
     pub fn path_of(&self, key: &BlobKey) -> PathBuf {
         self.dir.join(key.to_string())
+    }
+
+    /// The stored artifact `key`, as [`list`](Self::list) shows it.
+    pub fn info(&self, key: &BlobKey) -> Result<BlobInfo, BlobError> {
+        let path = self.path_of(key);
+        let metadata = fs::metadata(&path).map_err(|source| match source.kind() {
+            io::ErrorKind::NotFound => BlobError::NotFound { key: *key },
+            _ => io_error("read", &path, source),
+        })?;
+        Ok(BlobInfo {
+            digest: *key,
+            size: metadata.len(),
+            stored_at_ms: metadata.modified().map_or(0, millis),
+        })
     }
 
     /// Whether `key` is stored.
@@ -286,12 +314,14 @@ impl BlobUpload {
             .map_err(|source| io_error("write", &self.path, source))
     }
 
-    /// Ends the upload: the bytes are synced to disk and stored under their key, checked
-    /// against `expected` if the sender named one.
+    /// Ends the upload: the bytes are synced to disk (in a durable store) and stored under
+    /// their key, checked against `expected` if the sender named one.
     pub fn finish(mut self, expected: Option<BlobKey>) -> Result<BlobInfo, BlobError> {
         let file = self.file.take().expect("finished once");
-        file.sync_all()
-            .map_err(|source| io_error("sync", &self.path, source))?;
+        if self.store.durable {
+            file.sync_all()
+                .map_err(|source| io_error("sync", &self.path, source))?;
+        }
         drop(file);
         let digest = BlobKey::from_hasher(std::mem::take(&mut self.hasher));
         if let Some(expected) = expected.filter(|expected| *expected != digest) {
@@ -303,7 +333,9 @@ impl BlobUpload {
         let target = self.store.path_of(&digest);
         fs::rename(&self.path, &target).map_err(|source| io_error("store", &target, source))?;
         // The rename itself survives a crash only once the directory is synced.
-        if let Ok(dir) = File::open(&self.store.dir) {
+        if self.store.durable
+            && let Ok(dir) = File::open(&self.store.dir)
+        {
             let _ = dir.sync_all();
         }
         self.path = PathBuf::new();

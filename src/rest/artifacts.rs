@@ -88,6 +88,25 @@ pub async fn list(state: web::Data<RestState>) -> Result<HttpResponse, ApiError>
     Ok(HttpResponse::Ok().json(ArtifactList { artifacts }))
 }
 
+/// `GET /artifacts/{digest}`: one stored artifact (404 if it is not): how `flint run
+/// --artifact` learns it need not upload a file again.
+pub async fn show(
+    state: web::Data<RestState>,
+    digest: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let digest: BlobKey =
+        digest
+            .parse()
+            .map_err(
+                |error: crate::base::blob_key::BlobKeyError| ApiError::BadQuery {
+                    detail: error.to_string(),
+                },
+            )?;
+    let store = store(&state)?.clone();
+    let info = blocking(move || store.info(&digest)).await?;
+    Ok(HttpResponse::Ok().json(info))
+}
+
 /// Refuses `graph` if it names an artifact the store does not hold at the size named.
 pub async fn check_stored(state: &RestState, graph: &JobGraph) -> Result<(), ApiError> {
     if graph.artifacts.is_empty() {

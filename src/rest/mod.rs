@@ -265,6 +265,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .route(get().to(artifacts::list))
             .route(post().to(artifacts::upload)),
     )
+    .service(resource("/artifacts/{digest}", "GET").route(get().to(artifacts::show)))
     .service(
         resource("/cluster/pool-size", "GET, PUT")
             .route(get().to(handlers::pool_size))

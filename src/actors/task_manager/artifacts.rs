@@ -5,7 +5,7 @@
 use actix::prelude::*;
 
 use super::TaskManager;
-use super::blob_cache::{ArtifactHandle, CACHE_LINGER, FetchState, fetch};
+use super::blob_cache::{ArtifactHandle, FetchState, fetch};
 use crate::base::ids::JobId;
 use crate::job::artifact::JobArtifact;
 
@@ -52,7 +52,7 @@ impl TaskManager {
     }
 
     /// A task of `job` ended: once the job's last task here has been gone for
-    /// [`CACHE_LINGER`], its artifacts no other job uses are deleted.
+    /// `blob.cache-linger`, its artifacts no other job uses are deleted.
     pub(super) fn release_artifacts(
         &mut self,
         job: JobId,
@@ -62,7 +62,7 @@ impl TaskManager {
         let Some(generation) = self.blob_cache.task_ended(job, artifacts) else {
             return;
         };
-        ctx.run_later(CACHE_LINGER, move |act, _| {
+        ctx.run_later(self.settings.spec.blob_cache_linger, move |act, _| {
             let unused = act.blob_cache.release_idle(job, generation);
             if unused.is_empty() {
                 return;

@@ -5,8 +5,9 @@
 //! private file, check its SHA-256 and hand its path to the job's tasks. Tasks that start
 //! while a fetch is under way wait for the same fetch: an artifact crosses the network once per
 //! TaskManager, not once per task. Each artifact counts the jobs using it; a job stops using
-//! its artifacts [`CACHE_LINGER`] after its last task here ended (so the waves of one job fetch
-//! once), and an artifact no job uses is deleted. A failed fetch fails the tasks waiting on it
+//! its artifacts `blob.cache-linger` after its last task here ended (so the waves of one job
+//! fetch once; Flink's `blob.service.cleanup.interval` plays this part), and an artifact no job
+//! uses is deleted. A failed fetch fails the tasks waiting on it
 //! and is forgotten, so the job's restart fetches afresh.
 //!
 //! Copies are read-only (0400), executable (0500) only for artifacts the job marked so (kept
@@ -18,7 +19,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
 use actix::Recipient;
 use futures_util::StreamExt;
@@ -31,11 +31,6 @@ use crate::env::blob_store::{BlobError, BlobStore};
 use crate::env::blocking_io::{BlockingIo, offload};
 use crate::job::artifact::JobArtifact;
 use crate::messages::job_manager::{FETCH_BLOB_CHUNK, FETCH_BLOB_WINDOW, FetchBlob};
-
-/// How long a job keeps its artifacts on a TaskManager after its last task there ended
-/// (Flink's `blob.service.cleanup.interval` plays this part): long enough for the next wave or
-/// region of the job, short enough that disk comes back soon after the job.
-pub const CACHE_LINGER: Duration = Duration::from_secs(60);
 
 /// How a fetch ended, as the tasks waiting on it see it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -77,7 +72,7 @@ struct Entry {
 struct JobUse {
     /// Its tasks running here.
     tasks: usize,
-    /// When its last task ended (a linger check is due then + [`CACHE_LINGER`]).
+    /// When its last task ended (a linger check is due then + `blob.cache-linger`).
     idle_generation: u64,
     keys: BTreeSet<CacheKey>,
 }
@@ -117,7 +112,7 @@ impl BlobCache {
 
     fn prepare(dir: &Path) -> Result<(BlobStore, BlobStore), BlobError> {
         let open = |name: &str| -> Result<BlobStore, BlobError> {
-            let store = BlobStore::open(&dir.join(name), u64::MAX)?;
+            let store = BlobStore::open_cache(&dir.join(name))?;
             store.clear()?;
             Ok(store)
         };
@@ -180,7 +175,7 @@ impl BlobCache {
 
     /// A task of `job` that [`acquire`](Self::acquire)d ended: `Some(generation)` if it was
     /// the job's last here, to pass to [`release_idle`](Self::release_idle) after
-    /// [`CACHE_LINGER`].
+    /// `blob.cache-linger`.
     pub fn task_ended(&mut self, job: JobId, artifacts: &[JobArtifact]) -> Option<u64> {
         if artifacts.is_empty() {
             return None;

@@ -61,6 +61,7 @@ fn spec(slots: u32, hostname: &str) -> TaskManagerSpec {
             interval: Duration::from_secs(1),
             timeout: Duration::from_secs(5),
         },
+        blob_cache_linger: Duration::from_secs(60),
     }
 }
 

@@ -31,6 +31,7 @@ fn template() -> TaskManagerSpec {
         managed_memory: 64 << 20,
         network: crate::exchange::NetworkSettings::default(),
         cancellation: crate::config::CancellationConfig::default(),
+        blob_cache_linger: std::time::Duration::from_secs(60),
     }
 }
 

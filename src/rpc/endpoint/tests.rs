@@ -117,6 +117,7 @@ fn start_task_manager(env: &NodeEnv, id: &str, leader: ActorAddress) -> Addr<Tas
                 managed_memory: 64 << 20,
                 network: crate::exchange::NetworkSettings::default(),
                 cancellation: crate::config::CancellationConfig::default(),
+                blob_cache_linger: std::time::Duration::from_secs(60),
             },
         },
         env.clone(),

@@ -195,6 +195,7 @@ async fn job_manager_and_task_manager_statuses_agree_on_slots_and_running_attemp
         managed_memory: 64 << 20,
         network: crate::exchange::NetworkSettings::default(),
         cancellation: crate::config::CancellationConfig::default(),
+        blob_cache_linger: std::time::Duration::from_secs(60),
     };
     // Task threads in lock-step with the paused clock: cancellation is seen in virtual time.
     let mut tm_env = f.env.clone();
