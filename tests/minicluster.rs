@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+mod common;
+
 use flint::env::events::ClusterEvent;
 use flint::messages::RemovalReason;
 use flint::{ClusterConfig, MiniCluster, MiniClusterError};
@@ -138,6 +140,20 @@ async fn wait_for_pool_reports_the_cluster_when_it_times_out() {
     cluster.shutdown().await.unwrap();
 }
 
+/// Submits the job built by `b` and waits for it to finish (FINISHED, or the test fails).
+async fn run_to_the_end(cluster: &MiniCluster, b: flint::job::graph::JobGraphBuilder) {
+    let job = cluster
+        .submit_job(b.build(|_| true).unwrap())
+        .await
+        .unwrap();
+    let details = cluster.wait_for_job(job, DEADLINE).await.unwrap();
+    assert_eq!(
+        details.summary.status,
+        flint::job::states::JobStatus::Finished,
+        "{details:?}"
+    );
+}
+
 /// The embedded cluster's artifacts: a file stored with `upload_artifact` ships with a job, its
 /// TaskManagers fetch it, and a `text-source` reads it: the counts equal a sequential count.
 #[actix::test]
@@ -185,28 +201,9 @@ async fn a_shipped_file_is_read_by_the_jobs_tasks() {
         DistributionPattern::Forward,
         ExchangeMode::Pipelined,
     );
-    let job = cluster
-        .submit_job(b.build(|_| true).unwrap())
-        .await
-        .unwrap();
-    let details = cluster.wait_for_job(job, DEADLINE).await.unwrap();
+    run_to_the_end(&cluster, b).await;
     assert_eq!(
-        details.summary.status,
-        flint::job::states::JobStatus::Finished,
-        "{details:?}"
-    );
-    let mut counted = std::collections::BTreeMap::new();
-    for part in std::fs::read_dir(&output).unwrap().flatten() {
-        if part.path().extension().is_some() {
-            continue;
-        }
-        for line in std::fs::read_to_string(part.path()).unwrap().lines() {
-            let (word, n) = line.split_once('\t').unwrap();
-            counted.insert(word.to_owned(), n.parse::<u64>().unwrap());
-        }
-    }
-    assert_eq!(
-        counted,
+        common::read_counts(&output),
         flint::operators::builtin::sequential_word_count(&input).unwrap()
     );
     let _ = std::fs::remove_dir_all(&dir);
@@ -266,28 +263,9 @@ async fn a_process_vertex_tells_its_two_inputs_apart() {
         DistributionPattern::Forward,
         ExchangeMode::Pipelined,
     );
-    let job = cluster
-        .submit_job(b.build(|_| true).unwrap())
-        .await
-        .unwrap();
-    let details = cluster.wait_for_job(job, DEADLINE).await.unwrap();
-    assert_eq!(
-        details.summary.status,
-        flint::job::states::JobStatus::Finished,
-        "{details:?}"
-    );
-    let mut counted = std::collections::BTreeMap::new();
-    for part in std::fs::read_dir(&output).unwrap().flatten() {
-        if part.path().extension().is_some() {
-            continue;
-        }
-        for line in std::fs::read_to_string(part.path()).unwrap().lines() {
-            let (input, n) = line.split_once('\t').unwrap_or_else(|| panic!("{line:?}"));
-            counted.insert(input.to_owned(), n.parse::<u64>().unwrap());
-        }
-    }
+    run_to_the_end(&cluster, b).await;
     let expected: std::collections::BTreeMap<String, u64> =
         [("0".to_owned(), 300), ("1".to_owned(), 500)].into();
-    assert_eq!(counted, expected);
+    assert_eq!(common::read_counts(&output), expected);
     let _ = std::fs::remove_dir_all(&dir);
 }
