@@ -11,16 +11,15 @@
 //! - `framing`: `json` (default) or `bincode`, see [`framing`].
 //! - `stderr-lines`: how many last lines of stderr a failure quotes (default 20).
 //!
-//! The child runs in its own process group, in the task's private directory, with
-//! `FLINT_SUBTASK`, `FLINT_PARALLELISM` and `FLINT_ATTEMPT` set. A writer thread writes its
-//! stdin, each time all the frames queued since its last write ([`stdin_queue`]); a reader
-//! thread decodes its stdout into batches, handed over whenever its pipe has nothing more
-//! ready; a third logs its stderr; the task thread moves records between them and the
-//! exchange. Every queue is bounded, so a slow child slows its inputs down (backpressure) and a child that
-//! writes without reading cannot make memory grow. Cancellation sends the group SIGTERM, then
-//! SIGKILL after [`KILL_GRACE`]; the child is reaped on every way out. A non-zero exit, a death
-//! by signal or a malformed frame fails the task naming the command, how it ended and the last
-//! lines of its stderr.
+//! The child runs in its own process group, in the task's private directory, with `FLINT_SUBTASK`,
+//! `FLINT_PARALLELISM` and `FLINT_ATTEMPT` set. A writer thread writes its stdin, each time all the
+//! frames queued since its last write (`stdin_queue`); a reader thread decodes its stdout into
+//! batches, handed over whenever its pipe has nothing more ready; a third logs its stderr; the task
+//! thread moves records between them and the exchange. Every queue is bounded, so a slow child
+//! slows its inputs down (backpressure) and a child that writes without reading cannot make memory
+//! grow. Cancellation sends the group SIGTERM, then SIGKILL after [`KILL_GRACE`]; the child is
+//! reaped on every way out. A non-zero exit, a death by signal or a malformed frame fails the task
+//! naming the command, how it ended and the last lines of its stderr.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::io::{BufRead, BufReader, Write};
