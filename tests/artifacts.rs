@@ -9,7 +9,7 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::ha::{HaCluster, leads, signal, wait_until};
+use common::ha::{HaCluster, get, leads, signal, wait_until};
 use common::rest::{JobManagerChild, agent, local_bearer, poll, request};
 use common::scratch;
 use sha2::{Digest, Sha256};
@@ -57,19 +57,12 @@ fn start_upload(url: &str, path: &str, length: usize, sent: &[u8]) -> std::net::
 }
 
 fn stored(url: &str) -> Vec<serde_json::Value> {
-    let answer = request(
-        &agent(),
-        "GET",
-        &format!("{url}/artifacts"),
-        None,
-        local_bearer().as_deref(),
-    )
-    .expect(200);
+    let answer = get(url, "/artifacts").expect(200);
     answer.json()["artifacts"].as_array().cloned().unwrap()
 }
 
-/// Every file in the JobManager's artifact store (its working directory's `blobs`).
-/// The JobManager's artifact store of the process cluster in `dir`.
+/// The JobManager's artifact store (its working directory's `blobs`) of the process cluster in
+/// `dir`.
 fn store_dir(dir: &Path) -> PathBuf {
     let work = dir.join("work");
     let jm = (std::fs::read_dir(&work).unwrap().flatten())
@@ -84,10 +77,7 @@ fn store_dir(dir: &Path) -> PathBuf {
     jm.join("blobs")
 }
 
-fn stored_path(dir: &Path, digest: &str) -> PathBuf {
-    store_dir(dir).join(digest)
-}
-
+/// Every file in the JobManager's artifact store.
 fn store_files(dir: &Path) -> Vec<String> {
     let mut names: Vec<String> = (std::fs::read_dir(store_dir(dir)).unwrap().flatten())
         .map(|e| e.file_name().to_string_lossy().into_owned())
@@ -228,29 +218,17 @@ fn artifacts_are_uploaded_listed_checked_and_bad_ones_refused() {
     // The cluster goes on: the same job with its artifact still runs, and the file, stored
     // already, is not sent again (`GET /artifacts/{digest}` says so; an unknown digest is 404).
     let inode = || {
-        std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(stored_path(&dir, &digest)).unwrap())
+        std::os::unix::fs::MetadataExt::ino(
+            &std::fs::metadata(store_dir(&dir).join(&digest)).unwrap(),
+        )
     };
     let before = inode();
     let run = run_with(&url, &script, &job);
     assert!(run.status.success(), "{run:?}");
     assert_eq!(inode(), before, "an upload replaced the stored copy");
-    let one = request(
-        &agent(),
-        "GET",
-        &format!("{url}/artifacts/{digest}"),
-        None,
-        local_bearer().as_deref(),
-    )
-    .expect(200);
+    let one = get(&url, &format!("/artifacts/{digest}")).expect(200);
     assert_eq!(one.json()["size"], 15, "{}", one.body);
-    request(
-        &agent(),
-        "GET",
-        &format!("{url}/artifacts/{never}"),
-        None,
-        local_bearer().as_deref(),
-    )
-    .expect_error(404, "no artifact");
+    get(&url, &format!("/artifacts/{never}")).expect_error(404, "no artifact");
     drop(jm);
     let _ = std::fs::remove_dir_all(&dir);
 }

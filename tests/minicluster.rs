@@ -140,6 +140,33 @@ async fn wait_for_pool_reports_the_cluster_when_it_times_out() {
     cluster.shutdown().await.unwrap();
 }
 
+/// Ends the job built by `b` with `count-by-key` (all-to-all from `from`) and a `file-sink`
+/// writing `key<TAB>count` lines into `output`.
+fn count_into(
+    b: &mut flint::job::graph::JobGraphBuilder,
+    from: flint::job::graph::VertexIndex,
+    output: &std::path::Path,
+) {
+    use flint::job::graph::{DistributionPattern, ExchangeMode};
+    let count = b.vertex("count", "count-by-key", 2).index();
+    let sink = b
+        .vertex("sink", "file-sink", 2)
+        .config("path", output.display().to_string())
+        .index();
+    b.edge(
+        from,
+        count,
+        DistributionPattern::AllToAll,
+        ExchangeMode::Pipelined,
+    );
+    b.edge(
+        count,
+        sink,
+        DistributionPattern::Forward,
+        ExchangeMode::Pipelined,
+    );
+}
+
 /// Submits the job built by `b` and waits for it to finish (FINISHED, or the test fails).
 async fn run_to_the_end(cluster: &MiniCluster, b: flint::job::graph::JobGraphBuilder) {
     let job = cluster
@@ -178,29 +205,13 @@ async fn a_shipped_file_is_read_by_the_jobs_tasks() {
         .config("artifact", "words.txt")
         .index();
     let tokenize = b.vertex("tokenize", "tokenize", 4).index();
-    let count = b.vertex("count", "count-by-key", 2).index();
-    let sink = b
-        .vertex("sink", "file-sink", 2)
-        .config("path", output.display().to_string())
-        .index();
     b.edge(
         source,
         tokenize,
         DistributionPattern::Forward,
         ExchangeMode::Pipelined,
     );
-    b.edge(
-        tokenize,
-        count,
-        DistributionPattern::AllToAll,
-        ExchangeMode::Pipelined,
-    );
-    b.edge(
-        count,
-        sink,
-        DistributionPattern::Forward,
-        ExchangeMode::Pipelined,
-    );
+    count_into(&mut b, tokenize, &output);
     run_to_the_end(&cluster, b).await;
     assert_eq!(
         common::read_counts(&output),
@@ -238,11 +249,6 @@ async fn a_process_vertex_tells_its_two_inputs_apart() {
         .config("allow-path", "true")
         .config("args", serde_json::to_string(&["-c", script]).unwrap())
         .index();
-    let count = b.vertex("count", "count-by-key", 2).index();
-    let sink = b
-        .vertex("sink", "file-sink", 2)
-        .config("path", output.display().to_string())
-        .index();
     for source in sources {
         b.edge(
             source,
@@ -251,18 +257,7 @@ async fn a_process_vertex_tells_its_two_inputs_apart() {
             ExchangeMode::Pipelined,
         );
     }
-    b.edge(
-        step,
-        count,
-        DistributionPattern::AllToAll,
-        ExchangeMode::Pipelined,
-    );
-    b.edge(
-        count,
-        sink,
-        DistributionPattern::Forward,
-        ExchangeMode::Pipelined,
-    );
+    count_into(&mut b, step, &output);
     run_to_the_end(&cluster, b).await;
     let expected: std::collections::BTreeMap<String, u64> =
         [("0".to_owned(), 300), ("1".to_owned(), 500)].into();

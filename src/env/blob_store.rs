@@ -82,6 +82,17 @@ pub struct BlobInfo {
     pub stored_at_ms: u64,
 }
 
+impl BlobInfo {
+    /// What the store's file of `digest` says, `None` unless it is a regular file.
+    fn of(digest: BlobKey, metadata: &fs::Metadata) -> Option<Self> {
+        metadata.is_file().then(|| Self {
+            digest,
+            size: metadata.len(),
+            stored_at_ms: metadata.modified().map_or(0, millis),
+        })
+    }
+}
+
 /// See the module docs.
 #[derive(Debug, Clone)]
 pub struct BlobStore {
@@ -135,15 +146,13 @@ impl BlobStore {
     /// The stored artifact `key`, as [`list`](Self::list) shows it.
     pub fn info(&self, key: &BlobKey) -> Result<BlobInfo, BlobError> {
         let path = self.path_of(key);
-        let metadata = fs::metadata(&path).map_err(|source| match source.kind() {
-            io::ErrorKind::NotFound => BlobError::NotFound { key: *key },
-            _ => io_error("read", &path, source),
-        })?;
-        Ok(BlobInfo {
-            digest: *key,
-            size: metadata.len(),
-            stored_at_ms: metadata.modified().map_or(0, millis),
-        })
+        match fs::metadata(&path) {
+            Ok(metadata) => BlobInfo::of(*key, &metadata).ok_or(BlobError::NotFound { key: *key }),
+            Err(source) if source.kind() == io::ErrorKind::NotFound => {
+                Err(BlobError::NotFound { key: *key })
+            }
+            Err(source) => Err(io_error("read", &path, source)),
+        }
     }
 
     /// Whether `key` is stored.
@@ -248,12 +257,7 @@ impl BlobStore {
         let mut blobs: Vec<BlobInfo> = (entries.flatten())
             .filter_map(|entry| {
                 let digest: BlobKey = entry.file_name().to_str()?.parse().ok()?;
-                let metadata = entry.metadata().ok().filter(|m| m.is_file())?;
-                Some(BlobInfo {
-                    digest,
-                    size: metadata.len(),
-                    stored_at_ms: millis(metadata.modified().ok()?),
-                })
+                BlobInfo::of(digest, &entry.metadata().ok()?)
             })
             .collect();
         blobs.sort_by_key(|blob| blob.digest);

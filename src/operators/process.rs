@@ -509,7 +509,8 @@ fn spawn_reader(
         let mut stdout = BufReader::with_capacity(64 * 1024, stdout);
         let mut batch = Vec::with_capacity(BATCH);
         loop {
-            let failure = match framing.decode(&mut stdout) {
+            // `Ok(false)`: the output ended; `Err`: a malformed frame, sent after the batch.
+            let more = match framing.decode(&mut stdout) {
                 Ok(Some(record)) => {
                     batch.push(record);
                     // Handed over when full, or when the next read may wait for the child:
@@ -517,12 +518,10 @@ fn spawn_reader(
                     if batch.len() < BATCH && !stdout.buffer().is_empty() {
                         continue;
                     }
-                    None
+                    Ok(true)
                 }
-                Ok(None) => Some(None),
-                Err(error) => Some(Some(
-                    crate::base::error_chain::ErrorChain(&error).to_string(),
-                )),
+                Ok(None) => Ok(false),
+                Err(error) => Err(crate::base::error_chain::ErrorChain(&error).to_string()),
             };
             if !batch.is_empty()
                 && records
@@ -531,10 +530,10 @@ fn spawn_reader(
             {
                 return;
             }
-            match failure {
-                None => {}
-                Some(None) => return,
-                Some(Some(error)) => {
+            match more {
+                Ok(true) => {}
+                Ok(false) => return,
+                Err(error) => {
                     let _ = records.send(Err(error));
                     return;
                 }

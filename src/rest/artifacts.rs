@@ -35,6 +35,15 @@ fn store(state: &RestState) -> Result<&BlobStore, ApiError> {
     state.blob_store.as_ref().ok_or(ApiError::NoArtifactStore)
 }
 
+/// A digest from a request (query or path): 400 unless it is 64 hex digits.
+fn parse_digest(text: &str) -> Result<BlobKey, ApiError> {
+    text.parse().map_err(
+        |error: crate::base::blob_key::BlobKeyError| ApiError::BadQuery {
+            detail: error.to_string(),
+        },
+    )
+}
+
 /// Runs `work` on the blocking pool (file I/O stays off the REST thread).
 async fn blocking<T: Send + 'static>(
     work: impl FnOnce() -> Result<T, BlobError> + Send + 'static,
@@ -55,14 +64,7 @@ pub async fn upload(
     query: web::Query<UploadQuery>,
     mut body: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
-    let expected: Option<BlobKey> = match &query.sha256 {
-        Some(text) => Some(text.parse().map_err(
-            |error: crate::base::blob_key::BlobKeyError| ApiError::BadQuery {
-                detail: error.to_string(),
-            },
-        )?),
-        None => None,
-    };
+    let expected = query.sha256.as_deref().map(parse_digest).transpose()?;
     let store = store(&state)?.clone();
     let mut upload: BlobUpload = blocking(move || store.upload()).await?;
     while let Some(chunk) = body.next().await {
@@ -94,14 +96,7 @@ pub async fn show(
     state: web::Data<RestState>,
     digest: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    let digest: BlobKey =
-        digest
-            .parse()
-            .map_err(
-                |error: crate::base::blob_key::BlobKeyError| ApiError::BadQuery {
-                    detail: error.to_string(),
-                },
-            )?;
+    let digest = parse_digest(&digest)?;
     let store = store(&state)?.clone();
     let info = blocking(move || store.info(&digest)).await?;
     Ok(HttpResponse::Ok().json(info))
@@ -116,8 +111,8 @@ pub async fn check_stored(state: &RestState, graph: &JobGraph) -> Result<(), Api
     let artifacts = graph.artifacts.clone();
     let missing = blocking(move || {
         Ok((artifacts.into_iter()).find(|artifact| {
-            let stored = std::fs::metadata(store.path_of(&artifact.digest));
-            !stored.is_ok_and(|m| m.is_file() && m.len() == artifact.size)
+            let stored = store.info(&artifact.digest);
+            !stored.is_ok_and(|stored| stored.size == artifact.size)
         }))
     })
     .await?;
