@@ -701,6 +701,10 @@ pub struct ScriptedDriver {
     calls: Recorded<DriverCall>,
     can_start: bool,
     adopts: bool,
+    /// Whether it says it reports recovered workers (the test sends `WorkersRecovered`).
+    pub recovers: bool,
+    /// Whether it says its requests may queue (the test sends `WorkerStarted` when it likes).
+    pub queues: bool,
     fail_requests: Arc<Mutex<bool>>,
 }
 
@@ -746,6 +750,8 @@ impl ScriptedDriver {
                 calls: calls.clone(),
                 can_start: managed,
                 adopts: !managed,
+                recovers: false,
+                queues: false,
                 fail_requests: fail_requests.clone(),
             },
             DriverHandle {
@@ -769,6 +775,14 @@ impl WorkerDriver for ScriptedDriver {
 
     fn adopts_unknown_workers(&self) -> bool {
         self.adopts
+    }
+
+    fn recovers_workers(&self) -> bool {
+        self.recovers
+    }
+
+    fn requests_queue(&self) -> bool {
+        self.queues
     }
 
     fn request_worker(&mut self, request: WorkerRequest) -> Result<(), DriverError> {

@@ -129,7 +129,8 @@ fn overview_task_managers_and_pool_size_answer_the_documented_shapes() {
             size: 2,
             demand: 0,
             target: 2,
-            max: 5
+            max: 5,
+            workers: Default::default(),
         }
     );
 }
@@ -341,7 +342,8 @@ fn the_pool_size_is_set_by_put_and_refused_sizes_change_nothing() {
             size: 3,
             demand: 0,
             target: 3,
-            max: 5
+            max: 5,
+            workers: Default::default(),
         }
     );
     let o = overview(&cluster);

@@ -102,6 +102,11 @@ pub struct FlinkResourceManager {
     /// Workers released so far.
     releases: u64,
     stopping: bool,
+    /// The driver finds a previous leader's workers (`WorkersRecovered`) and no worker is
+    /// started before it reported them, or before this deadline if it never does: a worker
+    /// started meanwhile would make the pool too large, and a shrink could then let go of a
+    /// recovered one holding a job's finished results.
+    awaiting_recovery: Option<Instant>,
     /// Checked before every worker start and release (high availability; see
     /// [`crate::ha::lease`]).
     lease: LeadershipLease,
@@ -146,6 +151,7 @@ impl FlinkResourceManager {
             released: VecDeque::new(),
             releases: 0,
             stopping: false,
+            awaiting_recovery: None,
             lease: LeadershipLease::unbounded(),
         }
     }
@@ -200,6 +206,21 @@ impl FlinkResourceManager {
         if missing == 0 {
             return;
         }
+        if let Some(until) = self.awaiting_recovery {
+            if Instant::now() < until {
+                log::debug!(
+                    "resource manager: {missing} workers missing; waiting for the {} driver to report the workers it recovered",
+                    self.driver.name()
+                );
+                self.schedule_resume(until, ctx);
+                return;
+            }
+            log::warn!(
+                "resource manager: the {} driver did not report recovered workers in time; starting workers",
+                self.driver.name()
+            );
+            self.awaiting_recovery = None;
+        }
         if !self.driver.can_start_workers() {
             log::debug!(
                 "resource manager: {missing} workers short of {}; the {} driver waits for TaskManagers to register",
@@ -239,7 +260,9 @@ impl FlinkResourceManager {
             match self.driver.request_worker(request) {
                 Ok(()) => {
                     self.pool.requested(resource_id.clone());
-                    self.arm_registration_deadline(resource_id.clone(), ctx);
+                    if !self.driver.requests_queue() {
+                        self.arm_registration_deadline(resource_id.clone(), ctx);
+                    }
                     self.env
                         .events
                         .emit(ClusterEvent::WorkerRequested { resource_id });
@@ -515,6 +538,7 @@ impl FlinkResourceManager {
             consecutive_start_failures: self.consecutive_start_failures,
             connected_to_job_manager: self.leader.as_ref().is_some_and(|l| l.connected),
             driver: self.driver.name().to_owned(),
+            driver_workers: self.driver.describe_workers(),
         }
     }
 }
@@ -529,6 +553,10 @@ impl Actor for FlinkResourceManager {
             LocalActor::ResourceManager(gateway.clone()),
         );
         self.driver.initialize(gateway);
+        if self.driver.recovers_workers() {
+            self.awaiting_recovery =
+                Some(Instant::now() + self.settings.pool.taskmanager_registration.timeout);
+        }
         ctx.run_interval(self.settings.pool.check_interval, |act, ctx| {
             act.check_workers_pool(ctx);
         });
@@ -645,10 +673,13 @@ impl Handler<NotifyResourceStarted> for FlinkResourceManager {
 impl Handler<WorkerStarted> for FlinkResourceManager {
     type Result = ();
 
-    fn handle(&mut self, msg: WorkerStarted, _: &mut Context<Self>) {
+    fn handle(&mut self, msg: WorkerStarted, ctx: &mut Context<Self>) {
         log::debug!("resource manager <- {msg:?}");
         let resource_id = msg.resource_id;
         if self.pool.driver_started(&resource_id) {
+            if self.driver.requests_queue() {
+                self.arm_registration_deadline(resource_id.clone(), ctx);
+            }
             self.start_succeeded();
             self.env
                 .events
@@ -713,6 +744,23 @@ impl Handler<WorkerTerminated> for FlinkResourceManager {
         if state != WorkerState::Started {
             // A worker that dies before registering is a failed start (Flink counts it so).
             self.record_start_failure(resource_id, &msg.reason, ctx);
+        }
+        self.check_workers_pool(ctx);
+    }
+}
+
+impl Handler<WorkersRecovered> for FlinkResourceManager {
+    type Result = ();
+
+    fn handle(&mut self, msg: WorkersRecovered, ctx: &mut Context<Self>) {
+        log::debug!("resource manager <- {msg:?}");
+        self.awaiting_recovery = None;
+        for resource_id in msg.resource_ids {
+            if self.pool.recovered(resource_id.clone()) {
+                log::info!(
+                    "resource manager: counting worker {resource_id}, recovered from a previous leader, as started"
+                );
+            }
         }
         self.check_workers_pool(ctx);
     }

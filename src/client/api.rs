@@ -184,7 +184,8 @@ mod tests {
                 size: 5,
                 demand: 7,
                 target: 7,
-                max: 10
+                max: 10,
+                workers: Default::default(),
             }
         );
     }

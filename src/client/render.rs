@@ -161,7 +161,7 @@ pub fn task_managers(list: &TaskManagerList) -> String {
 pub fn pool(size: &PoolSize, overview: &Overview) -> String {
     let pool = &overview.pool;
     let max = size.max;
-    format!(
+    let mut text = format!(
         "Designated pool size  {} (max {max})\n\
          Jobs' demand          {}\n\
          Target                {}\n\
@@ -180,7 +180,11 @@ pub fn pool(size: &PoolSize, overview: &Overview) -> String {
         overview.taskmanagers,
         overview.slots_total,
         overview.slots_available,
-    )
+    );
+    for (worker, detail) in &size.workers {
+        let _ = writeln!(text, "  {worker}  {detail}");
+    }
+    text
 }
 
 /// `2023-11-14T22:13:20Z` for milliseconds since the epoch.
@@ -296,6 +300,7 @@ mod tests {
                 demand: 5,
                 target: 5,
                 max: 10_000,
+                workers: Default::default(),
             },
             &overview,
         );

@@ -6,6 +6,8 @@
 //! from the driver (`WorkerStarted` / `WorkerFailed` / `WorkerTerminated`) and from the JobManager
 //! (`NotifyResourceStarted` when a TaskManager registers, `ReleaseResource` when one is lost).
 
+use std::collections::BTreeMap;
+
 use actix::Message;
 use serde::{Deserialize, Serialize};
 
@@ -40,6 +42,8 @@ protocol! {
         worker_failed: WorkerFailed,
         /// A worker ended.
         worker_terminated: WorkerTerminated,
+        /// The driver found workers a previous leader started.
+        workers_recovered: WorkersRecovered,
         /// Release every worker and stop.
         stop_cluster: StopCluster,
         /// Report the pool's state.
@@ -172,6 +176,16 @@ pub struct WorkerTerminated {
     pub reason: String,
 }
 
+/// The driver found running workers of this cluster that a previous leader started (Flink's
+/// `onPreviousAttemptWorkersRecovered`): they count as pending registration and must register
+/// within the registration timeout, or they are released.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Message)]
+#[rtype(result = "()")]
+pub struct WorkersRecovered {
+    /// The recovered workers.
+    pub resource_ids: Vec<ResourceId>,
+}
+
 /// Release every worker and stop the RM. Answered once every worker has been released.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Message)]
 #[rtype(result = "Acknowledge")]
@@ -208,4 +222,6 @@ pub struct ResourceManagerStatus {
     pub connected_to_job_manager: bool,
     /// The driver's name (`in_process`, `standalone`, ...).
     pub driver: String,
+    /// What the driver knows of each of its workers (`slurm job 42: PENDING (Resources)`).
+    pub driver_workers: BTreeMap<ResourceId, String>,
 }

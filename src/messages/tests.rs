@@ -249,6 +249,10 @@ pub(crate) fn resource_manager_samples() -> Vec<ResourceManagerMessage> {
             reason: "killed by signal 9".into(),
         }
         .into(),
+        WorkersRecovered {
+            resource_ids: vec![resource(8), resource(9)],
+        }
+        .into(),
         StopCluster.into(),
         GetResourceManagerStatus.into(),
     ]
@@ -270,6 +274,7 @@ fn resource_manager_variant(message: &ResourceManagerMessage) -> usize {
         M::WorkerTerminated(_) => 10,
         M::StopCluster(_) => 11,
         M::GetResourceManagerStatus(_) => 12,
+        M::WorkersRecovered(_) => 13,
     }
 }
 
@@ -589,7 +594,7 @@ fn assert_covers<T>(samples: &[T], variant: fn(&T) -> usize, count: usize) {
 #[test]
 fn every_resource_manager_message_round_trips() {
     let samples = resource_manager_samples();
-    assert_covers(&samples, resource_manager_variant, 13);
+    assert_covers(&samples, resource_manager_variant, 14);
     samples.iter().for_each(round_trip);
 }
 
@@ -764,6 +769,7 @@ fn every_answer_round_trips() {
         consecutive_start_failures: 1,
         connected_to_job_manager: true,
         driver: "in_process".into(),
+        driver_workers: [(resource(1), "slurm job 4: RUNNING (None)".to_owned())].into(),
     });
     round_trip(&job_manager_status());
     for registration in [

@@ -207,6 +207,7 @@ pub async fn pool_size(state: web::Data<RestState>) -> Answer {
         demand: rm.demand,
         target: rm.target_pool_size,
         max: state.max_pool_size,
+        workers: rm.driver_workers,
     })
 }
 

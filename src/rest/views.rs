@@ -506,6 +506,11 @@ pub struct PoolSize {
     pub target: u32,
     /// `resourcemanager.max-pool-size`.
     pub max: u32,
+    /// What the driver knows of each of its workers, by resource id (`slurm job 42: RUNNING
+    /// (None)`); empty for drivers that say nothing more than the pool.
+    /// (Empty from an older server.)
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub workers: BTreeMap<ResourceId, String>,
 }
 
 /// `PUT /cluster/pool-size`'s answer: the size now designated.

@@ -36,7 +36,7 @@ use crate::env::events::EventSink;
 use crate::env::{CurrentArbiterSpawner, NodeEnv};
 use crate::messages::ActorAddress;
 use crate::messages::resource_manager::{
-    ResourceManagerGateway, WorkerFailed, WorkerStarted, WorkerTerminated,
+    ResourceManagerGateway, WorkerFailed, WorkerStarted, WorkerTerminated, WorkersRecovered,
 };
 use crate::operators::OperatorRegistry;
 use crate::rpc::endpoint::{EndpointConfig, NodeEndpoint};
@@ -330,7 +330,22 @@ impl SimCluster {
     /// Carries out one command of a resource manager's driver.
     pub(crate) fn driver_command(&self, command: DriverCommand) {
         match command {
-            DriverCommand::Initialize(gateway) => self.state.borrow_mut().gateway = Some(gateway),
+            DriverCommand::Initialize { gateway, recover } => {
+                if recover {
+                    let resource_ids: Vec<ResourceId> = self
+                        .worker_phases()
+                        .into_iter()
+                        .filter(|(_, phase)| *phase != WorkerPhase::Released)
+                        .map(|(id, _)| id)
+                        .collect();
+                    self.trace
+                        .record(format!("driver recovers {} workers", resource_ids.len()));
+                    gateway
+                        .workers_recovered
+                        .do_send(WorkersRecovered { resource_ids });
+                }
+                self.state.borrow_mut().gateway = Some(gateway);
+            }
             DriverCommand::Start(request) => self.request_worker(request),
             DriverCommand::Release(resource_id) => self.release_worker(&resource_id),
         }

@@ -10,8 +10,14 @@ use crate::messages::resource_manager::ResourceManagerGateway;
 /// What the driver asks of the simulation.
 #[derive(Debug)]
 pub enum DriverCommand {
-    /// The resource manager's gateway, for the outcome of starts.
-    Initialize(ResourceManagerGateway),
+    /// The resource manager's gateway, for the outcome of starts; with `recover`, the
+    /// workers running already are reported to it as recovered.
+    Initialize {
+        /// The gateway.
+        gateway: ResourceManagerGateway,
+        /// Whether to report the running workers.
+        recover: bool,
+    },
     /// Start a worker.
     Start(WorkerRequest),
     /// Stop a worker (or cancel its start).
@@ -23,6 +29,7 @@ pub enum DriverCommand {
 pub struct SimDriver {
     commands: mpsc::UnboundedSender<DriverCommand>,
     adopts: bool,
+    recovers: bool,
 }
 
 impl SimDriver {
@@ -33,6 +40,7 @@ impl SimDriver {
             Self {
                 commands,
                 adopts: false,
+                recovers: false,
             },
             receiver,
         )
@@ -46,6 +54,15 @@ impl SimDriver {
         driver.adopts = true;
         (driver, receiver)
     }
+
+    /// A driver of one leadership under high availability that finds the workers running
+    /// already and reports them as recovered (as the Slurm driver's first poll does): they must
+    /// register within the registration timeout or are released; nobody else is adopted.
+    pub fn recovering() -> (Self, mpsc::UnboundedReceiver<DriverCommand>) {
+        let (mut driver, receiver) = Self::new();
+        driver.recovers = true;
+        (driver, receiver)
+    }
 }
 
 impl WorkerDriver for SimDriver {
@@ -54,9 +71,10 @@ impl WorkerDriver for SimDriver {
     }
 
     fn initialize(&mut self, resource_manager: ResourceManagerGateway) {
-        let _ = self
-            .commands
-            .send(DriverCommand::Initialize(resource_manager));
+        let _ = self.commands.send(DriverCommand::Initialize {
+            gateway: resource_manager,
+            recover: self.recovers,
+        });
     }
 
     fn can_start_workers(&self) -> bool {
@@ -65,6 +83,10 @@ impl WorkerDriver for SimDriver {
 
     fn adopts_unknown_workers(&self) -> bool {
         self.adopts
+    }
+
+    fn recovers_workers(&self) -> bool {
+        self.recovers
     }
 
     fn request_worker(&mut self, request: WorkerRequest) -> Result<(), DriverError> {

@@ -297,6 +297,9 @@ struct Shared {
     storage: PathBuf,
     /// Job results are kept per JobManager boot, not in `storage` (broken on purpose).
     local_results: bool,
+    /// Each leadership's driver reports the running workers as recovered (see
+    /// [`HaScenario::recover_workers`]).
+    recover_workers: bool,
     /// Each leadership's driver sends its commands' receiver here.
     drivers: mpsc::UnboundedSender<mpsc::UnboundedReceiver<DriverCommand>>,
 }
@@ -381,8 +384,13 @@ impl Shared {
                 return;
             };
             let drivers = shared.drivers.clone();
+            let recover_workers = shared.recover_workers;
             let make_driver = move || -> Box<dyn WorkerDriver> {
-                let (driver, commands) = SimDriver::adopting();
+                let (driver, commands) = if recover_workers {
+                    SimDriver::recovering()
+                } else {
+                    SimDriver::adopting()
+                };
                 let _ = drivers.send(commands);
                 Box::new(driver)
             };
@@ -628,6 +636,7 @@ async fn simulate(options: HaOptions) -> HaReport {
         pool_size: RefCell::new((None, false)),
         storage: scratch.join("ha-storage"),
         local_results: options.broken == Broken::NoJobResults,
+        recover_workers: scenario.recover_workers,
         drivers,
     });
     store_jobs(&shared, options.stored_jobs, &mut rng).await;

@@ -5,8 +5,11 @@
 //!
 //! Drivers are called from inside the resource manager actor and must not block: a start is
 //! requested synchronously, and its outcome comes back later as `WorkerStarted` /
-//! `WorkerFailed` / `WorkerTerminated` through the resource manager's gateway. The trait never
+//! `WorkerFailed` / `WorkerTerminated` through the resource manager's gateway, and a driver
+//! that finds workers a previous leader started reports them as `WorkersRecovered`. The trait never
 //! mentions an in-process actor, so process and remote drivers fit it too.
+
+use std::collections::BTreeMap;
 
 use crate::base::ids::{LeaderSessionId, ResourceId};
 use crate::messages::ActorAddress;
@@ -59,6 +62,22 @@ pub trait WorkerDriver: Send {
     /// registers (standalone: every TaskManager does; managed drivers: only their own).
     fn adopts_unknown_workers(&self) -> bool;
 
+    /// Whether the driver reports, once, the workers a previous leader started that still run
+    /// (`WorkersRecovered`, maybe empty): the resource manager starts no worker before that
+    /// report (or the registration timeout), as Flink's active resource manager waits for
+    /// `onPreviousAttemptWorkersRecovered`.
+    fn recovers_workers(&self) -> bool {
+        false
+    }
+
+    /// Whether a request may wait in an external queue for as long as that queue decides (a
+    /// Slurm job PENDING for resources): the registration timeout then runs from
+    /// `WorkerStarted`, not from the request, so a queued request is not cancelled and asked
+    /// again behind everyone else.
+    fn requests_queue(&self) -> bool {
+        false
+    }
+
     /// Starts a worker. `Ok` means the start is under way: `WorkerStarted` or `WorkerFailed`
     /// follows.
     fn request_worker(&mut self, request: WorkerRequest) -> Result<(), DriverError>;
@@ -73,5 +92,11 @@ pub trait WorkerDriver: Send {
     /// A new JobManager leader: tell the workers this driver runs, if it can reach them (leader
     /// retrieval for drivers whose workers cannot watch a leader election themselves).
     fn leader_changed(&mut self, _job_manager: &ActorAddress, _leader_session_id: LeaderSessionId) {
+    }
+
+    /// What the driver knows of each of its workers beyond the pool's state (a Slurm job id and
+    /// state), for `flint pool-size`. Empty by default.
+    fn describe_workers(&self) -> BTreeMap<ResourceId, String> {
+        BTreeMap::new()
     }
 }

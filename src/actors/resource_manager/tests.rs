@@ -154,10 +154,21 @@ pub(super) async fn start_leased(
     managed: bool,
     lease: LeadershipLease,
 ) -> Fixture {
+    start_with(config, managed, lease, |_| {}).await
+}
+
+/// [`start_leased`], with the driver set up by `configure` (`recovers`, `queues`).
+pub(super) async fn start_with(
+    config: ResourceManagerConfig,
+    managed: bool,
+    lease: LeadershipLease,
+    configure: impl FnOnce(&mut ScriptedDriver),
+) -> Fixture {
     tokio::time::pause();
     let env = env("jobmanager-node", 1);
     let jm = JobManagerProbeHandle::start(&env, "jobmanager", SESSION);
-    let (driver, handle) = ScriptedDriver::new(managed);
+    let (mut driver, handle) = ScriptedDriver::new(managed);
+    configure(&mut driver);
     let rm = FlinkResourceManager::new(settings(config), Box::new(driver), env.clone())
         .with_leadership_lease(lease)
         .start();
@@ -780,4 +791,95 @@ async fn an_operators_resize_is_never_undone_by_the_jobs_demand() {
     });
     settle().await;
     assert_eq!(f.status().await.demand, 0);
+}
+
+#[actix::test]
+async fn recovered_workers_count_as_started_and_one_that_never_registers_is_released() {
+    let f = start_with(config(2), true, LeadershipLease::unbounded(), recovering).await;
+    let (old1, old2) = (ResourceId::new("tm-old-1"), ResourceId::new("tm-old-2"));
+    f.rm.do_send(WorkersRecovered {
+        resource_ids: vec![old1.clone(), old2.clone()],
+    });
+    settle().await;
+    // They run: they fill the pool, and the driver is asked for nothing.
+    assert_eq!(f.counts().await, (2, 0, 0));
+    assert!(f.driver.requested().is_empty());
+    // Reported twice (a second report): counted once.
+    f.rm.do_send(WorkersRecovered {
+        resource_ids: vec![old1.clone()],
+    });
+    settle().await;
+    assert_eq!(f.counts().await, (2, 0, 0));
+    // The JobManager lists only the first: the other must register within the timeout.
+    f.jm.script(|s| {
+        s.resource_manager_heartbeat =
+            Script::Answer(ResourceManagerHeartbeatResponse::Acknowledged {
+                leader_session_id: SESSION,
+                registered: vec![old1.clone()],
+                required_workers: 0,
+            })
+    });
+    advance(10_100).await;
+    assert_eq!(f.counts().await, (1, 0, 1));
+    advance(60_000).await;
+    assert_eq!(
+        f.driver.released(),
+        [old2],
+        "no orphan: it never registered"
+    );
+    advance(200).await;
+    assert_eq!(f.driver.requested().len(), 1, "replaced after the backoff");
+    assert_eq!(f.status().await.started, [old1]);
+}
+
+#[actix::test]
+async fn no_worker_starts_before_the_driver_reports_what_it_recovered() {
+    let f = start_with(config(2), true, LeadershipLease::unbounded(), recovering).await;
+    advance(1_000).await;
+    assert!(
+        f.driver.requested().is_empty(),
+        "a worker started before the recovery report would make the pool too large"
+    );
+    let old = ResourceId::new("tm-old-1");
+    f.rm.do_send(WorkersRecovered {
+        resource_ids: vec![old.clone()],
+    });
+    settle().await;
+    assert_eq!(f.driver.requested().len(), 1, "only the one missing");
+    assert_eq!(f.counts().await, (1, 1, 0));
+}
+
+#[actix::test]
+async fn a_driver_that_never_reports_recovered_workers_delays_starts_by_the_registration_timeout() {
+    let f = start_with(config(1), true, LeadershipLease::unbounded(), recovering).await;
+    advance(59_000).await;
+    assert!(f.driver.requested().is_empty());
+    advance(1_100).await;
+    assert_eq!(f.driver.requested().len(), 1);
+}
+
+fn recovering(driver: &mut ScriptedDriver) {
+    driver.recovers = true;
+}
+
+#[actix::test]
+async fn a_queued_request_waits_as_long_as_the_queue_and_then_must_register_in_time() {
+    let f = start_with(config(1), true, LeadershipLease::unbounded(), |d| {
+        d.queues = true
+    })
+    .await;
+    let id = f.driver.requested()[0].clone();
+    // Queued by Slurm for ten minutes: still pending, neither cancelled nor asked again.
+    advance(600_000).await;
+    assert!(f.driver.released().is_empty());
+    assert_eq!(f.driver.requested().len(), 1);
+    assert_eq!(f.counts().await, (0, 1, 0));
+    // It runs: now it has the registration timeout to register.
+    f.rm.do_send(WorkerStarted {
+        resource_id: id.clone(),
+    });
+    advance(59_900).await;
+    assert_eq!(f.counts().await, (0, 0, 1));
+    advance(200).await;
+    assert_eq!(f.driver.released(), [id]);
 }

@@ -216,6 +216,24 @@ impl WorkerPool {
         self.pending_requests.insert(resource_id, self.requests);
     }
 
+    /// A previous leader's running worker the driver found counts as started: it runs, and
+    /// only the JobManager, once it knows it, can tell whether it holds tasks or results a job
+    /// still needs (so a shrink never lets it go unseen). One that is not registered there is
+    /// demoted by the next heartbeat's reconciliation and must register within the
+    /// registration timeout. False if the pool knows it already.
+    pub fn recovered(&mut self, resource_id: ResourceId) -> bool {
+        if self.state(&resource_id).is_some() {
+            return false;
+        }
+        let worker = Worker {
+            started_by_driver: true,
+            counted_at: self.epoch,
+        };
+        self.started.insert(resource_id, worker);
+        self.rebalance();
+        true
+    }
+
     /// The driver started `resource_id`. True if it moved to pending registration; false if the
     /// pool did not expect it (unknown, cancelled, or already registered).
     pub fn driver_started(&mut self, resource_id: &ResourceId) -> bool {

@@ -106,6 +106,7 @@ fn reply_samples() -> Vec<Reply> {
             consecutive_start_failures: 1,
             connected_to_job_manager: true,
             driver: "in_process".into(),
+            driver_workers: Default::default(),
         }
         .into_reply(),
         TaskManagerStatus {
@@ -201,6 +202,7 @@ fn resource_manager_answer(message: &ResourceManagerMessage) -> &'static str {
         M::WorkerStarted(m) => answer_of(m),
         M::WorkerFailed(m) => answer_of(m),
         M::WorkerTerminated(m) => answer_of(m),
+        M::WorkersRecovered(m) => answer_of(m),
         M::StopCluster(m) => answer_of(m),
         M::GetResourceManagerStatus(m) => answer_of(m),
     }
@@ -280,7 +282,7 @@ fn every_message_sample_is_there() {
     // The codec tests check these counts against their own exhaustive matches; here they
     // keep the envelope samples from silently dropping a message.
     assert_eq!(job_manager_samples().len(), 15);
-    assert_eq!(resource_manager_samples().len(), 13);
+    assert_eq!(resource_manager_samples().len(), 14);
     assert_eq!(task_manager_samples().len(), 9);
 }
 
@@ -340,7 +342,7 @@ fn envelope_samples() -> Vec<Envelope> {
 #[test]
 fn every_payload_kind_and_reply_round_trips() {
     let envelopes = envelope_samples();
-    assert_eq!(envelopes.len(), 2 * (15 + 13 + 9) + reply_samples().len());
+    assert_eq!(envelopes.len(), 2 * (15 + 14 + 9) + reply_samples().len());
     for envelope in &envelopes {
         let bytes = envelope.encode().expect("encodes");
         assert_eq!(&Envelope::decode(&bytes).expect("decodes"), envelope);

@@ -126,6 +126,7 @@ fn a_snapshot_reads_each_value_from_its_source() {
         consecutive_start_failures: 0,
         connected_to_job_manager: true,
         driver: "in_process".into(),
+        driver_workers: Default::default(),
     };
     let transport = TransportMetrics::new();
     transport.messages_in.add(6);

@@ -14,6 +14,7 @@ fn rm_status() -> ResourceManagerStatus {
         consecutive_start_failures: 0,
         connected_to_job_manager: true,
         driver: "in_process".into(),
+        driver_workers: Default::default(),
     }
 }
 

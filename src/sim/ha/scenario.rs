@@ -65,6 +65,9 @@ pub struct HaScenario {
     pub fault_phase: Duration,
     /// The actions, by time.
     pub steps: Vec<(Duration, HaAction)>,
+    /// Each new leader's driver reports the workers it finds running as recovered (as the
+    /// Slurm driver's first poll does) instead of adopting whoever registers.
+    pub recover_workers: bool,
 }
 
 fn below(rng: &mut NodeRng, n: u64) -> u64 {
@@ -179,12 +182,15 @@ impl HaScenario {
             ));
         }
         steps.sort_by_key(|(at, _)| *at);
+        // Drawn last: the draws above stay those of earlier sweeps.
+        let recover_workers = below(rng, 2) == 0;
         Self {
             pool,
             slots,
             net,
             fault_phase,
             steps,
+            recover_workers,
         }
     }
 }

@@ -11,6 +11,7 @@ fn scenario(pool: u32, steps: Vec<(Duration, HaAction)>) -> HaScenario {
         net: NetParams::default(),
         fault_phase: Duration::from_secs(12),
         steps,
+        recover_workers: false,
     }
 }
 

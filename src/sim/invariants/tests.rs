@@ -150,6 +150,7 @@ fn snapshot(cluster: JobManagerStatus, jobs: Vec<JobDetails>) -> JobManagerSnaps
             consecutive_start_failures: 0,
             connected_to_job_manager: true,
             driver: "sim".into(),
+            driver_workers: Default::default(),
         },
         cluster,
         jobs,
