@@ -374,7 +374,7 @@ fn the_messages_say_what_is_accepted_in_words() {
         env_error("FLINT_RESOURCEMANAGER_DRIVER", "yarn"),
         "invalid configuration: resourcemanager.driver = \"yarn\" (from env \
          FLINT_RESOURCEMANAGER_DRIVER): expected one of \"local_process\", \"command\", \
-         \"standalone\""
+         \"slurm\", \"standalone\""
     );
     assert_eq!(
         env_error("FLINT_REST_PORT", "99999"),

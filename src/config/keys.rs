@@ -159,7 +159,7 @@ macro_rules! duration {
     };
 }
 
-static KEYS: [Key; 62] = [
+static KEYS: [Key; 70] = [
     // [cluster]
     Key {
         name: "cluster.id",
@@ -417,6 +417,76 @@ static KEYS: [Key; 62] = [
             get: |c| c.resourcemanager.command.hosts.clone(),
             set: |c, v| c.resourcemanager.command.hosts = v,
         }),
+    },
+    // [slurm]
+    Key {
+        name: "slurm.partition",
+        doc: "The Slurm partition worker jobs run in (sbatch --partition); unset: the default one.",
+        secret: false,
+        kind: Kind::OptionalText(Field {
+            get: |c| c.slurm.partition.clone(),
+            set: |c, v| c.slurm.partition = v,
+        }),
+    },
+    Key {
+        name: "slurm.account",
+        doc: "The Slurm account worker jobs are charged to (sbatch --account); unset: the user's default.",
+        secret: false,
+        kind: Kind::OptionalText(Field {
+            get: |c| c.slurm.account.clone(),
+            set: |c, v| c.slurm.account = v,
+        }),
+    },
+    Key {
+        name: "slurm.time-limit",
+        doc: "A worker job's time limit in Slurm's format (sbatch --time: 90, 1:30:00, 2-00:00:00); unset: the partition's.",
+        secret: false,
+        kind: Kind::OptionalText(Field {
+            get: |c| c.slurm.time_limit.clone(),
+            set: |c, v| c.slurm.time_limit = v,
+        }),
+    },
+    Key {
+        name: "slurm.cpus-per-worker",
+        doc: "CPUs each worker job asks for (sbatch --cpus-per-task); unset: taskmanager.slots.",
+        secret: false,
+        kind: Kind::OptionalInteger(Field {
+            get: |c| c.slurm.cpus_per_worker,
+            set: |c, v| c.slurm.cpus_per_worker = v,
+        }),
+    },
+    Key {
+        name: "slurm.memory-per-worker",
+        doc: "Memory each worker job asks for (sbatch --mem); unset: the partition's default.",
+        secret: false,
+        kind: Kind::OptionalBytes(Field {
+            get: |c| c.slurm.memory_per_worker,
+            set: |c, v| c.slurm.memory_per_worker = v,
+        }),
+    },
+    Key {
+        name: "slurm.sbatch-options",
+        doc: "Further sbatch arguments for every worker job, as given (--qos=high, --output=...).",
+        secret: false,
+        kind: Kind::List(Field {
+            get: |c| c.slurm.sbatch_options.clone(),
+            set: |c, v| c.slurm.sbatch_options = v,
+        }),
+    },
+    Key {
+        name: "slurm.taskmanager-command",
+        doc: "What a worker job runs; {jobmanager}, {resource_id}, {slots} are filled in. Empty: this binary's taskmanager.",
+        secret: false,
+        kind: Kind::List(Field {
+            get: |c| c.slurm.taskmanager_command.clone(),
+            set: |c, v| c.slurm.taskmanager_command = v,
+        }),
+    },
+    Key {
+        name: "slurm.poll-interval",
+        doc: "How often one squeue call follows every worker job of the cluster.",
+        secret: false,
+        kind: duration!(slurm.poll_interval),
     },
     // [taskmanager]
     Key {

@@ -43,12 +43,14 @@ pub mod high_availability;
 pub mod keys;
 mod kind;
 mod show;
+pub mod slurm;
 mod sources;
 mod suggest;
 
 pub use error::{ConfigError, ConfigWarning, InvalidValue, Origin};
 pub use high_availability::{HighAvailabilityConfig, HighAvailabilityKind};
 pub use show::{Secrets, render};
+pub use slurm::SlurmConfig;
 pub use sources::{
     CONFIG_FILE_ENV, ConfigSources, FlagOverride, LoadedConfig, NOT_CONFIG_PREFIXES,
     NOT_CONFIG_VARS,
@@ -125,6 +127,8 @@ pub struct ClusterConfig {
     pub batch_job_recovery: BatchJobRecoveryConfig,
     /// `[blob]`: job artifacts.
     pub blob: BlobConfig,
+    /// `[slurm]`: the `slurm` driver's job options.
+    pub slurm: SlurmConfig,
     /// Seed of every node's RNG; `None` draws one from the OS. Set it to replay a run.
     pub seed: Option<u64>,
 }
@@ -326,6 +330,8 @@ choice! {
         /// `command`: a command template run over a host list, round-robin (`ssh {host} flint
         /// taskmanager ...`).
         Command = "command",
+        /// `slurm`: one Slurm job per worker (`sbatch`), followed with `squeue`.
+        Slurm = "slurm",
         /// `standalone`: nothing is started; TaskManagers started elsewhere register themselves.
         Standalone = "standalone",
     }

@@ -36,6 +36,14 @@ fn everything_changed() -> ClusterConfig {
     c.resourcemanager.driver = DriverKind::Command;
     c.resourcemanager.command.template = vec!["ssh".into(), "{host}".into(), "a b,c".into()];
     c.resourcemanager.command.hosts = vec!["w1".into(), "w2".into()];
+    c.slurm.partition = Some("batch".into());
+    c.slurm.account = Some("phys ics".into());
+    c.slurm.time_limit = Some("1:30:00".into());
+    c.slurm.cpus_per_worker = Some(6);
+    c.slurm.memory_per_worker = Some(3 << 30);
+    c.slurm.sbatch_options = vec!["--qos=high".into(), "--output=/l/%j.out".into()];
+    c.slurm.taskmanager_command = vec!["/opt/prog".into(), "taskmanager".into()];
+    c.slurm.poll_interval = Duration::from_millis(2500);
     c.taskmanager.slots = 3;
     c.jobstore.expiration_time = Duration::from_secs(600);
     c.jobstore.max_capacity = 50;
@@ -304,7 +312,7 @@ fn the_command_driver_needs_a_template_and_hosts() {
         .unwrap_err()
         .to_string();
     assert!(
-        text.contains(r#"resourcemanager.driver = "kubernetes": expected one of "local_process", "command", "standalone""#),
+        text.contains(r#"resourcemanager.driver = "kubernetes": expected one of "local_process", "command", "slurm", "standalone""#),
         "{text}"
     );
 }

@@ -84,7 +84,8 @@ impl ProcessTemplate {
         }
     }
 
-    fn arguments(&self, request: &WorkerRequest, host: &str) -> Vec<String> {
+    /// The arguments for `request` on `host`, placeholders filled in.
+    pub(crate) fn arguments(&self, request: &WorkerRequest, host: &str) -> Vec<String> {
         self.args
             .iter()
             .map(|arg| {

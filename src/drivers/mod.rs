@@ -8,10 +8,13 @@
 //! | driver | starts a worker by |
 //! | --- | --- |
 //! | [`in_process::InProcessDriver`] | a TaskManager actor on its own arbiter (thread) |
+//! | [`local_process::LocalProcessDriver`] | a child process (`command`: a command per host) |
+//! | [`slurm::SlurmDriver`] | a Slurm batch job (`sbatch`), followed with `squeue` |
 //! | [`standalone::StandaloneDriver`] | nothing: TaskManagers started elsewhere register themselves |
 
 pub mod in_process;
 pub mod local_process;
+pub mod slurm;
 pub mod standalone;
 
 use std::path::{Path, PathBuf};
@@ -20,6 +23,7 @@ pub use crate::actors::resource_manager::driver::{DriverError, WorkerDriver, Wor
 use crate::config::{ClusterConfig, DriverKind};
 use crate::transport::handshake::{SECRET_ENV, Secret};
 use local_process::{LocalProcessDriver, ProcessTemplate};
+use slurm::{SlurmDriver, SlurmSubmission};
 use standalone::StandaloneDriver;
 
 /// The worker driver `resourcemanager.driver` names, starting `program` (this binary) as
@@ -33,7 +37,23 @@ pub fn worker_driver(
     match config.resourcemanager.driver {
         DriverKind::Standalone => Box::new(StandaloneDriver),
         kind => {
+            // Whether the workers run this binary's `taskmanager` (not a command of the user's).
+            let own_taskmanager = match kind {
+                DriverKind::Command => false,
+                DriverKind::Slurm => config.slurm.taskmanager_command.is_empty(),
+                _ => true,
+            };
             let mut template = match kind {
+                DriverKind::Slurm if !config.slurm.taskmanager_command.is_empty() => {
+                    let command = &config.slurm.taskmanager_command;
+                    ProcessTemplate {
+                        program: PathBuf::from(&command[0]),
+                        args: command[1..].to_vec(),
+                        env: Vec::new(),
+                        slots: config.taskmanager.slots,
+                        hosts: Vec::new(),
+                    }
+                }
                 DriverKind::Command => {
                     let command = &config.resourcemanager.command;
                     ProcessTemplate {
@@ -65,8 +85,17 @@ pub fn worker_driver(
                     SECRET_ENV.to_owned(),
                     std::os::unix::ffi::OsStringExt::from_vec(secret.to_vec()),
                 ));
-            } else if kind == DriverKind::LocalProcess {
+            } else if own_taskmanager {
                 template.args.push("--insecure".to_owned());
+            }
+            if kind == DriverKind::Slurm {
+                let submission = SlurmSubmission::new(
+                    config.cluster.id.as_str(),
+                    &config.slurm,
+                    config.taskmanager.slots,
+                    template,
+                );
+                return Box::new(SlurmDriver::new(submission));
             }
             Box::new(LocalProcessDriver::new(template))
         }
