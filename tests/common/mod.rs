@@ -6,6 +6,7 @@ pub mod cli;
 pub mod ha;
 pub mod process;
 pub mod rest;
+pub mod slurm;
 pub mod zookeeper;
 
 use std::collections::BTreeMap;

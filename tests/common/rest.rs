@@ -430,6 +430,18 @@ impl JobManagerChild {
         dir: &std::path::Path,
         extra: &str,
     ) -> Self {
+        Self::start_with_env(binary, args, dir, extra, &[])
+    }
+
+    /// [`start_binary`](Self::start_binary) with `env` set in the JobManager's environment
+    /// (`SLURM_CONF` for the Slurm driver's tools).
+    pub fn start_with_env(
+        binary: &std::path::Path,
+        args: &[&str],
+        dir: &std::path::Path,
+        extra: &str,
+        env: &[(String, String)],
+    ) -> Self {
         use std::io::BufRead;
         let config = dir.join("flint.toml");
         std::fs::write(
@@ -447,6 +459,7 @@ impl JobManagerChild {
             .arg("--config")
             .arg(&config)
             .env_remove("FLINT_SECRET")
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .stdout(std::process::Stdio::piped())
             .stderr(std::fs::File::create(&log).expect("a log file"))
             .spawn()
