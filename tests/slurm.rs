@@ -49,6 +49,13 @@ impl SlurmCluster {
         pool: u32,
         slurm_keys: impl FnOnce(&Slurm) -> String,
     ) -> Option<Self> {
+        let mut cluster = Self::prepare(name, pool, slurm_keys)?;
+        cluster.start_jobmanager();
+        Some(cluster)
+    }
+
+    /// A Slurm and a cluster's settings; no JobManager yet.
+    fn prepare(name: &str, pool: u32, slurm_keys: impl FnOnce(&Slurm) -> String) -> Option<Self> {
         let dir = scratch(&format!("slurm-{name}"));
         let slurm = Slurm::start(&dir.join("slurm"))?;
         let slurm_keys = slurm_keys(&slurm);
@@ -76,7 +83,7 @@ impl SlurmCluster {
         ]
         .map(str::to_owned)
         .to_vec();
-        let mut cluster = Self {
+        Some(Self {
             jobmanagers: Vec::new(),
             port,
             name: format!("flint-{cluster_id}"),
@@ -84,9 +91,12 @@ impl SlurmCluster {
             extra,
             slurm,
             _dir: RemoveOnDrop(dir),
-        };
-        cluster.start_jobmanager();
-        Some(cluster)
+        })
+    }
+
+    /// A Slurm and the configuration of a cluster, with no JobManager started.
+    fn start_without_jobmanager(name: &str) -> Option<Self> {
+        Self::prepare(name, 0, |_| String::new())
     }
 
     /// Starts a JobManager on the cluster's port (the first, or one after a crash).
@@ -112,6 +122,14 @@ impl SlurmCluster {
 
     fn jobmanager(&self) -> &JobManagerChild {
         self.jobmanagers.last().expect("a JobManager")
+    }
+
+    /// The running JobManager's log, if one was started by the test.
+    fn jobmanager_log(&self) -> String {
+        self.jobmanagers
+            .last()
+            .map(JobManagerChild::log)
+            .unwrap_or_default()
     }
 
     fn send(&self, method: &str, path: &str, body: Option<&str>) -> Value {
@@ -198,7 +216,7 @@ impl SlurmCluster {
                 Instant::now() < give_up,
                 "not within {deadline:?}: {what}\nsqueue:\n{}\nJobManager log:\n{}",
                 self.slurm.squeue(),
-                self.jobmanager().log()
+                self.jobmanager_log()
             );
             std::thread::sleep(Duration::from_millis(100));
         }
@@ -439,5 +457,78 @@ fn a_worker_reaching_its_slurm_time_limit_is_replaced() {
     let ended = cluster.worker_jobs();
     if let Some(job) = ended.iter().find(|job| job.id == first.id) {
         assert_eq!(job.state, "TIMEOUT", "{ended:?}");
+    }
+}
+
+#[test]
+fn a_jobmanager_running_as_a_slurm_job_starts_its_workers_as_further_jobs() {
+    let Some(cluster) = SlurmCluster::start_without_jobmanager("in-allocation") else {
+        return;
+    };
+    let dir = cluster._dir.0.join("jm-job");
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("flint.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[heartbeat]\ninterval = \"100ms\"\ntimeout = \"1s\"\n\
+             [taskmanager]\nworking-dir = \"{}\"\n{}",
+            dir.join("work").display(),
+            cluster.extra
+        ),
+    )
+    .unwrap();
+    let rest_port = common::zookeeper::free_port();
+    let output = dir.join("jobmanager.out");
+    let command = format!(
+        "exec {} jobmanager --bind 127.0.0.1:{} --rest 127.0.0.1:{rest_port} --pool-size 2 \
+         --slots 1 --config {}",
+        env!("CARGO_BIN_EXE_flint"),
+        cluster.port,
+        config.display()
+    );
+    let jm_job = cluster.slurm.sbatch(&[
+        "--job-name=flint-jobmanager",
+        "--mem=512M",
+        &format!("--output={}", output.display()),
+        "--wrap",
+        &command,
+    ]);
+    let url = format!("http://127.0.0.1:{rest_port}");
+    let log = || std::fs::read_to_string(&output).unwrap_or_default();
+    let workers = cluster.wait("two workers of the JobManager's job", DEADLINE, || {
+        // Not serving yet while Slurm starts the JobManager's job.
+        std::net::TcpStream::connect(("127.0.0.1", rest_port)).ok()?;
+        let answer = request(
+            &agent(),
+            "GET",
+            &format!("{url}/taskmanagers"),
+            None,
+            local_bearer().as_deref(),
+        );
+        let running = cluster.in_state("RUNNING");
+        (answer.status == 200
+            && answer.json()["taskmanagers"].as_array().map(Vec::len) == Some(2)
+            && running.len() == 2)
+            .then_some(running)
+    });
+    assert!(workers.iter().all(|job| job.id != jm_job), "{}", log());
+    // Ending the JobManager's job (SIGTERM, as Slurm does at its time limit) cancels its
+    // workers' jobs: none outlives it.
+    let status = cluster
+        .slurm
+        .command("scancel")
+        .arg(jm_job.to_string())
+        .status()
+        .expect("scancel runs");
+    assert!(status.success());
+    cluster.wait("the workers' jobs cancelled with it", DEADLINE, || {
+        cluster.in_state("RUNNING").is_empty().then_some(())
+    });
+    let ended = cluster.worker_jobs();
+    for worker in &workers {
+        if let Some(job) = ended.iter().find(|job| job.id == worker.id) {
+            assert_eq!(job.state, "CANCELLED", "{ended:?}\n{}", log());
+        }
     }
 }
