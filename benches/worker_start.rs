@@ -14,7 +14,6 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 #[path = "../tests/common/mod.rs"]
-#[allow(dead_code)]
 mod common;
 use common::rest::{JobManagerChild, agent, local_bearer, request};
 use common::slurm::Slurm;
@@ -45,7 +44,13 @@ fn slurm_own_start(slurm: &Slurm, dir: &Path, round: usize) -> Duration {
 }
 
 /// A JobManager of `driver` with an empty pool; each round grows it to one worker.
-fn driver_rounds(slurm: &Slurm, dir: &Path, driver: &str, poll: &str, rounds: usize) -> Vec<Duration> {
+fn driver_rounds(
+    slurm: &Slurm,
+    dir: &Path,
+    driver: &str,
+    poll: &str,
+    rounds: usize,
+) -> Vec<Duration> {
     let dir = dir.join(format!("{driver}-{poll}"));
     std::fs::create_dir_all(&dir).unwrap();
     let extra = format!(
@@ -56,7 +61,16 @@ fn driver_rounds(slurm: &Slurm, dir: &Path, driver: &str, poll: &str, rounds: us
     );
     let jm = JobManagerChild::start_with_env(
         env!("CARGO_BIN_EXE_flint").as_ref(),
-        &["--bind", "127.0.0.1:0", "--rest", "127.0.0.1:0", "--pool-size", "0", "--slots", "1"],
+        &[
+            "--bind",
+            "127.0.0.1:0",
+            "--rest",
+            "127.0.0.1:0",
+            "--pool-size",
+            "0",
+            "--slots",
+            "1",
+        ],
         &dir,
         &extra,
         &slurm.env(),
@@ -65,7 +79,13 @@ fn driver_rounds(slurm: &Slurm, dir: &Path, driver: &str, poll: &str, rounds: us
     let bearer = local_bearer();
     let agent = agent();
     let send = |method: &str, path: &str, body: Option<&str>| {
-        request(&agent, method, &format!("{url}{path}"), body, bearer.as_deref())
+        request(
+            &agent,
+            method,
+            &format!("{url}{path}"),
+            body,
+            bearer.as_deref(),
+        )
     };
     let registered = || {
         send("GET", "/taskmanagers", None).json()["taskmanagers"]
@@ -87,7 +107,9 @@ fn driver_rounds(slurm: &Slurm, dir: &Path, driver: &str, poll: &str, rounds: us
         wait_for("a worker registered", || registered() == 1);
         times.push(began.elapsed());
         send("PUT", "/cluster/pool-size", Some(r#"{"size": 0}"#));
-        wait_for("the worker gone", || registered() == 0 && queued().is_empty());
+        wait_for("the worker gone", || {
+            registered() == 0 && queued().is_empty()
+        });
     }
     times
 }
@@ -103,8 +125,16 @@ fn main() {
         .map(|round| slurm_own_start(&slurm, &dir, round))
         .collect();
     let runs = [
-        ("slurm", "1s", driver_rounds(&slurm, &dir, "slurm", "1s", rounds)),
-        ("slurm", "200ms", driver_rounds(&slurm, &dir, "slurm", "200ms", rounds)),
+        (
+            "slurm",
+            "1s",
+            driver_rounds(&slurm, &dir, "slurm", "1s", rounds),
+        ),
+        (
+            "slurm",
+            "200ms",
+            driver_rounds(&slurm, &dir, "slurm", "200ms", rounds),
+        ),
         (
             "local_process",
             "-",

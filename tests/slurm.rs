@@ -139,6 +139,27 @@ impl SlurmCluster {
         answer.json()
     }
 
+    /// `flint run examples/wordcount.toml` of `input` into `output` on this cluster.
+    fn run_wordcount(
+        &self,
+        input: &std::path::Path,
+        output: &std::path::Path,
+    ) -> std::process::Output {
+        std::process::Command::new(env!("CARGO_BIN_EXE_flint"))
+            .args([
+                "run",
+                concat!(env!("CARGO_MANIFEST_DIR"), "/examples/wordcount.toml"),
+                "--jobmanager",
+                &self.jobmanager().url(),
+                "--param",
+                &format!("input={}", input.display()),
+                "--param",
+                &format!("output={}", output.display()),
+            ])
+            .output()
+            .expect("flint run runs")
+    }
+
     fn set_pool_size(&self, size: u32) {
         self.send(
             "PUT",
@@ -235,17 +256,21 @@ fn the_pool_grows_and_shrinks_as_slurm_jobs_appear_and_are_cancelled() {
         return;
     };
     let first = cluster.wait_for_workers(2);
-    // `flint pool-size` shows each worker's Slurm job.
-    let pool = cluster.send("GET", "/cluster/pool-size", None);
-    for job in &first {
-        let detail = pool["workers"][&job.resource_id]
-            .as_str()
-            .unwrap_or_default();
-        assert!(
-            detail.starts_with(&format!("slurm job {}: RUNNING", job.id)),
-            "{pool}"
-        );
-    }
+    // `flint pool-size` shows each worker's Slurm job (from the driver's next poll: a
+    // TaskManager may register before it).
+    cluster.wait("the pool shows both jobs running", DEADLINE, || {
+        let pool = cluster.send("GET", "/cluster/pool-size", None);
+        first
+            .iter()
+            .all(|job| {
+                pool["workers"][&job.resource_id]
+                    .as_str()
+                    .is_some_and(|detail| {
+                        detail.starts_with(&format!("slurm job {}: RUNNING", job.id))
+                    })
+            })
+            .then_some(())
+    });
     let shown = std::process::Command::new(env!("CARGO_BIN_EXE_flint"))
         .args(["pool-size", "--jobmanager", &cluster.jobmanager().url()])
         .output()
@@ -317,19 +342,7 @@ fn wordcount_is_exact_on_slurm_started_workers() {
     let dir = cluster._dir.0.clone();
     let (input, output) = (dir.join("input.txt"), dir.join("counts"));
     write_text(&input, 3_000);
-    let run = std::process::Command::new(env!("CARGO_BIN_EXE_flint"))
-        .args([
-            "run",
-            concat!(env!("CARGO_MANIFEST_DIR"), "/examples/wordcount.toml"),
-            "--jobmanager",
-            &cluster.jobmanager().url(),
-            "--param",
-            &format!("input={}", input.display()),
-            "--param",
-            &format!("output={}", output.display()),
-        ])
-        .output()
-        .expect("flint run runs");
+    let run = cluster.run_wordcount(&input, &output);
     assert!(
         run.status.success(),
         "{}{}\n{}",
@@ -404,19 +417,7 @@ fn a_worker_larger_than_the_node_stays_pending_and_a_job_needing_it_fails_cleanl
     let dir = cluster._dir.0.clone();
     let input = dir.join("input.txt");
     write_text(&input, 10);
-    let run = std::process::Command::new(env!("CARGO_BIN_EXE_flint"))
-        .args([
-            "run",
-            concat!(env!("CARGO_MANIFEST_DIR"), "/examples/wordcount.toml"),
-            "--jobmanager",
-            &cluster.jobmanager().url(),
-            "--param",
-            &format!("input={}", input.display()),
-            "--param",
-            &format!("output={}", dir.join("out").display()),
-        ])
-        .output()
-        .expect("flint run runs");
+    let run = cluster.run_wordcount(&input, &dir.join("out"));
     let said = format!(
         "{}{}",
         String::from_utf8_lossy(&run.stdout),
@@ -522,13 +523,17 @@ fn a_jobmanager_running_as_a_slurm_job_starts_its_workers_as_further_jobs() {
         .status()
         .expect("scancel runs");
     assert!(status.success());
+    // CANCELLED (after COMPLETING), or already purged from the queue.
     cluster.wait("the workers' jobs cancelled with it", DEADLINE, || {
-        cluster.in_state("RUNNING").is_empty().then_some(())
+        let jobs = cluster.worker_jobs();
+        workers
+            .iter()
+            .all(|worker| {
+                jobs.iter()
+                    .find(|job| job.id == worker.id)
+                    .is_none_or(|job| job.state == "CANCELLED")
+            })
+            .then_some(())
     });
-    let ended = cluster.worker_jobs();
-    for worker in &workers {
-        if let Some(job) = ended.iter().find(|job| job.id == worker.id) {
-            assert_eq!(job.state, "CANCELLED", "{ended:?}\n{}", log());
-        }
-    }
+    assert!(!log().is_empty());
 }
