@@ -58,7 +58,11 @@ impl SlurmCluster {
     fn prepare(name: &str, pool: u32, slurm_keys: impl FnOnce(&Slurm) -> String) -> Option<Self> {
         let dir = scratch(&format!("slurm-{name}"));
         let slurm = Slurm::start(&dir.join("slurm"))?;
-        let slurm_keys = slurm_keys(&slurm);
+        let mut slurm_keys = slurm_keys(&slurm);
+        // Workers ask for 256 MB unless the test says otherwise.
+        if !slurm_keys.contains("memory-per-worker") {
+            slurm_keys.push_str("memory-per-worker = \"256mb\"\n");
+        }
         let port = common::zookeeper::free_port();
         let cluster_id = format!("{name}-{}", std::process::id());
         let extra = format!(
@@ -67,7 +71,7 @@ impl SlurmCluster {
              [resourcemanager]\ndriver = \"slurm\"\ncheck-interval = \"200ms\"\n\
              [resourcemanager.taskmanager-registration]\ntimeout = \"30s\"\n\
              [slot.request]\ntimeout = \"5s\"\n\
-             [slurm]\npoll-interval = \"200ms\"\nmemory-per-worker = \"256mb\"\n\
+             [slurm]\npoll-interval = \"200ms\"\n\
              sbatch-options = [\"--output={}/%j.out\"]\n{slurm_keys}",
             dir.join("slurm").join("jobs").display()
         );
@@ -536,4 +540,28 @@ fn a_jobmanager_running_as_a_slurm_job_starts_its_workers_as_further_jobs() {
             .then_some(())
     });
     assert!(!log().is_empty());
+}
+
+#[test]
+fn a_worker_slurm_refuses_is_a_start_failure_with_sbatchs_reason_and_a_backoff() {
+    // More memory than the node has: sbatch refuses the job at once.
+    let too_much =
+        |slurm: &Slurm| format!("memory-per-worker = \"{}mb\"\n", slurm.node_memory_mb() * 2);
+    let Some(cluster) = SlurmCluster::start_with("refused", 1, too_much) else {
+        return;
+    };
+    let failures = cluster.wait("two start failures", DEADLINE, || {
+        let overview = cluster.send("GET", "/overview", None);
+        let failures = overview["pool"]["start-failures"].as_u64()?;
+        (failures >= 2).then_some(failures)
+    });
+    let log = cluster.jobmanager_log();
+    assert!(
+        log.contains("sbatch") && log.contains("Memory specification can not be satisfied"),
+        "{log}"
+    );
+    // Backed off (200 ms, 400 ms, ... up to the configured maximum), not a tight loop.
+    assert!(failures < 40, "{failures} failures: no backoff?");
+    assert!(cluster.in_state("RUNNING").is_empty());
+    assert!(cluster.task_managers().is_empty());
 }
