@@ -84,6 +84,18 @@ impl ProcessTemplate {
         }
     }
 
+    /// A command of the user's (not empty): `command[0]` with the rest as arguments, run on
+    /// `hosts` in turn.
+    pub fn from_command(command: &[String], slots: u32, hosts: Vec<String>) -> Self {
+        Self {
+            program: PathBuf::from(&command[0]),
+            args: command[1..].to_vec(),
+            env: Vec::new(),
+            slots,
+            hosts,
+        }
+    }
+
     /// The arguments for `request` on `host`, placeholders filled in.
     pub(crate) fn arguments(&self, request: &WorkerRequest, host: &str) -> Vec<String> {
         self.args

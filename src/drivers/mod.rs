@@ -17,7 +17,7 @@ pub mod local_process;
 pub mod slurm;
 pub mod standalone;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 pub use crate::actors::resource_manager::driver::{DriverError, WorkerDriver, WorkerRequest};
 use crate::config::{ClusterConfig, DriverKind};
@@ -37,34 +37,23 @@ pub fn worker_driver(
     match config.resourcemanager.driver {
         DriverKind::Standalone => Box::new(StandaloneDriver),
         kind => {
-            // Whether the workers run this binary's `taskmanager` (not a command of the user's).
-            let own_taskmanager = match kind {
-                DriverKind::Command => false,
-                DriverKind::Slurm => config.slurm.taskmanager_command.is_empty(),
-                _ => true,
-            };
-            let mut template = match kind {
+            // A command of the user's (and its hosts), or this binary's own `taskmanager`.
+            let user_command = match kind {
+                DriverKind::Command => Some((
+                    &config.resourcemanager.command.template,
+                    config.resourcemanager.command.hosts.clone(),
+                )),
                 DriverKind::Slurm if !config.slurm.taskmanager_command.is_empty() => {
-                    let command = &config.slurm.taskmanager_command;
-                    ProcessTemplate {
-                        program: PathBuf::from(&command[0]),
-                        args: command[1..].to_vec(),
-                        env: Vec::new(),
-                        slots: config.taskmanager.slots,
-                        hosts: Vec::new(),
-                    }
+                    Some((&config.slurm.taskmanager_command, Vec::new()))
                 }
-                DriverKind::Command => {
-                    let command = &config.resourcemanager.command;
-                    ProcessTemplate {
-                        program: PathBuf::from(&command.template[0]),
-                        args: command.template[1..].to_vec(),
-                        env: Vec::new(),
-                        slots: config.taskmanager.slots,
-                        hosts: command.hosts.clone(),
-                    }
+                _ => None,
+            };
+            let own_taskmanager = user_command.is_none();
+            let mut template = match user_command {
+                Some((command, hosts)) => {
+                    ProcessTemplate::from_command(command, config.taskmanager.slots, hosts)
                 }
-                _ => {
+                None => {
                     let mut template = ProcessTemplate::flint_taskmanager(
                         program.to_path_buf(),
                         config.taskmanager.slots,

@@ -305,17 +305,20 @@ fn lock(jobs: &Mutex<Jobs>) -> MutexGuard<'_, Jobs> {
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// A Slurm tool with this process's inherited variables (and `extra`), nothing else.
+/// The variables of this process a Slurm tool gets: [`INHERITED_ENV`] and [`SLURM_ENV`].
+fn slurm_env() -> impl Iterator<Item = (&'static str, OsString)> {
+    INHERITED_ENV
+        .iter()
+        .chain(SLURM_ENV)
+        .filter_map(|name| Some((*name, std::env::var_os(name)?)))
+}
+
+/// A Slurm tool with [`slurm_env`] (and `extra`), nothing else.
 fn slurm_command(program: &str, extra: &[(String, OsString)]) -> tokio::process::Command {
     let mut command = tokio::process::Command::new(program);
     command
         .env_clear()
-        .envs(
-            INHERITED_ENV
-                .iter()
-                .chain(SLURM_ENV)
-                .filter_map(|name| Some((*name, std::env::var_os(name)?))),
-        )
+        .envs(slurm_env())
         .envs(extra.iter().map(|(k, v)| (k, v)))
         .kill_on_drop(true);
     command
@@ -540,6 +543,8 @@ impl WorkerDriver for SlurmDriver {
             // Synchronously: the process may exit right after, and no worker job may outlive
             // the cluster that owns it.
             let status = std::process::Command::new("scancel")
+                .env_clear()
+                .envs(slurm_env())
                 .args(ids.iter().map(u64::to_string))
                 .stdin(std::process::Stdio::null())
                 .status();
