@@ -927,3 +927,57 @@ fn a_typed_programs_client_follows_the_new_leader_and_its_count_is_exact() {
         "the recovered program's output is not the exact count"
     );
 }
+
+/// What a finished program's `collect()` sinks gathered outlives its leader: the leader keeps
+/// it with the job's result, and the next leader answers `GET /jobs/{id}/results` from there
+/// (a client that saw FINISHED just before the leader died still gets its records).
+#[test]
+fn a_finished_programs_collected_records_are_answered_by_the_next_leader() {
+    let binary = common::example_binary("wordcount_typed");
+    let Some(mut cluster) = HaCluster::start_binary("ha-collect", &binary, "") else {
+        return;
+    };
+    let (a_url, b_url) = (cluster.a.url(), cluster.b.url());
+    let input = cluster.dir.join("collect.txt");
+    common::write_text(&input, 5_000);
+    let output = cluster.dir.join("collect-output");
+    let client = Command::new(&binary)
+        .arg(&input)
+        .arg(&output)
+        .args(["--parallelism", "2", "--jobmanager", &a_url])
+        .env_remove("FLINT_JOBMANAGER")
+        .env_remove("FLINT_CONFIG")
+        .output()
+        .expect("the program's client runs");
+    let said = String::from_utf8_lossy(&client.stdout).into_owned();
+    assert!(
+        client.status.success() && said.contains("top 10:"),
+        "{said}{}",
+        String::from_utf8_lossy(&client.stderr)
+    );
+    let jobs = get(&a_url, "/jobs").expect(200).json();
+    let job = jobs["jobs"][0]["id"].as_str().unwrap().to_owned();
+    let first = get(&a_url, &format!("/jobs/{job}/results"))
+        .expect(200)
+        .json();
+    assert_eq!(first["state"], "FINISHED", "{first:#}");
+    assert!(
+        first["vertices"].as_object().is_some_and(|v| !v.is_empty()),
+        "nothing collected: {first:#}"
+    );
+    let kept = cluster
+        .dir
+        .join("ha-storage/job-result-store/default")
+        .join(format!("{job}.json"));
+    wait_until("the result is kept and clean", || {
+        kept.is_file().then_some(())
+    });
+
+    signal(&cluster.a.child, "-KILL");
+    let _ = cluster.a.child.wait();
+    wait_until("the standby leads", || leads(&b_url).then_some(()));
+    let answered = get(&b_url, &format!("/jobs/{job}/results"))
+        .expect(200)
+        .json();
+    assert_eq!(answered, first, "the next leader answered other records");
+}

@@ -111,17 +111,31 @@ impl Executor for RemoteExecutor {
         // Submitted once: a submission whose answer was lost is not repeated (it may have been
         // stored, and would run twice).
         let job_id = self.client.submit(&graph)?.value.id;
-        let view = loop {
+        let mut view = loop {
             let view = self.call(|client| client.job_progress(job_id))?.value;
             if view.state.is_globally_terminal() {
                 break view;
             }
             std::thread::sleep(POLL_INTERVAL);
         };
-        let results = self
-            .call(|client| client.results(job_id))?
-            .value
-            .into_results()?;
+        // A leader that dies after the job ended but before it kept the job's result leaves
+        // the job to its successor, which runs it again: the results asked for then are of a
+        // run still going, complete only once it ends too (and its status is the one to report).
+        let results = loop {
+            let results = self
+                .call(|client| client.results(job_id))?
+                .value
+                .into_results()?;
+            match results.status {
+                Some(status) if !status.is_globally_terminal() => {}
+                Some(status) if status != view.state => {
+                    view = self.call(|client| client.job_progress(job_id))?.value;
+                    break results;
+                }
+                _ => break results,
+            }
+            std::thread::sleep(POLL_INTERVAL);
+        };
         Ok(ExecutedJob {
             job_id,
             status: view.state,

@@ -18,6 +18,14 @@
 //! state or the new one, never half. A result file that cannot be read still marks its job as
 //! ended (the job id is in its name): a job is never run again because its result is damaged.
 //!
+//! What a job's tasks sent back (its `collect()` sinks' records, [`JobResults`]) is kept beside
+//! its result, in `JOB_ID.results` (the codec's encoding, written whole before the result file
+//! itself), so that a new leader answers `GET /jobs/{id}/results` of a job that ended under the
+//! old one as the old one did — Flink keeps a job's accumulators in its `JobResult` for the same
+//! reason. They are read back only when asked for, and forgotten with the result. In memory
+//! (no high availability) they are not copied: the JobManager's execution graph of the job
+//! answers for as long as the job is kept.
+//!
 //! What this module must never do: forget a dirty result, or hold a job graph (the job graph
 //! store does).
 
@@ -25,9 +33,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use crate::base::codec::{self, CodecError};
 use crate::base::ids::JobId;
 use crate::config::JobStoreConfig;
-use crate::messages::job_manager::{JobDetails, JobSummary};
+use crate::messages::job_manager::{JobDetails, JobResults, JobSummary};
 
 /// Where a cluster's results live: `STORAGE/job-result-store/CLUSTER` (Flink's default
 /// `job-result-store.storage-path`).
@@ -42,6 +51,9 @@ const DIRTY_SUFFIX: &str = "_DIRTY.json";
 
 /// The suffix of a clean result.
 const CLEAN_SUFFIX: &str = ".json";
+
+/// The suffix of what a job's tasks sent back.
+const RESULTS_SUFFIX: &str = ".results";
 
 /// Why the job result store failed. Retryable once the file system recovers: the JobManager
 /// tries again, and a new leader finishes what this one could not.
@@ -67,6 +79,17 @@ pub enum JobResultStoreError {
         #[source]
         source: serde_json::Error,
     },
+    /// What a job's tasks sent back could not be encoded or read back.
+    #[error("job result store: cannot {operation} what the tasks of job {job_id} sent back")]
+    Records {
+        /// `encode` or `decode`.
+        operation: &'static str,
+        /// The job.
+        job_id: JobId,
+        /// Why.
+        #[source]
+        source: CodecError,
+    },
 }
 
 /// One job's entry.
@@ -78,6 +101,8 @@ struct Entry {
     clean: bool,
     /// When it ended (ms since the epoch): what expiry counts from.
     ended_at_ms: u64,
+    /// What its tasks sent back is kept in its file.
+    results: bool,
 }
 
 #[derive(Debug, Default)]
@@ -145,6 +170,7 @@ impl JobResultStore {
                 }
             };
             let ended_at_ms = details.as_ref().map_or(0, ended_at);
+            let results = dir.join(format!("{job_id}{RESULTS_SUFFIX}")).is_file();
             // A dirty and a clean file of one job: a rename that was cut short; clean wins.
             let clean = clean || inner.entries.get(&job_id).is_some_and(|e| e.clean);
             inner.insert(
@@ -153,6 +179,7 @@ impl JobResultStore {
                     details,
                     clean,
                     ended_at_ms,
+                    results,
                 },
             );
         }
@@ -168,22 +195,44 @@ impl JobResultStore {
     /// Keeps how `details`' job ended, dirty (its cleanup to do). Already kept: nothing changes
     /// (the first result of a job stands).
     pub fn create_dirty_result(&self, details: &JobDetails) -> Result<(), JobResultStoreError> {
+        self.create_dirty_result_with(details, None)
+    }
+
+    /// [`create_dirty_result`](Self::create_dirty_result), keeping what the job's tasks sent
+    /// back too (on files; see the module docs), written before the result: a result on disk
+    /// has its records beside it.
+    pub fn create_dirty_result_with(
+        &self,
+        details: &JobDetails,
+        results: Option<&JobResults>,
+    ) -> Result<(), JobResultStoreError> {
         let job_id = details.summary.job_id;
         let mut inner = self.lock();
         if inner.entries.contains_key(&job_id) {
             return Ok(());
+        }
+        let results = results.filter(|r| !r.vertices.is_empty());
+        if let (Some(dir), Some(results)) = (&inner.dir, results) {
+            let bytes = codec::encode(results).map_err(|source| JobResultStoreError::Records {
+                operation: "encode",
+                job_id,
+                source,
+            })?;
+            write_whole(&dir.join(format!("{job_id}{RESULTS_SUFFIX}")), &bytes)?;
         }
         if let Some(dir) = &inner.dir {
             let bytes = serde_json::to_vec(details)
                 .map_err(|source| JobResultStoreError::Encode { job_id, source })?;
             write_whole(&dir.join(format!("{job_id}{DIRTY_SUFFIX}")), &bytes)?;
         }
+        let results = inner.dir.is_some() && results.is_some();
         inner.insert(
             job_id,
             Entry {
                 details: Some(details.clone()),
                 clean: false,
                 ended_at_ms: ended_at(details),
+                results,
             },
         );
         Ok(())
@@ -241,6 +290,31 @@ impl JobResultStore {
             .and_then(|e| e.details.clone())
     }
 
+    /// What the tasks of a job that ended sent back, if kept (on files: read from its file).
+    pub fn results(&self, job_id: JobId) -> Result<Option<JobResults>, JobResultStoreError> {
+        let path = {
+            let inner = self.lock();
+            match (&inner.dir, inner.entries.get(&job_id)) {
+                (Some(dir), Some(entry)) if entry.results => {
+                    dir.join(format!("{job_id}{RESULTS_SUFFIX}"))
+                }
+                _ => return Ok(None),
+            }
+        };
+        let bytes = std::fs::read(&path).map_err(|source| JobResultStoreError::Io {
+            operation: "read",
+            path,
+            source,
+        })?;
+        codec::decode(&bytes)
+            .map(Some)
+            .map_err(|source| JobResultStoreError::Records {
+                operation: "decode",
+                job_id,
+                source,
+            })
+    }
+
     /// The summary line of every readable result, in job id order.
     pub fn summaries(&self) -> Vec<JobSummary> {
         self.lock()
@@ -275,6 +349,20 @@ impl JobResultStore {
                 break;
             }
             if let Some(dir) = &inner.dir {
+                if inner.entries.get(&job_id).is_some_and(|e| e.results) {
+                    let records = dir.join(format!("{job_id}{RESULTS_SUFFIX}"));
+                    match std::fs::remove_file(&records) {
+                        Ok(()) => {}
+                        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+                        Err(error) => {
+                            log::warn!(
+                                "job result store: cannot remove {}: {error}",
+                                records.display()
+                            );
+                            break;
+                        }
+                    }
+                }
                 let path = dir.join(format!("{job_id}{CLEAN_SUFFIX}"));
                 match std::fs::remove_file(&path) {
                     Ok(()) => {}

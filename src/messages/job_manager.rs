@@ -658,6 +658,10 @@ pub enum JobError {
     /// Retryable.
     #[error("the job graph could not be persisted, so the job was not started: {0}")]
     NotPersisted(String),
+    /// High availability: the job ended under an earlier leader, and what its tasks sent back
+    /// could not be read from the job result store. Retryable once the storage recovers.
+    #[error("the job's results could not be read from the job result store: {0}")]
+    ResultsUnreadable(String),
 }
 
 /// One line of the job list.

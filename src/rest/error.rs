@@ -229,6 +229,7 @@ impl ResponseError for ApiError {
             Self::Job(JobError::Rejected(_)) => StatusCode::BAD_REQUEST,
             Self::Job(JobError::Overloaded(_)) => StatusCode::SERVICE_UNAVAILABLE,
             Self::Job(JobError::AlreadyTerminal { .. }) => StatusCode::CONFLICT,
+            Self::Job(JobError::ResultsUnreadable(_)) => StatusCode::INTERNAL_SERVER_ERROR,
             Self::UnknownTaskManager(_) | Self::UnknownPath { .. } => StatusCode::NOT_FOUND,
             Self::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             Self::Unauthorized(_) => StatusCode::UNAUTHORIZED,

@@ -119,7 +119,11 @@ pub const SECRET_ENV: &str = "FLINT_SECRET";
 /// 14: a job graph names the artifacts it ships (`JobGraph::artifacts`).
 /// 15: a TaskManager fetches a job's artifacts from the JobManager (`FetchBlob`); a task's
 ///    descriptor names them (`TaskDeploymentDescriptor::artifacts`).
-pub const PROTOCOL_VERSION: u32 = 16;
+/// 16: a worker driver reports a previous leader's workers (`WorkersRecovered`); the resource
+///    manager's status describes the driver's workers (`driver_workers`).
+/// 17: a job's results can be unreadable from the job result store
+///    (`JobError::ResultsUnreadable`).
+pub const PROTOCOL_VERSION: u32 = 17;
 
 /// The largest handshake message, in bytes (after the length prefix). A `Hello` with a sensible
 /// node id is under 200 bytes; the limit stops a peer (or a stray HTTP client) from making us

@@ -100,18 +100,26 @@ impl JobManager {
         self.with_job(job_id, ctx, |job, cx| job.start(cx));
     }
 
-    /// Keeps how a job ended (dirty), then cleans it up. Retried until written; waits while
-    /// the leadership lease is not held (a deposed leader's result would race the new
-    /// leader's run of the job).
-    pub(super) fn record_result(&mut self, details: JobDetails, ctx: &mut Context<Self>) {
+    /// Keeps how a job ended (dirty) and what its tasks sent back, then cleans it up. Retried
+    /// until written; waits while the leadership lease is not held (a deposed leader's result
+    /// would race the new leader's run of the job).
+    pub(super) fn record_result(
+        &mut self,
+        details: JobDetails,
+        results: Option<JobResults>,
+        ctx: &mut Context<Self>,
+    ) {
         let job_id = details.summary.job_id;
         if !self.lease.is_held_now() {
             ctx.run_later(crate::ha::lease::RECHECK, move |act, ctx| {
-                act.record_result(details, ctx)
+                act.record_result(details, results, ctx)
             });
             return;
         }
-        match self.job_results.create_dirty_result(&details) {
+        match self
+            .job_results
+            .create_dirty_result_with(&details, results.as_ref())
+        {
             Ok(()) => self.clean_up(job_id, ctx),
             Err(error) => {
                 log::warn!(
@@ -119,7 +127,7 @@ impl JobManager {
                     ErrorChain(&error)
                 );
                 ctx.run_later(CLEANUP_RETRY, move |act, ctx| {
-                    act.record_result(details, ctx)
+                    act.record_result(details, results, ctx)
                 });
             }
         }
@@ -250,7 +258,7 @@ impl Handler<RecoverJob> for JobManager {
             from_job_result_store: false,
             artifacts: Vec::new(),
         };
-        self.record_result(details, ctx);
+        self.record_result(details, None, ctx);
         Ok(job_id)
     }
 }

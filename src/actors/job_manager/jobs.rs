@@ -178,7 +178,8 @@ impl JobManager {
                     // Kept before anyone hears of the end: a new leader never runs it again.
                     if let Some(job) = self.jobs.get(&job_id) {
                         let details = job.details().summarized();
-                        self.record_result(details, ctx);
+                        let results = job.results();
+                        self.record_result(details, Some(results), ctx);
                     }
                     self.forget_ended_jobs(job_id);
                     if self.jobs.contains_key(&job_id) {
@@ -534,12 +535,27 @@ impl Handler<ServeQueue> for JobManager {
 impl Handler<RequestJobResults> for JobManager {
     type Result = Result<JobResults, JobError>;
 
+    /// From the job's execution graph; for a job that ended under an earlier leader, from the
+    /// job result store (what its tasks sent back is kept there with its result).
     fn handle(&mut self, msg: RequestJobResults, _: &mut Context<Self>) -> Self::Result {
         let _timed = self.mailbox.time("RequestJobResults");
-        self.jobs
-            .get(&msg.job_id)
-            .map(ExecutionGraph::results)
-            .ok_or(JobError::UnknownJob(msg.job_id))
+        if let Some(job) = self.jobs.get(&msg.job_id) {
+            return Ok(job.results());
+        }
+        let status = self
+            .job_results
+            .details(msg.job_id)
+            .map(|details| details.summary.status)
+            .ok_or(JobError::UnknownJob(msg.job_id))?;
+        match self.job_results.results(msg.job_id) {
+            Ok(kept) => Ok(JobResults {
+                status: Some(status),
+                ..kept.unwrap_or_default()
+            }),
+            Err(error) => Err(JobError::ResultsUnreadable(
+                crate::base::error_chain::ErrorChain(&error).to_string(),
+            )),
+        }
     }
 }
 

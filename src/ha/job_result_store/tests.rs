@@ -125,3 +125,66 @@ fn a_damaged_result_file_still_marks_its_job_as_ended() {
     assert_eq!(store.len(), 1);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn what_a_jobs_tasks_sent_back_is_kept_beside_its_result_and_forgotten_with_it() {
+    let dir = scratch("records");
+    let store = JobResultStore::open(&dir).unwrap();
+    let (with, without) = (JobId::from_u128(1), JobId::from_u128(2));
+    let sent = JobResults {
+        status: Some(JobStatus::Finished),
+        vertices: BTreeMap::from([(
+            "collect".to_owned(),
+            vec![Some(bytes::Bytes::from_static(b"rows")), None],
+        )]),
+    };
+    store
+        .create_dirty_result_with(&ended(1, JobStatus::Finished, 10), Some(&sent))
+        .unwrap();
+    // Nothing sent back: no file.
+    store
+        .create_dirty_result_with(
+            &ended(2, JobStatus::Finished, 20),
+            Some(&JobResults::default()),
+        )
+        .unwrap();
+    assert_eq!(
+        files(&dir),
+        [
+            format!("{with}.results"),
+            format!("{with}_DIRTY.json"),
+            format!("{without}_DIRTY.json")
+        ]
+    );
+    assert_eq!(store.results(with).unwrap(), Some(sent.clone()));
+    assert_eq!(store.results(without).unwrap(), None);
+
+    // A new leader reads them back; they go when the result expires.
+    let next_leader = JobResultStore::open(&dir).unwrap();
+    assert_eq!(next_leader.results(with).unwrap(), Some(sent.clone()));
+    next_leader.mark_result_as_clean(with).unwrap();
+    let config = JobStoreConfig {
+        expiration_time: Duration::from_secs(1),
+        max_capacity: 10,
+    };
+    assert_eq!(next_leader.expire(1_000_000, config), [with]);
+    assert_eq!(files(&dir), [format!("{without}_DIRTY.json")]);
+    assert_eq!(next_leader.results(with).unwrap(), None);
+
+    // A damaged file is an error naming the job, not an empty answer.
+    let damaged = JobId::from_u128(3);
+    store
+        .create_dirty_result_with(&ended(3, JobStatus::Finished, 30), Some(&sent))
+        .unwrap();
+    std::fs::write(dir.join(format!("{damaged}.results")), b"\xff\xff\xff").unwrap();
+    let error = store.results(damaged).unwrap_err().to_string();
+    assert!(error.contains(&damaged.to_string()), "{error}");
+
+    // In memory nothing is copied: the JobManager's execution graph answers.
+    let memory = JobResultStore::in_memory();
+    memory
+        .create_dirty_result_with(&ended(1, JobStatus::Finished, 10), Some(&sent))
+        .unwrap();
+    assert_eq!(memory.results(with).unwrap(), None);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -166,3 +166,51 @@ async fn a_recovered_job_with_a_result_never_runs_and_its_cleanup_is_finished() 
         })
     );
 }
+
+#[actix::test]
+async fn what_the_tasks_of_an_ended_job_sent_back_is_kept_and_a_new_leader_answers_it() {
+    use crate::job::states::{ExecutionState, JobStatus};
+    let dir = std::env::temp_dir().join(format!("flint-jm-results-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let (f, tm) = start_with(
+        ControlledStore::default(),
+        JobResultStore::open(&dir).unwrap(),
+    )
+    .await;
+    let job_id = ask(&f.jm, SubmitJob::new(one_task_job())).await.unwrap();
+    settle().await;
+    let attempt = tm.submitted()[0].attempt;
+    f.report(job_id, &[attempt], ExecutionState::Running);
+    f.jm.do_send(UpdateTaskExecutionStates::from(TaskExecutionState {
+        job_id,
+        attempt,
+        state: ExecutionState::Finished,
+        error: None,
+        unavailable_partition: None,
+        io: None,
+        result: Some(bytes::Bytes::from_static(b"collected records")),
+    }));
+    settle().await;
+    let answered = ask(&f.jm, RequestJobResults { job_id }).await.unwrap();
+    assert_eq!(answered.status, Some(JobStatus::Finished));
+    assert_eq!(
+        answered.vertices["wait"],
+        [Some(bytes::Bytes::from_static(b"collected records"))]
+    );
+
+    // The next leader, on the same store, answers as this one did.
+    let next = JobManager::new(settings(), SESSION, f.env.clone())
+        .with_job_stores(
+            Rc::new(ControlledStore::default()),
+            JobResultStore::open(&dir).unwrap(),
+        )
+        .start();
+    assert_eq!(ask(&next, RequestJobResults { job_id }).await, Ok(answered));
+    // A job it never heard of is still unknown.
+    let unknown = JobId::from_u128(7);
+    assert_eq!(
+        ask(&next, RequestJobResults { job_id: unknown }).await,
+        Err(JobError::UnknownJob(unknown))
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
