@@ -68,22 +68,27 @@ fn typed_word_count_matches_a_sequential_count() {
         })
         .collect();
     std::fs::write(&input, &text).unwrap();
-    let (slot, out) = answer::<BTreeMap<String, u64>>();
+    type Counts = BTreeMap<String, u64>;
+    let (slot, out) = answer::<(Counts, Counts)>();
     let program = Program::new("wordcount", move |env: &Env| {
         env.set_parallelism(3);
         let path = env.args()[0].clone();
-        let counts = env
-            .read_text_file(path)
-            .flat_map(|line: String| {
-                line.split_whitespace()
-                    .map(|w| (w.to_owned(), 1u64))
-                    .collect::<Vec<_>>()
-            })
+        let pairs = env.read_text_file(path).flat_map(|line: String| {
+            line.split_whitespace()
+                .map(|w| (w.to_owned(), 1u64))
+                .collect::<Vec<_>>()
+        });
+        let counts = pairs
             .key_by(|(w, _): &(String, u64)| w.clone())
             .reduce(|(w, a), (_, b)| (w, a + b))
             .collect();
+        // The same on the pairs' own keys.
+        let by_key = pairs.reduce_by_key(|a, b| a + b).collect();
         let result = env.execute("wordcount")?;
-        *slot.lock().unwrap() = Some(result.get(&counts)?.into_iter().collect());
+        *slot.lock().unwrap() = Some((
+            result.get(&counts)?.into_iter().collect(),
+            result.get(&by_key)?.into_iter().collect(),
+        ));
         Ok(())
     });
     run(program, &[input.to_str().unwrap()]).unwrap();
@@ -91,7 +96,34 @@ fn typed_word_count_matches_a_sequential_count() {
     for word in text.split_whitespace() {
         *expected.entry(word.to_owned()).or_insert(0u64) += 1;
     }
-    assert_eq!(take(&out), expected);
+    let (counts, by_key) = take(&out);
+    assert_eq!(counts, expected);
+    assert_eq!(by_key, expected);
+}
+
+/// More keys than the combiner holds (65,536): it flushes partial sums on the way, and the
+/// final merge still gives each key one exact value.
+#[test]
+fn reduce_by_key_over_more_keys_than_its_combiner_holds_is_exact() {
+    let (slot, out) = answer::<Vec<(u64, u64)>>();
+    let program = Program::new("by-key", move |env: &Env| {
+        env.set_parallelism(1);
+        let sums = env
+            .generate(|_, _| (0..200_000u64).map(|i| (i % 70_001, i)))
+            .reduce_by_key(|a, b| a + b)
+            .collect();
+        let result = env.execute("by-key")?;
+        let mut rows = result.get(&sums)?;
+        rows.sort();
+        *slot.lock().unwrap() = Some(rows);
+        Ok(())
+    });
+    run(program, &[]).unwrap();
+    let mut expected: BTreeMap<u64, u64> = BTreeMap::new();
+    for i in 0..200_000u64 {
+        *expected.entry(i % 70_001).or_default() += i;
+    }
+    assert_eq!(take(&out), expected.into_iter().collect::<Vec<_>>());
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]

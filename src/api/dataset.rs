@@ -476,13 +476,7 @@ impl<T: Data, K: Key> KeyedDataSet<T, K> {
                 }))
             }),
         );
-        let by_key: KeyFn<(K, A), K> = Arc::new(|(key, _): &(K, A)| key.clone());
-        combine.then(
-            name,
-            keyed::aggregate::<K, A>(merge),
-            Ship::Hash,
-            TypedEdge::<(K, A)>::hashed(KeyHash::new(by_key)),
-        )
+        combine.merged_by_key(name, merge)
     }
 
     /// Reduces each key's records to one with `f` (associative: it is applied before the
@@ -581,6 +575,73 @@ impl<T: Data, K: Key> KeyedDataSet<T, K> {
     /// The first record of each key.
     pub fn distinct(&self) -> DataSet<T> {
         self.reduce(|first, _| first).name("distinct")
+    }
+}
+
+impl<K: Key, A: Data> DataSet<(K, A)> {
+    /// The keyed exchange of a combiner's partial `(key, accumulator)`s and their final merge
+    /// with `merge`.
+    fn merged_by_key(
+        &self,
+        name: &str,
+        merge: Arc<dyn Fn(&mut A, A) + Send + Sync>,
+    ) -> DataSet<(K, A)> {
+        self.then(
+            name,
+            keyed::aggregate::<K, A>(merge),
+            Ship::Hash,
+            TypedEdge::<(K, A)>::hashed(KeyHash::first()),
+        )
+    }
+
+    /// Reduces the values of each key with `f` (associative: it is applied before the exchange
+    /// too, as a combiner), one `(key, value)` per key: Spark's `reduceByKey`, Flink's
+    /// `groupBy(0).reduce`. Unlike [`key_by`](Self::key_by)`(|(k, _)| k.clone())` and
+    /// [`KeyedDataSet::reduce`], the pair's own key is used where it lies and never cloned:
+    /// cheaper for keys that own memory, such as a `String` per word.
+    ///
+    /// ```no_run
+    /// # use flint::api::Env;
+    /// # fn counts(env: &Env) {
+    /// let counts = env
+    ///     .from_collection(vec![("a".to_string(), 1u64), ("b".into(), 1), ("a".into(), 1)])
+    ///     .reduce_by_key(|a, b| a + b); // ("a", 2), ("b", 1)
+    /// # }
+    /// ```
+    pub fn reduce_by_key(&self, f: impl Fn(A, A) -> A + Send + Sync + 'static) -> DataSet<(K, A)> {
+        let f = Arc::new(f);
+        let (add, merge) = (f.clone(), f);
+        let add: Arc<dyn Fn(&mut Option<A>, A) + Send + Sync> =
+            Arc::new(move |acc: &mut Option<A>, value: A| {
+                *acc = Some(match acc.take() {
+                    Some(a) => add(a, value),
+                    None => value,
+                });
+            });
+        let combine: DataSet<(K, Option<A>)> = self.forward(
+            "reduce_by_key (combine)",
+            ops::one_input::<(K, A), (K, Option<A>), _>(move |_, next| {
+                Ok(Box::new(keyed::PairCombine {
+                    create: Arc::new(|value| Some(value)),
+                    add: add.clone(),
+                    table: Default::default(),
+                    capacity: keyed::COMBINE_CAPACITY,
+                    next,
+                }))
+            }),
+        );
+        combine
+            .merged_by_key(
+                "reduce_by_key",
+                Arc::new(move |acc: &mut Option<A>, other: Option<A>| {
+                    *acc = match (acc.take(), other) {
+                        (Some(a), Some(b)) => Some(merge(a, b)),
+                        (a, b) => a.or(b),
+                    };
+                }),
+            )
+            .flat_map(|(key, value)| value.map(|value| (key, value)))
+            .name("reduce_by_key")
     }
 }
 

@@ -85,13 +85,16 @@ pub(crate) struct Combine<T, K, A> {
     pub next: BoxPush<(K, A)>,
 }
 
-impl<T, K: Key, A> Combine<T, K, A> {
-    fn flush(&mut self, cx: &mut Ctx<'_>) -> Result<(), OperatorError> {
-        for entry in std::mem::take(&mut self.table) {
-            self.next.push(entry, cx)?;
-        }
-        Ok(())
+/// Sends a combiner's partial aggregates on and empties its table.
+fn flush<K, A>(
+    table: &mut FixedHashMap<K, A>,
+    next: &mut BoxPush<(K, A)>,
+    cx: &mut Ctx<'_>,
+) -> Result<(), OperatorError> {
+    for entry in std::mem::take(table) {
+        next.push(entry, cx)?;
     }
+    Ok(())
 }
 
 impl<T, K: Key, A> Push<T> for Combine<T, K, A> {
@@ -101,7 +104,7 @@ impl<T, K: Key, A> Push<T> for Combine<T, K, A> {
             Some(acc) => (self.add)(acc, record),
             None => {
                 if self.table.len() >= self.capacity {
-                    self.flush(cx)?;
+                    flush(&mut self.table, &mut self.next, cx)?;
                 }
                 self.table.insert(key, (self.create)(record));
             }
@@ -110,7 +113,39 @@ impl<T, K: Key, A> Push<T> for Combine<T, K, A> {
     }
 
     fn end(&mut self, cx: &mut Ctx<'_>) -> Result<(), OperatorError> {
-        self.flush(cx)?;
+        flush(&mut self.table, &mut self.next, cx)?;
+        self.next.end(cx)
+    }
+}
+
+/// The combiner of a dataset of `(key, value)` pairs: as [`Combine`], but the key is the pair's
+/// own, looked up by reference and moved into the table on its first record, so it is never
+/// cloned (per record, a key extractor returning an owned `String` costs an allocation).
+pub(crate) struct PairCombine<K, V, A> {
+    pub create: Arc<dyn Fn(V) -> A + Send + Sync>,
+    pub add: Arc<dyn Fn(&mut A, V) + Send + Sync>,
+    pub table: FixedHashMap<K, A>,
+    /// Entries held before a flush.
+    pub capacity: usize,
+    pub next: BoxPush<(K, A)>,
+}
+
+impl<K: Key, V, A> Push<(K, V)> for PairCombine<K, V, A> {
+    fn push(&mut self, (key, value): (K, V), cx: &mut Ctx<'_>) -> Result<(), OperatorError> {
+        match self.table.get_mut(&key) {
+            Some(acc) => (self.add)(acc, value),
+            None => {
+                if self.table.len() >= self.capacity {
+                    flush(&mut self.table, &mut self.next, cx)?;
+                }
+                self.table.insert(key, (self.create)(value));
+            }
+        }
+        Ok(())
+    }
+
+    fn end(&mut self, cx: &mut Ctx<'_>) -> Result<(), OperatorError> {
+        flush(&mut self.table, &mut self.next, cx)?;
         self.next.end(cx)
     }
 }

@@ -72,6 +72,16 @@ impl<T: 'static> KeyHash<T> {
     }
 }
 
+impl<K: Key, A: 'static> KeyHash<(K, A)> {
+    /// Hashes a pair's first element, its key, where it lies (no clone): the same hash as
+    /// [`KeyHash::new`] of a function returning that key.
+    pub fn first() -> Self {
+        Self(Arc::new(|(key, _): &(K, A), scratch| {
+            hash_key(key, scratch)
+        }))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
