@@ -58,3 +58,4 @@ pub use data::{Data, Key, OrderedF64};
 pub use dataset::{Collected, DEFAULT_COLLECT_BOUND, DataSet, Join, KeyedDataSet, Order};
 pub use env::{Env, ExecutedJob, Executor, JobResult, ProgramError};
 pub use program::{Program, ProgramFn, Programs, build_id};
+pub(crate) use sinks::decode_collected;

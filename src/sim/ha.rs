@@ -60,6 +60,10 @@
 //!   job's subtask in the job's event log as finished (attempt A) never deploys that subtask
 //!   again. The log is read from the store's directory, the deployments from the frames.
 //! - **ids are not reused**: no two submissions get one job id, no worker is asked for twice.
+//! - **(g) collected records outlive their leader**: at the end, a typed join the leader says
+//!   FINISHED is answered by `RequestJobResults` with exactly its expected lines, whichever
+//!   leader it ended under (a job that ended under an earlier one is answered from the job
+//!   result store).
 //!
 //! And at the end of the quiet phase **(c)**: exactly one JobManager leads, the one the service
 //! publishes; every job that was submitted (and stored) and not seen terminal is known to it —
@@ -154,6 +158,10 @@ pub enum Broken {
     /// finished results (`previous-worker.recovery.timeout` = 0): it reruns the first stage
     /// they kept. Caught by (f).
     NoPreviousWorkerWait,
+    /// The job result store keeps a job's result but not what its tasks sent back (the files
+    /// are removed as soon as a check sees the result kept): a later leader answers a finished
+    /// join's `collect()` with nothing. Caught by (g).
+    NoCollectedRecords,
 }
 
 /// How one HA run is shaped.
@@ -297,6 +305,8 @@ struct Shared {
     storage: PathBuf,
     /// Job results are kept per JobManager boot, not in `storage` (broken on purpose).
     local_results: bool,
+    /// What jobs' tasks sent back is removed from the job result store (broken on purpose).
+    lose_collected: bool,
     /// Each leadership's driver reports the running workers as recovered (see
     /// [`HaScenario::recover_workers`]).
     recover_workers: bool,
@@ -581,7 +591,7 @@ async fn simulate(options: HaOptions) -> HaReport {
         Broken::NoPersist => coordination = coordination.forgetting_job_graphs(),
         Broken::NoJobResults => coordination = coordination.failing_job_graph_removals(),
         Broken::ConfirmWithoutLatch => coordination = coordination.confirming_without_latch(),
-        Broken::Nothing | Broken::NoPreviousWorkerWait => {}
+        Broken::Nothing | Broken::NoPreviousWorkerWait | Broken::NoCollectedRecords => {}
     }
     coordination = coordination.with_read_latency(options.store_read_latency);
     tokio::task::spawn_local(coordination.clone().run());
@@ -636,6 +646,7 @@ async fn simulate(options: HaOptions) -> HaReport {
         pool_size: RefCell::new((None, false)),
         storage: scratch.join("ha-storage"),
         local_results: options.broken == Broken::NoJobResults,
+        lose_collected: options.broken == Broken::NoCollectedRecords,
         recover_workers: scenario.recover_workers,
         drivers,
     });

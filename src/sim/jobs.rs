@@ -315,17 +315,32 @@ fn part_lines(output: &Path) -> Result<Vec<String>, String> {
 
 /// Compares the lines written to `output` with those of `expected` (a multiset).
 fn check_lines(expected: &Path, output: &Path) -> Result<(), String> {
+    same_lines("wrote", part_lines(output)?, expected)
+}
+
+/// Checks what a finished typed join's `collect()` sink sent back against its expected lines.
+pub fn check_collected(
+    expected: &Path,
+    results: &crate::messages::job_manager::JobResults,
+) -> Result<(), String> {
+    same_lines(
+        "sent back",
+        super::program::collected_lines(results)?,
+        expected,
+    )
+}
+
+fn same_lines(what: &str, got: Vec<String>, expected: &Path) -> Result<(), String> {
     let want: Vec<String> = fs::read_to_string(expected)
         .map_err(|e| format!("cannot read the expected lines: {e}"))?
         .lines()
         .map(str::to_owned)
         .collect();
-    let got = part_lines(output)?;
     if got == want {
         Ok(())
     } else {
         Err(format!(
-            "the join wrote {} lines, {} expected (first difference: {:?})",
+            "the join {what} {} lines, {} expected (first difference: {:?})",
             got.len(),
             want.len(),
             got.iter().zip(&want).find(|(g, w)| g != w)

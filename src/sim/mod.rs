@@ -811,10 +811,27 @@ impl Run {
                 .trace
                 .record(format!("job {kind:?} {id:?}: {status:?}"));
             if status == Some(JobStatus::Finished)
-                && let Some((input, output)) = files
-                && let Err(what) = jobs::check_output(kind, &input, &output)
+                && let Some((input, output)) = &files
+                && let Err(what) = jobs::check_output(kind, input, output)
             {
                 self.violation(format!("{kind:?} job {id:?}: {what}"));
+            }
+            // A finished join's collected lines are exact too.
+            if status == Some(JobStatus::Finished)
+                && kind == JobKind::TypedJoin
+                && let (Some(id), Some((expected, _))) = (id, &files)
+            {
+                let checked = match handles
+                    .job_manager
+                    .send(crate::messages::job_manager::RequestJobResults { job_id: id })
+                    .await
+                {
+                    Ok(Ok(results)) => jobs::check_collected(expected, &results),
+                    _ => Err("its results were not answered".to_owned()),
+                };
+                if let Err(what) = checked {
+                    self.violation(format!("{kind:?} job {id}: {what}"));
+                }
             }
             if status == Some(JobStatus::Failed) {
                 let reason = details.and_then(|d| d.failure).unwrap_or_default();

@@ -1,6 +1,7 @@
 //! The typed program the simulation runs among its faults: a join of two generated inputs
-//! through the dataflow API (`crate::api`), its answer checked exactly. Its TaskManagers
-//! rebuild the plan from the same code, as a real cluster's do.
+//! through the dataflow API (`crate::api`), its answer written to files and collected back,
+//! both checked exactly. Its TaskManagers rebuild the plan from the same code, as a real
+//! cluster's do.
 
 use std::path::Path;
 
@@ -86,10 +87,26 @@ fn declare(env: &Env) -> Result<(), ProgramError> {
     };
     let left = generated(inputs.left, JoinInputs::left_key);
     let right = generated(inputs.right, JoinInputs::right_key);
-    left.join(&right, |(k, _): &(u64, u64)| *k, |(k, _): &(u64, u64)| *k)
-        .inner(|(key, i), (_, j)| line(key, i, j))
-        .write_text(output, String::clone);
+    let joined = left
+        .join(&right, |(k, _): &(u64, u64)| *k, |(k, _): &(u64, u64)| *k)
+        .inner(|(key, i), (_, j)| line(key, i, j));
+    joined.write_text(output, String::clone);
+    joined.collect();
     Ok(())
+}
+
+/// The lines the job's `collect()` sink sent back, sorted (its only vertex that sends any).
+pub fn collected_lines(
+    results: &crate::messages::job_manager::JobResults,
+) -> Result<Vec<String>, String> {
+    let mut lines = Vec::new();
+    for (vertex, parts) in &results.vertices {
+        let decoded: Vec<String> = crate::api::decode_collected(parts)
+            .map_err(|e| format!("cannot decode what {vertex} sent back: {e}"))?;
+        lines.extend(decoded);
+    }
+    lines.sort();
+    Ok(lines)
 }
 
 /// The program.

@@ -65,6 +65,13 @@ impl HaRun {
                         && shared.result_kept(index, *id)
                     {
                         job.result_kept_at = Some((now, status));
+                        if shared.lose_collected {
+                            let incarnation = shared.hosts.borrow()[index].incarnation;
+                            let records = shared
+                                .job_results_dir(index, incarnation)
+                                .join(format!("{id}.results"));
+                            let _ = std::fs::remove_file(records);
+                        }
                     }
                 }
             }
@@ -397,10 +404,31 @@ impl HaRun {
                 .trace
                 .record(format!("job {kind:?} {id:?}: {status:?}"));
             if status == Some(JobStatus::Finished)
-                && let Some((input, output)) = files
-                && let Err(what) = jobs::check_output(kind, &input, &output)
+                && let Some((input, output)) = &files
+                && let Err(what) = jobs::check_output(kind, input, output)
             {
                 shared.violation(format!("{kind:?} job {id:?}: {what}"));
+            }
+            // (g) what a finished join collected, from whichever leader it ended under.
+            if kind == JobKind::TypedJoin
+                && details.as_ref().map(|d| d.summary.status) == Some(JobStatus::Finished)
+                && let (Some(id), Some((_, leader)), Some((expected, _))) = (id, &leader, &files)
+            {
+                let answer = leader
+                    .job_manager
+                    .request_job_results
+                    .send(crate::messages::job_manager::RequestJobResults { job_id: id })
+                    .await;
+                let checked = match answer {
+                    Ok(Ok(results)) => jobs::check_collected(expected, &results),
+                    Ok(Err(error)) => Err(format!("its results were refused: {error}")),
+                    Err(error) => Err(format!("the leader did not answer: {error}")),
+                };
+                if let Err(what) = checked {
+                    shared.violation(format!(
+                        "(g) collected records lost: {kind:?} job {id}: {what}"
+                    ));
+                }
             }
             if status == Some(JobStatus::Failed) {
                 failures.push((kind, details.and_then(|d| d.failure).unwrap_or_default()));

@@ -100,12 +100,14 @@ impl HaScenario {
         let fault_phase = Duration::from_secs(12);
         // Jobs fit the pool: a refused job tests nothing here.
         let job = |rng: &mut NodeRng| HaAction::Submit {
-            kind: match below(rng, 5) {
+            kind: match below(rng, 6) {
                 0 => JobKind::WordCount,
                 1 => JobKind::Noop,
                 2 => JobKind::Sleep,
                 // Batch job recovery: a failover takes its finished first stage back.
                 3 => JobKind::PacedBatchWordCount,
+                // Collected records: a later leader answers them from the job result store.
+                4 => JobKind::TypedJoin,
                 _ => JobKind::FailOnce,
             },
             parallelism: 1 + below(rng, u64::from((pool * slots / 2).clamp(1, 3))) as u32,

@@ -329,3 +329,33 @@ fn a_new_leader_rerunning_finished_work_that_survived_is_caught() {
         JobKind::PacedBatchWordCount,
     );
 }
+
+/// (g): a typed join finishes and collects its lines, the leader dies, and the new leader
+/// answers the job's results from the job result store. A store that keeps the result but not
+/// what the tasks sent back answers the join with nothing.
+#[test]
+fn collected_records_lost_with_their_leader_are_caught() {
+    let steps = vec![
+        (
+            Duration::from_millis(300),
+            HaAction::Submit {
+                kind: JobKind::TypedJoin,
+                parallelism: 2,
+            },
+        ),
+        (
+            Duration::from_secs(3),
+            HaAction::Kill {
+                target: HaTarget::Leader,
+                restart_after: Duration::from_secs(3),
+            },
+        ),
+    ];
+    assert_caught_running(
+        8,
+        scenario(2, steps),
+        Broken::NoCollectedRecords,
+        "(g) collected records lost",
+        JobKind::TypedJoin,
+    );
+}
