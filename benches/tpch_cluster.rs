@@ -10,7 +10,8 @@
 //! median of each, and the peak RSS of each TaskManager process (`VmHWM`) at the end.
 //!
 //! DIR is `FLINT_BENCH_TPCH_DATA` (default `/work/data/tpch/sf1-duckdb`: DuckDB's SF 1 files,
-//! decimals as DOUBLE, as the peers' figures in benches/RESULTS.md were measured on).
+//! decimals as DOUBLE, as the peers' figures in benches/RESULTS.md were measured on; made by
+//! `benches/peers/tpch/make_data.py`). `FLINT_BENCH_TPCH_BIN` runs another build of the example.
 
 #![allow(clippy::disallowed_methods)] // a benchmark measures wall time with the real clock
 
@@ -92,7 +93,11 @@ fn run(binary: &Path, query: &str, data: &str, parallelism: u32, url: &str) -> (
 }
 
 fn main() {
-    let binary = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/release/examples/tpch");
+    // `FLINT_BENCH_TPCH_BIN`: another build of the example, to compare two builds.
+    let binary = std::env::var_os("FLINT_BENCH_TPCH_BIN").map_or_else(
+        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/release/examples/tpch"),
+        PathBuf::from,
+    );
     if !binary.exists() {
         eprintln!(
             "{} is missing: run `cargo build --release --example tpch` first",
