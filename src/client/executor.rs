@@ -144,3 +144,6 @@ impl Executor for RemoteExecutor {
         })
     }
 }
+
+#[cfg(test)]
+mod tests;
