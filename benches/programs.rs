@@ -57,17 +57,20 @@ fn median(mut values: Vec<f64>) -> f64 {
     values[values.len() / 2]
 }
 
+/// A `(word, 1)` per word of `line`: maximal alphanumeric runs, lowercased (as the built-in).
+fn words(line: String) -> Vec<(String, u64)> {
+    line.split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .map(|w| (w.to_lowercase(), 1u64))
+        .collect()
+}
+
 fn word_count() -> Program {
     Program::new("wordcount", |env: &Env| {
         let args = env.args();
         env.set_parallelism(2);
         env.read_text_file(&args[0])
-            .flat_map(|line: String| {
-                line.split(|c: char| !c.is_alphanumeric())
-                    .filter(|w| !w.is_empty())
-                    .map(|w| (w.to_lowercase(), 1u64))
-                    .collect::<Vec<_>>()
-            })
+            .flat_map(words)
             .key_by(|(word, _): &(String, u64)| word.clone())
             .reduce(|(word, a), (_, b)| (word, a + b))
             .write_text(&args[1], |(word, count)| format!("{word},{count}"));
@@ -83,12 +86,7 @@ fn word_count_pairs() -> Program {
         let args = env.args();
         env.set_parallelism(2);
         env.read_text_file(&args[0])
-            .flat_map(|line: String| {
-                line.split(|c: char| !c.is_alphanumeric())
-                    .filter(|w| !w.is_empty())
-                    .map(|w| (w.to_lowercase(), 1u64))
-                    .collect::<Vec<_>>()
-            })
+            .flat_map(words)
             .reduce_by_key(|a, b| a + b)
             .write_text(&args[1], |(word, count)| format!("{word},{count}"));
         env.execute("typed wordcount, pairs")?;

@@ -100,19 +100,43 @@ fn flush<K, A>(
     Ok(())
 }
 
+/// Folds `value` into `key`'s partial aggregate, or starts one (flushing a full table first).
+#[allow(clippy::too_many_arguments)] // a combiner's parts, lent by both kinds
+fn combine<K: Key, V, A>(
+    table: &mut FixedHashMap<K, A>,
+    capacity: usize,
+    next: &mut BoxPush<(K, A)>,
+    create: &dyn Fn(V) -> A,
+    add: &dyn Fn(&mut A, V),
+    key: K,
+    value: V,
+    cx: &mut Ctx<'_>,
+) -> Result<(), OperatorError> {
+    match table.get_mut(&key) {
+        Some(acc) => add(acc, value),
+        None => {
+            if table.len() >= capacity {
+                flush(table, next, cx)?;
+            }
+            table.insert(key, create(value));
+        }
+    }
+    Ok(())
+}
+
 impl<T, K: Key, A> Push<T> for Combine<T, K, A> {
     fn push(&mut self, record: T, cx: &mut Ctx<'_>) -> Result<(), OperatorError> {
         let key = (self.key)(&record);
-        match self.table.get_mut(&key) {
-            Some(acc) => (self.add)(acc, record),
-            None => {
-                if self.table.len() >= self.capacity {
-                    flush(&mut self.table, &mut self.next, cx)?;
-                }
-                self.table.insert(key, (self.create)(record));
-            }
-        }
-        Ok(())
+        combine(
+            &mut self.table,
+            self.capacity,
+            &mut self.next,
+            &*self.create,
+            &*self.add,
+            key,
+            record,
+            cx,
+        )
     }
 
     fn end(&mut self, cx: &mut Ctx<'_>) -> Result<(), OperatorError> {
@@ -135,16 +159,16 @@ pub(crate) struct PairCombine<K, V, A> {
 
 impl<K: Key, V, A> Push<(K, V)> for PairCombine<K, V, A> {
     fn push(&mut self, (key, value): (K, V), cx: &mut Ctx<'_>) -> Result<(), OperatorError> {
-        match self.table.get_mut(&key) {
-            Some(acc) => (self.add)(acc, value),
-            None => {
-                if self.table.len() >= self.capacity {
-                    flush(&mut self.table, &mut self.next, cx)?;
-                }
-                self.table.insert(key, (self.create)(value));
-            }
-        }
-        Ok(())
+        combine(
+            &mut self.table,
+            self.capacity,
+            &mut self.next,
+            &*self.create,
+            &*self.add,
+            key,
+            value,
+            cx,
+        )
     }
 
     fn end(&mut self, cx: &mut Ctx<'_>) -> Result<(), OperatorError> {

@@ -349,31 +349,15 @@ impl JobResultStore {
                 break;
             }
             if let Some(dir) = &inner.dir {
-                if inner.entries.get(&job_id).is_some_and(|e| e.results) {
-                    let records = dir.join(format!("{job_id}{RESULTS_SUFFIX}"));
-                    match std::fs::remove_file(&records) {
-                        Ok(()) => {}
-                        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
-                        Err(error) => {
-                            log::warn!(
-                                "job result store: cannot remove {}: {error}",
-                                records.display()
-                            );
-                            break;
-                        }
-                    }
-                }
-                let path = dir.join(format!("{job_id}{CLEAN_SUFFIX}"));
-                match std::fs::remove_file(&path) {
-                    Ok(()) => {}
-                    Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
-                    Err(error) => {
-                        log::warn!(
-                            "job result store: cannot remove {}: {error}",
-                            path.display()
-                        );
-                        break;
-                    }
+                let records = inner.entries.get(&job_id).is_some_and(|e| e.results);
+                let records = records.then(|| dir.join(format!("{job_id}{RESULTS_SUFFIX}")));
+                let result = dir.join(format!("{job_id}{CLEAN_SUFFIX}"));
+                if !records
+                    .into_iter()
+                    .chain([result])
+                    .all(|path| removed(&path))
+                {
+                    break;
                 }
             }
             inner.clean_by_end.pop_first();
@@ -393,6 +377,21 @@ impl Inner {
             self.clean_by_end.insert((entry.ended_at_ms, job_id));
         }
         self.entries.insert(job_id, entry);
+    }
+}
+
+/// Removes the file at `path` (gone already counts); logs why it could not.
+fn removed(path: &Path) -> bool {
+    match std::fs::remove_file(path) {
+        Ok(()) => true,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => true,
+        Err(error) => {
+            log::warn!(
+                "job result store: cannot remove {}: {error}",
+                path.display()
+            );
+            false
+        }
     }
 }
 

@@ -30,6 +30,24 @@ fn silent_job() -> HaAction {
     }
 }
 
+/// A quick job of `kind` at 300 ms, and the leader killed at 3 s (the job has ended), back 3 s
+/// later.
+fn finish_then_kill_the_leader(kind: JobKind, parallelism: u32) -> Vec<(Duration, HaAction)> {
+    vec![
+        (
+            Duration::from_millis(300),
+            HaAction::Submit { kind, parallelism },
+        ),
+        (
+            Duration::from_secs(3),
+            HaAction::Kill {
+                target: HaTarget::Leader,
+                restart_after: Duration::from_secs(3),
+            },
+        ),
+    ]
+}
+
 /// Asserts the code as it is passes `scenario` (with a failover and the job FINISHED), and
 /// the broken version fails it with a violation containing `caught`.
 fn assert_caught(seed: u64, scenario: HaScenario, broken: Broken, caught: &str) {
@@ -218,25 +236,9 @@ fn a_pool_size_not_kept_for_the_next_leader_is_caught_after_the_leader_dies() {
 /// never reruns it and answers it from the store.
 #[test]
 fn a_finished_job_run_again_by_a_new_leader_is_caught() {
-    let steps = vec![
-        (
-            Duration::from_millis(300),
-            HaAction::Submit {
-                kind: JobKind::Noop,
-                parallelism: 1,
-            },
-        ),
-        (
-            Duration::from_secs(3),
-            HaAction::Kill {
-                target: HaTarget::Leader,
-                restart_after: Duration::from_secs(3),
-            },
-        ),
-    ];
     assert_caught_running(
         7,
-        scenario(2, steps),
+        scenario(2, finish_then_kill_the_leader(JobKind::Noop, 1)),
         Broken::NoJobResults,
         "(d) an ended job runs again",
         JobKind::Noop,
@@ -335,25 +337,9 @@ fn a_new_leader_rerunning_finished_work_that_survived_is_caught() {
 /// what the tasks sent back answers the join with nothing.
 #[test]
 fn collected_records_lost_with_their_leader_are_caught() {
-    let steps = vec![
-        (
-            Duration::from_millis(300),
-            HaAction::Submit {
-                kind: JobKind::TypedJoin,
-                parallelism: 2,
-            },
-        ),
-        (
-            Duration::from_secs(3),
-            HaAction::Kill {
-                target: HaTarget::Leader,
-                restart_after: Duration::from_secs(3),
-            },
-        ),
-    ];
     assert_caught_running(
         8,
-        scenario(2, steps),
+        scenario(2, finish_then_kill_the_leader(JobKind::TypedJoin, 2)),
         Broken::NoCollectedRecords,
         "(g) collected records lost",
         JobKind::TypedJoin,
