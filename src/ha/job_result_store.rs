@@ -212,13 +212,32 @@ impl JobResultStore {
             return Ok(());
         }
         let results = results.filter(|r| !r.vertices.is_empty());
-        if let (Some(dir), Some(results)) = (&inner.dir, results) {
-            let bytes = codec::encode(results).map_err(|source| JobResultStoreError::Records {
-                operation: "encode",
-                job_id,
-                source,
-            })?;
-            write_whole(&dir.join(format!("{job_id}{RESULTS_SUFFIX}")), &bytes)?;
+        if let Some(dir) = &inner.dir {
+            let path = dir.join(format!("{job_id}{RESULTS_SUFFIX}"));
+            match results {
+                Some(results) => {
+                    let bytes =
+                        codec::encode(results).map_err(|source| JobResultStoreError::Records {
+                            operation: "encode",
+                            job_id,
+                            source,
+                        })?;
+                    write_whole(&path, &bytes)?;
+                }
+                // A leader that died between writing an earlier run's records and its result
+                // left them behind; this run's result must not be read with them.
+                None => match std::fs::remove_file(&path) {
+                    Ok(()) => {}
+                    Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(source) => {
+                        return Err(JobResultStoreError::Io {
+                            operation: "remove",
+                            path,
+                            source,
+                        });
+                    }
+                },
+            }
         }
         if let Some(dir) = &inner.dir {
             let bytes = serde_json::to_vec(details)

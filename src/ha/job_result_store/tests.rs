@@ -180,6 +180,19 @@ fn what_a_jobs_tasks_sent_back_is_kept_beside_its_result_and_forgotten_with_it()
     let error = store.results(damaged).unwrap_err().to_string();
     assert!(error.contains(&damaged.to_string()), "{error}");
 
+    // An earlier run's records left behind by a leader that died before keeping its result:
+    // a result without records of its own does not take them for its own.
+    let rerun = JobId::from_u128(4);
+    std::fs::write(dir.join(format!("{rerun}.results")), b"stale").unwrap();
+    store
+        .create_dirty_result_with(&ended(4, JobStatus::Failed, 40), None)
+        .unwrap();
+    assert!(!dir.join(format!("{rerun}.results")).exists());
+    assert_eq!(
+        JobResultStore::open(&dir).unwrap().results(rerun).unwrap(),
+        None
+    );
+
     // In memory nothing is copied: the JobManager's execution graph answers.
     let memory = JobResultStore::in_memory();
     memory
