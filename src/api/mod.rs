@@ -15,8 +15,7 @@
 //!                 .map(|word| (word.to_lowercase(), 1u64))
 //!                 .collect::<Vec<_>>()
 //!         })
-//!         .key_by(|(word, _): &(String, u64)| word.clone())
-//!         .reduce(|(word, a), (_, b)| (word, a + b))
+//!         .reduce_by_key(|a, b| a + b)
 //!         .collect();
 //!     let result = env.execute("word count")?;
 //!     for (word, count) in result.get(&counts)? {
