@@ -227,8 +227,14 @@ impl TaskManager {
         let mut session_rng = env.rng("task-manager-session");
         let address = env.address_of(&Self::name_of(&settings.resource_id));
         Self {
-            network: NetworkClient::new(address.clone(), env.rng("data-connections")),
-            partition_server: Arc::default(),
+            network: NetworkClient::with_round_bytes(
+                address.clone(),
+                env.rng("data-connections"),
+                settings.spec.network.round_bytes,
+            ),
+            partition_server: Arc::new(PartitionRequestServer::new(
+                settings.spec.network.notice_bytes,
+            )),
             address,
             registration: Registration::new(settings.spec.registration),
             slots: SlotTable::new(settings.spec.slots),
@@ -459,6 +465,7 @@ impl TaskManager {
     fn report_running(&mut self, ctx: &mut Context<Self>) {
         for (attempt, job_id) in std::mem::take(&mut self.unreported_running) {
             let running = TaskExecutionState {
+                ended_early: false,
                 job_id,
                 attempt,
                 state: ExecutionState::Running,
@@ -653,6 +660,8 @@ impl Handler<TaskEnded> for TaskManager {
             unavailable_partition: msg.outcome.unavailable_partition,
             io: Some(io),
             result: msg.outcome.result.map(bytes::Bytes::from),
+            ended_early: msg.outcome.state == ExecutionState::Finished
+                && msg.outcome.input.ended_early,
         };
         self.report(ended, ctx);
     }
@@ -777,6 +786,12 @@ impl Handler<ReleasePartitions> for TaskManager {
         for partition in msg.partitions {
             if held.remove(&partition) {
                 self.partitions.release(partition);
+            }
+        }
+        for (partition, subpartition) in msg.subpartitions {
+            if held.contains(&partition) {
+                self.partitions
+                    .release_subpartition(partition, subpartition);
             }
         }
         if held.is_empty() {

@@ -484,6 +484,7 @@ impl TaskManagerConfig {
             required_per_gate: self.network_required_per_gate,
             required_per_output: self.network_required_per_output,
             memory: self.network_memory,
+            ..crate::exchange::NetworkSettings::default()
         }
     }
 }

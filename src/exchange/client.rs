@@ -58,8 +58,8 @@ const RECONNECT_BACKOFF: Duration = Duration::from_millis(100);
 /// 17.5 MB in one round, and the connection broke (issue 32).
 pub const ROUND_BYTES: usize = 4 << 20;
 
-/// The oldest of `pending` that fit in [`ROUND_BYTES`] (at least one), taken out in order.
-fn next_round(pending: &mut Vec<PartitionRequest>) -> Vec<PartitionRequest> {
+/// The oldest of `pending` that fit in `budget` bytes (at least one), taken out in order.
+fn next_round(pending: &mut Vec<PartitionRequest>, budget: usize) -> Vec<PartitionRequest> {
     // Generous sizes of their encoding: a partition id is at most 22 bytes, a number at most
     // 9 (a varint), an enum tag 1.
     let size = |request: &PartitionRequest| match request {
@@ -67,7 +67,7 @@ fn next_round(pending: &mut Vec<PartitionRequest>) -> Vec<PartitionRequest> {
         PartitionRequest::ReleaseSet { members, .. } => 32 + 5 * members.len(),
         _ => 32,
     };
-    super::take_within(pending, ROUND_BYTES, size)
+    super::take_within(pending, budget, size)
 }
 
 /// Where a data connection's asks go.
@@ -274,6 +274,8 @@ struct ClientInner {
     next_gate: AtomicU32,
     connections: Mutex<FixedHashMap<ActorAddress, Arc<PartitionRequestClient>>>,
     rng: Mutex<NodeRng>,
+    /// About the most bytes of requests one round carries.
+    round_bytes: usize,
     /// Inboxes given data since their task threads were last woken (see [`NetworkClient::wake`]).
     to_wake: Mutex<Vec<Arc<GateInbox>>>,
     /// The groupings of shared producer lists, while a gate uses them.
@@ -306,6 +308,12 @@ struct ConnectionState {
 impl NetworkClient {
     /// The client of the TaskManager at `local`; `rng` draws its connection ids.
     pub fn new(local: ActorAddress, rng: NodeRng) -> Self {
+        Self::with_round_bytes(local, rng, ROUND_BYTES)
+    }
+
+    /// [`Self::new`] with rounds of about `round_bytes` of requests at most (the simulation
+    /// makes them tiny).
+    pub fn with_round_bytes(local: ActorAddress, rng: NodeRng, round_bytes: usize) -> Self {
         Self {
             inner: Arc::new(ClientInner {
                 local,
@@ -313,6 +321,7 @@ impl NetworkClient {
                 next_gate: AtomicU32::new(1),
                 connections: Mutex::default(),
                 rng: Mutex::new(rng),
+                round_bytes,
                 to_wake: Mutex::default(),
                 groupings: Mutex::default(),
             }),
@@ -581,7 +590,7 @@ impl NetworkClient {
                         consumer: self.inner.local.clone(),
                         connection: id,
                         round,
-                        requests: next_round(&mut state.pending),
+                        requests: next_round(&mut state.pending, self.inner.round_bytes),
                     });
                 }
                 !state.gates.is_empty()

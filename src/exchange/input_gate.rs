@@ -76,6 +76,8 @@ pub struct GateStats {
     pub buffers_in: u64,
     /// Buffers received and not yet consumed (the gate's buffers in use).
     pub buffers_queued: u64,
+    /// Channels were still open: the task stopped reading before every input ended.
+    pub ended_early: bool,
 }
 
 /// The channels of one incoming edge whose partitions are on one TaskManager: numbered
@@ -500,6 +502,7 @@ impl InputGate {
     pub fn stats(&self) -> GateStats {
         GateStats {
             buffers_queued: self.queue.len() as u64,
+            ended_early: self.open > 0,
             ..self.stats
         }
     }

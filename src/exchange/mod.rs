@@ -26,7 +26,7 @@
 //! | --- | --- | --- |
 //! | a consumer's gate | data or the end of a running producer | the producer writes, finishes, fails or is released; its TaskManager is lost (the data connection breaks: [`client::RECONNECT_ATTEMPTS`] asks of at most [`crate::transport::ASK_TIMEOUT`] each, then the channel fails) |
 //! | a consumer's gate | a partition its producer has not created yet | it is created, else after [`input_gate::PARTITION_REQUEST_TIMEOUT`] (10 s) the channel fails ("... is not on TaskManager ... (waited 10s)") |
-//! | a producer's writer | room in a full pipelined subpartition (backpressure) | its consumer takes buffers, or ends early and releases the subpartition (writes there are then discarded), or the partition fails or is released |
+//! | a producer's writer | room in a full pipelined subpartition (backpressure) | its consumer takes buffers, or ends early and releases the subpartition (writes there are then discarded; the JobManager sends the same release when the task reports FINISHED early, in case the consumer's own was lost with its TaskManager), or its consumer's data connection is forgotten after [`server::IDLE_CONNECTION`] (its TaskManager died: what it read counts as released), or the partition fails or is released |
 //! | the producer's TaskManager | news for a held poll | news arrives, a newer poll comes, or after [`server::FETCH_HOLD`] (answered empty) |
 //! | the producer's TaskManager | a data connection's next poll | forgotten after [`server::IDLE_CONNECTION`] without one |
 //! | a held poll (not the actor: it keeps running) | its spilled buffers, read on the [`crate::env::blocking_io`] threads | the reads end (an error fails the channel with it); a disk that never answers leaves the consumer's ask to time out after [`crate::transport::ASK_TIMEOUT`] and the connection fails as above |
@@ -78,6 +78,13 @@ pub struct NetworkSettings {
     /// `taskmanager.network.memory`: the network buffer memory of one TaskManager, a hard cap
     /// ([`buffer_pool::NetworkBufferPool`]).
     pub memory: u64,
+    /// About the most bytes of requests one round to a producer carries
+    /// ([`client::ROUND_BYTES`]). Not a configuration key: the simulation shrinks it (and
+    /// [`Self::notice_bytes`]) so that its few-kilobyte jobs are cut into many rounds and
+    /// answers, as P = 10,000 jobs are with the real bounds.
+    pub round_bytes: usize,
+    /// About the most bytes of notices one answer carries ([`server::NOTICE_BYTES`]).
+    pub notice_bytes: usize,
 }
 
 impl Default for NetworkSettings {
@@ -93,6 +100,8 @@ impl Default for NetworkSettings {
             required_per_gate: 2,
             required_per_output: 2,
             memory: 512 << 20,
+            round_bytes: client::ROUND_BYTES,
+            notice_bytes: server::NOTICE_BYTES,
         }
     }
 }

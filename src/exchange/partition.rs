@@ -20,6 +20,9 @@
 //! `onConsumedSubpartition`): what it holds is dropped, later writes to it are discarded and
 //! its producer no longer waits for room there, so the producer runs to its end instead of
 //! waiting for ever. A release that arrives before its partition exists is kept until it does.
+//! The release comes through the consumer's data connection and, should that be lost with the
+//! consumer's TaskManager, from the JobManager (a task reports that it finished early) or from
+//! the server forgetting the idle connection.
 //!
 //! The store owns its spill files and must never leave them behind: releasing a partition,
 //! failing it, or dropping the store deletes them. It never blocks on an actor or a network, only

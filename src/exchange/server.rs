@@ -56,15 +56,15 @@ const _: () = assert!(
     "an answer must fit a frame with room for channel keys and framing"
 );
 
-/// The oldest of `notices` that fit in [`NOTICE_BYTES`] (at least one), taken out in order.
-fn next_notices(notices: &mut Vec<PartitionNotice>) -> Vec<PartitionNotice> {
+/// The oldest of `notices` that fit in `budget` bytes (at least one), taken out in order.
+fn next_notices(notices: &mut Vec<PartitionNotice>, budget: usize) -> Vec<PartitionNotice> {
     // Generous sizes of their encoding: numbers are varints of at most 5 bytes here.
     let size = |notice: &PartitionNotice| match &notice.end {
         PartitionEnd::Finished { with_data } => 32 + 5 * with_data.len(),
         PartitionEnd::Failed(reason) => 32 + reason.len(),
         PartitionEnd::Released | PartitionEnd::Unknown => 32,
     };
-    super::take_within(notices, NOTICE_BYTES, size)
+    super::take_within(notices, budget, size)
 }
 
 /// How long a poll that finds nothing new is held before it is answered with no news: far
@@ -78,9 +78,17 @@ pub const IDLE_CONNECTION: Duration = Duration::from_secs(60);
 
 /// Every data connection consumers opened to this TaskManager. Shared by the TaskManager
 /// actor (which applies requests and starts polls) and the polls it holds.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct PartitionRequestServer {
     connections: Mutex<FixedHashMap<(ActorAddress, DataConnectionId), Arc<ServerConnection>>>,
+    /// About the most bytes of notices one answer carries.
+    notice_bytes: usize,
+}
+
+impl Default for PartitionRequestServer {
+    fn default() -> Self {
+        Self::new(NOTICE_BYTES)
+    }
 }
 
 #[derive(Debug, Default)]
@@ -182,6 +190,15 @@ struct Subscription {
 }
 
 impl PartitionRequestServer {
+    /// A server whose answers carry about `notice_bytes` of notices at most ([`NOTICE_BYTES`];
+    /// the simulation makes them tiny).
+    pub fn new(notice_bytes: usize) -> Self {
+        Self {
+            connections: Mutex::default(),
+            notice_bytes,
+        }
+    }
+
     /// Applies one round of subscriptions and credit (a round applied before is ignored: the
     /// consumer sends a round again until it is answered).
     pub fn apply(&self, store: &ResultPartitionManager, message: PartitionRequests) {
@@ -322,7 +339,8 @@ impl PartitionRequestServer {
         message: PollPartitionData,
     ) -> impl Future<Output = PartitionData> + use<> {
         let connection = self.connection(message.consumer.clone(), message.connection);
-        async move { connection.serve(&store, &message).await }
+        let notice_bytes = self.notice_bytes;
+        async move { connection.serve(&store, &message, notice_bytes).await }
     }
 
     /// Partitions were created here: sets waiting for them look again.
@@ -342,13 +360,29 @@ impl PartitionRequestServer {
     /// Forgets connections that neither polled nor sent requests for [`IDLE_CONNECTION`]: a
     /// consumer TaskManager polls every [`FETCH_HOLD`] while any of its tasks reads here, so
     /// such a one is gone (its tasks failed when the connection broke) or reads nothing here.
+    ///
+    /// What a forgotten connection still read counts as released by its consumer
+    /// ([`ResultPartitionManager::release_subpartition`]; blocking partitions keep everything),
+    /// as Flink releases the views of a closed channel: a consumer that ended early and whose
+    /// TaskManager died before its release reached here would otherwise leave its pipelined
+    /// producer waiting for room for ever (its task counts as finished, so no failover comes).
     pub fn prune(&self, store: &ResultPartitionManager) {
         let now = Instant::now();
+        let mut gone = Vec::new();
         lock(&self.connections).retain(|_, connection| {
-            lock(&connection.state)
+            let live = lock(&connection.state)
                 .last_used
-                .is_none_or(|used| now.duration_since(used) < IDLE_CONNECTION)
+                .is_none_or(|used| now.duration_since(used) < IDLE_CONNECTION);
+            if !live {
+                gone.push(connection.clone());
+            }
+            live
         });
+        for connection in gone {
+            for (partition, subpartition) in lock(&connection.state).read() {
+                store.release_subpartition(partition, subpartition);
+            }
+        }
         store.prune_watchers();
     }
 
@@ -360,11 +394,36 @@ impl PartitionRequestServer {
     }
 }
 
+impl ConnectionState {
+    /// Every subpartition this connection's consumer subscribed to and has not cancelled: its
+    /// channels, and the subpartition of every member of the sets its gates read.
+    fn read(&self) -> Vec<(ResultPartitionId, u32)> {
+        let mut read: Vec<(ResultPartitionId, u32)> = self
+            .subscriptions
+            .values()
+            .map(|subscription| (subscription.partition, subscription.subpartition))
+            .collect();
+        for reader in self.readers.values() {
+            if let Some(set) = self.sets.get(&reader.set) {
+                read.extend(
+                    set.members
+                        .iter()
+                        .map(|&member| (member, reader.subpartition)),
+                );
+            }
+        }
+        read.sort_unstable();
+        read.dedup();
+        read
+    }
+}
+
 impl ServerConnection {
     async fn serve(
         &self,
         store: &ResultPartitionManager,
         message: &PollPartitionData,
+        notice_bytes: usize,
     ) -> PartitionData {
         let (poll, received) = (message.poll, message.received);
         let (seq, superseded) = {
@@ -445,7 +504,7 @@ impl ServerConnection {
                     state.look_for_awaited(store, &self.ready);
                 }
                 let planned = state.collect(store, &self.ready);
-                let notices = next_notices(&mut state.notices);
+                let notices = next_notices(&mut state.notices, notice_bytes);
                 let news = !planned.is_empty() || !notices.is_empty();
                 if news {
                     state.seq += 1;
@@ -792,7 +851,7 @@ mod tests {
         let mut sent = Vec::new();
         let mut answers = 0;
         while !notices.is_empty() {
-            let answer = next_notices(&mut notices);
+            let answer = next_notices(&mut notices, NOTICE_BYTES);
             let encoded = crate::base::codec::encode(&answer).unwrap().len();
             assert!(encoded <= NOTICE_BYTES, "answer {answers}: {encoded} bytes");
             answers += 1;

@@ -630,6 +630,12 @@ pub struct TaskExecutionState {
     /// With FINISHED: what the task sent back for its job's client (a `collect()` sink's
     /// encoded records), if anything.
     pub result: Option<bytes::Bytes>,
+    /// With FINISHED: the task stopped reading its inputs before their end (a `first_n`, an
+    /// operator that returns early). The JobManager then releases what its producers still
+    /// running write for it ([`ReleasePartitions::subpartitions`](crate::messages::task_manager::ReleasePartitions::subpartitions)): the task's own release
+    /// goes through its data connections and is lost if its TaskManager dies first, and its
+    /// pipelined producers would wait for room for ever.
+    pub ended_early: bool,
 }
 
 /// Why a job request was refused. Not retryable with the same request.

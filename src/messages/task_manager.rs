@@ -264,6 +264,10 @@ pub struct ReleasePartitions {
     pub job_id: JobId,
     /// The partitions; unknown ones are ignored.
     pub partitions: Vec<ResultPartitionId>,
+    /// Subpartitions of pipelined partitions whose consumer finished without reading them to
+    /// their end: what they hold is dropped and their producer's later writes there discarded
+    /// (Flink's consumed subpartition), so the producer never waits for room there.
+    pub subpartitions: Vec<(ResultPartitionId, u32)>,
 }
 
 /// Subscriptions and credit of one data connection (consumer TaskManager → producer

@@ -361,6 +361,7 @@ pub(crate) fn job_manager_samples() -> Vec<JobManagerMessage> {
         UpdateTaskExecutionStates {
             states: vec![
                 TaskExecutionState {
+                    ended_early: false,
                     job_id: JobId::from_u128(5),
                     attempt: ExecutionAttemptId::from_u128(6),
                     state: ExecutionState::Failed,
@@ -373,6 +374,7 @@ pub(crate) fn job_manager_samples() -> Vec<JobManagerMessage> {
                     result: Some(bytes::Bytes::from_static(b"records")),
                 },
                 TaskExecutionState {
+                    ended_early: false,
                     job_id: JobId::from_u128(5),
                     attempt: ExecutionAttemptId::from_u128(8),
                     state: ExecutionState::Running,
@@ -554,6 +556,7 @@ pub(crate) fn task_manager_samples() -> Vec<TaskManagerMessage> {
         }
         .into(),
         ReleasePartitions {
+            subpartitions: Vec::new(),
             leader_session_id: session(),
             job_id: JobId::from_u128(5),
             partitions: vec![ResultPartitionId {

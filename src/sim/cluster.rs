@@ -42,6 +42,10 @@ use crate::operators::OperatorRegistry;
 use crate::rpc::endpoint::{EndpointConfig, NodeEndpoint};
 use crate::transport::handshake::Secret;
 
+/// The message bounds of [`SimCluster::with_tiny_messages`]: two or three requests or notices
+/// of a few members each (a larger one goes alone).
+pub const TINY_MESSAGE_BYTES: usize = 100;
+
 /// The JobManager node's id on the simulated network.
 pub const JOB_MANAGER_NODE: &str = "jobmanager:6123";
 
@@ -151,6 +155,8 @@ pub struct SimCluster {
     /// Two builds ([`with_two_builds`](Self::with_two_builds)): some TaskManagers run only the
     /// built-in operators.
     two_builds: bool,
+    /// Tiny message bounds ([`with_tiny_messages`](Self::with_tiny_messages)).
+    tiny_messages: bool,
 }
 
 impl SimCluster {
@@ -182,6 +188,7 @@ impl SimCluster {
             job_manager: Rc::new(RefCell::new(None)),
             retrieval: None,
             two_builds: false,
+            tiny_messages: false,
         }
     }
 
@@ -192,6 +199,15 @@ impl SimCluster {
     /// place the program's tasks only on the latter (the fingerprints).
     pub fn with_two_builds(mut self) -> Self {
         self.two_builds = true;
+        self
+    }
+
+    /// TaskManagers booted from now on cut their data connections' request rounds and their
+    /// answers' notices at [`TINY_MESSAGE_BYTES`] instead of 4 MiB: the simulation's jobs of a
+    /// few kilobytes then take the paths a P = 10,000 job takes (requests and notices that
+    /// wait for the next round or answer), among the faults.
+    pub fn with_tiny_messages(mut self) -> Self {
+        self.tiny_messages = true;
         self
     }
 
@@ -465,7 +481,11 @@ impl SimCluster {
                 .await
                 .expect("the simulated network always binds");
             let env = cluster.env(&name, seed, resolver);
-            let spec = task_manager_spec(&cluster.config, registry, &hostname, working_dir);
+            let mut spec = task_manager_spec(&cluster.config, registry, &hostname, working_dir);
+            if cluster.tiny_messages {
+                spec.network.round_bytes = TINY_MESSAGE_BYTES;
+                spec.network.notice_bytes = TINY_MESSAGE_BYTES;
+            }
             let task_manager = start_task_manager_node(
                 TaskManagerSettings {
                     resource_id: id,

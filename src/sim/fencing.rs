@@ -139,6 +139,7 @@ pub async fn probe_task_manager(
     // run), as a deposed leader whose consumer regions finished would release them.
     for task in &before.running {
         tm.do_send(ReleasePartitions {
+            subpartitions: Vec::new(),
             leader_session_id: stale,
             job_id: task.job_id,
             partitions: (0..8)

@@ -302,6 +302,11 @@ async fn simulate(options: SimOptions) -> SimReport {
     if options.shape.jobs == scenario::JobMix::Programs && options.seed % 2 == 1 {
         cluster = cluster.with_two_builds();
     }
+    // Half of the data-plane seeds (across the buffer variants) cut request rounds and answers
+    // into messages of a few requests or notices each.
+    if options.shape.jobs == scenario::JobMix::DataPlane && (options.seed / 3).is_multiple_of(2) {
+        cluster = cluster.with_tiny_messages();
+    }
     cluster.boot_job_manager().await;
     let mut run = Run {
         cluster: cluster.clone(),

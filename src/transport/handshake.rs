@@ -123,7 +123,9 @@ pub const SECRET_ENV: &str = "FLINT_SECRET";
 ///    manager's status describes the driver's workers (`driver_workers`).
 /// 17: a job's results can be unreadable from the job result store
 ///    (`JobError::ResultsUnreadable`).
-pub const PROTOCOL_VERSION: u32 = 17;
+/// 18: a task that finished early says so (`TaskExecutionState::ended_early`) and the JobManager
+///    releases what its running producers write for it (`ReleasePartitions::subpartitions`).
+pub const PROTOCOL_VERSION: u32 = 18;
 
 /// The largest handshake message, in bytes (after the length prefix). A `Hello` with a sensible
 /// node id is under 200 bytes; the limit stops a peer (or a stray HTTP client) from making us

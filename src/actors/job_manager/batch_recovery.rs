@@ -273,6 +273,7 @@ impl JobManager {
         );
         if let Some(gateway) = self.gateways.get(resource_id) {
             gateway.release_partitions.do_send(ReleasePartitions {
+                subpartitions: Vec::new(),
                 leader_session_id: self.leader_session_id,
                 job_id,
                 partitions,

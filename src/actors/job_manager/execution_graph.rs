@@ -99,6 +99,14 @@ pub enum JobAction {
         /// Which.
         partitions: Vec<ResultPartitionId>,
     },
+    /// Drop these subpartitions of running pipelined producers on this TaskManager: their
+    /// consumer finished without reading them to their end.
+    ReleaseUnread {
+        /// Where the producers run.
+        resource_id: ResourceId,
+        /// Which: (partition, subpartition).
+        subpartitions: Vec<(ResultPartitionId, u32)>,
+    },
     /// Drop the job's result partitions on these TaskManagers.
     ReleasePartitions {
         /// Every TaskManager that ran a task of the job.

@@ -152,6 +152,10 @@ impl JobManager {
                         self.release_results_now(job_id, &resource_id, partitions);
                     }
                 }
+                JobAction::ReleaseUnread {
+                    resource_id,
+                    subpartitions,
+                } => self.send_release(job_id, &resource_id, Vec::new(), subpartitions),
                 JobAction::ReleasePartitions { resource_ids } => {
                     for resource_id in resource_ids {
                         if let Some(jobs) = self.jobs_on.get_mut(&resource_id) {
@@ -201,12 +205,25 @@ impl JobManager {
         resource_id: &ResourceId,
         partitions: Vec<crate::messages::ResultPartitionId>,
     ) {
-        // A tell: if it is lost, the job's end releases them all the same.
+        self.send_release(job_id, resource_id, partitions, Vec::new());
+    }
+
+    /// Tells `resource_id` to drop `partitions` and `subpartitions` of `job_id`. A tell: if it
+    /// is lost, the job's end releases them all the same (and a consumer's own release, sent
+    /// through its data connection, usually came first).
+    fn send_release(
+        &self,
+        job_id: JobId,
+        resource_id: &ResourceId,
+        partitions: Vec<crate::messages::ResultPartitionId>,
+        subpartitions: Vec<(crate::messages::ResultPartitionId, u32)>,
+    ) {
         if let Some(gateway) = self.gateways.get(resource_id) {
             gateway.release_partitions.do_send(ReleasePartitions {
                 leader_session_id: self.leader_session_id,
                 job_id,
                 partitions,
+                subpartitions,
             });
         }
     }
@@ -582,6 +599,11 @@ impl Handler<UpdateTaskExecutionStates> for JobManager {
                     cx,
                 )
             });
+            if update.ended_early {
+                self.run_job(update.job_id, ctx, |job, _| {
+                    job.release_unread_inputs(update.attempt)
+                });
+            }
         }
         self.serve_queue(ctx);
         self.declare_resource_requirements();

@@ -157,6 +157,7 @@ impl Fixture {
         for &attempt in attempts {
             self.jm
                 .do_send(UpdateTaskExecutionStates::from(TaskExecutionState {
+                    ended_early: false,
                     job_id,
                     attempt,
                     state,

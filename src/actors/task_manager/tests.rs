@@ -1001,6 +1001,7 @@ async fn release_partitions_drops_the_named_partitions_of_the_current_leader_onl
     let held = |status: TaskManagerStatus| status.job_partitions;
     assert_eq!(held(ask(&f.tm, GetTaskManagerStatus).await), [(job_id, 2)]);
     let release = |session, partitions| ReleasePartitions {
+        subpartitions: Vec::new(),
         leader_session_id: session,
         job_id,
         partitions,
@@ -1010,4 +1011,48 @@ async fn release_partitions_drops_the_named_partitions_of_the_current_leader_onl
     assert_eq!(held(ask(&f.tm, GetTaskManagerStatus).await), [(job_id, 1)]);
     f.tm.do_send(release(SESSION, vec![second, first]));
     assert!(held(ask(&f.tm, GetTaskManagerStatus).await).is_empty());
+}
+
+/// `ReleasePartitions::subpartitions` (the JobManager's backstop for a consumer that finished
+/// early): a pipelined producer that waits for room in the named subpartition, which nobody
+/// reads, runs on to its end, its writes there discarded.
+#[actix::test]
+async fn a_released_subpartition_lets_its_waiting_pipelined_producer_finish() {
+    use crate::messages::ResultPartitionId;
+    use crate::messages::deployment::ResultPartitionDeploymentDescriptor;
+    let f = start(Some(SESSION), |_| {}).await;
+    let mut descriptor = sleeping_task(31, 31);
+    descriptor.operator = "noop".into();
+    descriptor.config = std::sync::Arc::new([("count".to_owned(), "1000000".to_owned())].into());
+    let partition = ResultPartitionId {
+        producer: descriptor.attempt,
+        edge: 0,
+    };
+    descriptor
+        .outputs
+        .push(ResultPartitionDeploymentDescriptor {
+            partition,
+            pattern: crate::job::graph::DistributionPattern::Forward,
+            subpartitions: 1,
+            retained: false,
+        });
+    let job_id = descriptor.job_id;
+    assert_eq!(submit(&f.tm, SESSION, descriptor).await, Ok(()));
+    // A million records never fit ten buffers: without the release it waits for ever.
+    f.tm.do_send(ReleasePartitions {
+        leader_session_id: SESSION,
+        job_id,
+        partitions: Vec::new(),
+        subpartitions: vec![(partition, 0)],
+    });
+    // The task ends on its own thread in real time: poll for up to 30 s of real time.
+    let mut polls = 0;
+    while !ask(&f.tm, GetTaskManagerStatus).await.running.is_empty() {
+        polls += 1;
+        assert!(polls < 6_000, "the producer still waits for room");
+        #[allow(clippy::disallowed_methods)] // waiting on a real task thread
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    advance(RUNNING_REPORT_DELAY.as_millis() as u64 * 4).await;
+    assert_eq!(reports(&f, 31), vec![ExecutionState::Finished]);
 }

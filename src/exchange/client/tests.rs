@@ -120,7 +120,7 @@ fn requests_go_out_in_rounds_within_the_transport_limit() {
     let mut sent = Vec::new();
     let mut rounds = 0;
     while !pending.is_empty() {
-        let round = next_round(&mut pending);
+        let round = next_round(&mut pending, ROUND_BYTES);
         let encoded = crate::base::codec::encode(&round).unwrap().len();
         assert!(encoded <= ROUND_BYTES, "round {rounds}: {encoded} bytes");
         rounds += 1;

@@ -149,6 +149,64 @@ impl ExecutionGraph {
         self.schedule_ready_regions(cx);
     }
 
+    /// A task that finished without reading its inputs to their end (`ended_early`): the
+    /// subpartitions it leaves unread in the partitions of its pipelined producers that still
+    /// run, one action per TaskManager. The task released them itself through its data
+    /// connections, but that release is lost if its TaskManager dies first, and the producers
+    /// would then wait for room for ever (the task is finished: no failover comes). O(producers
+    /// of its inputs), and only for tasks that ended early.
+    pub fn release_unread_inputs(&self, attempt: ExecutionAttemptId) -> Vec<JobAction> {
+        let Some(task) = self.attempts.get(&attempt).copied() else {
+            return Vec::new();
+        };
+        if self.task(&task).state.state() != ExecutionState::Finished {
+            return Vec::new();
+        }
+        let mut by_task_manager: BTreeMap<&ResourceId, Vec<(ResultPartitionId, u32)>> =
+            BTreeMap::new();
+        for (index, edge) in self.graph.edges.iter().enumerate() {
+            if edge.target != task.vertex || edge.exchange != ExchangeMode::Pipelined {
+                continue;
+            }
+            let (producers, subpartition) = match edge.pattern {
+                DistributionPattern::Forward => (task.subtask..task.subtask + 1, 0),
+                DistributionPattern::AllToAll => {
+                    (0..self.tasks[edge.source].len() as u32, task.subtask)
+                }
+            };
+            for subtask in producers {
+                let producer = TaskRef {
+                    job: task.job,
+                    vertex: edge.source,
+                    subtask,
+                };
+                let ev = self.task(&producer);
+                if ev.state.state().is_terminal() {
+                    continue;
+                }
+                let Some(placement) = ev.placement.as_ref() else {
+                    continue;
+                };
+                by_task_manager
+                    .entry(&placement.resource_id)
+                    .or_default()
+                    .push((
+                        ResultPartitionId {
+                            producer: ev.attempt,
+                            edge: index as u32,
+                        },
+                        subpartition,
+                    ));
+            }
+        }
+        (by_task_manager.into_iter())
+            .map(|(resource_id, subpartitions)| JobAction::ReleaseUnread {
+                resource_id: resource_id.clone(),
+                subpartitions,
+            })
+            .collect()
+    }
+
     /// Releases the results of `regions`' current attempts: one action per TaskManager.
     pub(super) fn release_results(&self, regions: &[RegionId], actions: &mut Vec<JobAction>) {
         let mut by_task_manager: BTreeMap<&ResourceId, Vec<ResultPartitionId>> = BTreeMap::new();

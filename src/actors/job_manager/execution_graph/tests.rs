@@ -531,6 +531,66 @@ fn all_to_all_consumers_share_one_gate_listing_every_producer() {
     );
 }
 
+/// A consumer that finished without reading its inputs to their end gets what its running
+/// pipelined producers still write for it released, on their TaskManagers: its own release
+/// through its data connection is lost if its TaskManager dies first. Producers that ended, a
+/// blocking edge and a consumer that did not finish get nothing.
+#[test]
+fn an_early_finished_consumer_releases_its_running_producers_subpartitions() {
+    let unread = |pattern, exchange| {
+        let graph = pipeline(2, 2, pattern, exchange, fixed_delay(1));
+        let mut h = Harness::new(graph, &[2, 2]);
+        h.start();
+        if exchange == ExchangeMode::Blocking {
+            h.run_all(&[("source", 0), ("source", 1)]);
+            h.finish("source", 0);
+            h.finish("source", 1);
+        } else {
+            h.run_all(&[("source", 0), ("source", 1)]);
+            h.finish("source", 0);
+        }
+        h.run_all(&[("sink", 1)]);
+        let sink = h.attempt("sink", 1);
+        let running = h.call(|m, _| m.release_unread_inputs(sink));
+        assert_eq!(running, [], "a consumer still running releases nothing");
+        h.finish("sink", 1);
+        let actions = h.call(|m, _| m.release_unread_inputs(sink));
+        (h.attempt("source", 1), actions)
+    };
+    let (source, actions) = unread(DistributionPattern::AllToAll, ExchangeMode::Pipelined);
+    assert_eq!(
+        actions,
+        [JobAction::ReleaseUnread {
+            resource_id: tm(1),
+            subpartitions: vec![(
+                ResultPartitionId {
+                    producer: source,
+                    edge: 0
+                },
+                1
+            )],
+        }],
+        "source 1 still runs on tm-1; source 0 finished"
+    );
+    let (source, actions) = unread(DistributionPattern::Forward, ExchangeMode::Pipelined);
+    assert_eq!(
+        actions,
+        [JobAction::ReleaseUnread {
+            resource_id: tm(1),
+            subpartitions: vec![(
+                ResultPartitionId {
+                    producer: source,
+                    edge: 0
+                },
+                0
+            )],
+        }],
+        "forward: its own producer's only subpartition"
+    );
+    let (_, actions) = unread(DistributionPattern::AllToAll, ExchangeMode::Blocking);
+    assert_eq!(actions, [], "a blocking result is kept for restarts");
+}
+
 #[test]
 fn a_blocking_consumer_is_deployed_once_every_producer_finished() {
     let graph = pipeline(

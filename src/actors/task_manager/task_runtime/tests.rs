@@ -289,6 +289,48 @@ async fn a_subscription_is_sent_only_what_its_consumer_granted() {
     assert_eq!(buffers(&next), 1);
 }
 
+/// A consumer whose TaskManager died without cancelling its subscription (its task had ended
+/// early, so no failover restarts the producer) leaves its pipelined producer waiting for room
+/// only until the producer's TaskManager forgets the idle connection: what the connection read
+/// then counts as released. A connection still polling keeps its subscription, and a blocking
+/// partition keeps its buffers for a restarted consumer.
+#[actix::test]
+async fn a_consumer_gone_without_a_word_releases_what_its_forgotten_connection_read() {
+    use crate::exchange::partition::Space;
+    use crate::exchange::server::IDLE_CONNECTION;
+    tokio::time::pause();
+    for pipelined in [true, false] {
+        let store = store(&format!("gone-consumer-{pipelined}"));
+        if pipelined {
+            store.create_pipelined(partition(41), 1, 2).unwrap();
+        } else {
+            store.create(partition(41), 1).unwrap();
+        }
+        for i in 0..2 {
+            store
+                .append_records(partition(41), 0, vec![record(i)])
+                .unwrap();
+        }
+        let full = || matches!(store.reserve(partition(41), 0, 64).unwrap(), Space::Full(_));
+        let held = || store.stats(partition(41)).unwrap().memory_bytes;
+        assert_eq!(full(), pipelined);
+        let before = held();
+        let server = PartitionRequestServer::default();
+        server.apply(&store, subscribe(1));
+        tokio::time::advance(IDLE_CONNECTION / 2).await;
+        server.prune(&store);
+        assert_eq!(full(), pipelined, "a connection used lately is kept");
+        tokio::time::advance(IDLE_CONNECTION).await;
+        server.prune(&store);
+        assert!(!full(), "pipelined {pipelined}: the producer still waits");
+        if pipelined {
+            assert_eq!(held(), 0, "the unread buffers are dropped");
+        } else {
+            assert_eq!(held(), before, "a blocking partition keeps its buffers");
+        }
+    }
+}
+
 /// An answer lost on the way is served again: a retained buffer is read again, a pipelined one
 /// (moved out) fails its channel rather than leave a gap.
 #[actix::test]
