@@ -843,6 +843,19 @@ async fn a_task_that_stops_when_cancelled_leaves_its_task_manager_running() {
 }
 
 /// The state reports the probe JobManager received for `attempt`, in order.
+/// Polls until the TaskManager runs no task, for up to 30 s of real time: tasks end on their
+/// own threads in real time while virtual time stands still (asks do not advance a paused
+/// clock).
+async fn no_task_runs_within_30s(f: &Fixture, what: &str) {
+    let mut polls = 0;
+    while !ask(&f.tm, GetTaskManagerStatus).await.running.is_empty() {
+        polls += 1;
+        assert!(polls < 6_000, "{what}");
+        #[allow(clippy::disallowed_methods)] // waiting on a real task thread
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 fn reports(f: &Fixture, attempt: u128) -> Vec<ExecutionState> {
     let attempt = crate::base::ids::ExecutionAttemptId::from_u128(attempt);
     f.jm.received
@@ -887,15 +900,7 @@ async fn a_task_that_ends_before_its_running_report_is_reported_once_with_its_fi
     descriptor.config = std::sync::Arc::default();
     let submitted = submit(&f.tm, SESSION, descriptor).await;
     assert_eq!(submitted, Ok(()));
-    // The task ends on its own thread in real time while virtual time stands still (asks do
-    // not advance a paused clock): poll for up to 30 s of real time.
-    let mut polls = 0;
-    while !ask(&f.tm, GetTaskManagerStatus).await.running.is_empty() {
-        polls += 1;
-        assert!(polls < 6_000, "the no-op task never ended");
-        #[allow(clippy::disallowed_methods)] // waiting on a real task thread
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    no_task_runs_within_30s(&f, "the no-op task never ended").await;
     advance(RUNNING_REPORT_DELAY.as_millis() as u64 * 4).await;
     assert_eq!(reports(&f, 11), vec![ExecutionState::Finished]);
 }
@@ -973,29 +978,35 @@ async fn on_a_leader_change_the_task_manager_registers_once_its_cancelled_tasks_
     assert!(reported_to_new.is_empty(), "{reported_to_new:?}");
 }
 
+/// Gives `descriptor` an output over edge `edge` of one subpartition (blocking if `retained`).
+fn forward_output(
+    descriptor: &mut crate::messages::deployment::TaskDeploymentDescriptor,
+    edge: u32,
+    retained: bool,
+) -> crate::messages::ResultPartitionId {
+    let partition = crate::messages::ResultPartitionId {
+        producer: descriptor.attempt,
+        edge,
+    };
+    descriptor.outputs.push(
+        crate::messages::deployment::ResultPartitionDeploymentDescriptor {
+            partition,
+            pattern: crate::job::graph::DistributionPattern::Forward,
+            subpartitions: 1,
+            retained,
+        },
+    );
+    partition
+}
+
 /// `ReleasePartitions` drops only the partitions it names, from the current leader only, and
 /// a job whose last partition went is no longer reported as holding any.
 #[actix::test]
 async fn release_partitions_drops_the_named_partitions_of_the_current_leader_only() {
-    use crate::messages::ResultPartitionId;
-    use crate::messages::deployment::ResultPartitionDeploymentDescriptor;
     let f = start(Some(SESSION), |_| {}).await;
     let mut descriptor = sleeping_task(21, 1);
-    let partition = |edge| ResultPartitionId {
-        producer: descriptor.attempt,
-        edge,
-    };
-    let (first, second) = (partition(0), partition(1));
-    for partition in [first, second] {
-        descriptor
-            .outputs
-            .push(ResultPartitionDeploymentDescriptor {
-                partition,
-                pattern: crate::job::graph::DistributionPattern::Forward,
-                subpartitions: 1,
-                retained: true,
-            });
-    }
+    let first = forward_output(&mut descriptor, 0, true);
+    let second = forward_output(&mut descriptor, 1, true);
     let job_id = descriptor.job_id;
     assert_eq!(submit(&f.tm, SESSION, descriptor).await, Ok(()));
     let held = |status: TaskManagerStatus| status.job_partitions;
@@ -1018,24 +1029,11 @@ async fn release_partitions_drops_the_named_partitions_of_the_current_leader_onl
 /// reads, runs on to its end, its writes there discarded.
 #[actix::test]
 async fn a_released_subpartition_lets_its_waiting_pipelined_producer_finish() {
-    use crate::messages::ResultPartitionId;
-    use crate::messages::deployment::ResultPartitionDeploymentDescriptor;
     let f = start(Some(SESSION), |_| {}).await;
     let mut descriptor = sleeping_task(31, 31);
     descriptor.operator = "noop".into();
     descriptor.config = std::sync::Arc::new([("count".to_owned(), "1000000".to_owned())].into());
-    let partition = ResultPartitionId {
-        producer: descriptor.attempt,
-        edge: 0,
-    };
-    descriptor
-        .outputs
-        .push(ResultPartitionDeploymentDescriptor {
-            partition,
-            pattern: crate::job::graph::DistributionPattern::Forward,
-            subpartitions: 1,
-            retained: false,
-        });
+    let partition = forward_output(&mut descriptor, 0, false);
     let job_id = descriptor.job_id;
     assert_eq!(submit(&f.tm, SESSION, descriptor).await, Ok(()));
     // A million records never fit ten buffers: without the release it waits for ever.
@@ -1045,14 +1043,7 @@ async fn a_released_subpartition_lets_its_waiting_pipelined_producer_finish() {
         partitions: Vec::new(),
         subpartitions: vec![(partition, 0)],
     });
-    // The task ends on its own thread in real time: poll for up to 30 s of real time.
-    let mut polls = 0;
-    while !ask(&f.tm, GetTaskManagerStatus).await.running.is_empty() {
-        polls += 1;
-        assert!(polls < 6_000, "the producer still waits for room");
-        #[allow(clippy::disallowed_methods)] // waiting on a real task thread
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    no_task_runs_within_30s(&f, "the producer still waits for room").await;
     advance(RUNNING_REPORT_DELAY.as_millis() as u64 * 4).await;
     assert_eq!(reports(&f, 31), vec![ExecutionState::Finished]);
 }

@@ -557,35 +557,30 @@ fn an_early_finished_consumer_releases_its_running_producers_subpartitions() {
         let actions = h.call(|m, _| m.release_unread_inputs(sink));
         (h.attempt("source", 1), actions)
     };
-    let (source, actions) = unread(DistributionPattern::AllToAll, ExchangeMode::Pipelined);
-    assert_eq!(
-        actions,
-        [JobAction::ReleaseUnread {
+    // Source 1 still runs, on tm-1; source 0 finished.
+    let released_at_source_1 = |source, subpartition| {
+        vec![JobAction::ReleaseUnread {
             resource_id: tm(1),
             subpartitions: vec![(
                 ResultPartitionId {
                     producer: source,
-                    edge: 0
+                    edge: 0,
                 },
-                1
+                subpartition,
             )],
-        }],
-        "source 1 still runs on tm-1; source 0 finished"
+        }]
+    };
+    let (source, actions) = unread(DistributionPattern::AllToAll, ExchangeMode::Pipelined);
+    assert_eq!(
+        actions,
+        released_at_source_1(source, 1),
+        "its subpartition, 1"
     );
     let (source, actions) = unread(DistributionPattern::Forward, ExchangeMode::Pipelined);
     assert_eq!(
         actions,
-        [JobAction::ReleaseUnread {
-            resource_id: tm(1),
-            subpartitions: vec![(
-                ResultPartitionId {
-                    producer: source,
-                    edge: 0
-                },
-                0
-            )],
-        }],
-        "forward: its own producer's only subpartition"
+        released_at_source_1(source, 0),
+        "forward: the only one"
     );
     let (_, actions) = unread(DistributionPattern::AllToAll, ExchangeMode::Blocking);
     assert_eq!(actions, [], "a blocking result is kept for restarts");
