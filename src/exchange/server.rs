@@ -380,7 +380,11 @@ impl PartitionRequestServer {
         });
         for connection in gone {
             for (partition, subpartition) in lock(&connection.state).read() {
-                store.release_subpartition(partition, subpartition);
+                // Only partitions still here: the release of one never created would wait
+                // for it (bounded, but for nothing: a gone job's partitions never come).
+                if store.stats(partition).is_some() {
+                    store.release_subpartition(partition, subpartition);
+                }
             }
         }
         store.prune_watchers();

@@ -328,6 +328,21 @@ async fn a_consumer_gone_without_a_word_releases_what_its_forgotten_connection_r
         } else {
             assert_eq!(held(), before, "a blocking partition keeps its buffers");
         }
+        // A forgotten connection whose partition went meanwhile leaves no release waiting for
+        // a partition that will never come.
+        store.release(partition(41));
+        server.apply(&store, subscribe(1));
+        tokio::time::advance(IDLE_CONNECTION * 2).await;
+        server.prune(&store);
+        // (Seen through a partition of the same id made again: a release kept for it would
+        // apply at once.)
+        store.create_pipelined(partition(41), 1, 2).unwrap();
+        for i in 0..2 {
+            store
+                .append_records(partition(41), 0, vec![record(i)])
+                .unwrap();
+        }
+        assert!(full(), "pipelined {pipelined}: a stale release was kept");
     }
 }
 
