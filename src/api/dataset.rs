@@ -468,11 +468,7 @@ impl<T: Data, K: Key> KeyedDataSet<T, K> {
             ops::one_input::<T, (K, A), _>(move |_, next| {
                 Ok(Box::new(keyed::Combine {
                     key: key.clone(),
-                    create: create.clone(),
-                    add: add.clone(),
-                    table: Default::default(),
-                    capacity: keyed::COMBINE_CAPACITY,
-                    next,
+                    pairs: keyed::PairCombine::new(create.clone(), add.clone(), next),
                 }))
             }),
         );
@@ -621,13 +617,11 @@ impl<K: Key, A: Data> DataSet<(K, A)> {
         let combine: DataSet<(K, Option<A>)> = self.forward(
             "reduce_by_key (combine)",
             ops::one_input::<(K, A), (K, Option<A>), _>(move |_, next| {
-                Ok(Box::new(keyed::PairCombine {
-                    create: Arc::new(|value| Some(value)),
-                    add: add.clone(),
-                    table: Default::default(),
-                    capacity: keyed::COMBINE_CAPACITY,
+                Ok(Box::new(keyed::PairCombine::new(
+                    Arc::new(|value| Some(value)),
+                    add.clone(),
                     next,
-                }))
+                )))
             }),
         );
         combine

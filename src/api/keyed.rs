@@ -72,17 +72,51 @@ where
 /// A user's key extractor.
 pub(crate) type KeyFn<T, K> = Arc<dyn Fn(&T) -> K + Send + Sync>;
 
-/// The combiner before a keyed exchange (Flink's combinable reduce): partial aggregates per key
-/// in a bounded table, flushed downstream whenever it is full and at the end. It never spills:
-/// a flush is always a correct partial result.
+/// The combiner before a keyed exchange (Flink's combinable reduce), for records whose key a
+/// user function extracts: the key is taken out and the record folded in by [`PairCombine`].
 pub(crate) struct Combine<T, K, A> {
     pub key: KeyFn<T, K>,
-    pub create: Arc<dyn Fn(T) -> A + Send + Sync>,
-    pub add: Arc<dyn Fn(&mut A, T) + Send + Sync>,
-    pub table: FixedHashMap<K, A>,
-    /// Entries held before a flush.
-    pub capacity: usize,
-    pub next: BoxPush<(K, A)>,
+    pub pairs: PairCombine<K, T, A>,
+}
+
+impl<T, K: Key, A> Push<T> for Combine<T, K, A> {
+    fn push(&mut self, record: T, cx: &mut Ctx<'_>) -> Result<(), OperatorError> {
+        let key = (self.key)(&record);
+        self.pairs.push((key, record), cx)
+    }
+
+    fn end(&mut self, cx: &mut Ctx<'_>) -> Result<(), OperatorError> {
+        self.pairs.end(cx)
+    }
+}
+
+/// The combiner of `(key, value)` pairs: partial aggregates per key in a bounded table, flushed
+/// downstream whenever it is full and at the end. It never spills: a flush is always a correct
+/// partial result. The key is looked up by reference and moved into the table on its first
+/// record, so it is never cloned (per record, a key extractor returning an owned `String`
+/// costs an allocation).
+pub(crate) struct PairCombine<K, V, A> {
+    create: Arc<dyn Fn(V) -> A + Send + Sync>,
+    add: Arc<dyn Fn(&mut A, V) + Send + Sync>,
+    table: FixedHashMap<K, A>,
+    next: BoxPush<(K, A)>,
+}
+
+impl<K, V, A> PairCombine<K, V, A> {
+    /// A combiner of [`COMBINE_CAPACITY`] keys that starts an aggregate with `create`, folds
+    /// into it with `add` and sends pairs to `next`.
+    pub fn new(
+        create: Arc<dyn Fn(V) -> A + Send + Sync>,
+        add: Arc<dyn Fn(&mut A, V) + Send + Sync>,
+        next: BoxPush<(K, A)>,
+    ) -> Self {
+        Self {
+            create,
+            add,
+            table: FixedHashMap::default(),
+            next,
+        }
+    }
 }
 
 /// Sends a combiner's partial aggregates on and empties its table. The table starts small
@@ -100,75 +134,18 @@ fn flush<K, A>(
     Ok(())
 }
 
-/// Folds `value` into `key`'s partial aggregate, or starts one (flushing a full table first).
-#[allow(clippy::too_many_arguments)] // a combiner's parts, lent by both kinds
-fn combine<K: Key, V, A>(
-    table: &mut FixedHashMap<K, A>,
-    capacity: usize,
-    next: &mut BoxPush<(K, A)>,
-    create: &dyn Fn(V) -> A,
-    add: &dyn Fn(&mut A, V),
-    key: K,
-    value: V,
-    cx: &mut Ctx<'_>,
-) -> Result<(), OperatorError> {
-    match table.get_mut(&key) {
-        Some(acc) => add(acc, value),
-        None => {
-            if table.len() >= capacity {
-                flush(table, next, cx)?;
-            }
-            table.insert(key, create(value));
-        }
-    }
-    Ok(())
-}
-
-impl<T, K: Key, A> Push<T> for Combine<T, K, A> {
-    fn push(&mut self, record: T, cx: &mut Ctx<'_>) -> Result<(), OperatorError> {
-        let key = (self.key)(&record);
-        combine(
-            &mut self.table,
-            self.capacity,
-            &mut self.next,
-            &*self.create,
-            &*self.add,
-            key,
-            record,
-            cx,
-        )
-    }
-
-    fn end(&mut self, cx: &mut Ctx<'_>) -> Result<(), OperatorError> {
-        flush(&mut self.table, &mut self.next, cx)?;
-        self.next.end(cx)
-    }
-}
-
-/// The combiner of a dataset of `(key, value)` pairs: as [`Combine`], but the key is the pair's
-/// own, looked up by reference and moved into the table on its first record, so it is never
-/// cloned (per record, a key extractor returning an owned `String` costs an allocation).
-pub(crate) struct PairCombine<K, V, A> {
-    pub create: Arc<dyn Fn(V) -> A + Send + Sync>,
-    pub add: Arc<dyn Fn(&mut A, V) + Send + Sync>,
-    pub table: FixedHashMap<K, A>,
-    /// Entries held before a flush.
-    pub capacity: usize,
-    pub next: BoxPush<(K, A)>,
-}
-
 impl<K: Key, V, A> Push<(K, V)> for PairCombine<K, V, A> {
     fn push(&mut self, (key, value): (K, V), cx: &mut Ctx<'_>) -> Result<(), OperatorError> {
-        combine(
-            &mut self.table,
-            self.capacity,
-            &mut self.next,
-            &*self.create,
-            &*self.add,
-            key,
-            value,
-            cx,
-        )
+        match self.table.get_mut(&key) {
+            Some(acc) => (self.add)(acc, value),
+            None => {
+                if self.table.len() >= COMBINE_CAPACITY {
+                    flush(&mut self.table, &mut self.next, cx)?;
+                }
+                self.table.insert(key, (self.create)(value));
+            }
+        }
+        Ok(())
     }
 
     fn end(&mut self, cx: &mut Ctx<'_>) -> Result<(), OperatorError> {

@@ -33,6 +33,8 @@ pub mod progress;
 pub mod render;
 pub mod rest;
 pub mod table;
+#[cfg(test)]
+pub(crate) mod test_server;
 
 pub use commands::{Client, ClientError, OutputFormat, SubmitOptions};
 pub use endpoint::{Endpoint, EndpointError, JobManagerUrl};

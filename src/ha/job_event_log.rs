@@ -209,15 +209,11 @@ impl JobEventLog {
     /// Removes job `job_id`'s log; already gone is fine.
     pub fn remove(&self, job_id: JobId) -> Result<(), JobEventLogError> {
         let path = self.file_of(job_id);
-        match std::fs::remove_file(&path) {
-            Ok(()) => Ok(()),
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(source) => Err(JobEventLogError::Io {
-                operation: "remove",
-                path,
-                source,
-            }),
-        }
+        super::remove_if_present(&path).map_err(|source| JobEventLogError::Io {
+            operation: "remove",
+            path,
+            source,
+        })
     }
 }
 

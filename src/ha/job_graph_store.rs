@@ -362,15 +362,11 @@ impl<P: JobGraphPointers> JobGraphStore<P> {
             log::warn!("{}", crate::base::error_chain::ErrorChain(&error));
         }
         let path = self.file_of(job_id);
-        match std::fs::remove_file(&path) {
-            Ok(()) => Ok(()),
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(source) => Err(HaError::Storage {
-                operation: "remove",
-                path,
-                source,
-            }),
-        }
+        super::remove_if_present(&path).map_err(|source| HaError::Storage {
+            operation: "remove",
+            path,
+            source,
+        })
     }
 
     /// The ids of every job with a pointer, in order.

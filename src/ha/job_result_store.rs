@@ -226,17 +226,13 @@ impl JobResultStore {
                 }
                 // A leader that died between writing an earlier run's records and its result
                 // left them behind; this run's result must not be read with them.
-                None => match std::fs::remove_file(&path) {
-                    Ok(()) => {}
-                    Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
-                    Err(source) => {
-                        return Err(JobResultStoreError::Io {
-                            operation: "remove",
-                            path,
-                            source,
-                        });
-                    }
-                },
+                None => {
+                    super::remove_if_present(&path).map_err(|source| JobResultStoreError::Io {
+                        operation: "remove",
+                        path,
+                        source,
+                    })?
+                }
             }
         }
         if let Some(dir) = &inner.dir {
@@ -401,17 +397,14 @@ impl Inner {
 
 /// Removes the file at `path` (gone already counts); logs why it could not.
 fn removed(path: &Path) -> bool {
-    match std::fs::remove_file(path) {
-        Ok(()) => true,
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => true,
-        Err(error) => {
+    super::remove_if_present(path)
+        .inspect_err(|error| {
             log::warn!(
                 "job result store: cannot remove {}: {error}",
                 path.display()
             );
-            false
-        }
-    }
+        })
+        .is_ok()
 }
 
 /// When a job ended: the time it entered its (terminal) status.

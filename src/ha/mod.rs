@@ -255,6 +255,15 @@ impl ZnodePaths {
     }
 }
 
+/// Removes the file at `path`; already gone counts as removed (the stores' removals are
+/// retried, and a crash may have removed it before).
+pub(crate) fn remove_if_present(path: &std::path::Path) -> std::io::Result<()> {
+    match std::fs::remove_file(path) {
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        other => other,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

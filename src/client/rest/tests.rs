@@ -1,94 +1,12 @@
 //! The client against a scripted HTTP server on loopback: what it sends (methods, paths, the
 //! token, the body) and how each kind of answer becomes a value or a [`RestError`].
 
-use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
-use std::sync::mpsc;
 
 use super::*;
 use crate::client::endpoint::{EndpointSource, JobManagerUrl};
+use crate::client::test_server::Server;
 use crate::job::states::JobStatus;
-
-/// A request as the server saw it.
-#[derive(Debug)]
-struct Seen {
-    line: String,
-    authorization: Option<String>,
-    content_type: Option<String>,
-    body: String,
-}
-
-/// Serves one canned answer per connection, in order, and reports each request it read.
-struct Server {
-    url: JobManagerUrl,
-    seen: mpsc::Receiver<Seen>,
-}
-
-impl Server {
-    fn start(answers: Vec<(u16, &'static str)>) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap())
-            .parse()
-            .unwrap();
-        let (tx, seen) = mpsc::channel();
-        #[allow(clippy::disallowed_methods)] // a test thread plays the JobManager
-        std::thread::spawn(move || {
-            for (status, body) in answers {
-                let (stream, _) = listener.accept().unwrap();
-                let mut reader = BufReader::new(stream.try_clone().unwrap());
-                let mut line = String::new();
-                reader.read_line(&mut line).unwrap();
-                let (mut authorization, mut content_type, mut length) = (None, None, 0);
-                loop {
-                    let mut header = String::new();
-                    reader.read_line(&mut header).unwrap();
-                    let header = header.trim_end();
-                    if header.is_empty() {
-                        break;
-                    }
-                    let (name, value) = header.split_once(": ").unwrap();
-                    match name.to_ascii_lowercase().as_str() {
-                        "authorization" => authorization = Some(value.to_owned()),
-                        "content-type" => content_type = Some(value.to_owned()),
-                        "content-length" => length = value.parse().unwrap(),
-                        _ => {}
-                    }
-                }
-                let mut request_body = vec![0; length];
-                reader.read_exact(&mut request_body).unwrap();
-                let _ = tx.send(Seen {
-                    line: line.trim_end().to_owned(),
-                    authorization,
-                    content_type,
-                    body: String::from_utf8(request_body).unwrap(),
-                });
-                let mut stream = stream;
-                write!(
-                    stream,
-                    "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\n\
-                     content-length: {}\r\nconnection: close\r\n\r\n{body}",
-                    body.len()
-                )
-                .unwrap();
-            }
-        });
-        Self { url, seen }
-    }
-
-    fn client(&self, token: Option<&str>) -> RestClient {
-        RestClient::new(Endpoint {
-            url: self.url.clone(),
-            source: EndpointSource::Flag,
-            token: token.map(str::to_owned),
-        })
-    }
-
-    fn next(&self) -> Seen {
-        self.seen
-            .recv_timeout(Duration::from_secs(10))
-            .expect("the client sent a request")
-    }
-}
 
 const JOB_ID: &str = "3f2a0c1e-9b7d-4e21-8c55-0d1e2f3a4b5c";
 
