@@ -61,6 +61,35 @@ fn the_stages_example_runs_in_its_spill_budget_and_a_smaller_one_is_named() {
     );
 }
 
+/// `examples/take.toml` as the README runs it: consumers that read 10 records (or none) of
+/// producers writing a million each end, and so do the producers: the job finishes.
+#[test]
+fn the_take_example_finishes_though_its_consumers_stop_early() {
+    const TAKE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/take.toml");
+    for take in ["take=10", "take=0"] {
+        let run: Run = Command::new(env!("CARGO_BIN_EXE_flint"))
+            .args([
+                "run",
+                "--embedded",
+                TAKE,
+                "--pool-size",
+                "2",
+                "--slots",
+                "4",
+                "--param",
+                take,
+                "--timeout",
+                "120s",
+            ])
+            .env_remove("RUST_LOG")
+            .output()
+            .expect("the flint binary runs")
+            .into();
+        assert_eq!(run.code, Some(0), "{take}: {run:?}");
+        assert!(run.stdout.contains("FINISHED"), "{take}: {run:?}");
+    }
+}
+
 fn arg(path: &Path) -> String {
     path.display().to_string()
 }
