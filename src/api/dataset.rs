@@ -293,10 +293,12 @@ impl<T: Data> DataSet<T> {
     where
         I: IntoIterator<Item = U> + 'static,
     {
-        let node = self.env.add_node(Node::new(
+        let mut with_side = Node::new(
             "with_broadcast",
             keyed::with_side::<T, B, U, I>(Arc::new(f)),
-        ));
+        );
+        with_side.first_input_last = true;
+        let node = self.env.add_node(with_side);
         self.env
             .connect(self.node, node, Ship::Forward, TypedEdge::<T>::plain());
         self.env
@@ -663,10 +665,12 @@ impl<L: Data + Clone, R: Data + Clone, K: Key> Join<L, R, K> {
         f: Arc<dyn Fn(L, Option<R>) -> Option<U> + Send + Sync>,
     ) -> DataSet<U> {
         let env = self.left.env.clone();
-        let node = env.add_node(Node::new(
+        let mut join = Node::new(
             name,
             keyed::join::<K, L, R, U>(outer, self.left_key.clone(), self.right_key.clone(), f),
-        ));
+        );
+        join.first_input_last = true;
+        let node = env.add_node(join);
         if self.broadcast_right {
             env.connect(self.left.node, node, Ship::Forward, TypedEdge::<L>::plain());
             env.connect(

@@ -592,12 +592,24 @@ where
         Ok(())
     }
 
+    /// Emits `left`'s rows straight from the table (no list of them per probe record).
     fn probe_one(&mut self, left: L, cx: &mut Ctx<'_>) -> Result<(), OperatorError> {
-        let rows: Vec<(L, Option<R>)> = match &mut self.probe {
-            Some(probe) => probe.probe(left).map_err(spilled(&self.node))?.collect(),
-            None => Vec::new(),
+        let Join {
+            probe,
+            f,
+            next,
+            node,
+            ..
+        } = self;
+        let Some(probe) = probe else {
+            return Ok(());
         };
-        self.emit(rows, cx)
+        for (left, right) in probe.probe(left).map_err(spilled(node))? {
+            if let Some(out) = f(left, right) {
+                next.push(out, cx)?;
+            }
+        }
+        Ok(())
     }
 
     fn right_ended(&mut self, cx: &mut Ctx<'_>) -> Result<(), OperatorError> {

@@ -72,13 +72,14 @@ impl Plan {
         );
         for (id, node) in self.nodes.iter().enumerate() {
             text.push_str(&format!(
-                "n {} {:?} {} {:?} {} {}\n",
+                "n {} {:?} {} {:?} {} {} {}\n",
                 node.name,
                 node.sharing,
                 self.parallelism(id),
                 node.inputs,
                 node.blocking,
-                node.unchained
+                node.unchained,
+                node.first_input_last
             ));
         }
         for edge in &self.edges {
@@ -183,6 +184,11 @@ pub(crate) struct Node {
     pub blocking: bool,
     /// Whether it may never share a task with its producer (a pass-through that breaks a chain).
     pub unchained: bool,
+    /// Whether it reads its first input only after every other input has ended (a join's probe
+    /// side, the main input of a broadcast side input): then its first input may be chained
+    /// even though it has others, and a task running it reads its network inputs before its
+    /// chained source (see `super::translate`).
+    pub first_input_last: bool,
     /// How it runs.
     pub runtime: Arc<dyn NodeRuntime>,
 }
@@ -199,6 +205,7 @@ impl Node {
             outputs: Vec::new(),
             blocking: false,
             unchained: false,
+            first_input_last: false,
             runtime,
         }
     }

@@ -119,9 +119,6 @@ impl Operator for ProgramTask {
             result: None,
             records: 0,
         };
-        for source in &mut sources {
-            source.run(&mut cx)?;
-        }
         let mut ended = vec![false; feeds.len()];
         while let Some(event) = inputs.next_event()? {
             match event {
@@ -143,6 +140,11 @@ impl Operator for ProgramTask {
             if !ended[input] {
                 feed.end(&mut cx)?;
             }
+        }
+        // A chained source runs once the network inputs ended: they are the other inputs of
+        // an operator that reads the source's records last (see `super::translate`).
+        for source in &mut sources {
+            source.run(&mut cx)?;
         }
         let result = cx.result.take();
         drop(cx);

@@ -3,9 +3,16 @@
 //! program's operator identity and, in its configuration, the plan nodes and edges it runs.
 //!
 //! An edge is chained (its records passed by value inside one task) when chaining is on, it is
-//! forward, both sides have the same parallelism and slot sharing group, its consumer has no
-//! other input and may be chained, and the exchange out of the producer is pipelined. Every
-//! other edge becomes a `JobEdge`: forward if it is forward, all-to-all otherwise.
+//! forward, both sides have the same parallelism and slot sharing group, its consumer may be
+//! chained, and the exchange out of the producer is pipelined; and either the consumer has no
+//! other input, or the edge is the first input of a consumer that reads it last (a broadcast
+//! join's probe side: Flink's multiple-input chaining of a source into a join) and the chain it
+//! joins feeds none of the consumer's other inputs. Every other edge becomes a `JobEdge`:
+//! forward if it is forward, all-to-all otherwise.
+//!
+//! A task whose chain starts at a source and also has network inputs (those other inputs)
+//! reads its network inputs to their end first, then runs the source: the probe side then
+//! never waits for the build side in memory.
 
 use std::collections::BTreeMap;
 
@@ -90,6 +97,21 @@ pub(crate) fn chain_heads(plan: &Plan) -> Vec<usize> {
         }
         let found = match plan.nodes[node].inputs.as_slice() {
             [edge] if chainable(plan, *edge) => head(plan, plan.edges[*edge].source, heads),
+            [first, others @ ..]
+                if plan.nodes[node].first_input_last && chainable(plan, *first) =>
+            {
+                // Chained only if the chain it joins feeds none of its other inputs: the task
+                // reads those to their end before its chained source runs (no task cycle).
+                let joined = head(plan, plan.edges[*first].source, heads);
+                if others
+                    .iter()
+                    .any(|&edge| feeds(plan, joined, plan.edges[edge].source))
+                {
+                    node
+                } else {
+                    joined
+                }
+            }
             _ => node,
         };
         heads[node] = Some(found);
@@ -99,6 +121,26 @@ pub(crate) fn chain_heads(plan: &Plan) -> Vec<usize> {
     (0..plan.nodes.len())
         .map(|node| head(plan, node, &mut heads))
         .collect()
+}
+
+/// Whether records of node `from` reach node `to` (or `from` is `to`).
+fn feeds(plan: &Plan, from: usize, to: usize) -> bool {
+    let mut seen = vec![false; plan.nodes.len()];
+    let mut stack = vec![to];
+    while let Some(node) = stack.pop() {
+        if node == from {
+            return true;
+        }
+        if !std::mem::replace(&mut seen[node], true) {
+            stack.extend(
+                plan.nodes[node]
+                    .inputs
+                    .iter()
+                    .map(|&e| plan.edges[e].source),
+            );
+        }
+    }
+    false
 }
 
 fn chainable(plan: &Plan, edge: usize) -> bool {
