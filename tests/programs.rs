@@ -561,6 +561,84 @@ fn chained_operators_pass_records_without_serializing_them() {
     assert_eq!(chains[0], ["collection", "map", "filter", "map"]);
 }
 
+/// A broadcast join's probe side runs in its source's task (no serialization of the larger
+/// side), except where that task also feeds the build side: the task reads the build side to
+/// its end before its source runs, so chaining there would wait on itself.
+#[test]
+fn a_broadcast_joins_probe_side_chains_into_its_source_unless_that_source_feeds_the_build() {
+    type Rows = (Vec<Vec<String>>, Vec<Vec<String>>, Vec<(u64, String)>, Vec<(u64, u64)>);
+    let (slot, out) = answer::<Rows>();
+    let program = Program::new("probe_chaining", move |env: &Env| {
+        env.set_parallelism(2);
+        let orders = env.from_collection(orders()).filter(|o| o.amount % 3 != 0);
+        let customers = env.from_collection(customers());
+        let joined = orders
+            .join(&customers, |o: &Order_| o.customer, |c: &Customer| c.id)
+            .broadcast_right()
+            .inner(|o, c| (o.id, c.name))
+            .collect();
+        let chains = |graph: flint::job::graph::JobGraph| {
+            let mut chains: Vec<Vec<String>> =
+                graph.vertices.iter().map(|v| v.chain.clone()).collect();
+            chains.sort();
+            chains
+        };
+        let probe_chained = chains(env.job_graph("probe chained")?);
+        let result = env.execute("probe chained")?;
+        let mut joined = result.get(&joined)?;
+        joined.sort();
+        // The build side comes from the probe side's source through another task (a
+        // shuffle): chained, the task would wait for the build side before running the source
+        // the build side waits for.
+        let numbers = env.from_collection((0..500u64).collect::<Vec<_>>());
+        let evens = numbers.filter(|n| n % 2 == 0).distinct();
+        let pairs = numbers
+            .join(&evens, |n: &u64| n / 2, |e: &u64| *e)
+            .broadcast_right()
+            .inner(|n, e| (n, e))
+            .collect();
+        let self_fed = chains(env.job_graph("self-fed")?);
+        if !self_fed.iter().any(|chain| chain == &["join"]) {
+            // Not run: it would never end.
+            return Err(ProgramError::Invalid(format!(
+                "a join whose build side comes from its probe side's task shares that task: \
+                 {self_fed:?}"
+            )));
+        }
+        let result = env.execute("self-fed")?;
+        let mut pairs = result.get(&pairs)?;
+        pairs.sort();
+        *slot.lock().unwrap() = Some((probe_chained, self_fed, joined, pairs));
+        Ok(())
+    });
+    run(program, &[]).unwrap();
+    let (probe_chained, self_fed, joined, pairs) = take(&out);
+    assert_eq!(
+        probe_chained,
+        [
+            vec!["collect"],
+            vec!["collection"],
+            vec!["collection", "filter", "join"]
+        ],
+        "the orders source, its filter and the join in one task"
+    );
+    assert!(self_fed.iter().any(|chain| chain == &["join"]));
+    let ids: BTreeSet<u64> = customers().iter().map(|c| c.id).collect();
+    let mut expected: Vec<(u64, String)> = orders()
+        .into_iter()
+        .filter(|o| o.amount % 3 != 0 && ids.contains(&o.customer))
+        .map(|o| (o.id, format!("customer {}", o.customer)))
+        .collect();
+    expected.sort();
+    assert_eq!(joined, expected);
+    let mut expected: Vec<(u64, u64)> = (0..500u64)
+        .filter(|n| (n / 2) % 2 == 0)
+        .map(|n| (n, n / 2))
+        .collect();
+    expected.sort();
+    assert_eq!(pairs, expected);
+}
+
 /// A fresh directory, removed with everything in it when dropped.
 struct TempDir(std::path::PathBuf);
 
