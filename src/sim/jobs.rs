@@ -138,10 +138,13 @@ pub fn build(
             fs::create_dir_all(dir)?;
             let expected = dir.join("expected.txt");
             let output = dir.join("out");
+            let left = 20 + rng.next_u64() % 400;
             let inputs = super::program::JoinInputs {
-                left: 20 + rng.next_u64() % 400,
+                left,
                 right: 10 + rng.next_u64() % 200,
                 keys: 5 + rng.next_u64() % 60,
+                // From a value drawn already: the seeds' other draws stay as they were.
+                broadcast: left % 2 == 1,
             };
             let text: String = inputs.expected().iter().map(|l| format!("{l}\n")).collect();
             fs::write(&expected, text)?;

@@ -1,4 +1,5 @@
 //! The typed program the simulation runs among its faults: a join of two generated inputs
+//! (hash-partitioned, or its right side broadcast and its left chained into the join's task)
 //! through the dataflow API (`crate::api`), its answer written to files and collected back,
 //! both checked exactly. Its TaskManagers rebuild the plan from the same code, as a real
 //! cluster's do.
@@ -18,6 +19,9 @@ pub struct JoinInputs {
     pub left: u64,
     pub right: u64,
     pub keys: u64,
+    /// Whether the right side is broadcast: the left side's generator then runs in the join's
+    /// task, which reads the right side to its end first (`crate::api::translate`).
+    pub broadcast: bool,
 }
 
 impl JoinInputs {
@@ -31,6 +35,7 @@ impl JoinInputs {
             left: number(0)?,
             right: number(1)?,
             keys: number(2)?.max(1),
+            broadcast: args.get(5).is_some_and(|a| a == "broadcast"),
         };
         let parallelism = u32::try_from(number(3)?).unwrap_or(1);
         let output = args
@@ -87,9 +92,13 @@ fn declare(env: &Env) -> Result<(), ProgramError> {
     };
     let left = generated(inputs.left, JoinInputs::left_key);
     let right = generated(inputs.right, JoinInputs::right_key);
-    let joined = left
-        .join(&right, |(k, _): &(u64, u64)| *k, |(k, _): &(u64, u64)| *k)
-        .inner(|(key, i), (_, j)| line(key, i, j));
+    let join = left.join(&right, |(k, _): &(u64, u64)| *k, |(k, _): &(u64, u64)| *k);
+    let join = if inputs.broadcast {
+        join.broadcast_right()
+    } else {
+        join
+    };
+    let joined = join.inner(|(key, i), (_, j)| line(key, i, j));
     joined.write_text(output, String::clone);
     joined.collect();
     Ok(())
@@ -147,6 +156,7 @@ pub fn join_graph(
         inputs.keys.to_string(),
         parallelism.to_string(),
         output.display().to_string(),
+        if inputs.broadcast { "broadcast" } else { "hash" }.to_owned(),
     ];
     let env = Env::new(join_program().identity(), args, Box::new(Declaring));
     declare(&env)?;
