@@ -501,6 +501,9 @@ fn q10(t: &Tables<'_>) -> Answer {
             |c: &Q10Customer| c.c_custkey,
             |(k, _): &(i64, f64)| *k,
         )
+        // The quarter's returning customers (a quarter of them, a key and a sum each) go to
+        // every subtask: the customer rows, with their text columns, are not shuffled.
+        .broadcast_right()
         .inner(|c, (_, revenue)| (c, revenue))
         .join(
             &nations,
