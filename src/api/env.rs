@@ -400,10 +400,11 @@ impl Env {
     /// [`crate::operators::parquet`] for the column types each field type reads). A column the
     /// file lacks or of the wrong type fails the job naming the file and the column.
     pub fn read_parquet<T: Data>(&self, path: impl Into<PathBuf>) -> DataSet<T> {
-        let path = path.into();
-        self.source("read_parquet", move |cx| {
-            sources::parquet_rows::<T>(&path, cx)
-        })
+        let node = self.add_node(Node::new(
+            "read_parquet",
+            sources::parquet_node::<T>(path.into()),
+        ));
+        DataSet::new(self.clone(), node)
     }
 
     // ---- running ----

@@ -13,11 +13,11 @@ use std::sync::Arc;
 
 use crate::operators::OperatorError;
 use crate::operators::builtin::split_range;
-use crate::operators::parquet::{ParquetError, ParquetSplit, parquet_files_in};
+use crate::operators::parquet::{ParquetError, ParquetSplit, RowReader, parquet_files_in};
 
 use super::data::Data;
-use super::plan::{FnNode, Instance, NodeContext};
-use super::runtime::{IterSource, Outputs, downstream};
+use super::plan::{FnNode, Instance, NodeContext, NodeRuntime};
+use super::runtime::{BoxPush, Ctx, IterSource, Outputs, RunSource, downstream};
 
 /// A source node's runtime: per subtask, an iterator of records.
 pub(crate) fn source_node<T, F>(
@@ -50,23 +50,66 @@ fn parquet_error(cx: &NodeContext) -> impl Fn(ParquetError) -> OperatorError + u
     }
 }
 
-/// The rows of the source subtask's share of the row groups of `path` (a file, or a directory
-/// of `*.parquet` files in name order: every subtask lists it alike).
-pub(crate) fn parquet_rows<T: Data>(
-    path: &Path,
-    cx: &NodeContext,
-) -> Result<Box<dyn Iterator<Item = Result<T, OperatorError>>>, OperatorError> {
-    let error = parquet_error(cx);
-    let files = if path.is_dir() {
-        parquet_files_in(path).map_err(&error)?
-    } else {
-        vec![path.to_owned()]
-    };
-    let split =
-        ParquetSplit::for_subtask(&files, cx.subtask as usize, cx.parallelism.max(1) as usize)
-            .map_err(&error)?;
-    let rows = split.rows::<T>().map_err(&error)?;
-    Ok(Box::new(rows.map(move |row| row.map_err(&error))))
+/// A Parquet source node: the subtask's share of the row groups of `path` (a file, or a
+/// directory of `*.parquet` files in name order: every subtask lists it alike). The file is
+/// opened and checked against `T` when the task starts.
+pub(crate) fn parquet_node<T: Data>(path: PathBuf) -> Arc<dyn NodeRuntime> {
+    Arc::new(FnNode(move |cx: &NodeContext, outputs: Outputs| {
+        let error = parquet_error(cx);
+        let files = if path.is_dir() {
+            parquet_files_in(&path).map_err(&error)?
+        } else {
+            vec![path.clone()]
+        };
+        let split =
+            ParquetSplit::for_subtask(&files, cx.subtask as usize, cx.parallelism.max(1) as usize)
+                .map_err(&error)?;
+        let rows = split.rows::<T>().map_err(&error)?;
+        Ok(Instance::Source(Box::new(ParquetSource {
+            rows: Some(rows),
+            error: Box::new(error),
+            downstream: downstream::<T>(outputs),
+        })))
+    }))
+}
+
+/// Pushes rows straight from each decoded batch into the chain: no boxed iterator call and no
+/// `Option<Result<_>>` per row between the reader and the first operator (the iterator's
+/// per-row overhead was a tenth of a TPC-H scan: benches/RESULTS.md).
+struct ParquetSource<T> {
+    rows: Option<RowReader<T>>,
+    error: Box<dyn Fn(ParquetError) -> OperatorError>,
+    downstream: BoxPush<T>,
+}
+
+/// Why a Parquet source stopped early: its file, or its chain.
+enum Stop {
+    Read(ParquetError),
+    Push(OperatorError),
+}
+
+impl From<ParquetError> for Stop {
+    fn from(error: ParquetError) -> Self {
+        Stop::Read(error)
+    }
+}
+
+impl<T: Data> RunSource for ParquetSource<T> {
+    fn run(&mut self, cx: &mut Ctx<'_>) -> Result<(), OperatorError> {
+        if let Some(rows) = self.rows.take() {
+            let downstream = &mut self.downstream;
+            rows.try_for_each_row(|row| {
+                cx.tick()
+                    .and_then(|()| downstream.push(row, cx))
+                    .map_err(Stop::Push)
+            })
+            .map_err(|stop| match stop {
+                Stop::Read(error) => (self.error)(error),
+                Stop::Push(error) => error,
+            })?;
+        }
+        self.downstream.end(cx)
+    }
 }
 
 fn io_error(what: String, source: std::io::Error) -> OperatorError {
