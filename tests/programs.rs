@@ -69,7 +69,7 @@ fn typed_word_count_matches_a_sequential_count() {
         .collect();
     std::fs::write(&input, &text).unwrap();
     type Counts = BTreeMap<String, u64>;
-    let (slot, out) = answer::<(Counts, Counts)>();
+    let (slot, out) = answer::<(Counts, Counts, Counts)>();
     let program = Program::new("wordcount", move |env: &Env| {
         env.set_parallelism(3);
         let path = env.args()[0].clone();
@@ -84,10 +84,28 @@ fn typed_word_count_matches_a_sequential_count() {
             .collect();
         // The same on the pairs' own keys.
         let by_key = pairs.reduce_by_key(|a, b| a + b).collect();
+        // The same with the words emitted by reference from one buffer.
+        let fused = env
+            .read_text_file(env.args()[0].clone())
+            .flat_map_reduce_by_key(
+                |line: String, emit: &mut dyn FnMut(&str, u64)| {
+                    let mut word = String::new();
+                    for w in line.split_whitespace() {
+                        word.clear();
+                        word.push_str(w);
+                        emit(&word, 1);
+                    }
+                },
+                |a, b| a + b,
+            )
+            .collect();
         let result = env.execute("wordcount")?;
+        let fused: Counts = result.get(&fused)?.into_iter().collect();
+        assert_eq!(result.get(&counts)?.len(), fused.len(), "one record per word");
         *slot.lock().unwrap() = Some((
             result.get(&counts)?.into_iter().collect(),
             result.get(&by_key)?.into_iter().collect(),
+            fused,
         ));
         Ok(())
     });
@@ -96,9 +114,10 @@ fn typed_word_count_matches_a_sequential_count() {
     for word in text.split_whitespace() {
         *expected.entry(word.to_owned()).or_insert(0u64) += 1;
     }
-    let (counts, by_key) = take(&out);
+    let (counts, by_key, fused) = take(&out);
     assert_eq!(counts, expected);
     assert_eq!(by_key, expected);
+    assert_eq!(fused, expected);
 }
 
 /// More keys than the combiner holds (65,536): it flushes partial sums on the way, and the
@@ -123,6 +142,40 @@ fn reduce_by_key_over_more_keys_than_its_combiner_holds_is_exact() {
     for i in 0..200_000u64 {
         *expected.entry(i % 70_001).or_default() += i;
     }
+    assert_eq!(take(&out), expected.into_iter().collect::<Vec<_>>());
+}
+
+/// The same with keys emitted by reference (`flat_map_reduce_by_key`), two keys per record:
+/// its combiner flushes as well, and every key still ends with one exact sum.
+#[test]
+fn flat_map_reduce_by_key_over_more_keys_than_its_combiner_holds_is_exact() {
+    let (slot, out) = answer::<Vec<(String, u64)>>();
+    let program = Program::new("by-ref", move |env: &Env| {
+        env.set_parallelism(2);
+        let sums = env
+            .generate(|subtask, parallelism| {
+                (u64::from(subtask)..300_000u64).step_by(parallelism as usize)
+            })
+            .flat_map_reduce_by_key(
+                |i: u64, emit: &mut dyn FnMut(&str, u64)| {
+                    emit(&format!("k{}", i % 140_001), i);
+                    emit("all", 1);
+                },
+                |a, b| a + b,
+            )
+            .collect();
+        let result = env.execute("by-ref")?;
+        let mut rows = result.get(&sums)?;
+        rows.sort();
+        *slot.lock().unwrap() = Some(rows);
+        Ok(())
+    });
+    run(program, &[]).unwrap();
+    let mut expected: BTreeMap<String, u64> = BTreeMap::new();
+    for i in 0..300_000u64 {
+        *expected.entry(format!("k{}", i % 140_001)).or_default() += i;
+    }
+    expected.insert("all".to_owned(), 300_000);
     assert_eq!(take(&out), expected.into_iter().collect::<Vec<_>>());
 }
 

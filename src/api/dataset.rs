@@ -144,6 +144,55 @@ impl<T: Data> DataSet<T> {
         )
     }
 
+    /// `f` emits any number of `(key, value)` pairs per record, the key by reference, and the
+    /// values of each key are reduced with `reduce` (associative): a `flat_map` fused with
+    /// [`reduce_by_key`](DataSet::reduce_by_key)'s combiner. A key the combiner holds already is
+    /// looked up by `&Q` and never made owned, so `f` can build its keys in one reused buffer:
+    /// a word count then allocates per distinct word, not per word.
+    ///
+    /// ```no_run
+    /// # use flint::api::{DataSet, Env};
+    /// # fn counts(lines: DataSet<String>) -> DataSet<(String, u64)> {
+    /// lines.flat_map_reduce_by_key(
+    ///     |line: String, emit: &mut dyn FnMut(&str, u64)| {
+    ///         let mut word = String::new();
+    ///         for token in line.split_whitespace() {
+    ///             word.clear();
+    ///             word.extend(token.chars().flat_map(char::to_lowercase));
+    ///             emit(&word, 1);
+    ///         }
+    ///     },
+    ///     |a, b| a + b,
+    /// )
+    /// # }
+    /// ```
+    pub fn flat_map_reduce_by_key<K, Q, A>(
+        &self,
+        f: impl Fn(T, &mut dyn FnMut(&Q, A)) + Send + Sync + 'static,
+        reduce: impl Fn(A, A) -> A + Send + Sync + 'static,
+    ) -> DataSet<(K, A)>
+    where
+        K: Key + std::borrow::Borrow<Q>,
+        Q: ?Sized + std::hash::Hash + Eq + ToOwned<Owned = K> + 'static,
+        A: Data,
+    {
+        let f: super::combine::EmitFn<T, Q, A> = Arc::new(f);
+        let reduce: Arc<dyn Fn(A, A) -> A + Send + Sync> = Arc::new(reduce);
+        let add = reduce.clone();
+        let combine: DataSet<(K, Option<A>)> = self.forward(
+            "flat_map_reduce_by_key (combine)",
+            ops::one_input::<T, (K, Option<A>), _>(move |_, next| {
+                Ok(Box::new(super::combine::FlatMapCombine {
+                    f: f.clone(),
+                    reduce: add.clone(),
+                    table: Default::default(),
+                    next,
+                }))
+            }),
+        );
+        combine.reduced_by_key("flat_map_reduce_by_key", reduce)
+    }
+
     /// This dataset and `others`, together (same type).
     pub fn union(&self, others: &[&DataSet<T>]) -> DataSet<T> {
         let node = self
@@ -607,7 +656,7 @@ impl<K: Key, A: Data> DataSet<(K, A)> {
     /// # }
     /// ```
     pub fn reduce_by_key(&self, f: impl Fn(A, A) -> A + Send + Sync + 'static) -> DataSet<(K, A)> {
-        let f = Arc::new(f);
+        let f: Arc<dyn Fn(A, A) -> A + Send + Sync> = Arc::new(f);
         let (add, merge) = (f.clone(), f);
         let add: Arc<dyn Fn(&mut Option<A>, A) + Send + Sync> =
             Arc::new(move |acc: &mut Option<A>, value: A| {
@@ -626,18 +675,29 @@ impl<K: Key, A: Data> DataSet<(K, A)> {
                 )))
             }),
         );
-        combine
-            .merged_by_key(
-                "reduce_by_key",
-                Arc::new(move |acc: &mut Option<A>, other: Option<A>| {
-                    *acc = match (acc.take(), other) {
-                        (Some(a), Some(b)) => Some(merge(a, b)),
-                        (a, b) => a.or(b),
-                    };
-                }),
-            )
-            .flat_map(|(key, value)| value.map(|value| (key, value)))
-            .name("reduce_by_key")
+        combine.reduced_by_key("reduce_by_key", merge)
+    }
+}
+
+impl<K: Key, A: Data> DataSet<(K, Option<A>)> {
+    /// The keyed exchange of a combiner's partial `(key, Some(value))`s and their final
+    /// reduction with `reduce`.
+    fn reduced_by_key(
+        &self,
+        name: &str,
+        reduce: Arc<dyn Fn(A, A) -> A + Send + Sync>,
+    ) -> DataSet<(K, A)> {
+        self.merged_by_key(
+            name,
+            Arc::new(move |acc: &mut Option<A>, other: Option<A>| {
+                *acc = match (acc.take(), other) {
+                    (Some(a), Some(b)) => Some(reduce(a, b)),
+                    (a, b) => a.or(b),
+                };
+            }),
+        )
+        .flat_map(|(key, value)| value.map(|value| (key, value)))
+        .name(name)
     }
 }
 

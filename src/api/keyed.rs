@@ -123,7 +123,7 @@ impl<K, V, A> PairCombine<K, V, A> {
 /// again: keeping its allocation (`drain`) made TPC-H Q18, whose combiner flushes ~20 times,
 /// 12 % slower (2 paired runs of `benches/tpch_cluster.rs`): a full-size table is touched
 /// across megabytes from its first insert on.
-fn flush<K, A>(
+pub(crate) fn flush<K, A>(
     table: &mut FixedHashMap<K, A>,
     next: &mut BoxPush<(K, A)>,
     cx: &mut Ctx<'_>,

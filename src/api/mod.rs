@@ -37,6 +37,7 @@
 // where they are held, as the signatures users write.
 #![allow(clippy::type_complexity)]
 
+mod combine;
 pub mod data;
 pub mod dataset;
 pub mod env;
