@@ -101,7 +101,11 @@ fn typed_word_count_matches_a_sequential_count() {
             .collect();
         let result = env.execute("wordcount")?;
         let fused: Counts = result.get(&fused)?.into_iter().collect();
-        assert_eq!(result.get(&counts)?.len(), fused.len(), "one record per word");
+        assert_eq!(
+            result.get(&counts)?.len(),
+            fused.len(),
+            "one record per word"
+        );
         *slot.lock().unwrap() = Some((
             result.get(&counts)?.into_iter().collect(),
             result.get(&by_key)?.into_iter().collect(),
@@ -619,7 +623,12 @@ fn chained_operators_pass_records_without_serializing_them() {
 /// its end before its source runs, so chaining there would wait on itself.
 #[test]
 fn a_broadcast_joins_probe_side_chains_into_its_source_unless_that_source_feeds_the_build() {
-    type Rows = (Vec<Vec<String>>, Vec<Vec<String>>, Vec<(u64, String)>, Vec<(u64, u64)>);
+    type Rows = (
+        Vec<Vec<String>>,
+        Vec<Vec<String>>,
+        Vec<(u64, String)>,
+        Vec<(u64, u64)>,
+    );
     let (slot, out) = answer::<Rows>();
     let program = Program::new("probe_chaining", move |env: &Env| {
         env.set_parallelism(2);

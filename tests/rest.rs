@@ -276,6 +276,39 @@ fn a_running_job_shows_in_its_slot_and_is_cancelled_by_delete() {
         .expect_error(409, "already");
 }
 
+/// `GET /jobs/{id}?wait=MS` holds its answer while the job runs and answers when it ends,
+/// woken by the end (not at its wait's end); a job that ended answers at once.
+#[test]
+#[allow(clippy::disallowed_methods)] // how long the long poll was held, against its wait
+fn a_long_poll_of_a_job_answers_when_the_job_ends() {
+    let cluster = RestCluster::start(config(1, 1));
+    let id = cluster.submit(&sleeping_job(1_500));
+    let running = cluster.get_json(&format!("/jobs/{id}?subtasks=false&wait=50"));
+    assert!(
+        ["CREATED", "RUNNING"].contains(&running["state"].as_str().unwrap()),
+        "a short wait answers while the job runs: {running}"
+    );
+    let asked = std::time::Instant::now();
+    let ended = cluster.get_json(&format!("/jobs/{id}?subtasks=false&wait=60000"));
+    assert_eq!(ended["state"], "FINISHED", "{ended}");
+    assert!(
+        asked.elapsed() < Duration::from_secs(9),
+        "woken by the job's end, not by the end of the wait ({:?})",
+        asked.elapsed()
+    );
+    let again = cluster.get_json(&format!("/jobs/{id}?subtasks=false&wait=60000"));
+    assert_eq!(again["state"], "FINISHED");
+    // Without `wait`: at once, as before.
+    let id = cluster.submit(&sleeping_job(60_000));
+    let now = cluster.get_json(&format!("/jobs/{id}?subtasks=false"));
+    assert!(["CREATED", "RUNNING"].contains(&now["state"].as_str().unwrap()));
+    cluster
+        .send("DELETE", &format!("/jobs/{id}"), None)
+        .expect(202);
+    let cancelled = cluster.get_json(&format!("/jobs/{id}?subtasks=false&wait=60000"));
+    assert_eq!(cancelled["state"], "CANCELED", "{cancelled}");
+}
+
 #[test]
 fn refused_job_requests_change_nothing() {
     let cluster = RestCluster::start(config(1, 1));

@@ -16,8 +16,12 @@ use super::rest::{RestClient, RestError};
 use crate::api::{ExecutedJob, Executor};
 use crate::job::graph::JobGraph;
 
-/// How often a running job is polled.
+/// How often a running job is polled at most.
 pub const POLL_INTERVAL: Duration = Duration::from_millis(20);
+
+/// How long one poll asks the JobManager to hold its answer while the job runs: the job's end
+/// is then seen when it happens, not up to a poll interval later.
+pub const LONG_POLL: Duration = Duration::from_secs(1);
 
 /// How long the executor looks for a new leader that knows the job before it gives up with the
 /// last error: ZooKeeper's session timeout (the old leader's latch must lapse) plus the new
@@ -111,12 +115,17 @@ impl Executor for RemoteExecutor {
         // Submitted once: a submission whose answer was lost is not repeated (it may have been
         // stored, and would run twice).
         let job_id = self.client.submit(&graph)?.value.id;
+        // Long polls: each answered when the job ends (or after LONG_POLL); never more often
+        // than every POLL_INTERVAL, whatever the JobManager does with the wait.
         let mut view = loop {
-            let view = self.call(|client| client.job_progress(job_id))?.value;
+            let asked = std::time::Instant::now();
+            let view = self
+                .call(|client| client.job_progress_waiting(job_id, LONG_POLL))?
+                .value;
             if view.state.is_globally_terminal() {
                 break view;
             }
-            std::thread::sleep(POLL_INTERVAL);
+            std::thread::sleep(POLL_INTERVAL.saturating_sub(asked.elapsed()));
         };
         // A leader that dies after the job ended but before it kept the job's result leaves
         // the job to its successor, which runs it again: the results asked for then are of a

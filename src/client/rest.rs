@@ -257,6 +257,19 @@ impl RestClient {
         self.call(Request::Get, &format!("/jobs/{id}?subtasks=false"))
     }
 
+    /// `GET /jobs/{id}?subtasks=false&wait=MS`: the same, answered when the job ends or after
+    /// `wait` (a long poll; a JobManager that cannot wait answers at once).
+    pub fn job_progress_waiting(
+        &self,
+        id: JobId,
+        wait: Duration,
+    ) -> Result<Answer<JobView>, RestError> {
+        self.call(
+            Request::Get,
+            &format!("/jobs/{id}?subtasks=false&wait={}", wait.as_millis()),
+        )
+    }
+
     /// `GET /jobs/{id}/results`: what its `collect()` sinks gathered.
     pub fn results(&self, id: JobId) -> Result<Answer<JobResultsView>, RestError> {
         self.call(Request::Get, &format!("/jobs/{id}/results"))

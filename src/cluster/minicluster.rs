@@ -312,6 +312,11 @@ impl MiniCluster {
         ResourceManagerGateway::of(&self.resource_manager)
     }
 
+    /// The cluster's event sink (a REST server's long polls wake on it).
+    pub fn events(&self) -> EventSink {
+        self.events.clone()
+    }
+
     /// Every cluster event from now on (a timeline for people, something to wait on for tests).
     pub fn subscribe(&self) -> broadcast::Receiver<ClusterEvent> {
         self.events

@@ -338,7 +338,8 @@ pub async fn run_job_manager(
         Arc::new(SystemClock),
         Arc::new(ArbiterSpawner),
         resolver,
-        EventSink::disabled(),
+        // Only the REST server listens: a long poll of a job wakes on its end.
+        EventSink::new(64),
     );
     // This process's private directory (0700): the children's configuration file (0600) and,
     // inside it, each child's own working directory, all removed when this returns.
@@ -372,6 +373,7 @@ pub async fn run_job_manager(
         return outcome;
     }
     let blobs = BlobStore::open(&dir.path().join("blobs"), config.blob.max_size)?;
+    let events = env.events.clone();
     let node = start_job_manager_node(
         &config,
         options.registry.clone(),
@@ -385,7 +387,8 @@ pub async fn run_job_manager(
         config.resourcemanager.max_pool_size,
     )
     .with_transport_metrics(endpoint.metrics())
-    .with_blob_store(blobs);
+    .with_blob_store(blobs)
+    .with_events(events);
     let mut rest = rest.serve(state)?;
     ready(&JobManagerReady {
         address: endpoint.local_node(),
@@ -439,7 +442,8 @@ async fn run_high_availability(
     let blobs = BlobStore::open(&storage_dir.join("blobs"), ha.config.blob.max_size)?;
     let state = RestState::with_leader(switch.clone(), ha.config.resourcemanager.max_pool_size)
         .with_job_graph_store(store.clone())
-        .with_blob_store(blobs.clone());
+        .with_blob_store(blobs.clone())
+        .with_events(ha.env.events.clone());
     let mut rest = rest.serve(state)?;
     let rest_url = rest.url();
     switch.set_own_url(rest_url.clone());

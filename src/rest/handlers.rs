@@ -118,26 +118,67 @@ pub struct JobQuery {
     /// 10,000 subtasks then costs a few hundred bytes, not megabytes).
     #[serde(default = "yes")]
     subtasks: bool,
+    /// Milliseconds to hold the answer while the job has not ended (at most [`MAX_WAIT`]): a
+    /// long poll, answered as soon as the job ends. 0 (the default): at once.
+    #[serde(default)]
+    wait: u64,
+}
+
+/// The longest `GET /jobs/{id}?wait=MS` holds its answer.
+pub const MAX_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Waits until `receiver` reports the end of `job_id`, the events lag or stop, or `wait`
+/// passes. The answer is always asked of the JobManager afterwards: the event only wakes.
+async fn until_job_ends(
+    mut receiver: tokio::sync::broadcast::Receiver<crate::env::events::ClusterEvent>,
+    job_id: JobId,
+    wait: std::time::Duration,
+) {
+    use crate::env::events::ClusterEvent;
+    let ended = async {
+        loop {
+            match receiver.recv().await {
+                Ok(ClusterEvent::JobTerminated { job_id: ended, .. }) if ended == job_id => return,
+                Ok(_) => {}
+                // Events were missed (the end among them, perhaps), or there will be none:
+                // look now.
+                Err(_) => return,
+            }
+        }
+    };
+    let _ = tokio::time::timeout(wait.min(MAX_WAIT), ended).await;
 }
 
 fn yes() -> bool {
     true
 }
 
-/// `GET /jobs/{id}[?subtasks=false]`.
+/// `GET /jobs/{id}[?subtasks=false][&wait=MS]`.
 pub async fn job(
     state: web::Data<RestState>,
     id: web::Path<String>,
     query: web::Query<JobQuery>,
 ) -> Answer {
     let job_id: JobId = id.parse()?;
-    let details = ask(
-        &state,
-        &state.gateways()?.job_manager.request_job_status,
-        JOB_MANAGER,
-        RequestJobStatus { job_id },
-    )
-    .await??;
+    // Subscribed before the first look, so an end between the look and the wait wakes it.
+    let events = (query.wait > 0).then(|| state.subscribe_events()).flatten();
+    let status = || async {
+        ask(
+            &state,
+            &state.gateways()?.job_manager.request_job_status,
+            JOB_MANAGER,
+            RequestJobStatus { job_id },
+        )
+        .await?
+        .map_err(ApiError::from)
+    };
+    let mut details = status().await?;
+    if let Some(events) = events
+        && !details.summary.status.is_globally_terminal()
+    {
+        until_job_ends(events, job_id, std::time::Duration::from_millis(query.wait)).await;
+        details = status().await?;
+    }
     ok(&views::job(&details, query.subtasks))
 }
 

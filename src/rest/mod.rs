@@ -125,6 +125,9 @@ pub struct RestState {
     allowed_hosts: guard::AllowedHosts,
     body_timeout: Duration,
     stop: Latch<()>,
+    /// This process's cluster events: a `GET /jobs/{id}?wait=MS` answers as soon as the job
+    /// ends, not at the caller's next poll (none: it answers at once).
+    events: Option<crate::env::events::EventSink>,
 }
 
 impl RestState {
@@ -164,7 +167,22 @@ impl RestState {
             allowed_hosts: guard::AllowedHosts::default(),
             body_timeout: guard::DEFAULT_BODY_TIMEOUT,
             stop: Latch::new(),
+            events: None,
         }
+    }
+
+    /// Lets `GET /jobs/{id}?wait=MS` hold its answer until the job ends (at most MS), woken by
+    /// the `JobTerminated` events of `events` (the JobManager's sink in this process).
+    pub fn with_events(mut self, events: crate::env::events::EventSink) -> Self {
+        self.events = Some(events);
+        self
+    }
+
+    /// A receiver of this process's events from now on, if it has any.
+    fn subscribe_events(
+        &self,
+    ) -> Option<tokio::sync::broadcast::Receiver<crate::env::events::ClusterEvent>> {
+        self.events.as_ref().and_then(|events| events.subscribe())
     }
 
     /// Reports these transport counters at `/metrics` (without, they stay at zero: an embedded

@@ -156,7 +156,12 @@ pub fn join_graph(
         inputs.keys.to_string(),
         parallelism.to_string(),
         output.display().to_string(),
-        if inputs.broadcast { "broadcast" } else { "hash" }.to_owned(),
+        if inputs.broadcast {
+            "broadcast"
+        } else {
+            "hash"
+        }
+        .to_owned(),
     ];
     let env = Env::new(join_program().identity(), args, Box::new(Declaring));
     declare(&env)?;

@@ -228,7 +228,8 @@ impl RestCluster {
                     cluster.job_manager(),
                     cluster.resource_manager(),
                     config.resourcemanager.max_pool_size,
-                );
+                )
+                .with_events(cluster.events());
                 if let Some(timeout) = body_timeout {
                     state = state.with_body_timeout(timeout);
                 }
