@@ -136,6 +136,18 @@ pub(crate) fn flush<K, A>(
 
 impl<K: Key, V, A> Push<(K, V)> for PairCombine<K, V, A> {
     fn push(&mut self, (key, value): (K, V), cx: &mut Ctx<'_>) -> Result<(), OperatorError> {
+        // Below capacity a new key cannot make it flush: one probe finds or places it.
+        if self.table.len() < COMBINE_CAPACITY {
+            match self.table.entry(key) {
+                std::collections::hash_map::Entry::Occupied(mut entry) => {
+                    (self.add)(entry.get_mut(), value);
+                }
+                std::collections::hash_map::Entry::Vacant(entry) => {
+                    entry.insert((self.create)(value));
+                }
+            }
+            return Ok(());
+        }
         match self.table.get_mut(&key) {
             Some(acc) => (self.add)(acc, value),
             None => {
