@@ -44,11 +44,24 @@ struct WordCount {
     count: u64,
 }
 
-/// The words of a line: maximal runs of alphanumeric characters, lowercased.
-fn words(line: &str) -> impl Iterator<Item = String> + '_ {
-    line.split(|c: char| !c.is_alphanumeric())
-        .filter(|word| !word.is_empty())
-        .map(str::to_lowercase)
+/// Emits each word of a line with a count of 1: maximal runs of alphanumeric characters,
+/// lowercased into one buffer, handed over by reference (`emit` makes a `String` only for a word
+/// its combiner does not hold yet).
+fn count_words(line: String, emit: &mut dyn FnMut(&str, u64)) {
+    let mut word = String::new();
+    for run in line.split(|c: char| !c.is_alphanumeric()) {
+        if run.is_empty() {
+            continue;
+        }
+        word.clear();
+        if run.is_ascii() {
+            word.push_str(run);
+            word.make_ascii_lowercase();
+        } else {
+            word.push_str(&run.to_lowercase());
+        }
+        emit(&word, 1);
+    }
 }
 
 /// The files to read: INPUT itself, or the regular, non-hidden files of the directory INPUT in
@@ -121,20 +134,14 @@ fn wordcount(env: &Env) -> Result<(), ProgramError> {
         sources[0].union(&others)
     };
 
-    // Transformations: a `WordCount { word, count: 1 }` per word, then one record per word
-    // with the counts summed. `reduce` runs as a combiner before the keyed exchange as well, so
-    // each subtask sends one partial count per word, not one record per occurrence.
+    // Transformations: the words of each line and their counts, summed per word. The words go
+    // by reference into the combiner of `flat_map_reduce_by_key`, which sums before the keyed
+    // exchange too: each subtask sends one partial count per word, not one record per
+    // occurrence. (`flat_map` to `(word, 1)` pairs and `reduce_by_key` give the same counts,
+    // with a `String` per occurrence; `key_by(..).reduce(..)` works on any record type.)
     let counts = lines
-        .flat_map(|line: String| {
-            words(&line)
-                .map(|word| WordCount { word, count: 1 })
-                .collect::<Vec<_>>()
-        })
-        .key_by(|wc: &WordCount| wc.word.clone())
-        .reduce(|a, b| WordCount {
-            word: a.word,
-            count: a.count + b.count,
-        });
+        .flat_map_reduce_by_key(count_words, |a, b| a + b)
+        .map(|(word, count)| WordCount { word, count });
 
     // Sinks. `counts` feeds three of them (a dataset can be read by any number of operators):
     // 1. every count as CSV part files, written by the TaskManagers;

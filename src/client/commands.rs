@@ -357,12 +357,20 @@ impl Client {
             ClientError::Watch { job_id, source }
         };
         let ended = loop {
-            let job = self.rest.job_progress(job_id).map_err(lost)?;
+            // A long poll: answered when the job ends, else after POLL_INTERVAL (the bars'
+            // cadence); the rest of the interval, if the JobManager answered early, is waited
+            // here, where Ctrl-C is heard.
+            #[allow(clippy::disallowed_methods)] // the time one poll took, for the pause after it
+            let asked = std::time::Instant::now();
+            let job = self
+                .rest
+                .job_progress_waiting(job_id, POLL_INTERVAL)
+                .map_err(lost)?;
             bars.update(&job.value);
             if job.value.state.is_globally_terminal() {
                 break self.rest.job(job_id).map_err(lost)?;
             }
-            if interrupt.wait(POLL_INTERVAL) {
+            if interrupt.wait(POLL_INTERVAL.saturating_sub(asked.elapsed())) {
                 // Cleared rather than left: the terminal may have dropped the frame in flight
                 // when Ctrl-C flushed its output, so a left frame would be drawn askew.
                 bars.finish();
