@@ -30,7 +30,7 @@ use crate::operators::memory::sort::{ExternalSorter, SortedIter};
 use crate::operators::memory::spill_dir::SpillFile;
 use crate::operators::memory::stats::SpillStats;
 
-use table::{AggTable, Slot, Update};
+use table::{AggTable, Slot, Upserted};
 
 type MergeFn<A> = Arc<dyn Fn(&mut A, A) + Send + Sync>;
 type AddFn<A, T> = Box<dyn Fn(&mut A, T) + Send + Sync>;
@@ -156,27 +156,32 @@ where
         create: impl FnOnce(V) -> A,
     ) -> Result<(), SpillError> {
         let meter = self.meter;
-        let value = match self
-            .table
-            .update_existing(&key, value, update, |acc| meter.content(acc))?
-        {
-            Update::Updated { grew } => {
+        match self.table.upsert(
+            key,
+            value,
+            update,
+            create,
+            |key| meter.entry(key),
+            |acc| meter.content(acc),
+        )? {
+            Upserted::Updated { grew } => {
                 // One accumulator over the budget on its own cannot be helped by spilling it
                 // (it would come back whole); two or more can.
                 if grew && self.table.len() >= 2 && self.table.over_limit() {
                     self.spill()?;
                 }
-                return Ok(());
             }
-            Update::Missing(value) => value,
-        };
-        let acc = create(value);
-        let key_charge = meter.entry(&key)?;
-        let acc_charge = meter.content(&acc)?;
-        if !self.table.fits_new(key_charge, acc_charge) && !self.table.is_empty() {
-            self.spill()?;
+            Upserted::Inserted => {}
+            Upserted::DoesNotFit {
+                key,
+                acc,
+                key_charge,
+                acc_charge,
+            } => {
+                self.spill()?;
+                self.table.insert_new(key, acc, key_charge, acc_charge);
+            }
         }
-        self.table.insert_new(key, acc, key_charge, acc_charge);
         Ok(())
     }
 
