@@ -2,8 +2,10 @@
 //!
 //! Actors report milestones (a worker requested, started, registered, lost, released) to an
 //! [`EventSink`]. Nobody has to listen: with no subscriber an event costs one failed channel send.
-//! The demo prints them as a timeline; tests wait on them instead of sleeping. Events describe,
-//! they never drive: no actor reacts to an event.
+//! The demo prints them as a timeline; tests wait on them instead of sleeping; the REST server's
+//! long poll (`GET /jobs/{id}?wait=MS`) wakes on `JobTerminated` and then asks the JobManager.
+//! Events describe, they never drive: no actor reacts to an event, and a missed one only makes
+//! a long poll answer at its deadline.
 
 use std::fmt;
 
