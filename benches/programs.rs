@@ -96,23 +96,10 @@ fn word_count_pairs() -> Program {
     })
 }
 
-/// The words of `line` emitted by reference from one buffer (the built-in's definition:
-/// alphanumeric runs, lowercased, ASCII without a detour through `to_lowercase`).
+/// The words of `line` (the built-in's definition) emitted by reference from one buffer.
 fn emit_words(line: String, emit: &mut dyn FnMut(&str, u64)) {
     let mut word = String::new();
-    for run in line.split(|c: char| !c.is_alphanumeric()) {
-        if run.is_empty() {
-            continue;
-        }
-        word.clear();
-        if run.is_ascii() {
-            word.push_str(run);
-            word.make_ascii_lowercase();
-        } else {
-            word.push_str(&run.to_lowercase());
-        }
-        emit(&word, 1);
-    }
+    flint::operators::builtin::for_each_word(&line, &mut word, |word| emit(word, 1));
 }
 
 /// WordCount with `flat_map_reduce_by_key`: words looked up by `&str` in the combiner, an

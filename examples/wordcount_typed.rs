@@ -32,6 +32,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use flint::api::{DataSet, Env, Order, Program, ProgramError, Programs};
+use flint::operators::builtin::for_each_word;
 use serde::{Deserialize, Serialize};
 
 const USAGE: &str = "usage: wordcount_typed INPUT OUTPUT_DIR [--parallelism N] [--jobmanager URL]";
@@ -45,23 +46,11 @@ struct WordCount {
 }
 
 /// Emits each word of a line with a count of 1: maximal runs of alphanumeric characters,
-/// lowercased into one buffer, handed over by reference (`emit` makes a `String` only for a word
-/// its combiner does not hold yet).
+/// lowercased (the built-in WordCount's words, `for_each_word`), built in one buffer and handed
+/// over by reference (`emit` makes a `String` only for a word its combiner does not hold yet).
 fn count_words(line: String, emit: &mut dyn FnMut(&str, u64)) {
     let mut word = String::new();
-    for run in line.split(|c: char| !c.is_alphanumeric()) {
-        if run.is_empty() {
-            continue;
-        }
-        word.clear();
-        if run.is_ascii() {
-            word.push_str(run);
-            word.make_ascii_lowercase();
-        } else {
-            word.push_str(&run.to_lowercase());
-        }
-        emit(&word, 1);
-    }
+    for_each_word(&line, &mut word, |word| emit(word, 1));
 }
 
 /// The files to read: INPUT itself, or the regular, non-hidden files of the directory INPUT in

@@ -102,25 +102,13 @@ type WordHashMap = std::collections::HashMap<
 impl WordCounts {
     /// Counts the words of `line`.
     pub fn add_line(&mut self, line: &str) {
-        for run in line.split(|c: char| !c.is_alphanumeric()) {
-            if run.is_empty() {
-                continue;
+        let Self { counts, word } = self;
+        for_each_word(line, word, |word| match counts.get_mut(word) {
+            Some(count) => *count += 1,
+            None => {
+                counts.insert(word.to_owned(), 1);
             }
-            if run.is_ascii() {
-                self.word.clear();
-                self.word
-                    .extend(run.bytes().map(|b| char::from(b.to_ascii_lowercase())));
-            } else {
-                self.word = run.to_lowercase();
-            }
-            let word = self.word.as_str();
-            match self.counts.get_mut(word) {
-                Some(count) => *count += 1,
-                None => {
-                    self.counts.insert(word.to_owned(), 1);
-                }
-            }
-        }
+        });
     }
 
     /// Distinct words counted.
@@ -136,6 +124,25 @@ impl WordCounts {
     /// Takes the counts, leaving none.
     pub fn drain(&mut self) -> impl Iterator<Item = (String, u64)> + '_ {
         self.counts.drain()
+    }
+}
+
+/// Calls `f` with each word of `line` (a maximal run of alphanumeric characters, lowercased),
+/// built in `word`, which a caller reuses from line to line. The one definition of a word that
+/// `tokenize`, the sequential reference count and typed word counts share.
+pub fn for_each_word(line: &str, word: &mut String, mut f: impl FnMut(&str)) {
+    for run in line.split(|c: char| !c.is_alphanumeric()) {
+        if run.is_empty() {
+            continue;
+        }
+        word.clear();
+        if run.is_ascii() {
+            word.push_str(run);
+            word.make_ascii_lowercase();
+        } else {
+            word.push_str(&run.to_lowercase());
+        }
+        f(word);
     }
 }
 
