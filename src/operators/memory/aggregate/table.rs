@@ -62,7 +62,7 @@ impl<K: Hash + Eq, A> AggTable<K, A> {
     /// Folds `value` into `key`'s accumulator with `update`, or starts one with `create` if
     /// the key is new and fits (its charge `key_charge`, the accumulator's `measure`, and the
     /// table's growth if it is full); re-charges what changed. One probe of the table either
-    /// way (a lookup, then an insert, probed twice: 17 % of TPC-H Q18).
+    /// way, where a lookup and then an insert probed twice.
     pub(crate) fn upsert<V, E>(
         &mut self,
         key: K,
