@@ -67,6 +67,11 @@ fn the_results_of_a_job_run_again_are_those_of_its_second_run() {
         3,
         "{seen:#?}"
     );
+    // The poll is a long one: the JobManager answers when the job ends.
+    assert!(
+        seen[1].contains(&format!("/jobs/{job_id}?subtasks=false&wait=1000 ")),
+        "{seen:#?}"
+    );
 }
 
 #[test]
