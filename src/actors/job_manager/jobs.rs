@@ -208,6 +208,31 @@ impl JobManager {
         self.send_release(job_id, resource_id, partitions, Vec::new());
     }
 
+    /// Releases what the early-finished `attempt` left unread in its running pipelined
+    /// producers, and again every [`UNREAD_RELEASE_REPEAT`] while any of them still runs. The
+    /// release is a tell, and the task's own release through its data connection is lost with
+    /// its TaskManager: were this one lost too, a producer would wait for room for ever (no
+    /// failover comes for a finished task). A repeat costs one message per producer
+    /// TaskManager; releasing twice is harmless.
+    fn release_unread(
+        &mut self,
+        job_id: JobId,
+        attempt: ExecutionAttemptId,
+        ctx: &mut Context<Self>,
+    ) {
+        let mut sent = false;
+        self.run_job(job_id, ctx, |job, _| {
+            let actions = job.release_unread_inputs(attempt);
+            sent = !actions.is_empty();
+            actions
+        });
+        if sent {
+            ctx.run_later(UNREAD_RELEASE_REPEAT, move |act, ctx| {
+                act.release_unread(job_id, attempt, ctx)
+            });
+        }
+    }
+
     /// Tells `resource_id` to drop `partitions` and `subpartitions` of `job_id`. A tell: if it
     /// is lost, the job's end releases them all the same (and a consumer's own release, sent
     /// through its data connection, usually came first).
@@ -533,6 +558,11 @@ impl JobManager {
 /// Tasks placed (and deployed) by one [`JobManager::serve_queue`] call at most.
 pub(super) const SERVE_BUDGET: usize = 64;
 
+/// How often the release of an early-finished task's unread subpartitions is repeated while
+/// their producers run ([`JobManager::release_unread`]): a lost release holds a producer a
+/// few seconds, far less than its TaskManager's heartbeat timeout would.
+pub(super) const UNREAD_RELEASE_REPEAT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Serve the slot queue again (the previous turn used its budget).
 #[derive(Message)]
 #[rtype(result = "()")]
@@ -600,9 +630,7 @@ impl Handler<UpdateTaskExecutionStates> for JobManager {
                 )
             });
             if update.ended_early {
-                self.run_job(update.job_id, ctx, |job, _| {
-                    job.release_unread_inputs(update.attempt)
-                });
+                self.release_unread(update.job_id, update.attempt, ctx);
             }
         }
         self.serve_queue(ctx);

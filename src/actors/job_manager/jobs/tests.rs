@@ -7,6 +7,7 @@ use actix::prelude::*;
 
 use super::super::tests::*;
 use super::super::*;
+use super::UNREAD_RELEASE_REPEAT;
 use crate::base::ids::{ExecutionAttemptId, TaskManagerSessionId};
 use crate::messages::HardwareDescription;
 use crate::messages::task_manager::TaskManagerMessage;
@@ -681,4 +682,89 @@ async fn partitions_an_ended_job_left_behind_are_released_again_at_the_next_hear
         .await;
     settle().await;
     assert_eq!(released(), [forgotten, job_id, job_id]);
+}
+
+/// A task that finished early has its producer's unread subpartitions released by the
+/// JobManager, and again every `UNREAD_RELEASE_REPEAT` while that producer runs: the release is
+/// a tell, and one lost with the task's own (its TaskManager died) would leave the producer
+/// waiting for room for ever. Once the producer ends, nothing more is sent.
+#[actix::test]
+async fn an_early_finished_tasks_release_is_repeated_while_its_producer_runs() {
+    use crate::job::states::ExecutionState;
+    let f = start().await;
+    let (probe, registration) = f.task_manager("tm-1");
+    let instance_id = f.register(&registration).await;
+    let job_id = ask(&f.jm, SubmitJob::new(pipelined_job(1, 60_000)))
+        .await
+        .expect("accepted");
+    settle().await;
+    let tasks: Vec<(String, ExecutionAttemptId)> = deployed_to(&probe)
+        .into_values()
+        .flatten()
+        .map(|(vertex, _, attempt)| (vertex, attempt))
+        .collect();
+    let attempt_of = |name: &str| tasks.iter().find(|(v, _)| v == name).unwrap().1;
+    let (source, sink) = (attempt_of("source"), attempt_of("sink"));
+    // Time passes with the TaskManager heartbeating, so it stays registered.
+    let pass = |time: Duration| {
+        let f = &f;
+        let source = source;
+        async move {
+            let until = Instant::now() + time;
+            while Instant::now() < until {
+                let report = HeartbeatReport {
+                    slots_total: 2,
+                    slots_free: 1,
+                    running: vec![source],
+                    io: vec![],
+                    partitions_of: vec![job_id],
+                    spill: Default::default(),
+                };
+                ask(
+                    &f.jm,
+                    Heartbeat {
+                        resource_id: ResourceId::new("tm-1"),
+                        instance_id,
+                        report,
+                    },
+                )
+                .await;
+                tokio::time::sleep(INTERVAL).await;
+            }
+            settle().await;
+        }
+    };
+    f.report(job_id, &[source, sink], ExecutionState::Running);
+    settle().await;
+    let releases = || {
+        probe.received.filter(|m| match m {
+            TaskManagerMessage::ReleasePartitions(r) if !r.subpartitions.is_empty() => {
+                Some(r.subpartitions.clone())
+            }
+            _ => None,
+        })
+    };
+    f.jm.do_send(UpdateTaskExecutionStates::from(TaskExecutionState {
+        ended_early: true,
+        job_id,
+        attempt: sink,
+        state: ExecutionState::Finished,
+        error: None,
+        unavailable_partition: None,
+        io: None,
+        result: None,
+    }));
+    settle().await;
+    let first = releases();
+    assert_eq!(first.len(), 1, "released at once: {first:?}");
+    assert_eq!(first[0].len(), 1);
+    assert_eq!(first[0][0].0.producer, source);
+    // That release was lost: it comes again while the producer runs.
+    pass(UNREAD_RELEASE_REPEAT * 2 + INTERVAL).await;
+    assert_eq!(releases().len(), 3, "repeated twice more: {:?}", releases());
+    // The producer ends: no more repeats.
+    f.report(job_id, &[source], ExecutionState::Finished);
+    settle().await;
+    pass(UNREAD_RELEASE_REPEAT * 3).await;
+    assert_eq!(releases().len(), 3);
 }
