@@ -22,8 +22,8 @@
 //! fails, with [`NoResourceAvailable`], once it has been in that state for the slot request
 //! timeout.
 //!
-//! **Placement** of one task, in Flink's order: a shared slot on a preferred TaskManager, else a
-//! new slot there, else any shared slot, else a new slot on the TaskManager the slot selection
+//! **Placement** of one task, in Flink's order: a shared slot on a preferred TaskManager (the one
+//! with most of its inputs first, equal ones by most free slots), else a new slot there, else any shared slot, else a new slot on the TaskManager the slot selection
 //! strategy picks (by default the one with the most free slots, ties by registration order, so
 //! one crash takes few tasks). More than [`MAX_PREFERRED_LOCATIONS`] distinct producer locations mean no preference. A *shared slot*
 //! is one physical slot holding at most one subtask of each vertex of one slot sharing group of
@@ -987,10 +987,26 @@ impl Scheduler {
                 preferred = vec![lock.resource_id.clone()];
             }
         }
-        let preferred: Vec<usize> = preferred
+        let mut preferred: Vec<usize> = preferred
             .iter()
             .filter_map(|tm| self.task_manager_keys.get(tm).copied())
             .collect();
+        // The TaskManager with most of the task's inputs first; equal claims go to the one with
+        // the most free slots, so consumers of an all-to-all spread like their producers
+        // instead of all crowding onto the first producer's TaskManager. At most
+        // MAX_PREFERRED_LOCATIONS keys, each counted over the ≤ 8 producers per input.
+        if preferred.len() > 1 {
+            let inputs_on = |tm: usize| {
+                let id = &self.task_managers[tm].id;
+                wanted.iter().filter(|w| *w == id).count()
+            };
+            preferred.sort_by_cached_key(|&tm| {
+                (
+                    std::cmp::Reverse(inputs_on(tm)),
+                    std::cmp::Reverse(self.task_managers[tm].free()),
+                )
+            });
+        }
         // Flink's order: locality first (a shared slot there, else a new slot there), then any
         // shared slot, then a new slot anywhere.
         let slot_key = self

@@ -220,6 +220,33 @@ fn a_shared_slot_on_a_preferred_task_manager_is_local() {
     }
 }
 
+/// Consumers of an all-to-all whose producers ran on every TaskManager have equal claims on
+/// each: they spread by free slots, as their producers did, instead of all taking the first
+/// producer's TaskManager (a blocking job's consumers then read half their input locally and
+/// the other half over two connections, not all of it over one). A TaskManager holding more
+/// of a task's inputs still comes first.
+#[test]
+fn equally_preferred_task_managers_are_filled_by_free_slots_and_more_inputs_win() {
+    let mut cluster = TestCluster::new(2, 2);
+    let consumers: Vec<ResourceId> = (0..2)
+        .map(|i| {
+            let mut consumer = request(1, i);
+            consumer.preferred = vec![tm(0), tm(1)];
+            let placed = cluster.assigned(consumer);
+            assert_eq!(placed.locality, Locality::Local);
+            placed.resource_id
+        })
+        .collect();
+    assert_eq!(consumers, [tm(0), tm(1)], "one on each");
+
+    // tm-1 holds two of the three producers: it wins though tm-0 listed first has as many
+    // free slots.
+    let mut cluster = TestCluster::new(2, 2);
+    let mut weighted = request(1, 0);
+    weighted.preferred = vec![tm(0), tm(1), tm(1)];
+    assert_eq!(cluster.assigned(weighted).resource_id, tm(1));
+}
+
 #[test]
 fn too_many_preferred_locations_count_as_none() {
     let mut cluster = TestCluster::new(10, 1);
