@@ -600,19 +600,24 @@ impl ResultPartitionManager {
         let mut partition = lock(&partition);
         partition.check_writable()?;
         let index = partition.subpartition_index(subpartition)?;
+        Ok(Self::reserve_locked(&mut partition, index, bytes))
+    }
+
+    /// [`reserve`](Self::reserve) under the partition's lock.
+    fn reserve_locked(partition: &mut ResultPartition, index: u32, bytes: usize) -> Space {
         let Some(capacity) = partition.capacity else {
-            return Ok(Space::Available);
+            return Space::Available;
         };
         if let Some(sub) = partition.subpartitions.get_mut(&index) {
             if sub.released {
-                return Ok(Space::Available); // its writes are discarded
+                return Space::Available; // its writes are discarded
             }
             let unread = (sub.buffers.len() as u64).saturating_sub(sub.handed_over);
             if unread >= capacity as u64 {
                 let (sender, receiver) = oneshot::channel();
                 sub.space_waiters.retain(|waiter| !waiter.is_closed());
                 sub.space_waiters.push(sender);
-                return Ok(Space::Full(Room::of(receiver)));
+                return Space::Full(Room::of(receiver));
             }
         }
         match partition
@@ -620,8 +625,8 @@ impl ResultPartitionManager {
             .as_mut()
             .map(|budget| budget.reserve(bytes))
         {
-            Some(Err(room)) => Ok(Space::Full(room)),
-            _ => Ok(Space::Available),
+            Some(Err(room)) => Space::Full(room),
+            _ => Space::Available,
         }
     }
 
@@ -653,6 +658,58 @@ impl ResultPartitionManager {
         let mut partition = lock(&partition);
         partition.check_writable()?;
         let index = partition.subpartition_index(subpartition)?;
+        let first = self.append_locked(&mut partition, index, buffer)?;
+        // The partition's lock goes first: held while waiting for the store-wide `results`
+        // (every producer's first buffer of a subpartition takes it), it made the TaskManager's
+        // actor, which looks at every partition when a consumer subscribes, wait behind
+        // thousands of producers (SubmitTasks unanswered for 10 s at P = 10,000).
+        drop(partition);
+        if first {
+            self.announce_first(id, &[subpartition]);
+        }
+        Ok(())
+    }
+
+    /// Reserves and appends `buffers` (subpartition, buffer) in order under one lock of the
+    /// partition and one of the store's readers, as [`reserve`](Self::reserve) and
+    /// [`append`](Self::append) one by one would: a producer's last buffers, one per
+    /// subpartition (an all-to-all's producer at P = 1,000 ends with a thousand). Stops at the
+    /// first that has no room and answers its [`Room`]; the rest stay in `buffers`, to hand over
+    /// once it fires. Answers the number appended.
+    pub fn append_all(
+        &self,
+        id: ResultPartitionId,
+        buffers: &mut std::collections::VecDeque<(u32, Buffer)>,
+    ) -> Result<(usize, Option<Room>), PartitionError> {
+        let partition = self.get(id)?;
+        let mut partition = lock(&partition);
+        partition.check_writable()?;
+        let (mut appended, mut full, mut first) = (0, None, Vec::new());
+        while let Some((subpartition, buffer)) = buffers.pop_front() {
+            let index = partition.subpartition_index(subpartition)?;
+            if let Space::Full(room) = Self::reserve_locked(&mut partition, index, buffer.len()) {
+                buffers.push_front((subpartition, buffer));
+                full = Some(room);
+                break;
+            }
+            if self.append_locked(&mut partition, index, buffer)? {
+                first.push(subpartition);
+            }
+            appended += 1;
+        }
+        drop(partition);
+        self.announce_first(id, &first);
+        Ok((appended, full))
+    }
+
+    /// [`append`](Self::append) under the partition's lock: whether it was the first buffer of
+    /// its subpartition (its reader must then be told, outside the lock).
+    fn append_locked(
+        &self,
+        partition: &mut ResultPartition,
+        index: u32,
+        buffer: Buffer,
+    ) -> Result<bool, PartitionError> {
         if buffer.is_empty()
             || partition
                 .subpartitions
@@ -662,7 +719,7 @@ impl ResultPartitionManager {
             if let Some(budget) = partition.budget.as_mut() {
                 budget.discarded();
             }
-            return Ok(()); // nothing, or for a consumer that is gone
+            return Ok(false); // nothing, or for a consumer that is gone
         }
         let bytes = buffer.len();
         let fits = partition
@@ -693,20 +750,23 @@ impl ResultPartitionManager {
         let first = sub.buffers.is_empty();
         sub.buffers.push(stored);
         sub.wake();
-        // The partition's lock goes first: held while waiting for the store-wide `results`
-        // (every producer's first buffer of a subpartition takes it), it made the TaskManager's
-        // actor, which looks at every partition when a consumer subscribes, wait behind
-        // thousands of producers (SubmitTasks unanswered for 10 s at P = 10,000).
-        drop(partition);
-        if first {
-            // Its reader on another TaskManager may not listen to it yet (it listens to the
-            // partition's end only): tell it there is data.
-            let mut results = lock(&self.results);
-            // Released meanwhile: its release, which removed it from the map first, cleaned
-            // `results` already. (Removed after this look, its clean-up comes after this.)
-            if !read(&self.partitions).contains_key(&id) {
-                return Ok(());
-            }
+        Ok(first)
+    }
+
+    /// Tells the readers of `subpartitions` of `id`, which just got their first buffers, that
+    /// there is data: a reader on another TaskManager may not listen to them yet (it listens to
+    /// the partition's end only).
+    fn announce_first(&self, id: ResultPartitionId, subpartitions: &[u32]) {
+        if subpartitions.is_empty() {
+            return;
+        }
+        let mut results = lock(&self.results);
+        // Released meanwhile: its release, which removed it from the map first, cleaned
+        // `results` already. (Removed after this look, its clean-up comes after this.)
+        if !read(&self.partitions).contains_key(&id) {
+            return;
+        }
+        for &subpartition in subpartitions {
             let result = results.entry((id.edge, subpartition)).or_default();
             result.with_data.push(id);
             result.readers.retain(|(queue, key)| match queue.upgrade() {
@@ -717,7 +777,6 @@ impl ResultPartitionManager {
                 None => false,
             });
         }
-        Ok(())
     }
 
     /// Marks the partition complete: consumers that read everything now see `finished`.

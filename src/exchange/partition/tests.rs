@@ -490,6 +490,62 @@ fn a_full_producer_is_woken_when_half_its_subpartition_is_free() {
     assert!(room.fired());
 }
 
+/// A producer's last buffers handed over at once: appended in order as one by one, up to the
+/// first subpartition without room, whose room is answered with the rest left to hand over;
+/// nothing is lost or appended twice, and the reader of another TaskManager hears of each
+/// subpartition's first buffer.
+#[test]
+fn buffers_appended_all_at_once_stop_at_the_first_full_subpartition() {
+    let dir = TempDir::new("append-all");
+    let store = ResultPartitionManager::new(dir.0.clone(), usize::MAX);
+    let id = pid(11);
+    store.create_pipelined(id, 3, 2).unwrap();
+    let queue = Arc::new(ReadyQueue::default());
+    store.add_reader(id.edge, 2, &queue, 7);
+    // Subpartition 1 is full (capacity 2).
+    for i in 0..2 {
+        store.append_records(id, 1, buffer(i, 1)).unwrap();
+    }
+    let mut pending: std::collections::VecDeque<(u32, Buffer)> =
+        [(0, 10), (2, 12), (1, 11), (0, 20)]
+            .into_iter()
+            .map(|(sub, value)| (sub, Buffer::from(buffer(value, 1))))
+            .collect();
+    let (appended, full) = store.append_all(id, &mut pending).unwrap();
+    assert_eq!(appended, 2);
+    let mut room = full.expect("subpartition 1 is full");
+    assert_eq!(
+        pending.iter().map(|(sub, _)| *sub).collect::<Vec<_>>(),
+        [1, 0],
+        "the full one and those after it stay"
+    );
+    assert!(
+        queue
+            .take_all()
+            .announced
+            .iter()
+            .any(|(key, partition)| *key == 7 && *partition == id)
+    );
+    // Its consumer takes both: the rest goes.
+    assert!(matches!(
+        store.fetch_with_credit(id, 1, 0, usize::MAX, 2),
+        Fetch::Ready { .. }
+    ));
+    assert!(room.fired());
+    assert_eq!(store.append_all(id, &mut pending).unwrap().0, 2);
+    assert!(pending.is_empty());
+    let values = |sub| match store.fetch_with_credit(id, sub, 0, usize::MAX, 10) {
+        Fetch::Ready { buffers, .. } => records_of(&buffers),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(values(0), [buffer(10, 1), buffer(20, 1)]);
+    assert_eq!(values(2), [buffer(12, 1)]);
+    match store.fetch_with_credit(id, 1, 2, usize::MAX, 10) {
+        Fetch::Ready { buffers, .. } => assert_eq!(records_of(&buffers), [buffer(11, 1)]),
+        other => panic!("{other:?}"),
+    }
+}
+
 #[test]
 fn a_pipelined_batch_fetched_again_fails_instead_of_reading_as_empty() {
     // A remote consumer whose answer was lost with its connection asks again from the same
