@@ -708,7 +708,6 @@ async fn an_early_finished_tasks_release_is_repeated_while_its_producer_runs() {
     // Time passes with the TaskManager heartbeating, so it stays registered.
     let pass = |time: Duration| {
         let f = &f;
-        let source = source;
         async move {
             let until = Instant::now() + time;
             while Instant::now() < until {
