@@ -42,9 +42,11 @@
 //! may be kept and serve; each side sends on the one it keeps in its map, and a side whose dial
 //! was refused (the other already held a live connection) sends on the one it accepted. A new
 //! connection claiming an id this node already holds a live connection with is refused unless
-//! the held one is proven dead: it must answer a probe (a `Ping` its peer's connection answers
-//! by itself) within half the accept timeout, else it is closed and the newcomer (a restarted
-//! node, a node whose network came back) takes over.
+//! the held one is proven dead: a frame read from it within half the accept timeout proves it
+//! alive (a busy peer's data keeps coming when its answer to a probe would wait behind that
+//! data), else it must answer a probe (a `Ping` its peer's connection answers by itself)
+//! within as long again, else it is closed and the newcomer (a restarted node, a node whose
+//! network came back) takes over.
 //!
 //! # Before and after authentication
 //!

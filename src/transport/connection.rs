@@ -49,6 +49,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::future::Future;
 use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -382,6 +383,8 @@ where
             closed: None,
         }),
         closed,
+        opened: Instant::now(),
+        last_frame_ms: AtomicU64::new(0),
     });
     let (reader, writer) = tokio::io::split(stream);
     tokio::task::spawn_local(read_loop(Arc::clone(&shared), reader, inbound));
@@ -501,6 +504,19 @@ impl<P: Payload> Connection<P> {
     /// Why the connection ended, or `None` while it is up.
     pub fn close_reason(&self) -> Option<CloseReason> {
         self.shared.state().closed.clone()
+    }
+
+    /// Whether a frame came from the peer within the last `window`: as sure a sign that the
+    /// peer holding this connection is alive as an answered [`probe`](Self::probe), and one
+    /// that a peer too busy to answer a probe in time still gives while its data flows.
+    pub fn heard_within(&self, window: Duration) -> bool {
+        match self.shared.last_frame_ms.load(Ordering::Relaxed) {
+            0 => false,
+            heard => {
+                let last = Duration::from_millis(heard - 1);
+                self.close_reason().is_none() && self.shared.opened.elapsed() <= last + window
+            }
+        }
     }
 
     /// Whether the peer's end of this connection answers a `Ping` within `patience`: `false`
@@ -641,6 +657,10 @@ struct Shared<P> {
     /// Publishes the close reason: the tasks stop on it, [`Connection::closed`] waits for it.
     /// `State::closed` is the truth; this follows it.
     closed: Latch<CloseReason>,
+    /// When the connection was established, and the last frame read since, in milliseconds
+    /// after it plus one (0: none yet; [`Connection::heard_within`]).
+    opened: Instant,
+    last_frame_ms: AtomicU64,
 }
 
 /// What changes under the lock: the open asks and whether the connection has ended. One lock
@@ -795,6 +815,8 @@ async fn read_loop<R: AsyncRead + Unpin, P: Payload>(
             None => break CloseReason::PeerClosed,
             Some(Err(error)) => break CloseReason::Read(Arc::new(error)),
             Some(Ok(bytes)) => {
+                let heard = shared.opened.elapsed().as_millis() as u64 + 1;
+                shared.last_frame_ms.store(heard, Ordering::Relaxed);
                 shared
                     .metrics
                     .bytes_in

@@ -321,8 +321,8 @@ impl Inner {
     /// Whether to take an authenticated connection from `peer` (the handshake's admission): not
     /// while this node holds another connection with that id whose peer answers a probe, so a
     /// holder of the secret cannot take over a live node's id (and its tasks, its heartbeats)
-    /// by claiming it. A held connection that stays silent for half the accept timeout, or
-    /// closes, is proven dead: it is closed and the newcomer (a restarted node, a node whose
+    /// by claiming it. A held connection that was silent for half the accept timeout and stays
+    /// silent for as long again (no answer to a probe), or closes, is proven dead: it is closed and the newcomer (a restarted node, a node whose
     /// network came back) is admitted.
     pub(super) async fn admit_peer(self: Arc<Self>, peer: String) -> Result<(), String> {
         let mut held: Vec<(u64, Connection)> = self.live_accepted(&peer).into_iter().collect();
@@ -334,7 +334,10 @@ impl Inner {
         }
         let patience = self.config.accept_timeout / 2;
         for (_, connection) in held {
-            if connection.probe(patience).await {
+            // Heard from within the patience, or answering a probe within it: alive. The first
+            // spares a busy peer's live connection (a simultaneous dial between two loaded
+            // TaskManagers) a probe that waits behind its data and comes too late.
+            if connection.heard_within(patience) || connection.probe(patience).await {
                 return Err(format!(
                     "{} already holds a live authenticated connection with {peer}; a second \
                      connection may not claim its id",

@@ -315,6 +315,56 @@ async fn a_newer_connection_from_a_peer_replaces_an_older_one_that_does_not_answ
     .await;
 }
 
+#[actix::test]
+async fn a_connection_heard_from_within_the_patience_keeps_its_id_though_it_answers_no_probe() {
+    // A peer busy with its data answers a probe late, but its frames keep coming: a second
+    // connection claiming its id (a simultaneous dial, an impostor) is refused without waiting
+    // on the probe, and the live one is kept. (This raw peer never answers probes: with the
+    // probe alone, B would close it after the patience and take the newcomer.)
+    use tokio::io::AsyncWriteExt;
+    let (b, _) = endpoint("b", b"secret", 2).await;
+    let connect = || async {
+        let mut stream = tokio::net::TcpStream::connect(b.local_node())
+            .await
+            .expect("connects");
+        let handshake = crate::transport::handshake::initiate(
+            &mut stream,
+            &raw_handshake("127.0.0.1:1"),
+            &b.local_node(),
+            &mut NodeRng::from_entropy(),
+        )
+        .await;
+        (stream, handshake)
+    };
+    let (mut busy, first) = connect().await;
+    first.expect("the first connection is admitted");
+    // A frame (a ping) from the busy peer: B reads it.
+    let ping =
+        crate::transport::envelope::Frame::<crate::messages::payload::Payload>::probe(1, false);
+    let mut framed = (ping.len() as u32).to_be_bytes().to_vec();
+    framed.extend_from_slice(&ping);
+    busy.write_all(&framed).await.expect("writes");
+    eventually("B heard the busy peer", || async {
+        b.inner
+            .live_accepted("127.0.0.1:1")
+            .is_some_and(|(_, held)| held.heard_within(Duration::from_secs(1)))
+            .then_some(())
+    })
+    .await;
+    let (_second, refused) = connect().await;
+    match refused {
+        Err(crate::transport::handshake::HandshakeError::RefusedByPeer { reason }) => {
+            assert!(reason.contains("already holds a live"), "{reason}");
+        }
+        other => panic!("the second connection was not refused: {other:?}"),
+    }
+    let (_, held) = b.inner.live_accepted("127.0.0.1:1").expect("still held");
+    assert!(
+        held.close_reason().is_none(),
+        "the busy peer's connection was kept"
+    );
+}
+
 /// The handshake settings of a raw client of the `remote-test` cluster claiming `node_id`.
 fn raw_handshake(node_id: &str) -> HandshakeConfig {
     HandshakeConfig {
