@@ -53,6 +53,7 @@ use crate::env::blocking_io::{BlockingIo, InlineIo};
 use crate::messages::common::ResultPartitionId;
 
 mod output_budget;
+mod read_buffers;
 mod result_partition;
 mod spill;
 

@@ -6,6 +6,7 @@
 //! subpartitions, and none once its producer finished: reads open the file per fetch.
 //! Buffers are read back, outside any lock, by the fetches planned under it.
 
+use super::read_buffers::READ_BUFFERS;
 use super::*;
 
 impl ResultPartition {
@@ -303,7 +304,8 @@ impl FetchPlan {
 
     /// Takes the planned buffers, reading spilled ones from disk: one open per fetch, every
     /// spilled frame into one allocation the buffers share (a fetch is at most about a
-    /// megabyte), one positioned read per run of frames that lie back to back in the file.
+    /// megabyte; the allocation is recycled, see [`super::read_buffers`]), one positioned read
+    /// per run of frames that lie back to back in the file.
     pub(super) fn read(self) -> Result<Vec<Buffer>, ReadError> {
         // Each spilled frame's place in the file and its length, in order.
         let frames: Vec<(u64, usize)> = self
@@ -314,7 +316,10 @@ impl FetchPlan {
                 PlannedBuffer::Memory(_) => None,
             })
             .collect();
-        let mut read = vec![0u8; frames.iter().map(|(_, len)| len).sum()];
+        let mut read = match frames.iter().map(|(_, len)| len).sum() {
+            0 => Vec::new(),
+            total => READ_BUFFERS.take(total),
+        };
         if !frames.is_empty() {
             let path = self.spill_path.as_ref().ok_or(ReadError::NoSpillFile)?;
             let io_error = |source| ReadError::Io {
@@ -336,7 +341,11 @@ impl FetchPlan {
                 (start, at) = (end, at + run);
             }
         }
-        let read = bytes::Bytes::from(read);
+        let read = if read.is_empty() {
+            bytes::Bytes::new()
+        } else {
+            READ_BUFFERS.share(read)
+        };
         let mut at = 0;
         let mut buffers = Vec::with_capacity(self.items.len());
         for item in self.items {
