@@ -23,14 +23,16 @@
 //! timeout.
 //!
 //! **Placement** of one task, in Flink's order: a shared slot on a preferred TaskManager (the one
-//! with most of its inputs first, equal ones by most free slots), else a new slot there, else any shared slot, else a new slot on the TaskManager the slot selection
-//! strategy picks (by default the one with the most free slots, ties by registration order, so
-//! one crash takes few tasks). More than [`MAX_PREFERRED_LOCATIONS`] distinct producer locations mean no preference. A *shared slot*
-//! is one physical slot holding at most one subtask of each vertex of one slot sharing group of
-//! one job. Co-location locks subtask i of every vertex of a co-location group to the shared slot
-//! the first of them got; after that slot is gone the lock keeps its TaskManager as the preferred
-//! location. When locality spent a slot the bulk needed, the bulk is placed again without
-//! preferences (the exact slot count check below guarantees that this fits).
+//! with most of its inputs first, equal ones by most free slots), else a new slot there, else
+//! any shared slot, else a new slot on the TaskManager the slot selection strategy picks (by
+//! default the one with the most free slots, ties by registration order, so one crash takes few
+//! tasks). More than [`MAX_PREFERRED_LOCATIONS`] distinct producer locations mean no
+//! preference. A *shared slot* is one physical slot holding at most one subtask of each vertex
+//! of one slot sharing group of one job. Co-location locks subtask i of every vertex of a
+//! co-location group to the shared slot the first of them got; after that slot is gone the lock
+//! keeps its TaskManager as the preferred location. When locality spent a slot the bulk needed,
+//! the bulk is placed again without preferences (the exact slot count check below guarantees
+//! that this fits).
 //!
 //! **Costs** (counted in [`SchedulerCounters`], asserted by tests): every lookup is indexed —
 //! TaskManagers by free slots, shared slots per group, vertex and TaskManager, slots and

@@ -31,8 +31,12 @@ impl ReadBuffers {
     }
 
     /// `len` bytes to read into: a kept allocation when there is one (its old contents stay
-    /// until overwritten; only growth is zeroed), else a new one.
+    /// until overwritten; only growth is zeroed), else a new one. Nothing for none (a fetch of
+    /// buffers all in memory).
     pub(super) fn take(&self, len: usize) -> Vec<u8> {
+        if len == 0 {
+            return Vec::new();
+        }
         let kept = self
             .free
             .lock()
@@ -45,6 +49,9 @@ impl ReadBuffers {
 
     /// `buffer` as shared bytes that return it here once the last of them is dropped.
     pub(super) fn share(&'static self, buffer: Vec<u8>) -> Bytes {
+        if buffer.is_empty() {
+            return Bytes::new();
+        }
         Bytes::from_owner(Recycled { buffer, home: self })
     }
 
@@ -103,6 +110,15 @@ mod tests {
             "the same allocation, read into again"
         );
         assert_eq!(again.len(), 800);
+    }
+
+    #[test]
+    fn an_empty_read_neither_takes_nor_keeps_an_allocation() {
+        let pool: &'static ReadBuffers = Box::leak(Box::new(ReadBuffers::new()));
+        drop(pool.share(vec![0; 16]));
+        assert_eq!(pool.take(0).capacity(), 0);
+        assert!(pool.share(Vec::new()).is_empty());
+        assert_eq!(pool.free.lock().unwrap().len(), 1, "the kept one stays");
     }
 
     #[test]

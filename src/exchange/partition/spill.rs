@@ -316,10 +316,7 @@ impl FetchPlan {
                 PlannedBuffer::Memory(_) => None,
             })
             .collect();
-        let mut read = match frames.iter().map(|(_, len)| len).sum() {
-            0 => Vec::new(),
-            total => READ_BUFFERS.take(total),
-        };
+        let mut read = READ_BUFFERS.take(frames.iter().map(|(_, len)| len).sum());
         if !frames.is_empty() {
             let path = self.spill_path.as_ref().ok_or(ReadError::NoSpillFile)?;
             let io_error = |source| ReadError::Io {
@@ -341,11 +338,7 @@ impl FetchPlan {
                 (start, at) = (end, at + run);
             }
         }
-        let read = if read.is_empty() {
-            bytes::Bytes::new()
-        } else {
-            READ_BUFFERS.share(read)
-        };
+        let read = READ_BUFFERS.share(read);
         let mut at = 0;
         let mut buffers = Vec::with_capacity(self.items.len());
         for item in self.items {
