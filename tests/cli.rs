@@ -166,6 +166,43 @@ fn a_missing_input_fails_the_job_with_exit_1() {
     );
 }
 
+/// An invalid operator configuration fails every attempt alike: the job fails at its first
+/// attempt with exit 1 and the operator's message, although the job file keeps Flink's default
+/// restart strategy (exponential delay, never giving up). Before, it restarted for ever.
+#[test]
+fn an_invalid_operator_configuration_fails_the_job_at_once_with_its_reason() {
+    let dir = Scratch::new("bad-config");
+    let job = dir.write(
+        "bad.toml",
+        r#"
+        name = "bad-config"
+        [[vertex]]
+        name = "source"
+        operator = "noop"
+        parallelism = 2
+        config.count = "10"
+        config.payload-bytes = "2000000"
+        [[vertex]]
+        name = "sink"
+        operator = "noop"
+        [[edge]]
+        from = "source"
+        to = "sink"
+        pattern = "all-to-all"
+        "#,
+    );
+    let run = flint(&["run", "--embedded", &arg(&job), "--timeout", "60s"]);
+    assert_eq!(run.code, Some(1), "{run:?}");
+    assert!(run.stdout.contains("FAILED"), "{run:?}");
+    assert!(run.stdout.contains("0 restarts"), "{run:?}");
+    assert!(
+        run.stdout
+            .contains("`payload-bytes` must be at most 1048576, got 2000000")
+            && run.stdout.contains("not restarted"),
+        "the reason is named: {run:?}"
+    );
+}
+
 #[test]
 fn a_job_over_its_timeout_is_cancelled_with_exit_3() {
     let dir = Scratch::new("timeout");

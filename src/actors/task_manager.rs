@@ -466,6 +466,7 @@ impl TaskManager {
         for (attempt, job_id) in std::mem::take(&mut self.unreported_running) {
             let running = TaskExecutionState {
                 ended_early: false,
+                unrecoverable: false,
                 job_id,
                 attempt,
                 state: ExecutionState::Running,
@@ -662,6 +663,7 @@ impl Handler<TaskEnded> for TaskManager {
             result: msg.outcome.result.map(bytes::Bytes::from),
             ended_early: msg.outcome.state == ExecutionState::Finished
                 && msg.outcome.input.ended_early,
+            unrecoverable: msg.outcome.unrecoverable,
         };
         self.report(ended, ctx);
     }

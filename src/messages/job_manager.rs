@@ -636,6 +636,10 @@ pub struct TaskExecutionState {
     /// goes through its data connections and is lost if its TaskManager dies first, and its
     /// pipelined producers would wait for room for ever.
     pub ended_early: bool,
+    /// With FAILED: every attempt would fail the same way (an operator's configuration is
+    /// invalid; Flink's `NonRecoverableError`), so the JobManager fails the job at once
+    /// instead of restarting it under its restart strategy.
+    pub unrecoverable: bool,
 }
 
 /// Why a job request was refused. Not retryable with the same request.

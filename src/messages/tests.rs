@@ -362,6 +362,7 @@ pub(crate) fn job_manager_samples() -> Vec<JobManagerMessage> {
             states: vec![
                 TaskExecutionState {
                     ended_early: false,
+                    unrecoverable: true,
                     job_id: JobId::from_u128(5),
                     attempt: ExecutionAttemptId::from_u128(6),
                     state: ExecutionState::Failed,
@@ -375,6 +376,7 @@ pub(crate) fn job_manager_samples() -> Vec<JobManagerMessage> {
                 },
                 TaskExecutionState {
                     ended_early: false,
+                    unrecoverable: false,
                     job_id: JobId::from_u128(5),
                     attempt: ExecutionAttemptId::from_u128(8),
                     state: ExecutionState::Running,

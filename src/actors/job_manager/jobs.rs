@@ -626,6 +626,7 @@ impl Handler<UpdateTaskExecutionStates> for JobManager {
                     update.state,
                     update.error,
                     update.unavailable_partition,
+                    update.unrecoverable,
                     cx,
                 )
             });

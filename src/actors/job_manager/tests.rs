@@ -158,6 +158,7 @@ impl Fixture {
             self.jm
                 .do_send(UpdateTaskExecutionStates::from(TaskExecutionState {
                     ended_early: false,
+                    unrecoverable: false,
                     job_id,
                     attempt,
                     state,

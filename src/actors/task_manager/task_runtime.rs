@@ -55,6 +55,9 @@ pub struct TaskOutcome {
     pub output: WriterStats,
     /// What it sent back for the JobManager (a `collect()` sink's records), if anything.
     pub result: Option<Vec<u8>>,
+    /// It failed in a way every attempt would (an invalid operator configuration): the
+    /// JobManager fails the job instead of restarting it.
+    pub unrecoverable: bool,
 }
 
 /// Everything a task thread needs.
@@ -115,6 +118,7 @@ pub fn run_task(env: TaskEnvironment, blocker: &dyn TaskBlocker) -> TaskOutcome 
         },
         _ => None,
     };
+    let unrecoverable = matches!(result, Ok(Err(OperatorError::Config { .. })));
     let (state, error) = match result {
         Ok(Ok(())) => (ExecutionState::Finished, None),
         Ok(Err(OperatorError::Cancelled)) => (ExecutionState::Canceled, None),
@@ -143,6 +147,7 @@ pub fn run_task(env: TaskEnvironment, blocker: &dyn TaskBlocker) -> TaskOutcome 
         input,
         output,
         result: sent.filter(|_| state == ExecutionState::Finished),
+        unrecoverable: unrecoverable && state == ExecutionState::Failed,
     }
 }
 

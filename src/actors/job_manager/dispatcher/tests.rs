@@ -183,6 +183,7 @@ async fn what_the_tasks_of_an_ended_job_sent_back_is_kept_and_a_new_leader_answe
     f.report(job_id, &[attempt], ExecutionState::Running);
     f.jm.do_send(UpdateTaskExecutionStates::from(TaskExecutionState {
         ended_early: false,
+        unrecoverable: false,
         job_id,
         attempt,
         state: ExecutionState::Finished,

@@ -14,20 +14,23 @@ impl ExecutionGraph {
         error: Option<String>,
         cx: &mut JobContext<'_>,
     ) -> Vec<JobAction> {
-        self.update_with_lost_input(attempt, state, error, None, cx)
+        self.update_with_lost_input(attempt, state, error, None, false, cx)
     }
 
     /// A task's state changed; if it failed because `lost_input` was missing (Flink's
     /// `PartitionNotFoundException`), that partition's producer, if it is the current attempt
     /// and finished, has lost its result: its region reruns with the consumer's (otherwise the
     /// consumer would restart alone, find the partition missing again, and loop through the
-    /// job's restarts).
+    /// job's restarts). A failure its TaskManager calls `unrecoverable` (an invalid operator
+    /// configuration) fails the job at once, whatever its restart strategy allows: every
+    /// attempt would fail the same way (Flink's `NonRecoverableError`).
     pub fn update_with_lost_input(
         &mut self,
         attempt: ExecutionAttemptId,
         state: ExecutionState,
         error: Option<String>,
         lost_input: Option<ResultPartitionId>,
+        unrecoverable: bool,
         cx: &mut JobContext<'_>,
     ) -> Vec<JobAction> {
         let mut actions = Vec::new();
@@ -72,6 +75,17 @@ impl ExecutionGraph {
         }
         match state {
             ExecutionState::Finished => self.task_finished(task, cx, &mut actions),
+            ExecutionState::Failed if root_cause && unrecoverable => {
+                let reason = error.unwrap_or_else(|| "task failed".to_owned());
+                self.record_exception(&task, reason.clone(), true, now_ms);
+                let first = self.describe_failure(&task, &reason);
+                self.give_up(
+                    first,
+                    "not restarted: every attempt would fail the same way".into(),
+                    cx,
+                    &mut actions,
+                );
+            }
             ExecutionState::Failed if root_cause => {
                 let reason = error.unwrap_or_else(|| "task failed".to_owned());
                 let mut failed = vec![(task, reason)];
@@ -258,22 +272,15 @@ impl ExecutionGraph {
         for (task, reason) in &failed {
             self.record_exception(task, reason.clone(), true, cx.now_ms);
         }
-        let first_reason = failed.first().map(|(t, r)| {
-            let vertex = &self.graph.vertices[t.vertex].name;
-            format!(
-                "{vertex} ({}/{}): {r}",
-                t.subtask + 1,
-                self.graph.vertices[t.vertex].parallelism
-            )
-        });
+        let first_reason = failed.first().map(|(t, r)| self.describe_failure(t, r));
         match self.backoff.on_failure(&mut self.rng) {
             RestartDecision::GiveUp { reason } => {
-                self.failure = Some(format!(
-                    "{} ({reason})",
-                    first_reason.unwrap_or_else(|| "failure".into())
-                ));
-                self.set_status(JobStatus::Failing, cx.now_ms);
-                self.cancel_all(cx, actions);
+                self.give_up(
+                    first_reason.unwrap_or_else(|| "failure".into()),
+                    reason,
+                    cx,
+                    actions,
+                );
             }
             RestartDecision::Restart { delay } => {
                 let mut regions = BTreeSet::new();
@@ -310,6 +317,30 @@ impl ExecutionGraph {
                 });
             }
         }
+    }
+
+    /// `task`'s failure as the job's failure cause names it: "vertex (i/n): reason".
+    fn describe_failure(&self, task: &TaskRef, reason: &str) -> String {
+        let vertex = &self.graph.vertices[task.vertex];
+        format!(
+            "{} ({}/{}): {reason}",
+            vertex.name,
+            task.subtask + 1,
+            vertex.parallelism
+        )
+    }
+
+    /// Fails the job: `first` caused it, `why` it is not restarted.
+    fn give_up(
+        &mut self,
+        first: String,
+        why: String,
+        cx: &mut JobContext<'_>,
+        actions: &mut Vec<JobAction>,
+    ) {
+        self.failure = Some(format!("{first} ({why})"));
+        self.set_status(JobStatus::Failing, cx.now_ms);
+        self.cancel_all(cx, actions);
     }
 
     /// Adds to `restart` the finished regions whose released results a region in it reads, and

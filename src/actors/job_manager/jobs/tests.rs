@@ -745,6 +745,7 @@ async fn an_early_finished_tasks_release_is_repeated_while_its_producer_runs() {
     };
     f.jm.do_send(UpdateTaskExecutionStates::from(TaskExecutionState {
         ended_early: true,
+        unrecoverable: false,
         job_id,
         attempt: sink,
         state: ExecutionState::Finished,

@@ -718,3 +718,38 @@ async fn a_member_that_never_appears_is_unknown_and_a_released_one_released() {
     );
     assert!(started.elapsed() >= crate::exchange::input_gate::PARTITION_REQUEST_TIMEOUT);
 }
+
+/// An invalid configuration fails every attempt alike: the outcome says so, and the JobManager
+/// fails the job instead of restarting it. An operator's own failure does not.
+#[actix::test]
+async fn an_invalid_configuration_is_an_unrecoverable_failure_and_an_operators_own_is_not() {
+    let store = store("unrecoverable");
+    let out = |n| ResultPartitionDeploymentDescriptor {
+        partition: partition(n),
+        pattern: DistributionPattern::Forward,
+        subpartitions: 1,
+        retained: false,
+    };
+    let env = env("unrecoverable", 5);
+    let local = env.address_of("taskmanager/tm-local");
+    let run = |operator: &str, config: &[(&str, &str)], n| {
+        let (env, _) = task(
+            descriptor(operator, config, Vec::new(), vec![out(n)]),
+            store.clone(),
+            NetworkClient::reading_locally(&local, &store),
+        );
+        spawn_task(env)
+    };
+    let bad = run("noop", &[("count", "many")], 1).await.unwrap();
+    assert_eq!(bad.state, ExecutionState::Failed, "{bad:?}");
+    assert!(
+        bad.error
+            .as_deref()
+            .is_some_and(|e| e.contains("invalid configuration")),
+        "{bad:?}"
+    );
+    assert!(bad.unrecoverable, "{bad:?}");
+    let failing = run("fail-once", &[], 2).await.unwrap();
+    assert_eq!(failing.state, ExecutionState::Failed, "{failing:?}");
+    assert!(!failing.unrecoverable, "{failing:?}");
+}

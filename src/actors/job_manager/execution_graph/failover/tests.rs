@@ -199,6 +199,47 @@ fn fixed_delay_fails_the_job_once_its_attempts_are_used_up() {
     assert_eq!(details.restarts, 1);
 }
 
+/// An invalid operator configuration fails every attempt the same way: the job fails at its
+/// first report, however many restarts its strategy allows, and names the error.
+#[test]
+fn an_unrecoverable_failure_fails_the_job_without_a_restart() {
+    let mut h = Harness::new(pairs(1, fixed_delay(5)), &[1]);
+    h.start();
+    h.run_all(&[("source", 0), ("sink", 0)]);
+    let source = h.attempt("source", 0);
+    let bad = "invalid configuration for operator `noop`: key `count` is not a number";
+    let actions = h.call(|m, cx| {
+        m.update_with_lost_input(
+            source,
+            ExecutionState::Failed,
+            Some(bad.into()),
+            None,
+            true,
+            cx,
+        )
+    });
+    assert_eq!(actions, [cancel(0, h.attempt("sink", 0))]);
+    assert_eq!(h.status(), JobStatus::Failing);
+    assert_eq!(h.canceled("sink", 0), released(&[0], JobStatus::Failed));
+    let details = h.master.details();
+    assert_eq!(
+        details.failure.as_deref(),
+        Some(
+            "source (1/1): invalid configuration for operator `noop`: key `count` is not a \
+             number (not restarted: every attempt would fail the same way)"
+        )
+    );
+    assert_eq!(details.restarts, 0);
+    assert!(
+        details
+            .exceptions
+            .iter()
+            .any(|e| e.root_cause && e.reason == bad),
+        "{:?}",
+        details.exceptions
+    );
+}
+
 /// One `SubmitTasks` to one TaskManager lost with three independent regions in it: one fault,
 /// so one failure for the restart strategy and one restart of all three regions. Failed one
 /// task at a time (as before batches) it would spend three attempts and fail the job.
@@ -625,6 +666,7 @@ fn a_consumer_missing_its_input_partition_reruns_the_producer_region() {
             ExecutionState::Failed,
             Some("input unavailable: gone".into()),
             Some(lost),
+            false,
             cx,
         )
     });
@@ -667,7 +709,9 @@ fn a_missing_partition_of_an_older_producer_attempt_reruns_only_the_consumer() {
         producer: ExecutionAttemptId::from_u128(999),
         edge: 0,
     };
-    h.call(|m, cx| m.update_with_lost_input(sink, ExecutionState::Failed, None, Some(stale), cx));
+    h.call(|m, cx| {
+        m.update_with_lost_input(sink, ExecutionState::Failed, None, Some(stale), false, cx)
+    });
     assert_eq!(deployments(&h.restart_due(1)), [deployed("sink", 0, 0)]);
 }
 
