@@ -143,7 +143,7 @@ fn outcome_report(reports: &[SimReport]) -> String {
 
 /// A failure reason without its ids.
 fn failure_kind(reason: &str) -> &'static str {
-    const KINDS: [(&str, &str); 7] = [
+    const KINDS: [(&str, &str); 8] = [
         (
             "NoResourceAvailable",
             "no slots for the slot request timeout",
@@ -154,6 +154,10 @@ fn failure_kind(reason: &str) -> &'static str {
         ("is unreachable", "a TaskManager was unreachable"),
         ("vanished", "a task vanished from its TaskManager"),
         ("fail-once", "the fail-once operator"),
+        (
+            "invalid configuration",
+            "an invalid configuration, not restarted",
+        ),
     ];
     KINDS
         .iter()

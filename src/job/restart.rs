@@ -11,6 +11,10 @@ use std::time::Duration;
 use crate::base::rng::NodeRng;
 use crate::job::graph::RestartStrategyConfig;
 
+/// Why a job failed without a restart, whatever its strategy allows: its failure is not
+/// recoverable (an invalid operator configuration; Flink's `NonRecoverableError`).
+pub const NOT_RESTARTED: &str = "not restarted: every attempt would fail the same way";
+
 /// What to do about a failure.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RestartDecision {

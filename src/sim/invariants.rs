@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use crate::base::ids::{AllocationId, ExecutionAttemptId, JobId, ResourceId};
 use crate::job::graph::{JobGraph, RestartStrategyConfig};
+use crate::job::restart::NOT_RESTARTED;
 use crate::job::states::{ExecutionState, JobStatus};
 use crate::messages::job_manager::{JobDetails, JobManagerStatus};
 use crate::messages::resource_manager::ResourceManagerStatus;
@@ -76,6 +77,9 @@ pub struct JobShape {
     /// The operator identities its vertices need: a TaskManager that places one of its tasks
     /// must have registered them all (its fingerprint), or have declared none.
     pub operators: BTreeSet<String>,
+    /// A vertex's configuration is invalid: the job must fail at that vertex's first attempt,
+    /// not restart for it (only the faults may have restarted it), and never finish.
+    pub misconfigured: bool,
 }
 
 impl JobShape {
@@ -101,6 +105,7 @@ impl JobShape {
                 .sum(),
             ignores_cancel: graph.vertices.iter().any(|v| v.operator == IGNORE_CANCEL),
             operators: graph.vertices.iter().map(|v| v.operator.clone()).collect(),
+            misconfigured: false,
         }
     }
 }
@@ -369,6 +374,15 @@ pub fn jobs_ended(
                 subtasks.join(", ")
             ));
         }
+        let misconfigured = shapes
+            .get(&job.summary.job_id)
+            .is_some_and(|shape| shape.misconfigured);
+        if misconfigured && status == JobStatus::Finished {
+            return Err(format!(
+                "job {} FINISHED although a vertex's configuration is invalid",
+                job.summary.job_id
+            ));
+        }
         if status != JobStatus::Failed {
             continue;
         }
@@ -409,6 +423,17 @@ pub fn jobs_ended(
             } else {
                 0
             };
+        if misconfigured && failure.contains(NOT_RESTARTED) {
+            // The invalid configuration failed the job; only the faults may have restarted it.
+            if job.restarts > caused {
+                return Err(format!(
+                    "job {} with an invalid configuration restarted {} times, but only {caused} \
+                     failures were caused: {failure}",
+                    job.summary.job_id, job.restarts
+                ));
+            }
+            continue;
+        }
         if caused <= absorbed {
             return Err(format!(
                 "job {} FAILED ({failure}) after at most {caused} failures, but its restart strategy absorbs {absorbed}",

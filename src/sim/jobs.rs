@@ -264,6 +264,22 @@ pub fn build(
                 ExchangeMode::Pipelined,
             );
         }
+        JobKind::Misconfigured => {
+            let source = builder
+                .vertex("generate", NOOP, p)
+                .config("count", "1000")
+                .index();
+            let misconfigured = builder
+                .vertex("misconfigured", NOOP, p)
+                .config("count", "a few")
+                .index();
+            builder.edge(
+                source,
+                misconfigured,
+                DistributionPattern::Forward,
+                ExchangeMode::Pipelined,
+            );
+        }
         JobKind::FailOnce => {
             let source = builder
                 .vertex("generate", NOOP, p)

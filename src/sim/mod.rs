@@ -517,7 +517,10 @@ impl Run {
                 ));
                 let graph = spec.graph.clone();
                 self.jobs.borrow_mut().push(Submitted {
-                    shape: JobShape::of(&spec.graph),
+                    shape: JobShape {
+                        misconfigured: *kind == JobKind::Misconfigured,
+                        ..JobShape::of(&spec.graph)
+                    },
                     spec,
                     id: None,
                     answered: false,

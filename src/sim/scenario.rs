@@ -29,6 +29,9 @@ pub enum JobKind {
     Sleep,
     /// A pass-through that fails its first attempt (restarts).
     FailOnce,
+    /// A pass-through whose configuration is invalid: every attempt would fail alike, so the
+    /// job fails at its first attempt, restarted by nothing but the faults.
+    Misconfigured,
     /// Producers silent for minutes of virtual time (a `sleep` of 60 to 120 s), pipelined
     /// all-to-all into a sink: consumers must wait, not time out.
     Silent,
@@ -66,12 +69,18 @@ pub enum JobMix {
 impl JobMix {
     fn draw(self, rng: &mut NodeRng) -> JobKind {
         match self {
-            Self::Classic => match below(rng, 4) {
-                0 => JobKind::WordCount,
-                1 => JobKind::Noop,
-                2 => JobKind::Sleep,
-                _ => JobKind::FailOnce,
-            },
+            // One draw as before (a seed keeps its scenario); an eighth of the fail-once jobs
+            // are misconfigured instead, by the draw's higher bits.
+            Self::Classic => {
+                let drawn = rng.next_u64();
+                match drawn % 4 {
+                    0 => JobKind::WordCount,
+                    1 => JobKind::Noop,
+                    2 => JobKind::Sleep,
+                    _ if (drawn / 4).is_multiple_of(8) => JobKind::Misconfigured,
+                    _ => JobKind::FailOnce,
+                }
+            }
             Self::DataPlane => match below(rng, 5) {
                 0 => JobKind::WordCount,
                 1 => JobKind::BatchWordCount,

@@ -167,6 +167,7 @@ fn shapes(second_group: &str, built_in_failures: u32) -> BTreeMap<JobId, JobShap
             built_in_failures,
             ignores_cancel: false,
             operators: ["program:sim-join@b1".to_owned()].into(),
+            misconfigured: false,
         },
     )]
     .into()
@@ -376,6 +377,41 @@ fn jobs_ended_fails_for_a_job_failed_with_fewer_failures_than_its_strategy_absor
         jobs_ended(&jobs, &shapes("a", 1), &disturbances(&during)),
         Ok(())
     );
+}
+
+/// A job with an invalid configuration fails at its first attempt, restarted by the faults
+/// only; restarting it for the configuration (the strategy's attempts spent, or more restarts
+/// than faults) or finishing it breaks the rule.
+#[test]
+fn jobs_ended_fails_for_a_misconfigured_job_restarted_for_its_configuration_or_finished() {
+    let mut misconfigured = shapes("a", 0);
+    misconfigured
+        .values_mut()
+        .for_each(|s| s.misconfigured = true);
+    let bad = "v1 (1/1): invalid configuration for operator `noop`: key `count` is not a number";
+    let at_once = [failed_job(&format!("{bad} ({NOT_RESTARTED})"))];
+    assert_eq!(jobs_ended(&at_once, &misconfigured, &[]), Ok(()));
+    // Restarted once with no fault to cause it: the configuration was retried.
+    let mut retried = at_once.clone();
+    retried[0].restarts = 1;
+    let error = jobs_ended(&retried, &misconfigured, &[]).unwrap_err();
+    assert!(error.contains("restarted 1 times"), "{error}");
+    // A fault during its run accounts for one restart.
+    assert_eq!(
+        jobs_ended(&retried, &misconfigured, &disturbances(&[EPOCH + 1])),
+        Ok(())
+    );
+    // A strategy that gave up after its attempts: each was spent on the configuration.
+    let exhausted = [failed_job(&format!(
+        "{bad} (fixed-delay restart strategy exhausted its 4 restart attempts)"
+    ))];
+    let error = jobs_ended(&exhausted, &misconfigured, &[]).unwrap_err();
+    assert!(error.contains("after at most 0 failures"), "{error}");
+    let mut finished = consistent().jobs;
+    finished[0].summary.status = JobStatus::Finished;
+    let error = jobs_ended(&finished, &misconfigured, &[]).unwrap_err();
+    assert!(error.contains("FINISHED although"), "{error}");
+    assert_eq!(jobs_ended(&finished, &shapes("a", 0), &[]), Ok(()));
 }
 
 #[test]

@@ -81,7 +81,7 @@ impl ExecutionGraph {
                 let first = self.describe_failure(&task, &reason);
                 self.give_up(
                     first,
-                    "not restarted: every attempt would fail the same way".into(),
+                    crate::job::restart::NOT_RESTARTED.into(),
                     cx,
                     &mut actions,
                 );
