@@ -33,7 +33,8 @@ pub enum OperatorError {
     /// The task was cancelled; not a failure.
     #[error("cancelled")]
     Cancelled,
-    /// The operator's configuration is wrong (not retryable).
+    /// The operator's configuration is wrong: every attempt would fail alike, so the job
+    /// fails at once instead of restarting (the task reports it `unrecoverable`).
     #[error("invalid configuration for operator `{operator}`: {message}")]
     Config {
         /// The operator.
