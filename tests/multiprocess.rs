@@ -557,6 +557,60 @@ impl SlowWordCount {
 }
 
 /// Every `*.spill` file under `dir`, recursively.
+/// Records up to the exchange's largest cross processes; a larger one fails its job at once,
+/// naming both sizes, although the job keeps the default restart strategy (it never gives up).
+/// Before, a 20 MB line read by `text-source` broke the data connection that had to carry it,
+/// and the job restarted with "the data connection broke" for a reason.
+#[actix::test]
+async fn records_up_to_the_exchange_limit_cross_processes_and_a_larger_one_fails_at_once() {
+    use flint::job::graph::{DistributionPattern, ExchangeMode, JobGraph};
+    use flint::operators::builtin::{NOOP, TEXT_SOURCE};
+
+    let dir = scratch("large-records");
+    // Two processes of one slot: each source beside one sink; every line goes to the sink of
+    // the empty key, so one source's lines cross to the other process.
+    let (_jm, client) = process_cluster(&dir, 2, 1, "5s", "").await;
+    let graph = |input: &std::path::Path| {
+        let mut b = JobGraph::builder("large-records");
+        let source = b
+            .vertex("source", TEXT_SOURCE, 2)
+            .config("path", input.display().to_string())
+            .index();
+        let sink = b.vertex("sink", NOOP, 2).index();
+        b.edge(
+            source,
+            sink,
+            DistributionPattern::AllToAll,
+            ExchangeMode::Pipelined,
+        );
+        b.build(|_| true).unwrap()
+    };
+    let large = "x".repeat(7_000_000);
+    let fits = dir.join("fits.txt");
+    std::fs::write(
+        &fits,
+        format!("{large}\n{large}\nsmall\n{large}\n{large}\n"),
+    )
+    .unwrap();
+    let job = client.submit(graph(&fits)).await;
+    let details = client.wait_for_job(job, DEADLINE).await;
+    assert_eq!(details.summary.status, JobStatus::Finished, "{details:#?}");
+
+    let too_large = dir.join("too-large.txt");
+    let line = "y".repeat(flint::exchange::MAX_RECORD_BYTES);
+    std::fs::write(&too_large, format!("small\n{line}\n")).unwrap();
+    let job = client.submit(graph(&too_large)).await;
+    let details = client.wait_for_job(job, DEADLINE).await;
+    assert_eq!(details.summary.status, JobStatus::Failed, "{details:#?}");
+    let failure = details.failure.clone().unwrap_or_default();
+    assert!(
+        failure.contains("is larger than the largest the exchange carries (8388608 bytes)")
+            && failure.contains(flint::job::restart::NOT_RESTARTED),
+        "{failure}"
+    );
+    assert_eq!(details.restarts, 0, "{details:#?}");
+}
+
 fn spill_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     let mut found = Vec::new();
     let Ok(entries) = std::fs::read_dir(dir) else {

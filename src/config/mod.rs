@@ -654,6 +654,19 @@ impl ClusterConfig {
             )
             .because_of("resourcemanager.max-pool-size"));
         }
+        if self.taskmanager.network_buffer_size > crate::exchange::MAX_RECORD_BYTES as u64 {
+            return Err(ConfigError::invalid(
+                "taskmanager.network.buffer-size",
+                keys::find("taskmanager.network.buffer-size")
+                    .and_then(|key| key.value(self))
+                    .unwrap_or_default(),
+                format!(
+                    "at most {} bytes (8mb): every network buffer must fit one message between \
+                     TaskManagers",
+                    crate::exchange::MAX_RECORD_BYTES
+                ),
+            ));
+        }
         let network = self.taskmanager.network();
         // One task with one input channel and one output, with room to lend beside it.
         let one_task = network.bytes((network.gate_floor(1) + network.output_floor(1)) * 4 / 3 + 1);

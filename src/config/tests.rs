@@ -324,6 +324,17 @@ fn zero_slots_names_the_key() {
     assert_eq!(error_key(&config), "taskmanager.slots");
 }
 
+/// A network buffer must fit one message between TaskManagers: 8 MiB is the most.
+#[test]
+fn a_buffer_size_over_the_largest_record_names_the_key() {
+    let mut config = ClusterConfig::default();
+    config.taskmanager.network_buffer_size = crate::exchange::MAX_RECORD_BYTES as u64;
+    config.taskmanager.network_memory = 1 << 30;
+    assert!(config.validate().is_ok(), "{:?}", config.validate());
+    config.taskmanager.network_buffer_size += 1;
+    assert_eq!(error_key(&config), "taskmanager.network.buffer-size");
+}
+
 #[test]
 fn zero_or_too_small_network_settings_name_the_key() {
     for (key, change) in [

@@ -49,6 +49,18 @@ pub enum ExchangeError {
     /// refuses).
     #[error("cannot serialize a record")]
     Serialize(#[source] CodecError),
+    /// A record is larger than any buffer the exchange carries between TaskManagers
+    /// ([`super::MAX_RECORD_BYTES`]). Every attempt would write it again: the job fails.
+    #[error(
+        "a record of {bytes} bytes is larger than the largest the exchange carries ({max} bytes); \
+         split it into smaller records"
+    )]
+    RecordTooLarge {
+        /// The record's encoded size.
+        bytes: usize,
+        /// The limit.
+        max: usize,
+    },
     /// A buffer that arrived cannot be read back into records.
     #[error("an input buffer is garbled")]
     Garbled(#[from] BufferError),

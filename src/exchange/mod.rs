@@ -50,6 +50,14 @@ pub use buffer::{Buffer, BufferBuilder, BufferError, BufferReader};
 pub use error::ExchangeError;
 pub use partition::{Fetch, PartitionError, PartitionStats, ResultPartitionManager};
 
+/// The largest record (encoded) a task may write: a record larger than a network buffer
+/// travels as a buffer of its own, and every buffer must fit one message between TaskManagers
+/// with a full answer's other data and notices beside it ([`server::FETCH_BYTES`],
+/// [`server::NOTICE_BYTES`], the transport's 16 MiB frame). A larger one fails its task at
+/// once, naming both sizes ([`ExchangeError::RecordTooLarge`]), instead of breaking the data
+/// connection that would carry it. `taskmanager.network.buffer-size` is bounded by it too.
+pub const MAX_RECORD_BYTES: usize = 8 << 20;
+
 /// The unread buffers a pipelined subpartition holds before its producer waits (Flink's
 /// `taskmanager.network.memory.max-buffers-per-channel`, 10): room enough that a producer and
 /// its consumer rarely wait for each other buffer by buffer, bounded so a slow consumer slows

@@ -56,6 +56,13 @@ const _: () = assert!(
     "an answer must fit a frame with room for channel keys and framing"
 );
 
+// An answer's data may pass FETCH_BYTES by one buffer, at most the largest record.
+const _: () = assert!(
+    FETCH_BYTES + NOTICE_BYTES + super::MAX_RECORD_BYTES
+        <= crate::transport::frame::DEFAULT_MAX_FRAME * 7 / 8,
+    "an answer with the largest record must fit a frame with room for keys and framing"
+);
+
 /// The oldest of `notices` that fit in `budget` bytes (at least one), taken out in order.
 fn next_notices(notices: &mut Vec<PartitionNotice>, budget: usize) -> Vec<PartitionNotice> {
     // Generous sizes of their encoding: numbers are varints of at most 5 bytes here.

@@ -142,8 +142,9 @@ impl ResultPartitionWriter {
 
     /// Appends one record's encoding (`encoded`, as [`codec::encode_into`] writes it) to
     /// subpartition `sub` of output `output`; a buffer that would pass the buffer size goes to
-    /// the store first, waiting for room. A record larger than a buffer travels alone. The
-    /// caller routes: the exchange never looks inside a record.
+    /// the store first, waiting for room. A record larger than a buffer travels alone; one over
+    /// [`super::MAX_RECORD_BYTES`] is refused. The caller routes: the exchange never looks
+    /// inside a record.
     pub fn write(
         &mut self,
         output: usize,
@@ -153,6 +154,12 @@ impl ResultPartitionWriter {
         cancelled: &Arc<Cancellation>,
     ) -> Result<(), ExchangeError> {
         let bytes = encoded.len();
+        if bytes > super::MAX_RECORD_BYTES {
+            return Err(ExchangeError::RecordTooLarge {
+                bytes,
+                max: super::MAX_RECORD_BYTES,
+            });
+        }
         let filled = self.outputs[output].buffers[sub].len();
         if filled > 0 && filled + bytes > self.buffer_size {
             self.hand_over(output, sub, blocker, cancelled)?;

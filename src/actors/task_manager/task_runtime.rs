@@ -118,7 +118,15 @@ pub fn run_task(env: TaskEnvironment, blocker: &dyn TaskBlocker) -> TaskOutcome 
         },
         _ => None,
     };
-    let unrecoverable = matches!(result, Ok(Err(OperatorError::Config { .. })));
+    // Every attempt would fail alike: an invalid configuration, a record too large to send.
+    let unrecoverable = match &result {
+        Ok(Err(OperatorError::Config { .. })) => true,
+        Ok(Err(OperatorError::Exchange(error))) => matches!(
+            error.downcast_ref(),
+            Some(crate::exchange::ExchangeError::RecordTooLarge { .. })
+        ),
+        _ => false,
+    };
     let (state, error) = match result {
         Ok(Ok(())) => (ExecutionState::Finished, None),
         Ok(Err(OperatorError::Cancelled)) => (ExecutionState::Canceled, None),

@@ -753,3 +753,44 @@ async fn an_invalid_configuration_is_an_unrecoverable_failure_and_an_operators_o
     assert_eq!(failing.state, ExecutionState::Failed, "{failing:?}");
     assert!(!failing.unrecoverable, "{failing:?}");
 }
+
+/// A record over the largest the exchange carries fails its task at once, named with both
+/// sizes, and unrecoverable (every attempt would write it again): before, it broke the data
+/// connection that had to carry it, and the job restarted with a misleading reason.
+#[actix::test]
+async fn a_record_over_the_largest_the_exchange_carries_fails_its_task_unrecoverably() {
+    let env = env("large-record", 6);
+    let store = store("large-record");
+    let local = env.address_of("taskmanager/tm-local");
+    let input = std::env::temp_dir().join(format!(
+        "flint-task-runtime-large-record-{}.txt",
+        std::process::id()
+    ));
+    let line = "x".repeat(crate::exchange::MAX_RECORD_BYTES);
+    std::fs::write(&input, format!("small\n{line}\n")).unwrap();
+    let output = ResultPartitionDeploymentDescriptor {
+        partition: partition(1),
+        pattern: DistributionPattern::Forward,
+        subpartitions: 1,
+        retained: false,
+    };
+    let (task, _) = task(
+        descriptor(
+            "text-source",
+            &[("path", &input.display().to_string())],
+            Vec::new(),
+            vec![output],
+        ),
+        store.clone(),
+        NetworkClient::reading_locally(&local, &store),
+    );
+    let outcome = spawn_task(task).await.unwrap();
+    std::fs::remove_file(&input).unwrap();
+    assert_eq!(outcome.state, ExecutionState::Failed, "{:?}", outcome.error);
+    let error = outcome.error.clone().unwrap_or_default();
+    assert!(
+        error.contains("larger than the largest the exchange carries (8388608 bytes)"),
+        "{error}"
+    );
+    assert!(outcome.unrecoverable, "{error}");
+}
