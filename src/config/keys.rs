@@ -540,7 +540,7 @@ static KEYS: [Key; 70] = [
     },
     Key {
         name: "taskmanager.network.buffer-size",
-        doc: "Bytes a producer collects for one consumer before handing them over as one network buffer.",
+        doc: "Bytes a producer collects for one consumer before handing them over as one network buffer (at most 8mb: every buffer must fit one message between TaskManagers; a record larger than a buffer travels alone, up to the same 8 MiB).",
         secret: false,
         kind: Kind::Bytes(Field {
             get: |c| c.taskmanager.network_buffer_size,
