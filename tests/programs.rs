@@ -585,6 +585,32 @@ fn a_panicking_function_fails_the_job_with_its_message_and_the_cluster_runs_on()
     assert!(error.contains("bounded to 1000 bytes"), "{error}");
 }
 
+/// A collect subtask sends its records back in its final report, one message: at most 8 MiB
+/// each, whatever the bound. Past it the job fails naming the cap and the way out; spread
+/// over more subtasks the same records are collected.
+#[test]
+fn a_collect_subtask_sends_back_at_most_its_report_can_carry() {
+    let collect = |parallelism: u32| {
+        Program::new("large_collect", move |env: &Env| {
+            env.set_restart_strategy(RestartStrategyConfig::None);
+            env.set_parallelism(parallelism);
+            let collected = env
+                .from_collection((0..100_000u64).collect::<Vec<_>>())
+                .map(|i| format!("{i:0>100}"))
+                .collect_bounded(1 << 30);
+            let result = env.execute("large collect")?;
+            assert_eq!(result.get(&collected)?.len(), 100_000);
+            Ok(())
+        })
+    };
+    let error = run(collect(1), &[]).unwrap_err().to_string();
+    assert!(
+        error.contains("at most 8388608 bytes of encoded records back from each of its 1 subtasks"),
+        "{error}"
+    );
+    run(collect(2), &[]).unwrap();
+}
+
 #[test]
 fn chained_operators_pass_records_without_serializing_them() {
     let (slot, out) = answer::<(usize, usize, Vec<Vec<String>>)>();

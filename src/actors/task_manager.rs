@@ -36,7 +36,7 @@ use crate::messages::ResultPartitionId;
 use crate::messages::TaskIoSnapshot;
 use crate::messages::deployment::TaskDeploymentDescriptor;
 use crate::messages::job_manager::{
-    DisconnectTaskManager, TaskExecutionState, UpdateTaskExecutionStates,
+    DisconnectTaskManager, MAX_TASK_RESULT_BYTES, TaskExecutionState, UpdateTaskExecutionStates,
 };
 use crate::messages::job_manager::{
     Heartbeat, HeartbeatReport, HeartbeatResponse, JobManagerGateway, RegisterTaskManager,
@@ -574,24 +574,55 @@ impl Handler<FlushReports> for TaskManager {
             }
             return;
         };
-        let terminal: Vec<ExecutionAttemptId> = states
-            .iter()
-            .filter(|s| s.state.is_terminal())
-            .map(|s| s.attempt)
+        // In order, each message within the transport's: results of several collect sinks
+        // that ended in one turn could pass it together.
+        let deliveries: Vec<_> = by_result_bytes(states)
+            .into_iter()
+            .map(|states| {
+                let terminal: Vec<ExecutionAttemptId> = states
+                    .iter()
+                    .filter(|s| s.state.is_terminal())
+                    .map(|s| s.attempt)
+                    .collect();
+                let delivery = deliver_states(
+                    jm.update_task_execution_states.clone(),
+                    UpdateTaskExecutionStates { states },
+                    self.settings.resource_id.clone(),
+                );
+                (delivery, terminal)
+            })
             .collect();
-        let delivery = deliver_states(
-            jm.update_task_execution_states.clone(),
-            UpdateTaskExecutionStates { states },
-            self.settings.resource_id.clone(),
-        );
         let me = ctx.address();
         actix::spawn(async move {
-            delivery.await;
-            if !terminal.is_empty() {
-                me.do_send(FinalReportsSettled(terminal));
+            for (delivery, terminal) in deliveries {
+                delivery.await;
+                if !terminal.is_empty() {
+                    me.do_send(FinalReportsSettled(terminal));
+                }
             }
         });
     }
+}
+
+/// `states` in order, cut so that the results in each part add up to at most
+/// [`MAX_TASK_RESULT_BYTES`] (a state whose result alone reaches it goes alone).
+fn by_result_bytes(states: Vec<TaskExecutionState>) -> Vec<Vec<TaskExecutionState>> {
+    let mut parts: Vec<Vec<TaskExecutionState>> = Vec::new();
+    let mut bytes = 0;
+    for state in states {
+        let size = state.result.as_ref().map_or(0, |r| r.len());
+        match parts.last_mut() {
+            Some(part) if bytes + size <= MAX_TASK_RESULT_BYTES => {
+                bytes += size;
+                part.push(state);
+            }
+            _ => {
+                bytes = size;
+                parts.push(vec![state]);
+            }
+        }
+    }
+    parts
 }
 
 /// Final state reports were acknowledged, or their delivery gave up.

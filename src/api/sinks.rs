@@ -9,6 +9,7 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use crate::base::codec;
+use crate::messages::job_manager::MAX_TASK_RESULT_BYTES;
 use crate::operators::OperatorError;
 
 use super::data::Data;
@@ -27,11 +28,14 @@ where
 }
 
 /// `collect()`: every record encoded into the task's result, up to `bound` bytes over the job
-/// (each subtask gets its share); past it the task fails, naming the bound.
+/// (each subtask gets its share, at most [`MAX_TASK_RESULT_BYTES`]: a result travels in one
+/// message); past it the task fails, naming the bound.
 struct Collect<T> {
     bytes: Vec<u8>,
+    /// This subtask's share of `bound`, at most [`MAX_TASK_RESULT_BYTES`].
     limit: usize,
     bound: usize,
+    parallelism: usize,
     node: String,
     _records: std::marker::PhantomData<fn(T)>,
 }
@@ -43,12 +47,24 @@ impl<T: Data> Push<T> for Collect<T> {
             source: Box::new(e),
         })?;
         if self.bytes.len() > self.limit {
-            return Err(OperatorError::Failed(format!(
-                "{}: collect() is bounded to {} bytes of encoded records and got more; write \
-                 large results to files (write_csv, write_text) or raise the bound with \
-                 collect_bounded",
-                self.node, self.bound
-            )));
+            return Err(OperatorError::Failed(
+                if self.limit < self.bound / self.parallelism {
+                    format!(
+                        "{}: collect() sends at most {MAX_TASK_RESULT_BYTES} bytes of encoded \
+                     records back from each of its {} subtasks (they travel in the task's \
+                     final report) and one got more; collect with a higher parallelism, or \
+                     write large results to files (write_csv, write_text)",
+                        self.node, self.parallelism
+                    )
+                } else {
+                    format!(
+                        "{}: collect() is bounded to {} bytes of encoded records and got more; \
+                     write large results to files (write_csv, write_text) or raise the bound \
+                     with collect_bounded",
+                        self.node, self.bound
+                    )
+                },
+            ));
         }
         Ok(())
     }
@@ -62,10 +78,12 @@ impl<T: Data> Push<T> for Collect<T> {
 /// A collect sink of `bound` bytes over all its subtasks.
 pub(crate) fn collect<T: Data>(bound: usize) -> Arc<dyn NodeRuntime> {
     sink_node::<T, _>(move |cx| {
+        let parallelism = cx.parallelism.max(1) as usize;
         Ok(Box::new(Collect::<T> {
             bytes: Vec::new(),
-            limit: bound / cx.parallelism.max(1) as usize,
+            limit: (bound / parallelism).min(MAX_TASK_RESULT_BYTES),
             bound,
+            parallelism,
             node: cx.node.clone(),
             _records: std::marker::PhantomData,
         }))

@@ -180,6 +180,13 @@ impl RestError {
 }
 
 /// A request and its body.
+/// The largest answer read (ureq's default): every answer but a job's results is small.
+const BODY_LIMIT: u64 = 10 << 20;
+
+/// The largest job results read: what `collect()` sinks gathered, base64 in JSON, bounded by
+/// the program's collect bounds (16 MiB of records by default).
+pub const RESULTS_BODY_LIMIT: u64 = 1 << 30;
+
 enum Request<'a> {
     Get,
     Post(&'a str),
@@ -270,9 +277,14 @@ impl RestClient {
         )
     }
 
-    /// `GET /jobs/{id}/results`: what its `collect()` sinks gathered.
+    /// `GET /jobs/{id}/results`: what its `collect()` sinks gathered (up to
+    /// [`RESULTS_BODY_LIMIT`], not the usual [`BODY_LIMIT`]).
     pub fn results(&self, id: JobId) -> Result<Answer<JobResultsView>, RestError> {
-        self.call(Request::Get, &format!("/jobs/{id}/results"))
+        self.call_within(
+            Request::Get,
+            &format!("/jobs/{id}/results"),
+            RESULTS_BODY_LIMIT,
+        )
     }
 
     /// `POST /jobs`: submits `graph`.
@@ -336,6 +348,16 @@ impl RestClient {
         request: Request<'_>,
         path: &str,
     ) -> Result<Answer<T>, RestError> {
+        self.call_within(request, path, BODY_LIMIT)
+    }
+
+    /// [`call`](Self::call), reading an answer of at most `limit` bytes.
+    fn call_within<T: DeserializeOwned>(
+        &self,
+        request: Request<'_>,
+        path: &str,
+        limit: u64,
+    ) -> Result<Answer<T>, RestError> {
         let mut url = self.endpoint.url.join(path);
         let described = format!("{} {path}", request.method());
         let mut redirects = 0;
@@ -393,6 +415,8 @@ impl RestClient {
         let status = response.status().as_u16();
         let body = response
             .body_mut()
+            .with_config()
+            .limit(limit)
             .read_to_string()
             .map_err(|e| self.transport_error(e, &described))?;
         if !(200..300).contains(&status) {

@@ -629,6 +629,7 @@ pub struct TaskExecutionState {
     pub io: Option<TaskIoSnapshot>,
     /// With FINISHED: what the task sent back for its job's client (a `collect()` sink's
     /// encoded records), if anything.
+    /// At most [`MAX_TASK_RESULT_BYTES`].
     pub result: Option<bytes::Bytes>,
     /// With FINISHED: the task stopped reading its inputs before their end (a `first_n`, an
     /// operator that returns early). The JobManager then releases what its producers still
@@ -641,6 +642,13 @@ pub struct TaskExecutionState {
     /// instead of restarting it under its restart strategy.
     pub unrecoverable: bool,
 }
+
+/// The most a task sends back in its final report ([`TaskExecutionState::result`]): a report
+/// with it fits one message of the transport (16 MiB), and a TaskManager sends reports whose
+/// results together pass it in messages of their own.
+pub const MAX_TASK_RESULT_BYTES: usize = 8 << 20;
+
+const _: () = assert!(MAX_TASK_RESULT_BYTES <= crate::transport::frame::DEFAULT_MAX_FRAME / 2);
 
 /// Why a job request was refused. Not retryable with the same request.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]

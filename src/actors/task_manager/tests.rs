@@ -1047,3 +1047,35 @@ async fn a_released_subpartition_lets_its_waiting_pipelined_producer_finish() {
     advance(RUNNING_REPORT_DELAY.as_millis() as u64 * 4).await;
     assert_eq!(reports(&f, 31), vec![ExecutionState::Finished]);
 }
+
+/// Final reports of one turn go in messages whose results add up to at most
+/// `MAX_TASK_RESULT_BYTES` each, in order: two collect sinks ending together could otherwise
+/// pass the transport's message limit between them.
+#[test]
+fn reports_are_cut_so_their_results_fit_a_message_each() {
+    let state = |n: u128, result: usize| TaskExecutionState {
+        job_id: JobId::from_u128(1),
+        attempt: ExecutionAttemptId::from_u128(n),
+        state: ExecutionState::Finished,
+        error: None,
+        unavailable_partition: None,
+        io: None,
+        result: (result > 0).then(|| bytes::Bytes::from(vec![0u8; result])),
+        ended_early: false,
+        unrecoverable: false,
+    };
+    let half = MAX_TASK_RESULT_BYTES / 2;
+    let parts = by_result_bytes(vec![
+        state(1, 0),
+        state(2, half),
+        state(3, half),
+        state(4, 1),
+        state(5, MAX_TASK_RESULT_BYTES),
+        state(6, 0),
+    ]);
+    let attempts: Vec<Vec<u128>> = parts
+        .iter()
+        .map(|part| part.iter().map(|s| s.attempt.as_u128()).collect())
+        .collect();
+    assert_eq!(attempts, [vec![1, 2, 3], vec![4], vec![5, 6]]);
+}

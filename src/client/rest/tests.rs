@@ -160,3 +160,25 @@ fn a_port_nobody_listens_on_is_unreachable_and_names_the_url() {
         assert!(message.contains(needle), "`{needle}` in {message}");
     }
 }
+
+/// A job's collected records can pass the 10 MiB every other answer is held to: results of a
+/// few MiB per collect subtask, base64 in JSON, are read whole (they failed as "not Flint's
+/// REST API" before), while a job listing that large is still refused.
+#[test]
+fn job_results_may_pass_the_usual_answer_limit_and_other_answers_may_not() {
+    use crate::messages::job_manager::JobResults;
+    let job_id: JobId = JOB_ID.parse().unwrap();
+    let records = bytes::Bytes::from(vec![7u8; 12 << 20]);
+    let results = JobResults {
+        status: Some(JobStatus::Finished),
+        vertices: [("collect".to_owned(), vec![Some(records.clone())])].into(),
+    };
+    let body = serde_json::to_string(&crate::rest::views::job_results(job_id, &results)).unwrap();
+    assert!(body.len() as u64 > BODY_LIMIT);
+    let server = Server::start(vec![(200, body.clone()), (200, body)]);
+    let client = server.client(None);
+    let answered = client.results(job_id).unwrap();
+    assert_eq!(answered.value.state, Some(JobStatus::Finished));
+    assert_eq!(answered.value.vertices["collect"].len(), 1);
+    assert!(client.jobs().is_err(), "an ordinary answer stays bounded");
+}
