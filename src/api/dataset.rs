@@ -442,8 +442,8 @@ impl<T: Data> DataSet<T> {
 
     /// Sends every record back to the program: after [`Env::execute`](super::Env::execute),
     /// [`JobResult::get`](super::JobResult::get) returns them. Bounded to
-    /// [`DEFAULT_COLLECT_BOUND`] bytes of encoded records; past it the job fails naming the
-    /// bound.
+    /// [`DEFAULT_COLLECT_BOUND`] bytes of encoded records (at most 8 MiB from each subtask, whose
+    /// final report carries them); past it the job fails naming the bound.
     pub fn collect(&self) -> Collected<T> {
         self.collect_bounded(DEFAULT_COLLECT_BOUND)
     }
