@@ -634,6 +634,13 @@ impl ClusterConfig {
         render(self, None, Secrets::Omit)
     }
 
+    /// `name`'s value as a configuration file would show it (for an error naming it).
+    fn shown(&self, name: &str) -> String {
+        keys::find(name)
+            .and_then(|key| key.value(self))
+            .unwrap_or_default()
+    }
+
     /// Checks every value against what its key accepts, then the rules across keys.
     pub fn validate(&self) -> Result<(), ConfigError> {
         for key in keys::keys() {
@@ -657,9 +664,7 @@ impl ClusterConfig {
         if self.taskmanager.network_buffer_size > crate::exchange::MAX_RECORD_BYTES as u64 {
             return Err(ConfigError::invalid(
                 "taskmanager.network.buffer-size",
-                keys::find("taskmanager.network.buffer-size")
-                    .and_then(|key| key.value(self))
-                    .unwrap_or_default(),
+                self.shown("taskmanager.network.buffer-size"),
                 format!(
                     "at most {} bytes (8mb): every network buffer must fit one message between \
                      TaskManagers",
@@ -673,9 +678,7 @@ impl ClusterConfig {
         if self.taskmanager.network_memory < one_task {
             return Err(ConfigError::invalid(
                 "taskmanager.network.memory",
-                keys::find("taskmanager.network.memory")
-                    .and_then(|key| key.value(self))
-                    .unwrap_or_default(),
+                self.shown("taskmanager.network.memory"),
                 format!(
                     "at least the guaranteed buffers of one task with one input and one output \
                      channel, and a quarter more to lend ({one_task} bytes at this buffer-size)"
