@@ -638,8 +638,8 @@ pub struct TaskExecutionState {
     /// pipelined producers would wait for room for ever.
     pub ended_early: bool,
     /// With FAILED: every attempt would fail the same way (an operator's configuration is
-    /// invalid; Flink's `NonRecoverableError`), so the JobManager fails the job at once
-    /// instead of restarting it under its restart strategy.
+    /// invalid, a record is too large for the exchange; Flink's `NonRecoverableError`), so the
+    /// JobManager fails the job at once instead of restarting it under its restart strategy.
     pub unrecoverable: bool,
 }
 

@@ -126,8 +126,8 @@ pub const SECRET_ENV: &str = "FLINT_SECRET";
 /// 18: a task that finished early says so (`TaskExecutionState::ended_early`) and the JobManager
 ///    releases what its running producers write for it (`ReleasePartitions::subpartitions`).
 /// 19: a failed task says whether every attempt would fail alike
-///    (`TaskExecutionState::unrecoverable`: an invalid operator configuration), and the
-///    JobManager then fails the job instead of restarting it.
+///    (`TaskExecutionState::unrecoverable`: an invalid operator configuration, a record too
+///    large for the exchange), and the JobManager then fails the job instead of restarting it.
 pub const PROTOCOL_VERSION: u32 = 19;
 
 /// The largest handshake message, in bytes (after the length prefix). A `Hello` with a sensible

@@ -55,8 +55,9 @@ pub struct TaskOutcome {
     pub output: WriterStats,
     /// What it sent back for the JobManager (a `collect()` sink's records), if anything.
     pub result: Option<Vec<u8>>,
-    /// It failed in a way every attempt would (an invalid operator configuration): the
-    /// JobManager fails the job instead of restarting it.
+    /// It failed in a way every attempt would (an invalid operator configuration, a record
+    /// over [`crate::exchange::MAX_RECORD_BYTES`]): the JobManager fails the job instead of
+    /// restarting it.
     pub unrecoverable: bool,
 }
 

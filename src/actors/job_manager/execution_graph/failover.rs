@@ -22,8 +22,9 @@ impl ExecutionGraph {
     /// and finished, has lost its result: its region reruns with the consumer's (otherwise the
     /// consumer would restart alone, find the partition missing again, and loop through the
     /// job's restarts). A failure its TaskManager calls `unrecoverable` (an invalid operator
-    /// configuration) fails the job at once, whatever its restart strategy allows: every
-    /// attempt would fail the same way (Flink's `NonRecoverableError`).
+    /// configuration, a record too large for the exchange) fails the job at once, whatever its
+    /// restart strategy allows: every attempt would fail the same way (Flink's
+    /// `NonRecoverableError`).
     pub fn update_with_lost_input(
         &mut self,
         attempt: ExecutionAttemptId,
