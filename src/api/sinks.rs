@@ -46,27 +46,27 @@ impl<T: Data> Push<T> for Collect<T> {
             context: format!("{}: cannot encode a record", self.node),
             source: Box::new(e),
         })?;
-        if self.bytes.len() > self.limit {
-            return Err(OperatorError::Failed(
-                if self.limit < self.bound / self.parallelism {
-                    format!(
-                        "{}: collect() sends at most {MAX_TASK_RESULT_BYTES} bytes of encoded \
-                     records back from each of its {} subtasks (they travel in the task's \
-                     final report) and one got more; collect with a higher parallelism, or \
-                     write large results to files (write_csv, write_text)",
-                        self.node, self.parallelism
-                    )
-                } else {
-                    format!(
-                        "{}: collect() is bounded to {} bytes of encoded records and got more; \
-                     write large results to files (write_csv, write_text) or raise the bound \
-                     with collect_bounded",
-                        self.node, self.bound
-                    )
-                },
-            ));
+        if self.bytes.len() <= self.limit {
+            return Ok(());
         }
-        Ok(())
+        let node = &self.node;
+        let why = if self.limit < self.bound / self.parallelism {
+            format!(
+                "{node}: collect() sends at most {MAX_TASK_RESULT_BYTES} bytes of encoded records \
+                 back from each of its {} subtasks (they travel in the task's final report) and \
+                 one got more; collect with a higher parallelism, or write large results to \
+                 files (write_csv, write_text)",
+                self.parallelism
+            )
+        } else {
+            format!(
+                "{node}: collect() is bounded to {} bytes of encoded records and got more; write \
+                 large results to files (write_csv, write_text) or raise the bound with \
+                 collect_bounded",
+                self.bound
+            )
+        };
+        Err(OperatorError::Failed(why))
     }
 
     fn end(&mut self, cx: &mut Ctx<'_>) -> Result<(), OperatorError> {

@@ -179,7 +179,6 @@ impl RestError {
     }
 }
 
-/// A request and its body.
 /// The largest answer read (ureq's default): every answer but a job's results is small.
 const BODY_LIMIT: u64 = 10 << 20;
 
@@ -187,6 +186,7 @@ const BODY_LIMIT: u64 = 10 << 20;
 /// the program's collect bounds (16 MiB of records by default).
 pub const RESULTS_BODY_LIMIT: u64 = 1 << 30;
 
+/// A request and its body.
 enum Request<'a> {
     Get,
     Post(&'a str),
