@@ -605,7 +605,7 @@ impl Handler<FlushReports> for TaskManager {
 }
 
 /// `states` in order, cut so that the results in each part add up to at most
-/// [`MAX_TASK_RESULT_BYTES`] (a state whose result alone reaches it goes alone).
+/// [`MAX_TASK_RESULT_BYTES`] (no result is larger: a collect subtask stops at it).
 fn by_result_bytes(states: Vec<TaskExecutionState>) -> Vec<Vec<TaskExecutionState>> {
     let mut parts: Vec<Vec<TaskExecutionState>> = Vec::new();
     let mut bytes = 0;
