@@ -132,7 +132,8 @@ pub trait TaskIo {
         TaskContext::default()
     }
     /// Hands the task's result to the JobManager with its final state (what `collect()` sends
-    /// back to the client). A task has at most one; a later one replaces it.
+    /// back to the client). A task has at most one; a later one replaces it. At most
+    /// `MAX_TASK_RESULT_BYTES` (8 MiB): the final report is one message.
     fn set_result(&mut self, _result: Vec<u8>) -> Result<(), OperatorError> {
         Err(OperatorError::Failed(
             "this task cannot send a result to the JobManager".into(),

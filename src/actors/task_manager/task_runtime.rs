@@ -462,6 +462,13 @@ impl TaskIo for Io<'_> {
     }
 
     fn set_result(&mut self, result: Vec<u8>) -> Result<(), OperatorError> {
+        let max = crate::messages::job_manager::MAX_TASK_RESULT_BYTES;
+        if result.len() > max {
+            return Err(OperatorError::Failed(format!(
+                "a task's result travels in its final report: at most {max} bytes, not {}",
+                result.len()
+            )));
+        }
         self.result = Some(result);
         Ok(())
     }

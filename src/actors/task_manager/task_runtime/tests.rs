@@ -794,3 +794,42 @@ async fn a_record_over_the_largest_the_exchange_carries_fails_its_task_unrecover
     );
     assert!(outcome.unrecoverable, "{error}");
 }
+
+/// A task's result travels in its final report, one message: an operator that sets a larger
+/// one fails, naming the cap; one within it finishes with it.
+#[actix::test]
+async fn a_task_result_over_its_report_fails_the_task_and_one_within_it_is_sent() {
+    struct SetsResult(usize);
+    impl crate::operators::Operator for SetsResult {
+        fn run(&mut self, io: &mut dyn TaskIo) -> Result<(), OperatorError> {
+            io.set_result(vec![7; self.0])
+        }
+    }
+    let env = env("large-result", 7);
+    let store = store("large-result");
+    let local = env.address_of("taskmanager/tm-local");
+    let max = crate::messages::job_manager::MAX_TASK_RESULT_BYTES;
+    for (bytes, name) in [(max, "fits"), (max + 1, "too-large")] {
+        let (mut task, _) = task(
+            descriptor(name, &[], Vec::new(), Vec::new()),
+            store.clone(),
+            NetworkClient::reading_locally(&local, &store),
+        );
+        task.registry
+            .register(name, Arc::new(move |_| Ok(Box::new(SetsResult(bytes)))));
+        let outcome = spawn_task(task).await.unwrap();
+        if bytes <= max {
+            assert_eq!(
+                outcome.state,
+                ExecutionState::Finished,
+                "{:?}",
+                outcome.error
+            );
+            assert_eq!(outcome.result.map(|r| r.len()), Some(max));
+        } else {
+            assert_eq!(outcome.state, ExecutionState::Failed);
+            let error = outcome.error.unwrap_or_default();
+            assert!(error.contains(&format!("at most {max} bytes")), "{error}");
+        }
+    }
+}
