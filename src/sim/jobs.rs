@@ -264,31 +264,23 @@ pub fn build(
                 ExchangeMode::Pipelined,
             );
         }
-        JobKind::Misconfigured => {
+        JobKind::FailOnce | JobKind::Misconfigured => {
             let source = builder
                 .vertex("generate", NOOP, p)
                 .config("count", "1000")
                 .index();
-            let misconfigured = builder
-                .vertex("misconfigured", NOOP, p)
-                .config("count", "a few")
-                .index();
+            // A pass-through that fails its first attempt, or every one (`count` is no number).
+            let next = if kind == JobKind::FailOnce {
+                builder.vertex("fail-once", FAIL_ONCE, p).index()
+            } else {
+                builder
+                    .vertex("misconfigured", NOOP, p)
+                    .config("count", "a few")
+                    .index()
+            };
             builder.edge(
                 source,
-                misconfigured,
-                DistributionPattern::Forward,
-                ExchangeMode::Pipelined,
-            );
-        }
-        JobKind::FailOnce => {
-            let source = builder
-                .vertex("generate", NOOP, p)
-                .config("count", "1000")
-                .index();
-            let fail = builder.vertex("fail-once", FAIL_ONCE, p).index();
-            builder.edge(
-                source,
-                fail,
+                next,
                 DistributionPattern::Forward,
                 ExchangeMode::Pipelined,
             );
