@@ -164,6 +164,20 @@ fn a_missing_input_fails_the_job_with_exit_1() {
         run.stdout.contains(&arg(&input)) || run.stderr.contains(&arg(&input)),
         "the path is named: {run:?}"
     );
+    // Each failure that made the job restart (3 under the example's strategy) is shown as it
+    // happens, naming the task, its attempt and the missing file; the last is the report's.
+    let shown: Vec<&str> = run
+        .stdout
+        .lines()
+        .filter(|line| line.contains(", failed: ") && line.contains(&arg(&input)))
+        .collect();
+    assert_eq!(shown.len(), 3, "{run:?}");
+    for (attempt, line) in shown.iter().enumerate() {
+        assert!(
+            line.contains(&format!("/2), attempt {attempt} on ")),
+            "attempt {attempt} is shown: {run:?}"
+        );
+    }
 }
 
 /// An invalid operator configuration fails every attempt alike: the job fails at its first

@@ -281,6 +281,36 @@ fn a_cluster_is_run_watched_scaled_and_stopped_from_the_cli() {
     );
     assert_eq!(read_counts(&output), sequential_word_count(&input).unwrap());
 
+    // run, waiting, of a job whose input is missing: each failure that made it restart is
+    // shown as it happens (the example restarts 3 times), and the last is the report's.
+    let missing = cluster.dir.join("no-such-input.txt");
+    let missing_param = format!("input={}", arg(&missing));
+    let run = cluster.flint(&[
+        "run",
+        WORDCOUNT,
+        "--param",
+        &missing_param,
+        "--param",
+        &output_param,
+    ]);
+    assert_eq!(run.code, Some(1), "{run:?}");
+    let shown: Vec<&str> = run
+        .stdout
+        .lines()
+        .filter(|line| line.contains(", failed: ") && line.contains(&arg(&missing)))
+        .collect();
+    assert_eq!(shown.len(), 3, "{run:?}");
+    for (attempt, line) in shown.iter().enumerate() {
+        assert!(
+            line.contains(&format!("/2), attempt {attempt} on ")),
+            "{run:?}"
+        );
+    }
+    assert!(
+        run.stdout.contains("3 restarts") && run.stdout.contains("Failure: source"),
+        "{run:?}"
+    );
+
     // run --detach: the id alone; the job finishes on its own.
     let output = cluster.dir.join("out-detached");
     let output_param = format!("output={}", arg(&output));
@@ -309,9 +339,10 @@ fn a_cluster_is_run_watched_scaled_and_stopped_from_the_cli() {
         lines[1].starts_with(&waited_id) && lines[1].contains("FINISHED"),
         "{run:?}"
     );
-    assert!(lines[2].starts_with(&detached_id), "oldest first: {run:?}");
+    assert!(lines[2].contains("FAILED"), "{run:?}");
+    assert!(lines[3].starts_with(&detached_id), "oldest first: {run:?}");
     let json = cluster.flint(&["list", "--output", "json"]).json();
-    assert_eq!(json["jobs"].as_array().map(Vec::len), Some(2), "{json}");
+    assert_eq!(json["jobs"].as_array().map(Vec::len), Some(3), "{json}");
     let run = cluster.flint(&["status", &waited_id]);
     assert_eq!(run.code, Some(0), "{run:?}");
     assert!(run.stdout.contains("State      FINISHED"), "{run:?}");

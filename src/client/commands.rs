@@ -24,6 +24,7 @@ use crate::base::ids::{IdParseError, JobId};
 use crate::job::artifact::JobArtifact;
 use crate::job::file::{JobFileError, read_job_file};
 use crate::operators::OperatorRegistry;
+use crate::process::failures::FailureFeed;
 use crate::process::run::{RunReport, UsageError, sink_outputs};
 
 /// How often `run` asks for the job's status while it waits.
@@ -349,6 +350,9 @@ impl Client {
         }
 
         let bars = JobProgress::new(progress, &graph, job_id);
+        // Each task failure that makes the job restart, as it happens (table output only: JSON
+        // output is the job's answer alone).
+        let mut failures = FailureFeed::default();
         // Polled without the subtask lists (the bars need only the counts); read in full once
         // it ended, for the report.
         let lost = |source| {
@@ -367,6 +371,10 @@ impl Client {
                 .job_progress_waiting(job_id, POLL_INTERVAL)
                 .map_err(lost)?;
             bars.update(&job.value);
+            if self.format == OutputFormat::Table {
+                let lines = failures.new_lines(&job.value.to_status());
+                bars.write_lines(out, &lines)?;
+            }
             if job.value.state.is_globally_terminal() {
                 break self.rest.job(job_id).map_err(lost)?;
             }

@@ -72,6 +72,24 @@ impl JobProgress {
         }
     }
 
+    /// Writes `lines` to `out` with the bars out of the way (cleared, then drawn again below
+    /// them), so a line on the same terminal does not tear a frame.
+    pub fn write_lines(
+        &self,
+        out: &mut impl std::io::Write,
+        lines: &[String],
+    ) -> std::io::Result<()> {
+        if lines.is_empty() {
+            return Ok(());
+        }
+        self.multi.suspend(|| {
+            for line in lines {
+                writeln!(out, "{line}")?;
+            }
+            out.flush()
+        })
+    }
+
     /// Removes the bars (the report that follows says how it ended).
     pub fn finish(&self) {
         for bar in &self.vertices {

@@ -19,6 +19,7 @@
 
 pub mod allocator;
 pub mod credentials;
+pub mod failures;
 pub mod run;
 
 use std::future::Future;

@@ -15,7 +15,8 @@
 //!    TaskManager offers [`DEFAULT_SLOTS`] slots.
 //! 3. **Watch.** Once the pool is up, the job is submitted and its status polled every
 //!    [`POLL_INTERVAL`]; a progress line is printed whenever its status or its number of
-//!    finished tasks changes. A job still running when the timeout (counted from the cluster's
+//!    finished tasks changes, and a line for each task failure that made it restart
+//!    ([`FailureFeed`]). A job still running when the timeout (counted from the cluster's
 //!    start) runs out is cancelled.
 //! 4. **Report.** The final status, the time taken, the restarts, the time each vertex ran (from
 //!    its first subtask deploying to its last finishing), the failure reason of a failed job and,
@@ -50,6 +51,7 @@ use crate::job::states::{ExecutionState, JobStatus};
 use crate::messages::job_manager::{JobDetails, VertexDetails};
 use crate::operators::OperatorRegistry;
 use crate::operators::builtin::FILE_SINK;
+use crate::process::failures::FailureFeed;
 
 /// Exit code: the job FINISHED.
 pub const EXIT_FINISHED: u8 = 0;
@@ -601,10 +603,14 @@ async fn watch(
     let submitted = Instant::now();
     writeln!(out, "Submitted job {job_id}")?;
     let mut shown = None;
+    let mut failures = FailureFeed::default();
     loop {
         let details = cluster.job_status(job_id).await?;
         let summary = &details.summary;
         let elapsed = submitted.elapsed();
+        for line in failures.new_lines(&details) {
+            writeln!(out, "{line}")?;
+        }
         let key = (summary.status, summary.tasks_finished);
         if shown != Some(key) {
             writeln!(
