@@ -5,15 +5,24 @@
 use std::error::Error;
 use std::fmt;
 
-/// Displays an error followed by each of its sources, separated by `: `.
+/// Displays an error followed by each of its sources, separated by `: `. A source whose text
+/// already ends what was shown is left out: many errors (ours, and those of crates such as
+/// `parquet`) put their source in their own message too, and the chain would say it twice
+/// (`cannot open: No such file or directory: No such file or directory`).
 pub struct ErrorChain<'a>(pub &'a (dyn Error + 'static));
 
 impl fmt::Display for ErrorChain<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.0)?;
+        let mut shown = self.0.to_string();
+        f.write_str(&shown)?;
         let mut source = self.0.source();
         while let Some(error) = source {
-            write!(f, ": {error}")?;
+            let text = error.to_string();
+            if !shown.ends_with(&text) {
+                write!(f, ": {text}")?;
+                shown.push_str(": ");
+                shown.push_str(&text);
+            }
             source = error.source();
         }
         Ok(())
@@ -32,5 +41,32 @@ mod tests {
     fn shows_every_source_in_order() {
         let error = Outer(std::io::Error::other("inner"));
         assert_eq!(ErrorChain(&error).to_string(), "outer: inner");
+    }
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("cannot open: {0}")]
+    struct Quoting(#[source] std::io::Error);
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("cannot read Parquet: {0}")]
+    struct QuotingTwice(#[source] Quoting);
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("task failed")]
+    struct Plain(#[source] QuotingTwice);
+
+    /// A source its error's message quotes already is said once (it was said twice, in the
+    /// failures of jobs reading a missing Parquet file).
+    #[test]
+    fn a_source_the_message_quotes_is_said_once() {
+        let missing = || std::io::Error::other("No such file or directory (os error 2)");
+        assert_eq!(
+            ErrorChain(&Quoting(missing())).to_string(),
+            "cannot open: No such file or directory (os error 2)"
+        );
+        assert_eq!(
+            ErrorChain(&Plain(QuotingTwice(Quoting(missing())))).to_string(),
+            "task failed: cannot read Parquet: cannot open: No such file or directory (os error 2)"
+        );
     }
 }
