@@ -1,6 +1,5 @@
 //! [`ErrorChain`]: an error and its sources on one line, `outer: inner: innermost`, for log
-//! lines and messages (the binary uses anyhow's `{:#}` for the same; anyhow stays out of the
-//! library).
+//! lines, messages and what the binaries print on stderr.
 
 use std::error::Error;
 use std::fmt;

@@ -13,7 +13,10 @@ async fn main() -> ExitCode {
     match flint::demo::run(flint::demo::demo_config(), &mut out).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("demo failed: {:#}", anyhow::Error::new(error));
+            eprintln!(
+                "demo failed: {}",
+                flint::base::error_chain::ErrorChain(&error)
+            );
             ExitCode::FAILURE
         }
     }

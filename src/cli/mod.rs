@@ -21,6 +21,7 @@ use std::time::Duration;
 
 use crate::ClusterConfig;
 use crate::api::{Env, Executor, Program, Programs};
+use crate::base::error_chain::ErrorChain;
 use crate::base::ids::ResourceId;
 use crate::client::{Client, ClientError, Interrupt, OutputFormat, SubmitOptions};
 use crate::config::{ConfigSources, FlagOverride, LoadedConfig};
@@ -661,7 +662,7 @@ fn run_program(program: &Program, programs: &Programs, mut args: Vec<String>) ->
     let executor = match executor {
         Ok(executor) => executor,
         Err(error) => {
-            eprintln!("{}: {error:#}", program.name());
+            eprintln!("{}: {}", program.name(), ErrorChain(error.as_ref()));
             return ExitCode::from(2);
         }
     };
@@ -669,7 +670,7 @@ fn run_program(program: &Program, programs: &Programs, mut args: Vec<String>) ->
     match program.run(&env) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("{}: {:#}", program.name(), anyhow::Error::new(error));
+            eprintln!("{}: {}", program.name(), ErrorChain(&error));
             ExitCode::from(1)
         }
     }
@@ -745,7 +746,7 @@ fn finish<E: ExitCodeOf>(result: Result<u8, E>) -> ExitCode {
         Ok(code) => ExitCode::from(code),
         Err(error) => {
             let code = error.exit_code();
-            eprintln!("flint: {:#}", anyhow::Error::new(error));
+            eprintln!("flint: {}", ErrorChain(&error));
             ExitCode::from(code)
         }
     }
@@ -766,7 +767,7 @@ fn report(result: anyhow::Result<()>) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("flint: {error:#}");
+            eprintln!("flint: {}", ErrorChain(error.as_ref()));
             ExitCode::from(2)
         }
     }
@@ -797,8 +798,8 @@ fn run_on_cluster(args: RunArgs, out: &mut impl std::io::Write) -> Result<u8, Cl
         Ok(interrupt) => interrupt,
         Err(error) => {
             log::warn!(
-                "{:#}; Ctrl-C will end flint without a word",
-                anyhow::Error::new(error)
+                "{}; Ctrl-C will end flint without a word",
+                ErrorChain(&error)
             );
             Interrupt::new()
         }
