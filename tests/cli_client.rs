@@ -310,6 +310,28 @@ fn a_cluster_is_run_watched_scaled_and_stopped_from_the_cli() {
         run.stdout.contains("3 restarts") && run.stdout.contains("Failure: source"),
         "{run:?}"
     );
+    // Its status keeps why: the four failures, each its source's attempt.
+    let failed_id = run
+        .stdout
+        .lines()
+        .next()
+        .and_then(|l| l.strip_prefix("Submitted job `wordcount` as "))
+        .unwrap_or_else(|| panic!("no job id: {run:?}"))
+        .to_owned();
+    let status = cluster.flint(&["status", &failed_id]);
+    let causes = status
+        .stdout
+        .split_once("Task failures that restarted or failed it (oldest first):\n")
+        .unwrap_or_else(|| panic!("no failures shown: {status:?}"))
+        .1;
+    assert_eq!(
+        causes
+            .lines()
+            .filter(|line| line.contains(&arg(&missing)))
+            .count(),
+        4,
+        "{status:?}"
+    );
 
     // run --detach: the id alone; the job finishes on its own.
     let output = cluster.dir.join("out-detached");

@@ -107,7 +107,43 @@ pub fn job_details(job: &JobView) -> String {
         }
     }
     let _ = write!(out, "\n{subtasks}");
+    write_root_causes(&mut out, job);
     out
+}
+
+/// The task failures that restarted or failed the job, newest last: a subtask's row shows only
+/// its current attempt, so a job that keeps restarting would not say why without them (Flink's
+/// exception history).
+fn write_root_causes(out: &mut String, job: &JobView) {
+    let causes: Vec<_> = job.exceptions.iter().filter(|e| e.root_cause).collect();
+    if causes.is_empty() {
+        return;
+    }
+    let mut table = Table::new(&[
+        ("FAILED AT", Align::Left),
+        ("VERTEX", Align::Left),
+        ("SUBTASK", Align::Right),
+        ("ATTEMPT", Align::Right),
+        ("TASKMANAGER", Align::Left),
+        ("FAILURE", Align::Left),
+    ]);
+    for cause in &causes {
+        table.row([
+            time(cause.timestamp),
+            cause.vertex.clone(),
+            cause.subtask.to_string(),
+            cause.attempt.to_string(),
+            cause
+                .taskmanager_id
+                .as_ref()
+                .map_or_else(|| "-".to_owned(), ToString::to_string),
+            cause.exception.clone(),
+        ]);
+    }
+    let _ = write!(
+        out,
+        "\nTask failures that restarted or failed it (oldest first):\n{table}"
+    );
 }
 
 /// `flint taskmanagers`.
@@ -267,11 +303,20 @@ mod tests {
             ),
             "{text}"
         );
+        assert!(
+            text.ends_with(
+                "Task failures that restarted or failed it (oldest first):\n\
+                 FAILED AT             VERTEX  SUBTASK  ATTEMPT  TASKMANAGER  FAILURE\n\
+                 2023-11-14T22:15:00Z  wait          0        0  tm-1         cannot open `in.txt`\n"
+            ),
+            "only the root cause: {text}"
+        );
         let text = job_details(&parse(include_str!("testdata/job_finished.json")));
         assert!(
             text.contains("Ended      2023-11-14T22:13:22Z after 2.00s\n"),
             "{text}"
         );
+        assert!(!text.contains("Task failures"), "none, none shown: {text}");
     }
 
     #[test]

@@ -716,8 +716,9 @@ pub struct JobDetails {
     /// since the epoch): it runs again from the start, under the same id. `None` for a job
     /// this leader was submitted.
     pub recovered_at_ms: Option<u64>,
-    /// The task failures the JobManager learned of, oldest first, the last
-    /// [`EXCEPTION_HISTORY_SIZE`] of them (Flink's exception history): a restarted job's
+    /// The task failures the JobManager learned of, oldest first, at most
+    /// [`EXCEPTION_HISTORY_SIZE`] of them (Flink's exception history; when it is full, the
+    /// failures that came with a failover go before any root cause): a restarted job's
     /// subtasks show only their current attempts, so this is where the failures that made it
     /// restart stay visible.
     pub exceptions: Vec<JobException>,
@@ -754,7 +755,7 @@ impl JobDetails {
 }
 
 /// How many task failures a job's exception history keeps (Flink's
-/// `web.exception-history-size` default).
+/// `web.exception-history-size` default, which counts root causes).
 pub const EXCEPTION_HISTORY_SIZE: usize = 16;
 
 /// One task failure of a job's exception history.

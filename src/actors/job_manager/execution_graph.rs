@@ -212,7 +212,8 @@ pub struct ExecutionGraph {
     submitted_at_ms: u64,
     /// When a new leader recovered this job (high availability), for the status API.
     recovered_at_ms: Option<u64>,
-    /// The last [`EXCEPTION_HISTORY_SIZE`] task failures, oldest first.
+    /// At most [`EXCEPTION_HISTORY_SIZE`] task failures, oldest first, root causes kept before
+    /// concurrent failures ([`Self::record_exception`]).
     exceptions: VecDeque<JobException>,
     /// Progress not yet taken for the job event log; `None`: not logged (see `recovery`).
     events: Option<Vec<crate::ha::job_event_log::JobEvent>>,
@@ -489,7 +490,8 @@ impl ExecutionGraph {
         }
     }
 
-    /// Keeps a task failure in the exception history (the last [`EXCEPTION_HISTORY_SIZE`]).
+    /// Keeps a task failure in the exception history: at most [`EXCEPTION_HISTORY_SIZE`], the
+    /// oldest concurrent failure going first when it is full, then the oldest root cause.
     fn record_exception(&mut self, task: &TaskRef, reason: String, root_cause: bool, now_ms: u64) {
         let ev = self.task(task);
         let exception = JobException {
@@ -502,7 +504,17 @@ impl ExecutionGraph {
             root_cause,
         };
         if self.exceptions.len() == EXCEPTION_HISTORY_SIZE {
-            self.exceptions.pop_front();
+            // The failures that came with a failover go before any root cause, so a job that
+            // keeps restarting still says why (Flink keeps its history by root cause too).
+            match self.exceptions.iter().position(|e| !e.root_cause) {
+                Some(oldest_concurrent) => {
+                    self.exceptions.remove(oldest_concurrent);
+                }
+                None if root_cause => {
+                    self.exceptions.pop_front();
+                }
+                None => return,
+            }
         }
         self.exceptions.push_back(exception);
     }

@@ -802,20 +802,42 @@ fn task_failures_stay_in_the_bounded_exception_history_after_the_restart() {
     assert_eq!(h.subtask("source", 0).error, None);
     assert_eq!(h.master.details().exceptions.len(), 2);
 
-    // Bounded: the newest EXCEPTION_HISTORY_SIZE, oldest first.
+    // Bounded: at most EXCEPTION_HISTORY_SIZE, oldest first. Every failover also brings a
+    // concurrent failure, and those go first: the root causes of the last
+    // EXCEPTION_HISTORY_SIZE failovers stay (a flat last-16 kept only the last 8 failovers'
+    // roots, and a job that keeps restarting lost why it first failed).
     for round in 0..EXCEPTION_HISTORY_SIZE {
         let sink = h.attempt("sink", 0);
         h.fail("source", 0, &format!("boom {round}"));
-        h.update(sink, ExecutionState::Canceled, None);
+        h.update(sink, ExecutionState::Failed, Some("its input broke"));
         h.restart_due(round as u64 + 2);
         h.run_all(&[("source", 0), ("sink", 0)]);
     }
     let exceptions = h.master.details().exceptions;
     assert_eq!(exceptions.len(), EXCEPTION_HISTORY_SIZE);
-    assert_eq!(exceptions[0].reason, "boom 0");
+    let reasons: Vec<String> = exceptions.into_iter().map(|e| e.reason).collect();
+    let roots: Vec<String> = (0..EXCEPTION_HISTORY_SIZE)
+        .map(|round| format!("boom {round}"))
+        .collect();
+    assert_eq!(reasons, roots);
+    // With only root causes kept, a new root cause pushes out the oldest, and a concurrent
+    // failure is not kept.
+    let sink = h.attempt("sink", 0);
+    h.fail("source", 0, "last boom");
+    h.update(sink, ExecutionState::Failed, Some("its input broke"));
+    let reasons: Vec<String> = h
+        .master
+        .details()
+        .exceptions
+        .into_iter()
+        .map(|e| e.reason)
+        .collect();
+    assert_eq!(reasons.len(), EXCEPTION_HISTORY_SIZE);
+    assert_eq!(reasons[0], "boom 1", "{reasons:?}");
     assert_eq!(
-        exceptions[EXCEPTION_HISTORY_SIZE - 1].reason,
-        format!("boom {}", EXCEPTION_HISTORY_SIZE - 1)
+        reasons[EXCEPTION_HISTORY_SIZE - 1],
+        "last boom",
+        "{reasons:?}"
     );
 }
 
