@@ -18,7 +18,8 @@
 //!
 //! - `the_page_marks_a_backpressured_vertex`: a fast source behind a slow consumer; once the
 //!   REST API says the source is backpressured `high`, the rendered page marks that vertex (and
-//!   only it) as Flink's web UI does.
+//!   only it) as Flink's web UI does. Beside it a job whose input is missing keeps restarting,
+//!   and the page says why (its latest root cause).
 //!
 //! Every cluster requires its REST token (as every JobManager does); the first two tests hand
 //! it to the page in the URL's fragment (`/#token=...`), as a user opening the dashboard does.
@@ -177,6 +178,30 @@ async fn the_page_marks_a_backpressured_vertex() {
     assert_eq!(status, 202, "POST /jobs: {answer}");
     let job = answer["id"].as_str().expect("the job id").to_owned();
 
+    // Beside it, a job that keeps restarting (its input is missing; the default strategy
+    // never gives up): the page says why, though its subtasks show only their new attempts.
+    let missing = dir.join("no-such-input.txt");
+    let mut restarting = JobGraph::builder("restarting");
+    restarting
+        .vertex("source", "text-source", 1)
+        .config("path", missing.to_str().unwrap());
+    let graph = serde_json::to_value(restarting.build(|_| true).expect("a valid graph")).unwrap();
+    let (status, answer) = cluster.request("POST", "/jobs", Some(&graph));
+    assert_eq!(status, 202, "POST /jobs: {answer}");
+    let restarting = answer["id"].as_str().expect("the job id").to_owned();
+    let give_up = tokio::time::Instant::now() + DEADLINE;
+    loop {
+        let (_, details) = cluster.request("GET", &format!("/jobs/{restarting}"), None);
+        if details["restarts"].as_u64() >= Some(1) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < give_up,
+            "the job never restarted: {details:#}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
     // The REST API first: the TaskManager samples backpressure every heartbeat.
     let give_up = tokio::time::Instant::now() + DEADLINE;
     loop {
@@ -206,6 +231,19 @@ async fn the_page_marks_a_backpressured_vertex() {
         1,
         "only the source is held back, not its consumer:\n{row}"
     );
+    let row = element(
+        &dom,
+        &format!("<tbody data-key=\"{restarting}\""),
+        "</tbody>",
+    )
+    .unwrap_or_else(|| panic!("the page does not show job {restarting}:\n{dom}"));
+    assert!(
+        row.contains("Restarted after: source (1/1), attempt ")
+            && row.contains(missing.to_str().unwrap()),
+        "the page does not say why the job restarts:\n{row}"
+    );
+    let (status, _) = cluster.request("DELETE", &format!("/jobs/{restarting}"), None);
+    assert!(status < 300, "cancelling the restarting job: {status}");
 
     let (status, _) = cluster.request("DELETE", &format!("/jobs/{job}"), None);
     assert!(status < 300, "cancelling the job: {status}");

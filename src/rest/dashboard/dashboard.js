@@ -542,9 +542,18 @@
       '<td class="actions">' + cancel + '</td></tr>';
 
     if (details) {
+      // A job that restarts shows why (its latest root cause), until it ends with a failure
+      // of its own: its subtasks show only their new attempts.
+      const causes = (details.exceptions || []).filter((e) => e['root-cause']);
+      const latest = causes[causes.length - 1];
+      const of = latest && (details.vertices || []).find((v) => v.name === latest.vertex);
       const failure = details.failure
         ? '<p class="failure">Failure: ' + esc(details.failure) + '</p>'
-        : '';
+        : latest && !JOB_ENDED.has(state)
+          ? '<p class="failure restart-cause">Restarted after: ' + esc(latest.vertex + ' (' +
+            (latest.subtask + 1) + (of ? '/' + of.parallelism : '') + '), attempt ' + latest.attempt + ': ' + latest.exception) +
+            '</p>'
+          : '';
       const shipped = (details.artifacts || []).map((a) =>
         '<li class="artifact" title="' + esc('sha256 ' + a.digest) + '"><span class="mono">' +
         esc(a.name) + '</span> ' + esc(formatBytes(a.size) || '0 B') +
