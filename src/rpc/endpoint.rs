@@ -97,7 +97,7 @@ use crate::transport::connection::{
 };
 use crate::transport::envelope::{self, EnvelopeKind};
 use crate::transport::frame::DEFAULT_MAX_FRAME;
-use crate::transport::handshake::{HandshakeConfig, Secret};
+use crate::transport::handshake::{HandshakeConfig, HandshakeError, Secret};
 use crate::transport::metrics::TransportMetrics;
 use crate::transport::network::{BoxStream, Listener, Network, TcpNetwork};
 use crate::transport::network::{DialError, EndpointError};

@@ -302,11 +302,22 @@ impl Inner {
                     Some(Ok((id, connection))) => endpoint.adopt_accepted(id, connection),
                     Some(Err(error)) => {
                         endpoint.metrics.rejected_connections.increment();
-                        log::warn!(
-                            "{}: refused a connection from {from}: {}",
-                            endpoint.config.node_name,
-                            Chain(&error)
-                        );
+                        if endpoint.refused_for_own_dial(&error) {
+                            // Two nodes that dial each other at once: each keeps one
+                            // connection, and this one is the spare. Routine, not a warning.
+                            log::info!(
+                                "{}: refused a connection from {from}, which dialled while this \
+                                 node's own dial to it connected (both use that one): {}",
+                                endpoint.config.node_name,
+                                Chain(&error)
+                            );
+                        } else {
+                            log::warn!(
+                                "{}: refused a connection from {from}: {}",
+                                endpoint.config.node_name,
+                                Chain(&error)
+                            );
+                        }
                     }
                 }
             });
@@ -352,6 +363,26 @@ impl Inner {
             connection.close("its peer connected again and it did not answer a probe");
         }
         Ok(())
+    }
+
+    /// Whether `error` refused a peer this node is connected to by a live dial of its own (not
+    /// a connection it accepted): the two nodes dialled each other at once (or a holder of the
+    /// secret claims the id of a node this one dialled: refused all the same). A claim on the
+    /// id of a peer this node only accepted from is refused the same way, and warned of.
+    pub(super) fn refused_for_own_dial(&self, error: &DialError) -> bool {
+        let DialError::Connection(ConnectionError::Handshake(HandshakeError::NotAdmitted {
+            peer,
+            ..
+        })) = error
+        else {
+            return false;
+        };
+        let accepted = self.live_accepted(peer).map(|(id, _)| id);
+        matches!(
+            lock(&self.peers).get(peer.as_str()),
+            Some(PeerSlot::Connected { id, connection })
+                if connection.close_reason().is_none() && Some(*id) != accepted
+        )
     }
 
     /// Records a connection accepted from a peer: it replaces (closes) that peer's previous

@@ -410,6 +410,18 @@ async fn a_second_connection_claiming_a_live_peers_id_is_refused() {
     assert_eq!(b.connected_peers(), [a.local_node()]);
     assert_eq!(a.metrics().rejected_connections.get(), 0);
     assert!(b.metrics().rejected_connections.get() >= 1);
+    // B only accepted from A, so a second claim of A's id is warned of; A dialled B itself, so
+    // a dial from B's id is the other half of a simultaneous dial, logged as routine.
+    let not_admitted = |peer: String| {
+        DialError::Connection(ConnectionError::Handshake(HandshakeError::NotAdmitted {
+            peer,
+            reason: "already holds a live authenticated connection".into(),
+        }))
+    };
+    assert!(!b.inner.refused_for_own_dial(&not_admitted(a.local_node())));
+    assert!(a.inner.refused_for_own_dial(&not_admitted(b.local_node())));
+    let other = DialError::ConnectTimeout(Duration::from_secs(1));
+    assert!(!a.inner.refused_for_own_dial(&other));
 }
 
 #[actix::test]
