@@ -74,6 +74,16 @@ fn arg(path: &Path) -> String {
     path.display().to_string()
 }
 
+/// The id a waiting `flint run` of the WordCount example printed first.
+fn submitted_id(run: &Run) -> String {
+    run.stdout
+        .lines()
+        .next()
+        .and_then(|l| l.strip_prefix("Submitted job `wordcount` as "))
+        .unwrap_or_else(|| panic!("no job id: {run:?}"))
+        .to_owned()
+}
+
 /// A running `flint jobmanager` with its REST API; stopped with SIGTERM when dropped.
 struct Cluster {
     child: Child,
@@ -259,13 +269,7 @@ fn a_cluster_is_run_watched_scaled_and_stopped_from_the_cli() {
         &output_param,
     ]);
     assert_eq!(run.code, Some(0), "{run:?}");
-    let waited_id = run
-        .stdout
-        .lines()
-        .next()
-        .and_then(|l| l.strip_prefix("Submitted job `wordcount` as "))
-        .unwrap_or_else(|| panic!("no job id: {run:?}"))
-        .to_owned();
+    let waited_id = submitted_id(&run);
     assert!(run.stdout.contains("FINISHED"), "{run:?}");
     assert!(run.stdout.contains("8/8 tasks finished"), "{run:?}");
     assert!(
@@ -311,13 +315,7 @@ fn a_cluster_is_run_watched_scaled_and_stopped_from_the_cli() {
         "{run:?}"
     );
     // Its status keeps why: the four failures, each its source's attempt.
-    let failed_id = run
-        .stdout
-        .lines()
-        .next()
-        .and_then(|l| l.strip_prefix("Submitted job `wordcount` as "))
-        .unwrap_or_else(|| panic!("no job id: {run:?}"))
-        .to_owned();
+    let failed_id = submitted_id(&run);
     let status = cluster.flint(&["status", &failed_id]);
     let causes = status
         .stdout
