@@ -300,8 +300,18 @@ impl Operator for TextSource {
                 source,
             )
         })?;
-        let size = file.metadata().map_err(read_error)?.len();
-        let (start, end) = split_range(size, subtask, parallelism);
+        let metadata = file.metadata().map_err(read_error)?;
+        if metadata.is_dir() {
+            // Every attempt would fail alike ("Is a directory"): fail the job at once.
+            return Err(OperatorError::Config {
+                operator: TEXT_SOURCE.to_owned(),
+                message: format!(
+                    "`path` is a directory (`{}`); text-source reads one file",
+                    path.display()
+                ),
+            });
+        }
+        let (start, end) = split_range(metadata.len(), subtask, parallelism);
         if start == end {
             return Ok(());
         }

@@ -289,6 +289,24 @@ fn text_source_decodes_invalid_utf8_lossily() {
     }
 }
 
+/// A directory fails alike on every attempt: a configuration error (the job fails at once),
+/// not an I/O error that restarts it (it did, three times, with "Is a directory").
+#[test]
+fn text_source_on_a_directory_is_a_configuration_error() {
+    let dir = TempDir::new("a-directory");
+    let mut op = build(TEXT_SOURCE, &[("path", dir.0.to_str().unwrap())]).unwrap();
+    match op.run(&mut TestIo::new(vec![])) {
+        Err(OperatorError::Config { operator, message }) => {
+            assert_eq!(operator, TEXT_SOURCE);
+            assert!(
+                message.contains("`path` is a directory") && message.contains("a-directory"),
+                "{message}"
+            );
+        }
+        other => panic!("expected a configuration error, got {other:?}"),
+    }
+}
+
 #[test]
 fn text_source_missing_file_names_the_path() {
     let dir = TempDir::new("missing");
