@@ -215,6 +215,23 @@ fn an_invalid_operator_configuration_fails_the_job_at_once_with_its_reason() {
             && run.stdout.contains("not restarted"),
         "the reason is named: {run:?}"
     );
+    // So is a directory given as the input file, though the example allows 3 restarts.
+    let run = flint(&[
+        "run",
+        "--embedded",
+        WORDCOUNT,
+        "--param",
+        &format!("input={}", arg(&dir.path(""))),
+        "--param",
+        &format!("output={}", arg(&dir.path("out"))),
+        "--timeout",
+        "60s",
+    ]);
+    assert_eq!(run.code, Some(1), "{run:?}");
+    assert!(
+        run.stdout.contains("0 restarts") && run.stdout.contains("`path` is a directory"),
+        "{run:?}"
+    );
 }
 
 #[test]
