@@ -229,7 +229,10 @@ fn an_invalid_operator_configuration_fails_the_job_at_once_with_its_reason() {
     ]);
     assert_eq!(run.code, Some(1), "{run:?}");
     assert!(
-        run.stdout.contains("0 restarts") && run.stdout.contains("`path` is a directory"),
+        run.stdout.contains("0 restarts")
+            && run
+                .stdout
+                .contains("is a directory; text-source reads one file"),
         "{run:?}"
     );
 }

@@ -2,18 +2,18 @@
 //! split across the source's subtasks (Parquet by row groups, see [`crate::operators::parquet`]).
 //!
 //! Files are split by byte range (subtask `i` of `p` takes the lines starting in the `i`-th
-//! `p`-th of the file), as the built-in `text-source` does, so every line is read exactly once
-//! whatever the parallelism; a CSV file's header is read by every subtask and skipped as a
-//! record.
+//! `p`-th of the file; [`crate::operators::text_split`], the built-in `text-source`'s split
+//! too), so every line is read exactly once whatever the parallelism; a CSV file's header is
+//! read by every subtask and skipped as a record.
 
 use std::fs::File;
-use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::operators::OperatorError;
-use crate::operators::builtin::split_range;
 use crate::operators::parquet::{ParquetError, ParquetSplit, RowReader, parquet_files_in};
+use crate::operators::text_split::SplitLines;
 
 use super::data::Data;
 use super::plan::{FnNode, Instance, NodeContext, NodeRuntime};
@@ -112,74 +112,6 @@ impl<T: Data> RunSource for ParquetSource<T> {
     }
 }
 
-fn io_error(what: String, source: std::io::Error) -> OperatorError {
-    OperatorError::Io { what, source }
-}
-
-/// The lines of subtask `subtask`'s share of a file, with the byte offset each starts at.
-pub(crate) struct SplitLines {
-    path: PathBuf,
-    reader: BufReader<File>,
-    position: u64,
-    end: u64,
-    line: Vec<u8>,
-}
-
-impl SplitLines {
-    /// Opens `path` and positions at subtask `subtask`'s first line.
-    pub fn open(path: &Path, subtask: u32, parallelism: u32) -> Result<Self, OperatorError> {
-        let read_error = |source| io_error(format!("cannot read `{}`", path.display()), source);
-        crate::env::files::check(path)?;
-        let file = File::open(path)
-            .map_err(|source| io_error(format!("cannot open `{}`", path.display()), source))?;
-        let size = file.metadata().map_err(read_error)?.len();
-        let (start, end) = split_range(size, subtask, parallelism.max(1));
-        let mut reader = BufReader::with_capacity(64 * 1024, file);
-        let mut position = start;
-        if start > 0 && start < end {
-            // The line the byte before `start` belongs to started in an earlier split (or, if
-            // that byte is the newline, ended there): skip to just after its newline.
-            reader
-                .seek(SeekFrom::Start(start - 1))
-                .map_err(read_error)?;
-            let skipped = reader.skip_until(b'\n').map_err(read_error)?;
-            position = start - 1 + skipped as u64;
-        }
-        Ok(Self {
-            path: path.to_owned(),
-            reader,
-            position,
-            end,
-            line: Vec::new(),
-        })
-    }
-
-    /// The next line (without its `\n` or `\r\n`) and the offset it starts at.
-    pub fn next_line(&mut self) -> Result<Option<(u64, &[u8])>, OperatorError> {
-        // A line starting before `end` is ours even if it runs past it.
-        if self.position >= self.end {
-            return Ok(None);
-        }
-        self.line.clear();
-        let start = self.position;
-        let read = self
-            .reader
-            .read_until(b'\n', &mut self.line)
-            .map_err(|source| io_error(format!("cannot read `{}`", self.path.display()), source))?;
-        if read == 0 {
-            return Ok(None); // The file shrank under us; nothing more to read.
-        }
-        self.position += read as u64;
-        if self.line.last() == Some(&b'\n') {
-            self.line.pop();
-            if self.line.last() == Some(&b'\r') {
-                self.line.pop();
-            }
-        }
-        Ok(Some((start, &self.line)))
-    }
-}
-
 /// The 1-based number of the line of `path` that starts at byte `offset` (for error messages:
 /// it reads the file up to there).
 pub(crate) fn line_number(path: &Path, offset: u64) -> u64 {
@@ -203,7 +135,7 @@ pub(crate) fn text_lines(
     path: PathBuf,
     cx: &NodeContext,
 ) -> Result<Box<dyn Iterator<Item = Result<String, OperatorError>>>, OperatorError> {
-    let mut lines = SplitLines::open(&path, cx.subtask, cx.parallelism)?;
+    let mut lines = SplitLines::open(&path, cx.subtask, cx.parallelism, "read_text_file")?;
     Ok(Box::new(std::iter::from_fn(move || {
         match lines.next_line() {
             Ok(Some((_, line))) => Some(Ok(String::from_utf8_lossy(line).into_owned())),
@@ -220,7 +152,7 @@ pub(crate) fn csv_rows<T: Data>(
     cx: &NodeContext,
 ) -> Result<Box<dyn Iterator<Item = Result<T, OperatorError>>>, OperatorError> {
     let header = {
-        let mut first = SplitLines::open(&path, 0, 1)?;
+        let mut first = SplitLines::open(&path, 0, 1, "read_csv")?;
         match first.next_line()? {
             Some((_, line)) => csv::StringRecord::from_byte_record(
                 csv::ReaderBuilder::new()
@@ -236,7 +168,7 @@ pub(crate) fn csv_rows<T: Data>(
             None => return Ok(Box::new(std::iter::empty())),
         }
     };
-    let mut lines = SplitLines::open(&path, cx.subtask, cx.parallelism)?;
+    let mut lines = SplitLines::open(&path, cx.subtask, cx.parallelism, "read_csv")?;
     let header = Arc::new(header);
     Ok(Box::new(std::iter::from_fn(move || {
         loop {

@@ -10,12 +10,13 @@
 
 use std::collections::BTreeMap;
 use std::fs::{self, File};
-use std::io::{BufRead, BufReader, BufWriter, Seek, SeekFrom, Write};
+use std::io::{BufRead, BufReader, BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::registry::{OperatorRegistry, OperatorSpec};
+use super::text_split::SplitLines;
 use super::{Operator, OperatorError, Record, TaskIo, Value};
 
 /// Reads its split of a text file, one record per line.
@@ -266,15 +267,6 @@ pub(crate) fn artifact_path(
     })
 }
 
-/// Subtask `subtask`'s byte range `[start, end)` of a `size`-byte file split `parallelism` ways.
-pub(crate) fn split_range(size: u64, subtask: u32, parallelism: u32) -> (u64, u64) {
-    let at = |i: u32| {
-        // u128: size * parallelism can overflow u64 for huge files; the result is <= size.
-        (u128::from(size) * u128::from(i) / u128::from(parallelism)) as u64
-    };
-    (at(subtask), at(subtask + 1))
-}
-
 impl Operator for TextSource {
     fn run(&mut self, io: &mut dyn TaskIo) -> Result<(), OperatorError> {
         let (subtask, parallelism) = (io.subtask(), io.parallelism());
@@ -287,67 +279,12 @@ impl Operator for TextSource {
             TextInput::Path(path) => path.clone(),
             TextInput::Artifact(name) => artifact_path(io, TEXT_SOURCE, name)?,
         };
-        let read_error = |source| {
-            io_error(
-                format!("{TEXT_SOURCE}: cannot read `{}`", path.display()),
-                source,
-            )
-        };
-        crate::env::files::check(path)?;
-        let file = File::open(path).map_err(|source| {
-            io_error(
-                format!("{TEXT_SOURCE}: cannot open `{}`", path.display()),
-                source,
-            )
-        })?;
-        let metadata = file.metadata().map_err(read_error)?;
-        if metadata.is_dir() {
-            // Every attempt would fail alike ("Is a directory"): fail the job at once.
-            return Err(OperatorError::Config {
-                operator: TEXT_SOURCE.to_owned(),
-                message: format!(
-                    "`path` is a directory (`{}`); text-source reads one file",
-                    path.display()
-                ),
-            });
-        }
-        let (start, end) = split_range(metadata.len(), subtask, parallelism);
-        if start == end {
-            return Ok(());
-        }
-
-        let mut reader = BufReader::with_capacity(64 * 1024, file);
-        let mut position = start;
-        if start > 0 {
-            // The line the byte before `start` belongs to started in an earlier split (or, if
-            // that byte is the newline, ended there): skip to just after its newline.
-            reader
-                .seek(SeekFrom::Start(start - 1))
-                .map_err(read_error)?;
-            let skipped = reader.skip_until(b'\n').map_err(read_error)?;
-            position = start - 1 + skipped as u64;
-        }
-
-        let mut line = Vec::new();
+        let mut lines = SplitLines::open(path, subtask, parallelism, TEXT_SOURCE)?;
         let mut emitted = 0u64;
-        // A line starting before `end` is ours even if it runs past it.
-        while position < end {
-            line.clear();
-            let read = reader.read_until(b'\n', &mut line).map_err(read_error)?;
-            if read == 0 {
-                break; // The file shrank under us; nothing more to read.
-            }
-            position += read as u64;
-            // Like `str::lines`: drop "\n" or "\r\n", but keep a bare '\r' that ends the file.
-            if line.last() == Some(&b'\n') {
-                line.pop();
-                if line.last() == Some(&b'\r') {
-                    line.pop();
-                }
-            }
+        while let Some((_, line)) = lines.next_line()? {
             io.emit(Record {
                 key: String::new(),
-                value: Value::Text(String::from_utf8_lossy(&line).into_owned()),
+                value: Value::Text(String::from_utf8_lossy(line).into_owned()),
             })?;
             emitted += 1;
             check_cancelled(io, emitted)?;

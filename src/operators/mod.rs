@@ -222,6 +222,7 @@ pub mod memory;
 pub mod parquet;
 pub mod process;
 pub mod registry;
+pub(crate) mod text_split;
 pub mod types;
 
 pub use registry::{OperatorFactory, OperatorRegistry, OperatorSpec};

@@ -299,7 +299,8 @@ fn text_source_on_a_directory_is_a_configuration_error() {
         Err(OperatorError::Config { operator, message }) => {
             assert_eq!(operator, TEXT_SOURCE);
             assert!(
-                message.contains("`path` is a directory") && message.contains("a-directory"),
+                message.contains("a-directory")
+                    && message.contains("` is a directory; text-source reads one file"),
                 "{message}"
             );
         }
