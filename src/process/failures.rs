@@ -15,7 +15,7 @@ use crate::messages::job_manager::{JobDetails, JobException};
 /// What a watcher has shown of one job's exception history.
 #[derive(Debug, Default)]
 pub struct FailureFeed {
-    /// The newest entry already looked at.
+    /// The newest root cause already looked at.
     last: Option<Seen>,
 }
 
@@ -43,21 +43,20 @@ impl FailureFeed {
     /// Lines for the root causes in `details` not shown yet, oldest first; of a FAILED job,
     /// without its last (the report's failure).
     pub fn new_lines(&mut self, details: &JobDetails) -> Vec<String> {
-        let history = &details.exceptions;
-        // The history keeps only its newest entries: if the one seen last dropped out, every
-        // entry is new.
+        let roots: Vec<&JobException> =
+            details.exceptions.iter().filter(|e| e.root_cause).collect();
+        // The history drops concurrent failures first and root causes oldest first, so the
+        // newest root cause shown stays until 16 newer ones came; if it dropped out, every
+        // root cause there is new.
         let start = self
             .last
             .as_ref()
-            .and_then(|last| history.iter().rposition(|e| Seen::of(e) == *last))
+            .and_then(|last| roots.iter().rposition(|e| Seen::of(e) == *last))
             .map_or(0, |position| position + 1);
-        if let Some(newest) = history.last() {
+        if let Some(newest) = roots.last() {
             self.last = Some(Seen::of(newest));
         }
-        let mut new: Vec<&JobException> = history[start..]
-            .iter()
-            .filter(|exception| exception.root_cause)
-            .collect();
+        let mut new = roots[start..].to_vec();
         if details.summary.status == JobStatus::Failed {
             new.pop();
         }
@@ -168,8 +167,21 @@ mod tests {
                 "[  4.2s] source (3/3), attempt 2, failed: no file 5200",
             ]
         );
+        // A concurrent failure seen last and then dropped from the history (it goes before
+        // any root cause) brings nothing back that was shown.
+        history.push(failure(5_210, 0, 2, false));
+        assert!(
+            feed.new_lines(&job(JobStatus::Running, history.clone()))
+                .is_empty()
+        );
+        history.retain(|e| e.root_cause);
+        history.push(failure(6_000, 1, 3, true));
+        assert_eq!(
+            feed.new_lines(&job(JobStatus::Running, history.clone())),
+            ["[  5.0s] source (2/3), attempt 3, failed: no file 6000"]
+        );
         // The history dropped the entries seen: what is left is all new.
-        let newer = vec![failure(9_000, 1, 3, true)];
+        let newer = vec![failure(9_000, 1, 4, true)];
         assert_eq!(feed.new_lines(&job(JobStatus::Running, newer)).len(), 1);
     }
 
