@@ -43,8 +43,8 @@ impl SplitLines {
             what: format!("{operator}: cannot open `{}`", path.display()),
             source,
         })?;
-        let read_error = |source| read_error(operator, path, source);
-        let metadata = file.metadata().map_err(read_error)?;
+        let unreadable = |source| read_error(operator, path, source);
+        let metadata = file.metadata().map_err(unreadable)?;
         if metadata.is_dir() {
             return Err(OperatorError::Config {
                 operator: operator.to_owned(),
@@ -62,8 +62,8 @@ impl SplitLines {
             // that byte is the newline, ended there): skip to just after its newline.
             reader
                 .seek(SeekFrom::Start(start - 1))
-                .map_err(read_error)?;
-            let skipped = reader.skip_until(b'\n').map_err(read_error)?;
+                .map_err(unreadable)?;
+            let skipped = reader.skip_until(b'\n').map_err(unreadable)?;
             position = start - 1 + skipped as u64;
         }
         Ok(Self {
