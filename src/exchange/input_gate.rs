@@ -94,6 +94,10 @@ struct Group {
     set: Arc<ClientSet>,
     /// On this TaskManager: where its partitions are looked up, and its edge.
     local: Option<(Arc<Grouping>, usize, u32)>,
+    /// Bytes of buffers sent without credit that it consumed in all (told the producer as a
+    /// running total), and how many of them were told.
+    eager_returned: u64,
+    eager_told: u64,
 }
 
 /// A channel on this TaskManager that got data: read straight from the store.
@@ -213,7 +217,13 @@ pub struct InputGate {
     /// Channels finished empty by the notices taken from the inbox, counted as the client
     /// counts them ([`finished_empty`]).
     inbox_finished: u64,
-    queue: VecDeque<(usize, Buffer)>,
+    /// Buffers received, with their channel and, for one sent without credit, the eager bytes
+    /// consuming it gives back (`Some(0)` for all but the last buffer of an answer).
+    queue: VecDeque<(usize, Buffer, Option<u64>)>,
+    /// Bytes each set subscription's producer may send without credit.
+    eager: u64,
+    /// Groups with eager bytes given back to tell now.
+    eager_dirty: Vec<u32>,
     /// Its network buffers, and whether its channels have exclusive credit.
     budget: credit::GateBudget,
     /// Floating buffers not lent to any channel.
@@ -263,6 +273,8 @@ impl InputGate {
             served: 0,
             inbox_finished: 0,
             queue: VecDeque::new(),
+            eager: 0,
+            eager_dirty: Vec::new(),
             budget,
             floating_free,
             floating_waiters: VecDeque::new(),
@@ -276,6 +288,8 @@ impl InputGate {
         let mut told = Vec::new();
         let mut wake = Vec::new();
         let mut total = 0u32;
+        // Set subscriptions, sent once the eager allowance is split between them.
+        let mut subscriptions = Vec::new();
         for (i, descriptor) in gates.iter().enumerate() {
             let grouping = groupings.get(i).cloned().unwrap_or_else(|| {
                 network.grouping(descriptor.producers.id(), descriptor.producers.locations())
@@ -312,15 +326,12 @@ impl InputGate {
                     // Only the set's notices come through the connection; the data is read here.
                     wake.push(position);
                 } else {
-                    gate.request(
+                    subscriptions.push((
                         position,
-                        PartitionRequest::SubscribeSet {
-                            channels: channel_key(gate_id, base),
-                            set: set.number,
-                            subpartition: descriptor.subpartition,
-                            credit,
-                        },
-                    );
+                        channel_key(gate_id, base),
+                        set.number,
+                        descriptor.subpartition,
+                    ));
                 }
                 gate.inputs[i].open += partitions.len();
                 gate.groups.push(Group {
@@ -331,11 +342,33 @@ impl InputGate {
                     connection: position,
                     set,
                     local: local.then(|| (grouping.clone(), number, descriptor.edge)),
+                    eager_returned: 0,
+                    eager_told: 0,
                 });
                 if !ended.is_empty() {
                     told.push((group, ended));
                 }
             }
+        }
+        if subscriptions.is_empty() && gate.budget.eager > 0 {
+            // Every channel is local: the eager buffer floats again.
+            gate.budget.eager = 0;
+            gate.floating_free += 1;
+        }
+        let eager = u32::try_from(gate.budget.eager / subscriptions.len().max(1) as u64)
+            .unwrap_or(u32::MAX);
+        gate.eager = u64::from(eager);
+        for (position, channels, set, subpartition) in subscriptions {
+            gate.request(
+                position,
+                PartitionRequest::SubscribeSet {
+                    channels,
+                    set,
+                    subpartition,
+                    credit,
+                    eager,
+                },
+            );
         }
         gate.finished = vec![0; (total as usize).div_ceil(64)];
         gate.open = total as usize;
@@ -394,7 +427,12 @@ impl InputGate {
 
     /// The group of channel `index`.
     fn group_of(&self, index: u32) -> &Group {
-        &self.groups[self.groups.partition_point(|g| g.base <= index) - 1]
+        &self.groups[self.group_number(index)]
+    }
+
+    /// The position in `groups` of channel `index`'s group.
+    fn group_number(&self, index: u32) -> usize {
+        self.groups.partition_point(|g| g.base <= index) - 1
     }
 
     fn is_finished(&self, index: u32) -> bool {
@@ -531,10 +569,13 @@ impl InputGate {
         blocker: &dyn TaskBlocker,
     ) -> Result<Option<GateEvent>, ExchangeError> {
         loop {
-            if let Some((channel, buffer)) = self.queue.pop_front() {
+            if let Some((channel, buffer, eager)) = self.queue.pop_front() {
                 let input = self.group_of(channel as u32).input as usize;
                 self.inputs[input].queued -= 1;
-                self.consumed(channel);
+                match eager {
+                    None => self.consumed(channel),
+                    Some(bytes) => self.eager_consumed(channel, bytes),
+                }
                 self.send_requests();
                 let (records, bytes) = (u64::from(buffer.records()), buffer.len() as u64);
                 self.stats.records_in += records;
@@ -559,6 +600,7 @@ impl InputGate {
             while let Some(channel) = self.to_fetch.pop_front() {
                 self.fetch_local(channel)?;
             }
+            self.tell_eager();
             self.send_requests();
             if !self.queue.is_empty() || self.open == 0 {
                 continue;
@@ -589,28 +631,80 @@ impl InputGate {
         requests.push(request);
     }
 
-    fn receive(&mut self, index: usize, buffers: Vec<Buffer>) {
-        for buffer in buffers {
+    /// Queues the buffers of channel `index`: within its credit, or (`eager` > 0) sent without
+    /// credit, taking `eager` bytes of its set subscription's allowance until the last of them
+    /// is consumed.
+    fn receive(&mut self, index: usize, buffers: Vec<Buffer>, eager: u64) {
+        let last = buffers.iter().rposition(|buffer| !buffer.is_empty());
+        if eager > 0 && last.is_none() {
+            self.eager_consumed(index, eager);
+        }
+        for (position, buffer) in buffers.into_iter().enumerate() {
             if buffer.is_empty() {
                 continue;
             }
-            let channel = self
-                .channels
-                .get_mut(&(index as u32))
-                .expect("a channel with state");
-            channel.queued += 1;
-            channel.received += 1;
+            let held = if eager > 0 {
+                Some(if Some(position) == last { eager } else { 0 })
+            } else {
+                let channel = self
+                    .channels
+                    .get_mut(&(index as u32))
+                    .expect("a channel with state");
+                channel.queued += 1;
+                channel.received += 1;
+                None
+            };
             self.stats.buffers_in += 1;
             let input = self.group_of(index as u32).input as usize;
             self.inputs[input].queued += 1;
-            self.queue.push_back((index, buffer));
+            self.queue.push_back((index, buffer, held));
             self.metrics.set_buffers_in_use(self.queue.len() as u64);
+        }
+    }
+
+    /// A buffer of channel `index` sent without credit was consumed: `bytes` of its set
+    /// subscription's eager allowance go back (told with the next requests).
+    fn eager_consumed(&mut self, index: usize, bytes: u64) {
+        if bytes == 0 {
+            return;
+        }
+        let number = self.group_number(index as u32);
+        let group = &mut self.groups[number];
+        let untold = group.eager_returned - group.eager_told;
+        group.eager_returned += bytes;
+        // Told once a quarter of the allowance is back (or the gate waits: `tell_eager`),
+        // not for every small buffer.
+        let quarter = (self.eager / 4).max(1);
+        if untold < quarter && untold + bytes >= quarter {
+            self.eager_dirty.push(number as u32);
+        }
+    }
+
+    /// Every eager byte consumed is told (the gate is about to wait: its producers may be
+    /// waiting for room).
+    fn tell_eager(&mut self) {
+        for (number, group) in self.groups.iter().enumerate() {
+            if group.eager_returned > group.eager_told
+                && !self.eager_dirty.contains(&(number as u32))
+            {
+                self.eager_dirty.push(number as u32);
+            }
         }
     }
 
     /// Hands the requests gathered since the last time (subscriptions, credit) to their data
     /// connections.
     fn send_requests(&mut self) {
+        for number in std::mem::take(&mut self.eager_dirty) {
+            let group = &mut self.groups[number as usize];
+            group.eager_told = group.eager_returned;
+            let (position, returned) = (group.connection, group.eager_returned);
+            let channels = channel_key(self.gate_id, group.base);
+            self.request(
+                position,
+                PartitionRequest::EagerReturned { channels, returned },
+            );
+        }
         for position in std::mem::take(&mut self.dirty) {
             let (connection, requests) = &mut self.connections[position as usize];
             if !requests.is_empty() {
@@ -660,7 +754,7 @@ impl InputGate {
                     // More may be there already (read once the queue is empty).
                     self.to_fetch.push_back(index);
                 }
-                self.receive(index, buffers);
+                self.receive(index, buffers, 0);
                 // A backlog may earn floating buffers; the end gives them back.
                 self.settle(index);
                 Ok(())
@@ -786,13 +880,14 @@ impl InputGate {
                 buffers,
                 finished,
                 backlog,
+                eager,
                 ..
             } => {
                 self.ch_mut(index).backlog = backlog;
                 if finished {
                     self.finish(index as u32);
                 }
-                self.receive(index, buffers);
+                self.receive(index, buffers, eager);
                 // A backlog may earn floating buffers; the end gives them back.
                 self.settle(index);
                 Ok(())

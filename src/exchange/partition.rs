@@ -60,7 +60,7 @@ mod spill;
 pub use output_budget::Room;
 
 use crate::messages::SpillUsage;
-use result_partition::{ResultPartition, State};
+use result_partition::{FetchLimit, ResultPartition, State};
 use spill::{FetchPlan, PlannedBuffer, SpillDisk, SpillFile, Stored};
 
 /// Why a producer-side operation on a result partition failed.
@@ -893,7 +893,8 @@ impl ResultPartitionManager {
         max_bytes: usize,
         credit: usize,
     ) -> Fetch {
-        Self::taken(self.plan(id, subpartition, from_buffer, max_bytes, credit, None))
+        let read = (id, subpartition, from_buffer);
+        Self::taken(self.plan(read, max_bytes, credit, false, None))
     }
 
     /// Like [`fetch_with_credit`](Self::fetch_with_credit), but when nothing is new it answers
@@ -910,15 +911,20 @@ impl ResultPartitionManager {
         queue: &Arc<ReadyQueue>,
         key: u64,
     ) -> PlannedFetch {
-        let (id, subpartition, from_buffer) = read;
-        self.plan(
-            id,
-            subpartition,
-            from_buffer,
-            max_bytes,
-            credit,
-            Some((queue, key)),
-        )
+        self.plan(read, max_bytes, credit, false, Some((queue, key)))
+    }
+
+    /// Like [`fetch_or_listen`](Self::fetch_or_listen) for a channel without credit that may
+    /// take buffers within `max_bytes` (its set subscription's eager allowance): whole
+    /// buffers that fit, the first included, or the backlog if the first does not fit.
+    pub fn fetch_eager_or_listen(
+        &self,
+        read: (ResultPartitionId, u32, u64),
+        max_bytes: usize,
+        queue: &Arc<ReadyQueue>,
+        key: u64,
+    ) -> PlannedFetch {
+        self.plan(read, max_bytes, usize::MAX, true, Some((queue, key)))
     }
 
     /// What a planned fetch gives, read on the caller's thread.
@@ -944,20 +950,26 @@ impl ResultPartitionManager {
         }
     }
 
+    /// Plans a fetch of `read` (partition, subpartition, first buffer); `strict`: even the
+    /// first buffer must fit `max_bytes`.
     fn plan(
         &self,
-        id: ResultPartitionId,
-        subpartition: u32,
-        from_buffer: u64,
+        read: (ResultPartitionId, u32, u64),
         max_bytes: usize,
         credit: usize,
+        strict: bool,
         listener: Option<(&Arc<ReadyQueue>, u64)>,
     ) -> PlannedFetch {
+        let (id, subpartition, from_buffer) = read;
         let Ok(partition) = self.get(id) else {
             return PlannedFetch::Unknown;
         };
-        let planned =
-            lock(&partition).plan_fetch(subpartition, from_buffer, max_bytes, credit, listener);
+        let limit = FetchLimit {
+            max_bytes,
+            credit,
+            strict,
+        };
+        let planned = lock(&partition).plan_fetch(subpartition, from_buffer, limit, listener);
         match planned {
             Ok(plan) => PlannedFetch::Read(PendingRead {
                 id,

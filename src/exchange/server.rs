@@ -21,9 +21,15 @@
 //! on the store's I/O threads ([`crate::env::blocking_io`]): the TaskManager actor that serves the
 //! poll keeps heartbeating and deploying however slow the disk.
 //!
+//! A channel without credit whose set subscription has eager room left (a gate in the floating
+//! mode, see `input_gate::credit`) is sent its buffers at once if they fit the room, marked with
+//! the bytes they took; otherwise it announces its backlog and waits for credit. The room comes
+//! back as the gate reports what it consumed.
+//!
 //! An answer lost on the way (the consumer's next poll says it did not get it) is served again
 //! from where it started: a retained (blocking) buffer is read again, a pipelined one was moved
-//! out and is gone, so that channel fails and its region restarts, never reads a gap.
+//! out and is gone, so that channel fails and its region restarts, never reads a gap. The eager
+//! bytes it took go back to their allowances (the consumer never got them to give back).
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -129,6 +135,9 @@ struct ConnectionState {
     /// The subscriptions as they were before the last non-empty answer, to serve again if it
     /// is lost.
     last_answer: Vec<(u64, Subscription)>,
+    /// The eager bytes the last non-empty answer took, by set subscription: given back to
+    /// them if it is lost (the consumer never got them, so it never returns them).
+    last_eager: Vec<(u64, u64)>,
     last_used: Option<Instant>,
 }
 
@@ -172,6 +181,20 @@ struct SetReader {
     set: u32,
     subpartition: u32,
     credit: u32,
+    /// The bytes its channels may be sent without credit at a time.
+    eager: u64,
+    /// Of those, sent in all.
+    eager_sent: u64,
+    /// And given back by the consumer in all.
+    eager_returned: u64,
+}
+
+impl SetReader {
+    /// Bytes a channel without credit may be sent now.
+    fn eager_room(&self) -> u64 {
+        self.eager
+            .saturating_sub(self.eager_sent.saturating_sub(self.eager_returned))
+    }
 }
 
 /// The key a set member's end watch goes by.
@@ -181,6 +204,8 @@ fn member_key(set: u32, member: u32) -> u64 {
 
 #[derive(Debug, Clone, Copy)]
 struct Subscription {
+    /// The key of its set subscription ([`SetReader`]).
+    reader: u64,
     partition: ResultPartitionId,
     subpartition: u32,
     next_buffer: u64,
@@ -255,6 +280,7 @@ impl PartitionRequestServer {
                         set,
                         subpartition,
                         credit,
+                        eager,
                     } => {
                         let Some(server_set) = state.sets.get(&set) else {
                             log::warn!("a subscription names set {set}, which was never named");
@@ -277,10 +303,13 @@ impl PartitionRequestServer {
                                 set,
                                 subpartition,
                                 credit,
+                                eager: u64::from(eager),
+                                eager_sent: 0,
+                                eager_returned: 0,
                             },
                         );
                         for (key, partition) in found {
-                            state.serve_channel(key, partition, subpartition, credit);
+                            state.serve_channel(channels, key, partition, subpartition, credit);
                             ready.push(key);
                         }
                     }
@@ -293,6 +322,13 @@ impl PartitionRequestServer {
                             if !subscription.listening {
                                 ready.push(channel);
                             }
+                        }
+                    }
+                    PartitionRequest::EagerReturned { channels, returned } => {
+                        // Channels that found no room announced their backlog instead: none
+                        // waits for this.
+                        if let Some(reader) = state.readers.get_mut(&channels) {
+                            reader.eager_returned = reader.eager_returned.max(returned);
                         }
                     }
                     PartitionRequest::Cancel { channel } => {
@@ -472,6 +508,11 @@ impl ServerConnection {
                 let keys: Vec<u64> = lost.iter().map(|(key, _)| *key).collect();
                 // A channel read twice in it goes back to its first position; credit granted
                 // since stays.
+                for (reader, bytes) in std::mem::take(&mut state.last_eager) {
+                    if let Some(reader) = state.readers.get_mut(&reader) {
+                        reader.eager_sent = reader.eager_sent.saturating_sub(bytes);
+                    }
+                }
                 for (key, before) in lost.into_iter().rev() {
                     let granted = state
                         .subscriptions
@@ -488,6 +529,7 @@ impl ServerConnection {
                 self.ready.push_all(keys);
             } else {
                 state.last_answer.clear();
+                state.last_eager.clear();
                 state.last_notices.clear();
             }
             (seq, superseded)
@@ -590,7 +632,12 @@ enum Planned {
     /// Decided there.
     Answer(ChannelResponse),
     /// Buffers still to take (from disk, perhaps).
-    Read { pending: PendingRead, backlog: u64 },
+    Read {
+        pending: PendingRead,
+        backlog: u64,
+        /// The eager bytes it takes (0: sent within credit).
+        eager: u64,
+    },
 }
 
 impl Planned {
@@ -614,7 +661,11 @@ impl Planned {
     fn take(self) -> (ChannelResponse, bool) {
         match self {
             Self::Answer(response) => (response, false),
-            Self::Read { pending, backlog } => {
+            Self::Read {
+                pending,
+                backlog,
+                eager,
+            } => {
                 let (next_buffer, finished) = (pending.next_buffer(), pending.finished());
                 match pending.read() {
                     Ok(buffers) => (
@@ -623,6 +674,7 @@ impl Planned {
                             next_buffer,
                             finished,
                             backlog,
+                            eager,
                         },
                         false,
                     ),
@@ -638,12 +690,14 @@ impl ConnectionState {
     /// Serves channel `key` (of `partition`'s `subpartition`) one by one from now on.
     fn serve_channel(
         &mut self,
+        reader: u64,
         key: u64,
         partition: ResultPartitionId,
         subpartition: u32,
         credit: u32,
     ) {
         self.subscriptions.entry(key).or_insert(Subscription {
+            reader,
             partition,
             subpartition,
             next_buffer: 0,
@@ -729,6 +783,7 @@ impl ConnectionState {
                 set,
                 subpartition,
                 credit,
+                ..
             }) = self.readers.get(&reader)
             else {
                 continue; // cancelled
@@ -737,7 +792,7 @@ impl ConnectionState {
                 continue; // another set's partition of the edge
             };
             let key = reader + u64::from(member);
-            self.serve_channel(key, partition, subpartition, credit);
+            self.serve_channel(reader, key, partition, subpartition, credit);
             keys.push(key);
         }
         let mut channels = Vec::new();
@@ -756,7 +811,8 @@ impl ConnectionState {
             if credit == 0 && subscription.announced {
                 continue; // looked at again when credit comes
             }
-            // Without credit, the store tells the backlog (announced once, so the consumer
+            // Without credit, whole buffers that fit the set subscription's eager room go at
+            // once; otherwise the store tells the backlog (announced once, so the consumer
             // lends the channel credit: Flink's backlog announcement), or listens for data.
             let before = *subscription;
             let read = (
@@ -764,17 +820,36 @@ impl ConnectionState {
                 subscription.subpartition,
                 subscription.next_buffer,
             );
-            let planned = store.fetch_or_listen(
-                read,
-                budget,
-                usize::try_from(credit).unwrap_or(usize::MAX),
-                ready,
-                key,
-            );
+            let room = match self.readers.get(&subscription.reader) {
+                Some(reader) if credit == 0 => reader.eager_room(),
+                _ => 0,
+            };
+            let planned = if room > 0 {
+                let room = usize::try_from(room).unwrap_or(usize::MAX);
+                store.fetch_eager_or_listen(read, room, ready, key)
+            } else {
+                store.fetch_or_listen(
+                    read,
+                    budget,
+                    usize::try_from(credit).unwrap_or(usize::MAX),
+                    ready,
+                    key,
+                )
+            };
             match planned {
                 PlannedFetch::Read(pending) => {
                     budget = budget.saturating_sub(pending.bytes());
-                    subscription.sent += pending.buffers() as u64;
+                    let eager = if room > 0 {
+                        let bytes = pending.bytes() as u64;
+                        if let Some(reader) = self.readers.get_mut(&subscription.reader) {
+                            reader.eager_sent += bytes;
+                        }
+                        self.last_eager.push((subscription.reader, bytes));
+                        bytes
+                    } else {
+                        subscription.sent += pending.buffers() as u64;
+                        0
+                    };
                     let (next_buffer, finished) = (pending.next_buffer(), pending.finished());
                     subscription.next_buffer = next_buffer;
                     let backlog = if finished {
@@ -790,7 +865,14 @@ impl ConnectionState {
                         // More may be there already, or the next read listens.
                         again.push(key);
                     }
-                    channels.push((key, Planned::Read { pending, backlog }));
+                    channels.push((
+                        key,
+                        Planned::Read {
+                            pending,
+                            backlog,
+                            eager,
+                        },
+                    ));
                 }
                 PlannedFetch::Listening | PlannedFetch::Pending(_) => {
                     subscription.listening = true;
@@ -806,6 +888,7 @@ impl ConnectionState {
                             next_buffer,
                             finished: false,
                             backlog,
+                            eager: 0,
                         }),
                     ));
                 }
@@ -836,39 +919,4 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The end notices of many partitions that each list most subpartitions with data go out
-    /// over several answers, each within [`NOTICE_BYTES`] encoded, in order, none lost: at
-    /// P = 10,000 one answer carrying all of them was over the transport's largest message
-    /// (issue 32).
-    #[test]
-    fn notices_go_out_over_answers_within_the_transport_limit() {
-        let mut notices: Vec<PartitionNotice> = (0..2_500u32)
-            .map(|member| PartitionNotice {
-                set: u32::MAX - member,
-                member: u32::MAX - member,
-                end: if member % 100 == 7 {
-                    PartitionEnd::Failed("x".repeat(500))
-                } else {
-                    PartitionEnd::Finished {
-                        with_data: (0..1_800).map(|s| u32::MAX - 1_800 + s).collect(),
-                    }
-                },
-            })
-            .collect();
-        let queued = notices.clone();
-        let mut sent = Vec::new();
-        let mut answers = 0;
-        while !notices.is_empty() {
-            let answer = next_notices(&mut notices, NOTICE_BYTES);
-            let encoded = crate::base::codec::encode(&answer).unwrap().len();
-            assert!(encoded <= NOTICE_BYTES, "answer {answers}: {encoded} bytes");
-            answers += 1;
-            sent.extend(answer);
-        }
-        assert!(answers > 1);
-        assert_eq!(sent, queued);
-    }
-}
+mod tests;

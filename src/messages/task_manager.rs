@@ -319,6 +319,19 @@ pub enum PartitionRequest {
         subpartition: u32,
         /// Buffers the consumer has free for each channel.
         credit: u32,
+        /// Bytes the producer may send without credit, across the subscription's channels, in
+        /// whole buffers that fit what is left of them (a gate without exclusive credit: a
+        /// channel's first small buffer then needs no backlog announcement and credit first).
+        /// They are given back as the gate consumes them ([`EagerReturned`](Self::EagerReturned)).
+        eager: u32,
+    },
+    /// The gate whose set subscription starts at `channels` consumed `returned` bytes of the
+    /// buffers sent without credit in all (a running total, as [`Credit`](Self::Credit)).
+    EagerReturned {
+        /// The key [`SubscribeSet`](Self::SubscribeSet) gave.
+        channels: u64,
+        /// Bytes consumed since the subscription.
+        returned: u64,
     },
     /// The consumer has granted `granted` buffers for `channel` in all, counting the
     /// subscription's (a running total: a grant sent twice or overtaken changes nothing).
@@ -435,6 +448,9 @@ pub enum ChannelResponse {
         finished: bool,
         /// Buffers the producer holds beyond these (for floating credit).
         backlog: u64,
+        /// Sent without credit: the bytes they took of their set subscription's
+        /// [`eager`](PartitionRequest::SubscribeSet::eager) allowance (0: sent within credit).
+        eager: u64,
     },
     /// The producer failed.
     Failed(String),

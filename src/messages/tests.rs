@@ -533,10 +533,15 @@ pub(crate) fn task_manager_samples() -> Vec<TaskManagerMessage> {
                     set: 3,
                     subpartition: 1,
                     credit: 2,
+                    eager: 16 << 10,
                 },
                 PartitionRequest::Credit {
                     channel: (1 << 32) | 4,
                     granted: 9,
+                },
+                PartitionRequest::EagerReturned {
+                    channels: (1 << 32) | 4,
+                    returned: 4_096,
                 },
                 PartitionRequest::Cancel { channel: 5 },
                 PartitionRequest::CancelSet { channels: 1 << 32 },
@@ -711,6 +716,17 @@ fn every_answer_round_trips() {
                     next_buffer: 1,
                     finished: true,
                     backlog: 0,
+                    eager: 0,
+                },
+            ),
+            (
+                4,
+                ChannelResponse::Data {
+                    buffers: Vec::new(),
+                    next_buffer: 3,
+                    finished: false,
+                    backlog: 2,
+                    eager: 180,
                 },
             ),
             (1, ChannelResponse::Failed("gone".into())),

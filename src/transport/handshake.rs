@@ -128,7 +128,10 @@ pub const SECRET_ENV: &str = "FLINT_SECRET";
 /// 19: a failed task says whether every attempt would fail alike
 ///    (`TaskExecutionState::unrecoverable`: an invalid operator configuration, a record too
 ///    large for the exchange), and the JobManager then fails the job instead of restarting it.
-pub const PROTOCOL_VERSION: u32 = 19;
+/// 20: a gate without exclusive credit gives each set subscription a few bytes its producer
+///    may send without credit (`SubscribeSet::eager`, `ChannelResponse::Data::eager`), and
+///    gives them back as it consumes them (`PartitionRequest::EagerReturned`).
+pub const PROTOCOL_VERSION: u32 = 20;
 
 /// The largest handshake message, in bytes (after the length prefix). A `Hello` with a sensible
 /// node id is under 200 bytes; the limit stops a peer (or a stray HTTP client) from making us

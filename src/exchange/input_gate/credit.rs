@@ -12,7 +12,13 @@
 //!   gate lends that channel credit from its floor, and borrows from the pool for more while
 //!   any is free (up to one channel's window), giving borrowed buffers back as soon as they
 //!   are consumed. So a gate of 10,000 channels holds no more than its floor and what it
-//!   borrows, whatever the number of channels with data.
+//!   borrows, whatever the number of channels with data. One buffer of a floor of two or more
+//!   is the gate's *eager allowance* instead, split between its set subscriptions: their
+//!   producers send a channel's buffers without credit while they fit what is left of it, and
+//!   the gate gives the bytes back as it consumes them (a running total, told once a quarter
+//!   is back or when it waits). A channel's first small buffer — most channels of a wide
+//!   all-to-all get one or two — then needs no announce → credit → data round trip; a buffer
+//!   that does not fit is announced as before, so nothing ever waits for the allowance.
 
 use super::{InputGate, LocalState};
 use crate::exchange::NetworkSettings;
@@ -37,6 +43,9 @@ pub(super) struct GateBudget {
     pub(super) floating_cap: u32,
     /// The most it borrows in the floating mode.
     lend_limit: u64,
+    /// Bytes of its floor its set subscriptions' producers may send without credit (the
+    /// floating mode, with a floor of two buffers or more: one of them).
+    pub(super) eager: u64,
 }
 
 impl GateBudget {
@@ -65,16 +74,27 @@ impl GateBudget {
                 exclusive: settings.buffers_per_channel,
                 floating_cap: settings.floating_buffers_per_gate,
                 lend_limit: 0,
+                eager: 0,
             };
             (budget, settings.floating_buffers_per_gate)
         } else {
-            let floating = u32::try_from(floor.buffers()).unwrap_or(u32::MAX);
+            let mut floating = u32::try_from(floor.buffers()).unwrap_or(u32::MAX);
+            // One buffer of the floor goes to the eager allowance: a channel's first small
+            // buffer then needs no round trip for credit (most channels of a wide all-to-all
+            // get one or two).
+            let eager = if floating >= 2 {
+                floating -= 1;
+                settings.buffer_size as u64
+            } else {
+                0
+            };
             let budget = Self {
                 floor,
                 lent: 0,
                 exclusive: 0,
                 floating_cap: window,
                 lend_limit: u64::from(window),
+                eager,
             };
             (budget, floating)
         }

@@ -126,10 +126,14 @@ impl ResultPartition {
         &mut self,
         subpartition: u32,
         from_buffer: u64,
-        max_bytes: usize,
-        credit: usize,
+        limit: FetchLimit,
         listener: Option<(&Arc<ReadyQueue>, u64)>,
     ) -> Result<FetchPlan, PlannedFetch> {
+        let FetchLimit {
+            max_bytes,
+            credit,
+            strict,
+        } = limit;
         let finished = match &self.state {
             State::Producing => false,
             State::Finished => true,
@@ -185,7 +189,7 @@ impl ResultPartition {
             sub.waiters.push(Waiter::Once(sender));
             return Err(PlannedFetch::Pending(receiver));
         }
-        if credit == 0 {
+        if credit == 0 || (strict && sub.buffers[from_buffer as usize].bytes() > max_bytes) {
             return Err(PlannedFetch::Backlog(available - from_buffer));
         }
 
@@ -245,6 +249,15 @@ impl ResultPartition {
         }
         Ok(plan)
     }
+}
+
+/// How much one fetch may take: buffers while their bytes stay within `max_bytes` (the
+/// first one whatever its size, unless `strict`), at most `credit` of them.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct FetchLimit {
+    pub(super) max_bytes: usize,
+    pub(super) credit: usize,
+    pub(super) strict: bool,
 }
 
 #[derive(Default)]

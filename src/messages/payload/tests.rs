@@ -145,6 +145,7 @@ fn reply_samples() -> Vec<Reply> {
                     next_buffer: 1,
                     finished: true,
                     backlog: 0,
+                    eager: 0,
                 },
             )],
             notices: Vec::new(),

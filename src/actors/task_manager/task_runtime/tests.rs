@@ -84,6 +84,7 @@ fn subscribe(round: u64) -> PartitionRequests {
                 set: 1,
                 subpartition: 0,
                 credit: 2,
+                eager: 0,
             },
         ],
     }
@@ -218,6 +219,7 @@ async fn a_silent_producer_is_answered_within_the_hold_for_as_long_as_it_is_sile
                     next_buffer: 1,
                     finished: false,
                     backlog: 0,
+                    eager: 0,
                 }
             )],
             notices: vec![],
@@ -236,6 +238,7 @@ async fn a_silent_producer_is_answered_within_the_hold_for_as_long_as_it_is_sile
                     next_buffer: 1,
                     finished: true,
                     backlog: 0,
+                    eager: 0,
                 }
             )],
             // The set hears of the end too; the channel that had data ends by itself.
@@ -611,6 +614,7 @@ async fn empty_channels_end_with_one_notice_per_partition_not_a_message_per_chan
         set: 1,
         subpartition: gate,
         credit: 2,
+        eager: 0,
     }));
     server.apply(
         &store,
@@ -652,6 +656,7 @@ async fn empty_channels_end_with_one_notice_per_partition_not_a_message_per_chan
                 next_buffer: 1,
                 finished: true,
                 backlog: 0,
+                eager: 0,
             }
         )],
         "only the channel with data is served on its own"

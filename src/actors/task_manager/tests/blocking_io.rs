@@ -84,6 +84,7 @@ async fn heartbeats_go_on_while_a_poll_waits_for_its_spilled_buffers_on_the_io_t
                     set: 1,
                     subpartition: 0,
                     credit: 10,
+                    eager: 0,
                 },
             ],
         },

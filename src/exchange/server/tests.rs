@@ -1,0 +1,213 @@
+use super::*;
+
+/// The end notices of many partitions that each list most subpartitions with data go out
+/// over several answers, each within [`NOTICE_BYTES`] encoded, in order, none lost: at
+/// P = 10,000 one answer carrying all of them was over the transport's largest message
+/// (issue 32).
+#[test]
+fn notices_go_out_over_answers_within_the_transport_limit() {
+    let mut notices: Vec<PartitionNotice> = (0..2_500u32)
+        .map(|member| PartitionNotice {
+            set: u32::MAX - member,
+            member: u32::MAX - member,
+            end: if member % 100 == 7 {
+                PartitionEnd::Failed("x".repeat(500))
+            } else {
+                PartitionEnd::Finished {
+                    with_data: (0..1_800).map(|s| u32::MAX - 1_800 + s).collect(),
+                }
+            },
+        })
+        .collect();
+    let queued = notices.clone();
+    let mut sent = Vec::new();
+    let mut answers = 0;
+    while !notices.is_empty() {
+        let answer = next_notices(&mut notices, NOTICE_BYTES);
+        let encoded = crate::base::codec::encode(&answer).unwrap().len();
+        assert!(encoded <= NOTICE_BYTES, "answer {answers}: {encoded} bytes");
+        answers += 1;
+        sent.extend(answer);
+    }
+    assert!(answers > 1);
+    assert_eq!(sent, queued);
+}
+
+mod eager {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::base::ids::ExecutionAttemptId;
+    use crate::exchange::buffer::Buffer;
+    use crate::operators::{Record, Value};
+
+    const CONNECTION: u128 = 1;
+
+    fn consumer() -> ActorAddress {
+        ActorAddress::new("local", "taskmanager/tm-consumer")
+    }
+
+    fn requests(round: u64, requests: Vec<PartitionRequest>) -> PartitionRequests {
+        PartitionRequests {
+            consumer: consumer(),
+            connection: DataConnectionId::from_u128(CONNECTION),
+            round,
+            requests,
+        }
+    }
+
+    fn poll(poll: u64, received: u64) -> PollPartitionData {
+        PollPartitionData {
+            consumer: consumer(),
+            connection: DataConnectionId::from_u128(CONNECTION),
+            poll,
+            received,
+            acknowledged: 1,
+        }
+    }
+
+    /// What one answer sent: the eager bytes it took, the channels sent without credit, and
+    /// those that announced a backlog instead (channels sent within credit are left out).
+    fn sent(answer: &PartitionData) -> (u64, Vec<u64>, Vec<u64>) {
+        let (mut eager, mut with_data, mut announced) = (0, Vec::new(), Vec::new());
+        for (key, response) in &answer.channels {
+            let ChannelResponse::Data {
+                buffers,
+                eager: taken,
+                backlog,
+                ..
+            } = response
+            else {
+                panic!("{response:?}");
+            };
+            if buffers.is_empty() {
+                assert!(*backlog > 0, "{response:?}");
+                announced.push(*key);
+            } else if *taken > 0 {
+                let bytes: usize = buffers.iter().map(Buffer::len).sum();
+                assert_eq!(*taken, bytes as u64, "an eager answer takes what it sends");
+                eager += taken;
+                with_data.push(*key);
+            }
+        }
+        (eager, with_data, announced)
+    }
+
+    /// Issue 32 (P = 1,000 on defaults): a gate without credit of its own gives its set
+    /// subscription a few bytes; the producer sends each channel's first small buffer within
+    /// them at once, with no backlog announcement and credit first; once they are used up
+    /// the others announce their backlog as before; what the gate gives back is sent again;
+    /// and an answer lost on the way gives its bytes back to the allowance, so it is served
+    /// again in full. Never more than the allowance is out at a time.
+    #[actix::test]
+    async fn small_first_buffers_go_without_credit_within_the_eager_allowance() {
+        tokio::time::pause();
+        const P: u32 = 40;
+        let dir = std::env::temp_dir().join(format!("flint-eager-{}", std::process::id()));
+        let store = Arc::new(ResultPartitionManager::new(dir.clone(), usize::MAX));
+        let partitions: Vec<ResultPartitionId> = (0..P)
+            .map(|i| ResultPartitionId {
+                producer: ExecutionAttemptId::from_u128(100 + u128::from(i)),
+                edge: 0,
+            })
+            .collect();
+        let buffer = |i: u32| -> Buffer {
+            vec![Record {
+                key: format!("k{i:02}"),
+                value: Value::Int(i64::from(i)),
+            }]
+            .into()
+        };
+        let size = buffer(0).len() as u64;
+        // Room for 10 channels' buffers and a half.
+        let allowance = size * 10 + size / 2;
+        for &p in &partitions {
+            store.create(p, 1).unwrap();
+        }
+        let server = PartitionRequestServer::new(NOTICE_BYTES);
+        let reader = 7 << 32;
+        server.apply(
+            &store,
+            requests(
+                1,
+                vec![
+                    PartitionRequest::Set {
+                        set: 1,
+                        edge: 0,
+                        members: Arc::new(partitions.clone()),
+                    },
+                    PartitionRequest::SubscribeSet {
+                        channels: reader,
+                        set: 1,
+                        subpartition: 0,
+                        credit: 0,
+                        eager: u32::try_from(allowance).unwrap(),
+                    },
+                ],
+            ),
+        );
+        for (i, &p) in partitions.iter().enumerate() {
+            store.append(p, 0, buffer(i as u32)).unwrap();
+        }
+        let first = server.poll(store.clone(), poll(1, 0)).await;
+        let (eager, with_data, announced) = sent(&first);
+        assert_eq!(eager, size * 10, "as many buffers as the allowance holds");
+        assert_eq!(with_data.len(), 10);
+        assert_eq!(announced.len(), P as usize - 10, "the others announce");
+
+        // The answer was lost: the next poll says so, and it is served again, in full.
+        let again = server.poll(store.clone(), poll(2, 0)).await;
+        let (eager, with_data_again, _) = sent(&again);
+        assert_eq!(eager, size * 10, "the lost answer's bytes came back");
+        assert_eq!(with_data_again, with_data);
+
+        // Nothing more fits until the gate gives bytes back.
+        for &key in &with_data_again {
+            let member = u32::try_from(key - reader).unwrap();
+            store
+                .append(partitions[member as usize], 0, buffer(member))
+                .unwrap();
+        }
+        let full = server.poll(store.clone(), poll(3, again.seq)).await;
+        let (eager, _, announced) = sent(&full);
+        assert_eq!(eager, 0, "the allowance is out");
+        assert_eq!(announced.len(), 10);
+
+        // Those ten are lent credit for their backlog and use it.
+        let grants = announced
+            .iter()
+            .map(|&channel| PartitionRequest::Credit {
+                channel,
+                granted: 1,
+            })
+            .collect();
+        server.apply(&store, requests(2, grants));
+        let granted = server.poll(store.clone(), poll(4, full.seq)).await;
+        let (eager, _, announced) = sent(&granted);
+        assert_eq!((eager, announced.len()), (0, 0), "{granted:?}");
+        assert_eq!(granted.channels.len(), 10, "sent within credit");
+
+        // The gate consumed five buffers sent without credit: five of the next ones go.
+        server.apply(
+            &store,
+            requests(
+                3,
+                vec![PartitionRequest::EagerReturned {
+                    channels: reader,
+                    returned: size * 5,
+                }],
+            ),
+        );
+        for &key in &with_data_again {
+            let member = u32::try_from(key - reader).unwrap();
+            store
+                .append(partitions[member as usize], 0, buffer(member))
+                .unwrap();
+        }
+        let returned = server.poll(store.clone(), poll(5, granted.seq)).await;
+        let (eager, with_data, announced) = sent(&returned);
+        assert_eq!(eager, size * 5, "what was given back is sent again");
+        assert_eq!((with_data.len(), announced.len()), (5, 5));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
