@@ -433,6 +433,22 @@ impl PartitionRequestServer {
         store.prune_watchers();
     }
 
+    /// Bytes sent without credit and not given back yet, over every set subscription.
+    #[cfg(test)]
+    pub(crate) fn eager_out(&self) -> u64 {
+        lock(&self.connections)
+            .values()
+            .flat_map(|connection| {
+                let state = lock(&connection.state);
+                state
+                    .readers
+                    .values()
+                    .map(|reader| reader.eager_sent - reader.eager_returned)
+                    .collect::<Vec<_>>()
+            })
+            .sum()
+    }
+
     fn connection(&self, consumer: ActorAddress, id: DataConnectionId) -> Arc<ServerConnection> {
         lock(&self.connections)
             .entry((consumer, id))

@@ -2,6 +2,7 @@ use super::*;
 use crate::base::ids::ExecutionAttemptId;
 use crate::env::task_blocking::ThreadBlocker;
 use crate::exchange::buffer_pool::NetworkBufferPool;
+use crate::exchange::client::Peer;
 use crate::exchange::partition::ResultPartitionManager;
 use crate::exchange::partition::tests::AppendRecords;
 use crate::messages::deployment::{ProducerLocation, Producers};
@@ -228,4 +229,126 @@ async fn a_wide_gate_reads_everything_within_its_floor_and_what_is_lent() {
     assert_eq!(most_lent, 4, "it borrowed what the pool lends");
     assert_eq!(pool.usage().lent, 0, "every lent buffer went back");
     assert_eq!(pool.usage().peak_lent, 2);
+}
+
+/// Issue 32 (P = 1,000 on defaults): a gate in the floating mode reading 200 channels of
+/// another TaskManager, whose producers write a small buffer each, 40 at a time, each batch once
+/// the gate read the last. They are sent without credit within the eager allowance (one buffer
+/// of its floor, 40 of those buffers), and as the gate consumes them it gives the bytes back, so
+/// every batch goes that way, not only the first; it never holds more than the allowance of
+/// them, and the floor's other buffer floats. Everything is read and everything lent goes back.
+#[actix::test]
+async fn a_wide_gate_gives_back_what_its_producers_sent_without_credit() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    const BATCH: usize = 40;
+    let dir = std::env::temp_dir().join(format!("flint-eager-gate-{}", std::process::id()));
+    let store = Arc::new(ResultPartitionManager::new(dir.clone(), usize::MAX));
+    let partitions: Vec<ResultPartitionId> = (1..=200).map(partition).collect();
+    for &id in &partitions {
+        store.create_pipelined(id, 1, 10).unwrap();
+    }
+    let record = |i: usize| Record {
+        key: format!("{i:03}"),
+        value: Value::Int(1),
+    };
+    let size = crate::exchange::buffer::Buffer::from(vec![record(0)]).len();
+    let settings = NetworkSettings {
+        buffer_size: size * BATCH,
+        ..NetworkSettings::default()
+    };
+    let pool = NetworkBufferPool::new(8 * settings.buffer_size as u64, settings.buffer_size);
+    let floor = pool.reserve(2).unwrap();
+    let (here, there) = (
+        ActorAddress::new("local", "taskmanager/tm-consumer"),
+        ActorAddress::new("local", "taskmanager/tm-producer"),
+    );
+    let server = Arc::new(crate::exchange::server::PartitionRequestServer::default());
+    let network = NetworkClient::new(here, crate::base::rng::NodeRng::seed_from_u64(1));
+    let drive = network
+        .connect(&there, Peer::Local(server.clone(), store.clone()))
+        .expect("a new connection");
+    actix::spawn(drive);
+    let descriptor = InputGateDeploymentDescriptor {
+        edge: 0,
+        subpartition: 0,
+        producers: Producers::own(
+            partitions
+                .iter()
+                .map(|&partition| ProducerLocation {
+                    partition,
+                    task_manager: there.clone(),
+                })
+                .collect(),
+        ),
+    };
+    let cancellation = Arc::new(Cancellation::default());
+    let mut gate = InputGate::new(
+        &[descriptor],
+        &[],
+        &network,
+        store.clone(),
+        settings,
+        floor,
+        cancellation.clone(),
+        Arc::default(),
+    )
+    .unwrap();
+    assert_eq!(gate.budget.exclusive, 0, "the floating mode");
+    assert_eq!(gate.eager, (size * BATCH) as u64, "one buffer of the floor");
+    assert_eq!(gate.floating_free, 1, "the other floats");
+    let read = Arc::new(AtomicUsize::new(0));
+    let counted = read.clone();
+    #[allow(clippy::disallowed_methods)] // the test plays the task runner
+    let reader = tokio::task::spawn_blocking(move || {
+        let mut most_eager = 0;
+        while let Some(buffer) = gate.next_buffer(&ThreadBlocker).unwrap() {
+            counted.fetch_add(buffer.records() as usize, Ordering::SeqCst);
+            // The one just handed out counts until the next call.
+            let held: usize = gate
+                .queue
+                .iter()
+                .filter(|(_, _, eager)| eager.is_some())
+                .map(|(_, buffer, _)| buffer.len())
+                .sum();
+            most_eager = most_eager.max(held + buffer.len());
+        }
+        assert_eq!(gate.floating_free, 1, "the floor is back");
+        let eager: u64 = gate.groups.iter().map(|group| group.eager_returned).sum();
+        (eager, most_eager)
+    });
+    for (batch, ids) in partitions.chunks(BATCH).enumerate() {
+        for (i, &id) in ids.iter().enumerate() {
+            store
+                .append_records(id, 0, vec![record(batch * BATCH + i)])
+                .unwrap();
+        }
+        // Read, and every byte given back.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while read.load(Ordering::SeqCst) < (batch + 1) * BATCH || server.eager_out() > 0 {
+            if tokio::time::Instant::now() >= deadline {
+                cancellation.cancel(); // the reader thread ends too
+                panic!(
+                    "batch {batch}: read {}, {} eager bytes out",
+                    read.load(Ordering::SeqCst),
+                    server.eager_out()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+    for &id in &partitions {
+        store.finish(id).unwrap();
+    }
+    let (eager, most_eager) = reader.await.unwrap();
+    assert_eq!(
+        eager,
+        (size * partitions.len()) as u64,
+        "every buffer went without credit"
+    );
+    assert!(most_eager <= size * BATCH, "held {most_eager} eager bytes");
+    assert_eq!(pool.usage().lent, 0, "every lent buffer went back");
+    for &id in &partitions {
+        store.release(id);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }
