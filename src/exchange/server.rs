@@ -841,7 +841,8 @@ impl ConnectionState {
                 _ => 0,
             };
             let planned = if room > 0 {
-                let room = usize::try_from(room).unwrap_or(usize::MAX);
+                // Within the answer's budget too (a buffer that does not fit it is announced).
+                let room = usize::try_from(room).unwrap_or(usize::MAX).min(budget);
                 store.fetch_eager_or_listen(read, room, ready, key)
             } else {
                 store.fetch_or_listen(
