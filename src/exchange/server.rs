@@ -836,9 +836,10 @@ impl ConnectionState {
                 subscription.subpartition,
                 subscription.next_buffer,
             );
-            let room = match self.readers.get(&subscription.reader) {
-                Some(reader) if credit == 0 => reader.eager_room(),
-                _ => 0,
+            let room = if credit == 0 {
+                (self.readers.get(&subscription.reader)).map_or(0, SetReader::eager_room)
+            } else {
+                0
             };
             let planned = if room > 0 {
                 // Within the answer's budget too (a buffer that does not fit it is announced).
