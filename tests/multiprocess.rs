@@ -608,7 +608,17 @@ async fn records_up_to_the_exchange_limit_cross_processes_and_a_larger_one_fails
             && failure.contains(flint::job::restart::NOT_RESTARTED),
         "{failure}"
     );
-    assert_eq!(details.restarts, 0, "{details:#?}");
+    // No attempt ran again. (The sink's report that the source's partition failed may reach
+    // the JobManager first and start a restart, counted in `restarts`; the source's own
+    // report then fails the job before the restart runs.)
+    assert!(
+        details
+            .vertices
+            .iter()
+            .all(|v| v.subtasks.iter().all(|s| s.attempt_number == 0)),
+        "{details:#?}"
+    );
+    assert!(details.restarts <= 1, "{details:#?}");
 }
 
 fn spill_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {

@@ -23,8 +23,8 @@ impl ExecutionGraph {
     /// consumer would restart alone, find the partition missing again, and loop through the
     /// job's restarts). A failure its TaskManager calls `unrecoverable` (an invalid operator
     /// configuration, a record too large for the exchange) fails the job at once, whatever its
-    /// restart strategy allows: every attempt would fail the same way (Flink's
-    /// `NonRecoverableError`).
+    /// restart strategy allows, even if it arrives while its region is restarting already:
+    /// every attempt would fail the same way (Flink's `NonRecoverableError`).
     pub fn update_with_lost_input(
         &mut self,
         attempt: ExecutionAttemptId,
@@ -76,9 +76,14 @@ impl ExecutionGraph {
         }
         match state {
             ExecutionState::Finished => self.task_finished(task, cx, &mut actions),
-            ExecutionState::Failed if root_cause && unrecoverable => {
+            // Also while its region already restarts for another task's failure (a consumer's
+            // report that this producer's partition failed may come first): the restart would
+            // only fail again.
+            ExecutionState::Failed if unrecoverable && self.status() == JobStatus::Running => {
                 let reason = error.unwrap_or_else(|| "task failed".to_owned());
-                self.record_exception(&task, reason.clone(), true, now_ms);
+                if root_cause {
+                    self.record_exception(&task, reason.clone(), true, now_ms);
+                }
                 let first = self.describe_failure(&task, &reason);
                 self.give_up(
                     first,

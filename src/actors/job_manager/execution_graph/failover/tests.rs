@@ -240,6 +240,62 @@ fn an_unrecoverable_failure_fails_the_job_without_a_restart() {
     );
 }
 
+/// A producer whose record is too large for the exchange fails its partition, and its consumer's
+/// report of that ("input unavailable") may reach the JobManager first, as an ordinary failure
+/// that restarts the region. The producer's own unrecoverable report then comes while the region
+/// restarts: the job fails instead of running an attempt that would fail the same way.
+#[test]
+fn an_unrecoverable_failure_during_a_restart_fails_the_job_instead() {
+    let mut h = Harness::new(pairs(1, fixed_delay(5)), &[1]);
+    h.start();
+    h.run_all(&[("source", 0), ("sink", 0)]);
+    let (source, sink) = (h.attempt("source", 0), h.attempt("sink", 0));
+    let too_large = "a record of 9 bytes is larger than the largest the exchange carries";
+    let unavailable = format!("input unavailable: {source} failed: {too_large}");
+    let actions = h.call(|m, cx| {
+        m.update_with_lost_input(
+            sink,
+            ExecutionState::Failed,
+            Some(unavailable.clone()),
+            None,
+            false,
+            cx,
+        )
+    });
+    assert!(
+        actions
+            .iter()
+            .any(|a| matches!(a, JobAction::RestartAfter { .. })),
+        "{actions:?}"
+    );
+    h.call(|m, cx| {
+        m.update_with_lost_input(
+            source,
+            ExecutionState::Failed,
+            Some(too_large.into()),
+            None,
+            true,
+            cx,
+        )
+    });
+    assert_eq!(h.status(), JobStatus::Failed);
+    let details = h.master.details();
+    let failure = details.failure.unwrap_or_default();
+    assert!(
+        failure.starts_with(&format!("source (1/1): {too_large}"))
+            && failure.contains(crate::job::restart::NOT_RESTARTED),
+        "{failure}"
+    );
+    assert!(
+        details
+            .vertices
+            .iter()
+            .all(|v| v.subtasks.iter().all(|s| s.attempt_number == 0)),
+        "no attempt ran again: {:?}",
+        details.vertices
+    );
+}
+
 /// One `SubmitTasks` to one TaskManager lost with three independent regions in it: one fault,
 /// so one failure for the restart strategy and one restart of all three regions. Failed one
 /// task at a time (as before batches) it would spend three attempts and fail the job.
