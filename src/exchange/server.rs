@@ -47,26 +47,34 @@ use crate::messages::task_manager::{
     PartitionRequests, PollPartitionData,
 };
 use crate::messages::{ActorAddress, ResultPartitionId};
+use answer_budget::AnswerBudget;
+
+mod answer_budget;
 
 /// Bytes one answer carries at most (one buffer more, so every answer makes progress).
 pub const FETCH_BYTES: usize = 1 << 20;
 
-/// About the most bytes of notices one answer carries (with [`FETCH_BYTES`] of data, far below
-/// the transport's largest message, 16 MiB); the rest go with the next answers, which follow at
-/// once. At P = 10,000 with 2,000 records per source the notices of a TaskManager's 2,500
-/// partitions, each listing ~1,800 subpartitions with data, did not fit one message (issue 32).
-pub const NOTICE_BYTES: usize = 4 << 20;
+/// About the most bytes of notices one answer carries (with [`FETCH_BYTES`] of data and
+/// [`CHANNEL_BYTES`] of channel entries, below the transport's largest message, 16 MiB); the
+/// rest go with the next answers, which follow at once. At P = 10,000 with 2,000 records per
+/// source the notices of a TaskManager's 2,500 partitions, each listing ~1,800 subpartitions
+/// with data, did not fit one message (issue 32).
+pub const NOTICE_BYTES: usize = 3 << 20;
+
+/// About the most bytes of channel entries besides their data one answer carries (keys,
+/// positions, buffer lengths, failure reasons; see [`answer_budget`]).
+pub const CHANNEL_BYTES: usize = 2 << 20;
 
 const _: () = assert!(
-    FETCH_BYTES + NOTICE_BYTES <= crate::transport::frame::DEFAULT_MAX_FRAME / 2,
-    "an answer must fit a frame with room for channel keys and framing"
+    FETCH_BYTES + NOTICE_BYTES + CHANNEL_BYTES <= crate::transport::frame::DEFAULT_MAX_FRAME / 2,
+    "an answer must fit a frame with room for framing"
 );
 
 // An answer's data may pass FETCH_BYTES by one buffer, at most the largest record.
 const _: () = assert!(
-    FETCH_BYTES + NOTICE_BYTES + super::MAX_RECORD_BYTES
+    FETCH_BYTES + NOTICE_BYTES + CHANNEL_BYTES + super::MAX_RECORD_BYTES
         <= crate::transport::frame::DEFAULT_MAX_FRAME * 7 / 8,
-    "an answer with the largest record must fit a frame with room for keys and framing"
+    "an answer with the largest record must fit a frame with room for framing"
 );
 
 /// The oldest of `notices` that fit in `budget` bytes (at least one), taken out in order.
@@ -572,18 +580,18 @@ impl ServerConnection {
                     // Sets still waiting for members look again (and time out).
                     state.look_for_awaited(store, &self.ready);
                 }
-                let planned = state.collect(store, &self.ready);
+                let (planned, budget) = state.collect(store, &self.ready);
                 let notices = next_notices(&mut state.notices, notice_bytes);
                 let news = !planned.is_empty() || !notices.is_empty();
                 if news {
                     state.seq += 1;
                     state.last_notices = notices.clone();
                 }
-                (news || held_out).then_some((state.seq, planned, notices))
+                (news || held_out).then_some((state.seq, planned, budget, notices))
             };
-            if let Some((seq, planned, notices)) = answer {
+            if let Some((seq, planned, budget, notices)) = answer {
                 // The connection's lock is free while the buffers are read.
-                let channels = self.read(store, poll, planned).await;
+                let channels = self.read(store, poll, planned, budget).await;
                 return PartitionData {
                     seq,
                     channels,
@@ -603,12 +611,13 @@ impl ServerConnection {
     /// Takes the buffers an answer planned: on the store's I/O threads when any is on disk, so
     /// the TaskManager's actor thread, which serves this poll, never waits for the disk. A read
     /// that fails ends its channel (unless a newer poll has taken the answer back to serve it
-    /// again).
+    /// again). A failure's reason stays within what is left of the answer's `budget`.
     async fn read(
         &self,
         store: &ResultPartitionManager,
         poll: u64,
         planned: Vec<(u64, Planned)>,
+        mut budget: AnswerBudget,
     ) -> Vec<(u64, ChannelResponse)> {
         let on_disk = planned.iter().any(|(_, planned)| planned.needs_disk());
         let taken = if on_disk {
@@ -638,7 +647,13 @@ impl ServerConnection {
         }
         taken
             .into_iter()
-            .map(|(key, response, _)| (key, response))
+            .map(|(key, response, failed)| match response {
+                ChannelResponse::Failed(reason) if failed => (
+                    key,
+                    ChannelResponse::Failed(budget.failed_after_planning(reason)),
+                ),
+                response => (key, response),
+            })
             .collect()
     }
 }
@@ -783,13 +798,14 @@ impl ConnectionState {
         }
     }
 
-    /// What the ready subscriptions have, within their credit and [`FETCH_BYTES`]; notices of
-    /// ended partitions go to `self.notices`.
+    /// What the ready subscriptions have, within their credit, [`FETCH_BYTES`] and
+    /// [`CHANNEL_BYTES`], with what is left of the answer's budget; notices of ended
+    /// partitions go to `self.notices`.
     fn collect(
         &mut self,
         store: &ResultPartitionManager,
         ready: &Arc<ReadyQueue>,
-    ) -> Vec<(u64, Planned)> {
+    ) -> (Vec<(u64, Planned)>, AnswerBudget) {
         let items = ready.take_all();
         self.tell_ended(store, items.ended);
         let mut keys = items.keys;
@@ -813,9 +829,9 @@ impl ConnectionState {
         }
         let mut channels = Vec::new();
         let mut again = Vec::new();
-        let mut budget = FETCH_BYTES;
+        let mut budget = AnswerBudget::new(FETCH_BYTES, CHANNEL_BYTES);
         for (position, &key) in keys.iter().enumerate() {
-            if budget == 0 {
+            if !budget.has_room() {
                 again.extend_from_slice(&keys[position..]);
                 break;
             }
@@ -843,12 +859,12 @@ impl ConnectionState {
             };
             let planned = if room > 0 {
                 // Within the answer's budget too (a buffer that does not fit it is announced).
-                let room = usize::try_from(room).unwrap_or(usize::MAX).min(budget);
+                let room = usize::try_from(room).unwrap_or(usize::MAX).min(budget.data);
                 store.fetch_eager_or_listen(read, room, ready, key)
             } else {
                 store.fetch_or_listen(
                     read,
-                    budget,
+                    budget.data,
                     usize::try_from(credit).unwrap_or(usize::MAX),
                     ready,
                     key,
@@ -856,7 +872,7 @@ impl ConnectionState {
             };
             match planned {
                 PlannedFetch::Read(pending) => {
-                    budget = budget.saturating_sub(pending.bytes());
+                    budget.take_read(pending.buffers(), pending.bytes());
                     let eager = if room > 0 {
                         let bytes = pending.bytes() as u64;
                         if let Some(reader) = self.readers.get_mut(&subscription.reader) {
@@ -898,6 +914,7 @@ impl ConnectionState {
                 PlannedFetch::Backlog(backlog) => {
                     self.last_answer.push((key, before));
                     subscription.announced = true;
+                    budget.take_entry(0);
                     let next_buffer = subscription.next_buffer;
                     channels.push((
                         key,
@@ -913,12 +930,14 @@ impl ConnectionState {
                 PlannedFetch::Failed(reason) => {
                     self.last_answer.push((key, before));
                     self.subscriptions.remove(&key);
+                    let reason = budget.failed(reason);
                     channels.push((key, Planned::Answer(ChannelResponse::Failed(reason))));
                 }
                 // It had data, so it was here: it was released.
                 PlannedFetch::Unknown => {
                     self.last_answer.push((key, before));
                     self.subscriptions.remove(&key);
+                    budget.take_entry(0);
                     channels.push((key, Planned::Answer(ChannelResponse::Released)));
                 }
             }
@@ -926,7 +945,7 @@ impl ConnectionState {
         if !again.is_empty() {
             ready.push_all(again);
         }
-        channels
+        (channels, budget)
     }
 }
 

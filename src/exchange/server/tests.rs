@@ -47,7 +47,7 @@ mod eager {
         ActorAddress::new("local", "taskmanager/tm-consumer")
     }
 
-    fn requests(round: u64, requests: Vec<PartitionRequest>) -> PartitionRequests {
+    pub(super) fn requests(round: u64, requests: Vec<PartitionRequest>) -> PartitionRequests {
         PartitionRequests {
             consumer: consumer(),
             connection: DataConnectionId::from_u128(CONNECTION),
@@ -56,7 +56,7 @@ mod eager {
         }
     }
 
-    fn poll(poll: u64, received: u64) -> PollPartitionData {
+    pub(super) fn poll(poll: u64, received: u64) -> PollPartitionData {
         PollPartitionData {
             consumer: consumer(),
             connection: DataConnectionId::from_u128(CONNECTION),
@@ -210,4 +210,95 @@ mod eager {
         assert_eq!((with_data.len(), announced.len()), (5, 5));
         let _ = std::fs::remove_dir_all(&dir);
     }
+}
+
+/// Issue 32 (P = 10,000): channels without data (backlog announcements, failures of cancelled
+/// producers with their reasons) count toward an answer's size as its data does. Counting only
+/// data, one answer grew to 44 MB, over the transport's 16 MiB limit, and was never sent. Now
+/// each answer's channels stay within [`CHANNEL_BYTES`] besides their data, every channel is
+/// answered once over several answers, and a long reason is cut (the notice has it whole).
+#[actix::test]
+async fn answers_of_many_channels_without_data_stay_within_the_transport_limit() {
+    use std::collections::BTreeSet;
+
+    use crate::base::ids::ExecutionAttemptId;
+    use crate::operators::{Record, Value};
+    use eager::{poll, requests};
+
+    tokio::time::pause();
+    const P: u32 = 20_000;
+    let dir = std::env::temp_dir().join(format!("flint-answer-size-{}", std::process::id()));
+    let store = Arc::new(ResultPartitionManager::new(dir.clone(), usize::MAX));
+    let partitions: Vec<ResultPartitionId> = (0..P)
+        .map(|i| ResultPartitionId {
+            producer: ExecutionAttemptId::from_u128(1_000 + u128::from(i)),
+            edge: 0,
+        })
+        .collect();
+    for &p in &partitions {
+        store.create(p, 1).unwrap();
+    }
+    let server = PartitionRequestServer::new(NOTICE_BYTES);
+    let reader = 7 << 32;
+    server.apply(
+        &store,
+        requests(
+            1,
+            vec![
+                PartitionRequest::Set {
+                    set: 1,
+                    edge: 0,
+                    members: Arc::new(partitions.clone()),
+                },
+                PartitionRequest::SubscribeSet {
+                    channels: reader,
+                    set: 1,
+                    subpartition: 0,
+                    credit: 0,
+                    eager: 0,
+                },
+            ],
+        ),
+    );
+    let record = vec![Record {
+        key: "k".into(),
+        value: Value::Int(1),
+    }];
+    for (i, &p) in partitions.iter().enumerate() {
+        store.append(p, 0, record.clone().into()).unwrap();
+        if i % 4 == 0 {
+            store.fail(p, "a long reason ".repeat(250)).unwrap();
+        }
+    }
+    let (mut answered, mut failed, mut answers, mut received) = (BTreeSet::new(), 0, 0, 0);
+    while answered.len() < P as usize {
+        answers += 1;
+        assert!(answers < 100, "{} channels answered", answered.len());
+        let answer = server.poll(store.clone(), poll(answers, received)).await;
+        received = answer.seq;
+        let channels = crate::base::codec::encode(&answer.channels).unwrap().len();
+        assert!(
+            channels <= CHANNEL_BYTES,
+            "answer {answers}: {channels} bytes of channels"
+        );
+        for (key, response) in &answer.channels {
+            assert!(answered.insert(*key), "channel {key} answered twice");
+            match response {
+                ChannelResponse::Failed(reason) => {
+                    assert!(
+                        reason.len() <= 1024 && reason.ends_with(" [...]"),
+                        "{reason}"
+                    );
+                    failed += 1;
+                }
+                ChannelResponse::Data {
+                    buffers, backlog, ..
+                } => assert!(buffers.is_empty() && *backlog == 1, "{response:?}"),
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+    assert!(answers > 2, "{answers} answers");
+    assert_eq!(failed, P / 4);
+    let _ = std::fs::remove_dir_all(&dir);
 }
