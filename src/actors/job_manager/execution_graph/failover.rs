@@ -616,12 +616,24 @@ impl ExecutionGraph {
         let mut actions = Vec::new();
         // Still cancelling there, as at the last heartbeat: send the cancel again.
         let before = self.cancel_suspects.remove(resource_id).unwrap_or_default();
-        for &attempt in still_cancelling.intersection(&before) {
-            log::warn!(
+        let again: Vec<ExecutionAttemptId> =
+            still_cancelling.intersection(&before).copied().collect();
+        // One line for all of them: a wide job's cancelled tasks are thousands per TaskManager.
+        match again.as_slice() {
+            [] => {}
+            [attempt] => log::warn!(
                 "job {}: {attempt} still runs on {resource_id} after its cancellation; \
                  cancelling it again",
                 self.job_id
-            );
+            ),
+            [first, ..] => log::warn!(
+                "job {}: {} attempts ({first}, ...) still run on {resource_id} after their \
+                 cancellation; cancelling them again",
+                self.job_id,
+                again.len()
+            ),
+        }
+        for attempt in again {
             actions.push(JobAction::Cancel {
                 resource_id: resource_id.clone(),
                 attempt,
