@@ -197,9 +197,16 @@ pub fn task_managers(list: &TaskManagerList) -> String {
 pub fn pool(size: &PoolSize, overview: &Overview) -> String {
     let pool = &overview.pool;
     let max = size.max;
+    // A demand left after the jobs ended is kept until it was lower for the timeout (a job
+    // that follows soon finds its TaskManagers): say so, or it reads as a leak.
+    let lingering = if size.demand > 0 && overview.jobs_running == 0 {
+        " (no job runs: it falls once that lasted resourcemanager.taskmanager-timeout)"
+    } else {
+        ""
+    };
     let mut text = format!(
         "Designated pool size  {} (max {max})\n\
-         Jobs' demand          {}\n\
+         Jobs' demand          {}{lingering}\n\
          Target                {}\n\
          Started               {}\n\
          Pending requests      {}\n\
@@ -360,5 +367,24 @@ mod tests {
              Start failures        0\n\
              TaskManagers          2 registered, 4 slots (3 free)\n"
         );
+    }
+
+    #[test]
+    fn a_demand_left_after_the_jobs_ended_says_when_it_falls() {
+        let mut overview: Overview = parse(include_str!("testdata/overview.json"));
+        overview.jobs_running = 0;
+        let size = PoolSize {
+            size: 0,
+            demand: 4,
+            target: 4,
+            max: 10,
+            workers: Default::default(),
+        };
+        assert!(pool(&size, &overview).contains(
+            "Jobs' demand          4 (no job runs: it falls once that lasted \
+             resourcemanager.taskmanager-timeout)\n"
+        ));
+        overview.jobs_running = 1;
+        assert!(pool(&size, &overview).contains("Jobs' demand          4\n"));
     }
 }

@@ -52,8 +52,9 @@ pub use partition::{Fetch, PartitionError, PartitionStats, ResultPartitionManage
 
 /// The largest record (encoded) a task may write: a record larger than a network buffer
 /// travels as a buffer of its own, and every buffer must fit one message between TaskManagers
-/// with a full answer's other data and notices beside it ([`server::FETCH_BYTES`],
-/// [`server::NOTICE_BYTES`], the transport's 16 MiB frame). A larger one fails its task at
+/// with a full answer's other data, notices and channel entries beside it
+/// ([`server::FETCH_BYTES`], [`server::NOTICE_BYTES`], [`server::CHANNEL_BYTES`], the
+/// transport's 16 MiB frame). A larger one fails its task at
 /// once, naming both sizes ([`ExchangeError::RecordTooLarge`]), instead of breaking the data
 /// connection that would carry it. `taskmanager.network.buffer-size` is bounded by it too.
 pub const MAX_RECORD_BYTES: usize = 8 << 20;
