@@ -66,6 +66,47 @@ mod eager {
         }
     }
 
+    /// A server with one set of `p` partitions of one subpartition each (created in `store`),
+    /// which the reader `7 << 32` subscribes without credit and with `eager` bytes of
+    /// allowance: the partitions and the server.
+    pub(super) fn one_set(
+        store: &ResultPartitionManager,
+        p: u32,
+        eager: u32,
+    ) -> (Vec<ResultPartitionId>, PartitionRequestServer) {
+        let partitions: Vec<ResultPartitionId> = (0..p)
+            .map(|i| ResultPartitionId {
+                producer: ExecutionAttemptId::from_u128(100 + u128::from(i)),
+                edge: 0,
+            })
+            .collect();
+        for &p in &partitions {
+            store.create(p, 1).unwrap();
+        }
+        let server = PartitionRequestServer::new(NOTICE_BYTES);
+        server.apply(
+            store,
+            requests(
+                1,
+                vec![
+                    PartitionRequest::Set {
+                        set: 1,
+                        edge: 0,
+                        members: Arc::new(partitions.clone()),
+                    },
+                    PartitionRequest::SubscribeSet {
+                        channels: 7 << 32,
+                        set: 1,
+                        subpartition: 0,
+                        credit: 0,
+                        eager,
+                    },
+                ],
+            ),
+        );
+        (partitions, server)
+    }
+
     /// What one answer sent: the eager bytes it took, the channels sent without credit, and
     /// those that announced a backlog instead (channels sent within credit are left out).
     fn sent(answer: &PartitionData) -> (u64, Vec<u64>, Vec<u64>) {
@@ -105,12 +146,6 @@ mod eager {
         const P: u32 = 40;
         let dir = std::env::temp_dir().join(format!("flint-eager-{}", std::process::id()));
         let store = Arc::new(ResultPartitionManager::new(dir.clone(), usize::MAX));
-        let partitions: Vec<ResultPartitionId> = (0..P)
-            .map(|i| ResultPartitionId {
-                producer: ExecutionAttemptId::from_u128(100 + u128::from(i)),
-                edge: 0,
-            })
-            .collect();
         let buffer = |i: u32| -> Buffer {
             vec![Record {
                 key: format!("k{i:02}"),
@@ -121,31 +156,8 @@ mod eager {
         let size = buffer(0).len() as u64;
         // Room for 10 channels' buffers and a half.
         let allowance = size * 10 + size / 2;
-        for &p in &partitions {
-            store.create(p, 1).unwrap();
-        }
-        let server = PartitionRequestServer::new(NOTICE_BYTES);
+        let (partitions, server) = one_set(&store, P, u32::try_from(allowance).unwrap());
         let reader = 7 << 32;
-        server.apply(
-            &store,
-            requests(
-                1,
-                vec![
-                    PartitionRequest::Set {
-                        set: 1,
-                        edge: 0,
-                        members: Arc::new(partitions.clone()),
-                    },
-                    PartitionRequest::SubscribeSet {
-                        channels: reader,
-                        set: 1,
-                        subpartition: 0,
-                        credit: 0,
-                        eager: u32::try_from(allowance).unwrap(),
-                    },
-                ],
-            ),
-        );
         for (i, &p) in partitions.iter().enumerate() {
             store.append(p, 0, buffer(i as u32)).unwrap();
         }
@@ -221,45 +233,14 @@ mod eager {
 async fn answers_of_many_channels_without_data_stay_within_the_transport_limit() {
     use std::collections::BTreeSet;
 
-    use crate::base::ids::ExecutionAttemptId;
     use crate::operators::{Record, Value};
-    use eager::{poll, requests};
+    use eager::{one_set, poll};
 
     tokio::time::pause();
     const P: u32 = 20_000;
     let dir = std::env::temp_dir().join(format!("flint-answer-size-{}", std::process::id()));
     let store = Arc::new(ResultPartitionManager::new(dir.clone(), usize::MAX));
-    let partitions: Vec<ResultPartitionId> = (0..P)
-        .map(|i| ResultPartitionId {
-            producer: ExecutionAttemptId::from_u128(1_000 + u128::from(i)),
-            edge: 0,
-        })
-        .collect();
-    for &p in &partitions {
-        store.create(p, 1).unwrap();
-    }
-    let server = PartitionRequestServer::new(NOTICE_BYTES);
-    let reader = 7 << 32;
-    server.apply(
-        &store,
-        requests(
-            1,
-            vec![
-                PartitionRequest::Set {
-                    set: 1,
-                    edge: 0,
-                    members: Arc::new(partitions.clone()),
-                },
-                PartitionRequest::SubscribeSet {
-                    channels: reader,
-                    set: 1,
-                    subpartition: 0,
-                    credit: 0,
-                    eager: 0,
-                },
-            ],
-        ),
-    );
+    let (partitions, server) = one_set(&store, P, 0);
     let record = vec![Record {
         key: "k".into(),
         value: Value::Int(1),
