@@ -28,6 +28,23 @@ impl fmt::Display for ErrorChain<'_> {
     }
 }
 
+/// `reason` cut to at most `max` bytes at a character boundary, marked ` [...]` if cut (`max`
+/// must leave room for the mark): a reason that travels in messages must stay far below the
+/// transport's largest, however long the error a user's code raised.
+pub fn clipped(mut reason: String, max: usize) -> String {
+    const MARK: &str = " [...]";
+    if reason.len() <= max {
+        return reason;
+    }
+    let mut end = max.saturating_sub(MARK.len());
+    while !reason.is_char_boundary(end) {
+        end -= 1;
+    }
+    reason.truncate(end);
+    reason.push_str(MARK);
+    reason
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -67,5 +84,13 @@ mod tests {
             ErrorChain(&Plain(QuotingTwice(Quoting(missing())))).to_string(),
             "task failed: cannot read Parquet: cannot open: No such file or directory (os error 2)"
         );
+    }
+
+    #[test]
+    fn reasons_are_clipped_at_a_character_boundary_and_marked() {
+        assert_eq!(clipped("short".into(), 10), "short");
+        let cut = clipped("é".repeat(1000), 1024);
+        assert!(cut.len() <= 1024 && cut.ends_with(" [...]"), "{cut}");
+        assert!(cut.trim_end_matches(" [...]").chars().all(|c| c == 'é'));
     }
 }

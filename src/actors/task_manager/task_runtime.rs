@@ -36,9 +36,12 @@ use crate::operators::{
     TaskOutputs,
 };
 
-use crate::base::error_chain::ErrorChain;
+use crate::base::error_chain::{ErrorChain, clipped};
 pub use crate::exchange::input_gate::PARTITION_REQUEST_TIMEOUT;
 pub use crate::exchange::server::{FETCH_BYTES, FETCH_HOLD};
+
+/// The longest failure reason a task reports (cut, and marked, beyond): see [`clipped`].
+pub const MAX_FAILURE_REASON: usize = 16 << 10;
 
 /// How a task ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -140,6 +143,9 @@ pub fn run_task(env: TaskEnvironment, blocker: &dyn TaskBlocker) -> TaskOutcome 
             Some(format!("task panicked: {}", panic_message(panic.as_ref()))),
         ),
     };
+    // It travels to the JobManager, to every consumer in its partitions' end notices, and
+    // into the REST views: a user's error of megabytes would not fit the transport.
+    let error = error.map(|error| clipped(error, MAX_FAILURE_REASON));
     if state != ExecutionState::Finished {
         let reason = error
             .clone()

@@ -6,6 +6,8 @@
 //! 44 MB, over the 16 MiB limit, and could not be sent at all; its consumer's poll went
 //! unanswered until the data connection was given up (issue 32).
 
+use crate::base::error_chain::clipped;
+
 /// Generous size of one channel's entry besides its buffers' bytes and a failure's reason: its
 /// key, variant, numbers as varints of at most 10 bytes, the buffer count, and a short reason.
 pub(super) const ENTRY_BYTES: usize = 48;
@@ -56,7 +58,7 @@ impl AnswerBudget {
     /// `reason` as a failed channel planned with this budget carries it (at most
     /// [`MAX_REASON_BYTES`]), its entry taken.
     pub(super) fn failed(&mut self, reason: String) -> String {
-        let reason = shortened(reason, MAX_REASON_BYTES);
+        let reason = clipped(reason, MAX_REASON_BYTES);
         self.take_entry(reason.len());
         reason
     }
@@ -64,7 +66,7 @@ impl AnswerBudget {
     /// `reason` for a channel whose read failed after its entry was counted as a read: within
     /// what is left, else a short reason that fits the entry counted.
     pub(super) fn failed_after_planning(&mut self, reason: String) -> String {
-        let reason = shortened(reason, MAX_REASON_BYTES);
+        let reason = clipped(reason, MAX_REASON_BYTES);
         if reason.len() <= self.entries {
             self.entries -= reason.len();
             reason
@@ -74,35 +76,22 @@ impl AnswerBudget {
     }
 }
 
-/// `reason` cut to at most `max` bytes at a character boundary, marked if cut.
-fn shortened(mut reason: String, max: usize) -> String {
-    const MARK: &str = " [...]";
-    if reason.len() <= max {
-        return reason;
-    }
-    let mut end = max - MARK.len();
-    while !reason.is_char_boundary(end) {
-        end -= 1;
-    }
-    reason.truncate(end);
-    reason.push_str(MARK);
-    reason
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn reasons_are_cut_at_a_character_boundary_and_marked() {
-        assert_eq!(shortened("short".into(), 10), "short");
-        let long = "é".repeat(1000);
-        let cut = shortened(long, MAX_REASON_BYTES);
-        assert!(
-            cut.len() <= MAX_REASON_BYTES && cut.ends_with(" [...]"),
-            "{cut}"
+    fn a_failed_channel_carries_at_most_a_kilobyte_of_reason() {
+        let mut budget = AnswerBudget::new(100, CHANNEL_BYTES_FOR_TEST);
+        let reason = budget.failed("x".repeat(5_000));
+        assert!(reason.len() <= MAX_REASON_BYTES && reason.ends_with(" [...]"));
+        assert_eq!(
+            budget.entries,
+            CHANNEL_BYTES_FOR_TEST - ENTRY_BYTES - reason.len()
         );
     }
+
+    const CHANNEL_BYTES_FOR_TEST: usize = 1 << 20;
 
     #[test]
     fn a_failure_after_planning_stays_within_what_is_left() {

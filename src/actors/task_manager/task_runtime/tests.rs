@@ -754,6 +754,16 @@ async fn an_invalid_configuration_is_an_unrecoverable_failure_and_an_operators_o
         "{bad:?}"
     );
     assert!(bad.unrecoverable, "{bad:?}");
+    // A reason of any length travels cut (to the JobManager, and to consumers with the
+    // partition's end): here the invalid value is in it, 100 KB of it.
+    let long = "many".repeat(25_000);
+    let cut = run("noop", &[("count", long.as_str())], 3).await.unwrap();
+    let error = cut.error.unwrap_or_default();
+    assert!(
+        error.len() <= MAX_FAILURE_REASON && error.ends_with(" [...]") && error.contains("many"),
+        "{} bytes",
+        error.len()
+    );
     let failing = run("fail-once", &[], 2).await.unwrap();
     assert_eq!(failing.state, ExecutionState::Failed, "{failing:?}");
     assert!(!failing.unrecoverable, "{failing:?}");
