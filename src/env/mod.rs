@@ -16,6 +16,7 @@ pub mod blocking_io;
 pub mod build;
 pub mod events;
 pub mod files;
+pub mod futex_hash;
 pub mod open_files;
 pub mod private;
 pub mod task_blocking;

@@ -19,6 +19,9 @@
 //! answered `SubmitTasks` after the 10 s ask timeout: the job failed. Now it hands the task over
 //! and answers at once.
 //!
+//! Thousands of parked task threads also need a futex hash to match: the spawner grows the
+//! process's table with the threads ([`super::futex_hash`]).
+//!
 //! Nothing of a task outlives it on its thread: task code keeps no thread-locals (every wait
 //! goes through its [`TaskBlocker`](crate::env::TaskBlocker), which takes `thread::current()`
 //! afresh each time), and a panic that escapes a task's body is caught here so the thread
@@ -181,7 +184,9 @@ fn spawn_threads(shared: &Arc<Shared>, keep_alive: Duration) {
         };
         state.threads += 1;
         state.started += 1;
+        let threads = state.threads;
         drop(state);
+        super::futex_hash::fit(threads);
         let thread_shared = Arc::clone(shared);
         #[allow(clippy::disallowed_methods)]
         // production-only: the task runner's threads start here
