@@ -18,7 +18,11 @@
 //!    TaskManager processes' peak resident memory (`VmHWM`, the largest of the four, since the
 //!    cluster started: sizes run in the order given).
 //!    `FLINT_BENCH_BIN` runs another build of `flint` for a before/after comparison;
-//!    `-- all-to-all` runs this section alone.
+//!    `-- all-to-all` runs this section alone. Configuration keys set as `FLINT_<KEY>`
+//!    variables reach the TaskManagers through the JobManager's configuration (e.g.
+//!    `FLINT_TASKMANAGER_NETWORK_MEMORY=2gb`); other variables do not reach them (the
+//!    JobManager starts them with its configuration file alone), so an experiment needs a
+//!    key or a build of its own.
 //! 4. WordCount across processes: 67 MB of generated text, examples/wordcount.toml at P = 2 on
 //!    2 TaskManager processes × 2 slots, submit → FINISHED over REST, against a single-threaded
 //!    sequential count of the same file in the same run (MB/s and the ratio; the output is
