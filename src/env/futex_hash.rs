@@ -6,45 +6,53 @@
 //! waiters, so with thousands of parked task threads each walk passed hundreds of them: at
 //! P = 10,000 on 4 × 2,500 slots, `futex_wake` alone took 35–42 % of the task threads' time
 //! (one instruction of it, the list walk; benches/RESULTS.md), and the TaskManagers answered too
-//! late. The pool grows the table with its threads instead ([`fit`]), about one bucket per
+//! late. The pool grows the table with its threads instead ([`fit`]), about two buckets per
 //! thread (`prctl(PR_FUTEX_HASH, PR_FUTEX_HASH_SET_SLOTS)`). A kernel without the call (before
 //! 6.16, or another OS) keeps its own table: nothing to do there.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, PoisonError};
 
 /// Below this many threads the kernel's own table is fine.
-const MIN_SLOTS: usize = 64;
+const MIN_THREADS: usize = 64;
 
 /// The most buckets asked for (64 bytes each in the kernel: 4 MiB).
 const MAX_SLOTS: usize = 1 << 16;
 
-/// Buckets asked for so far; `usize::MAX` once the kernel refused.
-static SLOTS: AtomicUsize = AtomicUsize::new(0);
+/// Buckets asked for so far; `usize::MAX` once the kernel refused. Held while asking, so the
+/// kernel's table is always the largest asked for (pools of one process may ask at once).
+static SLOTS: Mutex<usize> = Mutex::new(0);
+
+/// From <linux/prctl.h> (Linux 6.16); the libc crate does not have them yet.
+#[cfg(target_os = "linux")]
+const PR_FUTEX_HASH: libc::c_int = 78;
+#[cfg(target_os = "linux")]
+const PR_FUTEX_HASH_SET_SLOTS: libc::c_ulong = 1;
+#[cfg(target_os = "linux")]
+const PR_FUTEX_HASH_GET_SLOTS: libc::c_ulong = 2;
 
 /// Makes the process's futex hash at least as large as `threads` (rounded up to a power of two
 /// and doubled, so it is asked for again only when the threads doubled), within
-/// [`MAX_SLOTS`]. Cheap when nothing changes: one atomic load.
+/// [`MAX_SLOTS`]. Called once per thread the pool starts, which costs far more than the lock.
 pub fn fit(threads: usize) {
-    let current = SLOTS.load(Ordering::Relaxed);
-    if threads < MIN_SLOTS || threads <= current || current >= MAX_SLOTS {
+    if threads < MIN_THREADS {
+        return;
+    }
+    let mut current = SLOTS.lock().unwrap_or_else(PoisonError::into_inner);
+    if threads <= *current || *current >= MAX_SLOTS {
         return;
     }
     let slots = (threads.next_power_of_two() * 2).min(MAX_SLOTS);
-    // Racing callers may both ask; the larger size wins, and asking twice is harmless.
-    if SLOTS.fetch_max(slots, Ordering::Relaxed) >= slots {
-        return;
-    }
-    if let Err(error) = set_slots(slots) {
-        SLOTS.store(usize::MAX, Ordering::Relaxed);
-        log::debug!("the futex hash stays the kernel's: {error}");
-    }
+    *current = match set_slots(slots) {
+        Ok(()) => slots,
+        Err(error) => {
+            log::debug!("the futex hash stays the kernel's: {error}");
+            usize::MAX
+        }
+    };
 }
 
 #[cfg(target_os = "linux")]
 fn set_slots(slots: usize) -> std::io::Result<()> {
-    // From <linux/prctl.h> (Linux 6.16); the libc crate does not have them yet.
-    const PR_FUTEX_HASH: libc::c_int = 78;
-    const PR_FUTEX_HASH_SET_SLOTS: libc::c_ulong = 1;
     let slots = libc::c_ulong::try_from(slots).map_err(std::io::Error::other)?;
     // SAFETY: this prctl takes integers only and touches no memory of ours.
     let done = unsafe {
@@ -72,8 +80,6 @@ fn set_slots(_: usize) -> std::io::Result<()> {
 /// where the kernel cannot tell.
 #[cfg(target_os = "linux")]
 pub fn slots() -> Option<usize> {
-    const PR_FUTEX_HASH: libc::c_int = 78;
-    const PR_FUTEX_HASH_GET_SLOTS: libc::c_ulong = 2;
     // SAFETY: as above.
     let slots = unsafe {
         libc::prctl(
