@@ -225,7 +225,7 @@ pub enum EndState {
     Producing,
     /// Finished; only these subpartitions (ascending) ever had data: the others are finished
     /// and empty.
-    Finished(Vec<u32>),
+    Finished(Arc<[u32]>),
     /// Failed.
     Failed(String),
     /// Not here (released, or not created yet).

@@ -424,8 +424,9 @@ pub enum PartitionEnd {
     /// Its producer finished; the subpartitions not listed (ascending) never had data and are
     /// finished; those listed are served channel by channel.
     Finished {
-        /// The subpartitions that had data.
-        with_data: Vec<u32>,
+        /// The subpartitions that had data: shared, since every gate reading the partition
+        /// keeps the same list (a `Vec`'s encoding: the wire did not change).
+        with_data: Arc<[u32]>,
     },
     /// The producer failed.
     Failed(String),

@@ -738,7 +738,7 @@ fn every_answer_round_trips() {
                 set: 3,
                 member: 0,
                 end: PartitionEnd::Finished {
-                    with_data: vec![1, 7],
+                    with_data: vec![1, 7].into(),
                 },
             },
             PartitionNotice {

@@ -79,6 +79,58 @@ fn a_gate_joining_a_set_its_last_reader_leaves_never_reads_a_forgotten_set() {
     );
 }
 
+/// Issue 32: gates that join a set late share one list of how its members ended (and each
+/// end its one list of subpartitions with data) until news comes: at P = 10,000 each of a
+/// TaskManager's 2,500 gates joined after most of 2,500 producers there had ended and copied
+/// their ends, lists included — O(P²) bytes, half of the job's time in page faults. News makes
+/// a fresh list, which the gates joining after it share.
+#[test]
+fn gates_joining_a_set_late_share_how_its_members_ended() {
+    const MEMBERS: u32 = 1_000;
+    let local = ActorAddress::new("local", "taskmanager/tm-1");
+    let network = NetworkClient::new(local.clone(), NodeRng::seed_from_u64(1));
+    let connection = PartitionRequestClient {
+        address: local,
+        state: Mutex::default(),
+        wake: tokio::sync::Notify::new(),
+    };
+    let members: Arc<Vec<ResultPartitionId>> = Arc::new(
+        (0..MEMBERS)
+            .map(|i| ResultPartitionId {
+                producer: crate::base::ids::ExecutionAttemptId::from_u128(u128::from(i) + 1),
+                edge: 0,
+            })
+            .collect(),
+    );
+    let list = Some(ProducerListId::from_u128(7));
+    let (set, ended) = connection.join_set(list, 0, &members, 1, 0, 0);
+    assert!(ended.is_empty());
+    let with_data: Arc<[u32]> = (0..500).collect::<Vec<u32>>().into();
+    let end = |member| PartitionNotice {
+        set: set.number,
+        member,
+        end: PartitionEnd::Finished {
+            with_data: with_data.clone(),
+        },
+    };
+    network.dispatch(&connection, Vec::new(), (0..MEMBERS - 1).map(end).collect());
+    let joined: Vec<Arc<Ended>> = (2..200)
+        .map(|gate| connection.join_set(list, 0, &members, gate, 0, 0).1)
+        .collect();
+    assert_eq!(joined[0].len(), MEMBERS as usize - 1);
+    assert!(
+        joined.iter().all(|told| Arc::ptr_eq(told, &joined[0])),
+        "every late gate shares one list"
+    );
+    assert!(joined[0].iter().all(|(_, end)| matches!(
+        end,
+        PartitionEnd::Finished { with_data: list } if Arc::ptr_eq(list, &with_data)
+    )));
+    network.dispatch(&connection, Vec::new(), vec![end(MEMBERS - 1)]);
+    let (_, after) = connection.join_set(list, 0, &members, 200, 0, 0);
+    assert_eq!(after.len(), MEMBERS as usize, "news makes a fresh list");
+}
+
 /// Requests queued faster than rounds go out (credit, sets of 20,000 members, the releases of
 /// 3,000 gates cancelled at once) are sent in rounds that each stay within [`ROUND_BYTES`]
 /// encoded, in their order, none lost: a round over the transport's largest message broke the

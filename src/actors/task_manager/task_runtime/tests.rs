@@ -245,7 +245,9 @@ async fn a_silent_producer_is_answered_within_the_hold_for_as_long_as_it_is_sile
             notices: vec![PartitionNotice {
                 set: 1,
                 member: 0,
-                end: PartitionEnd::Finished { with_data: vec![0] },
+                end: PartitionEnd::Finished {
+                    with_data: vec![0].into()
+                },
             }],
             forgotten: false,
         }
@@ -644,7 +646,11 @@ async fn empty_channels_end_with_one_notice_per_partition_not_a_message_per_chan
     }
     assert_eq!(notices.len(), P as usize, "one notice per partition");
     for notice in &notices {
-        let with_data = if notice.member == 5 { vec![3] } else { vec![] };
+        let with_data: Arc<[u32]> = if notice.member == 5 {
+            vec![3].into()
+        } else {
+            vec![].into()
+        };
         assert_eq!(notice.end, PartitionEnd::Finished { with_data });
     }
     assert_eq!(
