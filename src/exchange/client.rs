@@ -480,7 +480,7 @@ impl NetworkClient {
                             set_state.told = None;
                             true
                         }
-                        _ => false, // told before (an answer served again), or out of range
+                        _ => false, // told before (an answer sent again), or out of range
                     }
                 })
                 .collect();

@@ -26,14 +26,18 @@
 //! the bytes they took; otherwise it announces its backlog and waits for credit. The room comes
 //! back as the gate reports what it consumed.
 //!
-//! An answer lost on the way (the consumer's next poll says it did not get it) is served again
-//! from where it started: a retained (blocking) buffer is read again, a pipelined one was moved
-//! out and is gone, so that channel fails and its region restarts, never reads a gap. The eager
-//! bytes it took go back to their allowances (the consumer never got them to give back).
+//! An answer lost on the way (the consumer's next poll says it did not get it: an ask timed out
+//! while this TaskManager or the consumer's was too busy to answer or read in time) is sent
+//! again as it was, so no channel fails for it, pipelined ones included (their buffers moved
+//! out of the partition with the answer). Each connection keeps its last non-empty answer until
+//! the consumer's next poll acknowledges it: at most one answer's budget per connection, shared
+//! buffers (no copies).
 
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
+use tokio::sync::futures::Notified;
 use tokio::time::Instant;
 
 use super::input_gate::PARTITION_REQUEST_TIMEOUT;
@@ -117,6 +121,8 @@ struct ServerConnection {
     ready: Arc<ReadyQueue>,
     /// Ends a held poll when a newer one arrives.
     superseded: tokio::sync::Notify,
+    /// Tells a poll waiting to send the last answer again that its buffers are taken.
+    answered: tokio::sync::Notify,
     state: Mutex<ConnectionState>,
 }
 
@@ -134,18 +140,13 @@ struct ConnectionState {
     created: bool,
     /// Notices not sent yet.
     notices: Vec<PartitionNotice>,
-    /// The notices of the last non-empty answer, to send again if it is lost.
-    last_notices: Vec<PartitionNotice>,
     /// The newest poll seen.
     poll: u64,
     /// The last non-empty answer's number.
     seq: u64,
-    /// The subscriptions as they were before the last non-empty answer, to serve again if it
-    /// is lost.
-    last_answer: Vec<(u64, Subscription)>,
-    /// The eager bytes the last non-empty answer took, by set subscription: given back to
-    /// them if it is lost (the consumer never got them, so it never returns them).
-    last_eager: Vec<(u64, u64)>,
+    /// The last non-empty answer, once its buffers are taken, until the consumer says it got
+    /// it: sent again if it was lost.
+    sent: Option<PartitionData>,
     last_used: Option<Instant>,
 }
 
@@ -526,39 +527,15 @@ impl ServerConnection {
             // needs the lock to publish its number) wakes it.
             let superseded = Box::pin(self.superseded.notified());
             let seq = state.seq;
-            if received < seq {
-                // The last answer was lost: serve its channels again from where it started.
-                let lost = std::mem::take(&mut state.last_answer);
-                let keys: Vec<u64> = lost.iter().map(|(key, _)| *key).collect();
-                // A channel read twice in it goes back to its first position; credit granted
-                // since stays.
-                for (reader, bytes) in std::mem::take(&mut state.last_eager) {
-                    if let Some(reader) = state.readers.get_mut(&reader) {
-                        reader.eager_sent = reader.eager_sent.saturating_sub(bytes);
-                    }
-                }
-                for (key, before) in lost.into_iter().rev() {
-                    let granted = state
-                        .subscriptions
-                        .get(&key)
-                        .map_or(before.granted, |now| now.granted.max(before.granted));
-                    state
-                        .subscriptions
-                        .insert(key, Subscription { granted, ..before });
-                }
-                let mut notices = std::mem::take(&mut state.last_notices);
-                notices.append(&mut state.notices);
-                state.notices = notices;
-                drop(state);
-                self.ready.push_all(keys);
-            } else {
-                state.last_answer.clear();
-                state.last_eager.clear();
-                state.last_notices.clear();
+            if received >= seq {
+                state.sent = None; // it got the last one
             }
             (seq, superseded)
         };
         let mut superseded = superseded;
+        if received < seq {
+            return self.send_again(poll, seq, superseded).await;
+        }
         let hold = tokio::time::sleep(FETCH_HOLD);
         tokio::pin!(hold);
         let mut held_out = false;
@@ -585,19 +562,27 @@ impl ServerConnection {
                 let news = !planned.is_empty() || !notices.is_empty();
                 if news {
                     state.seq += 1;
-                    state.last_notices = notices.clone();
                 }
-                (news || held_out).then_some((state.seq, planned, budget, notices))
+                (news || held_out).then_some((news, state.seq, planned, budget, notices))
             };
-            if let Some((seq, planned, budget, notices)) = answer {
+            if let Some((news, seq, planned, budget, notices)) = answer {
                 // The connection's lock is free while the buffers are read.
-                let channels = self.read(store, poll, planned, budget).await;
-                return PartitionData {
+                let channels = self.read(store, planned, budget).await;
+                let answer = PartitionData {
                     seq,
                     channels,
                     notices,
                     forgotten: false,
                 };
+                if news {
+                    let mut state = lock(&self.state);
+                    if state.seq == seq {
+                        state.sent = Some(answer.clone());
+                    }
+                    // Under the lock: a poll waiting to send it again registered under it.
+                    self.answered.notify_waiters();
+                }
+                return answer;
             }
             tokio::select! {
                 biased;
@@ -608,14 +593,51 @@ impl ServerConnection {
         }
     }
 
+    /// The last non-empty answer `seq` again, which the consumer did not get: as soon as the
+    /// poll that made it has taken its buffers. Empty if a newer poll comes or none within
+    /// [`FETCH_HOLD`] (the consumer polls again).
+    async fn send_again(
+        &self,
+        poll: u64,
+        seq: u64,
+        mut superseded: Pin<Box<Notified<'_>>>,
+    ) -> PartitionData {
+        let empty = PartitionData {
+            seq,
+            channels: Vec::new(),
+            notices: Vec::new(),
+            forgotten: false,
+        };
+        let hold = tokio::time::sleep(FETCH_HOLD);
+        tokio::pin!(hold);
+        loop {
+            let answered = {
+                let state = lock(&self.state);
+                if state.poll != poll {
+                    return empty;
+                }
+                if let Some(answer) = state.sent.as_ref().filter(|answer| answer.seq == seq) {
+                    return answer.clone();
+                }
+                // Created under the lock, before the answer can be stored and told.
+                Box::pin(self.answered.notified())
+            };
+            tokio::select! {
+                biased;
+                () = &mut superseded => {}
+                () = answered => {}
+                () = &mut hold => return empty,
+            }
+        }
+    }
+
     /// Takes the buffers an answer planned: on the store's I/O threads when any is on disk, so
     /// the TaskManager's actor thread, which serves this poll, never waits for the disk. A read
-    /// that fails ends its channel (unless a newer poll has taken the answer back to serve it
-    /// again). A failure's reason stays within what is left of the answer's `budget`.
+    /// that fails ends its channel. A failure's reason stays within what is left of the
+    /// answer's `budget`.
     async fn read(
         &self,
         store: &ResultPartitionManager,
-        poll: u64,
         planned: Vec<(u64, Planned)>,
         mut budget: AnswerBudget,
     ) -> Vec<(u64, ChannelResponse)> {
@@ -637,11 +659,9 @@ impl ServerConnection {
         };
         if taken.iter().any(|(_, _, failed)| *failed) {
             let mut state = lock(&self.state);
-            if state.poll == poll {
-                for (key, _, failed) in &taken {
-                    if *failed {
-                        state.subscriptions.remove(key);
-                    }
+            for (key, _, failed) in &taken {
+                if *failed {
+                    state.subscriptions.remove(key);
                 }
             }
         }
@@ -846,7 +866,6 @@ impl ConnectionState {
             // Without credit, whole buffers that fit the set subscription's eager room go at
             // once; otherwise the store tells the backlog (announced once, so the consumer
             // lends the channel credit: Flink's backlog announcement), or listens for data.
-            let before = *subscription;
             let read = (
                 subscription.partition,
                 subscription.subpartition,
@@ -878,7 +897,6 @@ impl ConnectionState {
                         if let Some(reader) = self.readers.get_mut(&subscription.reader) {
                             reader.eager_sent += bytes;
                         }
-                        self.last_eager.push((subscription.reader, bytes));
                         bytes
                     } else {
                         subscription.sent += pending.buffers() as u64;
@@ -891,7 +909,6 @@ impl ConnectionState {
                     } else {
                         store.backlog(read.0, read.1, next_buffer)
                     };
-                    self.last_answer.push((key, before));
                     subscription.announced = backlog > 0;
                     if finished {
                         self.subscriptions.remove(&key);
@@ -912,7 +929,6 @@ impl ConnectionState {
                     subscription.listening = true;
                 }
                 PlannedFetch::Backlog(backlog) => {
-                    self.last_answer.push((key, before));
                     subscription.announced = true;
                     budget.take_entry(0);
                     let next_buffer = subscription.next_buffer;
@@ -928,14 +944,12 @@ impl ConnectionState {
                     ));
                 }
                 PlannedFetch::Failed(reason) => {
-                    self.last_answer.push((key, before));
                     self.subscriptions.remove(&key);
                     let reason = budget.failed(reason);
                     channels.push((key, Planned::Answer(ChannelResponse::Failed(reason))));
                 }
                 // It had data, so it was here: it was released.
                 PlannedFetch::Unknown => {
-                    self.last_answer.push((key, before));
                     self.subscriptions.remove(&key);
                     budget.take_entry(0);
                     channels.push((key, Planned::Answer(ChannelResponse::Released)));

@@ -385,8 +385,7 @@ pub struct PollPartitionData {
     /// This poll's number on the connection: a newer poll ends an older one still held.
     pub poll: u64,
     /// The `seq` of the last non-empty [`PartitionData`] the consumer received: an answer
-    /// after it was lost on the way, and its channels are served again (a pipelined buffer it
-    /// carried is gone: those channels fail, their regions restart).
+    /// after it was lost on the way, and it is sent again as it was.
     pub received: u64,
     /// The last [`PartitionRequests`] round the producer acknowledged: one that knows fewer
     /// lost the connection's subscriptions (it restarted) and says so.

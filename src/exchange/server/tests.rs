@@ -138,8 +138,8 @@ mod eager {
     /// subscription a few bytes; the producer sends each channel's first small buffer within
     /// them at once, with no backlog announcement and credit first; once they are used up
     /// the others announce their backlog as before; what the gate gives back is sent again;
-    /// and an answer lost on the way gives its bytes back to the allowance, so it is served
-    /// again in full. Never more than the allowance is out at a time.
+    /// and an answer lost on the way is sent again as it was. Never more than the allowance
+    /// is out at a time.
     #[actix::test]
     async fn small_first_buffers_go_without_credit_within_the_eager_allowance() {
         tokio::time::pause();
@@ -281,5 +281,64 @@ async fn answers_of_many_channels_without_data_stay_within_the_transport_limit()
     }
     assert!(answers > 2, "{answers} answers");
     assert_eq!(failed, P / 4);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Issue 32: a poll that finds the last answer lost while the poll that made it still takes its
+/// buffers (from disk, on the I/O threads) waits for them and sends that answer: not an empty
+/// one, and not a second reading of buffers that moved out with the first.
+#[actix::test]
+async fn a_poll_after_a_lost_answer_waits_for_its_buffers_and_sends_it() {
+    use crate::operators::{Record, Value};
+    use eager::{one_set, poll};
+
+    tokio::time::pause();
+    let dir = std::env::temp_dir().join(format!("flint-resend-{}", std::process::id()));
+    let store = Arc::new(ResultPartitionManager::new(dir.clone(), usize::MAX));
+    let (_, server) = one_set(&store, 1, 0);
+    let connection = server.connection(
+        ActorAddress::new("local", "taskmanager/tm-consumer"),
+        DataConnectionId::from_u128(1),
+    );
+    // Poll 1 made answer 1 and is still reading its buffers.
+    {
+        let mut state = lock(&connection.state);
+        (state.poll, state.seq) = (1, 1);
+    }
+    let answer = PartitionData {
+        seq: 1,
+        channels: vec![(
+            7 << 32,
+            ChannelResponse::Data {
+                buffers: vec![
+                    vec![Record {
+                        key: "k".into(),
+                        value: Value::Int(1),
+                    }]
+                    .into(),
+                ],
+                next_buffer: 1,
+                finished: false,
+                backlog: 0,
+                eager: 0,
+            },
+        )],
+        notices: Vec::new(),
+        forgotten: false,
+    };
+    let read = async {
+        tokio::time::sleep(FETCH_HOLD / 2).await;
+        lock(&connection.state).sent = Some(answer.clone());
+        connection.answered.notify_waiters();
+    };
+    let (again, ()) = tokio::join!(server.poll(store.clone(), poll(2, 0)), read);
+    assert_eq!(again, answer);
+    // Never stored (the reading poll gone): empty after the hold, and the consumer asks again.
+    lock(&connection.state).sent = None;
+    let empty = server.poll(store.clone(), poll(3, 0)).await;
+    assert!(
+        empty.channels.is_empty() && empty.notices.is_empty(),
+        "{empty:?}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -351,10 +351,13 @@ async fn a_consumer_gone_without_a_word_releases_what_its_forgotten_connection_r
     }
 }
 
-/// An answer lost on the way is served again: a retained buffer is read again, a pipelined one
-/// (moved out) fails its channel rather than leave a gap.
+/// An answer lost on the way (an ask that timed out while a TaskManager was too busy) is sent
+/// again as it was, for retained and pipelined partitions alike: no channel fails and no
+/// buffer is read twice. Once the consumer says it got it, it is not sent again. (Served again
+/// from where it started, the pipelined buffer was gone and its channel failed: at P = 10,000
+/// on 2 cores that failed the job.)
 #[actix::test]
-async fn a_lost_answer_is_served_again_or_fails_a_pipelined_channel() {
+async fn a_lost_answer_is_sent_again_as_it_was() {
     tokio::time::pause();
     for retained in [true, false] {
         let store = store(&format!("lost-{retained}"));
@@ -370,17 +373,26 @@ async fn a_lost_answer_is_served_again_or_fails_a_pipelined_channel() {
         server.apply(&store, subscribe(1));
         let lost = server.poll(store.clone(), poll(1, 0)).await;
         assert_eq!(lost.seq, 1);
-        // The consumer never got seq 1.
-        let again = server.poll(store.clone(), poll(2, 0)).await;
-        assert_eq!(again.seq, 2);
-        match (&again.channels[..], retained) {
-            ([(7, ChannelResponse::Data { buffers, .. })], true) => {
-                assert_eq!(buffers, &vec![vec![record(1)]]);
+        assert!(
+            matches!(&lost.channels[..], [(7, ChannelResponse::Data { buffers, .. })] if buffers == &vec![vec![record(1)]]),
+            "retained {retained}: {lost:?}"
+        );
+        // The consumer never got seq 1: twice lost, twice sent again.
+        for again in [2, 3] {
+            let sent = server.poll(store.clone(), poll(again, 0)).await;
+            assert_eq!(sent, lost, "retained {retained}: poll {again}");
+        }
+        // Got: the next answer has the next buffer only.
+        store
+            .append_records(partition(41), 0, vec![record(2)])
+            .unwrap();
+        let next = server.poll(store.clone(), poll(4, 1)).await;
+        assert_eq!(next.seq, 2);
+        match &next.channels[..] {
+            [(7, ChannelResponse::Data { buffers, .. })] => {
+                assert_eq!(buffers, &vec![vec![record(2)]], "retained {retained}");
             }
-            ([(7, ChannelResponse::Failed(reason))], false) => {
-                assert!(reason.contains("lost on the way"), "{reason}");
-            }
-            (other, _) => panic!("retained {retained}: {other:?}"),
+            other => panic!("retained {retained}: {other:?}"),
         }
     }
 }
