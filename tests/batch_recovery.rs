@@ -12,8 +12,8 @@ use flint::operators::builtin::sequential_word_count;
 
 mod common;
 use common::ha::{
-    HaCluster, KEYS, get, leads, signal, submit_recovery_wordcount, wait_for_logged_regions,
-    wait_until,
+    HaCluster, KEYS, get, leads, open_second_stage_gate, signal, submit_recovery_wordcount,
+    wait_for_logged_regions, wait_until,
 };
 use common::read_counts;
 
@@ -35,6 +35,13 @@ fn all_in(job: &serde_json::Value, vertex: &str, state: &str) -> bool {
     subtasks(job, vertex).iter().all(|s| s["state"] == state)
 }
 
+fn ended(job: &serde_json::Value) -> bool {
+    matches!(
+        job["state"].as_str(),
+        Some("FINISHED" | "FAILED" | "CANCELED")
+    )
+}
+
 /// Which subtasks of `vertex` the new leader took back.
 fn restored(job: &serde_json::Value, vertex: &str) -> Vec<bool> {
     subtasks(job, vertex)
@@ -44,12 +51,13 @@ fn restored(job: &serde_json::Value, vertex: &str) -> Vec<bool> {
 }
 
 /// Starts a cluster and the job, and kills the leader once the first stage has finished, its
-/// events are logged, and the second stage runs. `before_kill` runs just before the kill.
+/// events are logged, and the second stage runs (held at its gate until the new leader runs it
+/// again). `before_kill` runs just before the kill.
 fn run_until_leader_killed(
     name: &str,
     before_kill: impl FnOnce(&mut HaCluster),
 ) -> Option<(HaCluster, String, PathBuf, PathBuf)> {
-    run_until(name, (0, 800), 2, before_kill, |j| {
+    run_until(name, (0, 0), 2, before_kill, |j| {
         all_in(j, "tokenize", "FINISHED")
             && subtasks(j, "pace").iter().any(|s| s["state"] == "RUNNING")
     })
@@ -84,12 +92,13 @@ fn finish_at_new_leader(
 ) -> serde_json::Value {
     let b_url = cluster.b.url();
     wait_until("the standby leads", || leads(&b_url).then_some(()));
-    let done = cluster.wait_for_job(&b_url, job, "the recovered job ends", |j| {
-        matches!(
-            j["state"].as_str(),
-            Some("FINISHED" | "FAILED" | "CANCELED")
-        )
+    // The old leader's second stage is cancelled before its TaskManagers register with the new
+    // one, which runs the stage there again: only then may it pass its gate.
+    cluster.wait_for_job(&b_url, job, "the second stage runs again", |j| {
+        ended(j) || subtasks(j, "pace").iter().any(|s| s["state"] == "RUNNING")
     });
+    open_second_stage_gate(&cluster.dir);
+    let done = cluster.wait_for_job(&b_url, job, "the recovered job ends", ended);
     assert_eq!(done["state"], "FINISHED", "{done:#}");
     assert!(done["recovered-at"].is_u64(), "not recovered: {done:#}");
     let expected = sequential_word_count(input).unwrap();

@@ -594,25 +594,36 @@ fn sleep(spec: &OperatorSpec<'_>) -> Result<Box<dyn Operator>, OperatorError> {
     Ok(Box::new(Sleep {
         duration: Duration::from_millis(ms),
         per_record: Duration::from_millis(per_record_ms) + Duration::from_micros(per_record_us),
+        until_exists: spec.config.get("until-exists").map(PathBuf::from),
     }))
 }
 
-/// Waits `ms` (cancellably), then passes input through, waiting `per-record-ms` or
-/// `per-record-us` (default 0) per record: makes tasks slow on purpose in tests (a silent
-/// producer, a slow consumer). Waits shorter than [`SLEEP_GRAIN`] are added up and slept in one
-/// go, so a per-record wait of microseconds slows the task by that rate, not by the OS's
+/// Waits `ms` (cancellably) and, given `until-exists`, until a file exists at that path; then
+/// passes input through, waiting `per-record-ms` or `per-record-us` (default 0) per record:
+/// makes tasks slow on purpose in tests (a silent producer, a slow consumer, a stage a test
+/// holds until it opens the gate). Waits shorter than [`SLEEP_GRAIN`] are added up and slept in
+/// one go, so a per-record wait of microseconds slows the task by that rate, not by the OS's
 /// shortest sleep.
 struct Sleep {
     duration: Duration,
     per_record: Duration,
+    until_exists: Option<PathBuf>,
 }
 
 /// The shortest wait `sleep` makes between records (see [`Sleep`]).
 const SLEEP_GRAIN: Duration = Duration::from_millis(1);
 
+/// How often `sleep` looks for its `until-exists` file.
+const GATE_POLL: Duration = Duration::from_millis(10);
+
 impl Operator for Sleep {
     fn run(&mut self, io: &mut dyn TaskIo) -> Result<(), OperatorError> {
         io.sleep(self.duration)?;
+        if let Some(gate) = &self.until_exists {
+            while !gate.exists() {
+                io.sleep(GATE_POLL)?;
+            }
+        }
         if self.per_record.is_zero() {
             return pass_through(io);
         }

@@ -294,8 +294,10 @@ pub const KEYS: usize = 10_000;
 
 /// source → slow → tokenize ⇒ count → pace → sink, `⇒` blocking and all-to-all; `slow` and
 /// `pace` slow the first stage (`first_us` per line) and the second (`second_us` per count)
-/// so the leader can be killed while either runs.
-pub fn recovery_job_toml(first_us: u32, second_us: u32) -> String {
+/// so the leader can be killed while either runs, and `pace` holds the second stage until a
+/// file exists at `gate` (see [`open_second_stage_gate`]): the leader can be killed while it
+/// runs however slow the machine, and it cannot finish before.
+pub fn recovery_job_toml(first_us: u32, second_us: u32, gate: &Path) -> String {
     let vertex = |name: &str, operator: &str, config: &str| {
         format!(
             "[[vertex]]\nname = \"{name}\"\noperator = \"{operator}\"\nparallelism = 2\n{config}\n"
@@ -325,7 +327,11 @@ pub fn recovery_job_toml(first_us: u32, second_us: u32) -> String {
         vertex(
             "pace",
             "sleep",
-            &format!("[vertex.config]\nms = \"0\"\nper-record-us = \"{second_us}\""),
+            &format!(
+                "[vertex.config]\nms = \"0\"\nper-record-us = \"{second_us}\"\n\
+                 until-exists = \"{}\"",
+                gate.display()
+            ),
         ),
         vertex("sink", "file-sink", "[vertex.config]\npath = \"${output}\""),
         edge("source", "slow", "forward", "pipelined"),
@@ -375,9 +381,21 @@ pub fn submit_recovery_wordcount(
     let output = dir.join("counts");
     write_recovery_input(&input, first_us > 0);
     let job_file = dir.join("recovery-wordcount.toml");
-    std::fs::write(&job_file, recovery_job_toml(first_us, second_us)).unwrap();
+    let toml = recovery_job_toml(first_us, second_us, &second_stage_gate(dir));
+    std::fs::write(&job_file, toml).unwrap();
     let job = run_detached(url, &job_file, &input, &output);
     (job, input, output)
+}
+
+/// The file whose existence lets the second stage of the job [`submit_recovery_wordcount`]
+/// submitted in `dir` run.
+fn second_stage_gate(dir: &Path) -> PathBuf {
+    dir.join("second-stage-gate")
+}
+
+/// Lets the second stage of the job [`submit_recovery_wordcount`] submitted in `dir` run.
+pub fn open_second_stage_gate(dir: &Path) {
+    std::fs::write(second_stage_gate(dir), "").unwrap();
 }
 
 /// Waits until job `job`'s event log in the cluster's HA storage (under `dir`) names at least

@@ -556,6 +556,31 @@ fn sleep_is_cut_short_by_cancellation() {
 }
 
 #[test]
+#[allow(clippy::disallowed_methods)] // A test thread opens the gate.
+fn sleep_holds_its_input_until_its_gate_file_exists() {
+    let dir = TempDir::new("gate");
+    let gate = dir.0.join("open");
+    let gate_arg = gate.to_str().unwrap().to_owned();
+    let mut op = build(SLEEP, &[("ms", "0"), ("until-exists", &gate_arg)]).unwrap();
+    let mut io = TestIo::new(vec![int("a", 1)]);
+    let opener = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(30));
+        fs::write(&gate, "").unwrap();
+    });
+    op.run(&mut io).unwrap();
+    opener.join().unwrap();
+    assert!(io.slept >= GATE_POLL, "it did not wait: {:?}", io.slept);
+    assert_eq!(io.outputs, vec![int("a", 1)]);
+
+    // A closed gate still gives way to cancellation.
+    let mut op = build(SLEEP, &[("ms", "0"), ("until-exists", "/nonexistent/gate")]).unwrap();
+    let mut io = TestIo::new(vec![int("a", 1)]);
+    io.cancelled.store(true, Ordering::SeqCst);
+    assert!(matches!(op.run(&mut io), Err(OperatorError::Cancelled)));
+    assert!(io.outputs.is_empty());
+}
+
+#[test]
 fn sequential_word_count_matches_a_hand_count() {
     let dir = TempDir::new("wc");
     let path = dir.0.join("in.txt");
