@@ -12,7 +12,7 @@ use flint::operators::builtin::sequential_word_count;
 
 mod common;
 use common::ha::{
-    HaCluster, KEYS, get, leads, open_second_stage_gate, signal, submit_recovery_wordcount,
+    HaCluster, KEYS, Stage, get, is_open, leads, open_gate, signal, submit_recovery_wordcount,
     wait_for_logged_regions, wait_until,
 };
 use common::read_counts;
@@ -57,23 +57,29 @@ fn run_until_leader_killed(
     name: &str,
     before_kill: impl FnOnce(&mut HaCluster),
 ) -> Option<(HaCluster, String, PathBuf, PathBuf)> {
-    run_until(name, (0, 0), 2, before_kill, |j| {
+    run_until(name, (0, 0), Stage::Second, 2, before_kill, |j| {
         all_in(j, "tokenize", "FINISHED")
             && subtasks(j, "pace").iter().any(|s| s["state"] == "RUNNING")
     })
 }
 
-/// [`run_until_leader_killed`] with the stages paced `paces` (µs per record), the leader killed
-/// once `ready` holds for the job's JSON and the event log names `logged` finished regions.
+/// [`run_until_leader_killed`] with the stages paced `paces` (µs per record), `held` held at its
+/// gate (and the second stage too, which cannot run before the first has finished), the leader
+/// killed once `ready` holds for the job's JSON and the event log names `logged` finished
+/// regions.
 fn run_until(
     name: &str,
     (first_us, second_us): (u32, u32),
+    held: Stage,
     logged: usize,
     before_kill: impl FnOnce(&mut HaCluster),
     ready: impl Fn(&serde_json::Value) -> bool,
 ) -> Option<(HaCluster, String, PathBuf, PathBuf)> {
     let mut cluster = HaCluster::start_with(name, RECOVERY_TIMEOUT)?;
     let a_url = cluster.a.url();
+    if matches!(held, Stage::Second) {
+        open_gate(&cluster.dir, Stage::First);
+    }
     let (job, input, output) = submit_recovery_wordcount(&a_url, &cluster.dir, first_us, second_us);
     cluster.wait_for_job(&a_url, &job, "the job reaches the point of the kill", ready);
     wait_for_logged_regions(&cluster.dir, &job, logged);
@@ -92,12 +98,17 @@ fn finish_at_new_leader(
 ) -> serde_json::Value {
     let b_url = cluster.b.url();
     wait_until("the standby leads", || leads(&b_url).then_some(()));
-    // The old leader's second stage is cancelled before its TaskManagers register with the new
-    // one, which runs the stage there again: only then may it pass its gate.
-    cluster.wait_for_job(&b_url, job, "the second stage runs again", |j| {
-        ended(j) || subtasks(j, "pace").iter().any(|s| s["state"] == "RUNNING")
-    });
-    open_second_stage_gate(&cluster.dir);
+    // The old leader's tasks are cancelled before their TaskManagers register with the new one,
+    // which runs the held stage there again: only then may it pass its gate.
+    for (stage, vertex) in [(Stage::First, "slow"), (Stage::Second, "pace")] {
+        if is_open(&cluster.dir, stage) {
+            continue;
+        }
+        cluster.wait_for_job(&b_url, job, &format!("{vertex} runs again"), |j| {
+            ended(j) || subtasks(j, vertex).iter().any(|s| s["state"] == "RUNNING")
+        });
+        open_gate(&cluster.dir, stage);
+    }
     let done = cluster.wait_for_job(&b_url, job, "the recovered job ends", ended);
     assert_eq!(done["state"], "FINISHED", "{done:#}");
     assert!(done["recovered-at"].is_u64(), "not recovered: {done:#}");
@@ -140,6 +151,7 @@ fn a_leader_lost_while_one_source_runs_takes_back_the_finished_one() {
     let Some((cluster, job, input, output)) = run_until(
         "recovery-one-source-runs",
         (200, 0),
+        Stage::First,
         1,
         |_| {},
         |j| {

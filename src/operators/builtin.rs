@@ -594,20 +594,38 @@ fn sleep(spec: &OperatorSpec<'_>) -> Result<Box<dyn Operator>, OperatorError> {
     Ok(Box::new(Sleep {
         duration: Duration::from_millis(ms),
         per_record: Duration::from_millis(per_record_ms) + Duration::from_micros(per_record_us),
-        until_exists: spec.config.get("until-exists").map(PathBuf::from),
+        gate: match spec.config.get("until-exists") {
+            Some(path) => Some(Gate {
+                path: PathBuf::from(path),
+                after: match spec.config.get("gate-after") {
+                    Some(value) => parse_u64(spec, "gate-after", value)?,
+                    None => 0,
+                },
+            }),
+            None => None,
+        },
     }))
 }
 
-/// Waits `ms` (cancellably) and, given `until-exists`, until a file exists at that path; then
-/// passes input through, waiting `per-record-ms` or `per-record-us` (default 0) per record:
-/// makes tasks slow on purpose in tests (a silent producer, a slow consumer, a stage a test
-/// holds until it opens the gate). Waits shorter than [`SLEEP_GRAIN`] are added up and slept in
-/// one go, so a per-record wait of microseconds slows the task by that rate, not by the OS's
-/// shortest sleep.
+/// Waits `ms` (cancellably), then passes input through, waiting `per-record-ms` or
+/// `per-record-us` (default 0) per record and, given `until-exists`, holding the records after
+/// the first `gate-after` (default 0) until a file exists at that path: makes tasks slow on
+/// purpose in tests (a silent producer, a slow consumer, a stage a test holds until it opens
+/// the gate; a subtask with at most `gate-after` records never waits). Waits shorter than
+/// [`SLEEP_GRAIN`] are added up and slept in one go, so a per-record wait of microseconds slows
+/// the task by that rate, not by the OS's shortest sleep.
 struct Sleep {
     duration: Duration,
     per_record: Duration,
-    until_exists: Option<PathBuf>,
+    gate: Option<Gate>,
+}
+
+/// Where a `sleep` holds its input until a test opens it.
+struct Gate {
+    /// The file whose existence opens it.
+    path: PathBuf,
+    /// Records passed before it holds.
+    after: u64,
 }
 
 /// The shortest wait `sleep` makes between records (see [`Sleep`]).
@@ -619,16 +637,21 @@ const GATE_POLL: Duration = Duration::from_millis(10);
 impl Operator for Sleep {
     fn run(&mut self, io: &mut dyn TaskIo) -> Result<(), OperatorError> {
         io.sleep(self.duration)?;
-        if let Some(gate) = &self.until_exists {
-            while !gate.exists() {
-                io.sleep(GATE_POLL)?;
-            }
-        }
-        if self.per_record.is_zero() {
+        if self.per_record.is_zero() && self.gate.is_none() {
             return pass_through(io);
         }
-        let mut owed = Duration::ZERO;
+        let mut gate = self.gate.as_ref();
+        let (mut owed, mut passed) = (Duration::ZERO, 0u64);
         while let Some(record) = io.next()? {
+            if let Some(Gate { path, after }) = gate
+                && passed >= *after
+            {
+                while !path.exists() {
+                    io.sleep(GATE_POLL)?;
+                }
+                gate = None;
+            }
+            passed += 1;
             owed += self.per_record;
             if owed >= SLEEP_GRAIN {
                 io.sleep(owed)?;

@@ -294,10 +294,11 @@ pub const KEYS: usize = 10_000;
 
 /// source → slow → tokenize ⇒ count → pace → sink, `⇒` blocking and all-to-all; `slow` and
 /// `pace` slow the first stage (`first_us` per line) and the second (`second_us` per count)
-/// so the leader can be killed while either runs, and `pace` holds the second stage until a
-/// file exists at `gate` (see [`open_second_stage_gate`]): the leader can be killed while it
-/// runs however slow the machine, and it cannot finish before.
-pub fn recovery_job_toml(first_us: u32, second_us: u32, gate: &Path) -> String {
+/// so the leader can be killed while either runs. Each holds its stage at a gate in `dir` (see
+/// [`open_gate`]) so the leader is killed while it runs however slow the machine, before it can
+/// finish: `slow` after [`FIRST_STAGE_GATE_AFTER`] lines (a subtask with fewer finishes), `pace`
+/// at once.
+pub fn recovery_job_toml(first_us: u32, second_us: u32, dir: &Path) -> String {
     let vertex = |name: &str, operator: &str, config: &str| {
         format!(
             "[[vertex]]\nname = \"{name}\"\noperator = \"{operator}\"\nparallelism = 2\n{config}\n"
@@ -320,7 +321,11 @@ pub fn recovery_job_toml(first_us: u32, second_us: u32, gate: &Path) -> String {
         vertex(
             "slow",
             "sleep",
-            &format!("[vertex.config]\nms = \"0\"\nper-record-us = \"{first_us}\""),
+            &format!(
+                "[vertex.config]\nms = \"0\"\nper-record-us = \"{first_us}\"\n\
+                 until-exists = \"{}\"\ngate-after = \"{FIRST_STAGE_GATE_AFTER}\"",
+                gate(dir, Stage::First).display()
+            ),
         ),
         vertex("tokenize", "tokenize", ""),
         vertex("count", "count-by-key", ""),
@@ -330,7 +335,7 @@ pub fn recovery_job_toml(first_us: u32, second_us: u32, gate: &Path) -> String {
             &format!(
                 "[vertex.config]\nms = \"0\"\nper-record-us = \"{second_us}\"\n\
                  until-exists = \"{}\"",
-                gate.display()
+                gate(dir, Stage::Second).display()
             ),
         ),
         vertex("sink", "file-sink", "[vertex.config]\npath = \"${output}\""),
@@ -381,21 +386,38 @@ pub fn submit_recovery_wordcount(
     let output = dir.join("counts");
     write_recovery_input(&input, first_us > 0);
     let job_file = dir.join("recovery-wordcount.toml");
-    let toml = recovery_job_toml(first_us, second_us, &second_stage_gate(dir));
-    std::fs::write(&job_file, toml).unwrap();
+    std::fs::write(&job_file, recovery_job_toml(first_us, second_us, dir)).unwrap();
     let job = run_detached(url, &job_file, &input, &output);
     (job, input, output)
 }
 
-/// The file whose existence lets the second stage of the job [`submit_recovery_wordcount`]
-/// submitted in `dir` run.
-fn second_stage_gate(dir: &Path) -> PathBuf {
-    dir.join("second-stage-gate")
+/// Lines each `slow` subtask of the batch-recovery WordCount passes before its gate holds it:
+/// more than the skewed input's subtask 1 reads, far fewer than its subtask 0.
+pub const FIRST_STAGE_GATE_AFTER: u32 = 2_000;
+
+/// A stage of the batch-recovery WordCount.
+#[derive(Clone, Copy, Debug)]
+pub enum Stage {
+    /// source → slow → tokenize.
+    First,
+    /// count → pace → sink.
+    Second,
 }
 
-/// Lets the second stage of the job [`submit_recovery_wordcount`] submitted in `dir` run.
-pub fn open_second_stage_gate(dir: &Path) {
-    std::fs::write(second_stage_gate(dir), "").unwrap();
+/// The file whose existence lets `stage` of the job [`submit_recovery_wordcount`] submitted in
+/// `dir` run on.
+fn gate(dir: &Path, stage: Stage) -> PathBuf {
+    dir.join(format!("{stage:?}-stage-gate"))
+}
+
+/// Lets `stage` of the job [`submit_recovery_wordcount`] submitted in `dir` run on.
+pub fn open_gate(dir: &Path, stage: Stage) {
+    std::fs::write(gate(dir, stage), "").unwrap();
+}
+
+/// Whether `stage` of the job submitted in `dir` may run on.
+pub fn is_open(dir: &Path, stage: Stage) -> bool {
+    gate(dir, stage).exists()
 }
 
 /// Waits until job `job`'s event log in the cluster's HA storage (under `dir`) names at least

@@ -80,7 +80,8 @@ impl TaskIo for TestIo {
     #[allow(clippy::disallowed_methods)] // the canceller test needs real time to pass
     fn sleep(&mut self, duration: Duration) -> Result<(), OperatorError> {
         let step = Duration::from_millis(1);
-        while self.slept < duration {
+        let until = self.slept + duration;
+        while self.slept < until {
             if self.is_cancelled() {
                 return Err(OperatorError::Cancelled);
             }
@@ -573,11 +574,41 @@ fn sleep_holds_its_input_until_its_gate_file_exists() {
     assert_eq!(io.outputs, vec![int("a", 1)]);
 
     // A closed gate still gives way to cancellation.
-    let mut op = build(SLEEP, &[("ms", "0"), ("until-exists", "/nonexistent/gate")]).unwrap();
+    let closed = [("ms", "0"), ("until-exists", "/nonexistent/gate")];
+    let mut op = build(SLEEP, &closed).unwrap();
     let mut io = TestIo::new(vec![int("a", 1)]);
     io.cancelled.store(true, Ordering::SeqCst);
     assert!(matches!(op.run(&mut io), Err(OperatorError::Cancelled)));
     assert!(io.outputs.is_empty());
+
+    // `gate-after`: the first records pass, the rest wait; a subtask with no more never waits
+    // (a canceller ends what waits).
+    let after = [closed[0], closed[1], ("gate-after", "2")];
+    let mut op = build(SLEEP, &after).unwrap();
+    for (input, waits) in [
+        (vec![int("a", 1), int("b", 2), int("c", 3)], true),
+        (vec![int("a", 1), int("b", 2)], false),
+    ] {
+        let mut io = TestIo::new(input);
+        let cancel = Arc::clone(&io.cancelled);
+        let canceller = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(200));
+            cancel.store(true, Ordering::SeqCst);
+        });
+        let outcome = op.run(&mut io);
+        canceller.join().unwrap();
+        assert_eq!(
+            matches!(outcome, Err(OperatorError::Cancelled)),
+            waits,
+            "{outcome:?}"
+        );
+        assert_eq!(io.outputs, vec![int("a", 1), int("b", 2)]);
+    }
+    assert_config_error(
+        build(SLEEP, &[closed[0], closed[1], ("gate-after", "x")]),
+        SLEEP,
+        "gate-after",
+    );
 }
 
 #[test]
