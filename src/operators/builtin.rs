@@ -594,15 +594,24 @@ fn sleep(spec: &OperatorSpec<'_>) -> Result<Box<dyn Operator>, OperatorError> {
     Ok(Box::new(Sleep {
         duration: Duration::from_millis(ms),
         per_record: Duration::from_millis(per_record_ms) + Duration::from_micros(per_record_us),
-        gate: match spec.config.get("until-exists") {
-            Some(path) => Some(Gate {
+        gate: match (
+            spec.config.get("until-exists"),
+            spec.config.get("gate-after"),
+        ) {
+            (Some(path), after) => Some(Gate {
                 path: PathBuf::from(path),
-                after: match spec.config.get("gate-after") {
+                after: match after {
                     Some(value) => parse_u64(spec, "gate-after", value)?,
                     None => 0,
                 },
             }),
-            None => None,
+            (None, Some(_)) => {
+                return Err(config_error(
+                    spec,
+                    "`gate-after` needs `until-exists` (the file that opens the gate)".to_owned(),
+                ));
+            }
+            (None, None) => None,
         },
     }))
 }

@@ -609,6 +609,11 @@ fn sleep_holds_its_input_until_its_gate_file_exists() {
         SLEEP,
         "gate-after",
     );
+    assert_config_error(
+        build(SLEEP, &[closed[0], ("gate-after", "2")]),
+        SLEEP,
+        "until-exists",
+    );
 }
 
 #[test]
