@@ -58,19 +58,19 @@ fn run_until_leader_killed(
     name: &str,
     before_kill: impl FnOnce(&mut HaCluster),
 ) -> Option<(HaCluster, String, PathBuf, PathBuf)> {
-    run_until(name, 0, Stage::Second, 2, before_kill, |j| {
+    run_until(name, (0, 0), Stage::Second, 2, before_kill, |j| {
         all_in(j, "tokenize", "FINISHED")
             && subtasks(j, "pace").iter().any(|s| s["state"] == "RUNNING")
     })
 }
 
-/// [`run_until_leader_killed`] with the first stage paced `first_us` per line, `held` held at its
+/// [`run_until_leader_killed`] with the stages paced `paces` (µs per record), `held` held at its
 /// gate (and the second stage too, which cannot run before the first has finished), the leader
 /// killed once `ready` holds for the job's JSON and the event log names `logged` finished
 /// regions.
 fn run_until(
     name: &str,
-    first_us: u32,
+    (first_us, second_us): (u32, u32),
     held: Stage,
     logged: usize,
     before_kill: impl FnOnce(&mut HaCluster),
@@ -81,7 +81,7 @@ fn run_until(
     if matches!(held, Stage::Second) {
         open_gate(&cluster.dir, Stage::First);
     }
-    let (job, input, output) = submit_recovery_wordcount(&a_url, &cluster.dir, first_us);
+    let (job, input, output) = submit_recovery_wordcount(&a_url, &cluster.dir, first_us, second_us);
     cluster.wait_for_job(&a_url, &job, "the job reaches the point of the kill", ready);
     wait_for_logged_regions(&cluster.dir, &job, logged);
     before_kill(&mut cluster);
@@ -151,7 +151,7 @@ fn a_leader_lost_while_the_second_stage_runs_reruns_only_the_second_stage() {
 fn a_leader_lost_while_one_source_runs_takes_back_the_finished_one() {
     let Some((cluster, job, input, output)) = run_until(
         "recovery-one-source-runs",
-        200,
+        (200, 0),
         Stage::First,
         1,
         |_| {},

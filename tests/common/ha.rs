@@ -292,12 +292,13 @@ pub fn submit_wordcount_named(
 /// Distinct words of the batch-recovery WordCount's input.
 pub const KEYS: usize = 10_000;
 
-/// source → slow → tokenize ⇒ count → pace → sink, `⇒` blocking and all-to-all; `slow` paces
-/// the first stage (`first_us` per line). `slow` and `pace` hold their stages at gates in `dir`
-/// (see [`open_gate`]), so the leader is killed while either runs however slow the machine,
-/// before it can finish: `slow` after [`FIRST_STAGE_GATE_AFTER`] lines (a subtask with fewer
-/// finishes), `pace` at once.
-pub fn recovery_job_toml(first_us: u32, dir: &Path) -> String {
+/// source → slow → tokenize ⇒ count → pace → sink, `⇒` blocking and all-to-all; `slow` and
+/// `pace` slow the first stage (`first_us` per line) and the second (`second_us` per count).
+/// They also hold their stages at gates in `dir` until [`open_gate`] opens them, so a test kills
+/// the leader while either runs however slow the machine, before it can finish: `slow` after
+/// [`FIRST_STAGE_GATE_AFTER`] lines (a subtask with fewer finishes), `pace` at once. A run that
+/// is not to be held opens both gates before it submits.
+pub fn recovery_job_toml(first_us: u32, second_us: u32, dir: &Path) -> String {
     let vertex = |name: &str, operator: &str, config: &str| {
         format!(
             "[[vertex]]\nname = \"{name}\"\noperator = \"{operator}\"\nparallelism = 2\n{config}\n"
@@ -332,7 +333,8 @@ pub fn recovery_job_toml(first_us: u32, dir: &Path) -> String {
             "pace",
             "sleep",
             &format!(
-                "[vertex.config]\nms = \"0\"\nuntil-exists = \"{}\"",
+                "[vertex.config]\nms = \"0\"\nper-record-us = \"{second_us}\"\n\
+                 until-exists = \"{}\"",
                 gate(dir, Stage::Second).display()
             ),
         ),
@@ -378,12 +380,13 @@ pub fn submit_recovery_wordcount(
     url: &str,
     dir: &Path,
     first_us: u32,
+    second_us: u32,
 ) -> (String, PathBuf, PathBuf) {
     let input = dir.join("words.txt");
     let output = dir.join("counts");
     write_recovery_input(&input, first_us > 0);
     let job_file = dir.join("recovery-wordcount.toml");
-    std::fs::write(&job_file, recovery_job_toml(first_us, dir)).unwrap();
+    std::fs::write(&job_file, recovery_job_toml(first_us, second_us, dir)).unwrap();
     let job = run_detached(url, &job_file, &input, &output);
     (job, input, output)
 }
