@@ -220,7 +220,8 @@ impl MiniCluster {
             spawner,
             Arc::new(LocalDirectory::new()),
             events.clone(),
-        );
+        )
+        .with_task_runner(crate::process::task_runner(&config));
         let driver = InProcessDriver::new(
             task_manager_spec(
                 &config,

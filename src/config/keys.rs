@@ -20,6 +20,10 @@ use crate::transport::tls::TlsConfig;
 /// The prefix of every configuration variable: `FLINT_` + the key upper-cased, `.` and `-` as `_`.
 pub const ENV_PREFIX: &str = "FLINT_";
 
+/// The most `taskmanager.compute-threads`: a bound, not a reservation (no thread starts for a
+/// permit), so generous.
+const MAX_COMPUTE_THREADS: u64 = 1 << 20;
+
 /// One configuration key.
 pub struct Key {
     /// The dotted name, as in the file (`heartbeat.interval`).
@@ -159,7 +163,7 @@ macro_rules! duration {
     };
 }
 
-static KEYS: [Key; 70] = [
+static KEYS: [Key; 71] = [
     // [cluster]
     Key {
         name: "cluster.id",
@@ -499,6 +503,19 @@ static KEYS: [Key; 70] = [
             field: Field {
                 get: |c| c.taskmanager.slots.into(),
                 set: |c, v| c.taskmanager.slots = narrow(v),
+            },
+        },
+    },
+    Key {
+        name: "taskmanager.compute-threads",
+        doc: "Task threads of one process that compute at once; the others wait in line (a task waiting for input or room does not count). 0: two per CPU.",
+        secret: false,
+        kind: Kind::Integer {
+            min: 0,
+            max: MAX_COMPUTE_THREADS,
+            field: Field {
+                get: |c| c.taskmanager.compute_threads.into(),
+                set: |c, v| c.taskmanager.compute_threads = narrow(v),
             },
         },
     },

@@ -423,6 +423,9 @@ pub struct BackoffConfig {
 pub struct TaskManagerConfig {
     /// `taskmanager.slots`: slots each TaskManager offers.
     pub slots: u32,
+    /// `taskmanager.compute-threads`: task threads of one process that compute at once
+    /// ([`ComputePermits`](crate::env::compute_permits::ComputePermits)); 0: two per CPU.
+    pub compute_threads: u32,
     /// `taskmanager.working-dir`: where each process makes its private working directory
     /// ([`WorkingDir`](crate::env::working_dir::WorkingDir)), in which TaskManagers spill result
     /// partitions. Default: the system temp directory.
@@ -460,6 +463,7 @@ impl Default for TaskManagerConfig {
         let network = crate::exchange::NetworkSettings::default();
         Self {
             slots: 1,
+            compute_threads: 0,
             working_dir: None,
             spill_threshold: 64 << 20,
             spill_budget: None,

@@ -45,6 +45,7 @@ fn everything_changed() -> ClusterConfig {
     c.slurm.taskmanager_command = vec!["/opt/prog".into(), "taskmanager".into()];
     c.slurm.poll_interval = Duration::from_millis(2500);
     c.taskmanager.slots = 3;
+    c.taskmanager.compute_threads = 5;
     c.jobstore.expiration_time = Duration::from_secs(600);
     c.jobstore.max_capacity = 50;
     c.batch_job_recovery.enabled = false;

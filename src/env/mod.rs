@@ -14,6 +14,7 @@
 pub mod blob_store;
 pub mod blocking_io;
 pub mod build;
+pub mod compute_permits;
 pub mod events;
 pub mod files;
 pub mod futex_hash;
@@ -34,8 +35,8 @@ use actix::{Arbiter, ArbiterHandle};
 use crate::base::clock::Clock;
 use crate::base::hash::fnv1a;
 use crate::base::rng::NodeRng;
+use crate::env::compute_permits::{ComputePermits, PermitBlocker};
 use crate::env::events::EventSink;
-use crate::env::task_blocking::ThreadBlocker;
 use crate::env::task_threads::TaskThreadPool;
 use crate::rpc::directory::Resolver;
 
@@ -129,20 +130,58 @@ pub trait TaskBlocker {
     fn wait(&self, future: Pin<Box<dyn Future<Output = ()> + Send + 'static>>) -> bool;
     /// Sleeps `duration` (virtual time in simulation). Returns false if the runner is gone.
     fn sleep(&self, duration: Duration) -> bool;
+    /// Called at every record or buffer a task reads or writes: where production gives its
+    /// [compute permit](compute_permits) to the next in line once it held it for a time slice.
+    fn yield_point(&self) {}
+    /// Runs `f`, which may block outside this blocker (a condition variable, a pipe), without
+    /// counting as computing (tokio's `block_in_place`).
+    fn block_in_place(&self, f: &mut dyn FnMut()) {
+        f();
+    }
 }
 
 /// Production task threads: each task on a thread of its own while it runs, taken from a
 /// [`TaskThreadPool`] that reuses the threads of ended tasks (a task never waits for one: with
 /// none parked a new thread starts). The TaskManager bounds how many run: one per task of each
-/// allocated slot. Clones share the pool (the TaskManagers of one process do).
+/// allocated slot; how many of those compute at once is bounded by the runner's
+/// [`ComputePermits`]. Clones share the pool and the permits (the TaskManagers of one process
+/// do).
 #[derive(Debug, Default, Clone)]
 pub struct ThreadTaskRunner {
     pool: TaskThreadPool,
+    permits: ComputePermits,
+}
+
+impl ThreadTaskRunner {
+    /// A runner whose tasks compute at most `compute_threads` at a time (0: the
+    /// [default](compute_permits::default_limit), two per CPU).
+    pub fn new(compute_threads: usize) -> Self {
+        Self::with_permits(if compute_threads == 0 {
+            ComputePermits::default()
+        } else {
+            ComputePermits::new(compute_threads)
+        })
+    }
+
+    /// A runner under the given permits.
+    pub fn with_permits(permits: ComputePermits) -> Self {
+        Self {
+            pool: TaskThreadPool::default(),
+            permits,
+        }
+    }
+
+    /// The runner's permits (their stats, for tests and logs).
+    pub fn permits(&self) -> &ComputePermits {
+        &self.permits
+    }
 }
 
 impl TaskRunner for ThreadTaskRunner {
     fn run(&self, name: String, task: TaskBody) {
-        if let Err(error) = self.pool.execute(Box::new(move || task(&ThreadBlocker))) {
+        let permits = self.permits.clone();
+        let body = move || task(&PermitBlocker::acquire(&permits));
+        if let Err(error) = self.pool.execute(Box::new(body)) {
             log::error!("cannot start a thread for task {name}: {error}");
         }
     }
@@ -206,6 +245,15 @@ impl NodeEnv {
     /// The address an actor called `name` on this node is reached at.
     pub fn address_of(&self, name: &str) -> crate::messages::ActorAddress {
         crate::messages::ActorAddress::new(self.resolver.local_node(), name)
+    }
+
+    /// The same environment running its tasks on `runner` (a process's configured
+    /// [`ThreadTaskRunner`]).
+    pub fn with_task_runner(self, runner: Arc<dyn TaskRunner>) -> Self {
+        Self {
+            task_runner: runner,
+            ..self
+        }
     }
 
     /// The environment of another node that shares this one's clock, spawner, resolver and

@@ -63,25 +63,38 @@ impl Cancellation {
     }
 }
 
-/// The production blocker: polls the future on the task's own thread, parking it between
+/// Polls `future` on this thread until it is ready, parking the thread between wake-ups;
+/// `before_parking` runs once, before the first park (not at all if the first poll is ready).
+pub fn park_until_ready(
+    mut future: Pin<&mut (dyn Future<Output = ()> + Send)>,
+    before_parking: impl FnOnce(),
+) {
+    struct ThreadWaker(std::thread::Thread);
+    impl Wake for ThreadWaker {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = Waker::from(Arc::new(ThreadWaker(std::thread::current())));
+    let mut context = Context::from_waker(&waker);
+    if future.as_mut().poll(&mut context).is_ready() {
+        return;
+    }
+    before_parking();
+    // A spurious unpark only costs another poll.
+    while future.as_mut().poll(&mut context).is_pending() {
+        std::thread::park();
+    }
+}
+
+/// The production blocker without [compute permits](crate::env::compute_permits): polls the future on the task's own thread, parking it between
 /// wake-ups, and sleeps the thread. The runner never goes away, so it always returns true.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct ThreadBlocker;
 
 impl TaskBlocker for ThreadBlocker {
     fn wait(&self, mut future: Pin<Box<dyn Future<Output = ()> + Send + 'static>>) -> bool {
-        struct ThreadWaker(std::thread::Thread);
-        impl Wake for ThreadWaker {
-            fn wake(self: Arc<Self>) {
-                self.0.unpark();
-            }
-        }
-        let waker = Waker::from(Arc::new(ThreadWaker(std::thread::current())));
-        let mut context = Context::from_waker(&waker);
-        // A spurious unpark only costs another poll.
-        while future.as_mut().poll(&mut context).is_pending() {
-            std::thread::park();
-        }
+        park_until_ready(future.as_mut(), || {});
         true
     }
 

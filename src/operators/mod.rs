@@ -121,6 +121,14 @@ pub trait TaskIo {
     ) -> Result<(), OperatorError> {
         self.sleep(duration)
     }
+    /// Runs `f`, which blocks outside the task's waits (on a condition variable, a pipe, a
+    /// blocking call), without counting as computing: the task's
+    /// [compute permit](crate::env::compute_permits) goes to another task meanwhile. Plain
+    /// waits need none of this: [`next`](Self::next), [`emit`](Self::emit) and
+    /// [`sleep`](Self::sleep) give the permit back while they wait.
+    fn block_in_place(&mut self, f: &mut dyn FnMut()) {
+        f();
+    }
     /// The task's inputs and outputs apart, so an operator can read one while it writes the
     /// other (a chain pushes what it reads straight through to its outputs).
     fn split(&mut self) -> (&mut dyn TaskInputs, &mut dyn TaskOutputs) {

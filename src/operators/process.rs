@@ -454,7 +454,7 @@ impl ProcessOperator {
                             return Err(OperatorError::Cancelled);
                         }
                         emit_ready(io)?;
-                        frames.wait_for_room(POLL);
+                        io.block_in_place(&mut || frames.wait_for_room(POLL));
                     }
                     // The writer is gone: the child closed its stdin (or exited). What it says
                     // about it comes with its exit.

@@ -346,6 +346,7 @@ impl TaskInputs for Inputs<'_> {
 
     fn next_event(&mut self) -> Result<Option<InputEvent>, OperatorError> {
         check_cancelled(self.cancelled)?;
+        self.blocker.yield_point();
         Ok(self
             .gate
             .next_event(self.blocker)?
@@ -371,6 +372,7 @@ impl TaskOutputs for Outputs<'_> {
         subpartition: usize,
         encoded: &[u8],
     ) -> Result<(), OperatorError> {
+        self.blocker.yield_point();
         Ok(self
             .writer
             .write(output, subpartition, encoded, self.blocker, self.cancelled)?)
@@ -400,6 +402,7 @@ impl TaskIo for Io<'_> {
 
     fn next_with_input(&mut self) -> Result<Option<(usize, Record)>, OperatorError> {
         let inputs = &mut self.inputs;
+        inputs.blocker.yield_point();
         loop {
             let record = inputs.reader.next_record().map_err(ExchangeError::from)?;
             if let Some(record) = record {
@@ -419,6 +422,7 @@ impl TaskIo for Io<'_> {
 
     fn emit(&mut self, record: Record) -> Result<(), OperatorError> {
         let outputs = &mut self.outputs;
+        outputs.blocker.yield_point();
         if outputs.writer.is_empty() {
             return Ok(()); // a sink: nothing goes downstream
         }
@@ -452,6 +456,10 @@ impl TaskIo for Io<'_> {
         } else {
             Err(OperatorError::Cancelled)
         }
+    }
+
+    fn block_in_place(&mut self, f: &mut dyn FnMut()) {
+        self.blocker.block_in_place(f);
     }
 
     fn split(&mut self) -> (&mut dyn TaskInputs, &mut dyn TaskOutputs) {
