@@ -631,6 +631,39 @@ async fn all_to_all_at_p_1000_gives_the_exact_word_count() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Compute permits: with one compute thread for the whole process (both TaskManagers of the
+/// embedded cluster share it), a pipelined all-to-all whose producers fill their outputs many
+/// times over still gives the exact count — each task gives the permit back while it waits for
+/// input or room, and hands it on after its time slice while it computes.
+#[actix::test]
+async fn a_pipelined_all_to_all_on_one_compute_thread_gives_the_exact_word_count() {
+    let mut config = config(2, 8);
+    config.taskmanager.compute_threads = 1;
+    let cluster = MiniCluster::start(config).unwrap();
+    cluster.wait_for_pool(2, DEADLINE).await.unwrap();
+    let dir = scratch("one-compute-thread");
+    let input = dir.join("input.txt");
+    write_text(&input, 200_000);
+    let output = dir.join("out");
+    let job = cluster
+        .submit_job(common::wide_wordcount_graph(&input, &output, 8))
+        .await
+        .unwrap();
+    let details = cluster
+        .wait_for_job(job, Duration::from_secs(120))
+        .await
+        .unwrap();
+    assert_eq!(
+        details.summary.status,
+        JobStatus::Finished,
+        "{:?}",
+        details.failure
+    );
+    assert_eq!(read_counts(&output), sequential_word_count(&input).unwrap());
+    cluster.shutdown().await.unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Issue 32, item 5: consumers that stop reading early (`take`: a `first_n`, a user function
 /// that stops) release what they leave unread, so their pipelined producers — a million records
 /// each, far more than a subpartition holds — run to their end instead of waiting for room for

@@ -4,6 +4,7 @@
 //! both wire the actors the same way.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use actix::{Actor, Addr, ArbiterHandle};
 use tokio::sync::oneshot;
@@ -176,6 +177,15 @@ pub fn working_dir_parent(config: &ClusterConfig) -> PathBuf {
         .working_dir
         .clone()
         .unwrap_or_else(std::env::temp_dir)
+}
+
+/// The task runner of a process running TaskManagers: task threads under
+/// `taskmanager.compute-threads` [compute permits](crate::env::compute_permits), shared by every
+/// TaskManager of the process.
+pub fn task_runner(config: &ClusterConfig) -> Arc<dyn crate::env::TaskRunner> {
+    Arc::new(crate::env::ThreadTaskRunner::new(
+        config.taskmanager.compute_threads as usize,
+    ))
 }
 
 /// What this machine offers, for TaskManagers' registrations.

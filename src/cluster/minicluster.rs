@@ -221,7 +221,7 @@ impl MiniCluster {
             Arc::new(LocalDirectory::new()),
             events.clone(),
         )
-        .with_task_runner(crate::process::task_runner(&config));
+        .with_task_runner(crate::actors::node::task_runner(&config));
         let driver = InProcessDriver::new(
             task_manager_spec(
                 &config,

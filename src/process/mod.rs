@@ -194,15 +194,6 @@ fn configured_or_insecure(
     })
 }
 
-/// The task runner of a process running TaskManagers: task threads under
-/// `taskmanager.compute-threads` [compute permits](crate::env::compute_permits), shared by every
-/// TaskManager of the process.
-pub fn task_runner(config: &ClusterConfig) -> Arc<dyn crate::env::TaskRunner> {
-    Arc::new(crate::env::ThreadTaskRunner::new(
-        config.taskmanager.compute_threads as usize,
-    ))
-}
-
 /// A JobManager's cluster secret: configured, else none with `insecure`, else this user's
 /// generated one (made now if there is none yet).
 pub fn job_manager_secret(
@@ -564,7 +555,7 @@ pub async fn run_task_manager(
         resolver,
         EventSink::disabled(),
     )
-    .with_task_runner(task_runner(&config));
+    .with_task_runner(crate::actors::node::task_runner(&config));
     let hostname = host.split(':').next().unwrap_or("localhost").to_owned();
     let (fatal, fatal_error) = tokio::sync::oneshot::channel();
     let task_manager = start_task_manager_node(
