@@ -597,29 +597,27 @@ async fn a_job_naming_an_unknown_operator_is_refused() {
     cluster.shutdown().await.unwrap();
 }
 
-/// Issue 11: all-to-all at P = 1,000 in one process (10 TaskManagers × 100 slots, a million
-/// channels on the all-to-all edge, 4,000 tasks) gives exactly the sequential count.
-#[actix::test]
-async fn all_to_all_at_p_1000_gives_the_exact_word_count() {
-    // On the default network memory: each gate of 1,000 channels reserves 2 buffers and runs
-    // in the floating mode (issue 32 item 1).
-    let mut config = config(10, 100);
-    // 4,000 task threads on two cores: heartbeats must not be what the test measures.
-    config.heartbeat.timeout = Duration::from_secs(30);
+/// Runs the wide WordCount (`common::wide_wordcount_graph`) of `lines` lines at `parallelism`
+/// on an embedded cluster of `config` and checks it gives exactly the sequential count.
+async fn wide_wordcount_gives_the_exact_count(
+    config: ClusterConfig,
+    name: &str,
+    lines: usize,
+    parallelism: u32,
+    deadline: Duration,
+) {
+    let pool = config.resourcemanager.pool_size;
     let cluster = MiniCluster::start(config).unwrap();
-    cluster.wait_for_pool(10, DEADLINE).await.unwrap();
-    let dir = scratch("all-to-all-p1000");
+    cluster.wait_for_pool(pool, DEADLINE).await.unwrap();
+    let dir = scratch(name);
     let input = dir.join("input.txt");
-    write_text(&input, 20_000);
+    write_text(&input, lines);
     let output = dir.join("out");
     let job = cluster
-        .submit_job(common::wide_wordcount_graph(&input, &output, 1000))
+        .submit_job(common::wide_wordcount_graph(&input, &output, parallelism))
         .await
         .unwrap();
-    let details = cluster
-        .wait_for_job(job, Duration::from_secs(300))
-        .await
-        .unwrap();
+    let details = cluster.wait_for_job(job, deadline).await.unwrap();
     assert_eq!(
         details.summary.status,
         JobStatus::Finished,
@@ -631,6 +629,25 @@ async fn all_to_all_at_p_1000_gives_the_exact_word_count() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Issue 11: all-to-all at P = 1,000 in one process (10 TaskManagers × 100 slots, a million
+/// channels on the all-to-all edge, 4,000 tasks) gives exactly the sequential count.
+#[actix::test]
+async fn all_to_all_at_p_1000_gives_the_exact_word_count() {
+    // On the default network memory: each gate of 1,000 channels reserves 2 buffers and runs
+    // in the floating mode (issue 32 item 1).
+    let mut config = config(10, 100);
+    // 4,000 task threads on two cores: heartbeats must not be what the test measures.
+    config.heartbeat.timeout = Duration::from_secs(30);
+    wide_wordcount_gives_the_exact_count(
+        config,
+        "all-to-all-p1000",
+        20_000,
+        1000,
+        Duration::from_secs(300),
+    )
+    .await;
+}
+
 /// Compute permits: with one compute thread for the whole process (both TaskManagers of the
 /// embedded cluster share it), a pipelined all-to-all whose producers fill their outputs many
 /// times over still gives the exact count — each task gives the permit back while it waits for
@@ -639,29 +656,14 @@ async fn all_to_all_at_p_1000_gives_the_exact_word_count() {
 async fn a_pipelined_all_to_all_on_one_compute_thread_gives_the_exact_word_count() {
     let mut config = config(2, 8);
     config.taskmanager.compute_threads = 1;
-    let cluster = MiniCluster::start(config).unwrap();
-    cluster.wait_for_pool(2, DEADLINE).await.unwrap();
-    let dir = scratch("one-compute-thread");
-    let input = dir.join("input.txt");
-    write_text(&input, 200_000);
-    let output = dir.join("out");
-    let job = cluster
-        .submit_job(common::wide_wordcount_graph(&input, &output, 8))
-        .await
-        .unwrap();
-    let details = cluster
-        .wait_for_job(job, Duration::from_secs(120))
-        .await
-        .unwrap();
-    assert_eq!(
-        details.summary.status,
-        JobStatus::Finished,
-        "{:?}",
-        details.failure
-    );
-    assert_eq!(read_counts(&output), sequential_word_count(&input).unwrap());
-    cluster.shutdown().await.unwrap();
-    let _ = std::fs::remove_dir_all(&dir);
+    wide_wordcount_gives_the_exact_count(
+        config,
+        "one-compute-thread",
+        200_000,
+        8,
+        Duration::from_secs(120),
+    )
+    .await;
 }
 
 /// Issue 32, item 5: consumers that stop reading early (`take`: a `first_n`, a user function
