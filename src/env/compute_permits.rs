@@ -120,9 +120,12 @@ impl Default for ComputePermits {
 }
 
 /// Two permits per CPU: a computing task also stalls on page faults and file writes, which a
-/// second thread per core fills.
+/// second thread per core fills. Counted once per process: `available_parallelism` reads the
+/// cgroup's files, and every `NodeEnv` (thousands per simulation sweep) builds a runner.
 pub fn default_limit() -> usize {
-    2 * std::thread::available_parallelism().map_or(1, std::num::NonZero::get)
+    static LIMIT: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *LIMIT
+        .get_or_init(|| 2 * std::thread::available_parallelism().map_or(1, std::num::NonZero::get))
 }
 
 impl ComputePermits {
