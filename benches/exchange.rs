@@ -27,6 +27,16 @@
 //!    2 TaskManager processes × 2 slots, submit → FINISHED over REST, against a single-threaded
 //!    sequential count of the same file in the same run (MB/s and the ratio; the output is
 //!    checked exact). `-- wordcount` runs this section alone.
+//! 5. Blocking against pipelined (issue 32: within 1.5×): a `noop` source of P = 2 (2,000,000
+//!    records of 1,000 payload bytes each, `FLINT_BENCH_BLOCKING_RECORDS`) → a `noop` sink of
+//!    P = 2, all-to-all, 4 GB in all, on 2 TaskManager processes × 2 slots; the blocking and
+//!    the pipelined job alternate on one cluster. Per kind: submit → FINISHED (median), the
+//!    source and sink vertices' durations (a blocking sink starts once both sources ended:
+//!    write phase, then read phase), each TaskManager's peak resident memory during the job
+//!    (`VmHWM`, reset before each through `/proc/PID/clear_refs`) and the most files it held
+//!    open (`/proc/PID/fd`, sampled every 10 ms). Then the same on one TaskManager process × 4
+//!    slots: no data crosses processes, which tells the cost of the disk from the network's.
+//!    `-- blocking` runs this section alone.
 
 // A benchmark measures wall time with the real clock; it is no node code.
 #![allow(clippy::disallowed_methods)]
@@ -250,6 +260,10 @@ fn main() {
         wordcount_across_processes(if quick { 1 } else { 3 });
         return;
     }
+    if std::env::args().any(|a| a == "blocking") {
+        blocking_against_pipelined(if quick { 1 } else { 3 });
+        return;
+    }
     if std::env::args().any(|a| a == "all-to-all") {
         // Section 3 alone: `cargo bench --bench exchange -- all-to-all`.
         all_to_all_deployments(if quick { 1 } else { 5 });
@@ -300,4 +314,171 @@ fn main() {
     }
     all_to_all_deployments(if quick { 1 } else { 5 });
     wordcount_across_processes(if quick { 1 } else { 3 });
+    blocking_against_pipelined(if quick { 1 } else { 3 });
+}
+
+/// `source` (P = 2, `records` of [`PAYLOAD`] bytes each) → `sink` (P = 2), all-to-all, `mode`.
+fn two_by_two_job(mode: ExchangeMode, records: u64) -> JobGraph {
+    let mut b = JobGraph::builder("exchange-blocking");
+    let source = b
+        .vertex("source", "noop", 2)
+        .config("count", records.to_string())
+        .config("payload-bytes", PAYLOAD.to_string())
+        .index();
+    let sink = b.vertex("sink", "noop", 2).index();
+    b.edge(source, sink, DistributionPattern::AllToAll, mode);
+    b.restart_strategy(RestartStrategyConfig::None);
+    b.build(|_| true).expect("a valid graph")
+}
+
+/// The process ids of `parent`'s children (a JobManager's TaskManager processes).
+fn children(parent: u32) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/status")).is_ok_and(|status| {
+                status
+                    .lines()
+                    .any(|line| line.split_whitespace().eq(["PPid:", &parent.to_string()]))
+            })
+        })
+        .collect()
+}
+
+/// Process `pid`'s peak resident memory since it started or since its last reset, in KiB.
+fn peak_rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|status| {
+            let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+            line.split_whitespace().nth(1)?.parse().ok()
+        })
+        .unwrap_or(0)
+}
+
+/// What one job of section 5 measured.
+struct TwoByTwo {
+    seconds: f64,
+    /// The source's and the sink's vertex durations.
+    phases: (f64, f64),
+    /// Per TaskManager process: peak RSS (KiB) and most open files.
+    task_managers: Vec<(u64, usize)>,
+}
+
+/// Runs one job of section 5 on `cluster`, sampling its TaskManagers' open files meanwhile.
+fn run_two_by_two(cluster: &Cluster, mode: ExchangeMode, records: u64) -> TwoByTwo {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex};
+    let pids = children(cluster.pid());
+    for pid in &pids {
+        // "5" resets the peak resident set size (proc(5)).
+        std::fs::write(format!("/proc/{pid}/clear_refs"), "5").expect("VmHWM reset");
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let most_open = Arc::new(Mutex::new(vec![0usize; pids.len()]));
+    let sampler = {
+        let (stop, most_open, pids) = (stop.clone(), most_open.clone(), pids.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                let mut most = most_open.lock().expect("the samples");
+                for (i, pid) in pids.iter().enumerate() {
+                    let open =
+                        std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, Iterator::count);
+                    most[i] = most[i].max(open);
+                }
+                drop(most);
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        })
+    };
+    let began = Instant::now();
+    let id = cluster.submit(&two_by_two_job(mode, records));
+    cluster.wait_all(std::slice::from_ref(&id), Duration::from_millis(5));
+    let seconds = began.elapsed().as_secs_f64();
+    stop.store(true, Ordering::Relaxed);
+    sampler.join().expect("the sampler");
+    let details = cluster.get(&format!("/jobs/{id}"));
+    let duration = |name: &str| {
+        details["vertices"]
+            .as_array()
+            .expect("vertices")
+            .iter()
+            .find(|v| v["name"] == name)
+            .and_then(|v| v["duration"].as_f64())
+            .expect("a vertex duration")
+            / 1e3
+    };
+    let most_open = most_open.lock().expect("the samples").clone();
+    TwoByTwo {
+        seconds,
+        phases: (duration("source"), duration("sink")),
+        task_managers: pids
+            .iter()
+            .map(|&pid| peak_rss_kib(pid))
+            .zip(most_open)
+            .collect(),
+    }
+}
+
+/// Section 5 of the module docs.
+fn blocking_against_pipelined(rounds: usize) {
+    for (task_managers, slots) in [(2, 2), (1, 4)] {
+        blocking_against_pipelined_on(rounds, task_managers, slots);
+    }
+}
+
+/// Section 5 on `task_managers` processes × `slots` slots.
+fn blocking_against_pipelined_on(rounds: usize, task_managers: u32, slots: u32) {
+    let records: u64 = std::env::var("FLINT_BENCH_BLOCKING_RECORDS")
+        .map(|s| {
+            s.trim()
+                .parse()
+                .expect("FLINT_BENCH_BLOCKING_RECORDS: a number")
+        })
+        .unwrap_or(2_000_000);
+    let cluster = Cluster::start("exchange-blocking", task_managers, slots, "");
+    let kinds = [
+        ("pipelined", ExchangeMode::Pipelined),
+        ("blocking", ExchangeMode::Blocking),
+    ];
+    let mut runs: Vec<Vec<TwoByTwo>> = vec![Vec::new(), Vec::new()];
+    for round in 0..rounds {
+        for (k, (name, mode)) in kinds.iter().enumerate() {
+            let run = run_two_by_two(&cluster, *mode, records);
+            eprintln!(
+                "round {round}: {name} {:.2} s (source {:.2} s, sink {:.2} s)",
+                run.seconds, run.phases.0, run.phases.1
+            );
+            runs[k].push(run);
+        }
+    }
+    let gigabytes = 2.0 * records as f64 * PAYLOAD as f64 / 1e9;
+    let mut medians = Vec::new();
+    for ((name, _), runs) in kinds.iter().zip(&runs) {
+        let seconds = median(runs.iter().map(|r| r.seconds).collect());
+        let source = median(runs.iter().map(|r| r.phases.0).collect());
+        let sink = median(runs.iter().map(|r| r.phases.1).collect());
+        let per_tm: Vec<String> = (0..runs[0].task_managers.len())
+            .map(|i| {
+                let rss = runs.iter().map(|r| r.task_managers[i].0).max().unwrap_or(0);
+                let open = runs.iter().map(|r| r.task_managers[i].1).max().unwrap_or(0);
+                format!("{:.0} MiB, {open} open files", rss as f64 / 1024.0)
+            })
+            .collect();
+        println!(
+            "{gigabytes:.1} GB {name} all-to-all, P = 2 on {task_managers} TaskManager \
+             process(es) × {slots} slots (median of {rounds}): {seconds:.2} s (source {source:.2} s, sink {sink:.2} s); \
+             per TaskManager peak RSS and most open files: {}",
+            per_tm.join("; ")
+        );
+        medians.push(seconds);
+    }
+    println!(
+        "blocking ÷ pipelined on {task_managers} TaskManager process(es): {:.2} (issue 32's \
+         target: at most 1.5 across 2)",
+        medians[1] / medians[0]
+    );
 }
