@@ -5,7 +5,7 @@
 //! is registered at a JobManager leader, so after a leader change it first learns which
 //! TaskManagers the new leader already has and counts them, instead of starting duplicates. The
 //! connection to the JobManager (registration, heartbeats, reconciliation) lives in
-//! [`connection`].
+//! `connection`.
 //!
 //! Whatever the resource manager releases, it also reports to the JobManager
 //! (`ResourceRemoved`, idempotent there), so the JobManager never keeps a TaskManager the driver

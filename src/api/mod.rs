@@ -25,13 +25,13 @@
 //! }
 //! ```
 //!
-//! How it runs: the plan's operators are chained into tasks ([`translate`]: forward edges of
+//! How it runs: the plan's operators are chained into tasks (`translate`: forward edges of
 //! equal parallelism pass records by value, with no serialization), the tasks become a
 //! `JobGraph` whose vertices name the program's operator identity ([`program`]), and every
-//! TaskManager rebuilds the plan from the same program code to run its tasks ([`task`]).
+//! TaskManager rebuilds the plan from the same program code to run its tasks (`task`).
 //! Records leave a task serialized once through [`crate::base::codec`] and are decoded only by
 //! their consumer; keyed exchanges route by key groups ([`keys`]). Sorts, groupings and joins
-//! keep within the task's managed memory and spill past it ([`keyed`]).
+//! keep within the task's managed memory and spill past it (`keyed`).
 
 // User functions are stored as `Arc<dyn Fn(..) + Send + Sync>` of the record types: spelled out
 // where they are held, as the signatures users write.

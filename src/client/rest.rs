@@ -278,7 +278,7 @@ impl RestClient {
     }
 
     /// `GET /jobs/{id}/results`: what its `collect()` sinks gathered (up to
-    /// [`RESULTS_BODY_LIMIT`], not the usual [`BODY_LIMIT`]).
+    /// [`RESULTS_BODY_LIMIT`], not the usual `BODY_LIMIT`).
     pub fn results(&self, id: JobId) -> Result<Answer<JobResultsView>, RestError> {
         self.call_within(
             Request::Get,

@@ -233,7 +233,7 @@ impl ComputePermits {
     /// ended may take it first: handing each permit strictly down the line made every release
     /// wait for a sleeping thread to be scheduled, a convoy that made P = 10,000 slower than
     /// no bound at all. Fairness comes from the time slice, which hands its permit straight to
-    /// the first in line ([`Self::hand_over`]).
+    /// the first in line (`hand_over`).
     pub fn release(&self) {
         let shared = &*self.shared;
         let mut state = self.lock();

@@ -32,7 +32,7 @@ const PR_FUTEX_HASH_GET_SLOTS: libc::c_ulong = 2;
 
 /// Makes the process's futex hash at least as large as `threads` (rounded up to a power of two
 /// and doubled, so it is asked for again only when the threads doubled), within
-/// [`MAX_SLOTS`]. Called once per thread the pool starts, which costs far more than the lock.
+/// `MAX_SLOTS`. Called once per thread the pool starts, which costs far more than the lock.
 pub fn fit(threads: usize) {
     if threads < MIN_THREADS {
         return;

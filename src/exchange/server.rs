@@ -66,7 +66,7 @@ pub const FETCH_BYTES: usize = 1 << 20;
 pub const NOTICE_BYTES: usize = 3 << 20;
 
 /// About the most bytes of channel entries besides their data one answer carries (keys,
-/// positions, buffer lengths, failure reasons; see [`answer_budget`]).
+/// positions, buffer lengths, failure reasons; see `answer_budget`).
 pub const CHANNEL_BYTES: usize = 2 << 20;
 
 const _: () = assert!(

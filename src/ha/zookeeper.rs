@@ -113,7 +113,7 @@ impl ZooKeeperSettings {
     }
 
     /// A new session, or [`HaError::Unreachable`] after the connection timeout. Tries again
-    /// (every [`CONNECT_ATTEMPT`] at most) until then: a connect that went unanswered once may
+    /// (every `CONNECT_ATTEMPT` at most) until then: a connect that went unanswered once may
     /// wait in the client for the whole timeout (seen against a server that had just started
     /// and closed the first connections), although the next attempt would succeed.
     pub async fn connect(&self) -> Result<Client, HaError> {

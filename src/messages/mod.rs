@@ -4,7 +4,7 @@
 //! mailboxes) and between processes (the transport encodes them with [`crate::base::codec`]). Wire enums
 //! use serde's default externally tagged form, which bincode can decode.
 //!
-//! For each receiving actor, the [`protocol!`] macro makes two things from one list:
+//! For each receiving actor, the `protocol!` macro makes two things from one list:
 //! - the **wire enum** (`JobManagerMessage`, ...): every message that actor accepts, the payload of
 //!   a transport envelope;
 //! - the **gateway** (`JobManagerGateway`, ...): one typed `Recipient` per message. Actors hold

@@ -458,7 +458,7 @@ impl RestServer {
     }
 
     /// Stops serving: no new connections, requests in progress are answered, open connections
-    /// get [`SHUTDOWN_TIMEOUT_SECS`] to finish.
+    /// get `SHUTDOWN_TIMEOUT_SECS` to finish.
     pub async fn stop(self) {
         self.handle.stop(true).await;
         // The server future ends right after its handle's stop; nothing to report if it

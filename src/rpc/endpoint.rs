@@ -1,6 +1,6 @@
 //! Remote actors: the node endpoint, remote proxies and inbound dispatch (DESIGN §4).
 //!
-//! This module owns a node's presence on the network: the listener, one [`Connection`] per peer
+//! This module owns a node's presence on the network: the listener, one `Connection` per peer
 //! node (dialled on demand with bounded, backed-off attempts, or accepted), the dispatch of what
 //! peers send to this node's actors, and the proxies through which this node's actors reach
 //! actors elsewhere. It never decides anything for an actor: an actor sees a remote peer exactly

@@ -5,7 +5,7 @@
 //! `LocalSet` ([`host`]) with its own endpoint on a [`network::SimNetwork`] that delays, loses,
 //! reorders and cuts the real frames of the real transport. Everything a node does that is not
 //! deterministic comes from its `NodeEnv`: an RNG seeded per node and incarnation, the
-//! simulation's clock, and the [`lockstep`](crate::sim::lockstep) task runner, under which task code
+//! simulation's clock, and the [`lockstep`] task runner, under which task code
 //! runs on its own thread but strictly in turn with the simulation, sleeping in virtual time.
 //!
 //! ```text

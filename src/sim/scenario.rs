@@ -200,7 +200,7 @@ pub struct Shape {
     pub max_steps: u32,
     /// The jobs it submits.
     pub jobs: JobMix,
-    /// Add issue 12's failure elements (see [`Scenario::failure_elements`]); drawn after every
+    /// Add issue 12's failure elements (see `Scenario::failure_elements`); drawn after every
     /// other draw, so a seed's classic scenario stays the same without them.
     pub failures: bool,
     /// Add intruders ([`super::intruder`]), drawn after everything else for the same reason.
