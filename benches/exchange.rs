@@ -151,17 +151,9 @@ fn bytes_sent(cluster: &Cluster) -> u64 {
 /// The largest peak resident memory (`VmHWM`) among the children of process `parent` (a
 /// JobManager's TaskManager processes).
 fn task_manager_peak_rss_kib(parent: u32) -> u64 {
-    let field = |status: &str, name: &str| -> Option<u64> {
-        let line = status.lines().find(|l| l.starts_with(name))?;
-        line.split_whitespace().nth(1)?.parse().ok()
-    };
-    std::fs::read_dir("/proc")
+    children(parent)
         .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|entry| std::fs::read_to_string(entry.path().join("status")).ok())
-        .filter(|status| field(status, "PPid:") == Some(u64::from(parent)))
-        .filter_map(|status| field(&status, "VmHWM:"))
+        .map(peak_rss_kib)
         .max()
         .unwrap_or(0)
 }
