@@ -50,8 +50,13 @@ const STDIN_LIMIT: usize = 1 << 20;
 const BATCH: usize = 256;
 const BATCHES: usize = 8;
 
-/// How long the task thread waits for the child's output while its stdin queue is full.
+/// A tenth of how often the task waiting for the child's output to end, then for its exit,
+/// looks whether it was cancelled.
 const POLL: Duration = Duration::from_millis(1);
+
+/// How often a task whose stdin queue is full looks whether it was cancelled (room, the
+/// child's output and the writer's end wake it at once).
+const CANCEL_CHECK: Duration = Duration::from_millis(20);
 
 /// Creates a `process` operator from its vertex's configuration.
 pub fn create(spec: &OperatorSpec<'_>) -> Result<Box<dyn Operator>, OperatorError> {
@@ -355,7 +360,7 @@ impl Operator for ProcessOperator {
         let frames = StdinSender(Arc::clone(&queue));
         spawn_writer(stdin, queue)?;
         let (records, from_child) = sync_channel(BATCHES);
-        spawn_reader(stdout, self.framing, records)?;
+        spawn_reader(stdout, self.framing, records, Arc::clone(&frames.0))?;
 
         let outcome = self.pump(io, &frames.0, &from_child);
         drop(frames); // the child sees the end of its input
@@ -453,8 +458,10 @@ impl ProcessOperator {
                         if io.is_cancelled() {
                             return Err(OperatorError::Cancelled);
                         }
+                        // Looked at before the output is taken: what comes after ends the wait.
+                        let seen = frames.output_seen();
                         emit_ready(io)?;
-                        io.block_in_place(&mut || frames.wait_for_room(POLL));
+                        io.block_in_place(&mut || frames.wait_for_room(seen, CANCEL_CHECK));
                     }
                     // The writer is gone: the child closed its stdin (or exited). What it says
                     // about it comes with its exit.
@@ -504,8 +511,17 @@ fn spawn_reader(
     stdout: std::process::ChildStdout,
     framing: Framing,
     records: SyncSender<Result<Vec<Record>, String>>,
+    queue: Arc<StdinQueue>,
 ) -> Result<(), OperatorError> {
+    /// Tells the task waiting for room that the output ended, however the thread ends.
+    struct Ended(Arc<StdinQueue>);
+    impl Drop for Ended {
+        fn drop(&mut self) {
+            self.0.output_arrived();
+        }
+    }
     spawn_named("stdout", move || {
+        let ended = Ended(queue);
         let mut stdout = BufReader::with_capacity(64 * 1024, stdout);
         let mut batch = Vec::with_capacity(BATCH);
         loop {
@@ -523,19 +539,19 @@ fn spawn_reader(
                 Ok(None) => Ok(false),
                 Err(error) => Err(crate::base::error_chain::ErrorChain(&error).to_string()),
             };
-            if !batch.is_empty()
-                && records
-                    .send(Ok(std::mem::replace(&mut batch, Vec::with_capacity(BATCH))))
-                    .is_err()
-            {
-                return;
+            if !batch.is_empty() {
+                let batch = std::mem::replace(&mut batch, Vec::with_capacity(BATCH));
+                if records.send(Ok(batch)).is_err() {
+                    return;
+                }
+                ended.0.output_arrived();
             }
             match more {
                 Ok(true) => {}
                 Ok(false) => return,
                 Err(error) => {
                     let _ = records.send(Err(error));
-                    return;
+                    return; // `ended` wakes the task for it
                 }
             }
         }

@@ -2,6 +2,11 @@
 //! one buffer; the writer thread takes the whole buffer whenever it is free and writes it in
 //! one call. A record costs a copy of its frame instead of a hand-off between threads, and no
 //! frame waits for a batch to fill: whatever arrived while the writer wrote goes next.
+//!
+//! A task whose queue is full must keep taking the child's output meanwhile (a child blocked
+//! writing its stdout stops reading its stdin), so it waits for either: the reader thread
+//! tells the queue when it hands output over ([`StdinQueue::output_arrived`]), and the wait
+//! ends on room, the writer's end or new output, whichever comes first.
 
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -27,6 +32,8 @@ struct State {
     /// Who waits on its condition variable (a notification costs a system call).
     writer_waits: bool,
     task_waits: bool,
+    /// Counts the reader's hand-overs of the child's output ([`StdinQueue::output_arrived`]).
+    output: u64,
 }
 
 /// See the module docs. Shared by the task thread (push, close) and the writer (take).
@@ -71,17 +78,38 @@ impl StdinQueue {
         Push::Queued
     }
 
-    /// Waits up to `timeout` for room or the writer's end.
-    pub fn wait_for_room(&self, timeout: Duration) {
+    /// How many times the child's output was handed over so far: taken before the task drains
+    /// that output, and given to [`wait_for_room`](Self::wait_for_room), so output that comes
+    /// between the two ends the wait at once instead of being missed.
+    pub fn output_seen(&self) -> u64 {
+        self.lock().output
+    }
+
+    /// The reader handed output over (or the output ended): a task waiting for room wakes to
+    /// take it.
+    pub fn output_arrived(&self) {
         let mut state = self.lock();
-        if state.bytes.len() >= self.limit && !state.gone {
-            state.task_waits = true;
-            let (mut state, _) = self
-                .for_task
-                .wait_timeout(state, timeout)
-                .unwrap_or_else(PoisonError::into_inner);
-            state.task_waits = false;
+        state.output += 1;
+        if state.task_waits {
+            self.for_task.notify_one();
         }
+    }
+
+    /// Waits until there is room, the writer is gone or output came after `seen`
+    /// ([`output_seen`](Self::output_seen)), at most `timeout` (the task looks whether it was
+    /// cancelled that often).
+    pub fn wait_for_room(&self, seen: u64, timeout: Duration) {
+        let state = self.lock();
+        let mut state = self
+            .for_task
+            .wait_timeout_while(state, timeout, |state| {
+                let waits = state.bytes.len() >= self.limit && !state.gone && state.output == seen;
+                state.task_waits = waits;
+                waits
+            })
+            .unwrap_or_else(PoisonError::into_inner)
+            .0;
+        state.task_waits = false;
     }
 
     /// No more frames: the writer writes what is queued, then closes the child's stdin.
@@ -153,5 +181,68 @@ mod tests {
         assert!(!queue.take(&mut spare), "closed and empty");
         queue.writer_gone();
         assert_eq!(queue.push(b"j"), Push::Gone);
+    }
+
+    /// Waits for room on another thread (for up to 60 s), calls `wake` once that thread waits,
+    /// and answers whether the wait returned within 30 s: a wake-up that never comes fails the
+    /// test instead of passing late.
+    #[allow(clippy::disallowed_methods)] // a real thread and clock are the point of the test
+    fn returns_soon(queue: &std::sync::Arc<StdinQueue>, seen: u64, wake: impl FnOnce()) -> bool {
+        let (done, returned) = std::sync::mpsc::channel();
+        let waiter = std::sync::Arc::clone(queue);
+        let thread = std::thread::spawn(move || {
+            waiter.wait_for_room(seen, Duration::from_secs(60));
+            let _ = done.send(());
+        });
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while !queue.lock().task_waits {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the waiter never waited"
+            );
+            std::thread::yield_now();
+        }
+        wake();
+        let soon = returned.recv_timeout(Duration::from_secs(30)).is_ok();
+        thread.join().expect("the waiter");
+        soon
+    }
+
+    #[test]
+    #[allow(clippy::disallowed_methods)] // a real clock: the wait must not last its minute
+    fn a_task_waiting_for_room_wakes_at_once_for_room_output_or_the_writers_end() {
+        let full = || {
+            let queue = std::sync::Arc::new(StdinQueue::new(4));
+            assert_eq!(queue.push(b"abcd"), Push::Queued);
+            queue
+        };
+        let queue = full();
+        let seen = queue.output_seen();
+        assert!(
+            returns_soon(&queue, seen, || queue.output_arrived()),
+            "output came"
+        );
+        let queue = full();
+        let seen = queue.output_seen();
+        assert!(
+            returns_soon(&queue, seen, || assert!(queue.take(&mut Vec::new()))),
+            "room"
+        );
+        let queue = full();
+        let seen = queue.output_seen();
+        assert!(
+            returns_soon(&queue, seen, || queue.writer_gone()),
+            "the writer's end"
+        );
+        // Output that came after the task looked, before it waits: no wait at all.
+        let queue = full();
+        let seen = queue.output_seen();
+        queue.output_arrived();
+        let began = std::time::Instant::now();
+        queue.wait_for_room(seen, Duration::from_secs(60));
+        assert!(
+            began.elapsed() < Duration::from_secs(30),
+            "output it has not taken yet"
+        );
     }
 }
