@@ -3,6 +3,8 @@
 //!
 //! - `cargo test --test simulation`: the CI sweep (`FLINT_SIM_SEEDS`, default below) and the
 //!   replay check.
+//! - `FLINT_SIM_FIRST_SEED=n` starts every sweep at seed `n` instead of 0 (with
+//!   `FLINT_SIM_SEEDS` and the others, a sweep of schedules CI never runs).
 //! - `FLINT_SIM_SEED=n cargo test --test simulation -- --nocapture replay`: runs seed `n` alone
 //!   and prints its whole trace (with `FLINT_SIM_NON_COOPERATIVE=1`, a seed of the sweep with
 //!   tasks that ignore cancel).
@@ -36,6 +38,14 @@ const DEFAULT_FAILURE_SEEDS: u64 = 200;
 
 fn env_u64(name: &str) -> Option<u64> {
     std::env::var(name).ok().and_then(|v| v.parse().ok())
+}
+
+/// The `count` seeds a sweep runs: from 0, or from `FLINT_SIM_FIRST_SEED` (to explore fault
+/// schedules past the ones every `cargo test` runs; a failing seed's replay command is the
+/// same, as a seed is a seed wherever a sweep starts).
+fn seed_range(count: u64) -> std::ops::Range<u64> {
+    let first = env_u64("FLINT_SIM_FIRST_SEED").unwrap_or(0);
+    first..first.saturating_add(count)
 }
 
 /// Runs `seeds` on as many threads as the machine has cores (each seed on its own runtime).
@@ -173,7 +183,7 @@ fn every_invariant_holds_over_the_seed_sweep() {
     let count = env_u64("FLINT_SIM_SEEDS").unwrap_or(DEFAULT_SEEDS);
     #[allow(clippy::disallowed_methods)] // the sweep's wall time, for its report
     let started = std::time::Instant::now();
-    let reports = sweep(0..count);
+    let reports = sweep(seed_range(count));
     eprintln!(
         "classic sweep in {:.1} s: {}",
         started.elapsed().as_secs_f64(),
@@ -212,7 +222,7 @@ fn every_invariant_holds_over_the_programs_sweep() {
     let count = env_u64("FLINT_SIM_PROGRAMS_SEEDS").unwrap_or(DEFAULT_PROGRAM_SEEDS);
     #[allow(clippy::disallowed_methods)] // the sweep's wall time, for its report
     let started = std::time::Instant::now();
-    let reports = sweep_with(0..count, options);
+    let reports = sweep_with(seed_range(count), options);
     eprintln!(
         "programs sweep in {:.1} s: {}",
         started.elapsed().as_secs_f64(),
@@ -281,7 +291,7 @@ fn every_invariant_holds_over_the_data_plane_sweep() {
     let count = env_u64("FLINT_SIM_DATA_SEEDS").unwrap_or(DEFAULT_DATA_SEEDS);
     #[allow(clippy::disallowed_methods)] // the sweep's wall time, for its report
     let started = std::time::Instant::now();
-    let reports = sweep_with(0..count, options);
+    let reports = sweep_with(seed_range(count), options);
     eprintln!(
         "data-plane sweep in {:.1} s: {}",
         started.elapsed().as_secs_f64(),
@@ -348,7 +358,7 @@ fn every_invariant_holds_over_the_failure_sweep() {
         return;
     }
     let count = env_u64("FLINT_SIM_FAILURE_SEEDS").unwrap_or(DEFAULT_FAILURE_SEEDS);
-    let reports = sweep_with(0..count, options);
+    let reports = sweep_with(seed_range(count), options);
     eprintln!("failure sweep, {count} seeds: {}", outcome_report(&reports));
     assert_every_seed_passed(
         "failure-sweep",
@@ -374,7 +384,7 @@ fn every_invariant_holds_with_tasks_that_ignore_cancel() {
         options.shape.jobs = JobMix::NonCooperative;
         options
     };
-    let reports = sweep_with(0..count, options);
+    let reports = sweep_with(seed_range(count), options);
     eprintln!("non-cooperative sweep: {}", outcome_report(&reports));
     assert_every_seed_passed("non-cooperative", None, &reports);
 }
@@ -637,7 +647,9 @@ fn ha_sweep() {
     let count = env_u64("FLINT_SIM_HA_SEEDS").unwrap_or(DEFAULT_HA_SEEDS);
     #[allow(clippy::disallowed_methods)] // the sweep's wall time, for its report
     let started = std::time::Instant::now();
-    let mut reports = on_every_core((0..count).chain(0..count.min(10)), |seed| {
+    let seeds = seed_range(count);
+    let replayed = seeds.start..seeds.start.saturating_add(count.min(10));
+    let mut reports = on_every_core(seeds.chain(replayed), |seed| {
         run_ha_seed(&HaOptions::for_sweep(seed))
     });
     reports.sort_by_key(|r| r.sim.seed);
