@@ -50,9 +50,9 @@ const STDIN_LIMIT: usize = 1 << 20;
 const BATCH: usize = 256;
 const BATCHES: usize = 8;
 
-/// A tenth of how often the task waiting for the child's output to end, then for its exit,
-/// looks whether it was cancelled.
-const POLL: Duration = Duration::from_millis(1);
+/// How often the task waiting for the child's output to end, then for its exit, looks
+/// whether it was cancelled (or the child exited with its stdout still held open).
+const EXIT_POLL: Duration = Duration::from_millis(10);
 
 /// How often a task whose stdin queue is full looks whether it was cancelled (room, the
 /// child's output and the writer's end wake it at once).
@@ -382,7 +382,7 @@ impl Operator for ProcessOperator {
                 guard.terminate(io);
                 return Err(OperatorError::Cancelled);
             }
-            match from_child.recv_timeout(POLL * 10) {
+            match from_child.recv_timeout(EXIT_POLL) {
                 Ok(Ok(records)) => emit_all(io, records)?,
                 Ok(Err(error)) => {
                     guard.kill();
@@ -410,7 +410,7 @@ impl Operator for ProcessOperator {
                 guard.terminate(io);
                 return Err(OperatorError::Cancelled);
             }
-            io.sleep(POLL * 10)?;
+            io.sleep(EXIT_POLL)?;
         };
         if status.success() {
             return Ok(());

@@ -216,24 +216,17 @@ mod tests {
             assert_eq!(queue.push(b"abcd"), Push::Queued);
             queue
         };
-        let queue = full();
-        let seen = queue.output_seen();
-        assert!(
-            returns_soon(&queue, seen, || queue.output_arrived()),
-            "output came"
-        );
-        let queue = full();
-        let seen = queue.output_seen();
-        assert!(
-            returns_soon(&queue, seen, || assert!(queue.take(&mut Vec::new()))),
-            "room"
-        );
-        let queue = full();
-        let seen = queue.output_seen();
-        assert!(
-            returns_soon(&queue, seen, || queue.writer_gone()),
-            "the writer's end"
-        );
+        type Wake = fn(&StdinQueue);
+        let wakes: [(&str, Wake); 3] = [
+            ("output came", StdinQueue::output_arrived),
+            ("room", |queue| assert!(queue.take(&mut Vec::new()))),
+            ("the writer's end", StdinQueue::writer_gone),
+        ];
+        for (what, wake) in wakes {
+            let queue = full();
+            let seen = queue.output_seen();
+            assert!(returns_soon(&queue, seen, || wake(&queue)), "{what}");
+        }
         // Output that came after the task looked, before it waits: no wait at all.
         let queue = full();
         let seen = queue.output_seen();
