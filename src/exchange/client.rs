@@ -231,7 +231,7 @@ pub fn finished_empty(notices: &[(u32, PartitionEnd)], subpartition: u32) -> u64
     notices
         .iter()
         .filter(|(_, end)| match end {
-            PartitionEnd::Finished { with_data } => with_data.binary_search(&subpartition).is_err(),
+            PartitionEnd::Finished { with_data } => !with_data.contains(subpartition),
             _ => false,
         })
         .count() as u64

@@ -470,7 +470,7 @@ impl InputGate {
             }
             match end {
                 PartitionEnd::Finished { with_data } => {
-                    if with_data.binary_search(&subpartition).is_err() {
+                    if !with_data.contains(subpartition) {
                         self.finish(index);
                     }
                     // Otherwise its data and its end come channel by channel.

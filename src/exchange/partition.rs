@@ -60,6 +60,7 @@ mod spill;
 pub use output_budget::Room;
 
 use crate::messages::SpillUsage;
+use crate::messages::subpartition_set::SubpartitionSet;
 use result_partition::{FetchLimit, ResultPartition, State};
 use spill::{FetchPlan, PlannedBuffer, SpillDisk, SpillFile, Stored};
 
@@ -223,9 +224,8 @@ impl ReadyQueue {
 pub enum EndState {
     /// Still being written.
     Producing,
-    /// Finished; only these subpartitions (ascending) ever had data: the others are finished
-    /// and empty.
-    Finished(Arc<[u32]>),
+    /// Finished; only these subpartitions ever had data: the others are finished and empty.
+    Finished(SubpartitionSet),
     /// Failed.
     Failed(String),
     /// Not here (released, or not created yet).

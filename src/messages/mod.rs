@@ -18,6 +18,7 @@ pub mod job_manager;
 pub mod payload;
 pub mod reply;
 pub mod resource_manager;
+pub mod subpartition_set;
 pub mod task_manager;
 
 pub use common::*;

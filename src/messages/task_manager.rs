@@ -19,6 +19,7 @@ use crate::base::ids::{
     ProducerListId, ResourceId,
 };
 use crate::messages::buffer::Buffer;
+use crate::messages::subpartition_set::SubpartitionSet;
 
 protocol! {
     /// Every message a TaskManager accepts: the payload of an envelope addressed to it.
@@ -420,12 +421,12 @@ pub struct PartitionNotice {
 /// How a partition ended, for all its subpartitions at once.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum PartitionEnd {
-    /// Its producer finished; the subpartitions not listed (ascending) never had data and are
-    /// finished; those listed are served channel by channel.
+    /// Its producer finished; the subpartitions not in `with_data` never had data and are
+    /// finished; those in it are served channel by channel.
     Finished {
         /// The subpartitions that had data: shared, since every gate reading the partition
-        /// keeps the same list (a `Vec`'s encoding: the wire did not change).
-        with_data: Arc<[u32]>,
+        /// keeps the same set (encoded as the ascending `Vec<u32>` it was).
+        with_data: SubpartitionSet,
     },
     /// The producer failed.
     Failed(String),

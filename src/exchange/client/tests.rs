@@ -2,6 +2,8 @@
 
 use std::sync::Barrier;
 
+use crate::messages::subpartition_set::SubpartitionSet;
+
 use super::*;
 
 /// Issue 32: a gate joining a shared set while its last other reader leaves must never end up
@@ -105,7 +107,7 @@ fn gates_joining_a_set_late_share_how_its_members_ended() {
     let list = Some(ProducerListId::from_u128(7));
     let (set, ended) = connection.join_set(list, 0, &members, 1, 0, 0);
     assert!(ended.is_empty());
-    let with_data: Arc<[u32]> = (0..500).collect::<Vec<u32>>().into();
+    let with_data: SubpartitionSet = (0..500).collect();
     let end = |member| PartitionNotice {
         set: set.number,
         member,
@@ -124,7 +126,7 @@ fn gates_joining_a_set_late_share_how_its_members_ended() {
     );
     assert!(joined[0].iter().all(|(_, end)| matches!(
         end,
-        PartitionEnd::Finished { with_data: list } if Arc::ptr_eq(list, &with_data)
+        PartitionEnd::Finished { with_data: list } if list.shares(&with_data)
     )));
     network.dispatch(&connection, Vec::new(), vec![end(MEMBERS - 1)]);
     let (_, after) = connection.join_set(list, 0, &members, 200, 0, 0);

@@ -65,14 +65,13 @@ impl ResultPartition {
         match &self.state {
             State::Producing => EndState::Producing,
             State::Finished => {
-                let mut with_data: Vec<u32> = self
+                let with_data = self
                     .subpartitions
                     .iter()
                     .filter(|(_, sub)| !sub.buffers.is_empty())
                     .map(|(&index, _)| index)
                     .collect();
-                with_data.sort_unstable();
-                EndState::Finished(with_data.into())
+                EndState::Finished(with_data)
             }
             State::Failed(reason) => EndState::Failed(reason.clone()),
             State::Released => EndState::Unknown,

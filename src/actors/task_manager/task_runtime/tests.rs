@@ -18,6 +18,7 @@ use crate::job::graph::DistributionPattern;
 use crate::messages::deployment::{
     InputGateDeploymentDescriptor, ProducerLocation, Producers, ResultPartitionDeploymentDescriptor,
 };
+use crate::messages::subpartition_set::SubpartitionSet;
 use crate::messages::task_manager::{
     ChannelResponse, PartitionData, PartitionEnd, PartitionNotice, PartitionRequest,
     PartitionRequests, PollPartitionData,
@@ -658,7 +659,7 @@ async fn empty_channels_end_with_one_notice_per_partition_not_a_message_per_chan
     }
     assert_eq!(notices.len(), P as usize, "one notice per partition");
     for notice in &notices {
-        let with_data: Arc<[u32]> = if notice.member == 5 {
+        let with_data: SubpartitionSet = if notice.member == 5 {
             vec![3].into()
         } else {
             vec![].into()
