@@ -3,6 +3,8 @@
 //! producer waiting for room. Private to the [`ResultPartitionManager`](super::ResultPartitionManager),
 //! which holds each behind its own lock.
 
+use smallvec::SmallVec;
+
 use super::*;
 
 /// Where a partition is in its life.
@@ -267,7 +269,9 @@ pub(super) struct FetchLimit {
 
 #[derive(Default)]
 pub(super) struct ResultSubpartition {
-    pub(super) buffers: Vec<Stored>,
+    /// The first inline: most subpartitions of a wide shuffle hold one, and a list on the heap
+    /// was one more cache miss per fetch.
+    pub(super) buffers: SmallVec<[Stored; 1]>,
     /// Consumers long-polling for the next buffer.
     pub(super) waiters: Vec<Waiter>,
     /// A producer waiting for room (a pipelined partition at capacity).
