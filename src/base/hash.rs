@@ -17,6 +17,10 @@
 #[allow(clippy::disallowed_types)] // a fixed hasher: deterministic, see above
 pub type FixedHashMap<K, V> = std::collections::HashMap<K, V, rustc_hash::FxBuildHasher>;
 
+/// See the module docs.
+#[allow(clippy::disallowed_types)] // a fixed hasher: deterministic, see above
+pub type FixedHashSet<K> = std::collections::HashSet<K, rustc_hash::FxBuildHasher>;
+
 /// FNV-1a: a stable hash (std's `DefaultHasher` may change between releases).
 pub fn fnv1a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, byte| {

@@ -48,7 +48,7 @@ use tokio::sync::oneshot;
 use super::buffer::Buffer;
 use super::buffer_pool;
 use crate::base::codec::CodecError;
-use crate::base::hash::FixedHashMap;
+use crate::base::hash::{FixedHashMap, FixedHashSet};
 use crate::env::blocking_io::{BlockingIo, InlineIo};
 use crate::messages::common::ResultPartitionId;
 
@@ -240,7 +240,9 @@ type Watcher = (Weak<ReadyQueue>, u64);
 #[derive(Debug, Default)]
 struct SubpartitionReaders {
     readers: Vec<Watcher>,
-    with_data: Vec<ResultPartitionId>,
+    /// A set: each release takes one partition out of every subpartition's entry, and a list's
+    /// scan made releasing the P partitions of a TaskManager cost O(P²) per subpartition.
+    with_data: FixedHashSet<ResultPartitionId>,
 }
 
 /// Who waits for a subpartition's next buffer.
@@ -769,7 +771,7 @@ impl ResultPartitionManager {
         }
         for &subpartition in subpartitions {
             let result = results.entry((id.edge, subpartition)).or_default();
-            result.with_data.push(id);
+            result.with_data.insert(id);
             result.readers.retain(|(queue, key)| match queue.upgrade() {
                 Some(queue) => {
                     queue.announce(*key, id);
@@ -858,7 +860,7 @@ impl ResultPartitionManager {
             // Every subpartition stored (a failed one's buffers are gone, its entry stays).
             for &index in partition.subpartitions.keys() {
                 if let Some(result) = results.get_mut(&(id.edge, index)) {
-                    result.with_data.retain(|p| *p != id);
+                    result.with_data.remove(&id);
                     if result.with_data.is_empty() && result.readers.is_empty() {
                         results.remove(&(id.edge, index));
                     }
@@ -1023,7 +1025,9 @@ impl ResultPartitionManager {
         let mut results = lock(&self.results);
         let result = results.entry((edge, subpartition)).or_default();
         result.readers.push((Arc::downgrade(queue), key));
-        result.with_data.clone()
+        let mut with_data: Vec<ResultPartitionId> = result.with_data.iter().copied().collect();
+        with_data.sort_unstable();
+        with_data
     }
 
     /// Forgets a reader [`add_reader`](Self::add_reader) registered.
