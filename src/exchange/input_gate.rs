@@ -737,12 +737,8 @@ impl InputGate {
                 buffers,
                 next_buffer,
                 finished,
+                backlog,
             } => {
-                let backlog = if finished {
-                    0
-                } else {
-                    self.store.backlog(partition, subpartition, next_buffer)
-                };
                 let channel = self.ch_mut(index);
                 channel.backlog = backlog;
                 if let Some(read) = channel.local.as_mut() {

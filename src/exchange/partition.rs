@@ -276,6 +276,8 @@ pub enum Fetch {
         /// The producer has finished and there is nothing after these buffers: the consumer is
         /// done with this subpartition.
         finished: bool,
+        /// Buffers stored after these when they were taken (for floating credit).
+        backlog: u64,
     },
     /// Nothing new yet. The receiver fires when the producer appends to this subpartition,
     /// finishes or fails (fetch again then); it closes with an error if the partition is
@@ -353,6 +355,12 @@ impl PendingRead {
     /// Whether these are the subpartition's last buffers.
     pub fn finished(&self) -> bool {
         self.plan.finished
+    }
+
+    /// Buffers stored after these when they were planned: told with them, so the consumer
+    /// lends floating credit without a second look-up of the subpartition.
+    pub fn backlog(&self) -> u64 {
+        self.plan.backlog
     }
 
     /// The buffers, or why they cannot be had: blocks on the disk when
@@ -631,18 +639,6 @@ impl ResultPartitionManager {
             Some(Err(room)) => Space::Full(room),
             _ => Space::Available,
         }
-    }
-
-    /// Buffers of `subpartition` not yet taken by its consumer after `from_buffer` (the backlog a
-    /// consumer is told, to hand out floating credit); 0 for an unknown partition.
-    pub fn backlog(&self, id: ResultPartitionId, subpartition: u32, from_buffer: u64) -> u64 {
-        let Ok(partition) = self.get(id) else {
-            return 0;
-        };
-        let partition = lock(&partition);
-        partition.subpartitions.get(&subpartition).map_or(0, |sub| {
-            (sub.buffers.len() as u64).saturating_sub(from_buffer)
-        })
     }
 
     /// Appends a buffer to one subpartition; called by the producer's task thread.
@@ -938,12 +934,14 @@ impl ResultPartitionManager {
             PlannedFetch::Unknown => Fetch::Unknown,
             PlannedFetch::Backlog(buffers) => Fetch::Backlog(buffers),
             PlannedFetch::Read(read) => {
-                let (next_buffer, finished) = (read.next_buffer(), read.finished());
+                let (next_buffer, finished, backlog) =
+                    (read.next_buffer(), read.finished(), read.backlog());
                 match read.read() {
                     Ok(buffers) => Fetch::Ready {
                         buffers,
                         next_buffer,
                         finished,
+                        backlog,
                     },
                     Err(Unreadable::Failed(reason)) => Fetch::Failed(reason),
                     Err(Unreadable::Released) => Fetch::Unknown,

@@ -904,11 +904,7 @@ impl ConnectionState {
                     };
                     let (next_buffer, finished) = (pending.next_buffer(), pending.finished());
                     subscription.next_buffer = next_buffer;
-                    let backlog = if finished {
-                        0
-                    } else {
-                        store.backlog(read.0, read.1, next_buffer)
-                    };
+                    let backlog = pending.backlog();
                     subscription.announced = backlog > 0;
                     if finished {
                         self.subscriptions.remove(&key);

@@ -129,6 +129,7 @@ impl ResultPartition {
     }
 
     /// Decides what a fetch returns, under the partition's lock; the disk reads happen later.
+    #[allow(clippy::result_large_err)] // returned once per fetch, straight up: a box would be an allocation per fetch
     pub(super) fn plan_fetch(
         &mut self,
         subpartition: u32,
@@ -248,6 +249,7 @@ impl ResultPartition {
             bytes: total,
             next_buffer,
             finished: finished && next_buffer == available,
+            backlog: available - next_buffer,
         };
         // Handed-over buffers no longer count against the spill threshold, nor the budget.
         self.memory_bytes = self.memory_bytes.saturating_sub(handed_over);

@@ -261,6 +261,8 @@ pub(super) struct FetchPlan {
     pub(super) bytes: usize,
     pub(super) next_buffer: u64,
     pub(super) finished: bool,
+    /// Buffers stored after these.
+    pub(super) backlog: u64,
 }
 
 /// Why reading a spilled buffer back failed.
@@ -292,6 +294,7 @@ impl FetchPlan {
             bytes: 0,
             next_buffer,
             finished: true,
+            backlog: 0,
         }
     }
 

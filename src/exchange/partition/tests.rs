@@ -94,8 +94,14 @@ fn drain(
                 buffers,
                 next_buffer,
                 finished,
+                backlog,
             } => {
                 assert_eq!(next_buffer, next + buffers.len() as u64);
+                assert_eq!(
+                    finished,
+                    backlog == 0,
+                    "a finished read leaves nothing behind"
+                );
                 next = next_buffer;
                 records.extend(records_of(&buffers).into_iter().flatten());
                 if finished {
@@ -129,6 +135,7 @@ fn in_memory_batches_come_back_in_order() {
             buffers,
             next_buffer,
             finished,
+            backlog,
         } => {
             assert_eq!(
                 buffers,
@@ -137,6 +144,7 @@ fn in_memory_batches_come_back_in_order() {
             );
             assert_eq!(next_buffer, 1);
             assert!(!finished);
+            assert_eq!(backlog, 1, "the buffer left behind");
         }
         other => panic!("{other:?}"),
     }
@@ -145,6 +153,7 @@ fn in_memory_batches_come_back_in_order() {
             buffers,
             next_buffer,
             finished,
+            backlog: 0,
         } => {
             assert_eq!(buffers, vec![buffer(0, 3), buffer(3, 2)]);
             assert_eq!(next_buffer, 2);
@@ -158,7 +167,7 @@ fn in_memory_batches_come_back_in_order() {
     // A consumer that already read everything learns it is done.
     assert!(matches!(
         store.fetch(id, 0, 2, 10),
-        Fetch::Ready { ref buffers, next_buffer: 2, finished: true } if buffers.is_empty()
+        Fetch::Ready { ref buffers, next_buffer: 2, finished: true, .. } if buffers.is_empty()
     ));
     assert!(dir.files().is_empty(), "nothing spilled");
 }
@@ -353,7 +362,7 @@ fn spills_beyond_the_threshold_and_reads_back_in_order() {
     // Readable while producing, then to the end once finished, with small and large budgets.
     assert!(matches!(
         store.fetch(id, 0, 0, 1),
-        Fetch::Ready { ref buffers, next_buffer: 1, finished: false } if buffers.len() == 1
+        Fetch::Ready { ref buffers, next_buffer: 1, finished: false, .. } if buffers.len() == 1
     ));
     store.finish(id).unwrap();
     assert_eq!(
