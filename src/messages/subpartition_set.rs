@@ -92,10 +92,11 @@ impl SubpartitionSet {
             Repr::Bits(bits) => (bits, &[]),
             Repr::Sorted(list) => (&[], list),
         };
+        // Each word's set bits, lowest first, clearing one per step.
         let from_bits = bits.iter().enumerate().flat_map(|(word, &bits)| {
-            (0..64u32)
-                .filter(move |bit| bits & (1 << bit) != 0)
-                .map(move |bit| word as u32 * 64 + bit)
+            let nonzero = |bits: u64| (bits != 0).then_some(bits);
+            std::iter::successors(nonzero(bits), move |&bits| nonzero(bits & (bits - 1)))
+                .map(move |bits| word as u32 * 64 + bits.trailing_zeros())
         });
         from_bits.chain(list.iter().copied())
     }
