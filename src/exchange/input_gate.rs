@@ -839,7 +839,17 @@ impl InputGate {
 
     /// Applies everything delivered to the inbox.
     fn take_inbox(&mut self) -> Result<(), ExchangeError> {
-        for delivery in self.inbox.take() {
+        let deliveries = self.inbox.take();
+        // Room for every channel of the batch at once, not table after table as the first
+        // data of a wide gate's channels comes in (each larger table was fresh pages: at
+        // P = 1,000 the faults were 5 % of the job's CPU). Never past the gate's channels.
+        let news = deliveries
+            .iter()
+            .filter(|delivery| matches!(delivery, Delivery::Channel(..)))
+            .count();
+        let unserved = self.finished.len() * 64 - self.channels.len();
+        self.channels.reserve(news.min(unserved));
+        for delivery in deliveries {
             match delivery {
                 Delivery::Channel(index, response) => {
                     if index as usize >= self.finished.len() * 64 || self.is_finished(index) {
