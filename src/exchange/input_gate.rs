@@ -100,10 +100,9 @@ struct Group {
     eager_told: u64,
 }
 
-/// A channel on this TaskManager that got data: read straight from the store.
+/// A channel on this TaskManager that got data: read straight from the store. Its partition
+/// and subpartition are its group's (not kept here: a wide gate holds a thousand of these).
 struct LocalRead {
-    partition: ResultPartitionId,
-    subpartition: u32,
     next_buffer: u64,
     state: LocalState,
 }
@@ -414,8 +413,6 @@ impl InputGate {
             return;
         }
         let read = LocalRead {
-            partition,
-            subpartition: group.subpartition,
             next_buffer: 0,
             state: LocalState::Ready,
         };
@@ -742,7 +739,9 @@ impl InputGate {
         if finished || read.state != LocalState::Ready {
             return Ok(());
         }
-        let (partition, subpartition, from) = (read.partition, read.subpartition, read.next_buffer);
+        let from = read.next_buffer;
+        let (partition, _) = self.producer(index as u32);
+        let subpartition = self.group_of(index as u32).subpartition;
         let fetch = self.store.fetch_with_credit(
             partition,
             subpartition,
