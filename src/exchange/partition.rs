@@ -363,6 +363,12 @@ impl PendingRead {
         self.plan.backlog
     }
 
+    /// Whether it took every buffer there of a partition still being written, and the
+    /// listener given when it was planned now waits for the next buffer or the end.
+    pub fn listening(&self) -> bool {
+        self.plan.listening
+    }
+
     /// The buffers, or why they cannot be had: blocks on the disk when
     /// [`needs_disk`](Self::needs_disk).
     pub fn read(self) -> Result<Vec<Buffer>, Unreadable> {

@@ -828,8 +828,15 @@ impl ConnectionState {
     ) -> (Vec<(u64, Planned)>, AnswerBudget) {
         let items = ready.take_all();
         self.tell_ended(store, items.ended);
-        let mut keys = items.keys;
-        // Subpartitions of sets that got their first buffer: their channels are served from now.
+        let (mut channels, mut again) = (Vec::new(), Vec::new());
+        let mut budget = AnswerBudget::new(FETCH_BYTES, CHANNEL_BYTES);
+        let mut out = (&mut channels, &mut again, &mut budget);
+        for key in items.keys {
+            self.serve_key(store, ready, key, &mut out);
+        }
+        // Subpartitions of sets that got their first buffer: their channels are served from now
+        // on, each read at once, while its subscription is in the cache (at P = 1,000 the
+        // look-up of a subscription made long before was 2.6 % of the job's CPU).
         for (reader, partition) in items.announced {
             let Some(&SetReader {
                 set,
@@ -845,119 +852,137 @@ impl ConnectionState {
             };
             let key = reader + u64::from(member);
             self.serve_channel(reader, key, partition, subpartition, credit);
-            keys.push(key);
-        }
-        let mut channels = Vec::new();
-        let mut again = Vec::new();
-        let mut budget = AnswerBudget::new(FETCH_BYTES, CHANNEL_BYTES);
-        for (position, &key) in keys.iter().enumerate() {
-            if !budget.has_room() {
-                again.extend_from_slice(&keys[position..]);
-                break;
-            }
-            let Some(subscription) = self.subscriptions.get_mut(&key) else {
-                continue; // cancelled, ended, or a duplicate wake-up
-            };
-            subscription.listening = false;
-            let credit = subscription.granted.saturating_sub(subscription.sent);
-            if credit == 0 && subscription.announced {
-                continue; // looked at again when credit comes
-            }
-            // Without credit, whole buffers that fit the set subscription's eager room go at
-            // once; otherwise the store tells the backlog (announced once, so the consumer
-            // lends the channel credit: Flink's backlog announcement), or listens for data.
-            let read = (
-                subscription.partition,
-                subscription.subpartition,
-                subscription.next_buffer,
-            );
-            let room = if credit == 0 {
-                (self.readers.get(&subscription.reader)).map_or(0, SetReader::eager_room)
-            } else {
-                0
-            };
-            let planned = if room > 0 {
-                // Within the answer's budget too (a buffer that does not fit it is announced).
-                let room = usize::try_from(room).unwrap_or(usize::MAX).min(budget.data);
-                store.fetch_eager_or_listen(read, room, ready, key)
-            } else {
-                store.fetch_or_listen(
-                    read,
-                    budget.data,
-                    usize::try_from(credit).unwrap_or(usize::MAX),
-                    ready,
-                    key,
-                )
-            };
-            match planned {
-                PlannedFetch::Read(pending) => {
-                    budget.take_read(pending.buffers(), pending.bytes());
-                    let eager = if room > 0 {
-                        let bytes = pending.bytes() as u64;
-                        if let Some(reader) = self.readers.get_mut(&subscription.reader) {
-                            reader.eager_sent += bytes;
-                        }
-                        bytes
-                    } else {
-                        subscription.sent += pending.buffers() as u64;
-                        0
-                    };
-                    let (next_buffer, finished) = (pending.next_buffer(), pending.finished());
-                    subscription.next_buffer = next_buffer;
-                    let backlog = pending.backlog();
-                    subscription.announced = backlog > 0;
-                    if finished {
-                        self.subscriptions.remove(&key);
-                    } else {
-                        // More may be there already, or the next read listens.
-                        again.push(key);
-                    }
-                    channels.push((
-                        key,
-                        Planned::Read {
-                            pending,
-                            backlog,
-                            eager,
-                        },
-                    ));
-                }
-                PlannedFetch::Listening | PlannedFetch::Pending(_) => {
-                    subscription.listening = true;
-                }
-                PlannedFetch::Backlog(backlog) => {
-                    subscription.announced = true;
-                    budget.take_entry(0);
-                    let next_buffer = subscription.next_buffer;
-                    channels.push((
-                        key,
-                        Planned::Answer(ChannelResponse::Data {
-                            buffers: Vec::new(),
-                            next_buffer,
-                            finished: false,
-                            backlog,
-                            eager: 0,
-                        }),
-                    ));
-                }
-                PlannedFetch::Failed(reason) => {
-                    self.subscriptions.remove(&key);
-                    let reason = budget.failed(reason);
-                    channels.push((key, Planned::Answer(ChannelResponse::Failed(reason))));
-                }
-                // It had data, so it was here: it was released.
-                PlannedFetch::Unknown => {
-                    self.subscriptions.remove(&key);
-                    budget.take_entry(0);
-                    channels.push((key, Planned::Answer(ChannelResponse::Released)));
-                }
-            }
+            self.serve_key(store, ready, key, &mut out);
         }
         if !again.is_empty() {
             ready.push_all(again);
         }
         (channels, budget)
     }
+
+    /// Plans channel `key`'s next answer within `out`'s budget (see [`collect`](Self::collect));
+    /// past the budget it is only queued again.
+    fn serve_key(
+        &mut self,
+        store: &ResultPartitionManager,
+        ready: &Arc<ReadyQueue>,
+        key: u64,
+        out: &mut Collected<'_>,
+    ) {
+        let (channels, again, budget) = out;
+        if !budget.has_room() {
+            again.push(key);
+            return;
+        }
+        let Some(subscription) = self.subscriptions.get_mut(&key) else {
+            return; // cancelled, ended, or a duplicate wake-up
+        };
+        subscription.listening = false;
+        let credit = subscription.granted.saturating_sub(subscription.sent);
+        if credit == 0 && subscription.announced {
+            return; // looked at again when credit comes
+        }
+        // Without credit, whole buffers that fit the set subscription's eager room go at
+        // once; otherwise the store tells the backlog (announced once, so the consumer
+        // lends the channel credit: Flink's backlog announcement), or listens for data.
+        let read = (
+            subscription.partition,
+            subscription.subpartition,
+            subscription.next_buffer,
+        );
+        let room = if credit == 0 {
+            (self.readers.get(&subscription.reader)).map_or(0, SetReader::eager_room)
+        } else {
+            0
+        };
+        let planned = if room > 0 {
+            // Within the answer's budget too (a buffer that does not fit it is announced).
+            let room = usize::try_from(room).unwrap_or(usize::MAX).min(budget.data);
+            store.fetch_eager_or_listen(read, room, ready, key)
+        } else {
+            store.fetch_or_listen(
+                read,
+                budget.data,
+                usize::try_from(credit).unwrap_or(usize::MAX),
+                ready,
+                key,
+            )
+        };
+        match planned {
+            PlannedFetch::Read(pending) => {
+                budget.take_read(pending.buffers(), pending.bytes());
+                let eager = if room > 0 {
+                    let bytes = pending.bytes() as u64;
+                    if let Some(reader) = self.readers.get_mut(&subscription.reader) {
+                        reader.eager_sent += bytes;
+                    }
+                    bytes
+                } else {
+                    subscription.sent += pending.buffers() as u64;
+                    0
+                };
+                let (next_buffer, finished) = (pending.next_buffer(), pending.finished());
+                subscription.next_buffer = next_buffer;
+                let backlog = pending.backlog();
+                subscription.announced = backlog > 0;
+                if finished {
+                    self.subscriptions.remove(&key);
+                } else if pending.listening() {
+                    // Woken by the next buffer or the end.
+                    subscription.listening = true;
+                } else {
+                    // More is there already (or fits no credit: it waits for the grant).
+                    again.push(key);
+                }
+                channels.push((
+                    key,
+                    Planned::Read {
+                        pending,
+                        backlog,
+                        eager,
+                    },
+                ));
+            }
+            PlannedFetch::Listening | PlannedFetch::Pending(_) => {
+                subscription.listening = true;
+            }
+            PlannedFetch::Backlog(backlog) => {
+                subscription.announced = true;
+                budget.take_entry(0);
+                let next_buffer = subscription.next_buffer;
+                channels.push((
+                    key,
+                    Planned::Answer(ChannelResponse::Data {
+                        buffers: Vec::new(),
+                        next_buffer,
+                        finished: false,
+                        backlog,
+                        eager: 0,
+                    }),
+                ));
+            }
+            PlannedFetch::Failed(reason) => {
+                self.subscriptions.remove(&key);
+                let reason = budget.failed(reason);
+                channels.push((key, Planned::Answer(ChannelResponse::Failed(reason))));
+            }
+            // It had data, so it was here: it was released.
+            PlannedFetch::Unknown => {
+                self.subscriptions.remove(&key);
+                budget.take_entry(0);
+                channels.push((key, Planned::Answer(ChannelResponse::Released)));
+            }
+        }
+    }
 }
+
+/// What [`ConnectionState::collect`] gathers: the channels' answers, the keys to look at again,
+/// and what is left of the answer's budget.
+type Collected<'a> = (
+    &'a mut Vec<(u64, Planned)>,
+    &'a mut Vec<u64>,
+    &'a mut AnswerBudget,
+);
 
 /// Takes a lock even if a thread panicked while holding it (every critical section here
 /// leaves the state consistent).

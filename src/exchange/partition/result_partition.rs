@@ -232,6 +232,17 @@ impl ResultPartition {
             });
         }
         let next_buffer = from_buffer + items.len() as u64;
+        // Everything there taken from a partition still being written: listen for what comes
+        // next now, under this lock, rather than in a second look right after (at P = 1,000
+        // most channels' one buffer comes just before their producer finishes).
+        let listening = match listener {
+            Some((queue, key)) if !finished && next_buffer == available => {
+                sub.waiters.retain(|waiter| !waiter.is_closed());
+                sub.waiters.push(Waiter::Listener(Arc::clone(queue), key));
+                true
+            }
+            _ => false,
+        };
         if let Some(moved_until) = moved_until {
             sub.handed_over = moved_until;
             // A producer waiting for room is woken once half its subpartition is free, not for
@@ -250,6 +261,7 @@ impl ResultPartition {
             next_buffer,
             finished: finished && next_buffer == available,
             backlog: available - next_buffer,
+            listening,
         };
         // Handed-over buffers no longer count against the spill threshold, nor the budget.
         self.memory_bytes = self.memory_bytes.saturating_sub(handed_over);

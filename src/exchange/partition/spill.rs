@@ -263,6 +263,9 @@ pub(super) struct FetchPlan {
     pub(super) finished: bool,
     /// Buffers stored after these.
     pub(super) backlog: u64,
+    /// It took every buffer there and the partition is not finished: its listener was
+    /// registered for the next one (or the end) in the same look.
+    pub(super) listening: bool,
 }
 
 /// Why reading a spilled buffer back failed.
@@ -295,6 +298,7 @@ impl FetchPlan {
             next_buffer,
             finished: true,
             backlog: 0,
+            listening: false,
         }
     }
 
