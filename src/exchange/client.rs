@@ -125,6 +125,9 @@ pub enum Delivery {
         group: u32,
         /// The partitions.
         notices: Arc<Vec<(u32, PartitionEnd)>>,
+        /// How many of them finish a channel of the group that had no data
+        /// ([`finished_empty`]): counted once, here, for the wake-up and the gate alike.
+        finished_empty: u64,
     },
     /// The data connection to this producer TaskManager broke for good.
     ConnectionLost(ActorAddress, String),
@@ -499,6 +502,7 @@ impl NetworkClient {
                     Delivery::Ended {
                         group,
                         notices: news.clone(),
+                        finished_empty: finishing,
                     },
                     if urgent { None } else { Some(finishing) },
                 ));

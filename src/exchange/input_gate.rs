@@ -45,7 +45,7 @@ use super::buffer::Buffer;
 use super::buffer_pool::Floor;
 use super::client::{
     ClientSet, Delivery, GateInbox, Grouping, Leaving, NetworkClient, PartitionRequestClient,
-    channel_key, finished_empty,
+    channel_key,
 };
 use super::error::ExchangeError;
 use super::metrics::TaskIoMetrics;
@@ -214,7 +214,7 @@ pub struct InputGate {
     /// Of those, the ones that got data (with a state of their own).
     served: usize,
     /// Channels finished empty by the notices taken from the inbox, counted as the client
-    /// counts them ([`finished_empty`]).
+    /// counts them ([`finished_empty`](super::client::finished_empty)).
     inbox_finished: u64,
     /// Buffers received, with their channel and, for one sent without credit, the eager bytes
     /// consuming it gives back (`Some(0)` for all but the last buffer of an answer).
@@ -868,9 +868,12 @@ impl InputGate {
                     }
                     self.apply(index as usize, response)?;
                 }
-                Delivery::Ended { group, notices } => {
-                    let subpartition = self.groups[group as usize].subpartition;
-                    self.inbox_finished += finished_empty(&notices, subpartition);
+                Delivery::Ended {
+                    group,
+                    notices,
+                    finished_empty,
+                } => {
+                    self.inbox_finished += finished_empty;
                     self.ended(group, &notices)?;
                 }
                 Delivery::ConnectionLost(address, reason) => {
