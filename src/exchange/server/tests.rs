@@ -342,3 +342,68 @@ async fn a_poll_after_a_lost_answer_waits_for_its_buffers_and_sends_it() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A cancelled set subscription takes every subscription of its channels still served with
+/// it, and only those: it looks for as many as it counted (its `live`), so a channel's
+/// subscription made or dropped without the count would outlive its gate here.
+#[actix::test]
+async fn a_cancelled_set_leaves_no_subscription_of_its_channels() {
+    use crate::operators::{Record, Value};
+    use eager::{one_set, poll, requests};
+
+    tokio::time::pause();
+    let dir = std::env::temp_dir().join(format!("flint-cancel-set-{}", std::process::id()));
+    let store = Arc::new(ResultPartitionManager::new(dir.clone(), usize::MAX));
+    let (partitions, server) = one_set(&store, 6, 0);
+    let reader: u64 = 7 << 32;
+    // Four of the six get data; without credit each announces its backlog.
+    for &partition in &partitions[..4] {
+        let buffer = vec![Record {
+            key: "k".into(),
+            value: Value::Int(1),
+        }]
+        .into();
+        store.append(partition, 0, buffer).unwrap();
+    }
+    let announced = server.poll(store.clone(), poll(1, 0)).await;
+    assert_eq!(announced.channels.len(), 4, "{announced:?}");
+    // Two of them get credit and their end: served to the end, their subscriptions go.
+    for &partition in &partitions[..2] {
+        store.finish(partition).unwrap();
+    }
+    let grants = (0..2)
+        .map(|member| PartitionRequest::Credit {
+            channel: reader + member,
+            granted: 1,
+        })
+        .collect();
+    server.apply(&store, requests(2, grants));
+    let served = server.poll(store.clone(), poll(2, announced.seq)).await;
+    let ended: Vec<u64> = served
+        .channels
+        .iter()
+        .filter(|(_, response)| matches!(response, ChannelResponse::Data { finished: true, .. }))
+        .map(|(key, _)| *key)
+        .collect();
+    assert_eq!(ended, [reader, reader + 1], "{served:?}");
+    let connection = server.connection(
+        ActorAddress::new("local", "taskmanager/tm-consumer"),
+        DataConnectionId::from_u128(1),
+    );
+    {
+        let state = lock(&connection.state);
+        let mut keys: Vec<u64> = state.subscriptions.keys().copied().collect();
+        keys.sort_unstable();
+        assert_eq!(keys, [reader + 2, reader + 3]);
+        assert_eq!(state.readers[&reader].live, 2);
+    }
+    server.apply(
+        &store,
+        requests(3, vec![PartitionRequest::CancelSet { channels: reader }]),
+    );
+    let state = lock(&connection.state);
+    assert!(state.subscriptions.is_empty(), "{:?}", state.subscriptions);
+    assert!(state.readers.is_empty());
+    drop(state);
+    let _ = std::fs::remove_dir_all(&dir);
+}
