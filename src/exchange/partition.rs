@@ -212,6 +212,12 @@ impl ReadyQueue {
         std::mem::take(&mut *lock(&self.items))
     }
 
+    /// How many subscription keys are queued.
+    #[cfg(test)]
+    pub fn keys_queued(&self) -> usize {
+        lock(&self.items).keys.len()
+    }
+
     /// Completes after the next [`push`](Self::push) (at once if one came since the last wait).
     pub async fn wait(&self) {
         self.notify.notified().await;

@@ -232,6 +232,11 @@ struct Subscription {
     /// The consumer knows of buffers waiting here (told with the last data or announced to a
     /// channel without credit), so a channel without credit waits for credit, not for data.
     announced: bool,
+    /// This server put its key in the ready queue, so a grant does not put it there again.
+    /// Without it a channel whose credit outran the answers' budget (a gate of few channels
+    /// with many floating buffers) gained a copy in the queue with every grant, each kept
+    /// while the budget ran out first, and every poll walked all of them.
+    queued: bool,
 }
 
 impl PartitionRequestServer {
@@ -326,7 +331,9 @@ impl PartitionRequestServer {
                         );
                         for (key, partition) in found {
                             state.serve_channel(channels, key, partition, subpartition, credit);
-                            ready.push(key);
+                            if state.queue(key) {
+                                ready.push(key);
+                            }
                         }
                     }
                     PartitionRequest::Credit { channel, granted } => {
@@ -335,7 +342,8 @@ impl PartitionRequestServer {
                                 subscription.granted = granted;
                                 subscription.announced = false;
                             }
-                            if !subscription.listening {
+                            if !subscription.listening && !subscription.queued {
+                                subscription.queued = true;
                                 ready.push(channel);
                             }
                         }
@@ -770,11 +778,24 @@ impl ConnectionState {
                 sent: 0,
                 listening: false,
                 announced: false,
+                queued: false,
             });
             if let Some(set_reader) = self.readers.get_mut(&reader) {
                 set_reader.live += 1;
             }
         }
+    }
+
+    /// Marks channel `key` queued: whether its key is to be pushed (it was neither queued nor
+    /// listening).
+    fn queue(&mut self, key: u64) -> bool {
+        self.subscriptions
+            .get_mut(&key)
+            .is_some_and(|subscription| {
+                let push = !subscription.queued && !subscription.listening;
+                subscription.queued |= push;
+                push
+            })
     }
 
     /// Channel `key` is served no more (finished, failed or cancelled).
@@ -904,7 +925,7 @@ impl ConnectionState {
         let Some(subscription) = self.subscriptions.get_mut(&key) else {
             return; // cancelled, ended, or a duplicate wake-up
         };
-        subscription.listening = false;
+        (subscription.listening, subscription.queued) = (false, false);
         let credit = subscription.granted.saturating_sub(subscription.sent);
         if credit == 0 && subscription.announced {
             return; // looked at again when credit comes
@@ -959,6 +980,7 @@ impl ConnectionState {
                     subscription.listening = true;
                 } else {
                     // More is there already (or fits no credit: it waits for the grant).
+                    subscription.queued = true;
                     again.push(key);
                 }
                 channels.push((

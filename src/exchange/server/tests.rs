@@ -407,3 +407,89 @@ async fn a_cancelled_set_leaves_no_subscription_of_its_channels() {
     drop(state);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A channel whose credit outruns what one answer carries is queued once, however many grants
+/// come: it was queued again with each grant, every copy kept while the answer's budget ran
+/// out first, and each poll walked all of them (a gate of few channels with many floating
+/// buffers reading a blocking partition: 4 % of the TaskManager's CPU in `serve_key`).
+#[actix::test]
+async fn a_channel_is_queued_once_however_many_grants_come() {
+    use crate::operators::{Record, Value};
+    use eager::{poll, requests};
+
+    tokio::time::pause();
+    let dir = std::env::temp_dir().join(format!("flint-queued-once-{}", std::process::id()));
+    let store = Arc::new(ResultPartitionManager::new(dir.clone(), usize::MAX));
+    let partition = ResultPartitionId {
+        producer: crate::base::ids::ExecutionAttemptId::from_u128(100),
+        edge: 0,
+    };
+    store.create(partition, 1).unwrap();
+    // 64 buffers of 64 KiB: four answers' worth.
+    for i in 0..64 {
+        let buffer = vec![Record {
+            key: format!("k{i}"),
+            value: Value::Text("x".repeat(64 << 10)),
+        }]
+        .into();
+        store.append(partition, 0, buffer).unwrap();
+    }
+    let server = PartitionRequestServer::new(NOTICE_BYTES);
+    let channel: u64 = 7 << 32;
+    let mut granted = 1_000;
+    server.apply(
+        &store,
+        requests(
+            1,
+            vec![
+                PartitionRequest::Set {
+                    set: 1,
+                    edge: 0,
+                    members: Arc::new(vec![partition]),
+                },
+                PartitionRequest::SubscribeSet {
+                    channels: channel,
+                    set: 1,
+                    subpartition: 0,
+                    credit: granted,
+                    eager: 0,
+                },
+            ],
+        ),
+    );
+    let connection = server.connection(
+        ActorAddress::new("local", "taskmanager/tm-consumer"),
+        DataConnectionId::from_u128(1),
+    );
+    let (mut received, mut buffers) = (0, 0);
+    for round in 1..=3u64 {
+        let answer = server.poll(store.clone(), poll(round, received)).await;
+        received = answer.seq;
+        let [(key, ChannelResponse::Data { buffers: got, .. })] = &answer.channels[..] else {
+            panic!("{answer:?}");
+        };
+        assert_eq!(*key, channel);
+        assert!(
+            got.len() < 64,
+            "one answer carries at most about a megabyte"
+        );
+        buffers += got.len();
+        // Grants while the channel is queued, more than the answers' budget takes.
+        for grant in 0..5 {
+            granted += 10;
+            server.apply(
+                &store,
+                requests(
+                    1 + round * 5 + grant,
+                    vec![PartitionRequest::Credit {
+                        channel,
+                        granted: u64::from(granted),
+                    }],
+                ),
+            );
+            assert_eq!(connection.ready.keys_queued(), 1, "round {round}");
+        }
+    }
+    assert!(buffers > 0);
+    let _ = std::fs::remove_dir_all(&dir);
+}
