@@ -163,7 +163,7 @@ macro_rules! duration {
     };
 }
 
-static KEYS: [Key; 71] = [
+static KEYS: [Key; 72] = [
     // [cluster]
     Key {
         name: "cluster.id",
@@ -589,6 +589,15 @@ static KEYS: [Key; 71] = [
                 set: |c, v| c.taskmanager.network_floating_buffers_per_gate = narrow(v),
             },
         },
+    },
+    Key {
+        name: "taskmanager.network.gate-window",
+        doc: "Network buffer bytes a task's input gate of few channels may have in flight in all, exclusive and floating, borrowed from the TaskManager's lent quarter while at most half of it is out with them: across processes a channel reads about one window per round trip, so a gate reading few channels of gigabytes needs more than its exclusive and floating buffers. At most those (e.g. 320kb with the defaults): those only.",
+        secret: false,
+        kind: Kind::Bytes(Field {
+            get: |c| c.taskmanager.network_gate_window,
+            set: |c, v| c.taskmanager.network_gate_window = v,
+        }),
     },
     Key {
         name: "taskmanager.network.required-buffers-per-gate",

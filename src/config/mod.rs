@@ -448,6 +448,9 @@ pub struct TaskManagerConfig {
     /// `taskmanager.network.floating-buffers-per-gate`: buffers a task's input gate lends to
     /// channels with a backlog.
     pub network_floating_buffers_per_gate: u32,
+    /// `taskmanager.network.gate-window`: the bytes a gate of few channels may have in flight
+    /// in all when the lent quarter has room.
+    pub network_gate_window: u64,
     /// `taskmanager.network.required-buffers-per-gate`: the most buffers a task's input gate
     /// reserves.
     pub network_required_per_gate: u32,
@@ -471,6 +474,7 @@ impl Default for TaskManagerConfig {
             network_buffer_size: network.buffer_size as u64,
             network_buffers_per_channel: network.buffers_per_channel,
             network_floating_buffers_per_gate: network.floating_buffers_per_gate,
+            network_gate_window: network.gate_window,
             network_required_per_gate: network.required_per_gate,
             network_required_per_output: network.required_per_output,
             network_memory: network.memory,
@@ -485,6 +489,7 @@ impl TaskManagerConfig {
             buffer_size: usize::try_from(self.network_buffer_size).unwrap_or(usize::MAX),
             buffers_per_channel: self.network_buffers_per_channel,
             floating_buffers_per_gate: self.network_floating_buffers_per_gate,
+            gate_window: self.network_gate_window,
             required_per_gate: self.network_required_per_gate,
             required_per_output: self.network_required_per_output,
             memory: self.network_memory,

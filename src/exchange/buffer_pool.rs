@@ -145,6 +145,18 @@ impl NetworkBufferPool {
         lent
     }
 
+    /// Lends all of `wanted` if the lent part's buffers out stay within `ceiling` with them;
+    /// else none. Whether it lent them.
+    pub fn borrow_within(&self, wanted: u64, ceiling: u64) -> bool {
+        let mut counts = lock(&self.counts);
+        if counts.lent.saturating_add(wanted) > ceiling.min(self.total - self.floor_limit) {
+            return false;
+        }
+        counts.lent += wanted;
+        counts.peak_lent = counts.peak_lent.max(counts.lent);
+        true
+    }
+
     /// Takes back `buffers` lent ones and wakes as many producers waiting for one (a producer
     /// that stopped waiting, its room found elsewhere, is skipped: a waiting producer always has
     /// buffers of its own queued, so it is woken when they are taken in any case).

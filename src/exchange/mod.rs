@@ -79,6 +79,10 @@ pub struct NetworkSettings {
     /// `taskmanager.network.floating-buffers-per-gate`: buffers a consumer lends to whichever
     /// channel has a backlog.
     pub floating_buffers_per_gate: u32,
+    /// `taskmanager.network.gate-window`: the bytes a gate of few channels may have in flight
+    /// in all, exclusive and floating, when the lent quarter has room (see
+    /// [`Self::wide_floating`]).
+    pub gate_window: u64,
     /// `taskmanager.network.required-buffers-per-gate`: the most buffers a task's input gate
     /// reserves (its floor; Flink's `read-buffer.required-per-gate.max`).
     pub required_per_gate: u32,
@@ -98,7 +102,8 @@ pub struct NetworkSettings {
 }
 
 impl Default for NetworkSettings {
-    /// Flink's 32 KiB buffers, 2 per channel and 8 floating per gate; floors of at most 2
+    /// Flink's 32 KiB buffers, 2 per channel and 8 floating per gate (a gate of few channels:
+    /// up to a 4 MiB window while the lent quarter has room); floors of at most 2
     /// buffers per gate and per pipelined output, so that a TaskManager of 2,500 slots running
     /// a producer and a consumer in each fits; 512 MiB per TaskManager (Flink's default is a
     /// tenth of the process, at most 1 GiB).
@@ -107,6 +112,7 @@ impl Default for NetworkSettings {
             buffer_size: 32 << 10,
             buffers_per_channel: 2,
             floating_buffers_per_gate: 8,
+            gate_window: 4 << 20,
             required_per_gate: 2,
             required_per_output: 2,
             memory: 512 << 20,
@@ -126,6 +132,20 @@ impl NetworkSettings {
         (channels as u64)
             .saturating_mul(u64::from(self.buffers_per_channel))
             .saturating_add(u64::from(self.floating_buffers_per_gate))
+    }
+
+    /// The floating buffers a gate of `channels` channels has when it gets its
+    /// [`gate_window`](Self::gate_window): what the window holds beyond the channels'
+    /// exclusive buffers, never fewer than `floating-buffers-per-gate`. Across processes a
+    /// channel reads about one window per round trip of its data connection, so a gate of
+    /// few channels that each carry gigabytes (a batch job's consumer) needs a wider one than
+    /// the ten buffers of Flink's defaults to keep its connection busy.
+    pub fn wide_floating(&self, channels: usize) -> u32 {
+        let window = self.gate_window / (self.buffer_size.max(1) as u64);
+        let exclusive = (channels as u64).saturating_mul(u64::from(self.buffers_per_channel));
+        u32::try_from(window.saturating_sub(exclusive))
+            .unwrap_or(u32::MAX)
+            .max(self.floating_buffers_per_gate)
     }
 
     /// The floor of a gate of `channels` channels (0 without any).

@@ -282,6 +282,11 @@ async fn simulate(options: SimOptions) -> SimReport {
         config.taskmanager.network_buffer_size = [64, 512, 32 << 10][variant];
         config.taskmanager.network_buffers_per_channel = [1, 2, 2][variant];
         config.taskmanager.network_floating_buffers_per_gate = [1, 2, 8][variant];
+        // With Flink's defaults, gates of few channels take the wide window in half of those
+        // seeds (the pools of the small buffers never have room for it).
+        if variant == 2 && (options.seed / 3).is_multiple_of(2) {
+            config.taskmanager.network_gate_window = 32 << 10;
+        }
         // With the small buffers, a pool of 160 (120 for floors, 40 to lend): wide gates take
         // the floating mode (credit lent on announced backlogs), producers wait for lent
         // buffers, and a deployment may be refused for floors that do not fit.

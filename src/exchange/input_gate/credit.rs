@@ -6,7 +6,12 @@
 //! - **Exclusive** (a gate of few channels, as every gate was before): when its floor plus
 //!   what the pool lends it at once covers `buffers-per-channel` for every channel and
 //!   `floating-buffers-per-gate`, each channel that gets data has its exclusive credit from the
-//!   start and the floating ones go to channels with a backlog.
+//!   start and the floating ones go to channels with a backlog. Such a gate first asks for
+//!   `gate-window` (4 MiB) in all, the floating buffers being what that holds beyond the
+//!   exclusive ones, granted while at most half of the lent quarter is out with it: across
+//!   processes a channel reads about one window per round trip of its data connection, and
+//!   ten buffers (320 KiB) per channel kept a batch job's consumer reading a few channels of
+//!   gigabytes waiting on round trips.
 //! - **Floating** (a wide gate, or a TaskManager short of lent buffers): no channel has credit
 //!   of its own. A producer with data for a channel without credit announces its backlog; the
 //!   gate lends that channel credit from its floor, and borrows from the pool for more while
@@ -51,32 +56,47 @@ pub(super) struct GateBudget {
 impl GateBudget {
     /// The budget of a gate of `channels` channels with `floor`, and its floating buffers.
     pub(super) fn new(floor: Floor, settings: &NetworkSettings, channels: usize) -> (Self, u32) {
-        let need = settings.gate_need(channels);
-        let short = need.saturating_sub(floor.buffers());
         let pool = floor.pool();
         let lendable = pool.lendable();
-        let lent = if short == 0 || short > lendable / EXCLUSIVE_SHARE {
-            0
-        } else {
-            let lent = pool.borrow(short);
-            if lent < short {
-                pool.give_back(lent);
-                0
+        // Exclusive credit with the wide window if at most half of the lent quarter is out
+        // with it (the rest stays for producers and other gates), else with
+        // `floating-buffers-per-gate` if what that lacks is at most a sixteenth of it.
+        let wide = settings.wide_floating(channels);
+        let exclusive = |floating: u32, ceiling: u64| -> Option<u64> {
+            let need = (channels as u64)
+                .saturating_mul(u64::from(settings.buffers_per_channel))
+                .saturating_add(u64::from(floating));
+            let short = need.saturating_sub(floor.buffers());
+            if short == 0 {
+                Some(0)
+            } else if short > lendable / EXCLUSIVE_SHARE {
+                None
             } else {
-                lent
+                pool.borrow_within(short, ceiling).then_some(short)
             }
         };
+        let chosen = if channels == 0 {
+            Some((settings.floating_buffers_per_gate, 0))
+        } else {
+            (wide > settings.floating_buffers_per_gate)
+                .then(|| exclusive(wide, lendable / 2).map(|lent| (wide, lent)))
+                .flatten()
+                .or_else(|| {
+                    let floating = settings.floating_buffers_per_gate;
+                    exclusive(floating, lendable).map(|lent| (floating, lent))
+                })
+        };
         let window = settings.buffers_per_channel + settings.floating_buffers_per_gate;
-        if short == lent {
+        if let Some((floating, lent)) = chosen {
             let budget = Self {
                 floor,
                 lent,
                 exclusive: settings.buffers_per_channel,
-                floating_cap: settings.floating_buffers_per_gate,
+                floating_cap: floating,
                 lend_limit: 0,
                 eager: 0,
             };
-            (budget, settings.floating_buffers_per_gate)
+            (budget, floating)
         } else {
             let mut floating = u32::try_from(floor.buffers()).unwrap_or(u32::MAX);
             // One buffer of the floor goes to the eager allowance: a channel's first small

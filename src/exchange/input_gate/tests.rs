@@ -93,6 +93,7 @@ async fn a_backlogged_channel_borrows_floating_buffers_and_gives_them_back() {
     let settings = NetworkSettings {
         buffers_per_channel: 2,
         floating_buffers_per_gate: 3,
+        gate_window: 32 << 10,
         ..NetworkSettings::default()
     };
     let mut gate = local_gate(&store, &[busy, quiet], 0, settings);
@@ -351,4 +352,48 @@ async fn a_wide_gate_gives_back_what_its_producers_sent_without_credit() {
         store.release(id);
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A gate of few channels asks for `gate-window` in all, granted while at most half of the
+/// lent quarter is out with it (and what it borrows is at most a sixteenth of the quarter);
+/// past that it has `floating-buffers-per-gate`, and a wide gate floats as before. Every
+/// buffer comes back when the gates go.
+#[test]
+fn a_gate_of_few_channels_gets_the_wide_window_while_half_the_lent_quarter_is_free() {
+    use crate::exchange::buffer_pool::NetworkBufferPool;
+
+    use super::credit::GateBudget;
+
+    let settings = NetworkSettings::default();
+    assert_eq!(settings.gate_window / settings.buffer_size as u64, 128);
+    // The default 512 MiB of 32 KiB buffers: 12,288 for floors, 4,096 lent (half: 2,048).
+    let pool = NetworkBufferPool::new(settings.memory, settings.buffer_size);
+    let floor = || pool.reserve(2).unwrap();
+    // Two channels: 128 − 2 × 2 = 124 floating; the floor's 2 of the 128 are not borrowed.
+    let mut gates = Vec::new();
+    loop {
+        let (gate, floating) = GateBudget::new(floor(), &settings, 2);
+        assert_eq!(gate.exclusive, 2);
+        gates.push(gate);
+        if floating != 124 {
+            // The 17th would pass half of the lent quarter: Flink's window.
+            assert_eq!(floating, 8);
+            break;
+        }
+    }
+    assert_eq!(gates.len(), 17);
+    assert_eq!(pool.usage().lent, 16 * 126 + 10);
+    // 200 channels fill the window with exclusive buffers alone, and the 406 buffers they lack
+    // are more than a sixteenth of the lent quarter: the floating mode.
+    let (wide, _) = GateBudget::new(floor(), &settings, 200);
+    assert_eq!(wide.exclusive, 0);
+    drop((gates, wide));
+    assert_eq!(pool.usage().lent, 0);
+    // A window no wider than Flink's: Flink's.
+    let narrow = NetworkSettings {
+        gate_window: 320 << 10,
+        ..settings
+    };
+    let (gate, floating) = GateBudget::new(floor(), &narrow, 2);
+    assert_eq!((gate.exclusive, floating), (2, 8));
 }
