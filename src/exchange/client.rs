@@ -646,6 +646,18 @@ impl NetworkClient {
                             failures = 0;
                             if !data.channels.is_empty() || !data.notices.is_empty() {
                                 received = data.seq;
+                                // The next poll goes before this answer is handed on, so the
+                                // producer prepares the next answer meanwhile.
+                                if !lock(&connection.state).gates.is_empty() {
+                                    poll += 1;
+                                    poll_in_flight = Some(peer.poll(PollPartitionData {
+                                        consumer: self.inner.local.clone(),
+                                        connection: id,
+                                        poll,
+                                        received,
+                                        acknowledged,
+                                    }));
+                                }
                                 self.dispatch(&connection, data.channels, data.notices);
                                 // Other connections' answers that arrived together are
                                 // dispatched in this turn; their gates are woken once after.
