@@ -566,6 +566,23 @@ impl NetworkClient {
         DataConnectionId::generate(&mut lock(&self.inner.rng))
     }
 
+    /// Poll number `poll` of connection `id`.
+    fn poll_of(
+        &self,
+        id: DataConnectionId,
+        poll: u64,
+        received: u64,
+        acknowledged: u64,
+    ) -> PollPartitionData {
+        PollPartitionData {
+            consumer: self.inner.local.clone(),
+            connection: id,
+            poll,
+            received,
+            acknowledged,
+        }
+    }
+
     /// Runs one connection: sends requests and keeps a poll in flight while gates read there.
     async fn drive(self, connection: Arc<PartitionRequestClient>, peer: Peer) {
         let mut id = self.new_connection_id();
@@ -611,13 +628,7 @@ impl NetworkClient {
             }
             if poll_in_flight.is_none() && polling {
                 poll += 1;
-                poll_in_flight = Some(peer.poll(PollPartitionData {
-                    consumer: self.inner.local.clone(),
-                    connection: id,
-                    poll,
-                    received,
-                    acknowledged,
-                }));
+                poll_in_flight = Some(peer.poll(self.poll_of(id, poll, received, acknowledged)));
             }
             // Biased: an unbiased select picks at random, and the simulation must replay.
             let outcome = tokio::select! {
@@ -650,13 +661,8 @@ impl NetworkClient {
                                 // producer prepares the next answer meanwhile.
                                 if !lock(&connection.state).gates.is_empty() {
                                     poll += 1;
-                                    poll_in_flight = Some(peer.poll(PollPartitionData {
-                                        consumer: self.inner.local.clone(),
-                                        connection: id,
-                                        poll,
-                                        received,
-                                        acknowledged,
-                                    }));
+                                    let next = self.poll_of(id, poll, received, acknowledged);
+                                    poll_in_flight = Some(peer.poll(next));
                                 }
                                 self.dispatch(&connection, data.channels, data.notices);
                                 // Other connections' answers that arrived together are
