@@ -129,9 +129,13 @@ impl NetworkSettings {
         if channels == 0 {
             return 0;
         }
-        (channels as u64)
-            .saturating_mul(u64::from(self.buffers_per_channel))
+        self.exclusive_buffers(channels)
             .saturating_add(u64::from(self.floating_buffers_per_gate))
+    }
+
+    /// The exclusive buffers of a gate of `channels` channels: `buffers-per-channel` each.
+    pub fn exclusive_buffers(&self, channels: usize) -> u64 {
+        (channels as u64).saturating_mul(u64::from(self.buffers_per_channel))
     }
 
     /// The floating buffers a gate of `channels` channels has when it gets its
@@ -142,8 +146,7 @@ impl NetworkSettings {
     /// the ten buffers of Flink's defaults to keep its connection busy.
     pub fn wide_floating(&self, channels: usize) -> u32 {
         let window = self.gate_window / (self.buffer_size.max(1) as u64);
-        let exclusive = (channels as u64).saturating_mul(u64::from(self.buffers_per_channel));
-        u32::try_from(window.saturating_sub(exclusive))
+        u32::try_from(window.saturating_sub(self.exclusive_buffers(channels)))
             .unwrap_or(u32::MAX)
             .max(self.floating_buffers_per_gate)
     }

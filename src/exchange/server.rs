@@ -239,6 +239,15 @@ struct Subscription {
     queued: bool,
 }
 
+impl Subscription {
+    /// Marks it queued: whether its key is to be pushed (it was neither queued nor listening).
+    fn mark_queued(&mut self) -> bool {
+        let push = !self.queued && !self.listening;
+        self.queued |= push;
+        push
+    }
+}
+
 impl PartitionRequestServer {
     /// A server whose answers carry about `notice_bytes` of notices at most ([`NOTICE_BYTES`];
     /// the simulation makes them tiny).
@@ -342,8 +351,7 @@ impl PartitionRequestServer {
                                 subscription.granted = granted;
                                 subscription.announced = false;
                             }
-                            if !subscription.listening && !subscription.queued {
-                                subscription.queued = true;
+                            if subscription.mark_queued() {
                                 ready.push(channel);
                             }
                         }
@@ -786,16 +794,11 @@ impl ConnectionState {
         }
     }
 
-    /// Marks channel `key` queued: whether its key is to be pushed (it was neither queued nor
-    /// listening).
+    /// Marks channel `key` queued ([`Subscription::mark_queued`]).
     fn queue(&mut self, key: u64) -> bool {
         self.subscriptions
             .get_mut(&key)
-            .is_some_and(|subscription| {
-                let push = !subscription.queued && !subscription.listening;
-                subscription.queued |= push;
-                push
-            })
+            .is_some_and(Subscription::mark_queued)
     }
 
     /// Channel `key` is served no more (finished, failed or cancelled).

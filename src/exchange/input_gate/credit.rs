@@ -61,10 +61,10 @@ impl GateBudget {
         // Exclusive credit with the wide window if at most half of the lent quarter is out
         // with it (the rest stays for producers and other gates), else with
         // `floating-buffers-per-gate` if what that lacks is at most a sixteenth of it.
-        let wide = settings.wide_floating(channels);
+        // What the gate borrows for exclusive credit with `floating` buffers, if it may.
         let exclusive = |floating: u32, ceiling: u64| -> Option<u64> {
-            let need = (channels as u64)
-                .saturating_mul(u64::from(settings.buffers_per_channel))
+            let need = settings
+                .exclusive_buffers(channels)
                 .saturating_add(u64::from(floating));
             let short = need.saturating_sub(floor.buffers());
             if short == 0 {
@@ -75,16 +75,18 @@ impl GateBudget {
                 pool.borrow_within(short, ceiling).then_some(short)
             }
         };
+        let (wide, narrow) = (
+            settings.wide_floating(channels),
+            settings.floating_buffers_per_gate,
+        );
         let chosen = if channels == 0 {
-            Some((settings.floating_buffers_per_gate, 0))
+            Some((narrow, 0))
+        } else if wide > narrow
+            && let Some(lent) = exclusive(wide, lendable / 2)
+        {
+            Some((wide, lent))
         } else {
-            (wide > settings.floating_buffers_per_gate)
-                .then(|| exclusive(wide, lendable / 2).map(|lent| (wide, lent)))
-                .flatten()
-                .or_else(|| {
-                    let floating = settings.floating_buffers_per_gate;
-                    exclusive(floating, lendable).map(|lent| (floating, lent))
-                })
+            exclusive(narrow, lendable).map(|lent| (narrow, lent))
         };
         let window = settings.buffers_per_channel + settings.floating_buffers_per_gate;
         if let Some((floating, lent)) = chosen {

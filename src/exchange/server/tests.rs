@@ -74,6 +74,16 @@ mod eager {
         p: u32,
         eager: u32,
     ) -> (Vec<ResultPartitionId>, PartitionRequestServer) {
+        subscribed_set(store, p, 0, eager)
+    }
+
+    /// [`one_set`], subscribed with `credit` buffers for each channel.
+    pub(super) fn subscribed_set(
+        store: &ResultPartitionManager,
+        p: u32,
+        credit: u32,
+        eager: u32,
+    ) -> (Vec<ResultPartitionId>, PartitionRequestServer) {
         let partitions: Vec<ResultPartitionId> = (0..p)
             .map(|i| ResultPartitionId {
                 producer: ExecutionAttemptId::from_u128(100 + u128::from(i)),
@@ -98,13 +108,27 @@ mod eager {
                         channels: 7 << 32,
                         set: 1,
                         subpartition: 0,
-                        credit: 0,
+                        credit,
                         eager,
                     },
                 ],
             ),
         );
         (partitions, server)
+    }
+
+    /// The server's side of the consumer's connection.
+    pub(super) fn connection(server: &PartitionRequestServer) -> Arc<ServerConnection> {
+        server.connection(consumer(), DataConnectionId::from_u128(CONNECTION))
+    }
+
+    /// A buffer of one small record.
+    pub(super) fn one_record() -> Buffer {
+        vec![Record {
+            key: "k".into(),
+            value: Value::Int(1),
+        }]
+        .into()
     }
 
     /// What one answer sent: the eager bytes it took, the channels sent without credit, and
@@ -233,20 +257,15 @@ mod eager {
 async fn answers_of_many_channels_without_data_stay_within_the_transport_limit() {
     use std::collections::BTreeSet;
 
-    use crate::operators::{Record, Value};
-    use eager::{one_set, poll};
+    use eager::{one_record, one_set, poll};
 
     tokio::time::pause();
     const P: u32 = 20_000;
     let dir = std::env::temp_dir().join(format!("flint-answer-size-{}", std::process::id()));
     let store = Arc::new(ResultPartitionManager::new(dir.clone(), usize::MAX));
     let (partitions, server) = one_set(&store, P, 0);
-    let record = vec![Record {
-        key: "k".into(),
-        value: Value::Int(1),
-    }];
     for (i, &p) in partitions.iter().enumerate() {
-        store.append(p, 0, record.clone().into()).unwrap();
+        store.append(p, 0, one_record()).unwrap();
         if i % 4 == 0 {
             store.fail(p, "a long reason ".repeat(250)).unwrap();
         }
@@ -289,17 +308,13 @@ async fn answers_of_many_channels_without_data_stay_within_the_transport_limit()
 /// one, and not a second reading of buffers that moved out with the first.
 #[actix::test]
 async fn a_poll_after_a_lost_answer_waits_for_its_buffers_and_sends_it() {
-    use crate::operators::{Record, Value};
-    use eager::{one_set, poll};
+    use eager::{one_record, one_set, poll};
 
     tokio::time::pause();
     let dir = std::env::temp_dir().join(format!("flint-resend-{}", std::process::id()));
     let store = Arc::new(ResultPartitionManager::new(dir.clone(), usize::MAX));
     let (_, server) = one_set(&store, 1, 0);
-    let connection = server.connection(
-        ActorAddress::new("local", "taskmanager/tm-consumer"),
-        DataConnectionId::from_u128(1),
-    );
+    let connection = eager::connection(&server);
     // Poll 1 made answer 1 and is still reading its buffers.
     {
         let mut state = lock(&connection.state);
@@ -310,13 +325,7 @@ async fn a_poll_after_a_lost_answer_waits_for_its_buffers_and_sends_it() {
         channels: vec![(
             7 << 32,
             ChannelResponse::Data {
-                buffers: vec![
-                    vec![Record {
-                        key: "k".into(),
-                        value: Value::Int(1),
-                    }]
-                    .into(),
-                ],
+                buffers: vec![one_record()],
                 next_buffer: 1,
                 finished: false,
                 backlog: 0,
@@ -348,8 +357,7 @@ async fn a_poll_after_a_lost_answer_waits_for_its_buffers_and_sends_it() {
 /// subscription made or dropped without the count would outlive its gate here.
 #[actix::test]
 async fn a_cancelled_set_leaves_no_subscription_of_its_channels() {
-    use crate::operators::{Record, Value};
-    use eager::{one_set, poll, requests};
+    use eager::{one_record, one_set, poll, requests};
 
     tokio::time::pause();
     let dir = std::env::temp_dir().join(format!("flint-cancel-set-{}", std::process::id()));
@@ -358,12 +366,7 @@ async fn a_cancelled_set_leaves_no_subscription_of_its_channels() {
     let reader: u64 = 7 << 32;
     // Four of the six get data; without credit each announces its backlog.
     for &partition in &partitions[..4] {
-        let buffer = vec![Record {
-            key: "k".into(),
-            value: Value::Int(1),
-        }]
-        .into();
-        store.append(partition, 0, buffer).unwrap();
+        store.append(partition, 0, one_record()).unwrap();
     }
     let announced = server.poll(store.clone(), poll(1, 0)).await;
     assert_eq!(announced.channels.len(), 4, "{announced:?}");
@@ -386,10 +389,7 @@ async fn a_cancelled_set_leaves_no_subscription_of_its_channels() {
         .map(|(key, _)| *key)
         .collect();
     assert_eq!(ended, [reader, reader + 1], "{served:?}");
-    let connection = server.connection(
-        ActorAddress::new("local", "taskmanager/tm-consumer"),
-        DataConnectionId::from_u128(1),
-    );
+    let connection = eager::connection(&server);
     {
         let state = lock(&connection.state);
         let mut keys: Vec<u64> = state.subscriptions.keys().copied().collect();
@@ -420,11 +420,9 @@ async fn a_channel_is_queued_once_however_many_grants_come() {
     tokio::time::pause();
     let dir = std::env::temp_dir().join(format!("flint-queued-once-{}", std::process::id()));
     let store = Arc::new(ResultPartitionManager::new(dir.clone(), usize::MAX));
-    let partition = ResultPartitionId {
-        producer: crate::base::ids::ExecutionAttemptId::from_u128(100),
-        edge: 0,
-    };
-    store.create(partition, 1).unwrap();
+    let channel: u64 = 7 << 32;
+    let mut granted = 1_000;
+    let (partitions, server) = eager::subscribed_set(&store, 1, granted, 0);
     // 64 buffers of 64 KiB: four answers' worth.
     for i in 0..64 {
         let buffer = vec![Record {
@@ -432,35 +430,9 @@ async fn a_channel_is_queued_once_however_many_grants_come() {
             value: Value::Text("x".repeat(64 << 10)),
         }]
         .into();
-        store.append(partition, 0, buffer).unwrap();
+        store.append(partitions[0], 0, buffer).unwrap();
     }
-    let server = PartitionRequestServer::new(NOTICE_BYTES);
-    let channel: u64 = 7 << 32;
-    let mut granted = 1_000;
-    server.apply(
-        &store,
-        requests(
-            1,
-            vec![
-                PartitionRequest::Set {
-                    set: 1,
-                    edge: 0,
-                    members: Arc::new(vec![partition]),
-                },
-                PartitionRequest::SubscribeSet {
-                    channels: channel,
-                    set: 1,
-                    subpartition: 0,
-                    credit: granted,
-                    eager: 0,
-                },
-            ],
-        ),
-    );
-    let connection = server.connection(
-        ActorAddress::new("local", "taskmanager/tm-consumer"),
-        DataConnectionId::from_u128(1),
-    );
+    let connection = eager::connection(&server);
     let (mut received, mut buffers) = (0, 0);
     for round in 1..=3u64 {
         let answer = server.poll(store.clone(), poll(round, received)).await;
