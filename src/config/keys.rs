@@ -163,7 +163,7 @@ macro_rules! duration {
     };
 }
 
-static KEYS: [Key; 72] = [
+static KEYS: [Key; 73] = [
     // [cluster]
     Key {
         name: "cluster.id",
@@ -597,6 +597,15 @@ static KEYS: [Key; 72] = [
         kind: Kind::Bytes(Field {
             get: |c| c.taskmanager.network_gate_window,
             set: |c, v| c.taskmanager.network_gate_window = v,
+        }),
+    },
+    Key {
+        name: "taskmanager.network.output-window",
+        doc: "Unread bytes a task's pipelined output of few subpartitions may hold in all before its producer waits (each subpartition holds its share, and never fewer than 10 buffers, Flink's max-buffers-per-channel): a data connection keeps one poll in flight, so a channel moves at most what its subpartition holds per round trip. Beyond its floor the producer borrows from the TaskManager's lent quarter and waits when that is out. At most 10 buffers (320kb with the defaults): 10 buffers per subpartition.",
+        secret: false,
+        kind: Kind::Bytes(Field {
+            get: |c| c.taskmanager.network_output_window,
+            set: |c, v| c.taskmanager.network_output_window = v,
         }),
     },
     Key {

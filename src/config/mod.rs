@@ -451,6 +451,9 @@ pub struct TaskManagerConfig {
     /// `taskmanager.network.gate-window`: the bytes a gate of few channels may have in flight
     /// in all when the lent quarter has room.
     pub network_gate_window: u64,
+    /// `taskmanager.network.output-window`: the unread bytes a pipelined partition of few
+    /// subpartitions may hold in all before its producer waits.
+    pub network_output_window: u64,
     /// `taskmanager.network.required-buffers-per-gate`: the most buffers a task's input gate
     /// reserves.
     pub network_required_per_gate: u32,
@@ -475,6 +478,7 @@ impl Default for TaskManagerConfig {
             network_buffers_per_channel: network.buffers_per_channel,
             network_floating_buffers_per_gate: network.floating_buffers_per_gate,
             network_gate_window: network.gate_window,
+            network_output_window: network.output_window,
             network_required_per_gate: network.required_per_gate,
             network_required_per_output: network.required_per_output,
             network_memory: network.memory,
@@ -490,6 +494,7 @@ impl TaskManagerConfig {
             buffers_per_channel: self.network_buffers_per_channel,
             floating_buffers_per_gate: self.network_floating_buffers_per_gate,
             gate_window: self.network_gate_window,
+            output_window: self.network_output_window,
             required_per_gate: self.network_required_per_gate,
             required_per_output: self.network_required_per_output,
             memory: self.network_memory,

@@ -62,6 +62,7 @@ fn everything_changed() -> ClusterConfig {
     c.taskmanager.network_buffers_per_channel = 4;
     c.taskmanager.network_floating_buffers_per_gate = 16;
     c.taskmanager.network_gate_window = 1 << 20;
+    c.taskmanager.network_output_window = 2 << 20;
     c.taskmanager.network_required_per_gate = 4;
     c.taskmanager.network_required_per_output = 3;
     c.taskmanager.network_memory = 128 << 20;

@@ -61,9 +61,10 @@ pub use partition::{Fetch, PartitionError, PartitionStats, ResultPartitionManage
 pub const MAX_RECORD_BYTES: usize = 8 << 20;
 
 /// The unread buffers a pipelined subpartition holds before its producer waits (Flink's
-/// `taskmanager.network.memory.max-buffers-per-channel`, 10): room enough that a producer and
-/// its consumer rarely wait for each other buffer by buffer, bounded so a slow consumer slows
-/// its producer instead of filling memory or disk.
+/// `taskmanager.network.memory.max-buffers-per-channel`, 10), unless its partition's
+/// [`output_window`](NetworkSettings::output_window) gives it more: room enough that a producer
+/// and its consumer rarely wait for each other buffer by buffer, bounded so a slow consumer
+/// slows its producer instead of filling memory or disk.
 pub const MAX_BUFFERS_PER_SUBPARTITION: u32 = 10;
 
 /// A TaskManager's network buffer settings (`taskmanager.network.*`), validated by the
@@ -83,6 +84,10 @@ pub struct NetworkSettings {
     /// in all, exclusive and floating, when the lent quarter has room (see
     /// [`Self::wide_floating`]).
     pub gate_window: u64,
+    /// `taskmanager.network.output-window`: the unread bytes a pipelined partition of few
+    /// subpartitions may hold in all before its producer waits (see
+    /// [`Self::output_capacity`]).
+    pub output_window: u64,
     /// `taskmanager.network.required-buffers-per-gate`: the most buffers a task's input gate
     /// reserves (its floor; Flink's `read-buffer.required-per-gate.max`).
     pub required_per_gate: u32,
@@ -103,7 +108,8 @@ pub struct NetworkSettings {
 
 impl Default for NetworkSettings {
     /// Flink's 32 KiB buffers, 2 per channel and 8 floating per gate (a gate of few channels:
-    /// up to a 4 MiB window while the lent quarter has room); floors of at most 2
+    /// up to a 4 MiB window while the lent quarter has room; a pipelined partition of few
+    /// subpartitions: 4 MiB unread); floors of at most 2
     /// buffers per gate and per pipelined output, so that a TaskManager of 2,500 slots running
     /// a producer and a consumer in each fits; 512 MiB per TaskManager (Flink's default is a
     /// tenth of the process, at most 1 GiB).
@@ -113,6 +119,7 @@ impl Default for NetworkSettings {
             buffers_per_channel: 2,
             floating_buffers_per_gate: 8,
             gate_window: 4 << 20,
+            output_window: 4 << 20,
             required_per_gate: 2,
             required_per_output: 2,
             memory: 512 << 20,
@@ -149,6 +156,19 @@ impl NetworkSettings {
         u32::try_from(window.saturating_sub(self.exclusive_buffers(channels)))
             .unwrap_or(u32::MAX)
             .max(self.floating_buffers_per_gate)
+    }
+
+    /// The unread buffers each subpartition of a pipelined partition of `subpartitions` holds
+    /// before its producer waits: Flink's [`MAX_BUFFERS_PER_SUBPARTITION`], or its share of the
+    /// [`output_window`](Self::output_window) when that is more. A data connection keeps one
+    /// poll in flight, so a channel moves at most what its subpartition holds per round trip:
+    /// with ten buffers a producer → consumer pair across processes ran at ~0.4–0.5 of raw
+    /// TCP. The pool still caps the whole (a producer borrows beyond its floor and waits when
+    /// the lent quarter is out); a partition of 13 subpartitions or more keeps ten each.
+    pub fn output_capacity(&self, subpartitions: u32) -> usize {
+        let window = self.output_window / (self.buffer_size.max(1) as u64);
+        let share = window / u64::from(subpartitions.max(1));
+        usize::try_from(share.max(u64::from(MAX_BUFFERS_PER_SUBPARTITION))).unwrap_or(usize::MAX)
     }
 
     /// The floor of a gate of `channels` channels (0 without any).
@@ -205,5 +225,28 @@ mod tests {
         // TaskManager fit the floors' three quarters of the default memory.
         let floors = 2_500 * (network.gate_floor(10_000) + network.output_floor(10_000));
         assert!(network.bytes(floors) <= network.memory / 4 * 3);
+    }
+
+    /// A pipelined output of few subpartitions holds its share of the 4 MiB window; a wide one,
+    /// or any with a window of ten buffers or less, Flink's ten per subpartition.
+    #[test]
+    fn outputs_of_few_subpartitions_hold_their_share_of_the_window() {
+        let network = NetworkSettings::default();
+        assert_eq!(network.output_capacity(1), 128);
+        assert_eq!(network.output_capacity(2), 64);
+        assert_eq!(network.output_capacity(12), 10);
+        assert_eq!(network.output_capacity(13), 10);
+        assert_eq!(network.output_capacity(10_000), 10);
+        assert_eq!(network.output_capacity(0), 128);
+        let flink = NetworkSettings {
+            output_window: 320 << 10,
+            ..network
+        };
+        assert_eq!(flink.output_capacity(1), 10);
+        let tiny = NetworkSettings {
+            output_window: 1,
+            ..network
+        };
+        assert_eq!(tiny.output_capacity(1), 10);
     }
 }

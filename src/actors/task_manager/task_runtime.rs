@@ -218,9 +218,9 @@ fn wait_for_artifacts(
 /// Creates the task's output partitions; the TaskManager does it when it accepts the task, so
 /// consumers deployed beside the producer find them as early as possible. A blocking one is
 /// written to disk; a pipelined one holds
-/// at most [`MAX_BUFFERS_PER_SUBPARTITION`](crate::exchange::MAX_BUFFERS_PER_SUBPARTITION)
-/// unread buffers per subpartition, and no more in all than its floor (split off `floor`: see
-/// [`NetworkSettings::output_floor`]) and what the TaskManager's pool lends it.
+/// at most [`NetworkSettings::output_capacity`] unread buffers per subpartition, and no more in
+/// all than its floor (split off `floor`: see [`NetworkSettings::output_floor`]) and what the
+/// TaskManager's pool lends it.
 pub fn create_outputs(
     partitions: &ResultPartitionManager,
     descriptor: &TaskDeploymentDescriptor,
@@ -234,7 +234,7 @@ pub fn create_outputs(
             partitions.create_pipelined_within(
                 output.partition,
                 output.subpartitions,
-                crate::exchange::MAX_BUFFERS_PER_SUBPARTITION as usize,
+                network.output_capacity(output.subpartitions),
                 floor.split(network.output_floor(output.subpartitions)),
             )?;
         }

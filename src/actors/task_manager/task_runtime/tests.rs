@@ -174,6 +174,16 @@ fn spawn_task(env: TaskEnvironment) -> tokio::task::JoinHandle<TaskOutcome> {
     tokio::task::spawn_blocking(move || run_task(env, &ThreadBlocker))
 }
 
+/// Cancels its task when dropped: a test that fails while its task waits for room ends
+/// instead of waiting for ever (the runtime's shutdown waits for every blocking thread).
+struct CancelOnDrop(Arc<Cancellation>);
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        self.0.cancel();
+    }
+}
+
 /// Polls `condition` every millisecond until it holds; fails after 30 s.
 async fn eventually(what: &str, condition: impl Fn() -> bool) {
     let give_up = tokio::time::Instant::now() + Duration::from_secs(30);
@@ -553,8 +563,11 @@ async fn a_pipelined_producer_waits_for_its_consumer_instead_of_spilling_until_c
         &mut Floor::unbounded(1 << 20),
     )
     .unwrap();
+    let _cancel = CancelOnDrop(Arc::clone(&cancelled));
     let producer = spawn_task(task);
-    let capacity = u64::from(crate::exchange::MAX_BUFFERS_PER_SUBPARTITION);
+    // One subpartition: the whole output window (128 buffers).
+    let capacity = NetworkSettings::default().output_capacity(1) as u64;
+    assert!(capacity > u64::from(crate::exchange::MAX_BUFFERS_PER_SUBPARTITION));
     eventually("the subpartition filled up", || {
         store.stats(out).is_some_and(|s| s.buffers == capacity)
     })
