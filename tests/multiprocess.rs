@@ -324,8 +324,8 @@ async fn a_producer_silent_longer_than_the_ask_timeout_does_not_fail_its_remote_
 /// spill to disk without bound. Now a slow sink (a sleep per record) behind a fast WordCount
 /// front slows the producers down: with a spill threshold of 1 KB and 1 KB network buffers no
 /// spill file ever appears, and the count is exact. The input is several times what the
-/// pipeline can buffer (10 buffers per subpartition, 1 exclusive and 1 floating per consumer
-/// channel), so the producers must have waited.
+/// pipeline can buffer (10 buffers per subpartition: an output window of 10 KB; 1 exclusive and
+/// 1 floating per consumer channel), so the producers must have waited.
 #[actix::test]
 async fn a_slow_consumer_slows_its_producers_instead_of_spilling() {
     use flint::job::graph::RestartStrategyConfig;
@@ -338,7 +338,7 @@ async fn a_slow_consumer_slows_its_producers_instead_of_spilling() {
         1,
         "2s",
         "spill-threshold = \"1kb\"\n[taskmanager.network]\nbuffer-size = \"1kb\"\n\
-         buffers-per-channel = 1\nfloating-buffers-per-gate = 1\n",
+         buffers-per-channel = 1\nfloating-buffers-per-gate = 1\noutput-window = \"10kb\"\n",
     )
     .await;
     client
