@@ -8,12 +8,26 @@ use std::fmt;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
+use crate::base::codec::SharedBytes;
+
 /// Serialized records; cloning shares the bytes.
-#[derive(Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Default, PartialEq, Eq, Deserialize)]
 pub struct Buffer {
     records: u32,
     #[serde(deserialize_with = "bytes_from_slice")]
     bytes: Bytes,
+}
+
+/// As derived, but the bytes as [`SharedBytes`]: a data connection sends a large buffer from
+/// its own memory behind the envelope rather than copying it into the frame.
+impl Serialize for Buffer {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let mut buffer = serializer.serialize_struct("Buffer", 2)?;
+        buffer.serialize_field("records", &self.records)?;
+        buffer.serialize_field("bytes", &SharedBytes(&self.bytes))?;
+        buffer.end()
+    }
 }
 
 /// Reads a buffer's bytes as a borrowed slice of the frame and copies them once: `Bytes`' own

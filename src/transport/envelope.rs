@@ -175,6 +175,24 @@ impl<P: Payload> Envelope<P> {
         codec::encode_into(&frame, out).map(drop)
     }
 
+    /// Like [`encode_into`](Self::encode_into), but the byte strings of `min` bytes or more
+    /// it carries (network buffers) are left out and answered with their positions in `out`
+    /// ([`codec::encode_detaching`]): the transport sends them from their own memory.
+    pub fn encode_detaching_into(
+        &self,
+        out: &mut Vec<u8>,
+        min: usize,
+    ) -> Result<codec::Detached, CodecError> {
+        let frame = FrameRef::Envelope(self);
+        let (in_place, left_out) = codec::encoded_size_detaching(&frame, min)?;
+        let size = in_place + left_out;
+        if size > codec::MAX_MESSAGE_SIZE {
+            return Err(CodecError::TooLarge { size });
+        }
+        out.reserve(in_place);
+        codec::encode_detaching(&frame, out, min)
+    }
+
     /// Decodes one frame's payload, which must be an envelope, and checks it is consistent (see
     /// [`validate`](Self::validate)), so the dispatcher above never sees a mismatched one.
     pub fn decode(bytes: &[u8]) -> Result<Self, EnvelopeError> {

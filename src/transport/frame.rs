@@ -17,7 +17,7 @@
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use tokio_util::codec::{Decoder, Encoder};
 
-use crate::base::codec::MAX_MESSAGE_SIZE;
+use crate::base::codec::{Detached, MAX_MESSAGE_SIZE};
 
 /// The default largest frame payload, in bytes: large enough for any message the codec accepts
 /// (a job graph, a batch of records), small enough that a connection cannot pin much memory.
@@ -163,6 +163,24 @@ impl FrameCodec {
         }))
     }
 
+    /// Like [`frame_with`](Self::frame_with), for a payload `encode` writes with byte strings
+    /// left out ([`crate::base::codec::encode_detaching`]): the frame is its bytes with each put
+    /// back at its position, and its prefix counts them.
+    pub fn frame_detached_with<E>(
+        &self,
+        encode: impl FnOnce(&mut Vec<u8>) -> Result<Detached, E>,
+    ) -> Result<Result<OutFrame, FrameError>, E> {
+        let mut frame = vec![0u8; HEADER_LEN];
+        let detached = encode(&mut frame)?;
+        let left_out: usize = detached.iter().map(|(_, bytes)| bytes.len()).sum();
+        Ok(self
+            .check_outbound(frame.len() - HEADER_LEN + left_out)
+            .map(|length| {
+                frame[..HEADER_LEN].copy_from_slice(&length.to_be_bytes());
+                OutFrame::joining(Bytes::from(frame), detached)
+            }))
+    }
+
     /// Writes one frame: the prefix, then the payload, with one reservation for both.
     fn write_frame(&self, payload: &[u8], dst: &mut BytesMut) -> Result<(), FrameError> {
         let length = self.check_outbound(payload.len())?;
@@ -170,6 +188,119 @@ impl FrameCodec {
         dst.put_u32(length);
         dst.extend_from_slice(payload);
         Ok(())
+    }
+}
+
+/// One frame on its way out: whole, or as segments to write in order, its own bytes and
+/// between them the byte strings it carries by reference (network buffers), sent with vectored
+/// writes from their own memory instead of copied into the frame.
+#[derive(Debug, Clone)]
+pub enum OutFrame {
+    /// The frame's bytes.
+    Whole(Bytes),
+    /// The frame's bytes in pieces, none empty; `len` in all.
+    Segments {
+        /// The pieces, in order.
+        parts: Vec<Bytes>,
+        /// Their bytes in all.
+        len: usize,
+    },
+}
+
+impl OutFrame {
+    /// `frame` with each of `detached` inserted at its position.
+    fn joining(frame: Bytes, detached: Detached) -> Self {
+        if detached.is_empty() {
+            return Self::Whole(frame);
+        }
+        let mut parts = Vec::with_capacity(2 * detached.len() + 1);
+        let mut from = 0;
+        for (at, bytes) in detached {
+            parts.push(frame.slice(from..at));
+            parts.push(bytes);
+            from = at;
+        }
+        parts.push(frame.slice(from..));
+        parts.retain(|part| !part.is_empty());
+        let len = parts.iter().map(Bytes::len).sum();
+        Self::Segments { parts, len }
+    }
+
+    /// Its bytes in all.
+    pub fn len(&self) -> usize {
+        match self {
+            Self::Whole(frame) => frame.len(),
+            Self::Segments { len, .. } => *len,
+        }
+    }
+
+    /// Whether it has no bytes (never, for a frame: it has a prefix).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Its bytes as one (tests).
+    #[cfg(test)]
+    pub fn to_bytes(&self) -> Bytes {
+        match self {
+            Self::Whole(frame) => frame.clone(),
+            Self::Segments { parts, .. } => parts.concat().into(),
+        }
+    }
+}
+
+impl From<Bytes> for OutFrame {
+    fn from(frame: Bytes) -> Self {
+        Self::Whole(frame)
+    }
+}
+
+/// The pieces of [`OutFrame::Segments`] as one [`Buf`], so a writer takes them with vectored
+/// writes.
+pub(crate) struct SegmentsBuf {
+    parts: std::collections::VecDeque<Bytes>,
+    remaining: usize,
+}
+
+impl SegmentsBuf {
+    pub(crate) fn new(parts: Vec<Bytes>, len: usize) -> Self {
+        Self {
+            parts: parts.into(),
+            remaining: len,
+        }
+    }
+}
+
+impl Buf for SegmentsBuf {
+    fn remaining(&self) -> usize {
+        self.remaining
+    }
+
+    fn chunk(&self) -> &[u8] {
+        self.parts.front().map_or(&[], |part| part)
+    }
+
+    fn advance(&mut self, mut cnt: usize) {
+        assert!(cnt <= self.remaining, "advanced past the end");
+        self.remaining -= cnt;
+        while cnt > 0 {
+            let front = self.parts.front_mut().expect("bytes remain");
+            if cnt < front.len() {
+                front.advance(cnt);
+                return;
+            }
+            cnt -= front.len();
+            self.parts.pop_front();
+        }
+    }
+
+    fn chunks_vectored<'a>(&'a self, dst: &mut [std::io::IoSlice<'a>]) -> usize {
+        let mut filled = 0;
+        for (slot, part) in dst.iter_mut().zip(&self.parts) {
+            *slot = std::io::IoSlice::new(part);
+            filled += 1;
+        }
+        filled
     }
 }
 

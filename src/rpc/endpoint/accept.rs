@@ -200,6 +200,20 @@ impl<S: AsyncWrite + Unpin, F: Unpin> AsyncWrite for Observed<S, F> {
         Pin::new(&mut self.inner).poll_write(cx, buf)
     }
 
+    /// Forwarded, so a frame sent in segments (a data answer's buffers behind its envelope)
+    /// goes out in one vectored write, not a write per piece.
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> std::task::Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
     fn poll_flush(
         mut self: Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,

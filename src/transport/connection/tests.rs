@@ -964,3 +964,150 @@ fn only_errors_a_later_try_can_fix_are_retryable() {
         "the connection to b went down while an ask waited: closed by this node: shutting down"
     );
 }
+
+/// A data answer whose large buffers go out from their own memory behind the envelope's bytes
+/// (in segments, copied into the batch when the frame is small, written vectored when large)
+/// arrives as it was sent, among answers sent whole.
+#[actix::test]
+async fn answers_with_buffers_sent_in_segments_arrive_whole_and_in_place() {
+    use crate::messages::buffer::Buffer;
+    use crate::messages::task_manager::{ChannelResponse, PartitionData};
+    tokio::time::pause();
+    let (a, mut b) = pair().await;
+    let data = |sizes: &[usize]| {
+        let buffers = sizes
+            .iter()
+            .enumerate()
+            .map(|(n, &len)| Buffer::new(n as u32, bytes::Bytes::from(vec![n as u8 + 7; len])))
+            .collect();
+        Payload::Reply(Reply::PartitionData(PartitionData {
+            seq: sizes.len() as u64,
+            channels: vec![(
+                3,
+                ChannelResponse::Data {
+                    buffers,
+                    next_buffer: 1,
+                    finished: false,
+                    backlog: 0,
+                    eager: 0,
+                },
+            )],
+            notices: Vec::new(),
+            forgotten: false,
+        }))
+    };
+    let answers = [
+        data(&[100, DETACH_BYTES, 20 << 10, 10]),
+        data(&[10]),
+        data(&[DETACH_BYTES + 1]),
+        data(&[30 << 10, 30 << 10]),
+        data(&[DETACH_BYTES - 1, 1]),
+    ];
+    let asked: Vec<_> = (0..answers.len() as u128)
+        .map(|n| ask_of(&a.conn, n))
+        .collect();
+    for answer in &answers {
+        let envelope = b.next_envelope().await;
+        b.conn
+            .reply(envelope.correlation, answer.clone())
+            .expect("queued");
+    }
+    for (asked, answer) in asked.into_iter().zip(&answers) {
+        assert_eq!(&asked.await.expect("answered"), answer);
+    }
+}
+
+/// A writer that takes vectored writes a few bytes at a time, as a full socket buffer does.
+struct Trickle {
+    written: Vec<u8>,
+    vectored_writes: usize,
+}
+
+impl AsyncWrite for Trickle {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<io::Result<usize>> {
+        let n = buf.len().min(7);
+        self.written.extend_from_slice(&buf[..n]);
+        std::task::Poll::Ready(Ok(n))
+    }
+
+    fn poll_write_vectored(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> std::task::Poll<io::Result<usize>> {
+        self.vectored_writes += 1;
+        // Up to 5,000 bytes across the slices, ending inside one when it can.
+        let mut left = 5_000;
+        for buf in bufs {
+            let n = buf.len().min(left);
+            self.written.extend_from_slice(&buf[..n]);
+            left -= n;
+            if left == 0 {
+                break;
+            }
+        }
+        std::task::Poll::Ready(Ok(5_000 - left))
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        true
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+}
+
+/// Frames in segments written vectored, each write taking part of the pieces and ending inside
+/// one, put every byte on the stream in order, among frames sent whole.
+#[actix::test]
+async fn frames_in_segments_written_in_parts_reach_the_stream_in_order() {
+    let piece = |n: u8, len: usize| bytes::Bytes::from(vec![n; len]);
+    let frames = vec![
+        OutFrame::Whole(piece(1, 100)),
+        OutFrame::Segments {
+            parts: vec![piece(2, 3), piece(3, 40_000), piece(4, 5), piece(5, 9_999)],
+            len: 50_007,
+        },
+        OutFrame::Segments {
+            parts: vec![piece(6, 10), piece(7, 4_096)],
+            len: 4_106,
+        },
+        OutFrame::Whole(piece(8, DIRECT_BYTES)),
+    ];
+    let expected: Vec<u8> = frames.iter().flat_map(|frame| frame.to_bytes()).collect();
+    let (sender, mut queue) = mpsc::channel(8);
+    let mut frames = frames.into_iter();
+    let first = frames.next().expect("a frame");
+    for frame in frames {
+        sender.try_send(frame).expect("room");
+    }
+    let mut writer = Trickle {
+        written: Vec::new(),
+        vectored_writes: 0,
+    };
+    let mut batch = BytesMut::new();
+    write_frames(&mut writer, first, &mut queue, &mut batch)
+        .await
+        .expect("written");
+    assert_eq!(writer.written, expected);
+    assert!(
+        writer.vectored_writes >= 50_007 / 5_000,
+        "{}",
+        writer.vectored_writes
+    );
+}

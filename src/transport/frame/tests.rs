@@ -245,3 +245,73 @@ fn arbitrary_bytes_never_panic_or_allocate_past_the_limit() {
     }
     assert!(decoded > 2000, "the generator produced real frames too");
 }
+
+/// A frame with byte strings left out is, its segments joined, the frame of the whole payload;
+/// its prefix counts what was left out, and the limit applies to the whole.
+#[test]
+fn a_frame_in_segments_joined_is_the_frame_of_the_whole_payload() {
+    let codec = FrameCodec::new(64);
+    let buffers = [
+        Bytes::from_static(b"0123456789"),
+        Bytes::from_static(b"abc"),
+    ];
+    let whole = codec
+        .frame_with(|out| {
+            out.extend_from_slice(b"head");
+            out.extend_from_slice(&buffers[0]);
+            out.extend_from_slice(b"middle");
+            out.extend_from_slice(&buffers[1]);
+            Ok::<(), ()>(())
+        })
+        .expect("encodes")
+        .expect("fits");
+    let segmented = codec
+        .frame_detached_with(|out| {
+            out.extend_from_slice(b"head");
+            let first = out.len();
+            out.extend_from_slice(b"middle");
+            let second = out.len();
+            Ok::<_, ()>(vec![
+                (first, buffers[0].clone()),
+                (second, buffers[1].clone()),
+            ])
+        })
+        .expect("encodes")
+        .expect("fits");
+    // The prefix, "head", a buffer, "middle", the other buffer (nothing after it).
+    assert!(
+        matches!(&segmented, OutFrame::Segments { parts, len } if parts.len() == 4 && *len == whole.len())
+    );
+    assert_eq!(segmented.to_bytes(), whole);
+    let mut buf = match segmented {
+        OutFrame::Segments { parts, len } => SegmentsBuf::new(parts, len),
+        OutFrame::Whole(_) => unreachable!(),
+    };
+    // Read out in odd steps across the pieces' edges, as a writer taking part of a write does.
+    let mut read = Vec::new();
+    while buf.has_remaining() {
+        let step = buf.chunk().len().min(3);
+        read.extend_from_slice(&buf.chunk()[..step]);
+        buf.advance(step);
+    }
+    assert_eq!(read, whole);
+    let nothing_left_out = codec
+        .frame_detached_with(|out| {
+            out.extend_from_slice(b"payload");
+            Ok::<_, ()>(Vec::new())
+        })
+        .expect("encodes")
+        .expect("fits");
+    assert!(matches!(nothing_left_out, OutFrame::Whole(_)));
+    let too_large = codec.frame_detached_with(|out| {
+        out.extend_from_slice(b"head");
+        Ok::<_, ()>(vec![(4, Bytes::from(vec![0u8; 61]))])
+    });
+    assert!(matches!(
+        too_large,
+        Ok(Err(FrameError::PayloadTooLarge {
+            length: 65,
+            max: 64
+        }))
+    ));
+}
