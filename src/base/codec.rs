@@ -113,25 +113,28 @@ struct Detaching {
 }
 
 /// Runs `encode` with the thread in detaching mode, and takes it out again whatever happens
-/// (a panicking `Serialize` included).
+/// (a panicking `Serialize` included). The mode does not nest: no `Serialize` of a message
+/// encodes with this module while the transport encodes the message (an inner encoding would
+/// leave its byte strings out too).
 fn detaching<R>(min: usize, written: Rc<Cell<usize>>, encode: impl FnOnce() -> R) -> (R, Detached) {
-    struct Restore(Option<Detaching>);
-    impl Drop for Restore {
+    struct Leave;
+    impl Drop for Leave {
         fn drop(&mut self) {
-            let previous = self.0.take();
-            DETACHING.with(|cell| *cell.borrow_mut() = previous);
+            DETACHING.with(|cell| *cell.borrow_mut() = None);
         }
     }
-    let mut restore = Restore(DETACHING.with(|cell| {
+    let previous = DETACHING.with(|cell| {
         cell.replace(Some(Detaching {
             min,
             written,
             detached: Vec::new(),
         }))
-    }));
+    });
+    debug_assert!(previous.is_none(), "detaching encodings do not nest");
+    let leave = Leave;
     let result = encode();
-    let mine = DETACHING.with(|cell| cell.replace(restore.0.take()));
-    drop(restore);
+    let mine = DETACHING.with(|cell| cell.replace(None));
+    drop(leave);
     (result, mine.map(|mine| mine.detached).unwrap_or_default())
 }
 
@@ -261,7 +264,16 @@ mod tests {
             );
             assert_eq!(&joined(out, detached)[6..], &plain[..], "min {min}");
         }
-        // Outside the mode, everything is written in place.
+        // Outside the mode, everything is written in place, also after a value that panicked
+        // while it was encoded in it.
+        struct Panics;
+        impl Serialize for Panics {
+            fn serialize<S: Serializer>(&self, _: S) -> Result<S::Ok, S::Error> {
+                panic!("cannot encode");
+            }
+        }
+        let panicked = std::panic::catch_unwind(|| encode_detaching(&Panics, &mut Vec::new(), 1));
+        assert!(panicked.is_err());
         assert_eq!(encode(&carrier).unwrap(), plain);
         let mut out = Vec::new();
         encode_into(&carrier, &mut out).unwrap();
