@@ -80,14 +80,6 @@ pub fn encode_into<T: Serialize>(value: &T, out: &mut Vec<u8>) -> Result<usize, 
     bincode::serde::encode_into_std_write(value, out, config()).map_err(CodecError::Encode)
 }
 
-/// The bytes `value` encodes to, without writing them (to reserve room for a large message at
-/// once instead of growing a buffer, and copying it, as it is written).
-pub fn encoded_size<T: Serialize>(value: &T) -> Result<usize, CodecError> {
-    let mut size = bincode::enc::write::SizeWriter::default();
-    bincode::serde::encode_into_writer(value, &mut size, config()).map_err(CodecError::Encode)?;
-    Ok(size.bytes_written)
-}
-
 /// Decodes the value at the start of `bytes`; returns it and the bytes it used (the rest may be
 /// further values: the records of a network buffer).
 pub fn decode_prefix<T: DeserializeOwned>(bytes: &[u8]) -> Result<(T, usize), CodecError> {
@@ -200,7 +192,9 @@ pub fn encode_detaching<T: Serialize>(
     Ok(detached)
 }
 
-/// What [`encode_detaching`] would write in place and leave out, in bytes, without writing.
+/// What [`encode_detaching`] would write in place and leave out, in bytes, without writing (to
+/// reserve room for a large message at once instead of growing a buffer, and copying it, as it
+/// is written).
 pub fn encoded_size_detaching<T: Serialize>(
     value: &T,
     min: usize,
