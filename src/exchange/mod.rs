@@ -30,7 +30,7 @@
 //! | the producer's TaskManager | news for a held poll | news arrives, a newer poll comes, or after [`server::FETCH_HOLD`] (answered empty) |
 //! | the producer's TaskManager | a data connection's next poll | forgotten after [`server::IDLE_CONNECTION`] without one |
 //! | a poll whose consumer lost the last answer | that answer's buffers, still being taken by the poll that made it | they are taken (the answer is sent again as it was), a newer poll comes, or after [`server::FETCH_HOLD`] (answered empty; the consumer polls again) |
-//! | a held poll (not the actor: it keeps running) | its spilled buffers, read on the [`crate::env::blocking_io`] threads | the reads end (an error fails the channel with it); a disk that never answers leaves the consumer's ask to time out after [`crate::transport::ASK_TIMEOUT`] and the connection fails as above |
+//! | a held poll (not the actor: it keeps running) | its spilled buffers, read on the [`crate::env::blocking_io`] threads, by it or ahead of it by the answer before (`server::read_ahead`) | the reads end (an error fails the channel with it; a read ahead that fails or panics is read again by the poll); a disk that never answers leaves the consumer's ask to time out after [`crate::transport::ASK_TIMEOUT`] and the connection fails as above |
 //!
 //! | a producer's writer | a network buffer, when its output's floor and the TaskManager's lent buffers are all in use ([`buffer_pool`]) | a consumer takes a buffer of its output, or any lent buffer of the TaskManager comes back |
 //!

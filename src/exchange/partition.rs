@@ -375,6 +375,20 @@ impl PendingRead {
         self.plan.listening
     }
 
+    /// What it reads: see [`ReadSpan`].
+    pub fn span(&self) -> ReadSpan {
+        ReadSpan {
+            partition: Arc::clone(&self.partition),
+            subpartition: self.plan.subpartition,
+            first: self.first_buffer(),
+            next: self.plan.next_buffer,
+        }
+    }
+
+    fn first_buffer(&self) -> u64 {
+        self.plan.next_buffer - self.plan.items.len() as u64
+    }
+
     /// The buffers, or why they cannot be had: blocks on the disk when
     /// [`needs_disk`](Self::needs_disk).
     pub fn read(self) -> Result<Vec<Buffer>, Unreadable> {
@@ -390,6 +404,39 @@ impl PendingRead {
                 )),
             }
         })
+    }
+}
+
+/// The buffers a [`PendingRead`] reads: of this very partition (not only its id: a partition
+/// released and produced again is another), its subpartition, from `first` to before `next`.
+pub struct ReadSpan {
+    partition: Arc<Mutex<ResultPartition>>,
+    subpartition: u32,
+    first: u64,
+    next: u64,
+}
+
+impl fmt::Debug for ReadSpan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ReadSpan")
+            .field("subpartition", &self.subpartition)
+            .field("first", &self.first)
+            .field("next", &self.next)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ReadSpan {
+    /// How many of these buffers `read` takes if they are its buffers, the first of these
+    /// among them: it reads the same subpartition of the same partition from the same buffer
+    /// and no further.
+    pub fn covers(&self, read: &PendingRead) -> Option<usize> {
+        let span = read.span();
+        (Arc::ptr_eq(&self.partition, &span.partition)
+            && self.subpartition == span.subpartition
+            && self.first == span.first
+            && span.next <= self.next)
+            .then(|| (span.next - span.first) as usize)
     }
 }
 
@@ -960,6 +1007,42 @@ impl ResultPartitionManager {
                 }
             }
         }
+    }
+
+    /// A fetch of `read` (partition, subpartition, first buffer) of at most `max_bytes`,
+    /// planned ahead of the poll that will ask for it (see the server's `read_ahead`): only
+    /// of a finished result whose buffers stay (a blocking one, whose buffers no longer
+    /// change) and only if it reads the disk. Planning it changes nothing there.
+    pub fn plan_ahead(
+        &self,
+        read: (ResultPartitionId, u32, u64),
+        max_bytes: usize,
+    ) -> Option<PendingRead> {
+        let (id, subpartition, from_buffer) = read;
+        let partition = self.get(id).ok()?;
+        let plan = {
+            let mut guard = lock(&partition);
+            let stored = guard
+                .subpartitions
+                .get(&subpartition)
+                .map_or(0, |sub| sub.buffers.len() as u64);
+            if !guard.retain || !matches!(guard.state, State::Finished) || from_buffer >= stored {
+                return None;
+            }
+            let limit = FetchLimit {
+                max_bytes,
+                credit: usize::MAX,
+                strict: false,
+            };
+            guard
+                .plan_fetch(subpartition, from_buffer, limit, None)
+                .ok()?
+        };
+        plan.needs_disk().then_some(PendingRead {
+            id,
+            partition,
+            plan,
+        })
     }
 
     /// Plans a fetch of `read` (partition, subpartition, first buffer); `strict`: even the

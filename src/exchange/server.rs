@@ -19,7 +19,8 @@
 //!
 //! The answer's buffers are taken after the connection's lock is let go, and when any is on disk,
 //! on the store's I/O threads ([`crate::env::blocking_io`]): the TaskManager actor that serves the
-//! poll keeps heartbeating and deploying however slow the disk.
+//! poll keeps heartbeating and deploying however slow the disk. A large blocking channel's next
+//! answer is read there at once, while this one travels (`read_ahead`).
 //!
 //! A channel without credit whose set subscription has eager room left (a gate in the floating
 //! mode, see `input_gate::credit`) is sent its buffers at once if they fit the room, marked with
@@ -40,6 +41,7 @@ use std::time::Duration;
 use tokio::sync::futures::Notified;
 use tokio::time::Instant;
 
+use super::buffer::Buffer;
 use super::input_gate::PARTITION_REQUEST_TIMEOUT;
 use super::partition::EndState;
 use super::partition::{PendingRead, PlannedFetch, ReadyQueue, ResultPartitionManager, Unreadable};
@@ -52,8 +54,10 @@ use crate::messages::task_manager::{
 };
 use crate::messages::{ActorAddress, ResultPartitionId};
 use answer_budget::AnswerBudget;
+use read_ahead::{MAX_AHEAD, ReadAhead, Taken};
 
 mod answer_budget;
+mod read_ahead;
 
 /// Bytes one answer carries at most (one buffer more, so every answer makes progress).
 pub const FETCH_BYTES: usize = 1 << 20;
@@ -148,6 +152,8 @@ struct ConnectionState {
     /// it: sent again if it was lost.
     sent: Option<PartitionData>,
     last_used: Option<Instant>,
+    /// Buffers read ahead for the next answer, by channel (see `read_ahead`).
+    ahead: FixedHashMap<u64, ReadAhead>,
 }
 
 /// The partitions of one producer list the consumer reads here.
@@ -670,6 +676,10 @@ impl ServerConnection {
         planned: Vec<(u64, Planned)>,
         mut budget: AnswerBudget,
     ) -> Vec<(u64, ChannelResponse)> {
+        let mut planned = planned;
+        for (_, planned) in &mut planned {
+            planned.wait_ahead().await;
+        }
         let on_disk = planned.iter().any(|(_, planned)| planned.needs_disk());
         let taken = if on_disk {
             // Only for the answer if the read panics (the planned channels move into it).
@@ -717,6 +727,10 @@ enum Planned {
         backlog: u64,
         /// The eager bytes it takes (0: sent within credit).
         eager: u64,
+        /// Its buffers from a read ahead, still coming.
+        ahead: Option<Taken>,
+        /// Its buffers from a read ahead, read.
+        read: Option<Vec<Buffer>>,
     },
 }
 
@@ -733,7 +747,16 @@ impl Planned {
     }
 
     fn needs_disk(&self) -> bool {
-        matches!(self, Self::Read { pending, .. } if pending.needs_disk())
+        matches!(self, Self::Read { pending, read: None, .. } if pending.needs_disk())
+    }
+
+    /// Waits for its buffers read ahead, if any.
+    async fn wait_ahead(&mut self) {
+        if let Self::Read { ahead, read, .. } = self
+            && let Some(taken) = ahead.take()
+        {
+            *read = taken.buffers().await;
+        }
     }
 
     /// The channel's response, reading its buffers; `true` if it could not read them (the
@@ -745,9 +768,11 @@ impl Planned {
                 pending,
                 backlog,
                 eager,
+                read,
+                ..
             } => {
                 let (next_buffer, finished) = (pending.next_buffer(), pending.finished());
-                match pending.read() {
+                match read.map_or_else(|| pending.read(), Ok) {
                     Ok(buffers) => (
                         ChannelResponse::Data {
                             buffers,
@@ -803,6 +828,7 @@ impl ConnectionState {
 
     /// Channel `key` is served no more (finished, failed or cancelled).
     fn remove_subscription(&mut self, key: u64) {
+        self.ahead.remove(&key);
         if let Some(subscription) = self.subscriptions.remove(&key)
             && let Some(reader) = self.readers.get_mut(&subscription.reader)
         {
@@ -961,6 +987,7 @@ impl ConnectionState {
         };
         match planned {
             PlannedFetch::Read(pending) => {
+                let ahead = (self.ahead.remove(&key)).and_then(|ahead| ahead.taken_by(&pending));
                 budget.take_read(pending.buffers(), pending.bytes());
                 let eager = if room > 0 {
                     let bytes = pending.bytes() as u64;
@@ -976,6 +1003,22 @@ impl ConnectionState {
                 subscription.next_buffer = next_buffer;
                 let backlog = pending.backlog();
                 subscription.announced = backlog > 0;
+                if !finished
+                    && backlog > 0
+                    && pending.needs_disk()
+                    && self.ahead.len() < MAX_AHEAD
+                    && let Some(next) = store.plan_ahead(
+                        (
+                            subscription.partition,
+                            subscription.subpartition,
+                            next_buffer,
+                        ),
+                        FETCH_BYTES,
+                    )
+                {
+                    self.ahead
+                        .insert(key, ReadAhead::start(store.io().as_ref(), next));
+                }
                 if finished {
                     self.remove_subscription(key);
                 } else if pending.listening() {
@@ -992,6 +1035,8 @@ impl ConnectionState {
                         pending,
                         backlog,
                         eager,
+                        ahead,
+                        read: None,
                     },
                 ));
             }

@@ -5,7 +5,7 @@
 //! of the protocol above: the transport is generic over it ([`Payload`]), so it never names a
 //! message, an actor kind or an answer type, and a new message never touches it. Every
 //! transport, the TCP one and the simulated one alike, moves envelopes encoded by
-//! [`Envelope::encode_into`], so the simulation exercises the real codec.
+//! [`Envelope::encode_detaching_into`], so the simulation exercises the real codec.
 //!
 //! This module owns the envelope's shape, its encoding through [`crate::base::codec`], the check
 //! that a decoded envelope is internally consistent (the protocol says which payloads fit which

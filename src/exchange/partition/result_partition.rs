@@ -158,7 +158,7 @@ impl ResultPartition {
             .map_or(0, |sub| sub.buffers.len() as u64);
         if from_buffer == 0 && available == 0 && finished {
             // Nothing was ever written there (and nothing is stored for it).
-            return Ok(FetchPlan::end(0));
+            return Ok(FetchPlan::end(index, 0));
         }
         let capacity = self.capacity;
         let sub = self.subpartitions.entry(index).or_default();
@@ -185,7 +185,7 @@ impl ResultPartition {
         }
         if from_buffer == available {
             if finished {
-                return Ok(FetchPlan::end(from_buffer));
+                return Ok(FetchPlan::end(index, from_buffer));
             }
             // Consumers that gave up waiting must not make the list grow without bound.
             sub.waiters.retain(|waiter| !waiter.is_closed());
@@ -255,6 +255,7 @@ impl ResultPartition {
             }
         }
         let plan = FetchPlan {
+            subpartition: index,
             spill_path: self.spill.as_ref().map(|spill| spill.path.clone()),
             items,
             bytes: total,

@@ -255,6 +255,8 @@ pub(super) enum PlannedBuffer {
 
 /// What a fetch returns, decided under the lock; spilled buffers still to be read.
 pub(super) struct FetchPlan {
+    /// The subpartition it reads.
+    pub(super) subpartition: u32,
     pub(super) spill_path: Option<PathBuf>,
     pub(super) items: Vec<PlannedBuffer>,
     /// The buffers' size.
@@ -290,8 +292,9 @@ pub(super) enum ReadError {
 
 impl FetchPlan {
     /// Nothing more to read: the subpartition ended at `next_buffer`.
-    pub(super) fn end(next_buffer: u64) -> Self {
+    pub(super) fn end(subpartition: u32, next_buffer: u64) -> Self {
         Self {
+            subpartition,
             spill_path: None,
             items: Vec::new(),
             bytes: 0,

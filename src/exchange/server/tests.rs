@@ -465,3 +465,137 @@ async fn a_channel_is_queued_once_however_many_grants_come() {
     assert!(buffers > 0);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A store spilling everything, with one finished partition of 24 buffers of 100 KB (about
+/// two answers' data and a bit) each holding one record numbered by its place, subscribed
+/// with credit for all: the store, the server, its directory and the partition.
+fn spilled_channel(
+    name: &str,
+) -> (
+    Arc<ResultPartitionManager>,
+    PartitionRequestServer,
+    std::path::PathBuf,
+    ResultPartitionId,
+) {
+    use crate::operators::{Record, Value};
+
+    let dir = std::env::temp_dir().join(format!("flint-{name}-{}", std::process::id()));
+    let store = Arc::new(ResultPartitionManager::new(dir.clone(), 0));
+    let (partitions, server) = eager::subscribed_set(&store, 1, 1_000, 0);
+    for i in 0..24 {
+        let buffer = vec![Record {
+            key: format!("{i}"),
+            value: Value::Text("x".repeat(100_000)),
+        }]
+        .into();
+        store.append(partitions[0], 0, buffer).unwrap();
+    }
+    store.finish(partitions[0]).unwrap();
+    (store, server, dir, partitions[0])
+}
+
+/// The keys of the records of one answer's only channel, and whether it ended.
+fn keys_answered(answer: &PartitionData) -> (Vec<String>, bool) {
+    let [
+        (
+            _,
+            ChannelResponse::Data {
+                buffers, finished, ..
+            },
+        ),
+    ] = &answer.channels[..]
+    else {
+        panic!("{answer:?}");
+    };
+    let keys = buffers
+        .iter()
+        .flat_map(|buffer| buffer.to_records().unwrap())
+        .map(|record| record.key)
+        .collect();
+    (keys, *finished)
+}
+
+/// Issue 32: an answer that takes a blocking channel's spilled buffers reads the next
+/// answer's at once. Shown here by deleting the spill file after the first answer: the second
+/// still has its buffers, in order, and only the third (read ahead from a file gone, then read
+/// again by the poll) fails, naming the file it could not read.
+#[actix::test]
+async fn the_next_answer_of_a_spilled_channel_is_read_ahead() {
+    use eager::poll;
+
+    let (store, server, dir, _) = spilled_channel("read-ahead");
+    let first = server.poll(store.clone(), poll(1, 0)).await;
+    let (keys, finished) = keys_answered(&first);
+    assert!(
+        !finished && keys.len() < 24,
+        "one answer carries about a megabyte"
+    );
+    let expected: Vec<String> = (0..keys.len()).map(|i| i.to_string()).collect();
+    assert_eq!(keys, expected);
+    for file in std::fs::read_dir(&dir).unwrap() {
+        std::fs::remove_file(file.unwrap().path()).unwrap();
+    }
+    let second = server.poll(store.clone(), poll(2, first.seq)).await;
+    let (more, _) = keys_answered(&second);
+    let expected: Vec<String> = (keys.len()..keys.len() + more.len())
+        .map(|i| i.to_string())
+        .collect();
+    assert!(!more.is_empty());
+    assert_eq!(more, expected, "read ahead, before the file went");
+    let third = server.poll(store.clone(), poll(3, second.seq)).await;
+    let [(_, ChannelResponse::Failed(reason))] = &third.channels[..] else {
+        panic!("{third:?}");
+    };
+    assert!(reason.contains("cannot read"), "{reason}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Buffers read ahead never outlive what the next poll plans: a partition released after an
+/// answer answers the next poll released, whatever was read ahead for it; and with nothing
+/// read ahead (credit for one buffer, so no answer takes more), every buffer still comes, in
+/// order.
+#[actix::test]
+async fn buffers_read_ahead_go_only_where_the_next_plan_puts_them() {
+    use eager::{poll, requests};
+
+    let (store, server, dir, partition) = spilled_channel("read-ahead-released");
+    let first = server.poll(store.clone(), poll(1, 0)).await;
+    assert!(!keys_answered(&first).0.is_empty());
+    assert!(store.release(partition));
+    let second = server.poll(store.clone(), poll(2, first.seq)).await;
+    assert!(
+        matches!(&second.channels[..], [(_, ChannelResponse::Released)]),
+        "{second:?}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+
+    // Credit one buffer at a time: each answer takes the next one, whatever was read ahead.
+    let (store, server, dir, _) = spilled_channel("read-ahead-credit");
+    let (mut received, mut keys, mut granted) = (0, Vec::new(), 1_000);
+    for round in 1.. {
+        let answer = server.poll(store.clone(), poll(round, received)).await;
+        received = answer.seq;
+        let (got, finished) = keys_answered(&answer);
+        keys.extend(got);
+        if finished {
+            break;
+        }
+        assert!(round < 100, "it ends");
+        // Shrink the answers: credit only for what was taken and one more.
+        granted = keys.len() as u32 + 1;
+        server.apply(
+            &store,
+            requests(
+                1 + round,
+                vec![PartitionRequest::Credit {
+                    channel: 7 << 32,
+                    granted: u64::from(granted),
+                }],
+            ),
+        );
+    }
+    let expected: Vec<String> = (0..24).map(|i| i.to_string()).collect();
+    assert_eq!(keys, expected);
+    assert!(granted < 1_000);
+    let _ = std::fs::remove_dir_all(&dir);
+}
