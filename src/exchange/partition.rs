@@ -431,12 +431,11 @@ impl ReadSpan {
     /// among them: it reads the same subpartition of the same partition from the same buffer
     /// and no further.
     pub fn covers(&self, read: &PendingRead) -> Option<usize> {
-        let span = read.span();
-        (Arc::ptr_eq(&self.partition, &span.partition)
-            && self.subpartition == span.subpartition
-            && self.first == span.first
-            && span.next <= self.next)
-            .then(|| (span.next - span.first) as usize)
+        (Arc::ptr_eq(&self.partition, &read.partition)
+            && self.subpartition == read.plan.subpartition
+            && self.first == read.first_buffer()
+            && read.plan.next_buffer <= self.next)
+            .then_some(read.plan.items.len())
     }
 }
 

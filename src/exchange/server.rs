@@ -673,10 +673,9 @@ impl ServerConnection {
     async fn read(
         &self,
         store: &ResultPartitionManager,
-        planned: Vec<(u64, Planned)>,
+        mut planned: Vec<(u64, Planned)>,
         mut budget: AnswerBudget,
     ) -> Vec<(u64, ChannelResponse)> {
-        let mut planned = planned;
         for (_, planned) in &mut planned {
             planned.wait_ahead().await;
         }

@@ -84,3 +84,79 @@ impl Taken {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::env::blocking_io::IoWork;
+    use crate::exchange::ResultPartitionManager;
+    use crate::messages::ResultPartitionId;
+    use crate::operators::{Record, Value};
+
+    /// I/O threads that run their work only when told.
+    #[derive(Default)]
+    struct HeldIo(Mutex<Vec<IoWork>>);
+
+    impl std::fmt::Debug for HeldIo {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("HeldIo")
+        }
+    }
+
+    impl BlockingIo for HeldIo {
+        fn execute(&self, work: IoWork) {
+            lock(&self.0).push(work);
+        }
+    }
+
+    /// A poll that takes buffers still being read ahead waits for them, and gets the first
+    /// ones it planned once the read ends.
+    #[tokio::test]
+    async fn a_poll_waits_for_a_read_ahead_still_in_flight() {
+        let dir = std::env::temp_dir().join(format!("flint-ahead-held-{}", std::process::id()));
+        let store = ResultPartitionManager::new(dir.clone(), 0);
+        let id = ResultPartitionId {
+            producer: crate::base::ids::ExecutionAttemptId::from_u128(9),
+            edge: 0,
+        };
+        store.create_blocking(id, 1).unwrap();
+        for i in 0..4 {
+            let record = Record {
+                key: i.to_string(),
+                value: Value::Int(i),
+            };
+            store.append(id, 0, vec![record].into()).unwrap();
+        }
+        store.finish(id).unwrap();
+        let io = HeldIo::default();
+        let ahead = ReadAhead::start(&io, store.plan_ahead((id, 0, 1), usize::MAX).unwrap());
+        // The next poll plans less: one buffer (a byte's room takes the first whatever its size).
+        let planned = store.plan_ahead((id, 0, 1), 1).unwrap();
+        assert_eq!(planned.buffers(), 1, "the first whatever its size");
+        let taken = ahead
+            .taken_by(&planned)
+            .expect("the same buffers, from the first");
+        let buffers = taken.buffers();
+        tokio::pin!(buffers);
+        tokio::select! {
+            biased;
+            _ = &mut buffers => panic!("done before the read ran"),
+            () = std::future::ready(()) => {}
+        }
+        for work in std::mem::take(&mut *lock(&io.0)) {
+            work();
+        }
+        let buffers = buffers.await.expect("read");
+        let keys: Vec<String> = buffers
+            .iter()
+            .flat_map(|buffer| buffer.to_records().unwrap())
+            .map(|record| record.key)
+            .collect();
+        assert_eq!(keys, ["1"]);
+        // Planned from elsewhere, the read ahead is not theirs.
+        let ahead = ReadAhead::start(&io, store.plan_ahead((id, 0, 1), usize::MAX).unwrap());
+        let other = store.plan_ahead((id, 0, 2), usize::MAX).unwrap();
+        assert!(ahead.taken_by(&other).is_none());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
