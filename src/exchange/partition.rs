@@ -251,19 +251,21 @@ struct SubpartitionReaders {
     with_data: FixedHashSet<ResultPartitionId>,
 }
 
-/// Who waits for a subpartition's next buffer.
+/// Who waits on a subpartition: for its next buffer, or for room in it.
 #[derive(Debug)]
 enum Waiter {
     /// A local consumer's long poll.
     Once(oneshot::Sender<()>),
     /// A data connection's subscription: its key goes to the queue.
     Listener(Arc<ReadyQueue>, u64),
+    /// Its producer, for room (a pipelined subpartition at capacity).
+    Space(oneshot::Sender<()>),
 }
 
 impl Waiter {
     fn is_closed(&self) -> bool {
         match self {
-            Self::Once(sender) => sender.is_closed(),
+            Self::Once(sender) | Self::Space(sender) => sender.is_closed(),
             // Only the store holds the queue: its connection is gone.
             Self::Listener(queue, _) => Arc::strong_count(queue) == 1,
         }
@@ -681,11 +683,11 @@ impl ResultPartitionManager {
             if sub.released {
                 return Space::Available; // its writes are discarded
             }
-            let unread = (sub.buffers.len() as u64).saturating_sub(sub.handed_over);
+            let unread = (sub.buffers.len() as u64).saturating_sub(sub.handed_over());
             if unread >= capacity as u64 {
                 let (sender, receiver) = oneshot::channel();
-                sub.space_waiters.retain(|waiter| !waiter.is_closed());
-                sub.space_waiters.push(sender);
+                sub.waiters.retain(|waiter| !waiter.is_closed());
+                sub.waiters.push(Waiter::Space(sender));
                 return Space::Full(Room::of(receiver));
             }
         }

@@ -4,6 +4,7 @@
 //! which holds each behind its own lock.
 
 use smallvec::SmallVec;
+use thin_vec::ThinVec;
 
 use super::*;
 
@@ -105,7 +106,7 @@ impl ResultPartition {
                 *buffer = Buffer::default();
             }
         }
-        sub.handed_over = sub.buffers.len() as u64;
+        sub.hand_over_until(sub.buffers.len() as u64);
         sub.wake();
         sub.wake_producer();
         self.memory_bytes = self.memory_bytes.saturating_sub(freed);
@@ -168,7 +169,7 @@ impl ResultPartition {
                  consumer"
             )));
         }
-        if from_buffer < sub.handed_over {
+        if from_buffer < sub.handed_over() {
             // A pipelined buffer moves to its reader; one asked for again was lost on its way
             // (the data connection broke while the answer travelled). Never answer with the
             // emptied buffer: the reader fails and its region runs again.
@@ -244,7 +245,7 @@ impl ResultPartition {
             _ => false,
         };
         if let Some(moved_until) = moved_until {
-            sub.handed_over = moved_until;
+            sub.hand_over_until(moved_until);
             // A producer waiting for room is woken once half its subpartition is free, not for
             // every answer that takes a buffer or two: each wake-up is a futex call and two
             // context switches, and across processes they were a tenth of both actor threads.
@@ -282,40 +283,70 @@ pub(super) struct FetchLimit {
     pub(super) strict: bool,
 }
 
+/// A subpartition's state, one entry of its partition's table: a wide partition has an entry
+/// for every subpartition that got data (P = 1,000: ~865 per partition, ~216,000 per
+/// TaskManager), each first read by its consumer long after its producer wrote it, so its size
+/// is what the consumer's cache and TLB misses and the table's growth (fresh pages) cost. The
+/// waiters therefore share one list that is on the heap only while someone waits, and the
+/// handed-over count is a `u32`: 72 bytes with its key, not 120.
 #[derive(Default)]
 pub(super) struct ResultSubpartition {
     /// The first inline: most subpartitions of a wide shuffle hold one, and a list on the heap
     /// was one more cache miss per fetch.
     pub(super) buffers: SmallVec<[Stored; 1]>,
-    /// Consumers long-polling for the next buffer.
-    pub(super) waiters: Vec<Waiter>,
-    /// A producer waiting for room (a pipelined partition at capacity).
-    pub(super) space_waiters: Vec<oneshot::Sender<()>>,
+    /// Consumers long-polling for the next buffer, and a producer waiting for room (a pipelined
+    /// partition at capacity).
+    pub(super) waiters: ThinVec<Waiter>,
     /// Of a pipelined (not retained) partition: the in-memory buffers before this index were
     /// moved to the consumer, so asking for them again must fail rather than read emptied ones.
-    pub(super) handed_over: u64,
+    /// A `u32`: a subpartition never holds 2³² buffers (their records alone would be 160 GB).
+    handed_over: u32,
     /// Of a pipelined partition: its consumer stopped reading before the end (see
     /// [`ResultPartition::release_subpartition`]); writes to it are discarded.
     pub(super) released: bool,
 }
 
 impl ResultSubpartition {
+    /// How many of its buffers were moved to the consumer (a pipelined partition's).
+    pub(super) fn handed_over(&self) -> u64 {
+        u64::from(self.handed_over)
+    }
+
+    /// Marks the buffers before `until` (at most all there are) as moved to the consumer.
+    fn hand_over_until(&mut self, until: u64) {
+        debug_assert!(until <= self.buffers.len() as u64);
+        self.handed_over = u32::try_from(until).expect("a subpartition holds < 2³² buffers");
+    }
+
+    /// Wakes the consumers waiting for a buffer (not a producer waiting for room).
     pub(super) fn wake(&mut self) {
-        for waiter in self.waiters.drain(..) {
+        self.wake_where(|waiter| !matches!(waiter, Waiter::Space(_)));
+    }
+
+    /// Wakes the producer waiting for room.
+    pub(super) fn wake_producer(&mut self) {
+        self.wake_where(|waiter| matches!(waiter, Waiter::Space(_)));
+    }
+
+    fn wake_where(&mut self, wakes: impl Fn(&Waiter) -> bool) {
+        if self.waiters.is_empty() {
+            return;
+        }
+        for waiter in std::mem::take(&mut self.waiters) {
+            if !wakes(&waiter) {
+                self.waiters.push(waiter);
+                continue;
+            }
             match waiter {
-                // A consumer that stopped waiting is no error.
-                Waiter::Once(sender) => {
+                // A consumer or producer that stopped waiting is no error.
+                Waiter::Once(sender) | Waiter::Space(sender) => {
                     let _ = sender.send(());
                 }
                 Waiter::Listener(queue, key) => queue.push(key),
             }
         }
     }
-
-    pub(super) fn wake_producer(&mut self) {
-        for waiter in self.space_waiters.drain(..) {
-            // A producer that stopped waiting is no error.
-            let _ = waiter.send(());
-        }
-    }
 }
+
+// The size the docs of `ResultSubpartition` promise, with its key as the table stores it.
+const _: () = assert!(std::mem::size_of::<(u32, ResultSubpartition)>() <= 72);
