@@ -56,6 +56,7 @@ mod output_budget;
 mod read_buffers;
 mod result_partition;
 mod spill;
+mod subpartition_table;
 
 pub use output_budget::Room;
 
@@ -569,7 +570,7 @@ impl ResultPartitionManager {
         let mut partition = ResultPartition {
             id,
             state: State::Producing,
-            subpartitions: FixedHashMap::default(),
+            subpartitions: subpartition_table::SubpartitionTable::new(subpartitions),
             count: subpartitions,
             memory_bytes: 0,
             spilling: false,
@@ -679,7 +680,7 @@ impl ResultPartitionManager {
         let Some(capacity) = partition.capacity else {
             return Space::Available;
         };
-        if let Some(sub) = partition.subpartitions.get_mut(&index) {
+        if let Some(sub) = partition.subpartitions.get_mut(index) {
             if sub.released {
                 return Space::Available; // its writes are discarded
             }
@@ -772,7 +773,7 @@ impl ResultPartitionManager {
         if buffer.is_empty()
             || partition
                 .subpartitions
-                .get(&index)
+                .get(index)
                 .is_some_and(|sub| sub.released)
         {
             if let Some(budget) = partition.budget.as_mut() {
@@ -805,7 +806,7 @@ impl ResultPartitionManager {
                 }
             }
         };
-        let sub = partition.subpartitions.entry(index).or_default();
+        let sub = partition.subpartitions.get_or_default(index);
         let first = sub.buffers.is_empty();
         sub.buffers.push(stored);
         sub.wake();
@@ -914,7 +915,7 @@ impl ResultPartitionManager {
         {
             let mut results = lock(&self.results);
             // Every subpartition stored (a failed one's buffers are gone, its entry stays).
-            for &index in partition.subpartitions.keys() {
+            for (index, _) in partition.subpartitions.iter() {
                 if let Some(result) = results.get_mut(&(id.edge, index)) {
                     result.with_data.remove(&id);
                     if result.with_data.is_empty() && result.readers.is_empty() {
@@ -1025,7 +1026,7 @@ impl ResultPartitionManager {
             let mut guard = lock(&partition);
             let stored = guard
                 .subpartitions
-                .get(&subpartition)
+                .get(subpartition)
                 .map_or(0, |sub| sub.buffers.len() as u64);
             if !guard.retain || !matches!(guard.state, State::Finished) || from_buffer >= stored {
                 return None;
@@ -1088,7 +1089,7 @@ impl ResultPartitionManager {
             finished: matches!(partition.state, State::Finished),
             stored_subpartitions: partition.subpartitions.len() as u32,
         };
-        for subpartition in partition.subpartitions.values() {
+        for (_, subpartition) in partition.subpartitions.iter() {
             stats.buffers += subpartition.buffers.len() as u64;
             stats.spilled_buffers += subpartition
                 .buffers

@@ -20,8 +20,9 @@ pub(super) struct ResultPartition {
     pub(super) id: ResultPartitionId,
     pub(super) state: State,
     /// Only those written to or waited on: a partition of 10,000 subpartitions of which few get
-    /// data costs memory for those few (an all-to-all job at P = 10,000 has 10⁸).
-    pub(super) subpartitions: FixedHashMap<u32, ResultSubpartition>,
+    /// data costs memory for those few (an all-to-all job at P = 10,000 has 10⁸); a slot each
+    /// once most have (see [`SubpartitionTable`](super::subpartition_table::SubpartitionTable)).
+    pub(super) subpartitions: super::subpartition_table::SubpartitionTable,
     /// How many subpartitions it has.
     pub(super) count: u32,
     /// Bytes of the buffers held in memory, over all subpartitions.
@@ -72,7 +73,7 @@ impl ResultPartition {
                     .subpartitions
                     .iter()
                     .filter(|(_, sub)| !sub.buffers.is_empty())
-                    .map(|(&index, _)| index)
+                    .map(|(index, _)| index)
                     .collect();
                 EndState::Finished(with_data)
             }
@@ -86,13 +87,12 @@ impl ResultPartition {
         if self.retain || subpartition >= self.count {
             return false;
         }
-        if matches!(self.state, State::Finished) && !self.subpartitions.contains_key(&subpartition)
-        {
+        if matches!(self.state, State::Finished) && !self.subpartitions.contains(subpartition) {
             // Finished without data there: nothing to free or stop. An entry would be kept per
             // release, and consumers cancelled at P = 10,000 release 10⁸ such subpartitions.
             return false;
         }
-        let sub = self.subpartitions.entry(subpartition).or_default();
+        let sub = self.subpartitions.get_or_default(subpartition);
         if sub.released {
             return false;
         }
@@ -155,14 +155,14 @@ impl ResultPartition {
         let id = self.id;
         let available = self
             .subpartitions
-            .get(&index)
+            .get(index)
             .map_or(0, |sub| sub.buffers.len() as u64);
         if from_buffer == 0 && available == 0 && finished {
             // Nothing was ever written there (and nothing is stored for it).
             return Ok(FetchPlan::end(index, 0));
         }
         let capacity = self.capacity;
-        let sub = self.subpartitions.entry(index).or_default();
+        let sub = self.subpartitions.get_or_default(index);
         if sub.released {
             return Err(PlannedFetch::Failed(format!(
                 "subpartition {subpartition} of result partition {id} was released by its \
@@ -288,7 +288,8 @@ pub(super) struct FetchLimit {
 /// TaskManager), each first read by its consumer long after its producer wrote it, so its size
 /// is what the consumer's cache and TLB misses and the table's growth (fresh pages) cost. The
 /// waiters therefore share one list that is on the heap only while someone waits, and the
-/// handed-over count is a `u32`: 72 bytes with its key, not 120.
+/// handed-over count is a `u32`: 64 bytes, 72 with its key in a table, not 120 (see
+/// [`SubpartitionTable`](super::subpartition_table::SubpartitionTable)).
 #[derive(Default)]
 pub(super) struct ResultSubpartition {
     /// The first inline: most subpartitions of a wide shuffle hold one, and a list on the heap
