@@ -563,6 +563,18 @@ fn seed_461_refused_deployments_after_a_pause_exhausted_the_restarts() {
     assert!(report.passed(), "{:#?}", report.violations);
 }
 
+/// Regression (the classic sweep from seed 1,100,000, twenty-second session): the JobManager and
+/// then a TaskManager paused; the TaskManager, its heartbeats unacknowledged, registered anew,
+/// and only then took a submission the JobManager had sent its earlier registration. That sleep
+/// task held the TaskManager's one slot while the JobManager, which had failed it with the old
+/// registration, placed the job's next attempts there: each refused with `NoFreeSlot` until the
+/// restarts ran out. A heartbeat listing attempts no job has placed there now cancels them.
+#[test]
+fn seed_1100250_an_attempt_the_jobmanager_moved_past_is_cancelled() {
+    let report = run_seed(&SimOptions::new(1_100_250));
+    assert!(report.passed(), "{:#?}", report.violations);
+}
+
 /// Regression (the 30,000-seed sweep after the RUNNING fold changed the runs' timing): the
 /// network lost two `SubmitTask` frames of a fail-once job, the JobManager failed both
 /// deployments at the ask timeout, and the job used up its restarts — failures the run caused

@@ -461,6 +461,7 @@ impl JobManager {
             .into_iter()
             .map(|t| t.job)
             .collect();
+        self.cancel_unknown_attempts(resource_id, running, &jobs, ctx);
         for job_id in jobs {
             if let Some(job) = self.jobs.get_mut(&job_id) {
                 job.record_io(io);
@@ -469,6 +470,45 @@ impl JobManager {
                 job.reconcile(resource_id, running, cx)
             });
         }
+    }
+
+    /// Cancels the attempts `resource_id` runs that no job has placed there now (Flink's
+    /// `ExecutionDeploymentReconciler` cancels such "unknown deployments"): attempts the
+    /// JobManager moved past, still holding their slots. Seed 1,100,250: a submission meant for
+    /// a TaskManager's earlier registration, delivered after a pause once it had registered
+    /// anew, ran a sleep task the JobManager had failed with that registration; the job's next
+    /// attempts, placed in the same slot, were refused (`NoFreeSlot`) until its restarts ran
+    /// out. An attempt that ended meanwhile is unknown to its TaskManager too: the cancel is
+    /// then a no-op.
+    fn cancel_unknown_attempts(
+        &mut self,
+        resource_id: &ResourceId,
+        running: &std::collections::BTreeSet<crate::base::ids::ExecutionAttemptId>,
+        jobs_there: &std::collections::BTreeSet<JobId>,
+        ctx: &mut Context<Self>,
+    ) {
+        if running.is_empty() {
+            return;
+        }
+        let mut unknown = running.clone();
+        let deployed = self.jobs_on.get(resource_id).into_iter().flatten();
+        for job_id in jobs_there.iter().chain(deployed) {
+            if let Some(job) = self.jobs.get(job_id) {
+                for attempt in job.attempts_placed_on(resource_id) {
+                    unknown.remove(&attempt);
+                }
+            }
+        }
+        let Some(first) = unknown.first() else {
+            return;
+        };
+        log::warn!(
+            "job manager: {resource_id} runs {} attempt(s) ({first}, ...) no job has placed there; \
+             cancelling them",
+            unknown.len()
+        );
+        let cancels = BTreeMap::from([(resource_id.clone(), unknown.into_iter().collect())]);
+        self.send_cancels(cancels, ctx);
     }
 
     /// Sends `ReleaseJobPartitions` again to a TaskManager that reports partitions of a job

@@ -561,6 +561,16 @@ impl ExecutionGraph {
         actions
     }
 
+    /// The current attempts of its tasks placed on `resource_id`, whatever their state: an
+    /// attempt a TaskManager runs that no job lists here is one the JobManager has moved past
+    /// (see [`JobManager::cancel_unknown_attempts`](crate::actors::job_manager::JobManager)).
+    pub fn attempts_placed_on<'a>(
+        &'a self,
+        resource_id: &ResourceId,
+    ) -> impl Iterator<Item = ExecutionAttemptId> + 'a {
+        (self.placed_on.get(resource_id).into_iter().flatten()).map(|task| self.task(task).attempt)
+    }
+
     /// `resource_id` reported the attempts it runs: a task this job believes RUNNING there but
     /// not listed ended without its final report arriving (or the TaskManager dropped it): it
     /// failed. A CANCELING one not listed has stopped. A DEPLOYING task is treated as RUNNING

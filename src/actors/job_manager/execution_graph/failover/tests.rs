@@ -575,6 +575,29 @@ fn running_pair() -> Harness {
 }
 
 #[test]
+fn the_attempts_placed_on_a_task_manager_are_its_tasks_current_ones() {
+    // What the JobManager checks a heartbeat's attempts against: an attempt a TaskManager runs
+    // that is not listed here (superseded by a restart) is cancelled there (seed 1,100,250).
+    let mut h = Harness::new(pairs(1, fixed_delay(1)), &[2]);
+    h.start();
+    h.run_all(&[("source", 0), ("sink", 0)]);
+    let placed = |h: &Harness| -> BTreeSet<ExecutionAttemptId> {
+        h.master.attempts_placed_on(&tm(0)).collect()
+    };
+    let (old_source, old_sink) = (h.attempt("source", 0), h.attempt("sink", 0));
+    assert_eq!(placed(&h), [old_source, old_sink].into());
+    assert_eq!(h.master.attempts_placed_on(&tm(1)).count(), 0);
+    h.fail("source", 0, "boom");
+    // Failed and cancelling, not yet replaced: still the current ones.
+    assert_eq!(placed(&h), [old_source, old_sink].into());
+    h.restart_due(1);
+    h.canceled("sink", 0);
+    let (source, sink) = (h.attempt("source", 0), h.attempt("sink", 0));
+    assert!(source != old_source && sink != old_sink);
+    assert_eq!(placed(&h), [source, sink].into());
+}
+
+#[test]
 fn a_task_that_reports_canceled_without_being_cancelled_has_failed() {
     // Regression: RUNNING → CANCELED is no transition, so the report was dropped and the job
     // waited for the task forever.
