@@ -12,5 +12,6 @@ pub mod error_chain;
 pub mod executor;
 pub mod hash;
 pub mod ids;
+pub mod index_table;
 pub mod latch;
 pub mod rng;

@@ -52,6 +52,7 @@ use super::metrics::TaskIoMetrics;
 use super::partition::{Fetch, ReadyQueue, ResultPartitionManager};
 use super::server::FETCH_BYTES;
 use crate::base::hash::FixedHashMap;
+use crate::base::index_table::IndexTable;
 use crate::env::TaskBlocker;
 use crate::env::task_blocking::{Cancellation, block_on};
 use crate::messages::deployment::InputGateDeploymentDescriptor;
@@ -194,8 +195,8 @@ pub struct InputGate {
     /// group's number is the key).
     announced: Arc<ReadyQueue>,
     cancellation: Arc<Cancellation>,
-    /// The channels that got data, by index.
-    channels: FixedHashMap<u32, Channel>,
+    /// The channels that got data, by index (a vector once most did, see [`IndexTable`]).
+    channels: IndexTable<Channel>,
     groups: Vec<Group>,
     /// One bit per channel: finished.
     finished: Vec<u64>,
@@ -261,7 +262,7 @@ impl InputGate {
             cancellation,
             open: 0,
             inputs: vec![InputState::default(); gates.len()],
-            channels: FixedHashMap::default(),
+            channels: IndexTable::new(0),
             groups: Vec::new(),
             finished: Vec::new(),
             network: network.clone(),
@@ -370,6 +371,9 @@ impl InputGate {
             );
         }
         gate.finished = vec![0; (total as usize).div_ceil(64)];
+        // Every index the bit set has room for (a delivery's index is checked against it).
+        let indices = u32::try_from(gate.finished.len() * 64).expect("a gate has < 2³² channels");
+        gate.channels = IndexTable::new(indices);
         gate.open = total as usize;
         gate.send_requests();
         for position in wake {
@@ -409,7 +413,7 @@ impl InputGate {
             return;
         };
         let index = group.base + member;
-        if self.is_finished(index) || self.channels.contains_key(&index) {
+        if self.is_finished(index) || self.channels.contains(index) {
             return;
         }
         let read = LocalRead {
@@ -417,7 +421,7 @@ impl InputGate {
             state: LocalState::Ready,
         };
         self.channels
-            .insert(index, Channel::new(group.connection, 0, Some(read)));
+            .get_or_insert_with(index, || Channel::new(group.connection, 0, Some(read)));
         self.served += 1;
         self.to_fetch.push_back(index as usize);
     }
@@ -440,7 +444,7 @@ impl InputGate {
     fn finish(&mut self, index: u32) {
         let input = self.group_of(index).input as usize;
         if self.mark_finished(index, input)
-            && let Some(channel) = self.channels.get_mut(&index)
+            && let Some(channel) = self.channels.get_mut(index)
         {
             channel.finished = true;
             self.served -= 1;
@@ -453,7 +457,7 @@ impl InputGate {
     fn finish_empty(&mut self, index: u32, input: usize) {
         self.mark_finished(index, input);
         debug_assert!(
-            !self.channels.contains_key(&index),
+            !self.channels.contains(index),
             "channel {index} got data, but its partition ended without data for it"
         );
     }
@@ -542,12 +546,14 @@ impl InputGate {
     }
 
     fn ch(&self, index: usize) -> &Channel {
-        &self.channels[&(index as u32)]
+        self.channels
+            .get(index as u32)
+            .expect("a channel with state")
     }
 
     fn ch_mut(&mut self, index: usize) -> &mut Channel {
         self.channels
-            .get_mut(&(index as u32))
+            .get_mut(index as u32)
             .expect("a channel with state")
     }
 
@@ -663,7 +669,7 @@ impl InputGate {
             } else {
                 let channel = self
                     .channels
-                    .get_mut(&(index as u32))
+                    .get_mut(index as u32)
                     .expect("a channel with state");
                 channel.queued += 1;
                 channel.received += 1;
@@ -854,7 +860,7 @@ impl InputGate {
                     if index as usize >= self.finished.len() * 64 || self.is_finished(index) {
                         continue;
                     }
-                    if !self.channels.contains_key(&index) {
+                    if !self.channels.contains(index) {
                         // Its first data: from now on it has a state of its own.
                         let group = self.group_of(index);
                         if group.local.is_some() {
@@ -863,7 +869,7 @@ impl InputGate {
                         let connection = group.connection;
                         let granted = u64::from(self.budget.exclusive);
                         self.channels
-                            .insert(index, Channel::new(connection, granted, None));
+                            .get_or_insert_with(index, || Channel::new(connection, granted, None));
                         self.served += 1;
                     }
                     self.apply(index as usize, response)?;
@@ -936,7 +942,7 @@ impl Drop for InputGate {
             .into_iter()
             .map(|(connection, _)| (connection, Vec::new(), Vec::new()))
             .collect();
-        for (&index, channel) in &self.channels {
+        for (index, channel) in self.channels.iter() {
             if !channel.finished && channel.local.is_none() {
                 leaving[channel.connection as usize]
                     .1

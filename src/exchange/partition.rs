@@ -56,7 +56,6 @@ mod output_budget;
 mod read_buffers;
 mod result_partition;
 mod spill;
-mod subpartition_table;
 
 pub use output_budget::Room;
 
@@ -570,7 +569,7 @@ impl ResultPartitionManager {
         let mut partition = ResultPartition {
             id,
             state: State::Producing,
-            subpartitions: subpartition_table::SubpartitionTable::new(subpartitions),
+            subpartitions: crate::base::index_table::IndexTable::new(subpartitions),
             count: subpartitions,
             memory_bytes: 0,
             spilling: false,
@@ -806,7 +805,9 @@ impl ResultPartitionManager {
                 }
             }
         };
-        let sub = partition.subpartitions.get_or_default(index);
+        let sub = partition
+            .subpartitions
+            .get_or_insert_with(index, Default::default);
         let first = sub.buffers.is_empty();
         sub.buffers.push(stored);
         sub.wake();

@@ -181,7 +181,7 @@ impl InputGate {
         let exclusive = self.budget.exclusive;
         let channel = self
             .channels
-            .get_mut(&(index as u32))
+            .get_mut(index as u32)
             .expect("a channel with state");
         let in_use = channel.in_use();
         let wanted = if channel.finished {

@@ -106,7 +106,7 @@ async fn a_backlogged_channel_borrows_floating_buffers_and_gives_them_back() {
             if records == 0 {
                 // Two exclusive buffers read, a backlog of 18 reported: all three floating
                 // ones lent.
-                assert_eq!(gate.channels[&0].floating, 3);
+                assert_eq!(gate.channels.get(0).unwrap().floating, 3);
                 assert_eq!(gate.floating_free, 0);
             }
             records += buffer.records();
@@ -120,9 +120,9 @@ async fn a_backlogged_channel_borrows_floating_buffers_and_gives_them_back() {
             "the busy channel's exclusive and floating buffers"
         );
         assert_eq!(gate.floating_free, 3, "every floating buffer came back");
-        assert!(gate.channels.values().all(|c| c.floating == 0));
+        assert!(gate.channels.iter().all(|(_, c)| c.floating == 0));
         assert!(
-            !gate.channels.contains_key(&1),
+            !gate.channels.contains(1),
             "the empty channel finished by its partition's notice, with no state of its own"
         );
     });
@@ -212,7 +212,7 @@ async fn a_wide_gate_reads_everything_within_its_floor_and_what_is_lent() {
         let (mut records, mut most_held, mut most_lent) = (0, 0, 0);
         while let Some(buffer) = gate.next_buffer(&ThreadBlocker).unwrap() {
             records += buffer.records();
-            let lent: u32 = gate.channels.values().map(|c| c.floating).sum();
+            let lent: u32 = gate.channels.iter().map(|(_, c)| c.floating).sum();
             most_lent = most_lent.max(lent + gate.floating_free);
             // The one just handed out counts until the next call.
             most_held = most_held.max(gate.queue.len() + 1);

@@ -6,6 +6,8 @@
 use smallvec::SmallVec;
 use thin_vec::ThinVec;
 
+use crate::base::index_table::IndexTable;
+
 use super::*;
 
 /// Where a partition is in its life.
@@ -21,8 +23,8 @@ pub(super) struct ResultPartition {
     pub(super) state: State,
     /// Only those written to or waited on: a partition of 10,000 subpartitions of which few get
     /// data costs memory for those few (an all-to-all job at P = 10,000 has 10⁸); a slot each
-    /// once most have (see [`SubpartitionTable`](super::subpartition_table::SubpartitionTable)).
-    pub(super) subpartitions: super::subpartition_table::SubpartitionTable,
+    /// once most have (see [`IndexTable`]).
+    pub(super) subpartitions: IndexTable<ResultSubpartition>,
     /// How many subpartitions it has.
     pub(super) count: u32,
     /// Bytes of the buffers held in memory, over all subpartitions.
@@ -92,7 +94,9 @@ impl ResultPartition {
             // release, and consumers cancelled at P = 10,000 release 10⁸ such subpartitions.
             return false;
         }
-        let sub = self.subpartitions.get_or_default(subpartition);
+        let sub = self
+            .subpartitions
+            .get_or_insert_with(subpartition, Default::default);
         if sub.released {
             return false;
         }
@@ -162,7 +166,9 @@ impl ResultPartition {
             return Ok(FetchPlan::end(index, 0));
         }
         let capacity = self.capacity;
-        let sub = self.subpartitions.get_or_default(index);
+        let sub = self
+            .subpartitions
+            .get_or_insert_with(index, Default::default);
         if sub.released {
             return Err(PlannedFetch::Failed(format!(
                 "subpartition {subpartition} of result partition {id} was released by its \
@@ -289,7 +295,7 @@ pub(super) struct FetchLimit {
 /// is what the consumer's cache and TLB misses and the table's growth (fresh pages) cost. The
 /// waiters therefore share one list that is on the heap only while someone waits, and the
 /// handed-over count is a `u32`: 64 bytes, 72 with its key in a table, not 120 (see
-/// [`SubpartitionTable`](super::subpartition_table::SubpartitionTable)).
+/// [`IndexTable`]).
 #[derive(Default)]
 pub(super) struct ResultSubpartition {
     /// The first inline: most subpartitions of a wide shuffle hold one, and a list on the heap
