@@ -306,7 +306,7 @@ pub(super) struct ResultSubpartition {
     pub(super) waiters: ThinVec<Waiter>,
     /// Of a pipelined (not retained) partition: the in-memory buffers before this index were
     /// moved to the consumer, so asking for them again must fail rather than read emptied ones.
-    /// A `u32`: a subpartition never holds 2³² buffers (their records alone would be 160 GB).
+    /// A `u32`: a subpartition never holds 2³² buffers (their entries alone would be 160 GB).
     handed_over: u32,
     /// Of a pipelined partition: its consumer stopped reading before the end (see
     /// [`ResultPartition::release_subpartition`]); writes to it are discarded.
@@ -336,7 +336,9 @@ impl ResultSubpartition {
     }
 
     fn wake_where(&mut self, wakes: impl Fn(&Waiter) -> bool) {
-        if self.waiters.is_empty() {
+        // Nobody of that kind (a fetch that just listened for the next buffer wakes the
+        // producer): the list stays as it is, not moved out and built again.
+        if !self.waiters.iter().any(&wakes) {
             return;
         }
         for waiter in std::mem::take(&mut self.waiters) {
