@@ -491,8 +491,10 @@ impl JobManager {
             return;
         }
         let mut unknown = running.clone();
+        // Jobs with a slot there or a deployment sent there (mostly the same): each walked once.
         let deployed = self.jobs_on.get(resource_id).into_iter().flatten();
-        for job_id in jobs_there.iter().chain(deployed) {
+        let jobs: std::collections::BTreeSet<&JobId> = jobs_there.iter().chain(deployed).collect();
+        for job_id in jobs {
             if let Some(job) = self.jobs.get(job_id) {
                 for attempt in job.attempts_placed_on(resource_id) {
                     unknown.remove(&attempt);
